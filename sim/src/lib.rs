@@ -7,7 +7,10 @@
 //! Modules so far: [`memory`] (host memory a device can reach) and [`iommu`] (IOVA
 //! translation, bounds-checked DMA). The device model, firmware and transport follow.
 
+pub mod buffer;
 pub mod iommu;
 pub mod memory;
+pub mod mkey;
+pub mod ring;
 
 pub use bypass_hw as hw;
