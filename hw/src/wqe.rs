@@ -176,8 +176,12 @@ pub const fn inline_ds(len: usize) -> usize {
 pub const fn rc_ds(opcode: WqeOpcode, nsge: usize) -> Option<u8> {
     let ds = match opcode {
         WqeOpcode::NOP => 1,
-        WqeOpcode::SEND | WqeOpcode::SEND_IMM | WqeOpcode::SEND_INVAL => 1 + nsge as u64,
-        WqeOpcode::RDMA_WRITE | WqeOpcode::RDMA_WRITE_IMM | WqeOpcode::RDMA_READ => 2 + nsge as u64,
+        WqeOpcode::SEND | WqeOpcode::SEND_IMM | WqeOpcode::SEND_INVAL => {
+            (nsge as u64).saturating_add(1)
+        }
+        WqeOpcode::RDMA_WRITE | WqeOpcode::RDMA_WRITE_IMM | WqeOpcode::RDMA_READ => {
+            (nsge as u64).saturating_add(2)
+        }
         WqeOpcode::ATOMIC_CS | WqeOpcode::ATOMIC_FA => 4,
         _ => return None,
     };
@@ -191,7 +195,7 @@ pub const fn rc_ds(opcode: WqeOpcode, nsge: usize) -> Option<u8> {
 /// The DS count of a UD send: ctrl + datagram segment (48 bytes, 3 DS) + data\[n\]
 /// (rdma-core `qp.c`, `IBV_QPT_UD` case of `_mlx5_post_send`).
 pub const fn ud_send_ds(nsge: usize) -> Option<u8> {
-    let ds = 4 + nsge as u64;
+    let ds = (nsge as u64).saturating_add(4);
     if ds <= MAX_WQE_DS as u64 {
         Some(ds as u8)
     } else {
