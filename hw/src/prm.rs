@@ -138,12 +138,12 @@ macro_rules! prm_layout {
         $crate::prm_layout!(@emit $m $name $ifc $len [$($f)*] []);
     };
     (@split $m:tt $name:ident $ifc:literal $len:tt [$($f:tt)*]
-        $(#[$fmeta:meta])* $get:ident, $set:ident : $off:expr, $width:expr; $($rest:tt)*) => {
+        $(#[$fmeta:meta])* $get:ident, $set:ident : $off:expr, $width:tt; $($rest:tt)*) => {
         $crate::prm_layout!(@split $m $name $ifc $len
             [$($f)* $(#[$fmeta])* $get, $set : $off, $width;] $($rest)*);
     };
     (@emit [$(#[$meta:meta])*] $name:ident $ifc:literal ($len:expr)
-        [$( $(#[$fmeta:meta])* $get:ident, $set:ident : $off:expr, $width:expr; )*]
+        [$( $(#[$fmeta:meta])* $get:ident, $set:ident : $off:expr, $width:tt; )*]
         [$( $(#[$smeta:meta])* $sget:ident, $sget_mut:ident : $sty:ident @ $soff:expr; )*]
     ) => {
         $(#[$meta])*
@@ -198,6 +198,12 @@ macro_rules! prm_layout {
                 pub fn $get(&self) -> $crate::prm_layout!(@ty $width) {
                     // The same tokens as the FIELDS entry, so the table checks the accessor.
                     const F: $crate::prm::Field = $crate::prm::Field::new(stringify!($get), $off, $width);
+                    // The width is matched as a token (`@ty 64`): a forwarded `expr` never
+                    // matches a literal, which made every 64-bit accessor a truncating u32 one.
+                    const _: () = assert!(
+                        core::mem::size_of::<$crate::prm_layout!(@ty $width)>() * 8 >= $width,
+                        "prm_layout!: write a 64-bit width as the literal 64"
+                    );
                     F.get(self.buf.as_ref()) as $crate::prm_layout!(@ty $width)
                 }
             )*
