@@ -193,11 +193,11 @@ crate::prm_layout! {
         /// Overrun ignore: never report CQ overflow.
         oi, set_oi: 0xe, 1;
         /// Moderation period mode ([`period_mode`]).
-        cq_period_mode, set_cq_period_mode: 0x10, 2;
+        cq_period_mode, set_cq_period_mode: 0xf, 2;
         /// CQE compression enable.
-        cqe_comp_en, set_cqe_comp_en: 0x12, 1;
+        cqe_comp_en, set_cqe_comp_en: 0x11, 1;
         /// Mini-CQE format when compression is on.
-        mini_cqe_res_format, set_mini_cqe_res_format: 0x13, 2;
+        mini_cqe_res_format, set_mini_cqe_res_format: 0x12, 2;
         /// Arm state ([`st`]); read-only, from QUERY_CQ.
         st, set_st: 0x14, 4;
         /// Compressed CQE layout.

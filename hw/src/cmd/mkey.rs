@@ -128,7 +128,7 @@ crate::prm_layout! {
         /// Translation entries in octowords ([`octo_len`]).
         translations_octword_size, set_translations_octword_size: 0x1a0, 32;
         /// Relaxed ordering for reads through this key.
-        relaxed_ordering_read, set_relaxed_ordering_read: 0x1d8, 1;
+        relaxed_ordering_read, set_relaxed_ordering_read: 0x1d9, 1;
         /// log2 of the translation page size (absolute; rdma-core mlx5_vfio uses 12 for 4 KiB).
         log_page_size, set_log_page_size: 0x1db, 5;
     }
