@@ -4,15 +4,29 @@
 //! `IndexOutOfRange`.
 
 use bypass_hw::Error;
-use bypass_hw::cmd::cq::{CreateCqIn, CreateCqOut, Cqc, DestroyCqIn, DestroyCqOut, ModifyCqIn, ModifyCqOut, QueryCqIn, QueryCqOut};
-use bypass_hw::cmd::eq::{CreateEqIn, CreateEqOut, DestroyEqIn, DestroyEqOut, Eqc, QueryEqIn, QueryEqOut};
-use bypass_hw::cmd::mkey::{CreateMkeyIn, CreateMkeyOut, DestroyMkeyIn, DestroyMkeyOut, Mkc, QueryMkeyIn, QueryMkeyOut};
+use bypass_hw::cmd::cq::{
+    Cqc, CreateCqIn, CreateCqOut, DestroyCqIn, DestroyCqOut, ModifyCqIn, ModifyCqOut, QueryCqIn,
+    QueryCqOut,
+};
+use bypass_hw::cmd::eq::{
+    CreateEqIn, CreateEqOut, DestroyEqIn, DestroyEqOut, Eqc, QueryEqIn, QueryEqOut,
+};
+use bypass_hw::cmd::mkey::{
+    CreateMkeyIn, CreateMkeyOut, DestroyMkeyIn, DestroyMkeyOut, Mkc, QueryMkeyIn, QueryMkeyOut,
+};
 use bypass_hw::cmd::qp::*;
 use bypass_hw::prm::Field;
 use proptest::prelude::*;
 
 /// The checks every layout gets, on one random buffer and one random value.
-fn exercise(name: &str, len: usize, fields: &[Field], ok: Result<(), Error>, bytes: &mut [u8], value: u64) {
+fn exercise(
+    name: &str,
+    len: usize,
+    fields: &[Field],
+    ok: Result<(), Error>,
+    bytes: &mut [u8],
+    value: u64,
+) {
     if bytes.len() >= len {
         assert_eq!(ok, Ok(()), "{name}: {} bytes refused", bytes.len());
     } else {
@@ -27,12 +41,20 @@ fn exercise(name: &str, len: usize, fields: &[Field], ok: Result<(), Error>, byt
         assert!(before <= f.max(), "{name}.{}", f.name);
         let r = f.set(bytes, value);
         if value > f.max() {
-            assert!(matches!(r, Err(Error::FieldOverflow { .. })), "{name}.{}: {r:?}", f.name);
+            assert!(
+                matches!(r, Err(Error::FieldOverflow { .. })),
+                "{name}.{}: {r:?}",
+                f.name
+            );
         } else if bytes.len() >= f.end_byte() {
             assert_eq!(r, Ok(()));
             assert_eq!(f.get(bytes), value, "{name}.{}", f.name);
         } else {
-            assert!(matches!(r, Err(Error::Truncated { .. })), "{name}.{}: {r:?}", f.name);
+            assert!(
+                matches!(r, Err(Error::Truncated { .. })),
+                "{name}.{}: {r:?}",
+                f.name
+            );
         }
     }
 }
@@ -111,14 +133,27 @@ no_panic! {
 
 /// Checks one list accessor pair: in range iff `index < (len - LEN) / 8`, the value reads back,
 /// and out of range is `IndexOutOfRange` with the real capacity.
-fn list_case(cap: usize, base: usize, len: usize, index: usize, get: Result<u64, Error>, set: Result<(), Error>, back: Result<u64, Error>, value: u64) {
+/// `results` is `(get before, set, get after)`.
+type ListResults = (Result<u64, Error>, Result<(), Error>, Result<u64, Error>);
+
+fn list_case(
+    cap: usize,
+    (base, len): (usize, usize),
+    index: usize,
+    results: ListResults,
+    value: u64,
+) {
+    let (get, set, back) = results;
     assert_eq!(cap, len.saturating_sub(base) / 8);
     if index < cap {
         assert_eq!(set, Ok(()));
         assert!(get.is_ok());
         assert_eq!(back, Ok(value));
     } else {
-        assert!(matches!(set, Err(Error::IndexOutOfRange { index: i, len: l, .. }) if i == index && l == cap), "{set:?}");
+        assert!(
+            matches!(set, Err(Error::IndexOutOfRange { index: i, len: l, .. }) if i == index && l == cap),
+            "{set:?}"
+        );
         assert!(matches!(get, Err(Error::IndexOutOfRange { .. })));
     }
 }
@@ -135,7 +170,7 @@ macro_rules! list_no_panic {
                 let cap = v.$cap();
                 let set = v.$set(index, value).map(|_| ());
                 let back = v.$get(index);
-                list_case(cap, $ty::LEN, $ty::LEN + extra, index, get, set, back, value);
+                list_case(cap, ($ty::LEN, $ty::LEN + extra), index, (get, set, back), value);
                 // A short buffer through the unchecked wrapper: never a panic.
                 let mut short_bytes = vec![0u8; short];
                 let mut w = $ty::wrap_unchecked(&mut short_bytes[..]);

@@ -32,14 +32,23 @@ pub(crate) fn be64_get(what: &'static str, buf: &[u8], base: usize, index: usize
     }
     // index < len <= (buf.len() - base) / 8, so these additions cannot overflow.
     let start = base + index * 8;
-    let bytes: [u8; 8] = buf.get(start..start + 8).and_then(|s| s.try_into().ok()).ok_or(oob)?;
+    let bytes: [u8; 8] = buf
+        .get(start..start + 8)
+        .and_then(|s| s.try_into().ok())
+        .ok_or(oob)?;
     Ok(u64::from_be_bytes(bytes))
 }
 
 /// Writes big-endian 64-bit entry `index` of the list that starts at byte `base` of `buf`.
 ///
 /// Errors: [`Error::IndexOutOfRange`] if the entry does not lie wholly inside `buf`.
-pub(crate) fn be64_set(what: &'static str, buf: &mut [u8], base: usize, index: usize, value: u64) -> Result<()> {
+pub(crate) fn be64_set(
+    what: &'static str,
+    buf: &mut [u8],
+    base: usize,
+    index: usize,
+    value: u64,
+) -> Result<()> {
     let len = be64_capacity(buf.len(), base);
     let oob = Error::IndexOutOfRange { what, index, len };
     if index >= len {
@@ -61,16 +70,27 @@ pub(crate) const fn with_be64_list(fixed: usize, n: usize) -> usize {
 pub(crate) fn bytes_get<const N: usize>(buf: &[u8], off: usize) -> [u8; N] {
     let mut out = [0u8; N];
     for (i, b) in out.iter_mut().enumerate() {
-        *b = off.checked_add(i).and_then(|j| buf.get(j)).copied().unwrap_or(0);
+        *b = off
+            .checked_add(i)
+            .and_then(|j| buf.get(j))
+            .copied()
+            .unwrap_or(0);
     }
     out
 }
 
 /// Writes `N` bytes at byte `off`. Errors: [`Error::Truncated`] if the buffer ends first.
-pub(crate) fn bytes_set<const N: usize>(what: &'static str, buf: &mut [u8], off: usize, value: &[u8; N]) -> Result<()> {
+pub(crate) fn bytes_set<const N: usize>(
+    what: &'static str,
+    buf: &mut [u8],
+    off: usize,
+    value: &[u8; N],
+) -> Result<()> {
     let got = buf.len();
     let need = off.saturating_add(N);
-    let dst = buf.get_mut(off..need).ok_or(Error::Truncated { what, need, got })?;
+    let dst = buf
+        .get_mut(off..need)
+        .ok_or(Error::Truncated { what, need, got })?;
     dst.copy_from_slice(value);
     Ok(())
 }
@@ -390,9 +410,30 @@ macro_rules! be64_list {
 }
 pub(crate) use be64_list;
 
-be64_list!(CreateCqIn, "create_cq_in.pas", CQ_PAS_OFFSET, pas, set_pas, pas_capacity);
-be64_list!(QueryCqOut, "query_cq_out.pas", CQ_PAS_OFFSET, pas, set_pas, pas_capacity);
-be64_list!(ModifyCqIn, "modify_cq_in.pas", CQ_PAS_OFFSET, pas, set_pas, pas_capacity);
+be64_list!(
+    CreateCqIn,
+    "create_cq_in.pas",
+    CQ_PAS_OFFSET,
+    pas,
+    set_pas,
+    pas_capacity
+);
+be64_list!(
+    QueryCqOut,
+    "query_cq_out.pas",
+    CQ_PAS_OFFSET,
+    pas,
+    set_pas,
+    pas_capacity
+);
+be64_list!(
+    ModifyCqIn,
+    "modify_cq_in.pas",
+    CQ_PAS_OFFSET,
+    pas,
+    set_pas,
+    pas_capacity
+);
 
 /// Bytes of a CREATE_CQ input with `n_pas` page addresses.
 pub const fn create_cq_in_len(n_pas: usize) -> usize {
@@ -436,7 +477,14 @@ mod tests {
         be64_set("x", &mut b, 0x110, 1, 0x0102_0304_0506_0708).unwrap();
         assert_eq!(&b[0x118..0x120], &[1, 2, 3, 4, 5, 6, 7, 8]);
         assert_eq!(be64_get("x", &b, 0x110, 1).unwrap(), 0x0102_0304_0506_0708);
-        assert_eq!(be64_get("x", &b, 0x110, 2), Err(Error::IndexOutOfRange { what: "x", index: 2, len: 2 }));
+        assert_eq!(
+            be64_get("x", &b, 0x110, 2),
+            Err(Error::IndexOutOfRange {
+                what: "x",
+                index: 2,
+                len: 2
+            })
+        );
         assert!(be64_get("x", &b[..4], 0x110, 0).is_err());
         assert!(be64_get("x", &b, 0x110, usize::MAX).is_err());
     }

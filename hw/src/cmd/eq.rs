@@ -142,8 +142,22 @@ crate::prm_layout! {
     }
 }
 
-be64_list!(CreateEqIn, "create_eq_in.pas", EQ_PAS_OFFSET, pas, set_pas, pas_capacity);
-be64_list!(QueryEqOut, "query_eq_out.pas", EQ_PAS_OFFSET, pas, set_pas, pas_capacity);
+be64_list!(
+    CreateEqIn,
+    "create_eq_in.pas",
+    EQ_PAS_OFFSET,
+    pas,
+    set_pas,
+    pas_capacity
+);
+be64_list!(
+    QueryEqOut,
+    "query_eq_out.pas",
+    EQ_PAS_OFFSET,
+    pas,
+    set_pas,
+    pas_capacity
+);
 
 /// Bytes of a CREATE_EQ input with `n_pas` page addresses.
 pub const fn create_eq_in_len(n_pas: usize) -> usize {
@@ -154,7 +168,11 @@ pub const fn create_eq_in_len(n_pas: usize) -> usize {
 /// `1 << (t % 64)`), or `None` for a type past the 256 the bitmask holds.
 pub const fn event_bit(event_type: u16) -> Option<(usize, u64)> {
     let word = (event_type / 64) as usize;
-    if word >= EVENT_BITMASK_WORDS { None } else { Some((word, 1u64 << (event_type % 64))) }
+    if word >= EVENT_BITMASK_WORDS {
+        None
+    } else {
+        Some((word, 1u64 << (event_type % 64)))
+    }
 }
 
 impl<T: AsRef<[u8]>> CreateEqIn<T> {
@@ -163,9 +181,16 @@ impl<T: AsRef<[u8]>> CreateEqIn<T> {
     /// Errors: [`Error::IndexOutOfRange`](crate::Error::IndexOutOfRange) for `index >= 4`.
     pub fn event_bitmask(&self, index: usize) -> Result<u64> {
         let b = self.buf.as_ref();
-        let fixed = b.get(..EVENT_BITMASK_OFFSET + 8 * EVENT_BITMASK_WORDS).unwrap_or(b);
+        let fixed = b
+            .get(..EVENT_BITMASK_OFFSET + 8 * EVENT_BITMASK_WORDS)
+            .unwrap_or(b);
         check_word(index)?;
-        be64_get("create_eq_in.event_bitmask", fixed, EVENT_BITMASK_OFFSET, index)
+        be64_get(
+            "create_eq_in.event_bitmask",
+            fixed,
+            EVENT_BITMASK_OFFSET,
+            index,
+        )
     }
 
     /// True if the bitmask subscribes to `event_type`.
@@ -192,7 +217,13 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> CreateEqIn<T> {
         let b = self.buf.as_mut();
         let n = b.len().min(EVENT_BITMASK_OFFSET + 8 * EVENT_BITMASK_WORDS);
         let fixed = b.get_mut(..n).unwrap_or_default();
-        be64_set("create_eq_in.event_bitmask", fixed, EVENT_BITMASK_OFFSET, index, value)?;
+        be64_set(
+            "create_eq_in.event_bitmask",
+            fixed,
+            EVENT_BITMASK_OFFSET,
+            index,
+            value,
+        )?;
         Ok(self)
     }
 
@@ -220,7 +251,11 @@ fn check_word(index: usize) -> Result<()> {
     if index < EVENT_BITMASK_WORDS {
         Ok(())
     } else {
-        Err(crate::Error::IndexOutOfRange { what: "create_eq_in.event_bitmask", index, len: EVENT_BITMASK_WORDS })
+        Err(crate::Error::IndexOutOfRange {
+            what: "create_eq_in.event_bitmask",
+            index,
+            len: EVENT_BITMASK_WORDS,
+        })
     }
 }
 
@@ -239,13 +274,25 @@ mod tests {
     fn event_bits_land_in_the_right_word() {
         let mut b = [0u8; 0x110];
         let mut v = CreateEqIn::new_checked(&mut b[..]).unwrap();
-        v.enable_event(0x0a).unwrap().enable_event(0x0b).unwrap().enable_event(65).unwrap();
+        v.enable_event(0x0a)
+            .unwrap()
+            .enable_event(0x0b)
+            .unwrap()
+            .enable_event(65)
+            .unwrap();
         assert!(v.enable_event(256).is_err());
         assert_eq!(&b[0x58..0x60], &[0, 0, 0, 0, 0, 0, 0x0c, 0x00]);
         assert_eq!(&b[0x60..0x68], &[0, 0, 0, 0, 0, 0, 0, 0x02]);
         let v = CreateEqIn::new_checked(&b[..]).unwrap();
         assert!(v.has_event(0xa) && v.has_event(65) && !v.has_event(1) && !v.has_event(300));
         assert!(v.event_bitmask(4).is_err());
-        assert_eq!(v.pas(0), Err(crate::Error::IndexOutOfRange { what: "create_eq_in.pas", index: 0, len: 0 }));
+        assert_eq!(
+            v.pas(0),
+            Err(crate::Error::IndexOutOfRange {
+                what: "create_eq_in.pas",
+                index: 0,
+                len: 0
+            })
+        );
     }
 }

@@ -121,7 +121,8 @@ crate::prm_layout! {
         pd, set_pd: 0x68, 24;
         /// First virtual address the key covers (the address the wire and WQEs use).
         start_addr, set_start_addr: 0x80, 64;
-        /// Length in bytes.
+        /// Length in bytes (the kernel's name; not a collection length).
+        #[allow(clippy::len_without_is_empty)]
         len, set_len: 0xc0, 64;
         /// BSF size in octowords.
         bsf_octword_size, set_bsf_octword_size: 0x100, 32;
@@ -157,9 +158,14 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Mkc<T> {
     /// Errors: [`Error::FieldOverflow`](crate::Error::FieldOverflow) for a mode above 31.
     pub fn set_access_mode(&mut self, mode: u8) -> Result<&mut Self> {
         if mode > 0x1f {
-            return Err(crate::Error::FieldOverflow { what: "access_mode", value: u64::from(mode), bits: 5 });
+            return Err(crate::Error::FieldOverflow {
+                what: "access_mode",
+                value: u64::from(mode),
+                bits: 5,
+            });
         }
-        self.set_access_mode_4_2(u32::from(mode >> 2))?.set_access_mode_1_0(u32::from(mode & 3))
+        self.set_access_mode_4_2(u32::from(mode >> 2))?
+            .set_access_mode_1_0(u32::from(mode & 3))
     }
 
     /// Sets `lr = 1` and `lw`/`rw`/`rr`/`a` from `access` (rdma-core `vfio_reg_mr`).
@@ -199,7 +205,14 @@ crate::prm_layout! {
     }
 }
 
-be64_list!(CreateMkeyIn, "create_mkey_in.klm_pas_mtt", MKEY_MTT_OFFSET, klm_pas_mtt, set_klm_pas_mtt, klm_pas_mtt_capacity);
+be64_list!(
+    CreateMkeyIn,
+    "create_mkey_in.klm_pas_mtt",
+    MKEY_MTT_OFFSET,
+    klm_pas_mtt,
+    set_klm_pas_mtt,
+    klm_pas_mtt_capacity
+);
 
 impl<T: AsRef<[u8]>> CreateMkeyIn<T> {
     /// Alias of [`CreateMkeyIn::memory_key_mkey_entry`] (the `mkc`).
@@ -282,13 +295,23 @@ impl<T: AsRef<[u8]>> QueryMkeyOut<T> {
 impl<T: AsRef<[u8]> + AsMut<[u8]>> QueryMkeyOut<T> {
     /// Sets `bsf0_klm0_pas_mtt0_1` (used by the sim to answer QUERY_MKEY).
     pub fn set_bsf0_klm0_pas_mtt0_1(&mut self, v: &[u8; 16]) -> Result<&mut Self> {
-        crate::cmd::cq::bytes_set("query_mkey_out.bsf0_klm0_pas_mtt0_1", self.buf.as_mut(), QUERY_MKEY_BSF0_OFFSET, v)?;
+        crate::cmd::cq::bytes_set(
+            "query_mkey_out.bsf0_klm0_pas_mtt0_1",
+            self.buf.as_mut(),
+            QUERY_MKEY_BSF0_OFFSET,
+            v,
+        )?;
         Ok(self)
     }
 
     /// Sets `bsf1_klm1_pas_mtt2_3`.
     pub fn set_bsf1_klm1_pas_mtt2_3(&mut self, v: &[u8; 16]) -> Result<&mut Self> {
-        crate::cmd::cq::bytes_set("query_mkey_out.bsf1_klm1_pas_mtt2_3", self.buf.as_mut(), QUERY_MKEY_BSF1_OFFSET, v)?;
+        crate::cmd::cq::bytes_set(
+            "query_mkey_out.bsf1_klm1_pas_mtt2_3",
+            self.buf.as_mut(),
+            QUERY_MKEY_BSF1_OFFSET,
+            v,
+        )?;
         Ok(self)
     }
 }
@@ -327,7 +350,10 @@ mod tests {
         assert_eq!(mkey_index(0x1234_5678), 0x12_3456);
         assert_eq!(mkey_variant(0x1234_5678), 0x78);
         assert_eq!(mkey_from(0xff12_3456, 0), 0x1234_5600);
-        assert_eq!((octo_len(0), octo_len(1), octo_len(2), octo_len(3)), (0, 1, 1, 2));
+        assert_eq!(
+            (octo_len(0), octo_len(1), octo_len(2), octo_len(3)),
+            (0, 1, 1, 2)
+        );
         assert_eq!(create_mkey_in_len(3), 0x110 + 32);
         assert_eq!(mtt_entry(0x1000, MLX5_MTT_READ | MLX5_MTT_WRITE), 0x1003);
     }
@@ -337,9 +363,13 @@ mod tests {
         let mut b = [0u8; 0x40];
         let mut m = Mkc::new_checked(&mut b[..]).unwrap();
         m.set_access_mode(access_mode::MTT).unwrap();
-        m.set_access(MkeyAccess::LOCAL_WRITE | MkeyAccess::REMOTE_READ).unwrap();
+        m.set_access(MkeyAccess::LOCAL_WRITE | MkeyAccess::REMOTE_READ)
+            .unwrap();
         assert_eq!(m.access_mode(), 1);
-        assert_eq!(m.access(), MkeyAccess::LOCAL_WRITE | MkeyAccess::REMOTE_READ);
+        assert_eq!(
+            m.access(),
+            MkeyAccess::LOCAL_WRITE | MkeyAccess::REMOTE_READ
+        );
         assert!(m.set_access_mode(0x20).is_err());
         // Byte 2 holds bits 0x10..0x17: rr (0x13) = 0x10, lw (0x14) = 0x08, lr (0x15) = 0x04,
         // access_mode_1_0 (0x16..0x17) = 1.

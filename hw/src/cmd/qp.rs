@@ -53,12 +53,29 @@ pub enum QpState {
 
 impl QpState {
     /// Every state, in numeric order.
-    pub const ALL: [Self; 9] =
-        [Self::Rst, Self::Init, Self::Rtr, Self::Rts, Self::Sqer, Self::Sqd, Self::Err, Self::SqDraining, Self::Suspended];
+    pub const ALL: [Self; 9] = [
+        Self::Rst,
+        Self::Init,
+        Self::Rtr,
+        Self::Rts,
+        Self::Sqer,
+        Self::Sqd,
+        Self::Err,
+        Self::SqDraining,
+        Self::Suspended,
+    ];
 
     /// The states the kernel's modify table (`optab`) has rows for: 2ERR and 2RST are allowed
     /// from each of them.
-    pub const MODIFIABLE: [Self; 7] = [Self::Rst, Self::Init, Self::Rtr, Self::Rts, Self::Sqd, Self::Sqer, Self::Err];
+    pub const MODIFIABLE: [Self; 7] = [
+        Self::Rst,
+        Self::Init,
+        Self::Rtr,
+        Self::Rts,
+        Self::Sqd,
+        Self::Sqer,
+        Self::Err,
+    ];
 
     /// The name without the `MLX5_QP_STATE_` prefix.
     pub const fn name(self) -> &'static str {
@@ -90,7 +107,12 @@ impl TryFrom<u8> for QpState {
             6 => Self::Err,
             7 => Self::SqDraining,
             9 => Self::Suspended,
-            _ => return Err(Error::Malformed { what: "qpc.state", reason: "not a QP state (0..=7 or 9)" }),
+            _ => {
+                return Err(Error::Malformed {
+                    what: "qpc.state",
+                    reason: "not a QP state (0..=7 or 9)",
+                });
+            }
         })
     }
 }
@@ -219,7 +241,12 @@ impl TryFrom<u8> for PathMtu {
             3 => Self::Mtu1024,
             4 => Self::Mtu2048,
             5 => Self::Mtu4096,
-            _ => return Err(Error::Malformed { what: "qpc.mtu", reason: "not a path MTU code (1..=5)" }),
+            _ => {
+                return Err(Error::Malformed {
+                    what: "qpc.mtu",
+                    reason: "not a path MTU code (1..=5)",
+                });
+            }
         })
     }
 }
@@ -318,7 +345,10 @@ pub fn apply(op: Opcode, from: QpState) -> Option<QpState> {
 /// The modify opcode that takes a QP from `from` to `to` (the kernel's `optab[from][to]`), or
 /// `None` if there is none.
 pub fn modify_opcode(from: QpState, to: QpState) -> Option<Opcode> {
-    MODIFY_OPCODES.iter().copied().find(|&op| apply(op, from) == Some(to))
+    MODIFY_OPCODES
+        .iter()
+        .copied()
+        .find(|&op| apply(op, from) == Some(to))
 }
 
 /// Every QP modify opcode, in the order [`modify_opcode`] prefers them.
@@ -366,13 +396,18 @@ pub fn rq_buf_bytes(log_rq_size: u8, log_rq_stride: u8) -> Option<u64> {
 
 /// The SQ size in bytes: `(1 << log_sq_size) * 64`; `None` on overflow.
 pub fn sq_buf_bytes(log_sq_size: u8) -> Option<u64> {
-    1u64.checked_shl(u32::from(log_sq_size))?.checked_mul(SQ_WQEBB_BYTES)
+    1u64.checked_shl(u32::from(log_sq_size))?
+        .checked_mul(SQ_WQEBB_BYTES)
 }
 
 /// The whole WQ buffer: the RQ at offset 0, the SQ right after it (rdma-core's tests:
 /// `sq.offset = rq.wq_size`). Returns `(sq_offset, total)`; with `no_sq` pass `log_sq_size =
 /// None`.
-pub fn wq_buf_layout(log_rq_size: u8, log_rq_stride: u8, log_sq_size: Option<u8>) -> Option<(u64, u64)> {
+pub fn wq_buf_layout(
+    log_rq_size: u8,
+    log_rq_stride: u8,
+    log_sq_size: Option<u8>,
+) -> Option<(u64, u64)> {
     let rq = rq_buf_bytes(log_rq_size, log_rq_stride)?;
     let sq = match log_sq_size {
         Some(l) => sq_buf_bytes(l)?,
@@ -712,8 +747,22 @@ crate::prm_layout! {
     }
 }
 
-be64_list!(CreateQpIn, "create_qp_in.pas", QP_PAS_OFFSET, pas, set_pas, pas_capacity);
-be64_list!(QueryQpOut, "query_qp_out.pas", QP_PAS_OFFSET, pas, set_pas, pas_capacity);
+be64_list!(
+    CreateQpIn,
+    "create_qp_in.pas",
+    QP_PAS_OFFSET,
+    pas,
+    set_pas,
+    pas_capacity
+);
+be64_list!(
+    QueryQpOut,
+    "query_qp_out.pas",
+    QP_PAS_OFFSET,
+    pas,
+    set_pas,
+    pas_capacity
+);
 
 /// Bytes of a CREATE_QP input with `n_pas` page addresses.
 pub const fn create_qp_in_len(n_pas: usize) -> usize {
@@ -925,16 +974,28 @@ mod tests {
 
     #[test]
     fn the_rc_bring_up_path_is_allowed_and_nothing_skips_a_step() {
-        assert_eq!(apply(Opcode::RST2INIT_QP, QpState::Rst), Some(QpState::Init));
-        assert_eq!(apply(Opcode::INIT2RTR_QP, QpState::Init), Some(QpState::Rtr));
+        assert_eq!(
+            apply(Opcode::RST2INIT_QP, QpState::Rst),
+            Some(QpState::Init)
+        );
+        assert_eq!(
+            apply(Opcode::INIT2RTR_QP, QpState::Init),
+            Some(QpState::Rtr)
+        );
         assert_eq!(apply(Opcode::RTR2RTS_QP, QpState::Rtr), Some(QpState::Rts));
         assert_eq!(apply(Opcode::INIT2RTR_QP, QpState::Rst), None);
         assert_eq!(apply(Opcode::RTR2RTS_QP, QpState::Init), None);
         assert_eq!(apply(Opcode::QP_2RST, QpState::Err), Some(QpState::Rst));
         assert_eq!(apply(Opcode::QP_2ERR, QpState::SqDraining), None);
         assert_eq!(apply(Opcode::CREATE_QP, QpState::Rst), None);
-        assert_eq!(modify_opcode(QpState::Sqer, QpState::Rts), Some(Opcode::SQERR2RTS_QP));
-        assert_eq!(modify_opcode(QpState::Rts, QpState::Err), Some(Opcode::QP_2ERR));
+        assert_eq!(
+            modify_opcode(QpState::Sqer, QpState::Rts),
+            Some(Opcode::SQERR2RTS_QP)
+        );
+        assert_eq!(
+            modify_opcode(QpState::Rts, QpState::Err),
+            Some(Opcode::QP_2ERR)
+        );
         assert_eq!(modify_opcode(QpState::Rst, QpState::Rts), None);
         assert_eq!(modify_qp_in_len(Opcode::QP_2RST), Some(0x10));
         assert_eq!(modify_qp_in_len(Opcode::INIT2RTR_QP), Some(0x110));
@@ -946,7 +1007,13 @@ mod tests {
         assert_eq!(PathMtu::Mtu1024.bytes(), 1024);
         assert_eq!(PathMtu::from_bytes(4096), Some(PathMtu::Mtu4096));
         assert_eq!(PathMtu::from_bytes(1500), None);
-        assert_eq!(PathMtu::try_from(0), Err(Error::Malformed { what: "qpc.mtu", reason: "not a path MTU code (1..=5)" }));
+        assert_eq!(
+            PathMtu::try_from(0),
+            Err(Error::Malformed {
+                what: "qpc.mtu",
+                reason: "not a path MTU code (1..=5)"
+            })
+        );
         assert_eq!(rq_stride_bytes(2), 64);
         assert_eq!(rq_buf_bytes(4, 2), Some(16 * 64));
         assert_eq!(sq_buf_bytes(6), Some(64 * 64));
@@ -959,10 +1026,17 @@ mod tests {
     fn rmac_and_gid_bytes() {
         let mut b = [0u8; 0x2c];
         let mut a = Ads::new_checked(&mut b[..]).unwrap();
-        a.set_rmac([1, 2, 3, 4, 5, 6]).unwrap().set_rgid_rip(&[0xfe; 16]).unwrap();
+        a.set_rmac([1, 2, 3, 4, 5, 6])
+            .unwrap()
+            .set_rgid_rip(&[0xfe; 16])
+            .unwrap();
         assert_eq!(a.rmac(), [1, 2, 3, 4, 5, 6]);
         assert_eq!(&b[0x26..0x2c], &[1, 2, 3, 4, 5, 6]);
         assert_eq!(&b[0x10..0x20], &[0xfe; 16]);
-        assert!(Ads::wrap_unchecked(&mut [0u8; 0x1f][..]).set_rgid_rip(&[0; 16]).is_err());
+        assert!(
+            Ads::wrap_unchecked(&mut [0u8; 0x1f][..])
+                .set_rgid_rip(&[0; 16])
+                .is_err()
+        );
     }
 }
