@@ -51,7 +51,7 @@ impl ExtHeaders {
     ];
 
     /// Total size in bytes of the headers in `self` (rxe `RXE_*_BYTES`).
-    pub const fn len(self) -> usize {
+    pub const fn byte_len(self) -> usize {
         let mut n = 0;
         let mut i = 0;
         while i < Self::WIRE_ORDER.len() {
@@ -179,7 +179,7 @@ macro_rules! opcodes {
                         position: Position::$pos,
                         direction: Direction::$dir,
                         length: crate::roce::bth::BTH_LEN
-                            + ExtHeaders::empty() $(.union(ExtHeaders::$h))* .len(),
+                            + ExtHeaders::empty() $(.union(ExtHeaders::$h))* .byte_len(),
                     } }), )*
                     _ => None,
                 }

@@ -99,7 +99,7 @@ impl PacketSpec<'_> {
     }
 
     /// Length of the whole packet from the IP header.
-    pub fn len(&self) -> Result<usize> {
+    pub fn packet_len(&self) -> Result<usize> {
         Ok(self.ip.header_len() + UDP_HDR_LEN + self.udp_payload_len()?)
     }
 
@@ -141,7 +141,7 @@ impl PacketSpec<'_> {
 /// header checksum and ICRC computed); returns its length. A short `buf` is
 /// [`Error::Truncated`]; an inconsistent spec is [`Error::Malformed`] or [`Error::FieldOverflow`].
 pub fn emit(spec: &PacketSpec<'_>, buf: &mut [u8]) -> Result<usize> {
-    let total = spec.len()?;
+    let total = spec.packet_len()?;
     if buf.len() < total {
         return Err(Error::Truncated {
             what: "roce packet buffer",
