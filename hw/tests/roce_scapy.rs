@@ -6,6 +6,7 @@
 //!   the same fields, and reject the packet when any bit the ICRC covers is flipped (and still
 //!   accept it when a bit the ICRC masks out is flipped).
 
+mod common;
 mod roce_support;
 
 use std::collections::HashMap;
@@ -15,7 +16,8 @@ use std::process::Command;
 use bypass_hw::roce::icrc;
 use bypass_hw::roce::ip::IpSpec;
 use bypass_hw::roce::{BTH_LEN, RocePacket};
-use roce_support::{corpus, hex, oracle_available, scratch_dir, unhex};
+use common::{oracle_available, scratch_dir};
+use roce_support::{corpus, hex, unhex};
 
 fn script() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/oracle/roce_scapy.py")
@@ -23,7 +25,7 @@ fn script() -> PathBuf {
 
 fn scapy_available() -> bool {
     oracle_available("scapy", || {
-        roce_support::command_works("python3", &["-c", "import scapy.contrib.roce"])
+        common::command_works("python3", &["-c", "import scapy.contrib.roce"])
     })
 }
 

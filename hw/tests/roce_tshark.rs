@@ -3,12 +3,14 @@
 //! count) is written to a pcap, and tshark must decode it as InfiniBand over UDP 4791 with the
 //! opcode, QPN, PSN and every extension header field bypass set, without flagging it malformed.
 
+mod common;
 mod roce_support;
 
 use std::path::Path;
 use std::process::Command;
 
-use roce_support::{Case, corpus, oracle_available, scratch_dir};
+use common::{oracle_available, scratch_dir};
+use roce_support::{Case, corpus};
 
 /// pcap LINKTYPE_RAW: each record starts at the IPv4 or IPv6 header.
 const LINKTYPE_RAW: u32 = 101;
@@ -243,9 +245,7 @@ fn payload_heuristics() -> Vec<String> {
 
 #[test]
 fn tshark_decodes_every_opcode_with_the_fields_bypass_set() {
-    if !oracle_available("tshark", || {
-        roce_support::command_works("tshark", &["--version"])
-    }) {
+    if !oracle_available("tshark", || common::command_works("tshark", &["--version"])) {
         return;
     }
     let cases = corpus();

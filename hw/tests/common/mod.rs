@@ -24,7 +24,9 @@ pub fn oracle_available(name: &str, probe: impl FnOnce() -> Result<(), String>) 
             panic!("oracle {name} is required (BYPASS_REQUIRE_ORACLES=1) but unavailable: {why}")
         }
         Err(why) => {
-            eprintln!("SKIPPED: oracle {name} unavailable ({why}); run scripts/test.sh to install it");
+            eprintln!(
+                "SKIPPED: oracle {name} unavailable ({why}); run scripts/test.sh to install it"
+            );
             false
         }
     }
@@ -34,7 +36,12 @@ pub fn oracle_available(name: &str, probe: impl FnOnce() -> Result<(), String>) 
 pub fn command_works(program: &str, args: &[&str]) -> Result<(), String> {
     match std::process::Command::new(program).args(args).output() {
         Ok(o) if o.status.success() => Ok(()),
-        Ok(o) => Err(format!("`{program} {}` exited with {}: {}", args.join(" "), o.status, String::from_utf8_lossy(&o.stderr).trim())),
+        Ok(o) => Err(format!(
+            "`{program} {}` exited with {}: {}",
+            args.join(" "),
+            o.status,
+            String::from_utf8_lossy(&o.stderr).trim()
+        )),
         Err(e) => Err(format!("`{program}` cannot be run: {e}")),
     }
 }
@@ -65,7 +72,12 @@ pub fn ifc_table() -> Vec<IfcRow> {
             let c: Vec<&str> = l.split('\t').collect();
             assert_eq!(c.len(), 4, "bad table row {l:?}");
             let num = |s: &str| usize::from_str_radix(s.trim_start_matches("0x"), 16).expect("hex");
-            IfcRow { layout: c[0].into(), field: c[1].into(), bit_off: num(c[2]), width: num(c[3]) }
+            IfcRow {
+                layout: c[0].into(),
+                field: c[1].into(),
+                bit_off: num(c[2]),
+                width: num(c[3]),
+            }
         })
         .collect()
 }
@@ -76,16 +88,35 @@ pub fn ifc_table() -> Vec<IfcRow> {
 /// - writing all-ones through the field into a zeroed buffer sets exactly the bits the kernel
 ///   table says it owns (so a wrong byte, shift or width in the accessor fails);
 /// - every sub-layout sits at the kernel's offset.
-pub fn check_layout(table: &[IfcRow], ifc: &str, len: usize, fields: &[Field], subs: &[(&str, usize, &[Field])]) {
+pub fn check_layout(
+    table: &[IfcRow],
+    ifc: &str,
+    len: usize,
+    fields: &[Field],
+    subs: &[(&str, usize, &[Field])],
+) {
     let rows: Vec<&IfcRow> = table.iter().filter(|r| r.layout == ifc).collect();
-    assert!(!rows.is_empty(), "mlx5_ifc_{ifc}_bits is not in the kernel table");
-    let size = rows.iter().find(|r| r.field == "__size__").unwrap_or_else(|| panic!("{ifc}: no __size__ row"));
-    assert_eq!(len * 8, size.width, "{ifc}: bypass says {len} bytes, the kernel {} bits", size.width);
+    assert!(
+        !rows.is_empty(),
+        "mlx5_ifc_{ifc}_bits is not in the kernel table"
+    );
+    let size = rows
+        .iter()
+        .find(|r| r.field == "__size__")
+        .unwrap_or_else(|| panic!("{ifc}: no __size__ row"));
+    assert_eq!(
+        len * 8,
+        size.width,
+        "{ifc}: bypass says {len} bytes, the kernel {} bits",
+        size.width
+    );
     for f in fields {
-        let row = rows
-            .iter()
-            .find(|r| r.field == f.name)
-            .unwrap_or_else(|| panic!("{ifc}.{}: bypass defines a field the kernel layout does not have", f.name));
+        let row = rows.iter().find(|r| r.field == f.name).unwrap_or_else(|| {
+            panic!(
+                "{ifc}.{}: bypass defines a field the kernel layout does not have",
+                f.name
+            )
+        });
         assert_eq!(
             (f.bit_off, f.width),
             (row.bit_off, row.width),
@@ -97,11 +128,16 @@ pub fn check_layout(table: &[IfcRow], ifc: &str, len: usize, fields: &[Field], s
             row.width
         );
         let mut buf = vec![0u8; len];
-        f.set(&mut buf, f.max()).unwrap_or_else(|e| panic!("{ifc}.{}: {e}", f.name));
+        f.set(&mut buf, f.max())
+            .unwrap_or_else(|e| panic!("{ifc}.{}: {e}", f.name));
         for bit in 0..len * 8 {
             let set = buf[bit / 8] & (0x80 >> (bit % 8)) != 0;
             let owned = bit >= row.bit_off && bit < row.bit_off + row.width;
-            assert_eq!(set, owned, "{ifc}.{}: bit {bit:#x} is {} but the kernel layout says {}", f.name, set, owned);
+            assert_eq!(
+                set, owned,
+                "{ifc}.{}: bit {bit:#x} is {} but the kernel layout says {}",
+                f.name, set, owned
+            );
         }
         assert_eq!(f.get(&buf), f.max(), "{ifc}.{}: reads back wrong", f.name);
     }
@@ -110,6 +146,11 @@ pub fn check_layout(table: &[IfcRow], ifc: &str, len: usize, fields: &[Field], s
             .iter()
             .find(|r| r.field == *name)
             .unwrap_or_else(|| panic!("{ifc}.{name}: sub-layout not in the kernel layout"));
-        assert_eq!(byte_off * 8, row.bit_off, "{ifc}.{name}: sub-layout at byte {byte_off:#x}, kernel at bit {:#x}", row.bit_off);
+        assert_eq!(
+            byte_off * 8,
+            row.bit_off,
+            "{ifc}.{name}: sub-layout at byte {byte_off:#x}, kernel at bit {:#x}",
+            row.bit_off
+        );
     }
 }

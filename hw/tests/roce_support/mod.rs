@@ -1,12 +1,7 @@
-//! Shared by the RoCE conformance tests: oracle gating and the packet corpus.
-//!
-//! The gating mirrors `tests/common/mod.rs` (same `BYPASS_REQUIRE_ORACLES=1` rule). It is a
-//! copy only because `common` does not compile yet on this branch: it `include_str!`s
-//! `tests/data/mlx5_ifc_fields.tsv`, which another branch adds. Switch to `common` once it lands.
+//! Shared by the RoCE conformance tests: the packet corpus (every opcode, IPv4 and IPv6, every
+//! pad count). Oracle gating is `tests/common`.
 
 #![allow(dead_code)] // each test binary uses a different subset
-
-use std::path::PathBuf;
 
 use bypass_hw::roce::ext::{Aeth, AtomicAckEth, AtomicEth, Deth, GSI_QKEY, Ieth, ImmDt, Reth};
 use bypass_hw::roce::ip::{IpSpec, Ipv4Spec, Ipv6Spec};
@@ -15,50 +10,6 @@ use bypass_hw::roce::{
     BthFields, DEFAULT_PKEY, ExtFields, PacketSpec, ROCE_V2_UDP_DPORT, UdpPorts, emit,
 };
 use bypass_hw::syndrome::AethSyndrome;
-
-/// True when `BYPASS_REQUIRE_ORACLES=1`.
-pub fn oracles_required() -> bool {
-    std::env::var("BYPASS_REQUIRE_ORACLES").is_ok_and(|v| v == "1")
-}
-
-/// Runs `probe`; if it fails, skips (prints a notice, returns false) or, under
-/// `BYPASS_REQUIRE_ORACLES=1`, panics with the reason.
-pub fn oracle_available(name: &str, probe: impl FnOnce() -> Result<(), String>) -> bool {
-    match probe() {
-        Ok(()) => true,
-        Err(why) if oracles_required() => {
-            panic!("oracle {name} is required (BYPASS_REQUIRE_ORACLES=1) but unavailable: {why}")
-        }
-        Err(why) => {
-            eprintln!(
-                "SKIPPED: oracle {name} unavailable ({why}); run scripts/test.sh to install it"
-            );
-            false
-        }
-    }
-}
-
-/// Checks that `program args...` runs and exits 0.
-pub fn command_works(program: &str, args: &[&str]) -> Result<(), String> {
-    match std::process::Command::new(program).args(args).output() {
-        Ok(o) if o.status.success() => Ok(()),
-        Ok(o) => Err(format!(
-            "`{program} {}` exited with {}: {}",
-            args.join(" "),
-            o.status,
-            String::from_utf8_lossy(&o.stderr).trim()
-        )),
-        Err(e) => Err(format!("`{program}` cannot be run: {e}")),
-    }
-}
-
-/// A directory for a test's scratch files (under the target dir, removed and recreated).
-pub fn scratch_dir(test: &str) -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(test);
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("create scratch dir");
-    dir
-}
 
 /// One emitted packet and what it was built from.
 #[derive(Debug, Clone)]
