@@ -27,7 +27,11 @@ pub struct Field {
 impl Field {
     /// A field at `bit_off` of `width` bits.
     pub const fn new(name: &'static str, bit_off: usize, width: usize) -> Self {
-        Self { name, bit_off, width }
+        Self {
+            name,
+            bit_off,
+            width,
+        }
     }
 
     /// The number of bytes a buffer needs for this field to be inside it.
@@ -62,10 +66,18 @@ impl Field {
     /// [`Error::Truncated`] if the buffer ends before the field does.
     pub fn set(&self, buf: &mut [u8], value: u64) -> Result<()> {
         if value > self.max() {
-            return Err(Error::FieldOverflow { what: self.name, value, bits: self.width as u32 });
+            return Err(Error::FieldOverflow {
+                what: self.name,
+                value,
+                bits: self.width as u32,
+            });
         }
         if buf.len() < self.end_byte() {
-            return Err(Error::Truncated { what: self.name, need: self.end_byte(), got: buf.len() });
+            return Err(Error::Truncated {
+                what: self.name,
+                need: self.end_byte(),
+                got: buf.len(),
+            });
         }
         let (first, nbytes, shift) = self.span();
         let bytes = &mut buf[first..first + nbytes];
@@ -94,7 +106,11 @@ impl Field {
 /// Checks that `buf` holds at least `need` bytes for the layout `what`.
 pub fn check_len(what: &'static str, buf: &[u8], need: usize) -> Result<()> {
     if buf.len() < need {
-        Err(Error::Truncated { what, need, got: buf.len() })
+        Err(Error::Truncated {
+            what,
+            need,
+            got: buf.len(),
+        })
     } else {
         Ok(())
     }
@@ -247,7 +263,9 @@ mod tests {
         Field::new("b", 0x14, 12).set(&mut b, 0xabc).unwrap();
         assert_eq!(&b[2..4], &[0x0a, 0xbc]);
         assert_eq!(Field::new("b", 0x14, 12).get(&b), 0xabc);
-        Field::new("c", 0x0, 64).set(&mut b, 0x0102_0304_0506_0708).unwrap();
+        Field::new("c", 0x0, 64)
+            .set(&mut b, 0x0102_0304_0506_0708)
+            .unwrap();
         assert_eq!(b, [1, 2, 3, 4, 5, 6, 7, 8]);
     }
 
@@ -263,8 +281,14 @@ mod tests {
     #[test]
     fn set_rejects_overflow_and_short_buffers() {
         let mut b = [0u8; 2];
-        assert!(matches!(Field::new("f", 0, 3).set(&mut b, 8), Err(Error::FieldOverflow { bits: 3, .. })));
-        assert!(matches!(Field::new("f", 16, 8).set(&mut b, 1), Err(Error::Truncated { .. })));
+        assert!(matches!(
+            Field::new("f", 0, 3).set(&mut b, 8),
+            Err(Error::FieldOverflow { bits: 3, .. })
+        ));
+        assert!(matches!(
+            Field::new("f", 16, 8).set(&mut b, 1),
+            Err(Error::Truncated { .. })
+        ));
         assert_eq!(Field::new("f", 16, 8).get(&b), 0);
         assert_eq!(b, [0, 0]);
     }

@@ -204,18 +204,33 @@ mod tests {
 
     #[test]
     fn every_code_has_a_distinct_name_and_an_explanation() {
-        fn check<T: Copy + fmt::Display>(all: &[T], name: impl Fn(T) -> Option<&'static str>, why: impl Fn(T) -> &'static str) {
+        fn check<T: Copy + fmt::Display>(
+            all: &[T],
+            name: impl Fn(T) -> Option<&'static str>,
+            why: impl Fn(T) -> &'static str,
+        ) {
             let mut names = std::collections::BTreeSet::new();
             for &c in all {
                 let n = name(c).expect("named");
                 assert!(names.insert(n), "duplicate name {n}");
-                assert!(why(c).contains(':') || why(c).len() > 20, "{n} lacks a cause and fix");
+                assert!(
+                    why(c).contains(':') || why(c).len() > 20,
+                    "{n} lacks a cause and fix"
+                );
                 assert!(c.to_string().starts_with(n));
             }
         }
         check(CmdStatus::ALL, CmdStatus::name, CmdStatus::cause_and_fix);
-        check(CqeSyndrome::ALL, CqeSyndrome::name, CqeSyndrome::cause_and_fix);
-        check(AethSyndrome::ALL, AethSyndrome::name, AethSyndrome::cause_and_fix);
+        check(
+            CqeSyndrome::ALL,
+            CqeSyndrome::name,
+            CqeSyndrome::cause_and_fix,
+        );
+        check(
+            AethSyndrome::ALL,
+            AethSyndrome::name,
+            AethSyndrome::cause_and_fix,
+        );
     }
 
     #[test]

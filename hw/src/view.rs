@@ -24,7 +24,11 @@ pub trait View: FromBytes + IntoBytes + KnownLayout + Immutable + Unaligned + Si
     fn view(buf: &[u8]) -> Result<&Self> {
         Self::ref_from_prefix(buf)
             .map(|(v, _)| v)
-            .map_err(|_| Error::Truncated { what: Self::NAME, need: Self::SIZE, got: buf.len() })
+            .map_err(|_| Error::Truncated {
+                what: Self::NAME,
+                need: Self::SIZE,
+                got: buf.len(),
+            })
     }
 
     /// Views the first `SIZE` bytes of `buf`, writable.
@@ -32,7 +36,11 @@ pub trait View: FromBytes + IntoBytes + KnownLayout + Immutable + Unaligned + Si
         let got = buf.len();
         Self::mut_from_prefix(buf)
             .map(|(v, _)| v)
-            .map_err(|_| Error::Truncated { what: Self::NAME, need: Self::SIZE, got })
+            .map_err(|_| Error::Truncated {
+                what: Self::NAME,
+                need: Self::SIZE,
+                got,
+            })
     }
 }
 

@@ -1,0 +1,460 @@
+//! The IOMMU in front of the simulated device: IOVA → host memory, bounds-checked.
+//!
+//! Owns: the IOVA mappings (as `VFIO_IOMMU_MAP_DMA` / `UNMAP_DMA` create and remove them) and
+//! every device access to host memory. Must not: interpret what it moves.
+//!
+//! Every DMA the device makes (command entries, mailboxes, WQEs, payloads, CQEs, EQEs,
+//! doorbell records) goes through [`Iommu::read`] / [`Iommu::write`]. An access that is not
+//! entirely inside mappings with the needed permission is a [`DmaFault`]: nothing is read or
+//! written, the fault is counted and returned, and the caller reports it the way the hardware
+//! would (a command status, an error CQE, an event). The host is never touched outside what was
+//! mapped.
+//!
+//! Rules follow VFIO type1 (`drivers/vfio/vfio_iommu_type1.c`): IOVA, size and host offset
+//! page-aligned; no overlap with an existing mapping (EEXIST); unmap removes whole mappings
+//! that lie inside the range and refuses to split one.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use crate::memory::{HostMemory, PAGE_SIZE};
+
+/// Permissions of a mapping (`VFIO_DMA_MAP_FLAG_READ` / `_WRITE`, from the device's view).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Perm {
+    /// The device may read (host → device).
+    pub read: bool,
+    /// The device may write (device → host).
+    pub write: bool,
+}
+
+impl Perm {
+    /// Read and write, what every mlx5 mapping uses.
+    pub const RW: Self = Self {
+        read: true,
+        write: true,
+    };
+    /// Device may only read.
+    pub const RO: Self = Self {
+        read: true,
+        write: false,
+    };
+}
+
+/// Direction of a DMA, from the device's point of view.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dir {
+    /// Device reads host memory.
+    Read,
+    /// Device writes host memory.
+    Write,
+}
+
+/// A device access the IOMMU refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "IOMMU fault: device {dir:?} of {len} bytes at IOVA {iova:#x} is not inside a mapping that allows it: map the buffer (VFIO_IOMMU_MAP_DMA) before handing its IOVA to the device"
+)]
+pub struct DmaFault {
+    /// First IOVA of the access.
+    pub iova: u64,
+    /// Bytes accessed.
+    pub len: usize,
+    /// Direction.
+    pub dir: Dir,
+}
+
+/// Why a map or unmap request was refused (the host side's error, like VFIO's errno).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum MapError {
+    /// IOVA, length or host offset not a multiple of the page size (EINVAL).
+    #[error(
+        "IOVA {iova:#x}, length {len:#x} and host offset {offset:#x} must be multiples of {PAGE_SIZE:#x} (EINVAL)"
+    )]
+    Unaligned {
+        /// Requested IOVA.
+        iova: u64,
+        /// Requested length.
+        len: usize,
+        /// Offset into the host buffer.
+        offset: usize,
+    },
+    /// Zero length, or the range wraps around the IOVA space (EINVAL).
+    #[error("the range at IOVA {iova:#x} of {len:#x} bytes is empty or wraps (EINVAL)")]
+    BadRange {
+        /// Requested IOVA.
+        iova: u64,
+        /// Requested length.
+        len: usize,
+    },
+    /// The host range is not inside the host buffer (EFAULT).
+    #[error(
+        "host offset {offset:#x} + {len:#x} bytes is outside the {host_len:#x}-byte buffer (EFAULT)"
+    )]
+    OutsideBuffer {
+        /// Offset into the host buffer.
+        offset: usize,
+        /// Requested length.
+        len: usize,
+        /// The buffer's length.
+        host_len: usize,
+    },
+    /// The IOVA range overlaps an existing mapping (EEXIST).
+    #[error(
+        "IOVA range {iova:#x}+{len:#x} overlaps the mapping at {existing:#x} (EEXIST): unmap it first"
+    )]
+    Overlap {
+        /// Requested IOVA.
+        iova: u64,
+        /// Requested length.
+        len: usize,
+        /// Start of the mapping in the way.
+        existing: u64,
+    },
+    /// Unmap would split a mapping (type1 v2 refuses this).
+    #[error(
+        "unmapping {iova:#x}+{len:#x} would split the mapping at {existing:#x} (EINVAL): unmap whole mappings"
+    )]
+    WouldSplit {
+        /// Requested IOVA.
+        iova: u64,
+        /// Requested length.
+        len: usize,
+        /// The mapping that straddles the range.
+        existing: u64,
+    },
+}
+
+struct Mapping {
+    len: usize,
+    mem: Arc<dyn HostMemory>,
+    offset: usize,
+    perm: Perm,
+}
+
+/// The IOVA space of one device.
+#[derive(Default)]
+pub struct Iommu {
+    maps: BTreeMap<u64, Mapping>,
+    faults: u64,
+}
+
+impl std::fmt::Debug for Iommu {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Iommu")
+            .field(
+                "mappings",
+                &self
+                    .maps
+                    .iter()
+                    .map(|(iova, m)| (*iova, m.len))
+                    .collect::<Vec<_>>(),
+            )
+            .field("faults", &self.faults)
+            .finish()
+    }
+}
+
+impl Iommu {
+    /// An empty IOVA space.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Maps `len` bytes of `mem` starting at `offset` at `iova`.
+    pub fn map(
+        &mut self,
+        iova: u64,
+        mem: Arc<dyn HostMemory>,
+        offset: usize,
+        len: usize,
+        perm: Perm,
+    ) -> Result<(), MapError> {
+        let page = PAGE_SIZE as u64;
+        if iova % page != 0 || len % PAGE_SIZE != 0 || offset % PAGE_SIZE != 0 {
+            return Err(MapError::Unaligned { iova, len, offset });
+        }
+        let end = iova
+            .checked_add(len as u64)
+            .filter(|_| len > 0)
+            .ok_or(MapError::BadRange { iova, len })?;
+        if offset.checked_add(len).is_none_or(|e| e > mem.len()) {
+            return Err(MapError::OutsideBuffer {
+                offset,
+                len,
+                host_len: mem.len(),
+            });
+        }
+        // The mapping that starts last at or before `end - 1` is the only one that can overlap.
+        if let Some((&start, m)) = self.maps.range(..end).next_back() {
+            if start + m.len as u64 > iova {
+                return Err(MapError::Overlap {
+                    iova,
+                    len,
+                    existing: start,
+                });
+            }
+        }
+        self.maps.insert(
+            iova,
+            Mapping {
+                len,
+                mem,
+                offset,
+                perm,
+            },
+        );
+        Ok(())
+    }
+
+    /// Removes every mapping inside `iova..iova+len`; returns the bytes unmapped (0 if none,
+    /// as VFIO reports). Refuses to split a mapping.
+    pub fn unmap(&mut self, iova: u64, len: usize) -> Result<usize, MapError> {
+        let end = iova
+            .checked_add(len as u64)
+            .filter(|_| len > 0)
+            .ok_or(MapError::BadRange { iova, len })?;
+        let mut inside = Vec::new();
+        for (&start, m) in self.maps.range(..end) {
+            let m_end = start + m.len as u64;
+            if m_end <= iova {
+                continue;
+            }
+            if start < iova || m_end > end {
+                return Err(MapError::WouldSplit {
+                    iova,
+                    len,
+                    existing: start,
+                });
+            }
+            inside.push(start);
+        }
+        let mut total = 0;
+        for start in inside {
+            total += self.maps.remove(&start).map_or(0, |m| m.len);
+        }
+        Ok(total)
+    }
+
+    /// Number of DMA faults since creation.
+    pub fn faults(&self) -> u64 {
+        self.faults
+    }
+
+    /// Number of live mappings.
+    pub fn mappings(&self) -> usize {
+        self.maps.len()
+    }
+
+    /// Device read of `dst.len()` bytes at `iova`. All or nothing.
+    pub fn read(&mut self, iova: u64, dst: &mut [u8]) -> Result<(), DmaFault> {
+        let fault = DmaFault {
+            iova,
+            len: dst.len(),
+            dir: Dir::Read,
+        };
+        if self.walk(iova, dst.len(), Dir::Read).is_none() {
+            self.faults += 1;
+            return Err(fault);
+        }
+        let mut done = 0;
+        while done < dst.len() {
+            let Some((mem, off, n)) = self.segment(iova + done as u64, dst.len() - done) else {
+                self.faults += 1;
+                return Err(fault);
+            };
+            if !mem.read_at(off, &mut dst[done..done + n]) {
+                self.faults += 1;
+                return Err(fault);
+            }
+            done += n;
+        }
+        Ok(())
+    }
+
+    /// Device write of `src` at `iova`. All or nothing.
+    pub fn write(&mut self, iova: u64, src: &[u8]) -> Result<(), DmaFault> {
+        let fault = DmaFault {
+            iova,
+            len: src.len(),
+            dir: Dir::Write,
+        };
+        if self.walk(iova, src.len(), Dir::Write).is_none() {
+            self.faults += 1;
+            return Err(fault);
+        }
+        let mut done = 0;
+        while done < src.len() {
+            let Some((mem, off, n)) = self.segment(iova + done as u64, src.len() - done) else {
+                self.faults += 1;
+                return Err(fault);
+            };
+            if !mem.write_at(off, &src[done..done + n]) {
+                self.faults += 1;
+                return Err(fault);
+            }
+            done += n;
+        }
+        Ok(())
+    }
+
+    /// Reads a big-endian u32 (doorbell records, counters).
+    pub fn read_be32(&mut self, iova: u64) -> Result<u32, DmaFault> {
+        let mut b = [0; 4];
+        self.read(iova, &mut b)?;
+        Ok(u32::from_be_bytes(b))
+    }
+
+    /// Writes a big-endian u32.
+    pub fn write_be32(&mut self, iova: u64, v: u32) -> Result<(), DmaFault> {
+        self.write(iova, &v.to_be_bytes())
+    }
+
+    /// Checks that the whole range is covered by mappings allowing `dir`; `Some(())` if so.
+    fn walk(&self, iova: u64, len: usize, dir: Dir) -> Option<()> {
+        let end = iova.checked_add(len as u64)?;
+        let mut at = iova;
+        while at < end || (len == 0 && at == iova) {
+            let (&start, m) = self.maps.range(..=at).next_back()?;
+            let m_end = start + m.len as u64;
+            let ok = match dir {
+                Dir::Read => m.perm.read,
+                Dir::Write => m.perm.write,
+            };
+            if at >= m_end || !ok {
+                return None;
+            }
+            if len == 0 {
+                return Some(());
+            }
+            at = m_end;
+        }
+        Some(())
+    }
+
+    /// The host memory behind `iova`, the offset in it, and how many of `len` bytes are
+    /// contiguous there.
+    fn segment(&self, iova: u64, len: usize) -> Option<(&Arc<dyn HostMemory>, usize, usize)> {
+        let (&start, m) = self.maps.range(..=iova).next_back()?;
+        let within = usize::try_from(iova - start).ok()?;
+        if within >= m.len {
+            return None;
+        }
+        Some((&m.mem, m.offset + within, len.min(m.len - within)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::SimMemory;
+
+    fn mem(pages: usize) -> Arc<SimMemory> {
+        Arc::new(SimMemory::new(pages * PAGE_SIZE).unwrap())
+    }
+
+    #[test]
+    fn read_and_write_through_a_mapping() {
+        let m = mem(2);
+        let mut io = Iommu::new();
+        io.map(0x10000, m.clone(), 0, 2 * PAGE_SIZE, Perm::RW)
+            .unwrap();
+        io.write(0x10ffe, &[1, 2, 3, 4]).unwrap();
+        assert_eq!(m.to_vec(0xffe, 4).unwrap(), vec![1, 2, 3, 4]);
+        let mut b = [0; 4];
+        io.read(0x10ffe, &mut b).unwrap();
+        assert_eq!(b, [1, 2, 3, 4]);
+    }
+
+    #[test]
+    fn access_spanning_two_adjacent_mappings_of_different_buffers() {
+        let (a, b) = (mem(1), mem(1));
+        let mut io = Iommu::new();
+        io.map(0x20000, a.clone(), 0, PAGE_SIZE, Perm::RW).unwrap();
+        io.map(0x21000, b.clone(), 0, PAGE_SIZE, Perm::RW).unwrap();
+        io.write(0x20ffe, &[9, 8, 7, 6]).unwrap();
+        assert_eq!(a.to_vec(0xffe, 2).unwrap(), vec![9, 8]);
+        assert_eq!(b.to_vec(0, 2).unwrap(), vec![7, 6]);
+    }
+
+    #[test]
+    fn unmapped_or_partially_mapped_access_faults_and_touches_nothing() {
+        let m = mem(1);
+        let mut io = Iommu::new();
+        io.map(0x10000, m.clone(), 0, PAGE_SIZE, Perm::RW).unwrap();
+        let e = io.write(0x10ffe, &[1, 2, 3, 4]).unwrap_err();
+        assert_eq!(
+            e,
+            DmaFault {
+                iova: 0x10ffe,
+                len: 4,
+                dir: Dir::Write
+            }
+        );
+        assert_eq!(
+            m.to_vec(0xffe, 2).unwrap(),
+            vec![0, 0],
+            "an all-or-nothing DMA wrote part of itself"
+        );
+        assert!(io.read(0x5000, &mut [0; 1]).is_err());
+        assert!(io.read(u64::MAX, &mut [0; 2]).is_err());
+        assert_eq!(io.faults(), 3);
+    }
+
+    #[test]
+    fn read_only_mapping_refuses_device_writes() {
+        let mut io = Iommu::new();
+        io.map(0x10000, mem(1), 0, PAGE_SIZE, Perm::RO).unwrap();
+        assert!(io.read(0x10000, &mut [0; 8]).is_ok());
+        assert!(io.write(0x10000, &[0; 8]).is_err());
+    }
+
+    #[test]
+    fn map_rules_follow_vfio_type1() {
+        let m = mem(4);
+        let mut io = Iommu::new();
+        assert!(matches!(
+            io.map(0x10001, m.clone(), 0, PAGE_SIZE, Perm::RW),
+            Err(MapError::Unaligned { .. })
+        ));
+        assert!(matches!(
+            io.map(0x10000, m.clone(), 0, 5 * PAGE_SIZE, Perm::RW),
+            Err(MapError::OutsideBuffer { .. })
+        ));
+        assert!(matches!(
+            io.map(0x10000, m.clone(), 0, 0, Perm::RW),
+            Err(MapError::BadRange { .. })
+        ));
+        io.map(0x10000, m.clone(), 0, 2 * PAGE_SIZE, Perm::RW)
+            .unwrap();
+        assert!(matches!(
+            io.map(0x11000, m.clone(), 0, PAGE_SIZE, Perm::RW),
+            Err(MapError::Overlap {
+                existing: 0x10000,
+                ..
+            })
+        ));
+        assert!(matches!(
+            io.map(0xf000, m.clone(), 0, 2 * PAGE_SIZE, Perm::RW),
+            Err(MapError::Overlap { .. })
+        ));
+        io.map(0x12000, m.clone(), 2 * PAGE_SIZE, PAGE_SIZE, Perm::RW)
+            .unwrap();
+        assert!(matches!(
+            io.unmap(0x11000, PAGE_SIZE),
+            Err(MapError::WouldSplit { .. })
+        ));
+        assert_eq!(io.unmap(0x10000, 3 * PAGE_SIZE).unwrap(), 3 * PAGE_SIZE);
+        assert_eq!(io.mappings(), 0);
+        assert_eq!(io.unmap(0x10000, PAGE_SIZE).unwrap(), 0);
+    }
+
+    #[test]
+    fn unmap_then_dma_faults() {
+        let m = mem(1);
+        let mut io = Iommu::new();
+        io.map(0x10000, m, 0, PAGE_SIZE, Perm::RW).unwrap();
+        io.unmap(0x10000, PAGE_SIZE).unwrap();
+        assert!(io.write(0x10000, &[1]).is_err());
+    }
+}
