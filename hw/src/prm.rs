@@ -138,22 +138,29 @@ pub fn check_len(what: &'static str, buf: &[u8], need: usize) -> Result<()> {
 /// ```
 #[macro_export]
 macro_rules! prm_layout {
+    // The fields are split from the `sub { ... }` block one field at a time (arms are tried in
+    // order, so `sub {` is recognised before it could be taken for a field name: one matcher
+    // with both would be ambiguous to `macro_rules`).
     (
         $(#[$meta:meta])*
-        pub struct $name:ident($ifc:literal, $len:expr) {
-            $(
-                $(#[$fmeta:meta])*
-                $get:ident, $set:ident : $off:expr, $width:expr;
-            )*
-            $(
-                sub {
-                    $(
-                        $(#[$smeta:meta])*
-                        $sget:ident, $sget_mut:ident : $sty:ident @ $soff:expr;
-                    )*
-                }
-            )?
-        }
+        pub struct $name:ident($ifc:literal, $len:expr) { $($body:tt)* }
+    ) => {
+        $crate::prm_layout!(@split [$(#[$meta])*] $name $ifc ($len) [] $($body)*);
+    };
+    (@split $m:tt $name:ident $ifc:literal $len:tt [$($f:tt)*] sub { $($s:tt)* }) => {
+        $crate::prm_layout!(@emit $m $name $ifc $len [$($f)*] [$($s)*]);
+    };
+    (@split $m:tt $name:ident $ifc:literal $len:tt [$($f:tt)*]) => {
+        $crate::prm_layout!(@emit $m $name $ifc $len [$($f)*] []);
+    };
+    (@split $m:tt $name:ident $ifc:literal $len:tt [$($f:tt)*]
+        $(#[$fmeta:meta])* $get:ident, $set:ident : $off:expr, $width:expr; $($rest:tt)*) => {
+        $crate::prm_layout!(@split $m $name $ifc $len
+            [$($f)* $(#[$fmeta])* $get, $set : $off, $width;] $($rest)*);
+    };
+    (@emit [$(#[$meta:meta])*] $name:ident $ifc:literal ($len:expr)
+        [$( $(#[$fmeta:meta])* $get:ident, $set:ident : $off:expr, $width:expr; )*]
+        [$( $(#[$smeta:meta])* $sget:ident, $sget_mut:ident : $sty:ident @ $soff:expr; )*]
     ) => {
         $(#[$meta])*
         #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -172,7 +179,7 @@ macro_rules! prm_layout {
             ];
             /// Every sub-layout: `(name, byte offset, its fields)`.
             pub const SUBS: &'static [(&'static str, usize, &'static [$crate::prm::Field])] = &[
-                $($( (stringify!($sget), $soff, $sty::FIELDS), )*)?
+                $( (stringify!($sget), $soff, $sty::FIELDS), )*
             ];
         }
 
@@ -211,13 +218,13 @@ macro_rules! prm_layout {
                 }
             )*
 
-            $($(
+            $(
                 $(#[$smeta])*
                 pub fn $sget(&self) -> $sty<&[u8]> {
                     let b = self.buf.as_ref();
                     $sty::wrap_unchecked(b.get($soff..).unwrap_or(&[]))
                 }
-            )*)?
+            )*
         }
 
         impl<T: AsRef<[u8]> + AsMut<[u8]>> $name<T> {
@@ -237,14 +244,14 @@ macro_rules! prm_layout {
                 }
             )*
 
-            $($(
+            $(
                 $(#[$smeta])*
                 pub fn $sget_mut(&mut self) -> $sty<&mut [u8]> {
                     let b = self.buf.as_mut();
                     let n = b.len();
                     $sty::wrap_unchecked(b.get_mut($soff.min(n)..).unwrap_or_default())
                 }
-            )*)?
+            )*
         }
     };
     (@ty 64) => { u64 };
