@@ -227,7 +227,11 @@ impl<T: AsRef<[u8]>> InitSeg<T> {
     /// Errors: [`Error::IndexOutOfRange`] for `i` ≥ 6.
     pub fn health_assert_var(&self, i: usize) -> Result<u32> {
         if i >= 6 {
-            return Err(Error::IndexOutOfRange { what: "health_buffer.assert_var", index: i, len: 6 });
+            return Err(Error::IndexOutOfRange {
+                what: "health_buffer.assert_var",
+                index: i,
+                len: 6,
+            });
         }
         Ok(self.read_u32(HEALTH_ASSERT_VAR + 4 * i))
     }
@@ -277,11 +281,15 @@ impl<T: AsRef<[u8]>> InitSeg<T> {
     }
     /// The extended syndrome.
     pub fn health_ext_synd(&self) -> u16 {
-        u16::from_be_bytes([self.read_u8(HEALTH_EXT_SYND), self.read_u8(HEALTH_EXT_SYND + 1)])
+        u16::from_be_bytes([
+            self.read_u8(HEALTH_EXT_SYND),
+            self.read_u8(HEALTH_EXT_SYND + 1),
+        ])
     }
     /// `internal_timer_h:l` as one 64-bit value.
     pub fn internal_timer(&self) -> u64 {
-        (u64::from(self.read_u32(INTERNAL_TIMER_H)) << 32) | u64::from(self.read_u32(INTERNAL_TIMER_L))
+        (u64::from(self.read_u32(INTERNAL_TIMER_H)) << 32)
+            | u64::from(self.read_u32(INTERNAL_TIMER_L))
     }
     /// `health_counter` (raw).
     pub fn health_counter_reg(&self) -> u32 {
@@ -309,7 +317,10 @@ impl<T: AsRef<[u8]>> InitSeg<T> {
     /// DISABLED or SW_RESET, or reset-flow is required with a nonzero syndrome.
     pub fn fatal_sensor(&self) -> bool {
         self.health_fw_ver() == 0xffff_ffff
-            || matches!(self.nic_interface(), NicInterface::DISABLED | NicInterface::SW_RESET)
+            || matches!(
+                self.nic_interface(),
+                NicInterface::DISABLED | NicInterface::SW_RESET
+            )
             || (self.health_rfr() && self.health_synd().0 != 0)
     }
 }
@@ -337,7 +348,10 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> InitSeg<T> {
     }
     /// Sets `cmdif_rev_fw_sub` from the command interface revision and firmware subminor.
     pub fn set_cmdif_rev_fw_sub(&mut self, cmdif_rev: u16, subminor: u16) -> &mut Self {
-        self.write_u32(CMDIF_REV_FW_SUB, (u32::from(cmdif_rev) << 16) | u32::from(subminor))
+        self.write_u32(
+            CMDIF_REV_FW_SUB,
+            (u32::from(cmdif_rev) << 16) | u32::from(subminor),
+        )
     }
     /// Sets `cmdq_addr_h`.
     pub fn set_cmdq_addr_h(&mut self, v: u32) -> &mut Self {
@@ -353,7 +367,10 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> InitSeg<T> {
     /// Errors: [`Error::Malformed`] if `addr` is not 4 KiB aligned.
     pub fn set_cmdq_addr(&mut self, addr: u64) -> Result<&mut Self> {
         if addr & 0xfff != 0 {
-            return Err(Error::Malformed { what: "mlx5_init_seg.cmdq_addr", reason: "the command queue must be 4 KiB aligned" });
+            return Err(Error::Malformed {
+                what: "mlx5_init_seg.cmdq_addr",
+                reason: "the command queue must be 4 KiB aligned",
+            });
         }
         self.set_cmdq_addr_h((addr >> 32) as u32);
         let low = self.cmdq_addr_l_sz() & 0xfff;
@@ -363,12 +380,20 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> InitSeg<T> {
     ///
     /// Errors: [`Error::FieldOverflow`] if either value does not fit in 4 bits.
     pub fn set_cmdq_geometry(&mut self, log_size: u8, log_stride: u8) -> Result<&mut Self> {
-        for (what, v) in [("cmdq_addr_l_sz.log_cmdq_size", log_size), ("cmdq_addr_l_sz.log_cmdq_stride", log_stride)] {
+        for (what, v) in [
+            ("cmdq_addr_l_sz.log_cmdq_size", log_size),
+            ("cmdq_addr_l_sz.log_cmdq_stride", log_stride),
+        ] {
             if v > 0xf {
-                return Err(Error::FieldOverflow { what, value: u64::from(v), bits: 4 });
+                return Err(Error::FieldOverflow {
+                    what,
+                    value: u64::from(v),
+                    bits: 4,
+                });
             }
         }
-        let v = (self.cmdq_addr_l_sz() & !0xff) | (u32::from(log_size) << 4) | u32::from(log_stride);
+        let v =
+            (self.cmdq_addr_l_sz() & !0xff) | (u32::from(log_size) << 4) | u32::from(log_stride);
         Ok(self.set_cmdq_addr_l_sz(v))
     }
     /// Sets the NIC interface state (bits 10..8), as rdma-core's fast teardown writes DISABLED.
@@ -376,9 +401,14 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> InitSeg<T> {
     /// Errors: [`Error::FieldOverflow`] if the state does not fit in 3 bits.
     pub fn set_nic_interface(&mut self, state: NicInterface) -> Result<&mut Self> {
         if state.0 > 7 {
-            return Err(Error::FieldOverflow { what: "cmdq_addr_l_sz.nic_interface", value: u64::from(state.0), bits: 3 });
+            return Err(Error::FieldOverflow {
+                what: "cmdq_addr_l_sz.nic_interface",
+                value: u64::from(state.0),
+                bits: 3,
+            });
         }
-        let v = (self.cmdq_addr_l_sz() & !(0x7 << NIC_IFC_OFFSET)) | (u32::from(state.0) << NIC_IFC_OFFSET);
+        let v = (self.cmdq_addr_l_sz() & !(0x7 << NIC_IFC_OFFSET))
+            | (u32::from(state.0) << NIC_IFC_OFFSET);
         Ok(self.set_cmdq_addr_l_sz(v))
     }
     /// Sets `cmd_dbell`.
@@ -409,29 +439,37 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> InitSeg<T> {
     /// Sets the extended syndrome.
     pub fn set_health_ext_synd(&mut self, v: u16) -> &mut Self {
         let [a, b] = v.to_be_bytes();
-        self.write_u8(HEALTH_EXT_SYND, a).write_u8(HEALTH_EXT_SYND + 1, b)
+        self.write_u8(HEALTH_EXT_SYND, a)
+            .write_u8(HEALTH_EXT_SYND + 1, b)
     }
     /// Sets `internal_timer_h:l`.
     pub fn set_internal_timer(&mut self, v: u64) -> &mut Self {
-        self.write_u32(INTERNAL_TIMER_H, (v >> 32) as u32).write_u32(INTERNAL_TIMER_L, v as u32)
+        self.write_u32(INTERNAL_TIMER_H, (v >> 32) as u32)
+            .write_u32(INTERNAL_TIMER_L, v as u32)
     }
     /// Sets the liveness counter (low 24 bits of `health_counter`), keeping the top byte.
     ///
     /// Errors: [`Error::FieldOverflow`] if `v` does not fit in 24 bits.
     pub fn set_health_counter(&mut self, v: u32) -> Result<&mut Self> {
         if v > 0x00ff_ffff {
-            return Err(Error::FieldOverflow { what: "mlx5_init_seg.health_counter", value: u64::from(v), bits: 24 });
+            return Err(Error::FieldOverflow {
+                what: "mlx5_init_seg.health_counter",
+                value: u64::from(v),
+                bits: 24,
+            });
         }
         let top = self.health_counter_reg() & 0xff00_0000;
         Ok(self.write_u32(HEALTH_COUNTER, top | v))
     }
     /// Sets `real_time_h:l`.
     pub fn set_real_time(&mut self, v: u64) -> &mut Self {
-        self.write_u32(REAL_TIME_H, (v >> 32) as u32).write_u32(REAL_TIME_L, v as u32)
+        self.write_u32(REAL_TIME_H, (v >> 32) as u32)
+            .write_u32(REAL_TIME_L, v as u32)
     }
     /// Sets `ieee1588_clk`.
     pub fn set_ieee1588_clk(&mut self, v: u64) -> &mut Self {
-        self.write_u32(IEEE1588_CLK, (v >> 32) as u32).write_u32(IEEE1588_CLK + 4, v as u32)
+        self.write_u32(IEEE1588_CLK, (v >> 32) as u32)
+            .write_u32(IEEE1588_CLK + 4, v as u32)
     }
 }
 
@@ -512,6 +550,10 @@ mod tests {
     fn syndromes_are_named() {
         assert_eq!(HealthSyndrome(0x10).name(), Some("HIGH_TEMP_ERR"));
         assert_eq!(HealthSyndrome(0x2).name(), None);
-        assert!(HealthSyndrome::ALL.iter().all(|s| !s.cause_and_fix().is_empty()));
+        assert!(
+            HealthSyndrome::ALL
+                .iter()
+                .all(|s| !s.cause_and_fix().is_empty())
+        );
     }
 }

@@ -85,24 +85,59 @@ fn bringup_layouts_match_the_kernel() {
 #[test]
 fn sub_layouts_are_listed_in_the_table() {
     let table = common::ifc_table();
-    let layouts: std::collections::HashSet<&str> = table.iter().map(|r| r.layout.as_str()).collect();
-    for name in ["cmd_hca_cap", "roce_cap", "hca_vport_context", "nic_vport_context", "modify_nic_vport_field_select", "mac_address_layout"] {
+    let layouts: std::collections::HashSet<&str> =
+        table.iter().map(|r| r.layout.as_str()).collect();
+    for name in [
+        "cmd_hca_cap",
+        "roce_cap",
+        "hca_vport_context",
+        "nic_vport_context",
+        "modify_nic_vport_field_select",
+        "mac_address_layout",
+    ] {
         assert!(layouts.contains(name), "{name} missing from the table");
     }
     // The capability page is a 4 KiB union at byte 0x10 of QUERY_HCA_CAP output / SET_HCA_CAP input.
     let cap = row(&table, "query_hca_cap_out", "capability");
-    assert_eq!((cap.bit_off / 8, cap.width / 8), (caps::CAPABILITY_OFF, caps::CAPABILITY_LEN));
+    assert_eq!(
+        (cap.bit_off / 8, cap.width / 8),
+        (caps::CAPABILITY_OFF, caps::CAPABILITY_LEN)
+    );
     let cap = row(&table, "set_hca_cap_in", "capability");
-    assert_eq!((cap.bit_off / 8, cap.width / 8), (caps::CAPABILITY_OFF, caps::CAPABILITY_LEN));
+    assert_eq!(
+        (cap.bit_off / 8, cap.width / 8),
+        (caps::CAPABILITY_OFF, caps::CAPABILITY_LEN)
+    );
     // The variable-length tails start right after their headers.
-    assert_eq!(row(&table, "manage_pages_in", "pas").bit_off / 8, pages::PAS_OFF);
-    assert_eq!(row(&table, "manage_pages_out", "pas").bit_off / 8, pages::PAS_OFF);
-    assert_eq!(row(&table, "query_hca_vport_gid_out", "gid").bit_off / 8, vport::GID_LIST_OFF);
-    assert_eq!(row(&table, "array128_auto", "__size__").width / 8, vport::GID_LEN);
-    assert_eq!(row(&table, "access_register_in", "register_data").bit_off / 8, hca::ACCESS_REG_DATA_OFF);
-    assert_eq!(row(&table, "access_register_out", "register_data").bit_off / 8, hca::ACCESS_REG_DATA_OFF);
+    assert_eq!(
+        row(&table, "manage_pages_in", "pas").bit_off / 8,
+        pages::PAS_OFF
+    );
+    assert_eq!(
+        row(&table, "manage_pages_out", "pas").bit_off / 8,
+        pages::PAS_OFF
+    );
+    assert_eq!(
+        row(&table, "query_hca_vport_gid_out", "gid").bit_off / 8,
+        vport::GID_LIST_OFF
+    );
+    assert_eq!(
+        row(&table, "array128_auto", "__size__").width / 8,
+        vport::GID_LEN
+    );
+    assert_eq!(
+        row(&table, "access_register_in", "register_data").bit_off / 8,
+        hca::ACCESS_REG_DATA_OFF
+    );
+    assert_eq!(
+        row(&table, "access_register_out", "register_data").bit_off / 8,
+        hca::ACCESS_REG_DATA_OFF
+    );
     let dv = row(&table, "set_driver_version_in", "driver_version");
-    assert_eq!(dv.bit_off / 8..(dv.bit_off + dv.width) / 8, hca::DRIVER_VERSION_RANGE);
+    assert_eq!(
+        dv.bit_off / 8..(dv.bit_off + dv.width) / 8,
+        hca::DRIVER_VERSION_RANGE
+    );
 }
 
 fn row<'a>(table: &'a [IfcRow], layout: &str, field: &str) -> &'a IfcRow {
@@ -117,14 +152,21 @@ fn assert_owns(buf: &[u8], r: &IfcRow) {
     for bit in 0..buf.len() * 8 {
         let set = buf[bit / 8] & (0x80 >> (bit % 8)) != 0;
         let owned = bit >= r.bit_off && bit < r.bit_off + r.width;
-        assert_eq!(set, owned, "{}.{}: bit {bit:#x} set={set}, kernel says {owned}", r.layout, r.field);
+        assert_eq!(
+            set, owned,
+            "{}.{}: bit {bit:#x} set={set}, kernel says {owned}",
+            r.layout, r.field
+        );
     }
 }
 
 #[test]
 fn command_entry_matches_kernel_cmd_queue_entry() {
     let table = common::ifc_table();
-    assert_eq!(row(&table, "cmd_queue_entry", "__size__").width, CmdLayout::SIZE * 8);
+    assert_eq!(
+        row(&table, "cmd_queue_entry", "__size__").width,
+        CmdLayout::SIZE * 8
+    );
     type Set = fn(&mut CmdLayout);
     let cases: [(&str, Set); 8] = [
         ("type", |e| {
@@ -154,15 +196,24 @@ fn command_entry_matches_kernel_cmd_queue_entry() {
     // The 64-bit pointers span the kernel's _63_32 and _31_9 fields (low 9 bits reserved).
     let mut buf = [0u8; 64];
     CmdLayout::view_mut(&mut buf).unwrap().set_in_ptr(u64::MAX);
-    assert_eq!(row(&table, "cmd_queue_entry", "input_mailbox_pointer_63_32").bit_off, 8 * 8);
+    assert_eq!(
+        row(&table, "cmd_queue_entry", "input_mailbox_pointer_63_32").bit_off,
+        8 * 8
+    );
     assert_eq!(&buf[8..16], &[0xff; 8]);
     let mut buf = [0u8; 64];
     CmdLayout::view_mut(&mut buf).unwrap().set_out_ptr(u64::MAX);
-    assert_eq!(row(&table, "cmd_queue_entry", "output_mailbox_pointer_63_32").bit_off, 0x30 * 8);
+    assert_eq!(
+        row(&table, "cmd_queue_entry", "output_mailbox_pointer_63_32").bit_off,
+        0x30 * 8
+    );
     assert_eq!(&buf[0x30..0x38], &[0xff; 8]);
     // Delivery status: 7 bits above the ownership bit.
     let mut buf = [0u8; 64];
-    CmdLayout::view_mut(&mut buf).unwrap().complete(DeliveryStatus(0x7f)).unwrap();
+    CmdLayout::view_mut(&mut buf)
+        .unwrap()
+        .complete(DeliveryStatus(0x7f))
+        .unwrap();
     assert_owns(&buf, row(&table, "cmd_queue_entry", "status"));
 }
 
@@ -193,7 +244,17 @@ fn command_entry_round_trip_against_hand_built_bytes() {
     assert_eq!(buf, want);
 
     let e = CmdLayout::view(&want).unwrap();
-    assert_eq!((e.cmd_type(), e.inlen(), e.in_ptr(), e.out_ptr(), e.outlen(), e.token()), (7, 0x110, 0x1_2345_6000, 0x1_2345_7000, 0x10, 0xa5));
+    assert_eq!(
+        (
+            e.cmd_type(),
+            e.inlen(),
+            e.in_ptr(),
+            e.out_ptr(),
+            e.outlen(),
+            e.token()
+        ),
+        (7, 0x110, 0x1_2345_6000, 0x1_2345_7000, 0x10, 0xa5)
+    );
     assert!(e.hw_owned());
     assert_eq!(entry::mailbox_blocks(e.inlen() as usize), 1);
     assert!(CmdLayout::view(&want[..63]).is_err());
@@ -202,13 +263,18 @@ fn command_entry_round_trip_against_hand_built_bytes() {
 #[test]
 fn mailbox_matches_kernel_cmd_if_box() {
     let table = common::ifc_table();
-    assert_eq!(row(&table, "cmd_if_box", "__size__").width, CmdMailbox::SIZE * 8);
+    assert_eq!(
+        row(&table, "cmd_if_box", "__size__").width,
+        CmdMailbox::SIZE * 8
+    );
     assert_eq!(CmdMailbox::SIZE, entry::MAILBOX_SIZE);
     let mut buf = [0u8; entry::MAILBOX_SIZE];
     CmdMailbox::view_mut(&mut buf).unwrap().data = [0xff; 512];
     assert_owns(&buf, row(&table, "cmd_if_box", "mailbox_data"));
     let mut buf = [0u8; entry::MAILBOX_SIZE];
-    CmdMailbox::view_mut(&mut buf).unwrap().set_block_num(u32::MAX);
+    CmdMailbox::view_mut(&mut buf)
+        .unwrap()
+        .set_block_num(u32::MAX);
     assert_owns(&buf, row(&table, "cmd_if_box", "block_number"));
     let mut buf = [0u8; entry::MAILBOX_SIZE];
     CmdMailbox::view_mut(&mut buf).unwrap().set_token(0xff);
@@ -221,7 +287,10 @@ fn mailbox_matches_kernel_cmd_if_box() {
     assert_owns(&buf, row(&table, "cmd_if_box", "signature"));
     let mut buf = [0u8; entry::MAILBOX_SIZE];
     CmdMailbox::view_mut(&mut buf).unwrap().set_next(u64::MAX);
-    assert_eq!(row(&table, "cmd_if_box", "next_pointer_63_32").bit_off / 8, 0x230);
+    assert_eq!(
+        row(&table, "cmd_if_box", "next_pointer_63_32").bit_off / 8,
+        0x230
+    );
     assert_eq!(&buf[0x230..0x238], &[0xff; 8]);
     // The PRM keeps bits 31..10 of `next`: blocks must be 1 KiB aligned.
     let low = row(&table, "cmd_if_box", "next_pointer_31_10");
@@ -243,7 +312,10 @@ fn mailbox_round_trip_against_hand_built_bytes() {
     m.set_next(0x2_0000_0400).set_block_num(3).set_token(0x5a);
     assert_eq!(buf, want);
     let m = CmdMailbox::view(&want).unwrap();
-    assert_eq!((m.next(), m.block_num(), m.token()), (0x2_0000_0400, 3, 0x5a));
+    assert_eq!(
+        (m.next(), m.block_num(), m.token()),
+        (0x2_0000_0400, 3, 0x5a)
+    );
     assert!(CmdMailbox::view(&want[..575]).is_err());
 }
 
@@ -251,7 +323,18 @@ fn mailbox_round_trip_against_hand_built_bytes() {
 fn mailbox_block_arithmetic() {
     use entry::{block_range, inline_range, mailbox_blocks};
     // rdma-core mlx5_calc_cmd_blocks: ceil(max(len - 16, 0) / 512).
-    let cases = [(0, 0), (1, 0), (16, 0), (17, 1), (528, 1), (529, 2), (0x110, 1), (0x1010, 8), (0x1011, 9), (0x1210, 9)];
+    let cases = [
+        (0, 0),
+        (1, 0),
+        (16, 0),
+        (17, 1),
+        (528, 1),
+        (529, 2),
+        (0x110, 1),
+        (0x1010, 8),
+        (0x1011, 9),
+        (0x1210, 9),
+    ];
     for (len, blocks) in cases {
         assert_eq!(mailbox_blocks(len), blocks, "len {len:#x}");
     }
@@ -280,10 +363,16 @@ fn init_segment_offsets_match_the_kernel() {
     assert_eq!(byte("command_doorbell_vector"), init_seg::CMD_DBELL);
     assert_eq!(byte("initializing"), init_seg::INITIALIZING);
     assert_eq!(byte("health_buffer"), init_seg::HEALTH);
-    assert_eq!(row(&table, "health_buffer", "__size__").width / 8, init_seg::HEALTH_LEN);
+    assert_eq!(
+        row(&table, "health_buffer", "__size__").width / 8,
+        init_seg::HEALTH_LEN
+    );
     assert_eq!(byte("health_syndrome"), init_seg::HEALTH_COUNTER);
     let hc = row(&table, "initial_seg", "health_counter");
-    assert_eq!((hc.bit_off, hc.width), (init_seg::HEALTH_COUNTER * 8 + 8, 24));
+    assert_eq!(
+        (hc.bit_off, hc.width),
+        (init_seg::HEALTH_COUNTER * 8 + 8, 24)
+    );
     let hb = |f: &str| init_seg::HEALTH + row(&table, "health_buffer", f).bit_off / 8;
     assert_eq!(hb("assert_existptr"), init_seg::HEALTH_ASSERT_EXIT_PTR);
     assert_eq!(hb("assert_callra"), init_seg::HEALTH_ASSERT_CALLRA);
@@ -297,22 +386,42 @@ fn init_segment_offsets_match_the_kernel() {
 
     // Sub-fields: set each through the view and compare with the kernel's bit positions.
     let mut buf = vec![0u8; init_seg::INIT_SEG_LEN];
-    InitSeg::new_checked(&mut buf[..]).unwrap().set_cmdq_geometry(0xf, 0).unwrap();
+    InitSeg::new_checked(&mut buf[..])
+        .unwrap()
+        .set_cmdq_geometry(0xf, 0)
+        .unwrap();
     assert_owns(&buf[..0x20], row(&table, "initial_seg", "log_cmdq_size"));
     let mut buf = vec![0u8; init_seg::INIT_SEG_LEN];
-    InitSeg::new_checked(&mut buf[..]).unwrap().set_cmdq_geometry(0, 0xf).unwrap();
+    InitSeg::new_checked(&mut buf[..])
+        .unwrap()
+        .set_cmdq_geometry(0, 0xf)
+        .unwrap();
     assert_owns(&buf[..0x20], row(&table, "initial_seg", "log_cmdq_stride"));
     let mut buf = vec![0u8; init_seg::INIT_SEG_LEN];
-    InitSeg::new_checked(&mut buf[..]).unwrap().set_initializing(true);
+    InitSeg::new_checked(&mut buf[..])
+        .unwrap()
+        .set_initializing(true);
     assert_owns(&buf[..0x200], row(&table, "initial_seg", "initializing"));
     let mut buf = vec![0u8; init_seg::INIT_SEG_LEN];
-    InitSeg::new_checked(&mut buf[..]).unwrap().set_health_counter(0xff_ffff).unwrap();
-    let hc_rel = IfcRow { bit_off: hc.bit_off - init_seg::HEALTH_COUNTER * 8, ..hc.clone() };
-    assert_owns(&buf[init_seg::HEALTH_COUNTER..init_seg::HEALTH_COUNTER + 4], &hc_rel);
+    InitSeg::new_checked(&mut buf[..])
+        .unwrap()
+        .set_health_counter(0xff_ffff)
+        .unwrap();
+    let hc_rel = IfcRow {
+        bit_off: hc.bit_off - init_seg::HEALTH_COUNTER * 8,
+        ..hc.clone()
+    };
+    assert_owns(
+        &buf[init_seg::HEALTH_COUNTER..init_seg::HEALTH_COUNTER + 4],
+        &hc_rel,
+    );
     // The kernel bit layout gives nic_interface 2 bits (9..8); device.h and rdma-core read 3
     // (10..8, MLX5_NIC_IFC_OFFSET with mask 7) to see SW_RESET = 7. Both agree on bit 8.
     let ni = row(&table, "initial_seg", "nic_interface");
-    assert_eq!(ni.bit_off + ni.width, init_seg::CMDQ_ADDR_L_SZ * 8 + 32 - init_seg::NIC_IFC_OFFSET as usize);
+    assert_eq!(
+        ni.bit_off + ni.width,
+        init_seg::CMDQ_ADDR_L_SZ * 8 + 32 - init_seg::NIC_IFC_OFFSET as usize
+    );
 }
 
 #[test]
@@ -331,16 +440,28 @@ fn init_segment_round_trip_against_hand_built_bytes() {
 
     let mut buf = vec![0u8; init_seg::INIT_SEG_LEN];
     let mut s = InitSeg::new_checked(&mut buf[..]).unwrap();
-    s.set_fw_rev(0x10, 0x28).set_cmdif_rev_fw_sub(5, 1000).set_initializing(true);
+    s.set_fw_rev(0x10, 0x28)
+        .set_cmdif_rev_fw_sub(5, 1000)
+        .set_initializing(true);
     s.set_cmdq_addr(0x1_2345_6000).unwrap();
     s.set_nic_interface(NicInterface::DISABLED).unwrap();
-    s.set_health_fw_ver(0x1234_5678).set_health_rfr_severity(0x80);
-    s.set_health_synd(init_seg::HealthSyndrome::HIGH_TEMP_ERR).set_health_ext_synd(0xbeef);
+    s.set_health_fw_ver(0x1234_5678)
+        .set_health_rfr_severity(0x80);
+    s.set_health_synd(init_seg::HealthSyndrome::HIGH_TEMP_ERR)
+        .set_health_ext_synd(0xbeef);
     s.set_health_counter(0x102).unwrap();
     assert_eq!(buf, want);
 
     let s = InitSeg::new_checked(&want[..]).unwrap();
-    assert_eq!((s.fw_rev_major(), s.fw_rev_minor(), s.fw_rev_subminor(), s.cmdif_rev()), (0x10, 0x28, 1000, init_seg::CMDIF_REV));
+    assert_eq!(
+        (
+            s.fw_rev_major(),
+            s.fw_rev_minor(),
+            s.fw_rev_subminor(),
+            s.cmdif_rev()
+        ),
+        (0x10, 0x28, 1000, init_seg::CMDIF_REV)
+    );
     assert_eq!(s.cmdq_addr(), 0x1_2345_6000);
     assert_eq!(s.nic_interface(), NicInterface::DISABLED);
     assert!(s.initializing() && s.health_rfr() && s.fatal_sensor());
@@ -350,5 +471,10 @@ fn init_segment_round_trip_against_hand_built_bytes() {
 
     // The command queue must be page aligned.
     let mut buf = vec![0u8; init_seg::INIT_SEG_LEN];
-    assert!(InitSeg::new_checked(&mut buf[..]).unwrap().set_cmdq_addr(0x1001).is_err());
+    assert!(
+        InitSeg::new_checked(&mut buf[..])
+            .unwrap()
+            .set_cmdq_addr(0x1001)
+            .is_err()
+    );
 }

@@ -53,7 +53,9 @@ pub const MLX5_MAX_COMMANDS: usize = 32;
 /// One command queue entry (`struct mlx5_cmd_layout`, kernel `device.h`; 64 bytes, all
 /// big-endian). Field offsets: type 0x00, inlen 0x04, in_ptr 0x08, in 0x10, out 0x20,
 /// out_ptr 0x30, outlen 0x38, token 0x3c, sig 0x3d, status_own 0x3f.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned,
+)]
 #[repr(C)]
 pub struct CmdLayout {
     /// Transport type; must be [`MLX5_PCI_CMD_XPORT`].
@@ -165,7 +167,11 @@ impl CmdLayout {
     /// Errors: [`crate::Error::FieldOverflow`] if `status` does not fit in 7 bits.
     pub fn complete(&mut self, status: DeliveryStatus) -> crate::Result<&mut Self> {
         if status.0 > 0x7f {
-            return Err(crate::Error::FieldOverflow { what: "mlx5_cmd_layout.status", value: u64::from(status.0), bits: 7 });
+            return Err(crate::Error::FieldOverflow {
+                what: "mlx5_cmd_layout.status",
+                value: u64::from(status.0),
+                bits: 7,
+            });
         }
         self.status_own = status.0 << 1;
         Ok(self)
@@ -175,7 +181,9 @@ impl CmdLayout {
 /// One mailbox block (`struct mlx5_cmd_prot_block`, kernel `device.h`; rdma-core
 /// `struct mlx5_cmd_block`): 512 data bytes, then the chain control fields. Offsets: data 0x000,
 /// next 0x230, block_num 0x238, token 0x23d, ctrl_sig 0x23e, sig 0x23f; 576 bytes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned,
+)]
 #[repr(C)]
 pub struct CmdMailbox {
     /// This block's share of the message.
@@ -239,12 +247,17 @@ impl CmdMailbox {
 /// assert_eq!(mailbox_blocks(16 + 513), 2);
 /// ```
 pub const fn mailbox_blocks(len: usize) -> usize {
-    len.saturating_sub(CMD_INLINE_LEN).div_ceil(MAILBOX_DATA_LEN)
+    len.saturating_sub(CMD_INLINE_LEN)
+        .div_ceil(MAILBOX_DATA_LEN)
 }
 
 /// The byte range of a `len`-byte message that goes inline in the entry.
 pub const fn inline_range(len: usize) -> Range<usize> {
-    0..if len < CMD_INLINE_LEN { len } else { CMD_INLINE_LEN }
+    0..if len < CMD_INLINE_LEN {
+        len
+    } else {
+        CMD_INLINE_LEN
+    }
 }
 
 /// The byte range of a `len`-byte message that block number `block` carries, or `None` if the
@@ -315,7 +328,7 @@ mod tests {
     fn sizes_match_the_kernel_structs() {
         assert_eq!(CmdLayout::SIZE, CMD_ENTRY_SIZE);
         assert_eq!(CmdMailbox::SIZE, MAILBOX_SIZE);
-        assert!(MAILBOX_SIZE <= MAILBOX_ALIGN && MAILBOX_ALIGN <= MAILBOX_STRIDE);
+        const { assert!(MAILBOX_SIZE <= MAILBOX_ALIGN && MAILBOX_ALIGN <= MAILBOX_STRIDE) };
     }
 
     #[test]
@@ -343,6 +356,11 @@ mod tests {
         assert!(!e.hw_owned());
         assert_eq!(e.delivery_status(), DeliveryStatus::IN_LENGTH_ERR);
         assert_eq!(buf[0x3f], 0x0e);
-        assert!(CmdLayout::view_mut(&mut buf).unwrap().complete(DeliveryStatus(0x80)).is_err());
+        assert!(
+            CmdLayout::view_mut(&mut buf)
+                .unwrap()
+                .complete(DeliveryStatus(0x80))
+                .is_err()
+        );
     }
 }

@@ -351,7 +351,10 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> SetDriverVersionIn<T> {
     ///
     /// Errors: [`Error::FieldOverflow`] if `version` is longer than 64 bytes.
     pub fn set_driver_version(&mut self, version: &[u8]) -> Result<&mut Self> {
-        let field = self.as_bytes_mut().get_mut(DRIVER_VERSION_RANGE).unwrap_or_default();
+        let field = self
+            .as_bytes_mut()
+            .get_mut(DRIVER_VERSION_RANGE)
+            .unwrap_or_default();
         if version.len() > field.len() {
             return Err(Error::FieldOverflow {
                 what: "set_driver_version_in.driver_version",

@@ -136,20 +136,32 @@ fn pas_count(buf: &[u8]) -> usize {
 
 fn pas_get(what: &'static str, buf: &[u8], i: usize) -> Result<u64> {
     let len = pas_count(buf);
-    let start = i.checked_mul(PAS_ENTRY_LEN).and_then(|o| o.checked_add(PAS_OFF));
+    let start = i
+        .checked_mul(PAS_ENTRY_LEN)
+        .and_then(|o| o.checked_add(PAS_OFF));
     let bytes = start
         .and_then(|s| buf.get(s..s.checked_add(PAS_ENTRY_LEN)?))
         .and_then(|b| <[u8; 8]>::try_from(b).ok())
-        .ok_or(Error::IndexOutOfRange { what, index: i, len })?;
+        .ok_or(Error::IndexOutOfRange {
+            what,
+            index: i,
+            len,
+        })?;
     Ok(u64::from_be_bytes(bytes))
 }
 
 fn pas_set(what: &'static str, buf: &mut [u8], i: usize, v: u64) -> Result<()> {
     let len = pas_count(buf);
-    let start = i.checked_mul(PAS_ENTRY_LEN).and_then(|o| o.checked_add(PAS_OFF));
+    let start = i
+        .checked_mul(PAS_ENTRY_LEN)
+        .and_then(|o| o.checked_add(PAS_OFF));
     let dst = start
         .and_then(|s| buf.get_mut(s..s.checked_add(PAS_ENTRY_LEN)?))
-        .ok_or(Error::IndexOutOfRange { what, index: i, len })?;
+        .ok_or(Error::IndexOutOfRange {
+            what,
+            index: i,
+            len,
+        })?;
     dst.copy_from_slice(&v.to_be_bytes());
     Ok(())
 }
@@ -195,8 +207,18 @@ mod tests {
         let mut m = ManagePagesIn::new_checked(&mut buf[..]).unwrap();
         assert_eq!(m.pas_len(), 2);
         m.set_pas(1, 0x0102_0304_0506_0708).unwrap();
-        assert!(matches!(m.set_pas(2, 0), Err(Error::IndexOutOfRange { index: 2, len: 2, .. })));
-        assert!(matches!(m.pas(usize::MAX), Err(Error::IndexOutOfRange { .. })));
+        assert!(matches!(
+            m.set_pas(2, 0),
+            Err(Error::IndexOutOfRange {
+                index: 2,
+                len: 2,
+                ..
+            })
+        ));
+        assert!(matches!(
+            m.pas(usize::MAX),
+            Err(Error::IndexOutOfRange { .. })
+        ));
         assert_eq!(m.pas(1).unwrap(), 0x0102_0304_0506_0708);
         assert_eq!(&buf[0x18..0x20], &[1, 2, 3, 4, 5, 6, 7, 8]);
         assert_eq!(manage_pages_in_len(2), 0x20);

@@ -169,7 +169,11 @@ impl<T: AsRef<[u8]>> QueryHcaVportGidOut<T> {
         gid_range(i)
             .and_then(|r| self.buf.as_ref().get(r))
             .and_then(|b| <[u8; GID_LEN]>::try_from(b).ok())
-            .ok_or(Error::IndexOutOfRange { what: "query_hca_vport_gid_out.gid", index: i, len })
+            .ok_or(Error::IndexOutOfRange {
+                what: "query_hca_vport_gid_out.gid",
+                index: i,
+                len,
+            })
     }
 }
 
@@ -181,7 +185,11 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> QueryHcaVportGidOut<T> {
         let len = self.gid_capacity();
         let dst = gid_range(i)
             .and_then(|r| self.buf.as_mut().get_mut(r))
-            .ok_or(Error::IndexOutOfRange { what: "query_hca_vport_gid_out.gid", index: i, len })?;
+            .ok_or(Error::IndexOutOfRange {
+                what: "query_hca_vport_gid_out.gid",
+                index: i,
+                len,
+            })?;
         dst.copy_from_slice(gid);
         Ok(self)
     }
@@ -373,7 +381,9 @@ mod tests {
     fn mac_and_gids() {
         let mut buf = [0u8; 0x100];
         let mut c = NicVportContext::new_checked(&mut buf[..]).unwrap();
-        c.permanent_address_mut().set_mac([1, 2, 3, 4, 5, 6]).unwrap();
+        c.permanent_address_mut()
+            .set_mac([1, 2, 3, 4, 5, 6])
+            .unwrap();
         assert_eq!(c.permanent_address().mac(), [1, 2, 3, 4, 5, 6]);
         assert_eq!(&buf[0xf6..0xfc], &[1, 2, 3, 4, 5, 6]);
 
@@ -382,7 +392,14 @@ mod tests {
         assert_eq!(out.gid_capacity(), 2);
         out.set_gid(1, &[0xfe; 16]).unwrap();
         assert_eq!(out.gid(1).unwrap(), [0xfe; 16]);
-        assert!(matches!(out.gid(2), Err(Error::IndexOutOfRange { index: 2, len: 2, .. })));
+        assert!(matches!(
+            out.gid(2),
+            Err(Error::IndexOutOfRange {
+                index: 2,
+                len: 2,
+                ..
+            })
+        ));
         assert!(out.gid(usize::MAX).is_err());
         assert_eq!(&g[0x20..0x30], &[0xfe; 16]);
     }
