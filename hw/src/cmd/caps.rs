@@ -155,10 +155,12 @@ pub mod port_type {
     pub const ETH: u32 = 0x1;
 }
 
-/// `cmdif_checksum` values (kernel `MLX5_CAP_CMDIF_CSUM_*`? the PRM names them DISABLED / ENABLED).
+/// `cmdif_checksum` values (kernel `mlx5_ifc.h` `MLX5_CMD_HCA_CAP_CMDIF_CHECKSUM_*`).
 pub mod cmdif_checksum {
     /// Signatures not checked: what bypass and rdma-core set.
     pub const DISABLED: u32 = 0x0;
+    /// The state after reset.
+    pub const INITIAL_STATE: u32 = 0x1;
     /// Signatures checked.
     pub const ENABLED: u32 = 0x3;
 }
@@ -258,7 +260,7 @@ crate::prm_layout! {
         compact_address_vector, set_compact_address_vector: 0x200, 1;
         /// Striding receive queues are supported. (byte 0x40, bits 1..1 of the dword)
         striding_rq, set_striding_rq: 0x201, 1;
-        /// Command signature checking: 0 = off, 1 = on, 2 = supported; bypass (like rdma-core) sets it to 0. (byte 0x40, bits 16..17 of the dword)
+        /// Command signature checking ([`cmdif_checksum`]); bypass (like rdma-core) sets it to 0. (byte 0x40, bits 16..17 of the dword)
         cmdif_checksum, set_cmdif_checksum: 0x210, 2;
         /// DC targets are supported. (byte 0x40, bits 26..26 of the dword)
         dct, set_dct: 0x21a, 1;
