@@ -130,6 +130,16 @@ pub struct InitSeg<T> {
     buf: T,
 }
 
+impl InitSeg<[u8; INIT_SEG_LEN]> {
+    /// A zeroed init segment image that owns its bytes (what a device model keeps as its
+    /// register file); cannot fail, the array is exactly [`INIT_SEG_LEN`] bytes.
+    pub const fn zeroed() -> Self {
+        Self {
+            buf: [0; INIT_SEG_LEN],
+        }
+    }
+}
+
 impl<T: AsRef<[u8]>> InitSeg<T> {
     /// Wraps `buf`, which must hold at least [`INIT_SEG_LEN`] bytes.
     pub fn new_checked(buf: T) -> Result<Self> {

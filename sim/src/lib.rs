@@ -1,16 +1,39 @@
 //! # bypass-sim: the software mlx5 NIC
 //!
-//! A device model that implements the same hardware interface as a ConnectX NIC (BAR0,
-//! firmware command queue, DMA through an IOMMU model, RC/UD data path) and speaks RoCEv2 on
-//! the wire, using only `bypass-hw` for formats.
+//! A device model that implements the same hardware interface as a ConnectX NIC and speaks
+//! RoCEv2 on the wire, using only `bypass-hw` for formats, so that a driver (bypass's own, or
+//! a team's test suite) runs unchanged against it.
 //!
-//! Modules so far: [`memory`] (host memory a device can reach) and [`iommu`] (IOVA
-//! translation, bounds-checked DMA). The device model, firmware and transport follow.
+//! - [`device`]: BAR0 as MMIO callbacks (init segment, command doorbell, UAR pages with CQ/EQ
+//!   doorbells and BlueFlame registers); doorbells are latched and acted on in
+//!   [`Device::step`](device::Device::step).
+//! - [`iommu`] + [`memory`]: every device access to host memory goes through IOVA
+//!   translation, bounds-checked; a miss is a fault reported as the hardware would.
+//! - `firmware`: the command queue and every command handler, bring-up order, firmware pages,
+//!   object tables ([`objects`], [`table`], [`mkey`]) with the capabilities' limits.
+//! - `engine` + [`transport`]: the data path, RC and UD, as RoCEv2 packets.
+//! - [`ring`], `events`: CQ/EQ rings, completions, events, interrupts.
+//! - [`counters`], [`trace`]: what `rdma statistic` would show, and an optional event log.
 
 pub mod buffer;
+pub mod counters;
+pub mod device;
+mod engine;
+mod events;
+mod firmware;
 pub mod iommu;
 pub mod memory;
 pub mod mkey;
+pub mod objects;
+pub mod profile;
 pub mod ring;
+pub mod table;
+pub mod trace;
+pub mod transport;
+
+#[cfg(test)]
+pub(crate) mod testkit;
 
 pub use bypass_hw as hw;
+pub use device::{Device, MmioError};
+pub use profile::Profile;

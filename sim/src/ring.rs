@@ -80,6 +80,16 @@ impl CqRing {
         1 << self.log_size
     }
 
+    /// Bytes per entry (64 or 128).
+    pub fn cqe_size(&self) -> u32 {
+        self.cqe_size
+    }
+
+    /// log2 of the number of entries.
+    pub fn log_size(&self) -> u32 {
+        self.log_size
+    }
+
     /// Reads the consumer index the driver last wrote to the doorbell record.
     pub fn consumer_index(&self, iommu: &mut Iommu) -> Result<u32, DmaFault> {
         Ok(iommu.read_be32(self.dbr)? & 0x00ff_ffff)

@@ -1,0 +1,732 @@
+//! The device as the host sees it: BAR0 as MMIO callbacks, like a QEMU device model.
+//!
+//! Owns: [`Device`], the register file of the init segment (its semantics: `initializing` set
+//! until the driver writes the command queue address, the NIC interface state, the health
+//! counter ticking with time), the decoding of UAR pages (CQ arm at 0x20, EQ doorbells at
+//! 0x40/0x48, BlueFlame registers from 0x800, double-buffered) and the latching of doorbells.
+//! Work a doorbell asks for happens in [`Device::step`], never inside the MMIO write, as on
+//! hardware: the write only reaches the device.
+//! Must not: execute commands or WQEs itself (that is `firmware` and `engine`).
+//!
+//! MMIO data is given as the bytes on the bus (BAR offset order): a driver's
+//! `write_volatile::<u32>(reg, v.to_be())` on a little-endian host reaches the device as
+//! `v.to_be_bytes()`. Each register accepts only its width; any other access is rejected,
+//! counted and traced, and changes nothing.
+//!
+//! Sources: rdma-core `providers/mlx5/mlx5_vfio.{c,h}` (`struct mlx5_init_seg`, the bring-up
+//! polling of `initializing`, `cmd_dbell`), the kernel's `include/linux/mlx5/device.h`
+//! (`mlx5_init_seg`, `health_buffer`), rdma-core `providers/mlx5/{cq.c,qp.c,mlx5.c}` (UAR layout,
+//! BlueFlame double buffering).
+
+use std::collections::VecDeque;
+
+use bypass_hw::init_seg::{self as iseg, InitSeg, NicInterface};
+use bypass_hw::uar;
+
+use crate::counters::Counters;
+use crate::firmware::Firmware;
+use crate::iommu::Iommu;
+use crate::objects::Objects;
+use crate::profile::Profile;
+use crate::trace::{Trace, TraceEvent};
+
+/// Why an MMIO access was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum MmioError {
+    /// The offset is outside BAR0.
+    #[error("BAR0 offset {offset:#x} is outside the {bar_len:#x}-byte BAR")]
+    OutOfRange {
+        /// Offset accessed.
+        offset: u64,
+        /// BAR0 size.
+        bar_len: u64,
+    },
+    /// The register does not accept an access of this width.
+    #[error(
+        "BAR0 offset {offset:#x}: a {width}-byte access is not valid here (this register takes {expected} bytes)"
+    )]
+    Width {
+        /// Offset accessed.
+        offset: u64,
+        /// Width used.
+        width: usize,
+        /// Width the register takes.
+        expected: usize,
+    },
+    /// A doorbell on a UAR page the firmware has not allocated.
+    #[error(
+        "BAR0 offset {offset:#x} is on UAR page {page}, which is not allocated (ALLOC_UAR it first)"
+    )]
+    UarNotAllocated {
+        /// Offset accessed.
+        offset: u64,
+        /// UAR page index.
+        page: u32,
+    },
+    /// The offset is inside a UAR page but not a doorbell register.
+    #[error("BAR0 offset {offset:#x} is not a doorbell register of its UAR page")]
+    NotARegister {
+        /// Offset accessed.
+        offset: u64,
+    },
+}
+
+/// A doorbell the device has received and not yet acted on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Doorbell {
+    /// `cmd_dbell`: a bitmask of command queue slots.
+    Command(u32),
+    /// An 8-byte send doorbell on a BlueFlame register: the first 8 bytes of the ctrl segment.
+    Send {
+        /// UAR page it came through.
+        uar: u32,
+        /// `opmod_idx_opcode`, `qpn_ds` (big-endian, as written).
+        ctrl: [u8; 8],
+    },
+    /// A whole WQE written by BlueFlame.
+    BlueFlame {
+        /// UAR page it came through.
+        uar: u32,
+        /// The WQE, a multiple of 64 bytes.
+        wqe: Vec<u8>,
+    },
+    /// The CQ arm doorbell: `sn << 28 | cmd << 24 | ci` and the CQN.
+    CqArm {
+        /// UAR page it came through.
+        uar: u32,
+        /// Upper dword.
+        cmd_sn_ci: u32,
+        /// CQ number.
+        cqn: u32,
+    },
+    /// An EQ consumer-index update, arming (offset 0x40) or not (0x48).
+    Eq {
+        /// UAR page it came through.
+        uar: u32,
+        /// EQ number.
+        eqn: u32,
+        /// New consumer index.
+        ci: u32,
+        /// Arm.
+        arm: bool,
+    },
+}
+
+/// Log2 of the number of command queue slots the device offers (32 slots).
+pub const CMDQ_LOG_SIZE: u8 = 5;
+/// Log2 of the command entry stride (64 bytes).
+pub const CMDQ_LOG_STRIDE: u8 = 6;
+
+/// A BlueFlame WQE being written in 64-byte bursts.
+#[derive(Debug, Clone)]
+struct BfPartial {
+    offset: u64,
+    bytes: Vec<u8>,
+    need: usize,
+}
+
+/// A simulated mlx5 device.
+pub struct Device {
+    pub(crate) profile: Profile,
+    pub(crate) iommu: Iommu,
+    /// The init segment as the host reads it (BAR0 0x0000..INIT_SEG_LEN).
+    pub(crate) iseg: InitSeg<[u8; iseg::INIT_SEG_LEN]>,
+    pub(crate) doorbells: VecDeque<Doorbell>,
+    bf_partial: Option<BfPartial>,
+    /// Firmware state: bring-up stage, pages.
+    pub(crate) fw: Firmware,
+    /// Object tables.
+    pub(crate) objs: Objects,
+    /// Packets that arrived from the wire, not yet processed (IP header through ICRC).
+    pub(crate) rx: VecDeque<Vec<u8>>,
+    /// Packets the device has sent, for the wire to take (IP header through ICRC).
+    pub(crate) tx: VecDeque<Vec<u8>>,
+    /// Device time in nanoseconds (virtual in stepped mode).
+    pub(crate) now: u64,
+    irq: Option<Box<dyn FnMut(u16) + Send>>,
+    /// Interrupts raised per vector (also reported to the handler, if any).
+    pub(crate) irq_count: Vec<u64>,
+    /// Device-wide counters.
+    pub counters: Counters,
+    /// The optional trace.
+    pub trace: Trace,
+}
+
+impl std::fmt::Debug for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Device")
+            .field("now", &self.now)
+            .field("iommu", &self.iommu)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Device {
+    /// A device fresh from reset: firmware initializing, no command queue, nothing allocated.
+    pub fn new(profile: Profile) -> Self {
+        let vectors = usize::from(profile.msix_vectors);
+        let mut img = InitSeg::zeroed();
+        let (maj, min, sub) = profile.fw_rev;
+        img.set_fw_rev(maj, min)
+            .set_cmdif_rev_fw_sub(iseg::CMDIF_REV, sub)
+            .set_initializing(true)
+            // Health buffer fw_ver: major << 24 | minor << 16 | subminor (kernel `print_health_info`).
+            .set_health_fw_ver(
+                (u32::from(maj) << 24) | (u32::from(min & 0xff) << 16) | u32::from(sub),
+            )
+            .set_health_hw_id(u32::from(profile.device_id));
+        // The geometry is fixed by the device; the driver reads it from cmdq_addr_l_sz.
+        img.write_u32(
+            iseg::CMDQ_ADDR_L_SZ,
+            (u32::from(CMDQ_LOG_SIZE) << 4) | u32::from(CMDQ_LOG_STRIDE),
+        );
+        Self {
+            fw: Firmware::new(&profile),
+            objs: Objects::new(&profile.caps, profile.first_uar, profile.uar_pages),
+            profile,
+            iommu: Iommu::new(),
+            iseg: img,
+            doorbells: VecDeque::new(),
+            bf_partial: None,
+            rx: VecDeque::new(),
+            tx: VecDeque::new(),
+            now: 0,
+            irq: None,
+            irq_count: vec![0; vectors],
+            counters: Counters::default(),
+            trace: Trace::default(),
+        }
+    }
+
+    /// The device's profile.
+    pub fn profile(&self) -> &Profile {
+        &self.profile
+    }
+
+    /// The IOMMU in front of the device: the host maps its DMA memory here.
+    pub fn iommu(&mut self) -> &mut Iommu {
+        &mut self.iommu
+    }
+
+    /// BAR0's size.
+    pub fn bar0_len(&self) -> u64 {
+        self.profile.bar0_len()
+    }
+
+    /// Installs the interrupt handler: called with the MSI-X vector each time the device
+    /// raises an interrupt (the VFIO backend's eventfd write, or a test's recorder).
+    pub fn set_interrupt_handler(&mut self, handler: impl FnMut(u16) + Send + 'static) {
+        self.irq = Some(Box::new(handler));
+    }
+
+    /// Interrupts raised so far on `vector`.
+    pub fn interrupts(&self, vector: u16) -> u64 {
+        self.irq_count
+            .get(usize::from(vector))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Raises MSI-X `vector`.
+    pub(crate) fn raise_interrupt(&mut self, vector: u16) {
+        if let Some(c) = self.irq_count.get_mut(usize::from(vector)) {
+            *c += 1;
+        }
+        self.counters.interrupts += 1;
+        let at = self.now;
+        self.trace.record(|| TraceEvent::Interrupt { at, vector });
+        if let Some(h) = self.irq.as_mut() {
+            h(vector);
+        }
+    }
+
+    /// Device time (ns).
+    pub fn now(&self) -> u64 {
+        self.now
+    }
+
+    /// Sets device time, ticking the health counter once per millisecond of it (the driver's
+    /// health poll expects it to advance at least once a second).
+    pub fn set_time(&mut self, now: u64) {
+        if now > self.now {
+            let ticks = (now / 1_000_000 - self.now / 1_000_000) as u32;
+            let hc = self.iseg.health_counter().wrapping_add(ticks) & 0x00ff_ffff;
+            let _ = self.iseg.set_health_counter(hc);
+            self.now = now;
+        }
+    }
+
+    /// The command queue's IOVA, as the driver wrote it.
+    pub(crate) fn cmdq_addr(&self) -> u64 {
+        self.iseg.cmdq_addr()
+    }
+
+    /// The NIC interface state (bits 10:8 of `cmdq_addr_l_sz`).
+    pub fn nic_interface(&self) -> NicInterface {
+        self.iseg.nic_interface()
+    }
+
+    /// Reports a fatal firmware error through the health buffer (as a dying device does):
+    /// `rfr` set and the syndrome (kernel `MLX5_HEALTH_SYNDR_*`).
+    pub fn inject_health_error(&mut self, synd: iseg::HealthSyndrome) {
+        self.iseg
+            .set_health_rfr_severity(0x80)
+            .set_health_synd(synd);
+    }
+
+    /// Doorbells received and not yet acted on.
+    pub fn pending_doorbells(&self) -> usize {
+        self.doorbells.len()
+    }
+
+    fn reject(&mut self, offset: u64, width: usize, e: MmioError) -> MmioError {
+        self.counters.doorbell_errors += 1;
+        let at = self.now;
+        let why = match e {
+            MmioError::OutOfRange { .. } => "outside BAR0",
+            MmioError::Width { .. } => "bad access width",
+            MmioError::UarNotAllocated { .. } => "UAR page not allocated",
+            MmioError::NotARegister { .. } => "not a register",
+        };
+        self.trace.record(|| TraceEvent::MmioRejected {
+            at,
+            offset,
+            width,
+            why,
+        });
+        e
+    }
+
+    fn check_range(&mut self, offset: u64, width: usize) -> Result<(), MmioError> {
+        let bar_len = self.bar0_len();
+        if offset
+            .checked_add(width as u64)
+            .is_none_or(|end| end > bar_len)
+        {
+            return Err(self.reject(offset, width, MmioError::OutOfRange { offset, bar_len }));
+        }
+        Ok(())
+    }
+
+    /// Reads `data.len()` bytes of BAR0 at `offset` (bus byte order). Init segment registers
+    /// take 4-byte reads; UAR pages are write-only and read as zero.
+    pub fn mmio_read(&mut self, offset: u64, data: &mut [u8]) -> Result<(), MmioError> {
+        self.check_range(offset, data.len())?;
+        data.fill(0);
+        let off = offset as usize; // < bar0_len, checked above
+        if off >= iseg::INIT_SEG_LEN {
+            return Ok(());
+        }
+        if data.len() != 4 || off % 4 != 0 {
+            return Err(self.reject(
+                offset,
+                data.len(),
+                MmioError::Width {
+                    offset,
+                    width: data.len(),
+                    expected: 4,
+                },
+            ));
+        }
+        // Live registers: the free-running timer and the clocks follow device time.
+        let t = self.now;
+        self.iseg
+            .set_internal_timer(t)
+            .set_real_time(t)
+            .set_ieee1588_clk(t);
+        data.copy_from_slice(&self.iseg.read_u32(off).to_be_bytes());
+        Ok(())
+    }
+
+    /// Writes `data` to BAR0 at `offset` (bus byte order). Doorbells are latched for
+    /// [`Device::step`]; register writes take effect at once.
+    pub fn mmio_write(&mut self, offset: u64, data: &[u8]) -> Result<(), MmioError> {
+        self.check_range(offset, data.len())?;
+        let at = self.now;
+        self.trace.record(|| TraceEvent::MmioWrite {
+            at,
+            offset,
+            data: data.to_vec(),
+        });
+        let page = (offset / uar::ADAPTER_PAGE_SIZE as u64) as u32;
+        if page >= self.profile.first_uar || offset as usize >= iseg::INIT_SEG_LEN {
+            return self.uar_write(page, offset, data);
+        }
+        let value = match <[u8; 4]>::try_from(data) {
+            Ok(b) if offset % 4 == 0 => u32::from_be_bytes(b),
+            _ => {
+                return Err(self.reject(
+                    offset,
+                    data.len(),
+                    MmioError::Width {
+                        offset,
+                        width: data.len(),
+                        expected: 4,
+                    },
+                ));
+            }
+        };
+        match offset as usize {
+            iseg::CMDQ_ADDR_H => {
+                self.iseg.set_cmdq_addr_h(value);
+            }
+            iseg::CMDQ_ADDR_L_SZ => {
+                // Bits 31:12: the address; bits 10:8: the NIC interface the driver asks for;
+                // bits 7:0 (log size/stride) are read-only.
+                let keep = self.iseg.cmdq_addr_l_sz() & 0xff;
+                self.iseg.set_cmdq_addr_l_sz((value & 0xffff_f700) | keep);
+                // The firmware finishes initializing once it knows where its command queue is.
+                self.iseg.set_initializing(false);
+                if self.iseg.nic_interface() == NicInterface::DISABLED {
+                    crate::firmware::nic_disabled(self);
+                }
+            }
+            iseg::CMD_DBELL => self.doorbells.push_back(Doorbell::Command(value)),
+            // Read-only or reserved: ignored, as on hardware.
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn uar_write(&mut self, page: u32, offset: u64, data: &[u8]) -> Result<(), MmioError> {
+        if !self.objs.uars.contains(page) {
+            return Err(self.reject(
+                offset,
+                data.len(),
+                MmioError::UarNotAllocated { offset, page },
+            ));
+        }
+        let in_page = (offset % uar::ADAPTER_PAGE_SIZE as u64) as usize;
+        let bf_reg = 1usize << self.profile.caps.log_bf_reg_size;
+        let width_err = |expected| MmioError::Width {
+            offset,
+            width: data.len(),
+            expected,
+        };
+        match in_page {
+            uar::MLX5_CQ_DOORBELL => {
+                let Ok(b) = <[u8; 8]>::try_from(data) else {
+                    return Err(self.reject(offset, data.len(), width_err(8)));
+                };
+                let cmd_sn_ci = u32::from_be_bytes([b[0], b[1], b[2], b[3]]);
+                let cqn = u32::from_be_bytes([b[4], b[5], b[6], b[7]]) & 0x00ff_ffff;
+                self.doorbells.push_back(Doorbell::CqArm {
+                    uar: page,
+                    cmd_sn_ci,
+                    cqn,
+                });
+            }
+            uar::EQ_DOORBELL_ARM | uar::EQ_DOORBELL_NO_ARM => {
+                let Ok(b) = <[u8; 4]>::try_from(data) else {
+                    return Err(self.reject(offset, data.len(), width_err(4)));
+                };
+                let v = u32::from_be_bytes(b);
+                let arm = in_page == uar::EQ_DOORBELL_ARM;
+                self.doorbells.push_back(Doorbell::Eq {
+                    uar: page,
+                    eqn: v >> 24,
+                    ci: v & 0x00ff_ffff,
+                    arm,
+                });
+            }
+            o if (uar::BF_OFFSET..uar::BF_OFFSET + uar::NUM_BFREGS_PER_UAR * bf_reg)
+                .contains(&o) =>
+            {
+                let within = ((o - uar::BF_OFFSET) % (bf_reg / 2)) as u64;
+                self.bf_write(page, offset, within, data, bf_reg / 2)?;
+            }
+            _ => return Err(self.reject(offset, data.len(), MmioError::NotARegister { offset })),
+        }
+        Ok(())
+    }
+
+    /// A write to a BlueFlame register half. An 8-byte write at its start is a plain doorbell;
+    /// 64-byte bursts (rdma-core `mlx5_bf_copy`, `mmio_memcpy_x64`) carry a whole WQE, whose
+    /// length the ctrl segment's DS count gives.
+    fn bf_write(
+        &mut self,
+        page: u32,
+        offset: u64,
+        within: u64,
+        data: &[u8],
+        half: usize,
+    ) -> Result<(), MmioError> {
+        match (within, data.len()) {
+            (0, 8) => {
+                self.bf_partial = None;
+                let mut ctrl = [0u8; 8];
+                ctrl.copy_from_slice(data);
+                self.doorbells.push_back(Doorbell::Send { uar: page, ctrl });
+            }
+            (0, 64) => {
+                let ds = usize::from(data[7] & 0x3f);
+                let need = (ds * 16).div_ceil(64).max(1) * 64;
+                if need > half {
+                    // A WQE larger than the BlueFlame buffer cannot have been sent by BlueFlame.
+                    return Err(self.reject(
+                        offset,
+                        data.len(),
+                        MmioError::NotARegister { offset },
+                    ));
+                }
+                self.bf_partial = Some(BfPartial {
+                    offset,
+                    bytes: data.to_vec(),
+                    need,
+                });
+                self.finish_bf(page);
+            }
+            (w, 64) if w % 64 == 0 => {
+                let expected = self
+                    .bf_partial
+                    .as_ref()
+                    .map(|p| p.offset + p.bytes.len() as u64);
+                match (&mut self.bf_partial, expected) {
+                    (Some(p), Some(e)) if e == offset => {
+                        p.bytes.extend_from_slice(data);
+                        self.finish_bf(page);
+                    }
+                    _ => {
+                        self.bf_partial = None;
+                        return Err(self.reject(
+                            offset,
+                            data.len(),
+                            MmioError::NotARegister { offset },
+                        ));
+                    }
+                }
+            }
+            _ => {
+                return Err(self.reject(
+                    offset,
+                    data.len(),
+                    MmioError::Width {
+                        offset,
+                        width: data.len(),
+                        expected: 64,
+                    },
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn finish_bf(&mut self, page: u32) {
+        if self
+            .bf_partial
+            .as_ref()
+            .is_some_and(|p| p.bytes.len() >= p.need)
+        {
+            if let Some(p) = self.bf_partial.take() {
+                self.doorbells.push_back(Doorbell::BlueFlame {
+                    uar: page,
+                    wqe: p.bytes,
+                });
+            }
+        }
+    }
+}
+
+impl Device {
+    /// Does the work that is due: latched doorbells in arrival order, then received packets,
+    /// then expired transport timers. Returns true if anything happened (a stepped world calls
+    /// it until every device returns false).
+    pub fn step(&mut self) -> bool {
+        let mut progress = false;
+        while let Some(db) = self.doorbells.pop_front() {
+            progress = true;
+            self.ring(db);
+        }
+        while let Some(pkt) = self.rx.pop_front() {
+            progress = true;
+            crate::transport::receive(self, &pkt);
+        }
+        progress |= crate::transport::run_timers(self);
+        progress |= crate::transport::resume(self);
+        progress
+    }
+
+    /// The earliest device time at which a timer (retransmit, RNR retry) needs the device.
+    pub fn next_deadline(&self) -> Option<u64> {
+        crate::transport::next_deadline(self)
+    }
+
+    /// Hands a packet from the wire to the device (IP header through ICRC). It is processed by
+    /// the next [`Device::step`].
+    pub fn receive(&mut self, packet: Vec<u8>) {
+        self.rx.push_back(packet);
+    }
+
+    /// Takes the next packet the device sent, if any (IP header through ICRC).
+    pub fn take_tx(&mut self) -> Option<Vec<u8>> {
+        self.tx.pop_front()
+    }
+
+    fn ring(&mut self, db: Doorbell) {
+        match db {
+            Doorbell::Command(slots) => crate::firmware::process(self, slots),
+            Doorbell::Send { uar, ctrl } => crate::engine::send_doorbell(self, uar, ctrl, None),
+            Doorbell::BlueFlame { uar, wqe } => {
+                let mut ctrl = [0u8; 8];
+                ctrl.copy_from_slice(&wqe[..8]);
+                crate::engine::send_doorbell(self, uar, ctrl, Some(wqe));
+            }
+            Doorbell::CqArm {
+                uar,
+                cmd_sn_ci,
+                cqn,
+            } => self.cq_arm(uar, cmd_sn_ci, cqn),
+            Doorbell::Eq { uar, eqn, ci, arm } => self.eq_doorbell(uar, eqn, ci, arm),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn be(v: u32) -> [u8; 4] {
+        v.to_be_bytes()
+    }
+
+    fn read32(d: &mut Device, off: u64) -> u32 {
+        let mut b = [0u8; 4];
+        d.mmio_read(off, &mut b).unwrap();
+        u32::from_be_bytes(b)
+    }
+
+    #[test]
+    fn init_segment_reports_revisions_and_initializing_until_cmdq_is_set() {
+        let mut d = Device::new(Profile::default());
+        assert_eq!(read32(&mut d, iseg::CMDIF_REV_FW_SUB as u64) >> 16, 5);
+        assert_eq!(read32(&mut d, iseg::FW_REV as u64), (35 << 16) | 16);
+        assert_eq!(read32(&mut d, iseg::INITIALIZING as u64) >> 31, 1);
+        assert_eq!(read32(&mut d, iseg::CMDQ_ADDR_L_SZ as u64) & 0xff, 0x56);
+        d.mmio_write(iseg::CMDQ_ADDR_H as u64, &be(0x1)).unwrap();
+        d.mmio_write(iseg::CMDQ_ADDR_L_SZ as u64, &be(0x2345_6000))
+            .unwrap();
+        assert_eq!(read32(&mut d, iseg::INITIALIZING as u64) >> 31, 0);
+        assert_eq!(d.cmdq_addr(), 0x1_2345_6000);
+        assert_eq!(
+            read32(&mut d, iseg::CMDQ_ADDR_L_SZ as u64),
+            0x2345_6056,
+            "log size/stride are read-only"
+        );
+    }
+
+    #[test]
+    fn registers_take_only_their_width_and_bar_bounds_hold() {
+        let mut d = Device::new(Profile::default());
+        let mut b8 = [0u8; 8];
+        assert!(matches!(
+            d.mmio_read(iseg::FW_REV as u64, &mut b8),
+            Err(MmioError::Width { expected: 4, .. })
+        ));
+        assert!(matches!(
+            d.mmio_write(iseg::CMD_DBELL as u64, &[1, 0]),
+            Err(MmioError::Width { .. })
+        ));
+        assert!(matches!(
+            d.mmio_read(d.bar0_len(), &mut [0; 4]),
+            Err(MmioError::OutOfRange { .. })
+        ));
+        assert!(matches!(
+            d.mmio_write(u64::MAX - 1, &[0; 4]),
+            Err(MmioError::OutOfRange { .. })
+        ));
+        assert_eq!(d.pending_doorbells(), 0);
+        assert_eq!(d.counters.doorbell_errors, 4);
+    }
+
+    #[test]
+    fn health_counter_ticks_with_time() {
+        let mut d = Device::new(Profile::default());
+        let h0 = read32(&mut d, iseg::HEALTH_COUNTER as u64);
+        d.set_time(3_500_000);
+        assert_eq!(read32(&mut d, iseg::HEALTH_COUNTER as u64), h0 + 3);
+        assert_eq!(read32(&mut d, iseg::INTERNAL_TIMER_L as u64), 3_500_000);
+    }
+
+    #[test]
+    fn doorbells_on_unallocated_uar_pages_are_refused() {
+        let mut d = Device::new(Profile::default());
+        let off = u64::from(d.profile.first_uar) * 4096 + 0x800;
+        assert!(matches!(
+            d.mmio_write(off, &[0; 8]),
+            Err(MmioError::UarNotAllocated { .. })
+        ));
+        assert_eq!(d.pending_doorbells(), 0);
+    }
+
+    #[test]
+    fn uar_doorbells_latch_with_exact_widths_and_blueflame_bursts_assemble() {
+        let mut d = Device::new(Profile::default());
+        let uar = d
+            .objs
+            .uars
+            .insert_with(|_| crate::objects::Uar::default())
+            .unwrap();
+        let base = u64::from(uar) * 4096;
+        d.mmio_write(base + 0x20, &[0x10, 0, 0, 5, 0, 0, 0, 9])
+            .unwrap();
+        d.mmio_write(base + 0x40, &be((3 << 24) | 7)).unwrap();
+        d.mmio_write(base + 0x48, &be((3 << 24) | 8)).unwrap();
+        assert!(d.mmio_write(base + 0x40, &[0; 8]).is_err());
+        // Plain 8-byte doorbell on bfreg 1, first half.
+        d.mmio_write(base + 0x800 + 512, &[0, 0, 1, 0x0a, 0, 0, 0x12, 0x02])
+            .unwrap();
+        // A 2-WQEBB BlueFlame WQE (ds = 5) on bfreg 1, second half, in two bursts.
+        let mut chunk = [0u8; 64];
+        chunk[7] = 5;
+        d.mmio_write(base + 0x800 + 512 + 256, &chunk).unwrap();
+        assert_eq!(
+            d.pending_doorbells(),
+            4,
+            "the WQE is not complete after its first burst"
+        );
+        d.mmio_write(base + 0x800 + 512 + 256 + 64, &[0xee; 64])
+            .unwrap();
+        let dbs: Vec<_> = d.doorbells.iter().cloned().collect();
+        assert_eq!(
+            dbs[0],
+            Doorbell::CqArm {
+                uar,
+                cmd_sn_ci: 0x1000_0005,
+                cqn: 9
+            }
+        );
+        assert_eq!(
+            dbs[1],
+            Doorbell::Eq {
+                uar,
+                eqn: 3,
+                ci: 7,
+                arm: true
+            }
+        );
+        assert_eq!(
+            dbs[2],
+            Doorbell::Eq {
+                uar,
+                eqn: 3,
+                ci: 8,
+                arm: false
+            }
+        );
+        assert_eq!(
+            dbs[3],
+            Doorbell::Send {
+                uar,
+                ctrl: [0, 0, 1, 0x0a, 0, 0, 0x12, 0x02]
+            }
+        );
+        match &dbs[4] {
+            Doorbell::BlueFlame { uar: u, wqe } => {
+                assert_eq!(*u, uar);
+                assert_eq!(wqe.len(), 128);
+                assert_eq!(wqe[64], 0xee);
+            }
+            other => panic!("expected BlueFlame, got {other:?}"),
+        }
+    }
+}

@@ -1,0 +1,200 @@
+//! Completions and events: writing a CQE into its CQ, the completion and error events that
+//! follow, asynchronous events to the EQ that subscribed to them, interrupts, and the CQ arm
+//! and EQ doorbells.
+//!
+//! Owns: the device's single path from "something completed or happened" to CQE/EQE bytes in
+//! host memory and an MSI-X interrupt. Firmware, engine and transport call
+//! [`Device::post_cqe`] and [`Device::post_event`]; none of them touches a ring directly.
+//! Must not: build CQE contents (callers do, with `bypass_hw::cqe`).
+//!
+//! Routing follows the PRM as the kernel's `mlx5_core` uses it: a CQ's completion events go to
+//! the EQ named in its `cqc.c_eqn`; every other event goes to an EQ whose `event_bitmask`
+//! has its type (the kernel creates one async EQ for all of them); a CQ overrun raises
+//! `CQ_ERROR` with syndrome 1 (`MLX5_CQ_ERROR_SYNDROME_CQ_OVERRUN`).
+
+use bypass_hw::cmd::qp::QpState;
+use bypass_hw::eqe::{EQE_DATA_LEN, EventType};
+use zerocopy::FromZeros;
+
+use crate::device::Device;
+use crate::iommu::DmaFault;
+use crate::ring::{CqPost, EqPost};
+use crate::trace::TraceEvent;
+
+/// `CQ_ERROR` syndrome for an overrun (PRM; kernel `MLX5_CQ_ERROR_SYNDROME` naming).
+pub const CQ_ERROR_SYNDROME_OVERRUN: u8 = 0x1;
+
+impl Device {
+    /// Counts and traces a DMA the IOMMU refused.
+    pub(crate) fn dma_fault(&mut self, f: DmaFault) {
+        self.counters.dma_faults += 1;
+        let at = self.now;
+        self.trace.record(|| TraceEvent::DmaFault {
+            at,
+            iova: f.iova,
+            len: f.len,
+            write: f.dir == crate::iommu::Dir::Write,
+        });
+    }
+
+    /// Writes `cqe` (the 64-byte CQE; placed in the second half of a 128-byte entry when the
+    /// CQ has 128-byte CQEs) into CQ `cqn`, then raises the completion event if the CQ was
+    /// armed for it, or the CQ error event on overrun. Returns false if the CQE could not be
+    /// written (no such CQ, overrun, DMA fault).
+    pub(crate) fn post_cqe(&mut self, cqn: u32, cqe: &[u8; 64], solicited_or_error: bool) -> bool {
+        let Some(cq) = self.objs.cqs.get_mut(cqn) else {
+            return false;
+        };
+        let mut entry = [0u8; 128];
+        let size = cq.ring.cqe_size() as usize;
+        entry[size - 64..size].copy_from_slice(cqe);
+        let eqn = cq.eqn;
+        let result = cq
+            .ring
+            .post(&mut self.iommu, &mut entry[..size], solicited_or_error);
+        match result {
+            Ok(CqPost::Written { notify, .. }) => {
+                let at = self.now;
+                self.trace.record(|| TraceEvent::Cqe {
+                    at,
+                    cqn,
+                    bytes: entry[..size].to_vec(),
+                });
+                if notify {
+                    self.post_completion_event(eqn, cqn);
+                }
+                true
+            }
+            Ok(CqPost::Overrun) => {
+                let mut data = [0u8; EQE_DATA_LEN];
+                data[..4].copy_from_slice(&cqn.to_be_bytes());
+                data[11] = CQ_ERROR_SYNDROME_OVERRUN;
+                self.post_event(EventType::CQ_ERROR, 0, &data);
+                false
+            }
+            Ok(CqPost::InError) => false,
+            Err(f) => {
+                self.dma_fault(f);
+                false
+            }
+        }
+    }
+
+    /// A completion event for `cqn` on EQ `eqn`.
+    fn post_completion_event(&mut self, eqn: u32, cqn: u32) {
+        let mut data = [0u8; EQE_DATA_LEN];
+        data[24..28].copy_from_slice(&(cqn & 0x00ff_ffff).to_be_bytes());
+        self.write_eqe(eqn, EventType::COMPLETION, 0, &data);
+    }
+
+    /// Posts an asynchronous event to the (lowest-numbered) EQ that subscribed to its type.
+    /// Returns false if no EQ wants it (the event is dropped, as the hardware does).
+    pub(crate) fn post_event(
+        &mut self,
+        t: EventType,
+        sub_type: u8,
+        data: &[u8; EQE_DATA_LEN],
+    ) -> bool {
+        let Some(eqn) = self
+            .objs
+            .eqs
+            .iter()
+            .find(|(_, eq)| eq.wants(t.0))
+            .map(|(n, _)| n)
+        else {
+            return false;
+        };
+        self.write_eqe(eqn, t, sub_type, data)
+    }
+
+    /// True if some EQ receives events of type `t`.
+    pub(crate) fn event_subscribed(&self, t: EventType) -> bool {
+        self.objs.eqs.iter().any(|(_, eq)| eq.wants(t.0))
+    }
+
+    fn write_eqe(
+        &mut self,
+        eqn: u32,
+        t: EventType,
+        sub_type: u8,
+        data: &[u8; EQE_DATA_LEN],
+    ) -> bool {
+        let Some(eq) = self.objs.eqs.get_mut(eqn) else {
+            return false;
+        };
+        let mut eqe = bypass_hw::eqe::Eqe::new_zeroed();
+        eqe.event_type = t.0;
+        eqe.sub_type = sub_type;
+        eqe.data = *data;
+        let mut bytes = [0u8; 64];
+        bytes.copy_from_slice(zerocopy::IntoBytes::as_bytes(&eqe));
+        let intr = eq.intr;
+        match eq.ring.post(&mut self.iommu, &mut bytes) {
+            Ok(EqPost::Written { interrupt }) => {
+                let at = self.now;
+                self.trace.record(|| TraceEvent::Eqe {
+                    at,
+                    eqn,
+                    bytes: bytes.to_vec(),
+                });
+                if interrupt {
+                    self.raise_interrupt(intr);
+                }
+                true
+            }
+            Ok(EqPost::Overrun) => false,
+            Err(f) => {
+                self.dma_fault(f);
+                false
+            }
+        }
+    }
+
+    /// The CQ arm doorbell (UAR offset 0x20). Must come through the CQ's UAR page.
+    pub(crate) fn cq_arm(&mut self, uar: u32, cmd_sn_ci: u32, cqn: u32) {
+        let Some(cq) = self.objs.cqs.get_mut(cqn).filter(|cq| cq.uar == uar) else {
+            self.counters.doorbell_errors += 1;
+            return;
+        };
+        if cq.ring.arm(cmd_sn_ci) {
+            let eqn = cq.eqn;
+            self.post_completion_event(eqn, cqn);
+        }
+    }
+
+    /// The EQ doorbell (UAR offset 0x40 arm / 0x48 update only). Must come through the EQ's
+    /// UAR page.
+    pub(crate) fn eq_doorbell(&mut self, uar: u32, eqn: u32, ci: u32, arm: bool) {
+        let Some(eq) = self.objs.eqs.get_mut(eqn).filter(|eq| eq.uar == uar) else {
+            self.counters.doorbell_errors += 1;
+            return;
+        };
+        if eq.ring.update_ci(ci, arm) {
+            let intr = eq.intr;
+            self.raise_interrupt(intr);
+        }
+    }
+
+    /// Moves QP `qpn` to `to`, tracing the change; entering ERR flushes both its queues
+    /// (every outstanding WQE completes with WR_FLUSH_ERR), as the PRM requires.
+    pub(crate) fn set_qp_state(&mut self, qpn: u32, to: QpState) {
+        let Some(qp) = self.objs.qps.get_mut(qpn) else {
+            return;
+        };
+        let from = qp.state;
+        qp.state = to;
+        if from != to {
+            let at = self.now;
+            self.trace.record(|| TraceEvent::QpState {
+                at,
+                qpn,
+                from: from as u8,
+                to: to as u8,
+            });
+        }
+        if to == QpState::Err {
+            crate::engine::flush_sq(self, qpn);
+            crate::transport::responder::flush_rq(self, qpn);
+        }
+    }
+}

@@ -1,0 +1,177 @@
+//! The RoCEv2 transport: what the device does with packets.
+//!
+//! Owns: receive dispatch (parse, ICRC, address and QP checks, then requests to the
+//! [`responder`] and responses to the [`completer`]), and [`send`], the one way the device
+//! puts a packet on the wire (IP/UDP headers from the QP's path, as rxe builds them). The
+//! [`requester`] turns send WQEs into request packets and keeps the retransmit and RNR
+//! timers. Must not: touch rings directly (completions go through `Device::post_cqe`).
+//!
+//! Receive checks follow rxe (`rxe_recv.c` `rxe_rcv`, `check_type_state`, `check_addr`):
+//! bad ICRC → dropped and counted; a destination address that is not one of our GIDs, an
+//! unknown QPN, an opcode of another transport than the QP's, or a QP not yet in RTR →
+//! dropped and counted as a discard.
+
+pub mod completer;
+pub mod requester;
+pub mod responder;
+
+use bypass_hw::cmd::qp::{QpState, service_type as st};
+use bypass_hw::roce::opcode::{Direction, Transport, rxe_udp_sport};
+use bypass_hw::roce::{
+    BthFields, ExtFields, IpSpec, PacketSpec, ROCE_V2_UDP_DPORT, RocePacket, UdpPorts, emit,
+};
+
+pub use requester::ReqState;
+pub use responder::RespState;
+
+use crate::device::Device;
+use crate::objects::AddressPath;
+use crate::trace::TraceEvent;
+
+/// Processes one packet from the wire (IP header through ICRC).
+pub(crate) fn receive(dev: &mut Device, bytes: &[u8]) {
+    dev.counters.port_rcv_packets += 1;
+    dev.counters.port_rcv_data += bytes.len() as u64;
+    let at = dev.now;
+    dev.trace.record(|| TraceEvent::Packet {
+        at,
+        tx: false,
+        bytes: bytes.to_vec(),
+    });
+    let Ok(pkt) = RocePacket::parse(bytes) else {
+        dev.counters.rx_discards += 1;
+        return;
+    };
+    if !pkt.icrc_ok() {
+        dev.counters.rx_icrc_errors += 1;
+        return;
+    }
+    let (_sgid, dgid) = pkt.ip().gids();
+    if !dev.profile.ports.iter().any(|p| p.gids.contains(&dgid)) {
+        dev.counters.rx_discards += 1;
+        return;
+    }
+    let qpn = pkt.bth().dest_qp();
+    let Some(qp) = dev.objs.qps.get(qpn) else {
+        dev.counters.rx_discards += 1;
+        return;
+    };
+    let type_ok = match pkt.opcode().transport() {
+        Transport::Rc => qp.st == st::RC,
+        Transport::Ud => qp.st == st::UD,
+        _ => false,
+    };
+    // Packets reach a QP from RTR on (rxe `check_type_state`); in ERR they are dropped.
+    let state_ok = matches!(
+        qp.state,
+        QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::SqDraining | QpState::Sqer
+    );
+    if !type_ok || !state_ok {
+        dev.counters.rx_discards += 1;
+        return;
+    }
+    match pkt.info().direction {
+        Direction::Request => responder::handle_request(dev, qpn, &pkt),
+        Direction::Response => completer::handle_response(dev, qpn, &pkt),
+    }
+}
+
+/// Where a packet goes: the local GID index and port, and the remote end.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Route<'a> {
+    /// Local port (1-based).
+    pub port: u8,
+    /// The path (remote GID, hop limit, traffic class, flow label, UDP source port).
+    pub path: &'a AddressPath,
+    /// The sending QP's number (for rxe's UDP source port rule when the path has none).
+    pub src_qpn: u32,
+}
+
+/// Builds a RoCEv2 packet for `route` and queues it on the wire. Returns false (counting a
+/// discard) if the route names a GID the port does not have or mixes IPv4 and IPv6.
+pub(crate) fn send(
+    dev: &mut Device,
+    route: Route<'_>,
+    bth: BthFields,
+    ext: ExtFields,
+    payload: &[u8],
+) -> bool {
+    let sgid = dev
+        .profile
+        .ports
+        .get(usize::from(route.port.max(1)) - 1)
+        .and_then(|p| p.gids.get(usize::from(route.path.src_addr_index)))
+        .copied();
+    let Some(sgid) = sgid else {
+        dev.counters.rx_discards += 1;
+        return false;
+    };
+    let Ok(mut ip) = IpSpec::from_gids(&sgid, &route.path.rgid) else {
+        dev.counters.rx_discards += 1;
+        return false;
+    };
+    let hop_limit = if route.path.hop_limit == 0 {
+        64
+    } else {
+        route.path.hop_limit
+    };
+    match &mut ip {
+        IpSpec::V4(v) => {
+            v.ttl = hop_limit;
+            v.tos = route.path.tclass;
+        }
+        IpSpec::V6(v) => {
+            v.hop_limit = hop_limit;
+            v.traffic_class = route.path.tclass;
+            v.flow_label = route.path.flow_label & 0xf_ffff;
+        }
+    }
+    let src = if route.path.udp_sport != 0 {
+        route.path.udp_sport
+    } else {
+        rxe_udp_sport(route.src_qpn)
+    };
+    let spec = PacketSpec {
+        ip,
+        ports: UdpPorts {
+            src,
+            dst: ROCE_V2_UDP_DPORT,
+        },
+        bth,
+        ext,
+        payload,
+    };
+    let Ok(len) = spec.packet_len() else {
+        return false;
+    };
+    let mut buf = vec![0u8; len];
+    if emit(&spec, &mut buf).is_err() {
+        return false;
+    }
+    dev.counters.port_xmit_packets += 1;
+    dev.counters.port_xmit_data += len as u64;
+    let at = dev.now;
+    dev.trace.record(|| TraceEvent::Packet {
+        at,
+        tx: true,
+        bytes: buf.clone(),
+    });
+    dev.tx.push_back(buf);
+    true
+}
+
+/// Runs every transport timer that has expired by device time. True if any did.
+pub(crate) fn run_timers(dev: &mut Device) -> bool {
+    requester::run_timers(dev)
+}
+
+/// Lets QPs whose sending was held back (window full, waiting for a fence) continue. True if
+/// any packet went out.
+pub(crate) fn resume(dev: &mut Device) -> bool {
+    requester::resume(dev)
+}
+
+/// The earliest pending timer.
+pub(crate) fn next_deadline(dev: &Device) -> Option<u64> {
+    requester::next_deadline(dev)
+}
