@@ -30,6 +30,7 @@ pub mod ring;
 pub mod table;
 pub mod trace;
 pub mod transport;
+pub mod world;
 
 #[cfg(test)]
 pub(crate) mod testkit;
@@ -37,3 +38,4 @@ pub(crate) mod testkit;
 pub use bypass_hw as hw;
 pub use device::{Device, MmioError};
 pub use profile::Profile;
+pub use world::{LinkConfig, World};

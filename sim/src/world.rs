@@ -1,0 +1,381 @@
+//! Stepped mode: several devices on one simulated network, a virtual clock, a seeded RNG.
+//!
+//! Owns: [`World`], which steps its devices in a fixed order, carries the packets they send to
+//! the device that owns the destination address after the link latency, and moves virtual
+//! time only when nothing is left to do now. Everything is single-threaded and ordered
+//! (devices by id, packets by arrival time then send order), so the same seed gives the same
+//! run, bit for bit. Must not: read the wall clock or spawn threads.
+//!
+//! The RNG is the only source of randomness in a run (link jitter today; the fault injection of
+//! the loss-recovery work draws from it too). A failing test prints `World::seed()`; building a
+//! world with that seed replays the run.
+
+use std::collections::BTreeMap;
+
+use bypass_hw::roce::RocePacket;
+use rand_chacha::ChaCha8Rng;
+use rand_core::{RngCore, SeedableRng};
+
+use crate::device::Device;
+use crate::profile::Profile;
+
+/// How packets travel between devices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LinkConfig {
+    /// One-way latency in ns.
+    pub latency_ns: u64,
+    /// Extra latency drawn uniformly from `0..=jitter_ns` per packet (from the world's RNG).
+    /// Jitter may reorder packets, as a real network can.
+    pub jitter_ns: u64,
+}
+
+impl Default for LinkConfig {
+    /// 1 µs, no jitter: a back-to-back cable.
+    fn default() -> Self {
+        Self {
+            latency_ns: 1_000,
+            jitter_ns: 0,
+        }
+    }
+}
+
+/// What the network did, for tests and reports.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NetStats {
+    /// Packets delivered.
+    pub delivered: u64,
+    /// Packets nobody owned the destination of (dropped).
+    pub unroutable: u64,
+}
+
+/// Devices on a network, stepped deterministically.
+pub struct World {
+    devices: Vec<Device>,
+    link: LinkConfig,
+    /// In flight: (arrival time, send sequence) → (destination device, packet).
+    in_flight: BTreeMap<(u64, u64), (usize, Vec<u8>)>,
+    seq: u64,
+    now: u64,
+    seed: u64,
+    rng: ChaCha8Rng,
+    stats: NetStats,
+}
+
+impl std::fmt::Debug for World {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("World")
+            .field("seed", &self.seed)
+            .field("now", &self.now)
+            .field("devices", &self.devices.len())
+            .field("in_flight", &self.in_flight.len())
+            .finish()
+    }
+}
+
+/// The most steps [`World::run_until_idle`] takes before deciding the devices livelock.
+pub const MAX_STEPS: usize = 1_000_000;
+
+/// The devices kept doing work without ever becoming idle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the world did not become idle within {steps} steps at t={now} ns (seed {seed}): a device livelocks"
+)]
+pub struct Livelock {
+    /// Steps taken.
+    pub steps: usize,
+    /// Virtual time.
+    pub now: u64,
+    /// The world's seed, to replay the run.
+    pub seed: u64,
+}
+
+impl World {
+    /// An empty world whose randomness comes from `seed`.
+    pub fn new(seed: u64) -> Self {
+        Self {
+            devices: Vec::new(),
+            link: LinkConfig::default(),
+            in_flight: BTreeMap::new(),
+            seq: 0,
+            now: 0,
+            seed,
+            rng: ChaCha8Rng::seed_from_u64(seed),
+            stats: NetStats::default(),
+        }
+    }
+
+    /// The seed this world was made with.
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
+
+    /// Sets the link model for packets sent from now on.
+    pub fn set_link(&mut self, link: LinkConfig) {
+        self.link = link;
+    }
+
+    /// Adds a device; returns its id (its index).
+    pub fn add_device(&mut self, profile: Profile) -> usize {
+        let mut d = Device::new(profile);
+        d.set_time(self.now);
+        self.devices.push(d);
+        self.devices.len() - 1
+    }
+
+    /// Device `id`.
+    ///
+    /// # Panics
+    /// If `id` was not returned by [`World::add_device`] (a bug in the test using the world).
+    pub fn device(&mut self, id: usize) -> &mut Device {
+        &mut self.devices[id]
+    }
+
+    /// Number of devices.
+    pub fn len(&self) -> usize {
+        self.devices.len()
+    }
+
+    /// True if there are no devices.
+    pub fn is_empty(&self) -> bool {
+        self.devices.is_empty()
+    }
+
+    /// Virtual time in ns.
+    pub fn now(&self) -> u64 {
+        self.now
+    }
+
+    /// Network statistics.
+    pub fn stats(&self) -> &NetStats {
+        &self.stats
+    }
+
+    /// Packets in flight.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.len()
+    }
+
+    /// Steps every device and delivers every packet due now, until nothing happens; virtual
+    /// time does not move. Returns the number of rounds.
+    pub fn run_until_idle(&mut self) -> Result<usize, Livelock> {
+        for round in 0..MAX_STEPS {
+            let mut progress = false;
+            for d in &mut self.devices {
+                d.set_time(self.now);
+                progress |= d.step();
+            }
+            progress |= self.collect_tx();
+            progress |= self.deliver_due();
+            if !progress {
+                return Ok(round);
+            }
+        }
+        Err(Livelock {
+            steps: MAX_STEPS,
+            now: self.now,
+            seed: self.seed,
+        })
+    }
+
+    /// Runs for `duration` ns of virtual time: jumps from event to event (packet arrivals,
+    /// device timers), running to idle at each.
+    pub fn advance(&mut self, duration: u64) -> Result<(), Livelock> {
+        let end = self.now.saturating_add(duration);
+        self.run_until_idle()?;
+        while let Some(t) = self.next_event().filter(|&t| t <= end) {
+            self.now = self.now.max(t);
+            self.run_until_idle()?;
+        }
+        self.now = end;
+        self.run_until_idle().map(|_| ())
+    }
+
+    /// Runs until no packet is in flight and no device has a timer pending, or `limit` ns of
+    /// virtual time have passed. Returns true if the network went quiet.
+    pub fn settle(&mut self, limit: u64) -> Result<bool, Livelock> {
+        let end = self.now.saturating_add(limit);
+        self.run_until_idle()?;
+        while let Some(t) = self.next_event() {
+            if t > end {
+                self.now = end;
+                return Ok(false);
+            }
+            self.now = self.now.max(t);
+            self.run_until_idle()?;
+        }
+        Ok(true)
+    }
+
+    /// The next time something is due: a packet arrival or a device timer.
+    pub fn next_event(&self) -> Option<u64> {
+        let arrival = self.in_flight.keys().next().map(|&(t, _)| t);
+        let timers = self.devices.iter().filter_map(Device::next_deadline).min();
+        match (arrival, timers) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Moves every sent packet onto the network.
+    fn collect_tx(&mut self) -> bool {
+        let mut any = false;
+        for src in 0..self.devices.len() {
+            while let Some(pkt) = self.devices[src].take_tx() {
+                any = true;
+                let Some(dst) = self.route(&pkt) else {
+                    self.stats.unroutable += 1;
+                    continue;
+                };
+                let jitter = if self.link.jitter_ns == 0 {
+                    0
+                } else {
+                    self.rng.next_u64() % (self.link.jitter_ns + 1)
+                };
+                let at = self.now + self.link.latency_ns + jitter;
+                self.seq += 1;
+                self.in_flight.insert((at, self.seq), (dst, pkt));
+            }
+        }
+        any
+    }
+
+    /// The device that owns the packet's destination address.
+    fn route(&self, pkt: &[u8]) -> Option<usize> {
+        let parsed = RocePacket::parse(pkt).ok()?;
+        let (_, dgid) = parsed.ip().gids();
+        self.devices
+            .iter()
+            .position(|d| d.profile().ports.iter().any(|p| p.gids.contains(&dgid)))
+    }
+
+    /// Hands every packet whose arrival time has come to its device.
+    fn deliver_due(&mut self) -> bool {
+        let mut any = false;
+        while let Some(entry) = self.in_flight.first_entry() {
+            if entry.key().0 > self.now {
+                break;
+            }
+            let (dst, pkt) = entry.remove();
+            self.stats.delivered += 1;
+            if let Some(d) = self.devices.get_mut(dst) {
+                d.receive(pkt);
+                any = true;
+            }
+        }
+        any
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::objects::AddressPath;
+    use crate::transport::{Route, send};
+    use bypass_hw::roce::ext::Aeth;
+    use bypass_hw::roce::{BthFields, BthOpcode, DEFAULT_PKEY, ExtFields};
+    use bypass_hw::syndrome::AethSyndrome;
+
+    /// Device `from` sends an ACK to the owner of `to_gid`, with PSN `psn`.
+    fn send_ack(w: &mut World, from: usize, to_gid: [u8; 16], psn: u32) {
+        let path = AddressPath {
+            rgid: to_gid,
+            port: 1,
+            ..Default::default()
+        };
+        let bth = BthFields {
+            opcode: BthOpcode::RC_ACKNOWLEDGE,
+            pkey: DEFAULT_PKEY,
+            dest_qp: 0x42,
+            psn,
+            ..Default::default()
+        };
+        let ext = ExtFields {
+            aeth: Some(Aeth::new(AethSyndrome::ACK_UNLIMITED, 0).unwrap()),
+            ..Default::default()
+        };
+        assert!(send(
+            w.device(from),
+            Route {
+                port: 1,
+                path: &path,
+                src_qpn: 7
+            },
+            bth,
+            ext,
+            &[]
+        ));
+    }
+
+    fn rx_psns(w: &mut World, dev: usize) -> Vec<u32> {
+        // Packets a device received but could not use (no QP 0x42) are counted as discards;
+        // the trace shows their order.
+        w.device(dev)
+            .trace
+            .events()
+            .iter()
+            .filter_map(|e| match e {
+                crate::trace::TraceEvent::Packet {
+                    tx: false, bytes, ..
+                } => Some(RocePacket::parse(bytes).unwrap().bth().psn()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn packets_arrive_after_the_latency_and_only_at_the_owner_of_the_address() {
+        let mut w = World::new(1);
+        let a = w.add_device(Profile::with_id(1));
+        let b = w.add_device(Profile::with_id(2));
+        w.device(b).trace.set_enabled(true);
+        let gid_b = Profile::with_id(2).ports[0].gids[0];
+        send_ack(&mut w, a, gid_b, 5);
+        w.run_until_idle().unwrap();
+        assert_eq!(w.in_flight(), 1);
+        assert_eq!(
+            w.device(b).counters.port_rcv_packets,
+            0,
+            "not before the latency"
+        );
+        w.advance(999).unwrap();
+        assert_eq!(w.device(b).counters.port_rcv_packets, 0);
+        w.advance(1).unwrap();
+        assert_eq!(w.device(b).counters.port_rcv_packets, 1);
+        assert_eq!(w.device(b).counters.rx_discards, 1, "no QP 0x42 on b");
+        assert_eq!(w.device(a).counters.port_rcv_packets, 0);
+        send_ack(&mut w, a, Profile::ipv4_gid([192, 0, 2, 1]), 6);
+        assert!(w.settle(1_000_000).unwrap());
+        assert_eq!(w.stats().unroutable, 1);
+        assert_eq!(w.now(), 1_000);
+    }
+
+    fn jittery_run(seed: u64) -> Vec<u32> {
+        let mut w = World::new(seed);
+        w.set_link(LinkConfig {
+            latency_ns: 1_000,
+            jitter_ns: 5_000,
+        });
+        let a = w.add_device(Profile::with_id(1));
+        let b = w.add_device(Profile::with_id(2));
+        w.device(b).trace.set_enabled(true);
+        let gid_b = Profile::with_id(2).ports[0].gids[0];
+        for psn in 0..32 {
+            send_ack(&mut w, a, gid_b, psn);
+        }
+        assert!(w.settle(1_000_000).unwrap(), "seed {seed}");
+        rx_psns(&mut w, b)
+    }
+
+    #[test]
+    fn the_same_seed_replays_the_same_reordering() {
+        let first = jittery_run(7);
+        assert_eq!(first.len(), 32);
+        assert_eq!(first, jittery_run(7));
+        assert_ne!(
+            first,
+            (0..32).collect::<Vec<_>>(),
+            "5 µs of jitter reorders packets"
+        );
+        assert_ne!(first, jittery_run(8), "another seed, another order");
+    }
+}
