@@ -21,6 +21,8 @@
 mod create;
 mod modify;
 mod optpar;
+#[cfg(test)]
+mod tests;
 
 use bypass_hw::cmd::Opcode;
 use bypass_hw::syndrome::CmdStatus;
