@@ -4,8 +4,8 @@
 //! capabilities, the objects it names and the QP state machine, then filling or updating the
 //! [`Qp`](crate::objects::Qp) in the object table (its `attrs`, geometry, raw `qpc`, state) and
 //! the users counts of the PD, CQs and UAR it names. Split into [`create`] (CREATE / QUERY /
-//! DESTROY), [`modify`] (the transitions) and [`optpar`] (which optional parameters each
-//! transition accepts). Must not: touch rings or packets (entering ERR flushes through
+//! DESTROY), [`modify`] (the state machine), [`fields`] (what each transition takes) and
+//! [`optpar`] (which optional parameters each transition accepts). Must not: touch rings or packets (entering ERR flushes through
 //! `Device::set_qp_state`, which calls the data path), or parse anything but through
 //! `bypass_hw::cmd::qp` views.
 //!
@@ -19,6 +19,7 @@
 //! the firmware core's.
 
 mod create;
+mod fields;
 mod modify;
 mod optpar;
 #[cfg(test)]
