@@ -58,11 +58,11 @@ pub(crate) fn check(
 }
 
 /// Walks `len` bytes of the SGE list from message offset `off`, calling `f(iova, range)` for
-/// each IOVA run, where `range` is the run's place in `0..len`.
+/// each IOVA run, where `range` is the run's place in `0..len`. `who` is the QP's
+/// (PD, QPN).
 fn walk(
     mkeys: &Table<Mkey>,
-    pd: u32,
-    qpn: u32,
+    (pd, qpn): (u32, u32),
     sges: &[Sge],
     off: u64,
     len: usize,
@@ -101,7 +101,6 @@ fn walk(
 }
 
 /// Reads `len` bytes of the message from offset `off` (Need::LocalRead).
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn gather(
     mkeys: &Table<Mkey>,
     iommu: &mut Iommu,
@@ -114,8 +113,7 @@ pub(crate) fn gather(
     let mut out = vec![0u8; len];
     walk(
         mkeys,
-        pd,
-        qpn,
+        (pd, qpn),
         sges,
         off,
         len,
@@ -137,8 +135,7 @@ pub(crate) fn scatter(
 ) -> Result<(), MemError> {
     walk(
         mkeys,
-        pd,
-        qpn,
+        (pd, qpn),
         sges,
         off,
         data.len(),

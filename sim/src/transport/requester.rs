@@ -169,7 +169,8 @@ pub(crate) fn ctx(dev: &Device, qpn: u32) -> Option<Ctx> {
         sra_max: 1usize << a.log_sra_max.min(16),
         ack_timeout: match a.path.ack_timeout {
             0 => None,
-            t => Some(4096u64.checked_shl(u32::from(t)).unwrap_or(u64::MAX)),
+            // `ack_timeout` is a 5-bit field: 4.096 µs << 31 is the longest timeout.
+            t => Some(4096u64 << t.min(31)),
         },
     })
 }
