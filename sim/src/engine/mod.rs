@@ -1,11 +1,235 @@
-//! The send side of the data path: doorbells, WQE fetch and validation, flush.
+//! The send side of the data path: send doorbells, WQE fetch by DMA, flush.
 //!
-//! (Being written: see the requester work item.)
+//! Owns: what a send doorbell does ([`send_doorbell`]), fetching WQEs from the SQ ring up to
+//! the doorbell record's producer ([`fetch`]), and flushing ([`flush_sq`]). WQE parsing is in
+//! [`wqe`], local memory access in [`gather`], send CQEs in [`cqe`]. Must not: build packets
+//! or keep transport state (that is `transport::requester`), touch rings directly.
+//!
+//! The doorbell protocol, as rdma-core `providers/mlx5/qp.c` `post_send_db` drives it: the
+//! WQEs are written, then the doorbell record's send counter (`dbr + 4`, big-endian, 16 bits
+//! of `sq.cur_post`), then the first 8 bytes of the last WQE's ctrl segment go to the UAR
+//! (or the whole WQE by BlueFlame). The device processes WQEs from its own counter up to the
+//! record's, so one doorbell can cover many WQEs; the 8 doorbell bytes only name the QP.
+//!
+//! QP state (IBTA vol. 1 §10.3.1 and the QP state table 10.3.1.1, which mlx5 follows): work
+//! requests may be posted in INIT and RTR but are processed only from RTS; in SQD they wait
+//! for the return to RTS; in SQE and ERR new WQEs complete with WR_FLUSH_ERR. A doorbell for
+//! a QP in RESET, INIT, RTR or SQD therefore does nothing now; [`fetch`] picks the WQEs up
+//! when the QP reaches RTS (the requester's `resume` calls it once per entry into RTS).
+
+pub(crate) mod cqe;
+pub(crate) mod gather;
+pub(crate) mod wqe;
+
+use bypass_hw::cmd::qp::{QpState, service_type as st};
+use bypass_hw::syndrome::CqeSyndrome;
+use bypass_hw::wqe::{CtrlSeg, MLX5_SEND_WQE_BB, WqeOpcode};
+use zerocopy::FromBytes;
 
 use crate::device::Device;
+use crate::trace::TraceEvent;
+use wqe::{Limits, SendWqe};
 
 /// A send doorbell (8-byte doorbell, or a whole WQE by BlueFlame) arrived on UAR page `uar`.
-pub(crate) fn send_doorbell(_dev: &mut Device, _uar: u32, _ctrl: [u8; 8], _bf: Option<Vec<u8>>) {}
+///
+/// A doorbell naming an unknown QP, a QP without an SQ or of a type without a send engine
+/// here, or arriving through another UAR page than the QP's, is dropped and counted
+/// (`doorbell_errors`), as the hardware drops it: the UAR page is the protection domain of
+/// doorbells (kernel `mlx5_ib` gives each process its own pages for that reason).
+pub(crate) fn send_doorbell(dev: &mut Device, uar: u32, ctrl: [u8; 8], bf: Option<Vec<u8>>) {
+    let qpn = u32::from_be_bytes([ctrl[4], ctrl[5], ctrl[6], ctrl[7]]) >> 8;
+    let Some(qp) = dev.objs.qps.get(qpn) else {
+        dev.counters.doorbell_errors += 1;
+        return;
+    };
+    if qp.uar != uar || qp.geom.log_sq_size.is_none() || !matches!(qp.st, st::RC | st::UD) {
+        dev.counters.doorbell_errors += 1;
+        return;
+    }
+    match qp.state {
+        QpState::Rts => {
+            fetch(dev, qpn, bf);
+            crate::transport::requester::pump(dev, qpn);
+        }
+        QpState::Err | QpState::Sqer => flush_posted(dev, qpn),
+        _ => {}
+    }
+}
 
-/// Completes every outstanding send WQE of `qpn` with WR_FLUSH_ERR.
-pub(crate) fn flush_sq(_dev: &mut Device, _qpn: u32) {}
+/// Fetches every WQE from the QP's SQ counter up to the doorbell record's producer, parses it
+/// and queues it for the requester. With BlueFlame, `bf` holds the first WQE (the device uses
+/// the bytes of the doorbell write, not the ring copy, for it).
+pub(crate) fn fetch(dev: &mut Device, qpn: u32, bf: Option<Vec<u8>>) {
+    let Some(qp) = dev.objs.qps.get(qpn) else {
+        return;
+    };
+    let Some(log_sq) = qp.geom.log_sq_size else {
+        return;
+    };
+    let sq_wqebbs = 1u32 << log_sq;
+    let rq_bytes = qp.geom.rq_bytes();
+    let lim = Limits {
+        qpn,
+        st: qp.st,
+        max_wqe_bytes: u32::from(dev.profile.caps.max_wqe_sz_sq),
+        log_msg_max: match qp.attrs.log_msg_max {
+            // A qpc without log_msg_max: the device's own limit applies.
+            0 => dev.profile.caps.log_max_msg,
+            l => l.min(dev.profile.caps.log_max_msg),
+        },
+    };
+    let dbr = qp.dbr.wrapping_add(4);
+    let pi = match dev.iommu.read_be32(dbr) {
+        Ok(v) => v & 0xffff,
+        Err(f) => {
+            dev.dma_fault(f);
+            return;
+        }
+    };
+    let mut ci = qp.sq_ci & 0xffff;
+    let mut bf = bf;
+    let mut fetched = Vec::new();
+    while pi.wrapping_sub(ci) & 0xffff != 0 {
+        let w = match read_wqe(dev, qpn, rq_bytes, sq_wqebbs, ci, bf.take()) {
+            Ok(bytes) => {
+                let at = dev.now;
+                dev.trace.record(|| TraceEvent::Wqe {
+                    at,
+                    qpn,
+                    bytes: bytes.clone(),
+                });
+                wqe::parse(&bytes, ci as u16, &lim)
+            }
+            Err(f) => {
+                // The WQE could not be read: it completes with the local protection error
+                // (the device's access to the posted buffer failed) when its turn comes, and
+                // nothing after it is fetched.
+                dev.dma_fault(f);
+                let mut w = SendWqe::bare(ci as u16, WqeOpcode::NOP, 1);
+                w.error = Some(CqeSyndrome::LOCAL_PROT_ERR);
+                ci = (ci + 1) & 0xffff;
+                fetched.push(w);
+                break;
+            }
+        };
+        ci = (ci + u32::from(w.wqebbs)) & 0xffff;
+        fetched.push(w);
+    }
+    if let Some(qp) = dev.objs.qps.get_mut(qpn) {
+        qp.sq_ci = ci;
+        qp.req.wqes.extend(fetched);
+    }
+}
+
+/// Reads the WQE at SQ counter `ci`: its ctrl segment, then the rest, WQEBB by WQEBB, wrapping
+/// at the end of the SQ. `bf` replaces the ring bytes where it has them.
+fn read_wqe(
+    dev: &mut Device,
+    qpn: u32,
+    rq_bytes: u64,
+    sq_wqebbs: u32,
+    ci: u32,
+    bf: Option<Vec<u8>>,
+) -> Result<Vec<u8>, crate::iommu::DmaFault> {
+    let Some(qp) = dev.objs.qps.get(qpn) else {
+        return Ok(Vec::new());
+    };
+    let mut first = [0u8; MLX5_SEND_WQE_BB];
+    match bf.as_deref().and_then(|b| b.get(..MLX5_SEND_WQE_BB)) {
+        Some(b) => first.copy_from_slice(b),
+        None => qp.wq.read(
+            &mut dev.iommu,
+            wqe::sq_offset(rq_bytes, sq_wqebbs, ci),
+            &mut first,
+        )?,
+    }
+    let nbb = CtrlSeg::read_from_prefix(&first[..])
+        .map(|(c, _)| u32::from(wqe::wqebbs(&c)))
+        .unwrap_or(1)
+        .min(sq_wqebbs);
+    let mut bytes = first.to_vec();
+    for i in 1..nbb {
+        let at = i as usize * MLX5_SEND_WQE_BB;
+        match bf.as_deref().and_then(|b| b.get(at..at + MLX5_SEND_WQE_BB)) {
+            Some(b) => bytes.extend_from_slice(b),
+            None => {
+                let mut bb = [0u8; MLX5_SEND_WQE_BB];
+                let off = wqe::sq_offset(rq_bytes, sq_wqebbs, ci.wrapping_add(i));
+                qp.wq.read(&mut dev.iommu, off, &mut bb)?;
+                bytes.extend_from_slice(&bb);
+            }
+        }
+    }
+    Ok(bytes)
+}
+
+/// Completes every outstanding send WQE of `qpn`, and every WQE posted up to the doorbell
+/// record's producer, with WR_FLUSH_ERR.
+///
+/// Every flushed WQE gets its CQE, signaled or not: IBTA §10.7.3.1 requires a completion for
+/// every WR flushed in the error state, rxe posts one whenever the status is not success
+/// (`rxe_comp.c` `do_complete`), and rdma-core's mlx5 poll is built for it (a REQ_ERR CQE sets
+/// `sq.tail = wqe_head[idx] + 1`, `cq.c` `mlx5_parse_cqe`, so one CQE per WQE retires each
+/// in turn). The kernel's drain (`mlx5_ib` `mlx5_ib_drain_sq`) relies on the flush of its
+/// own signaled marker WQE.
+pub(crate) fn flush_sq(dev: &mut Device, qpn: u32) {
+    let Some(qp) = dev.objs.qps.get_mut(qpn) else {
+        return;
+    };
+    let wqes = std::mem::take(&mut qp.req.wqes);
+    qp.req.reset_after_flush();
+    for w in wqes {
+        cqe::post_err(dev, qpn, w.index, w.opcode, CqeSyndrome::WR_FLUSH_ERR);
+    }
+    flush_posted(dev, qpn);
+}
+
+/// Flushes the WQEs posted after the device's SQ counter (reading only their ctrl segments).
+fn flush_posted(dev: &mut Device, qpn: u32) {
+    let Some(qp) = dev.objs.qps.get(qpn) else {
+        return;
+    };
+    let Some(log_sq) = qp.geom.log_sq_size else {
+        return;
+    };
+    let sq_wqebbs = 1u32 << log_sq;
+    let rq_bytes = qp.geom.rq_bytes();
+    let pi = match dev.iommu.read_be32(qp.dbr.wrapping_add(4)) {
+        Ok(v) => v & 0xffff,
+        Err(f) => {
+            dev.dma_fault(f);
+            return;
+        }
+    };
+    let mut ci = qp.sq_ci & 0xffff;
+    let mut flushed = Vec::new();
+    while pi.wrapping_sub(ci) & 0xffff != 0 {
+        let mut c = [0u8; 16];
+        let Some(qp) = dev.objs.qps.get(qpn) else {
+            return;
+        };
+        if let Err(f) = qp.wq.read(
+            &mut dev.iommu,
+            wqe::sq_offset(rq_bytes, sq_wqebbs, ci),
+            &mut c,
+        ) {
+            dev.dma_fault(f);
+            break;
+        }
+        let (opcode, nbb) = match CtrlSeg::read_from_prefix(&c[..]) {
+            Ok((ctrl, _)) => (ctrl.opcode(), wqe::wqebbs(&ctrl)),
+            Err(_) => (WqeOpcode::NOP, 1),
+        };
+        flushed.push((ci as u16, opcode));
+        ci = (ci + u32::from(nbb)) & 0xffff;
+    }
+    if let Some(qp) = dev.objs.qps.get_mut(qpn) {
+        qp.sq_ci = ci;
+    }
+    for (index, opcode) in flushed {
+        cqe::post_err(dev, qpn, index, opcode, CqeSyndrome::WR_FLUSH_ERR);
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,10 +1,323 @@
 //! The completer: ACK/NAK, READ responses and atomic ACKs → send completions.
 //!
-//! (Being written: see the requester work item.)
+//! Owns: what a response packet does to the requester's WQEs: coalesced ACKs, implicit ACKs
+//! (a NAK or a READ/atomic response acknowledges every PSN before it), READ response
+//! reassembly into the READ's local buffers, atomic results, RNR NAK back-off, PSN sequence
+//! NAK go-back-N, and the fatal NAKs. Must not: send request packets itself (it rewinds and
+//! lets the requester's `pump` resend) or touch rings (CQEs go through `engine::cqe`).
+//!
+//! Follows rxe `rxe_comp.c` (`check_psn`, `check_ack`, `do_read`, `do_atomic`,
+//! `complete_ack`, the RNR and retry paths) as `shared/reference/rxe-wire.md` summarises it:
+//! a response PSN beyond a SEND/WRITE's last PSN completes it; beyond a READ/atomic's last
+//! PSN without its data means the response was lost (retry from it); a PSN before the oldest
+//! unacknowledged one, or past the last one sent, is stale and ignored.
 
-use bypass_hw::roce::RocePacket;
+use bypass_hw::roce::opcode::{Position, psn_add, psn_diff};
+use bypass_hw::roce::{BthOpcode, RocePacket};
+use bypass_hw::syndrome::{AethKind, CqeSyndrome};
+use bypass_hw::wqe::WqeOpcode;
 
+use super::requester::{self, Ctx, ReqState, count, rewind, rnr_timer_ns, use_retry};
 use crate::device::Device;
+use crate::engine::gather;
+
+/// What an acknowledgement up to a PSN found.
+enum Acked {
+    /// Everything up to the PSN that could complete did.
+    Ok,
+    /// A READ/atomic ending at or before the PSN has no data yet: its response was lost,
+    /// resend from this PSN.
+    Lost(u32),
+}
 
 /// A response packet for QP `qpn`.
-pub(crate) fn handle_response(_dev: &mut Device, _qpn: u32, _pkt: &RocePacket<'_>) {}
+pub(crate) fn handle_response(dev: &mut Device, qpn: u32, pkt: &RocePacket<'_>) {
+    let Some(c) = requester::ctx(dev, qpn) else {
+        return;
+    };
+    let Some(mut req) = requester::take(dev, qpn) else {
+        return;
+    };
+    let psn = pkt.bth().psn();
+    // Only PSNs in [una - 1, max_psn) can answer something still outstanding; older ones are
+    // duplicates (rxe re-ACKs duplicates at `ack_psn - 1`), newer ones answer nothing sent.
+    let stale = psn_diff(psn, req.una) < -1 || psn_diff(psn, req.max_psn) >= 0;
+    if !stale {
+        match pkt.opcode() {
+            BthOpcode::RC_ACKNOWLEDGE => on_ack(dev, &c, &mut req, pkt, psn),
+            BthOpcode::RC_ATOMIC_ACKNOWLEDGE => on_atomic_ack(dev, &c, &mut req, pkt, psn),
+            BthOpcode::RC_RDMA_READ_RESPONSE_FIRST
+            | BthOpcode::RC_RDMA_READ_RESPONSE_MIDDLE
+            | BthOpcode::RC_RDMA_READ_RESPONSE_LAST
+            | BthOpcode::RC_RDMA_READ_RESPONSE_ONLY => {
+                on_read_response(dev, &c, &mut req, pkt, psn)
+            }
+            _ => {}
+        }
+    }
+    let to_err = requester::complete_ready(dev, &c, &mut req);
+    requester::restore(dev, qpn, req, to_err);
+    if !to_err {
+        requester::pump(dev, qpn);
+    }
+}
+
+/// Completes the SEND/WRITE WQEs whose last PSN is at or before `psn`, in order, and moves
+/// the oldest unacknowledged PSN past them.
+fn ack_through(dev: &mut Device, c: &Ctx, req: &mut ReqState, psn: u32) -> Acked {
+    let mut progress = false;
+    let mut lost = None;
+    for w in req.wqes.iter_mut() {
+        if !w.started || w.error.is_some() {
+            break;
+        }
+        if w.done || w.opcode == WqeOpcode::NOP {
+            continue;
+        }
+        if !w.sent || psn_diff(w.last_psn, psn) > 0 {
+            break;
+        }
+        if w.is_read_or_atomic() {
+            lost = Some(psn_add(w.first_psn, w.resp_pkts));
+            break;
+        }
+        w.done = true;
+        progress = true;
+    }
+    let next = psn_add(psn, 1);
+    let upto = lost.unwrap_or(next);
+    if psn_diff(upto, req.una) > 0 {
+        req.una = upto;
+        progress = true;
+    }
+    if progress {
+        req.retries = 0;
+        req.rnr_retries = 0;
+        req.ack_deadline = if req.outstanding() {
+            c.ack_timeout.map(|t| dev.now.saturating_add(t))
+        } else {
+            None
+        };
+    }
+    match lost {
+        Some(p) => Acked::Lost(p),
+        None => Acked::Ok,
+    }
+}
+
+/// A retry from `psn` after a lost response or a sequence NAK: uses a transport retry, or
+/// fails the oldest outstanding WQE with TRANSPORT_RETRY_EXC_ERR when none is left.
+fn retry_from(dev: &mut Device, c: &Ctx, req: &mut ReqState, psn: u32) {
+    if use_retry(&mut req.retries, c.retry_count) {
+        rewind(req, psn);
+    } else {
+        count(dev, c.qpn, |k| k.retry_exceeded_err += 1);
+        fail_at(req, psn, CqeSyndrome::TRANSPORT_RETRY_EXC_ERR);
+    }
+}
+
+/// Marks the outstanding WQE holding `psn` (or the oldest outstanding one) failed.
+fn fail_at(req: &mut ReqState, psn: u32, synd: CqeSyndrome) {
+    let idx = req
+        .wqes
+        .iter()
+        .position(|w| {
+            w.started
+                && !w.done
+                && w.error.is_none()
+                && w.opcode != WqeOpcode::NOP
+                && psn_diff(w.last_psn, psn) >= 0
+        })
+        .or_else(|| {
+            req.wqes
+                .iter()
+                .position(|w| w.started && !w.done && w.error.is_none())
+        });
+    if let Some(w) = idx.and_then(|i| req.wqes.get_mut(i)) {
+        w.error = Some(synd);
+    }
+    req.ack_deadline = None;
+    req.rnr_wait = None;
+}
+
+/// ACKNOWLEDGE: an ACK, an RNR NAK or a NAK.
+fn on_ack(dev: &mut Device, c: &Ctx, req: &mut ReqState, pkt: &RocePacket<'_>, psn: u32) {
+    let Some(aeth) = pkt.aeth() else {
+        return;
+    };
+    match aeth.syndrome().kind() {
+        AethKind::Ack(_) => {
+            if let Acked::Lost(p) = ack_through(dev, c, req, psn) {
+                retry_from(dev, c, req, p);
+            }
+        }
+        AethKind::RnrNak(code) => {
+            // The NAK acknowledges every PSN before the one refused.
+            if let Acked::Lost(p) = ack_through(dev, c, req, psn_add(psn, 0x00ff_ffff)) {
+                retry_from(dev, c, req, p);
+                return;
+            }
+            count(dev, c.qpn, |k| k.rnr_nak_received += 1);
+            if use_retry(&mut req.rnr_retries, c.rnr_retry) {
+                req.ack_deadline = None;
+                req.rnr_wait = Some((dev.now.saturating_add(rnr_timer_ns(code)), psn));
+            } else {
+                count(dev, c.qpn, |k| k.rnr_nak_retry_err += 1);
+                fail_at(req, psn, CqeSyndrome::RNR_RETRY_EXC_ERR);
+            }
+        }
+        AethKind::Nak(code) => {
+            count(dev, c.qpn, |k| k.naks_received += 1);
+            if let Acked::Lost(p) = ack_through(dev, c, req, psn_add(psn, 0x00ff_ffff)) {
+                retry_from(dev, c, req, p);
+                return;
+            }
+            match code {
+                0 => {
+                    // PSN sequence error: the responder expects `psn`; go back to it
+                    // (rxe: COMPST_ERROR_RETRY, which uses a retry).
+                    count(dev, c.qpn, |k| k.packet_seq_err += 1);
+                    retry_from(dev, c, req, psn);
+                }
+                1 => {
+                    count(dev, c.qpn, |k| k.req_remote_invalid_request += 1);
+                    fail_at(req, psn, CqeSyndrome::REMOTE_INVAL_REQ_ERR);
+                }
+                2 => {
+                    count(dev, c.qpn, |k| k.req_remote_access_errors += 1);
+                    fail_at(req, psn, CqeSyndrome::REMOTE_ACCESS_ERR);
+                }
+                3 => fail_at(req, psn, CqeSyndrome::REMOTE_OP_ERR),
+                // Invalid RD request, or a reserved code: not meaningful on RC.
+                _ => fail_at(req, psn, CqeSyndrome::BAD_RESP_ERR),
+            }
+        }
+        AethKind::Reserved(_) => {}
+    }
+}
+
+/// The oldest outstanding WQE, after the implicit acknowledgement of everything before `psn`.
+/// `None` if nothing matches (the response is stale) or after a retry was started.
+fn head_for(dev: &mut Device, c: &Ctx, req: &mut ReqState, psn: u32) -> Option<usize> {
+    if let Acked::Lost(p) = ack_through(dev, c, req, psn_add(psn, 0x00ff_ffff)) {
+        if psn_diff(p, psn) < 0 {
+            retry_from(dev, c, req, p);
+            return None;
+        }
+    }
+    req.wqes
+        .iter()
+        .position(|w| w.started && !w.done && w.error.is_none() && w.opcode != WqeOpcode::NOP)
+}
+
+/// A READ response packet: scatter at its offset, complete on LAST/ONLY.
+fn on_read_response(dev: &mut Device, c: &Ctx, req: &mut ReqState, pkt: &RocePacket<'_>, psn: u32) {
+    let Some(i) = head_for(dev, c, req, psn) else {
+        return;
+    };
+    let Some(w) = req.wqes.get(i) else {
+        return;
+    };
+    if w.opcode != WqeOpcode::RDMA_READ || !w.sent {
+        return;
+    }
+    let expected = psn_add(w.first_psn, w.resp_pkts);
+    let d = psn_diff(psn, expected);
+    if d < 0 {
+        return; // a duplicate of a response already taken
+    }
+    if d > 0 {
+        // A response packet was lost (rxe: COMPST_ERROR_RETRY from the first missing PSN).
+        retry_from(dev, c, req, expected);
+        return;
+    }
+    let pos = pkt.info().position;
+    let off = u64::from(w.resp_pkts) * u64::from(c.mtu);
+    let n = pkt.payload().len() as u64;
+    let remaining = u64::from(w.len).saturating_sub(off);
+    let first_ok = matches!(pos, Position::First | Position::Only) == (w.resp_pkts == 0);
+    let len_ok = match pos {
+        Position::First | Position::Middle => n == u64::from(c.mtu) && n < remaining,
+        Position::Last | Position::Only => n == remaining && n <= u64::from(c.mtu),
+    };
+    if !first_ok || !len_ok {
+        // An opcode out of sequence or a length that does not fit the READ: the responder is
+        // broken (rxe `check_ack` / `check_length` fail the WQE).
+        fail_at(req, psn, CqeSyndrome::BAD_RESP_ERR);
+        return;
+    }
+    let r = gather::scatter(
+        &dev.objs.mkeys,
+        &mut dev.iommu,
+        c.pd,
+        c.qpn,
+        &w.sges,
+        off,
+        pkt.payload(),
+    );
+    if let Err(e) = r {
+        if let gather::MemError::Dma(f) = e {
+            dev.dma_fault(f);
+        }
+        fail_at(req, psn, e.syndrome());
+        return;
+    }
+    let last = matches!(pos, Position::Last | Position::Only);
+    let last_psn = w.last_psn;
+    if let Some(w) = req.wqes.get_mut(i) {
+        w.resp_pkts += 1;
+        if last {
+            w.done = true;
+        }
+    }
+    // Progress: the READ's packets up to this one are acknowledged.
+    let _ = ack_through(dev, c, req, if last { last_psn } else { psn });
+    if psn_diff(psn_add(psn, 1), req.una) > 0 {
+        req.una = psn_add(psn, 1);
+    }
+}
+
+/// ATOMIC ACKNOWLEDGE: the original value goes to the atomic's local buffer.
+///
+/// The 8 bytes are written as they are on the wire, big-endian: the device's default
+/// `atomic_req_8B_endianness_mode` is big-endian (kernel `mlx5_ifc.h` atomic caps;
+/// `mlx5_ib` `get_atomic_caps` advertises host-endian atomics only when the firmware was
+/// switched to host endianness, which this device does not model).
+fn on_atomic_ack(dev: &mut Device, c: &Ctx, req: &mut ReqState, pkt: &RocePacket<'_>, psn: u32) {
+    let (Some(_aeth), Some(ack)) = (pkt.aeth(), pkt.atomic_ack_eth()) else {
+        return;
+    };
+    let Some(i) = head_for(dev, c, req, psn) else {
+        return;
+    };
+    let Some(w) = req.wqes.get(i) else {
+        return;
+    };
+    if !matches!(w.opcode, WqeOpcode::ATOMIC_CS | WqeOpcode::ATOMIC_FA)
+        || !w.sent
+        || w.first_psn != psn
+    {
+        return;
+    }
+    let orig = ack.orig().to_be_bytes();
+    let r = gather::scatter(
+        &dev.objs.mkeys,
+        &mut dev.iommu,
+        c.pd,
+        c.qpn,
+        &w.sges,
+        0,
+        &orig,
+    );
+    if let Err(e) = r {
+        if let gather::MemError::Dma(f) = e {
+            dev.dma_fault(f);
+        }
+        fail_at(req, psn, e.syndrome());
+        return;
+    }
+    if let Some(w) = req.wqes.get_mut(i) {
+        w.done = true;
+    }
+    let _ = ack_through(dev, c, req, psn);
+}

@@ -1,36 +1,775 @@
-//! The requester: send WQEs → request packets; retransmit and RNR timers.
+//! The requester: send WQEs → request packets; the retransmit and RNR timers.
 //!
-//! (Being written: see the requester work item.)
+//! Owns: [`ReqState`] (the queue of fetched WQEs with their PSN ranges, the next PSN, the
+//! oldest unacknowledged PSN, the retry counters and timers), [`pump`] (send what the window,
+//! the READ/atomic limit and fences allow), go-back-N [`rewind`], in-order completion
+//! ([`complete_ready`]) and the timers. Must not: parse responses (that is the
+//! [`completer`](super::completer)) or fetch WQEs (the engine).
+//!
+//! Follows rxe (`rxe_req.c` `rxe_requester`, `next_opcode`, `update_wqe_psn`,
+//! `check_init_depth`, `req_retry`; `rxe_comp.c` for the timers): one PSN per packet, READ
+//! reserves `max(1, ceil(len / mtu))` PSNs, AckReq on the last packet of a message and after
+//! every `RXE_MAX_PKT_PER_ACK` packets without one, at most `RXE_MAX_UNACKED_PSNS` PSNs in
+//! flight, at most `2^log_sra_max` READ/atomics outstanding, go-back-N on retry. The ACK
+//! timeout is 4.096 µs × 2^`ack_timeout` (IBTA §9.7.6.1.3; 0 = no timer), the RNR timer the
+//! IBTA table 45 value for the NAK's code (rxe `rnrnak_usec`).
+//!
+//! Designed for loss recovery: every WQE keeps its PSN range and local buffers until it
+//! completes, so a later retransmission (from any PSN, mid-message or mid-READ) is a
+//! [`rewind`] followed by [`pump`].
 
+use std::collections::VecDeque;
+
+use bypass_hw::cmd::qp::{QpState, service_type as st};
+use bypass_hw::roce::opcode::{psn_add, psn_diff};
+use bypass_hw::roce::{
+    AtomicEth, BthFields, BthOpcode, DEFAULT_PKEY, Deth, ExtFields, ImmDt, Reth,
+};
+use bypass_hw::syndrome::CqeSyndrome;
+use bypass_hw::wqe::WqeOpcode;
+
+use crate::counters::Counters;
 use crate::device::Device;
+use crate::engine::cqe;
+use crate::engine::gather;
+use crate::engine::wqe::{Fence, SendWqe};
+use crate::mkey::Need;
+use crate::objects::AddressPath;
+use crate::transport::Route;
+
+/// rxe `RXE_MAX_UNACKED_PSNS`: PSNs that may be sent and not yet acknowledged.
+pub const MAX_UNACKED_PSNS: i32 = 128;
+/// rxe `RXE_MAX_PKT_PER_ACK`: packets sent without AckReq before one asks for an ACK.
+pub const MAX_PKT_PER_ACK: u32 = 64;
+
+/// IBTA table 45 (rxe `rnrnak_usec`): the RNR NAK timer, in µs, for each 5-bit code.
+const RNR_USEC: [u64; 32] = [
+    655_360, 10, 20, 30, 40, 60, 80, 120, 160, 240, 320, 480, 640, 960, 1280, 1920, 2560, 3840,
+    5120, 7680, 10_240, 15_360, 20_480, 30_720, 40_960, 61_440, 81_920, 122_880, 163_840, 245_760,
+    327_680, 491_520,
+];
+
+/// The RNR NAK timer for `code`, in ns.
+pub fn rnr_timer_ns(code: u8) -> u64 {
+    RNR_USEC[usize::from(code & 0x1f)] * 1000
+}
 
 /// Requester state of a QP.
 #[derive(Debug, Clone, Default)]
-pub struct ReqState {}
+pub struct ReqState {
+    /// Next PSN to send.
+    pub(crate) psn: u32,
+    /// One past the highest PSN ever sent (packets below it are retransmissions).
+    pub(crate) max_psn: u32,
+    /// Oldest unacknowledged PSN.
+    pub(crate) una: u32,
+    /// Fetched WQEs not yet completed, in SQ order.
+    pub(crate) wqes: VecDeque<SendWqe>,
+    /// Index in `wqes` of the WQE being sent.
+    pub(crate) cur: usize,
+    /// Packets of `wqes[cur]` already sent (READ: response PSNs to skip).
+    pub(crate) cur_pkt: u32,
+    /// Packets sent since the last one with AckReq.
+    pub(crate) noack: u32,
+    /// Transport retries used since the last progress.
+    pub(crate) retries: u8,
+    /// RNR retries used since the last progress.
+    pub(crate) rnr_retries: u8,
+    /// When the retransmit timer fires (device ns).
+    pub(crate) ack_deadline: Option<u64>,
+    /// An RNR wait: when it ends, and the PSN to resend from.
+    pub(crate) rnr_wait: Option<(u64, u32)>,
+    /// Set on entry to RTS: WQEs posted before (in INIT/RTR) are still to be fetched.
+    pub(crate) fresh: bool,
+}
 
 impl ReqState {
     /// State for a QP entering RTS with first PSN `psn`.
-    pub fn new(_psn: u32) -> Self {
-        Self {}
+    pub fn new(psn: u32) -> Self {
+        let psn = psn & 0x00ff_ffff;
+        Self {
+            psn,
+            max_psn: psn,
+            una: psn,
+            fresh: true,
+            ..Self::default()
+        }
     }
 
     /// The next PSN this QP will send (QUERY_QP `next_send_psn`).
     pub fn psn(&self) -> u32 {
-        0
+        self.psn
+    }
+
+    /// Forgets everything in flight (the WQEs were flushed); the PSN stays.
+    pub(crate) fn reset_after_flush(&mut self) {
+        self.wqes.clear();
+        self.cur = 0;
+        self.cur_pkt = 0;
+        self.noack = 0;
+        self.ack_deadline = None;
+        self.rnr_wait = None;
+        self.una = self.psn;
+        self.max_psn = self.psn;
+    }
+
+    /// True while some WQE has packets out and no answer yet.
+    pub(crate) fn outstanding(&self) -> bool {
+        self.wqes
+            .iter()
+            .any(|w| w.started && !w.done && w.error.is_none())
     }
 }
 
-/// Runs expired timers.
-pub(crate) fn run_timers(_dev: &mut Device) -> bool {
+/// What the requester needs of its QP, copied out so the QP's state can be taken.
+#[derive(Debug, Clone)]
+pub(crate) struct Ctx {
+    /// QP number.
+    pub qpn: u32,
+    /// Service type.
+    pub st: u8,
+    /// Protection domain.
+    pub pd: u32,
+    /// State.
+    pub state: QpState,
+    /// Path MTU in bytes.
+    pub mtu: u32,
+    /// Remote QPN (RC).
+    pub remote_qpn: u32,
+    /// The QP's Q_Key (UD).
+    pub q_key: u32,
+    /// Primary path.
+    pub path: AddressPath,
+    /// Transport retry limit (7 = infinite).
+    pub retry_count: u8,
+    /// RNR retry limit (7 = infinite).
+    pub rnr_retry: u8,
+    /// Outstanding READ/atomic limit.
+    pub sra_max: usize,
+    /// The ACK timeout in ns, if any.
+    pub ack_timeout: Option<u64>,
+}
+
+/// The context of QP `qpn`.
+pub(crate) fn ctx(dev: &Device, qpn: u32) -> Option<Ctx> {
+    let qp = dev.objs.qps.get(qpn)?;
+    let a = &qp.attrs;
+    Some(Ctx {
+        qpn,
+        st: qp.st,
+        pd: qp.pd,
+        state: qp.state,
+        // The PRM's path MTUs are 256..4096; a QP without one sends at the minimum.
+        mtu: a.mtu.clamp(256, 4096),
+        remote_qpn: a.remote_qpn & 0x00ff_ffff,
+        q_key: a.q_key,
+        path: a.path.clone(),
+        retry_count: a.retry_count,
+        rnr_retry: a.rnr_retry,
+        sra_max: 1usize << a.log_sra_max.min(16),
+        ack_timeout: match a.path.ack_timeout {
+            0 => None,
+            // `ack_timeout` is a 5-bit field: 4.096 µs << 31 is the longest timeout.
+            t => Some(4096u64 << t.min(31)),
+        },
+    })
+}
+
+/// Takes the requester state out of QP `qpn` (so the device can be used freely meanwhile).
+pub(crate) fn take(dev: &mut Device, qpn: u32) -> Option<ReqState> {
+    dev.objs
+        .qps
+        .get_mut(qpn)
+        .map(|qp| std::mem::take(&mut qp.req))
+}
+
+/// Puts the requester state back; then moves the QP to ERR (flushing) if `to_err`.
+pub(crate) fn restore(dev: &mut Device, qpn: u32, req: ReqState, to_err: bool) {
+    if let Some(qp) = dev.objs.qps.get_mut(qpn) {
+        qp.req = req;
+    }
+    if to_err {
+        dev.set_qp_state(qpn, QpState::Err);
+    }
+}
+
+/// Adds to a counter of the QP and of the device.
+pub(crate) fn count(dev: &mut Device, qpn: u32, f: impl Fn(&mut Counters)) {
+    f(&mut dev.counters);
+    if let Some(qp) = dev.objs.qps.get_mut(qpn) {
+        f(&mut qp.counters);
+    }
+}
+
+/// Uses one retry of a `limit` (7 = infinite, IBTA §9.7.5.2.8 / rxe). False if none is left.
+pub(crate) fn use_retry(used: &mut u8, limit: u8) -> bool {
+    if limit >= 7 {
+        return true;
+    }
+    if *used < limit {
+        *used += 1;
+        true
+    } else {
+        false
+    }
+}
+
+/// Go-back-N: the next packet sent will be the one with PSN `psn` (rxe `req_retry`: back to
+/// the first unacknowledged WQE, skipping its acknowledged packets; a READ restarts at
+/// `va + npsn * mtu`).
+pub(crate) fn rewind(req: &mut ReqState, psn: u32) {
+    for (i, w) in req.wqes.iter_mut().enumerate() {
+        if !w.started {
+            break;
+        }
+        if w.done || w.error.is_some() || w.opcode == WqeOpcode::NOP {
+            continue;
+        }
+        if psn_diff(w.last_psn, psn) >= 0 {
+            let k = psn_diff(psn, w.first_psn).max(0) as u32;
+            req.cur = i;
+            req.cur_pkt = if w.opcode == WqeOpcode::RDMA_READ {
+                k
+            } else {
+                k.min(npkts_hint(w))
+            };
+            if w.opcode == WqeOpcode::RDMA_READ {
+                w.resp_pkts = k;
+            }
+            req.psn = psn_add(w.first_psn, req.cur_pkt);
+            req.noack = 0;
+            return;
+        }
+    }
+}
+
+/// An upper bound on the packets of `w` (used to keep a rewind inside the message).
+fn npkts_hint(w: &SendWqe) -> u32 {
+    psn_diff(w.last_psn, w.first_psn).max(0) as u32
+}
+
+/// Completes, in order, the WQEs at the head of the queue that are done (a CQE if signaled)
+/// or failed (an error CQE; then the QP must go to ERR: returns true).
+pub(crate) fn complete_ready(dev: &mut Device, c: &Ctx, req: &mut ReqState) -> bool {
+    while let Some(w) = req.wqes.front() {
+        if let Some(synd) = w.error {
+            let (index, opcode) = (w.index, w.opcode);
+            req.wqes.pop_front();
+            req.cur = req.cur.saturating_sub(1);
+            cqe::post_err(dev, c.qpn, index, opcode, synd);
+            return true;
+        }
+        if !w.done {
+            break;
+        }
+        if w.signaled {
+            let byte_cnt = match w.opcode {
+                WqeOpcode::RDMA_READ => w.len,
+                WqeOpcode::ATOMIC_CS | WqeOpcode::ATOMIC_FA => 8,
+                _ => 0,
+            };
+            cqe::post_ok(dev, c.qpn, w.index, w.opcode, byte_cnt);
+        }
+        req.wqes.pop_front();
+        req.cur = req.cur.saturating_sub(1);
+    }
+    if !req.outstanding() {
+        req.ack_deadline = None;
+    }
     false
 }
 
-/// Continues held-back sending.
-pub(crate) fn resume(_dev: &mut Device) -> bool {
-    false
+/// What one requester step did.
+enum Step {
+    /// A packet went out.
+    Sent,
+    /// Something changed without a packet (a NOP, an error found): go round again.
+    Progress,
+    /// Nothing more can be sent now.
+    Stall,
+}
+
+/// Sends everything QP `qpn` may send now, and completes what is complete. True if a packet
+/// went out.
+pub(crate) fn pump(dev: &mut Device, qpn: u32) -> bool {
+    let Some(c) = ctx(dev, qpn) else {
+        return false;
+    };
+    if c.state != QpState::Rts {
+        return false;
+    }
+    let Some(mut req) = take(dev, qpn) else {
+        return false;
+    };
+    let mut sent = false;
+    let mut to_err = false;
+    // Each iteration sends a packet or changes a WQE; the window bounds the packets.
+    loop {
+        if complete_ready(dev, &c, &mut req) {
+            to_err = true;
+            break;
+        }
+        match step(dev, &c, &mut req) {
+            Step::Sent => sent = true,
+            Step::Progress => {}
+            Step::Stall => break,
+        }
+    }
+    restore(dev, qpn, req, to_err);
+    sent
+}
+
+/// Sends the next packet of the current WQE, starting it first if needed.
+fn step(dev: &mut Device, c: &Ctx, req: &mut ReqState) -> Step {
+    if req.rnr_wait.is_some() {
+        return Step::Stall;
+    }
+    let cur = req.cur;
+    let Some(w) = req.wqes.get(cur) else {
+        return Step::Stall;
+    };
+    if w.error.is_some() {
+        // Waits for the WQEs before it; `complete_ready` reports it at the head.
+        return Step::Stall;
+    }
+    if w.done {
+        req.cur += 1;
+        req.cur_pkt = 0;
+        return Step::Progress;
+    }
+    if !w.started {
+        match start(dev, c, req) {
+            Ok(true) => {}
+            Ok(false) => return Step::Stall,
+            Err(synd) => {
+                if let Some(w) = req.wqes.get_mut(cur) {
+                    w.error = Some(synd);
+                }
+                return Step::Progress;
+            }
+        }
+    }
+    let Some(w) = req.wqes.get(cur) else {
+        return Step::Stall;
+    };
+    if w.done {
+        return Step::Progress;
+    }
+    if c.st == st::RC && psn_diff(req.psn, req.una) >= MAX_UNACKED_PSNS {
+        return Step::Stall;
+    }
+    let r = if c.st == st::UD {
+        send_ud(dev, c, req)
+    } else {
+        send_rc(dev, c, req)
+    };
+    match r {
+        Ok(()) => Step::Sent,
+        Err(synd) => {
+            if let Some(w) = req.wqes.get_mut(cur) {
+                w.error = Some(synd);
+            }
+            Step::Progress
+        }
+    }
+}
+
+/// Starts `wqes[cur]`: fence and READ/atomic limits (Ok(false) = wait), local key checks
+/// (Err = its error), PSN range.
+fn start(dev: &mut Device, c: &Ctx, req: &mut ReqState) -> Result<bool, CqeSyndrome> {
+    let cur = req.cur;
+    let Some(w) = req.wqes.get(cur) else {
+        return Ok(false);
+    };
+    let before = || req.wqes.iter().take(cur).filter(|b| !b.done);
+    let rd_atomic = before().filter(|b| b.is_read_or_atomic()).count();
+    match w.fence {
+        Fence::ReadAtomic if rd_atomic > 0 => return Ok(false),
+        Fence::All if before().count() > 0 => return Ok(false),
+        _ => {}
+    }
+    if w.is_read_or_atomic() && rd_atomic >= c.sra_max {
+        return Ok(false);
+    }
+    // Local buffers: gather lists need LocalRead, READ/atomic result buffers LocalWrite.
+    if w.inline.is_none() {
+        let need = if w.is_read_or_atomic() {
+            Need::LocalWrite
+        } else {
+            Need::LocalRead
+        };
+        gather::check(&dev.objs.mkeys, c.pd, c.qpn, &w.sges, need).map_err(|e| e.syndrome())?;
+    }
+    if c.st == st::UD && w.opcode != WqeOpcode::NOP && w.len > c.mtu {
+        // A UD message must fit one packet. mlx5 completes an oversized UD send with a local
+        // length error (IBTA C10-93.1.1 leaves the choice to the CA; rxe drops it silently).
+        return Err(CqeSyndrome::LOCAL_LENGTH_ERR);
+    }
+    let psns = match w.opcode {
+        WqeOpcode::NOP => 0,
+        WqeOpcode::ATOMIC_CS | WqeOpcode::ATOMIC_FA => 1,
+        _ if c.st == st::UD => 1,
+        _ => w.len.div_ceil(c.mtu).max(1),
+    };
+    let psn = req.psn;
+    let Some(w) = req.wqes.get_mut(cur) else {
+        return Ok(false);
+    };
+    w.started = true;
+    w.first_psn = psn;
+    w.last_psn = psn_add(psn, psns.saturating_sub(1));
+    w.resp_pkts = 0;
+    req.cur_pkt = 0;
+    if psns == 0 {
+        // A NOP sends nothing and completes in order.
+        w.sent = true;
+        w.done = true;
+    }
+    Ok(true)
+}
+
+/// Sends one request packet and does the PSN and AckReq bookkeeping.
+fn emit(
+    dev: &mut Device,
+    c: &Ctx,
+    req: &mut ReqState,
+    bth: BthFields,
+    ext: ExtFields,
+    payload: &[u8],
+) {
+    if psn_diff(bth.psn, req.max_psn) < 0 {
+        count(dev, c.qpn, |k| k.retransmits += 1);
+    } else {
+        req.max_psn = psn_add(bth.psn, 1);
+    }
+    let route = Route {
+        port: c.path.port,
+        path: &c.path,
+        src_qpn: c.qpn,
+    };
+    // A route the port cannot take is a packet lost on the way: the timer recovers it.
+    let _ = crate::transport::send(dev, route, bth, ext, payload);
+    if c.st == st::RC && req.ack_deadline.is_none() {
+        req.ack_deadline = c.ack_timeout.map(|t| dev.now.saturating_add(t));
+    }
+}
+
+/// The BTH of a request packet.
+fn bth(opcode: BthOpcode, dest_qp: u32, psn: u32, ack_req: bool, se: bool) -> BthFields {
+    BthFields {
+        opcode,
+        se,
+        pkey: DEFAULT_PKEY,
+        dest_qp,
+        ack_req,
+        psn,
+        ..BthFields::default()
+    }
+}
+
+/// The payload of `w` from `off`, `n` bytes: inline bytes or a gather.
+fn payload(
+    dev: &mut Device,
+    c: &Ctx,
+    w: &SendWqe,
+    off: u32,
+    n: u32,
+) -> Result<Vec<u8>, CqeSyndrome> {
+    if let Some(p) = &w.inline {
+        let (a, b) = (off as usize, off as usize + n as usize);
+        return p
+            .get(a..b)
+            .map(<[u8]>::to_vec)
+            .ok_or(CqeSyndrome::LOCAL_QP_OP_ERR);
+    }
+    gather::gather(
+        &dev.objs.mkeys,
+        &mut dev.iommu,
+        c.pd,
+        c.qpn,
+        &w.sges,
+        u64::from(off),
+        n as usize,
+    )
+    .map_err(|e| {
+        if let gather::MemError::Dma(f) = e {
+            dev.dma_fault(f);
+        }
+        e.syndrome()
+    })
+}
+
+/// One RC packet of `wqes[cur]`.
+fn send_rc(dev: &mut Device, c: &Ctx, req: &mut ReqState) -> Result<(), CqeSyndrome> {
+    let cur = req.cur;
+    let Some(w) = req.wqes.get(cur).cloned() else {
+        return Ok(());
+    };
+    let psn = req.psn;
+    let mtu = c.mtu;
+    match w.opcode {
+        WqeOpcode::RDMA_READ => {
+            let off = req.cur_pkt.saturating_mul(mtu).min(w.len);
+            let reth = Reth::new(w.raddr.wrapping_add(u64::from(off)), w.rkey, w.len - off);
+            let ext = ExtFields {
+                reth: Some(reth),
+                ..Default::default()
+            };
+            let b = bth(
+                BthOpcode::RC_RDMA_READ_REQUEST,
+                c.remote_qpn,
+                psn,
+                true,
+                false,
+            );
+            emit(dev, c, req, b, ext, &[]);
+            // The responses use every reserved PSN: they are all "sent" as far as the
+            // completer's staleness check goes.
+            let end = psn_add(w.last_psn, 1);
+            if psn_diff(end, req.max_psn) > 0 {
+                req.max_psn = end;
+            }
+            req.noack = 0;
+            req.psn = end;
+            finish_wqe(req, cur);
+        }
+        WqeOpcode::ATOMIC_CS | WqeOpcode::ATOMIC_FA => {
+            let op = if w.opcode == WqeOpcode::ATOMIC_CS {
+                BthOpcode::RC_COMPARE_SWAP
+            } else {
+                BthOpcode::RC_FETCH_ADD
+            };
+            let ext = ExtFields {
+                atomic_eth: Some(AtomicEth::new(w.raddr, w.rkey, w.swap_add, w.compare)),
+                ..Default::default()
+            };
+            emit(
+                dev,
+                c,
+                req,
+                bth(op, c.remote_qpn, psn, true, false),
+                ext,
+                &[],
+            );
+            req.noack = 0;
+            req.psn = psn_add(psn, 1);
+            finish_wqe(req, cur);
+        }
+        _ => {
+            let off = req.cur_pkt.saturating_mul(mtu).min(w.len);
+            let n = (w.len - off).min(mtu);
+            let first = req.cur_pkt == 0;
+            let last = off + n >= w.len;
+            let data = payload(dev, c, &w, off, n)?;
+            let (op, reth, imm) = rc_opcode(&w, first, last);
+            let ack_req = last || req.noack + 1 >= MAX_PKT_PER_ACK;
+            // SE goes on the last packet of a solicited SEND or WRITE with immediate
+            // (IBTA §9.2: SE is valid on the last packet of a message that consumes a receive).
+            let se = last
+                && w.solicited
+                && matches!(
+                    w.opcode,
+                    WqeOpcode::SEND | WqeOpcode::SEND_IMM | WqeOpcode::RDMA_WRITE_IMM
+                );
+            let ext = ExtFields {
+                reth: reth.then(|| Reth::new(w.raddr, w.rkey, w.len)),
+                imm_dt: imm.then(|| ImmDt::new(w.imm)),
+                ..Default::default()
+            };
+            emit(
+                dev,
+                c,
+                req,
+                bth(op, c.remote_qpn, psn, ack_req, se),
+                ext,
+                &data,
+            );
+            req.noack = if ack_req { 0 } else { req.noack + 1 };
+            req.psn = psn_add(psn, 1);
+            if last {
+                finish_wqe(req, cur);
+            } else {
+                req.cur_pkt += 1;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The last packet of `wqes[cur]` went out: on to the next WQE.
+fn finish_wqe(req: &mut ReqState, cur: usize) {
+    if let Some(w) = req.wqes.get_mut(cur) {
+        w.sent = true;
+    }
+    req.cur = cur + 1;
+    req.cur_pkt = 0;
+}
+
+/// The BTH opcode of an RC SEND/WRITE packet, and whether it carries RETH and ImmDt
+/// (rxe `next_opcode`; IBTA table 38).
+fn rc_opcode(w: &SendWqe, first: bool, last: bool) -> (BthOpcode, bool, bool) {
+    use BthOpcode as B;
+    let imm = last && matches!(w.opcode, WqeOpcode::SEND_IMM | WqeOpcode::RDMA_WRITE_IMM);
+    let write = matches!(w.opcode, WqeOpcode::RDMA_WRITE | WqeOpcode::RDMA_WRITE_IMM);
+    let op = match (write, first, last, imm) {
+        (false, true, true, false) => B::RC_SEND_ONLY,
+        (false, true, true, true) => B::RC_SEND_ONLY_WITH_IMMEDIATE,
+        (false, true, false, _) => B::RC_SEND_FIRST,
+        (false, false, false, _) => B::RC_SEND_MIDDLE,
+        (false, false, true, false) => B::RC_SEND_LAST,
+        (false, false, true, true) => B::RC_SEND_LAST_WITH_IMMEDIATE,
+        (true, true, true, false) => B::RC_RDMA_WRITE_ONLY,
+        (true, true, true, true) => B::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE,
+        (true, true, false, _) => B::RC_RDMA_WRITE_FIRST,
+        (true, false, false, _) => B::RC_RDMA_WRITE_MIDDLE,
+        (true, false, true, false) => B::RC_RDMA_WRITE_LAST,
+        (true, false, true, true) => B::RC_RDMA_WRITE_LAST_WITH_IMMEDIATE,
+    };
+    (op, write && first, imm)
+}
+
+/// The one packet of a UD send; it completes as soon as it is sent (UD has no ACKs).
+fn send_ud(dev: &mut Device, c: &Ctx, req: &mut ReqState) -> Result<(), CqeSyndrome> {
+    let cur = req.cur;
+    let Some(w) = req.wqes.get(cur).cloned() else {
+        return Ok(());
+    };
+    let Some(ud) = w.ud else {
+        return Err(CqeSyndrome::LOCAL_QP_OP_ERR);
+    };
+    let data = payload(dev, c, &w, 0, w.len)?;
+    // A Q_Key with its high bit set means "use the QP's Q_Key" (IBTA §10.2.5 C10-15; rdma-core
+    // leaves the choice to the device by copying the WR's value).
+    let qkey = if ud.qkey & 0x8000_0000 != 0 {
+        c.q_key
+    } else {
+        ud.qkey
+    };
+    let deth = Deth::new(qkey, c.qpn).map_err(|_| CqeSyndrome::LOCAL_QP_OP_ERR)?;
+    let imm = w.opcode == WqeOpcode::SEND_IMM;
+    let ext = ExtFields {
+        deth: Some(deth),
+        imm_dt: imm.then(|| ImmDt::new(w.imm)),
+        ..Default::default()
+    };
+    let op = if imm {
+        BthOpcode::UD_SEND_ONLY_WITH_IMMEDIATE
+    } else {
+        BthOpcode::UD_SEND_ONLY
+    };
+    let path = AddressPath {
+        rgid: ud.rgid,
+        rmac: ud.rmac,
+        src_addr_index: ud.sgid_index,
+        hop_limit: ud.hop_limit,
+        tclass: ud.tclass,
+        flow_label: ud.flow_label,
+        port: c.path.port,
+        ..AddressPath::default()
+    };
+    let udc = Ctx { path, ..c.clone() };
+    let psn = req.psn;
+    emit(
+        dev,
+        &udc,
+        req,
+        bth(op, ud.dqpn, psn, false, w.solicited),
+        ext,
+        &data,
+    );
+    req.psn = psn_add(psn, 1);
+    if let Some(w) = req.wqes.get_mut(cur) {
+        w.done = true;
+    }
+    finish_wqe(req, cur);
+    Ok(())
+}
+
+/// Runs expired timers: RNR waits end (resend from the NAKed PSN), ACK timeouts retransmit
+/// from the oldest unacknowledged PSN or, with no retry left, fail the oldest WQE with
+/// TRANSPORT_RETRY_EXC_ERR.
+pub(crate) fn run_timers(dev: &mut Device) -> bool {
+    let now = dev.now;
+    let due: Vec<u32> = dev
+        .objs
+        .qps
+        .iter()
+        .filter(|(_, qp)| {
+            qp.req.rnr_wait.is_some_and(|(t, _)| t <= now)
+                || qp.req.ack_deadline.is_some_and(|t| t <= now)
+        })
+        .map(|(n, _)| n)
+        .collect();
+    let mut any = false;
+    for qpn in due {
+        let Some(c) = ctx(dev, qpn) else {
+            continue;
+        };
+        let Some(mut req) = take(dev, qpn) else {
+            continue;
+        };
+        any = true;
+        if let Some((t, psn)) = req.rnr_wait {
+            if t <= now {
+                req.rnr_wait = None;
+                rewind(&mut req, psn);
+            }
+        }
+        if req.ack_deadline.is_some_and(|t| t <= now) {
+            req.ack_deadline = None;
+            if req.outstanding() && req.rnr_wait.is_none() {
+                count(dev, qpn, |k| k.local_ack_timeout_err += 1);
+                if use_retry(&mut req.retries, c.retry_count) {
+                    let una = req.una;
+                    rewind(&mut req, una);
+                } else {
+                    count(dev, qpn, |k| k.retry_exceeded_err += 1);
+                    if let Some(w) = req
+                        .wqes
+                        .iter_mut()
+                        .find(|w| w.started && !w.done && w.error.is_none())
+                    {
+                        w.error = Some(CqeSyndrome::TRANSPORT_RETRY_EXC_ERR);
+                    }
+                }
+            }
+        }
+        let to_err = complete_ready(dev, &c, &mut req);
+        restore(dev, qpn, req, to_err);
+        pump(dev, qpn);
+    }
+    any
+}
+
+/// Continues held-back sending: fetches WQEs posted before the QP reached RTS, and sends what
+/// the window and limits now allow. True if a packet went out.
+pub(crate) fn resume(dev: &mut Device) -> bool {
+    let qpns: Vec<(u32, bool)> = dev
+        .objs
+        .qps
+        .iter()
+        .filter(|(_, qp)| qp.state == QpState::Rts)
+        .map(|(n, qp)| (n, qp.req.fresh))
+        .collect();
+    let mut sent = false;
+    for (qpn, fresh) in qpns {
+        if fresh {
+            if let Some(qp) = dev.objs.qps.get_mut(qpn) {
+                qp.req.fresh = false;
+            }
+            crate::engine::fetch(dev, qpn, None);
+        }
+        sent |= pump(dev, qpn);
+    }
+    sent
 }
 
 /// The earliest pending timer.
-pub(crate) fn next_deadline(_dev: &Device) -> Option<u64> {
-    None
+pub(crate) fn next_deadline(dev: &Device) -> Option<u64> {
+    dev.objs
+        .qps
+        .iter()
+        .flat_map(|(_, qp)| [qp.req.ack_deadline, qp.req.rnr_wait.map(|(t, _)| t)])
+        .flatten()
+        .min()
 }

@@ -1,0 +1,145 @@
+//! Local memory of a send WQE: checking its SGEs, gathering payload from them, scattering READ
+//! and atomic results into them.
+//!
+//! Owns: the walk over a WQE's SGE list at a message offset, through [`Mkey::translate`] and
+//! the IOMMU, with the error the requester reports for each failure. Must not: decide
+//! completions or touch rings.
+//!
+//! Every local key failure on the requester side is LOCAL_PROT_ERR: the verbs spec
+//! (IBTA 11.6.2 "Local Protection Error: the locally posted WR's buffers are not valid for
+//! the requested operation") and rxe agree (`rxe_req.c` / `rxe_comp.c` map a failed
+//! `copy_data` to `IB_WC_LOC_PROT_ERR`). LOCAL_ACCESS_ERR is the responder's (a WRITE with
+//! immediate that hit a bad local buffer). A DMA fault behind a valid key is counted as one
+//! and reported the same way.
+
+use bypass_hw::syndrome::CqeSyndrome;
+
+use crate::iommu::{DmaFault, Iommu};
+use crate::mkey::{Mkey, Need};
+use crate::table::Table;
+
+use super::wqe::Sge;
+
+/// Why a gather or scatter failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum MemError {
+    /// A key, PD, bounds or rights check failed.
+    Access,
+    /// The IOMMU refused the access.
+    Dma(DmaFault),
+}
+
+impl MemError {
+    /// The CQE syndrome the requester reports.
+    pub fn syndrome(self) -> CqeSyndrome {
+        CqeSyndrome::LOCAL_PROT_ERR
+    }
+}
+
+/// The mkey `key` names, if its index and variant byte match.
+fn lookup(mkeys: &Table<Mkey>, key: u32) -> Option<&Mkey> {
+    mkeys.get(key >> 8).filter(|m| m.key == key)
+}
+
+/// Checks every SGE for `need` by a QP in `pd` numbered `qpn`, without touching memory.
+pub(crate) fn check(
+    mkeys: &Table<Mkey>,
+    pd: u32,
+    qpn: u32,
+    sges: &[Sge],
+    need: Need,
+) -> Result<(), MemError> {
+    for s in sges {
+        let m = lookup(mkeys, s.lkey).ok_or(MemError::Access)?;
+        m.translate(pd, qpn, s.addr, u64::from(s.len), need)
+            .map_err(|_| MemError::Access)?;
+    }
+    Ok(())
+}
+
+/// Walks `len` bytes of the SGE list from message offset `off`, calling `f(iova, range)` for
+/// each IOVA run, where `range` is the run's place in `0..len`. `who` is the QP's
+/// (PD, QPN).
+fn walk(
+    mkeys: &Table<Mkey>,
+    (pd, qpn): (u32, u32),
+    sges: &[Sge],
+    off: u64,
+    len: usize,
+    need: Need,
+    mut f: impl FnMut(u64, std::ops::Range<usize>) -> Result<(), DmaFault>,
+) -> Result<(), MemError> {
+    let mut skip = off;
+    let mut done = 0usize;
+    for s in sges {
+        if done >= len {
+            break;
+        }
+        let slen = u64::from(s.len);
+        if skip >= slen {
+            skip -= slen;
+            continue;
+        }
+        let take = (slen - skip).min((len - done) as u64);
+        let m = lookup(mkeys, s.lkey).ok_or(MemError::Access)?;
+        let va = s.addr.checked_add(skip).ok_or(MemError::Access)?;
+        let runs = m
+            .translate(pd, qpn, va, take, need)
+            .map_err(|_| MemError::Access)?;
+        for (iova, n) in runs {
+            let n = n as usize;
+            f(iova, done..done + n).map_err(MemError::Dma)?;
+            done += n;
+        }
+        skip = 0;
+    }
+    if done < len {
+        // The message is longer than the list: only a malformed length gets here.
+        return Err(MemError::Access);
+    }
+    Ok(())
+}
+
+/// Reads `len` bytes of the message from offset `off` (Need::LocalRead).
+pub(crate) fn gather(
+    mkeys: &Table<Mkey>,
+    iommu: &mut Iommu,
+    pd: u32,
+    qpn: u32,
+    sges: &[Sge],
+    off: u64,
+    len: usize,
+) -> Result<Vec<u8>, MemError> {
+    let mut out = vec![0u8; len];
+    walk(
+        mkeys,
+        (pd, qpn),
+        sges,
+        off,
+        len,
+        Need::LocalRead,
+        |iova, r| iommu.read(iova, &mut out[r]),
+    )?;
+    Ok(out)
+}
+
+/// Writes `data` into the message at offset `off` (Need::LocalWrite).
+pub(crate) fn scatter(
+    mkeys: &Table<Mkey>,
+    iommu: &mut Iommu,
+    pd: u32,
+    qpn: u32,
+    sges: &[Sge],
+    off: u64,
+    data: &[u8],
+) -> Result<(), MemError> {
+    walk(
+        mkeys,
+        (pd, qpn),
+        sges,
+        off,
+        data.len(),
+        Need::LocalWrite,
+        |iova, r| iommu.write(iova, &data[r]),
+    )
+}
