@@ -40,7 +40,7 @@ impl Rig {
         let cq = p.a.cq(6);
         let qp = p.a.qp(st, &cq, &cq, log_sq, 4);
         let remote = p.b.gid();
-        p.a.to_rts(&qp, REMOTE, remote, mtu, psn, 0);
+        p.a.make_rts(&qp, REMOTE, remote, mtu, psn, 0);
         // Entering RTS: the device looks once for WQEs posted earlier (there are none).
         p.a.dev.step();
         let mr = p.a.mr(64 << 10, Host::all_access());

@@ -100,7 +100,7 @@ fn wqes_posted_before_rts_run_when_the_qp_reaches_rts() {
     r.send(8);
     assert!(r.sent().is_empty());
     let (qp, gid) = (r.qp, r.p.b.gid());
-    r.p.a.to_rts(&qp, REMOTE, gid, 1024, 40, 0);
+    r.p.a.make_rts(&qp, REMOTE, gid, 1024, 40, 0);
     r.p.a.dev.step();
     let p = r.sent();
     assert_eq!(p.len(), 1);
