@@ -1233,3 +1233,70 @@ fn first_request_in_rtr_raises_comm_est_once() {
     assert_ne!(next[1], EventType::COMM_EST.0, "only once");
     assert_eq!(r.poll().map(|c| c.opcode()), Some(CqeOpcode::RESP_SEND));
 }
+
+#[test]
+fn mutated_requests_never_panic_the_responder() {
+    // A seeded LCG (deterministic): flip bytes of the BTH, extension headers and payload of
+    // valid requests, fix the ICRC so they reach the responder, and keep the QP usable.
+    let mut seed = 0x1234_5678_9abc_def0u64;
+    let mut next = move || {
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (seed >> 33) as usize
+    };
+    let mut r = Rig::rc(256);
+    for round in 0..1000u32 {
+        if r.qp_state() == QpState::Err || round % 50 == 0 {
+            r = Rig::rc(256);
+        }
+        r.post_buf(0, 512);
+        let template = match round % 5 {
+            0 => Req {
+                op: BthOpcode::RC_SEND_ONLY,
+                payload: &[7; 40],
+                ..Default::default()
+            },
+            1 => Req {
+                op: BthOpcode::RC_RDMA_WRITE_FIRST,
+                ext: r.reth(0, 600),
+                payload: &[8; 256],
+                ..Default::default()
+            },
+            2 => Req {
+                op: BthOpcode::RC_RDMA_READ_REQUEST,
+                ext: r.reth(0, 700),
+                ..Default::default()
+            },
+            3 => atomic_req(&r, BthOpcode::RC_FETCH_ADD, 0, 0, 1, 0),
+            _ => Req {
+                op: BthOpcode::RC_SEND_LAST_WITH_IMMEDIATE,
+                ext: imm(1),
+                payload: &[9; 4],
+                ..Default::default()
+            },
+        };
+        let epsn = r.epsn();
+        let path = r.path(0, r.p.b.gid());
+        let mut pkt = r.build(
+            &path,
+            Req {
+                psn: epsn.wrapping_add((next() % 3) as u32),
+                ack: next() % 2 == 0,
+                ..template
+            },
+        );
+        // Bytes from the BTH (after IPv4 + UDP) to just before the ICRC.
+        let n = pkt.len();
+        for _ in 0..1 + next() % 4 {
+            let at = 28 + next() % (n - 32);
+            pkt[at] ^= 1 << (next() % 8);
+        }
+        if let Ok(c) = bypass_hw::roce::icrc::compute(&pkt) {
+            pkt[n - 4..].copy_from_slice(&c.to_le_bytes());
+        }
+        r.deliver(pkt);
+        r.responses();
+        while r.poll().is_some() {}
+    }
+}
