@@ -165,10 +165,12 @@ pub(crate) fn run_timers(dev: &mut Device) -> bool {
     requester::run_timers(dev)
 }
 
-/// Lets QPs whose sending was held back (window full, waiting for a fence) continue. True if
-/// any packet went out.
+/// Lets QPs whose sending was held back (window full, waiting for a fence) continue, and
+/// flushes receives posted to QPs in ERR. True if any packet went out or completion was
+/// written.
 pub(crate) fn resume(dev: &mut Device) -> bool {
-    requester::resume(dev)
+    let sent = requester::resume(dev);
+    responder::resume(dev) | sent
 }
 
 /// The earliest pending timer.

@@ -1,29 +1,402 @@
-//! The responder: request packets → receives, RDMA WRITE/READ/atomics, ACK/NAK/RNR.
+//! The responder: request packets → receives, RDMA WRITE/READ/atomics, ACK/NAK/RNR NAK.
 //!
-//! (Being written: see the responder work item.)
+//! Owns: [`RespState`] (expected PSN, MSN, the message in progress, the responder resources
+//! for READ/atomic replay, the "PSN NAK sent" flag), the RC request checks in rxe's order and
+//! the flush of the receive queue. The pieces: [`rq`] (receive WQEs, scatter, receive CQEs),
+//! [`ack`] (response packets), `send` (RC SEND), `rdma` (WRITE, READ, atomics, duplicates),
+//! `ud` (UD receive with the GRH). Must not: touch the send queue or the requester's state.
+//!
+//! The state machine follows Linux rxe `rxe_resp.c` (`rxe_responder`: `check_psn`,
+//! `check_op_seq`, `check_op_valid`, `check_resource`, `check_length`, `check_rkey`,
+//! `execute`, `acknowledge`, `duplicate_request` and the error classes of IBTA §9.9.3:
+//! class B = RNR NAK, class C = NAK + QP to ERR, class D = silent drop) and IBTA vol. 1
+//! §9.7 (PSN checks, MSN, duplicates, responder resources).
+//!
+//! What a NAK costs: an invalid request (0x61), remote access (0x62) or remote operational
+//! (0x63) NAK is class C: the receive WQE the message had consumed (if any) completes with an
+//! error CQE, the NAK goes out with the request's PSN, and the QP moves to ERR (which flushes
+//! the rest of both queues), as rxe `do_class_ac_error` + `RESPST_ERROR` do.
 
-use bypass_hw::roce::RocePacket;
+pub(crate) mod ack;
+mod rdma;
+pub(crate) mod rq;
+mod send;
+mod ud;
 
+#[cfg(test)]
+mod tests;
+
+use bypass_hw::cmd::qp::{QpState, service_type as st};
+use bypass_hw::eqe::{EQE_DATA_LEN, EqeQpSrq, EventType, MLX5_EVENT_QUEUE_TYPE_QP};
+use bypass_hw::roce::opcode::{MASK_24, Position, pad_len, psn_add, psn_diff};
+use bypass_hw::roce::{BthOpcode, RocePacket};
+use bypass_hw::syndrome::{AethSyndrome, CqeSyndrome};
+use zerocopy::{FromZeros, IntoBytes};
+
+use crate::counters::Counters;
 use crate::device::Device;
+
+pub(crate) use rdma::Resource;
+use rq::RecvWqe;
+
+/// The message a QP is in the middle of receiving (rxe `qp->resp.opcode` plus the WQE/RETH
+/// state it carries between packets).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) enum Msg {
+    /// Between messages.
+    #[default]
+    Idle,
+    /// A SEND past its FIRST packet: the receive WQE it fills and the bytes placed so far.
+    Send {
+        /// The WQE (at the head of the RQ).
+        wqe: RecvWqe,
+        /// Bytes of the message received.
+        offset: u64,
+    },
+    /// An RDMA WRITE past its FIRST packet.
+    Write {
+        /// Remote virtual address of the message's first byte.
+        va: u64,
+        /// Its rkey.
+        rkey: u32,
+        /// RETH DMA length.
+        total: u32,
+        /// Bytes written so far.
+        done: u32,
+    },
+}
 
 /// Responder state of a QP.
 #[derive(Debug, Clone, Default)]
-pub struct RespState {}
+pub struct RespState {
+    /// Expected PSN (24 bits).
+    pub(crate) epsn: u32,
+    /// Message sequence number: messages completed (24 bits on the wire).
+    pub(crate) msn: u32,
+    /// The message in progress.
+    pub(crate) msg: Msg,
+    /// A PSN sequence error NAK was sent and the sequence has not recovered yet.
+    pub(crate) nak_sent: bool,
+    /// Responder resources (`1 << log_rra_max` at most), a ring: READ requests and atomic
+    /// results kept for duplicates (rxe `qp->resp.resources`).
+    pub(crate) res: Vec<Resource>,
+    /// The next ring slot to use.
+    pub(crate) res_next: usize,
+    /// COMM_EST was reported.
+    pub(crate) comm_est: bool,
+    /// A DMA fault on the doorbell record was reported (so a polling flush does not repeat it).
+    pub(crate) dbr_fault: bool,
+}
 
 impl RespState {
     /// State for a QP entering RTR expecting PSN `psn`.
-    pub fn new(_psn: u32) -> Self {
-        Self {}
+    pub fn new(psn: u32) -> Self {
+        Self {
+            epsn: psn & MASK_24,
+            ..Self::default()
+        }
     }
 
     /// The PSN this QP expects next (QUERY_QP `next_rcv_psn`).
     pub fn epsn(&self) -> u32 {
-        0
+        self.epsn
+    }
+
+    /// The current message sequence number.
+    pub fn msn(&self) -> u32 {
+        self.msn & MASK_24
     }
 }
 
-/// A request packet for QP `qpn`.
-pub(crate) fn handle_request(_dev: &mut Device, _qpn: u32, _pkt: &RocePacket<'_>) {}
+/// How a request failed the checks (rxe's error states, grouped by IBTA error class).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Fail {
+    /// Class B: no receive WQE; RNR NAK, nothing changes.
+    Rnr,
+    /// Class C: NAK `nak`, the consumed receive WQE (if `consumed`) completes with `cqe`, the
+    /// QP moves to ERR.
+    Fatal {
+        /// The NAK syndrome.
+        nak: AethSyndrome,
+        /// The receive completion's syndrome.
+        cqe: CqeSyndrome,
+        /// The head receive WQE belongs to this message.
+        consumed: bool,
+    },
+    /// Class D: dropped silently.
+    Drop,
+}
 
-/// Completes every outstanding receive WQE of `qpn` with WR_FLUSH_ERR.
-pub(crate) fn flush_rq(_dev: &mut Device, _qpn: u32) {}
+impl Fail {
+    /// NAK invalid request (rxe `RESPST_ERR_MISSING_OPCODE_*`, `_UNSUPPORTED_OPCODE`,
+    /// `_LENGTH`, `_MISALIGNED_ATOMIC`, `_TOO_MANY_RDMA_ATM_REQ`).
+    pub(crate) fn inv_req(consumed: bool) -> Self {
+        Self::Fatal {
+            nak: AethSyndrome::NAK_INVALID_REQUEST,
+            cqe: CqeSyndrome::REMOTE_INVAL_REQ_ERR,
+            consumed,
+        }
+    }
+
+    /// NAK remote access error (rxe `RESPST_ERR_RKEY_VIOLATION`).
+    pub(crate) fn access(consumed: bool) -> Self {
+        Self::Fatal {
+            nak: AethSyndrome::NAK_REMOTE_ACCESS_ERROR,
+            cqe: CqeSyndrome::REMOTE_ACCESS_ERR,
+            consumed,
+        }
+    }
+
+    /// NAK remote operational error: the responder itself could not do it (rxe
+    /// `RESPST_ERR_MALFORMED_WQE`), the receive completing with `cqe`.
+    pub(crate) fn operational(cqe: CqeSyndrome, consumed: bool) -> Self {
+        Self::Fatal {
+            nak: AethSyndrome::NAK_REMOTE_OPERATIONAL_ERROR,
+            cqe,
+            consumed,
+        }
+    }
+}
+
+/// Adds one to counter `f` of the device and of QP `qpn`.
+pub(crate) fn count(dev: &mut Device, qpn: u32, f: fn(&mut Counters) -> &mut u64) {
+    *f(&mut dev.counters) += 1;
+    if let Some(qp) = dev.objs.qps.get_mut(qpn) {
+        *f(&mut qp.counters) += 1;
+    }
+}
+
+/// The path MTU of a QP (256 if unset, so no division by zero whatever the context says).
+pub(crate) fn mtu(dev: &Device, qpn: u32) -> u32 {
+    dev.objs
+        .qps
+        .get(qpn)
+        .map_or(256, |q| q.attrs.mtu)
+        .clamp(256, 4096)
+}
+
+/// A request packet for QP `qpn` (`transport::receive` checked the ICRC, the address, the
+/// QP, the transport and that the QP is in RTR or later).
+pub(crate) fn handle_request(dev: &mut Device, qpn: u32, pkt: &RocePacket<'_>) {
+    let Some(qp) = dev.objs.qps.get(qpn) else {
+        return;
+    };
+    match qp.st {
+        st::RC => rc_request(dev, qpn, pkt),
+        st::UD => ud::receive(dev, qpn, pkt),
+        _ => dev.counters.rx_discards += 1,
+    }
+}
+
+/// Posts COMM_EST the first time a connected QP receives a request while in RTR (PRM; the
+/// kernel's `mlx5_ib` `mlx5_ib_qp_event` turns it into `IB_EVENT_COMM_EST`).
+fn comm_est(dev: &mut Device, qpn: u32) {
+    let Some(qp) = dev.objs.qps.get_mut(qpn) else {
+        return;
+    };
+    if qp.state != QpState::Rtr || qp.resp.comm_est {
+        return;
+    }
+    qp.resp.comm_est = true;
+    let mut ev = EqeQpSrq::new_zeroed();
+    ev.queue_type = MLX5_EVENT_QUEUE_TYPE_QP;
+    ev.qp_srq_n.set(qpn & MASK_24);
+    let mut data = [0u8; EQE_DATA_LEN];
+    let b = ev.as_bytes();
+    let n = b.len().min(EQE_DATA_LEN);
+    data[..n].copy_from_slice(&b[..n]);
+    dev.post_event(EventType::COMM_EST, 0, &data);
+}
+
+/// An RC request: PSN check, then the checks and execution (rxe `rxe_responder`).
+fn rc_request(dev: &mut Device, qpn: u32, pkt: &RocePacket<'_>) {
+    comm_est(dev, qpn);
+    let psn = pkt.bth().psn();
+    let Some(qp) = dev.objs.qps.get_mut(qpn) else {
+        return;
+    };
+    let epsn = qp.resp.epsn;
+    let diff = psn_diff(psn, epsn);
+    if diff > 0 {
+        // rxe `check_psn`: one NAK per gap, until a packet with the expected PSN arrives.
+        if qp.resp.nak_sent {
+            return;
+        }
+        qp.resp.nak_sent = true;
+        count(dev, qpn, |c| &mut c.out_of_sequence);
+        count(dev, qpn, |c| &mut c.naks_sent);
+        ack::send_ack(dev, qpn, AethSyndrome::NAK_PSN_SEQ_ERROR, epsn);
+        return;
+    }
+    let result = if diff < 0 {
+        count(dev, qpn, |c| &mut c.duplicate_request);
+        rdma::duplicate(dev, qpn, pkt)
+    } else {
+        qp.resp.nak_sent = false;
+        check_and_execute(dev, qpn, pkt)
+    };
+    match result {
+        Ok(()) => {}
+        Err(Fail::Rnr) => {
+            count(dev, qpn, |c| &mut c.out_of_buffer);
+            let timer = dev.objs.qps.get(qpn).map_or(0, |q| q.attrs.min_rnr_nak);
+            ack::send_ack(dev, qpn, AethSyndrome::rnr_nak(timer), psn);
+        }
+        Err(Fail::Fatal { nak, cqe, consumed }) => fatal(dev, qpn, psn, nak, cqe, consumed),
+        Err(Fail::Drop) => {}
+    }
+}
+
+/// What an RC request opcode asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Send,
+    Write,
+    Read,
+    Atomic,
+}
+
+fn kind(op: BthOpcode) -> Option<Kind> {
+    match op.0 {
+        0x00..=0x05 | 0x16 | 0x17 => Some(Kind::Send),
+        0x06..=0x0b => Some(Kind::Write),
+        0x0c => Some(Kind::Read),
+        0x13 | 0x14 => Some(Kind::Atomic),
+        _ => None,
+    }
+}
+
+/// rxe `check_op_seq`: a MIDDLE/LAST must continue a message of its kind, and a message in
+/// progress must be continued.
+fn check_op_seq(msg: &Msg, position: Position, k: Kind) -> Result<(), Fail> {
+    let continues = matches!(position, Position::Middle | Position::Last);
+    match msg {
+        // RESPST_ERR_MISSING_OPCODE_LAST_C: the SEND's WQE completes in error.
+        Msg::Send { .. } if !(continues && k == Kind::Send) => Err(Fail::inv_req(true)),
+        Msg::Write { .. } if !(continues && k == Kind::Write) => Err(Fail::inv_req(false)),
+        // RESPST_ERR_MISSING_OPCODE_FIRST.
+        Msg::Idle if continues => Err(Fail::inv_req(false)),
+        _ => Ok(()),
+    }
+}
+
+/// rxe `check_length` (RoCE: no LRH, so only the payload rules): FIRST and MIDDLE carry
+/// exactly the MTU, LAST 1..=MTU, ONLY at most the MTU; and the pad must make the payload a
+/// multiple of 4 (IBTA §9.2.3; rxe `check_rkey` treats a wrong pad as a length error).
+pub(crate) fn check_length(pkt: &RocePacket<'_>, mtu: u32) -> bool {
+    let n = pkt.payload().len();
+    let mtu = mtu as usize;
+    let ok = match pkt.info().position {
+        Position::First | Position::Middle => n == mtu,
+        Position::Last => n > 0 && n <= mtu,
+        Position::Only => n <= mtu,
+    };
+    ok && pkt.bth().pad_cnt() == pad_len(n)
+}
+
+/// The checks after the PSN one, then execution.
+fn check_and_execute(dev: &mut Device, qpn: u32, pkt: &RocePacket<'_>) -> Result<(), Fail> {
+    let op = pkt.opcode();
+    let Some(qp) = dev.objs.qps.get(qpn) else {
+        return Err(Fail::Drop);
+    };
+    // RESPST_ERR_UNSUPPORTED_OPCODE for anything rxe's RC responder does not take.
+    let k = kind(op).ok_or(Fail::inv_req(matches!(qp.resp.msg, Msg::Send { .. })))?;
+    check_op_seq(&qp.resp.msg, pkt.info().position, k)?;
+    // rxe `check_op_valid` / `check_qp_attr_access`: the QP must allow the remote access.
+    let allowed = match k {
+        Kind::Send => true,
+        Kind::Write => qp.attrs.rwe,
+        Kind::Read => qp.attrs.rre,
+        Kind::Atomic => qp.attrs.rae,
+    };
+    if !allowed {
+        return Err(Fail::inv_req(false));
+    }
+    match k {
+        Kind::Send => send::send(dev, qpn, pkt),
+        Kind::Write => rdma::write(dev, qpn, pkt),
+        Kind::Read => rdma::read(dev, qpn, pkt),
+        Kind::Atomic => rdma::atomic(dev, qpn, pkt),
+    }
+}
+
+/// A request processed: the expected PSN moves past it (`npsn` PSNs), and an ACK goes out
+/// if the requester asked for one (rxe `execute` + `acknowledge`: one ACK covers every
+/// request before it, so only AckReq packets are acknowledged).
+pub(crate) fn advance(dev: &mut Device, qpn: u32, pkt: &RocePacket<'_>, npsn: u32) {
+    let psn = pkt.bth().psn();
+    if let Some(qp) = dev.objs.qps.get_mut(qpn) {
+        qp.resp.epsn = psn_add(psn, npsn);
+    }
+    if pkt.bth().ack_req() {
+        ack::send_ack(dev, qpn, AethSyndrome::ACK_UNLIMITED, psn);
+    }
+}
+
+/// Class C error: the consumed receive WQE completes with `cqe`, NAK `nak` with the request's
+/// PSN, QP to ERR (rxe `do_class_ac_error`, `do_complete`, `acknowledge`, `RESPST_ERROR`).
+fn fatal(
+    dev: &mut Device,
+    qpn: u32,
+    psn: u32,
+    nak: AethSyndrome,
+    cqe: CqeSyndrome,
+    consumed: bool,
+) {
+    if let Some(qp) = dev.objs.qps.get_mut(qpn) {
+        qp.resp.msg = Msg::Idle;
+    }
+    if consumed {
+        if cqe == CqeSyndrome::LOCAL_LENGTH_ERR {
+            count(dev, qpn, |c| &mut c.resp_local_length_error);
+        }
+        rq::complete_error(dev, qpn, cqe);
+    }
+    if nak == AethSyndrome::NAK_REMOTE_ACCESS_ERROR {
+        count(dev, qpn, |c| &mut c.resp_remote_access_errors);
+    }
+    count(dev, qpn, |c| &mut c.naks_sent);
+    ack::send_ack(dev, qpn, nak, psn);
+    dev.set_qp_state(qpn, QpState::Err);
+}
+
+/// Completes every outstanding receive WQE of `qpn` with WR_FLUSH_ERR (the QP entered ERR),
+/// and forgets the message in progress.
+pub(crate) fn flush_rq(dev: &mut Device, qpn: u32) {
+    let Some(qp) = dev.objs.qps.get_mut(qpn) else {
+        return;
+    };
+    qp.resp.msg = Msg::Idle;
+    rq::flush(dev, qpn);
+}
+
+/// Flushes receives posted to QPs already in ERR: the device learns of them from the doorbell
+/// record (mlx5 has no RQ doorbell register), and completes them with WR_FLUSH_ERR as the PRM
+/// requires of a QP in ERR. True if any completion was written.
+pub(crate) fn resume(dev: &mut Device) -> bool {
+    let in_err: Vec<u32> = dev
+        .objs
+        .qps
+        .iter()
+        .filter(|(_, q)| q.state == QpState::Err)
+        .map(|(n, _)| n)
+        .collect();
+    let mut any = false;
+    for qpn in in_err {
+        match rq::posted(dev, qpn) {
+            Ok(0) => {}
+            Ok(_) => any |= rq::flush(dev, qpn) > 0,
+            Err(f) => {
+                let Some(qp) = dev.objs.qps.get_mut(qpn) else {
+                    continue;
+                };
+                if !qp.resp.dbr_fault {
+                    qp.resp.dbr_fault = true;
+                    dev.dma_fault(f);
+                }
+            }
+        }
+    }
+    any
+}

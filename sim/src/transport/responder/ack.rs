@@ -1,0 +1,63 @@
+//! Packets the responder sends back: ACK, RNR NAK and NAK (opcode ACKNOWLEDGE), READ
+//! responses and ATOMIC ACKNOWLEDGE, all to the QP's remote end over its primary path.
+//!
+//! Owns: the BTH and AETH of responses. Must not: change transport state (the caller decides
+//! the PSN and syndrome and advances its own counters).
+//!
+//! rxe `rxe_resp.c` `send_ack` / `send_atomic_ack` / `prepare_ack_packet`: the response goes to
+//! the QP's destination QPN with the default P_Key, AckReq and SE clear, and the AETH carries
+//! the syndrome and the responder's current MSN.
+
+use bypass_hw::roce::opcode::MASK_24;
+use bypass_hw::roce::{Aeth, BthFields, BthOpcode, DEFAULT_PKEY, ExtFields};
+use bypass_hw::syndrome::AethSyndrome;
+
+use crate::device::Device;
+use crate::transport::{Route, send};
+
+/// Sends a response packet of `opcode` with PSN `psn` from QP `qpn` to its remote QP.
+/// Returns false if it could not be sent (no such QP, bad path).
+pub(crate) fn respond(
+    dev: &mut Device,
+    qpn: u32,
+    opcode: BthOpcode,
+    psn: u32,
+    ext: ExtFields,
+    payload: &[u8],
+) -> bool {
+    let Some(qp) = dev.objs.qps.get(qpn) else {
+        return false;
+    };
+    let path = qp.attrs.path.clone();
+    let bth = BthFields {
+        opcode,
+        pkey: DEFAULT_PKEY,
+        dest_qp: qp.attrs.remote_qpn & MASK_24,
+        psn: psn & MASK_24,
+        ..Default::default()
+    };
+    let route = Route {
+        port: path.port,
+        path: &path,
+        src_qpn: qpn,
+    };
+    send(dev, route, bth, ext, payload)
+}
+
+/// The AETH for `syndrome` with the QP's current MSN.
+pub(crate) fn aeth(dev: &Device, qpn: u32, syndrome: AethSyndrome) -> Option<Aeth> {
+    let msn = dev.objs.qps.get(qpn)?.resp.msn;
+    Aeth::new(syndrome, msn & MASK_24).ok()
+}
+
+/// Sends an ACKNOWLEDGE (ACK, RNR NAK or NAK, by `syndrome`) with PSN `psn`.
+pub(crate) fn send_ack(dev: &mut Device, qpn: u32, syndrome: AethSyndrome, psn: u32) -> bool {
+    let Some(a) = aeth(dev, qpn, syndrome) else {
+        return false;
+    };
+    let ext = ExtFields {
+        aeth: Some(a),
+        ..Default::default()
+    };
+    respond(dev, qpn, BthOpcode::RC_ACKNOWLEDGE, psn, ext, &[])
+}

@@ -1,0 +1,241 @@
+//! The receive queue as the responder sees it: finding the next posted receive WQE, scattering
+//! a message into its SGEs, and writing receive completions (good, error, flush).
+//!
+//! Owns: the RQ half of the work queue buffer and the RQ doorbell record (dword 0), and the
+//! receive CQEs. Must not: decide ACKs or NAKs, or change the QP state (the caller does).
+//!
+//! Sources: rdma-core `providers/mlx5/qp.c` `mlx5_post_recv` (the WQE is a list of
+//! `mlx5_wqe_data_seg` ended by lkey `MLX5_INVALID_LKEY` when shorter than the stride; the
+//! doorbell record's dword 0 is `htobe32(rq.head & 0xffff)`), `providers/mlx5/cq.c`
+//! `mlx5_parse_cqe` / `handle_responder` (what a receive CQE must carry: opcode, `byte_cnt`,
+//! `imm_inval_pkey`, `srqn_uidx` = user index for cqe_version 1, `flags_rqpn`, `wqe_counter`).
+
+use bypass_hw::cqe::{Cqe64, CqeOpcode, ErrCqe, make_op_own};
+use bypass_hw::syndrome::CqeSyndrome;
+use bypass_hw::wqe::DataSeg;
+use zerocopy::{FromBytes, FromZeros, IntoBytes};
+
+use crate::device::Device;
+use crate::iommu::DmaFault;
+use crate::mkey::{Mkey, Need};
+use crate::objects::Objects;
+
+/// One scatter entry of a receive WQE.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Sge {
+    /// Local key.
+    pub lkey: u32,
+    /// Virtual address.
+    pub addr: u64,
+    /// Length in bytes.
+    pub len: u32,
+}
+
+/// A receive WQE the responder has taken (it stays at the head, `rq_ci`, until completed).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct RecvWqe {
+    /// Its scatter list, as read from the ring when the message started.
+    pub sges: Vec<Sge>,
+}
+
+impl RecvWqe {
+    /// Bytes the WQE can hold.
+    pub fn capacity(&self) -> u64 {
+        self.sges.iter().map(|s| u64::from(s.len)).sum()
+    }
+}
+
+/// Why the payload could not be placed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ScatterError {
+    /// The message is longer than the WQE (LOCAL_LENGTH_ERR).
+    Length,
+    /// An lkey is invalid, of another PD, out of range or without local write (LOCAL_PROT_ERR).
+    Protection,
+    /// The IOMMU refused the write (counted as a DMA fault, reported as LOCAL_PROT_ERR).
+    Fault(DmaFault),
+}
+
+/// The mkey named by `key` (index and variant byte must both match).
+pub(crate) fn mkey(objs: &Objects, key: u32) -> Option<&Mkey> {
+    objs.mkeys.get(key >> 8).filter(|m| m.key == key)
+}
+
+/// Receive WQEs posted and not yet consumed: the doorbell record's 16-bit producer minus the
+/// device's counter, at most the ring size (a producer further ahead is a driver bug; the
+/// device never looks past one lap). `Err` if the doorbell record cannot be read.
+pub(crate) fn posted(dev: &mut Device, qpn: u32) -> Result<u32, DmaFault> {
+    let Some(qp) = dev.objs.qps.get(qpn) else {
+        return Ok(0);
+    };
+    let (dbr, ci, size) = (qp.dbr, qp.rq_ci, 1u32 << qp.geom.log_rq_size.min(16));
+    let pi = dev.iommu.read_be32(dbr)? & 0xffff;
+    let avail = (pi as u16).wrapping_sub(ci as u16);
+    Ok(u32::from(avail).min(size))
+}
+
+/// Reads the receive WQE at the head of the RQ (`rq_ci`), or `None` if none is posted.
+pub(crate) fn peek(dev: &mut Device, qpn: u32) -> Result<Option<RecvWqe>, DmaFault> {
+    if posted(dev, qpn)? == 0 {
+        return Ok(None);
+    }
+    let Some(qp) = dev.objs.qps.get(qpn) else {
+        return Ok(None);
+    };
+    let stride = qp.geom.rq_stride.min(1 << 12);
+    let index = qp.rq_ci & ((1u32 << qp.geom.log_rq_size.min(16)) - 1);
+    let mut bytes = vec![0u8; stride as usize];
+    qp.wq.read(
+        &mut dev.iommu,
+        u64::from(index) * u64::from(stride),
+        &mut bytes,
+    )?;
+    let mut sges = Vec::new();
+    for chunk in bytes.chunks_exact(16) {
+        let Ok(seg) = DataSeg::read_from_bytes(chunk) else {
+            break;
+        };
+        // The NIC stops at the terminator rdma-core writes after the last SGE.
+        if seg.is_end_of_list() {
+            break;
+        }
+        sges.push(Sge {
+            lkey: seg.lkey(),
+            addr: seg.addr(),
+            len: seg.byte_count(),
+        });
+    }
+    Ok(Some(RecvWqe { sges }))
+}
+
+/// Writes `data` at byte `offset` of the message being received into `wqe`, through the
+/// SGEs' lkeys (QP `qpn`'s PD, local write access).
+pub(crate) fn scatter(
+    dev: &mut Device,
+    qpn: u32,
+    wqe: &RecvWqe,
+    offset: u64,
+    data: &[u8],
+) -> Result<(), ScatterError> {
+    let end = offset
+        .checked_add(data.len() as u64)
+        .ok_or(ScatterError::Length)?;
+    if end > wqe.capacity() {
+        return Err(ScatterError::Length);
+    }
+    let Some(pd) = dev.objs.qps.get(qpn).map(|q| q.pd) else {
+        return Err(ScatterError::Protection);
+    };
+    let mut base = 0u64;
+    let mut done = 0usize;
+    for sge in &wqe.sges {
+        let sge_end = base + u64::from(sge.len);
+        let at = offset + done as u64;
+        if done < data.len() && at < sge_end {
+            let n = usize::try_from((sge_end - at).min((data.len() - done) as u64))
+                .unwrap_or(usize::MAX);
+            let key = mkey(&dev.objs, sge.lkey).ok_or(ScatterError::Protection)?;
+            let va = sge
+                .addr
+                .checked_add(at - base)
+                .ok_or(ScatterError::Protection)?;
+            let runs = key
+                .translate(pd, qpn, va, n as u64, Need::LocalWrite)
+                .map_err(|_| ScatterError::Protection)?;
+            let mut put = done;
+            for (iova, len) in runs {
+                let len = len as usize;
+                let chunk = data.get(put..put + len).ok_or(ScatterError::Protection)?;
+                dev.iommu.write(iova, chunk).map_err(ScatterError::Fault)?;
+                put += len;
+            }
+            done += n;
+        }
+        base = sge_end;
+    }
+    Ok(())
+}
+
+/// What a good receive completion reports.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RecvDone {
+    /// `MLX5_CQE_RESP_SEND`, `_SEND_IMM`, `_SEND_INV` or `_WR_IMM`.
+    pub opcode: CqeOpcode,
+    /// Bytes received (WRITE_IMM: the RETH length).
+    pub byte_cnt: u32,
+    /// Immediate data or invalidated rkey.
+    pub imm: u32,
+    /// `flags_rqpn`: the GRH and L3-type flags (UD) and the remote QPN.
+    pub flags_rqpn: u32,
+    /// The request carried the solicited-event bit.
+    pub se: bool,
+}
+
+/// Completes the WQE at the head of the RQ successfully and consumes it.
+pub(crate) fn complete(dev: &mut Device, qpn: u32, done: &RecvDone) {
+    let Some(qp) = dev.objs.qps.get_mut(qpn) else {
+        return;
+    };
+    let mut cqe = Cqe64::new_zeroed();
+    cqe.byte_cnt.set(done.byte_cnt);
+    cqe.imm_inval_pkey.set(done.imm);
+    cqe.flags_rqpn.set(done.flags_rqpn);
+    cqe.srqn_uidx.set(qp.user_index & 0x00ff_ffff);
+    cqe.sop_drop_qpn.set(qpn & 0x00ff_ffff);
+    cqe.wqe_counter.set(qp.rq_ci as u16);
+    // The ring stamps the owner bit.
+    cqe.op_own = make_op_own(done.opcode, 0, done.se, false);
+    qp.rq_ci = qp.rq_ci.wrapping_add(1);
+    let cqn = qp.cqn_rcv;
+    let mut bytes = [0u8; 64];
+    bytes.copy_from_slice(cqe.as_bytes());
+    dev.post_cqe(cqn, &bytes, done.se);
+}
+
+/// Completes the WQE at the head of the RQ with error `syndrome` (a RESP_ERR CQE) and
+/// consumes it.
+pub(crate) fn complete_error(dev: &mut Device, qpn: u32, syndrome: CqeSyndrome) {
+    let Some(qp) = dev.objs.qps.get_mut(qpn) else {
+        return;
+    };
+    let mut cqe = ErrCqe::new_zeroed();
+    // cqe_version 1: the user index sits where `srqn` is (rdma-core `cq.c` reads `srqn_uidx`
+    // before it looks at the opcode).
+    cqe.srqn.set(qp.user_index & 0x00ff_ffff);
+    cqe.syndrome = syndrome.0;
+    cqe.s_wqe_opcode_qpn.set(qpn & 0x00ff_ffff);
+    cqe.wqe_counter.set(qp.rq_ci as u16);
+    cqe.op_own = make_op_own(CqeOpcode::RESP_ERR, 0, false, false);
+    qp.rq_ci = qp.rq_ci.wrapping_add(1);
+    let flush = syndrome == CqeSyndrome::WR_FLUSH_ERR;
+    let c = &mut qp.counters;
+    if flush {
+        c.resp_cqe_flush_error += 1;
+    } else {
+        c.resp_cqe_error += 1;
+    }
+    if flush {
+        dev.counters.resp_cqe_flush_error += 1;
+    } else {
+        dev.counters.resp_cqe_error += 1;
+    }
+    let cqn = qp.cqn_rcv;
+    let mut bytes = [0u8; 64];
+    bytes.copy_from_slice(cqe.as_bytes());
+    dev.post_cqe(cqn, &bytes, true);
+}
+
+/// Completes every posted receive WQE of `qpn` with WR_FLUSH_ERR. Returns how many.
+pub(crate) fn flush(dev: &mut Device, qpn: u32) -> u32 {
+    let n = match posted(dev, qpn) {
+        Ok(n) => n,
+        Err(f) => {
+            dev.dma_fault(f);
+            return 0;
+        }
+    };
+    for _ in 0..n {
+        complete_error(dev, qpn, CqeSyndrome::WR_FLUSH_ERR);
+    }
+    n
+}
