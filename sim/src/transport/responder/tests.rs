@@ -59,8 +59,8 @@ impl Rig {
         let rcq = p.b.cq(7);
         let qp = p.b.qp(service, &scq, &rcq, 4, 4);
         let (ga, gb) = (p.a.gid(), p.b.gid());
-        p.b.to_rts(&qp, aqp.qpn, ga, mtu, 0, EPSN);
-        p.a.to_rts(&aqp, qp.qpn, gb, mtu, EPSN, 0);
+        p.b.make_rts(&qp, aqp.qpn, ga, mtu, 0, EPSN);
+        p.a.make_rts(&aqp, qp.qpn, gb, mtu, EPSN, 0);
         let mr = p.b.mr(MR_LEN, Host::all_access());
         Self {
             p,
