@@ -34,8 +34,8 @@ fn connect(mtu: u32) -> Conn {
     let a_mr = p.a.mr(64 << 10, Host::all_access());
     let b_mr = p.b.mr(64 << 10, Host::all_access());
     let (ga, gb) = (p.a.gid(), p.b.gid());
-    p.a.to_rts(&a_qp, b_qp.qpn, gb, mtu, 0x10, 0x20);
-    p.b.to_rts(&b_qp, a_qp.qpn, ga, mtu, 0x20, 0x10);
+    p.a.make_rts(&a_qp, b_qp.qpn, gb, mtu, 0x10, 0x20);
+    p.b.make_rts(&b_qp, a_qp.qpn, ga, mtu, 0x20, 0x10);
     Conn {
         p,
         a_cq,
@@ -276,8 +276,8 @@ fn ud_send_puts_the_grh_at_the_head_of_the_receive_buffer() {
     let mut a_qp = p.a.qp(UD, &a_cq, &a_cq, 4, 4);
     let mut b_qp = p.b.qp(UD, &b_cq, &b_cq, 4, 4);
     let (ga, gb) = (p.a.gid(), p.b.gid());
-    p.a.to_rts(&a_qp, 0, gb, 1024, 1, 1);
-    p.b.to_rts(&b_qp, 0, ga, 1024, 1, 1);
+    p.a.make_rts(&a_qp, 0, gb, 1024, 1, 1);
+    p.b.make_rts(&b_qp, 0, ga, 1024, 1, 1);
     let a_mr = p.a.mr(4096, Host::all_access());
     let b_mr = p.b.mr(4096, Host::all_access());
     p.a.write(a_mr.off, b"datagram");

@@ -290,7 +290,7 @@ impl Host {
 
     /// Brings `qp` to RTS (RC: connected to `remote_qpn` at `remote_gid`; UD: q_key set),
     /// the way the firmware's modify commands would leave it.
-    pub fn to_rts(
+    pub fn make_rts(
         &mut self,
         qp: &HostQp,
         remote_qpn: u32,
@@ -539,7 +539,7 @@ mod tests {
         let cq = p.a.cq(4);
         let mut qp = p.a.qp(RC, &cq, &cq, 4, 4);
         let remote = p.b.gid();
-        p.a.to_rts(&qp, 0x10, remote, 1024, 100, 200);
+        p.a.make_rts(&qp, 0x10, remote, 1024, 100, 200);
         let w = ctrl(WqeOpcode::NOP, 0, qp.qpn, 1, 0);
         p.a.post_send(&mut qp, &w);
         assert_eq!(p.a.dev.pending_doorbells(), 1);
