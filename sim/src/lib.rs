@@ -35,6 +35,9 @@ pub mod world;
 #[cfg(test)]
 pub(crate) mod testkit;
 
+#[cfg(test)]
+mod e2e_tests;
+
 pub use bypass_hw as hw;
 pub use device::{Device, MmioError};
 pub use profile::Profile;

@@ -394,6 +394,91 @@ pub fn ctrl(opcode: WqeOpcode, idx: u16, qpn: u32, ds: u8, imm: u32) -> Vec<u8> 
     c.as_bytes().to_vec()
 }
 
+/// Builds a send WQE segment by segment; [`Wqe::finish`] writes the ctrl segment with the
+/// DS count and pads to whole WQEBBs.
+#[derive(Debug, Clone)]
+pub struct Wqe {
+    opcode: WqeOpcode,
+    idx: u16,
+    qpn: u32,
+    fm_ce_se: u8,
+    imm: u32,
+    body: Vec<u8>,
+}
+
+impl Wqe {
+    /// A signaled WQE.
+    pub fn new(opcode: WqeOpcode, idx: u32, qpn: u32) -> Self {
+        Self {
+            opcode,
+            idx: idx as u16,
+            qpn,
+            fm_ce_se: MLX5_WQE_CTRL_CQ_UPDATE,
+            imm: 0,
+            body: Vec::new(),
+        }
+    }
+    /// Sets `fm_ce_se`.
+    pub fn flags(mut self, fm_ce_se: u8) -> Self {
+        self.fm_ce_se = fm_ce_se;
+        self
+    }
+    /// Sets the immediate (as it goes on the wire, big-endian in the WQE).
+    pub fn imm(mut self, imm: u32) -> Self {
+        self.imm = imm;
+        self
+    }
+    /// Adds a remote address segment.
+    pub fn raddr(mut self, va: u64, rkey: u32) -> Self {
+        self.body
+            .extend_from_slice(bypass_hw::wqe::RaddrSeg::new(va, rkey).as_bytes());
+        self
+    }
+    /// Adds an atomic segment.
+    pub fn atomic(mut self, seg: bypass_hw::wqe::AtomicSeg) -> Self {
+        self.body.extend_from_slice(seg.as_bytes());
+        self
+    }
+    /// Adds a data segment.
+    pub fn data(mut self, lkey: u32, va: u64, len: u32) -> Self {
+        self.body
+            .extend_from_slice(DataSeg::new(len, lkey, va).as_bytes());
+        self
+    }
+    /// Adds an inline segment with `payload`.
+    pub fn inline(mut self, payload: &[u8]) -> Self {
+        let mut buf = vec![0u8; 16 + payload.len().div_ceil(16) * 16];
+        let ds = bypass_hw::wqe::write_inline(&mut buf, payload).expect("inline");
+        self.body.extend_from_slice(&buf[..ds * 16]);
+        self
+    }
+    /// Adds a UD datagram segment (48-byte AV).
+    pub fn av(mut self, p: &bypass_hw::wqe::DgramParams) -> Self {
+        let seg = bypass_hw::wqe::Av::new(p).expect("av");
+        self.body.extend_from_slice(seg.as_bytes());
+        self
+    }
+    /// The WQE bytes, whole WQEBBs.
+    pub fn finish(self) -> Vec<u8> {
+        let ds = (16 + self.body.len()).div_ceil(16) as u8;
+        let c = CtrlSeg::new(&CtrlParams {
+            pi: self.idx,
+            opcode: self.opcode,
+            opmod: 0,
+            qpn: self.qpn,
+            fm_ce_se: self.fm_ce_se,
+            ds,
+            signature: 0,
+            imm: self.imm,
+        })
+        .expect("ctrl");
+        let mut v = c.as_bytes().to_vec();
+        v.extend_from_slice(&self.body);
+        v.resize(v.len().div_ceil(64) * 64, 0);
+        v
+    }
+}
+
 /// Two hosts joined by a lossless wire.
 pub struct Pair {
     pub a: Host,
