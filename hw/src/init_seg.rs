@@ -483,54 +483,33 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> InitSeg<T> {
     }
 }
 
-/// A health syndrome (`health.synd`), named after the kernel's
-/// `MLX5_INITIAL_SEG_HEALTH_SYNDROME_*` (`mlx5_ifc.h`), explained after its `hsynd_str`
-/// (`health.c`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct HealthSyndrome(pub u8);
-
-macro_rules! health_syndromes {
-    ($($name:ident = $val:expr => $why:literal,)*) => {
-        impl HealthSyndrome {
-            $(#[doc = concat!("`MLX5_INITIAL_SEG_HEALTH_SYNDROME_", stringify!($name), "`: ", $why)] pub const $name: Self = Self($val);)*
-            /// Every named syndrome, in table order.
-            pub const ALL: &'static [Self] = &[$(Self::$name),*];
-            /// The syndrome's kernel name without the prefix, or `None` (0 is "no error").
-            pub const fn name(self) -> Option<&'static str> {
-                match self.0 { $(v if v == $val => Some(stringify!($name)),)* _ => None }
-            }
-            /// One line: what usually causes it and what to do.
-            pub const fn cause_and_fix(self) -> &'static str {
-                match self.0 {
-                    0 => "no health error",
-                    $(v if v == $val => $why,)*
-                    _ => "an unknown health syndrome: record the health buffer and report it",
-                }
-            }
-        }
-    };
-}
-
-health_syndromes! {
+crate::syndrome::explained_codes! {
+    /// A health syndrome (`health.synd`), named after the kernel's
+    /// `MLX5_INITIAL_SEG_HEALTH_SYNDROME_*` (`mlx5_ifc.h`), explained after its `hsynd_str`
+    /// (`health.c`).
+    pub struct HealthSyndrome(u8) {
+    /// `MLX5_INITIAL_SEG_HEALTH_SYNDROME_FW_INTERNAL_ERR`.
     FW_INTERNAL_ERR = 0x1 => "firmware internal error: collect the health buffer (assert_var, ext_synd), reset the device, update firmware if it recurs",
+    /// `MLX5_INITIAL_SEG_HEALTH_SYNDROME_DEAD_IRISC`.
     DEAD_IRISC = 0x7 => "an internal processor stopped responding: reset the device (PCI reset or power cycle)",
+    /// `MLX5_INITIAL_SEG_HEALTH_SYNDROME_HW_FATAL_ERR`.
     HW_FATAL_ERR = 0x8 => "unrecoverable hardware error: reset the device; replace the card if it recurs",
+    /// `MLX5_INITIAL_SEG_HEALTH_SYNDROME_FW_CRC_ERR`.
     FW_CRC_ERR = 0x9 => "firmware image CRC error: reflash the firmware (mlxfwmanager / flint)",
+    /// `MLX5_INITIAL_SEG_HEALTH_SYNDROME_ICM_FETCH_PCI_ERR`.
     ICM_FETCH_PCI_ERR = 0xa => "PCI error while fetching ICM (firmware pages): check the IOMMU mappings of the pages given by MANAGE_PAGES",
+    /// `MLX5_INITIAL_SEG_HEALTH_SYNDROME_ICM_PAGE_ERR`.
     ICM_PAGE_ERR = 0xb => "bad ICM page: a page given to the firmware was freed or unmapped while in use",
+    /// `MLX5_INITIAL_SEG_HEALTH_SYNDROME_ASYNCHRONOUS_EQ_BUF_OVERRUN`.
     ASYNCHRONOUS_EQ_BUF_OVERRUN = 0xc => "an async EQ overflowed: update the EQ consumer index at least every MLX5_NUM_SPARE_EQE entries",
+    /// `MLX5_INITIAL_SEG_HEALTH_SYNDROME_EQ_IN_ERR`.
     EQ_IN_ERR = 0xd => "EQ in error state: check the EQ buffer mapping and size",
+    /// `MLX5_INITIAL_SEG_HEALTH_SYNDROME_EQ_INV`.
     EQ_INV = 0xe => "an invalid EQ was referenced: a CQ/QP names an EQ that does not exist",
+    /// `MLX5_INITIAL_SEG_HEALTH_SYNDROME_FFSER_ERR`.
     FFSER_ERR = 0xf => "FFSER error (firmware fatal service error): reset the device",
+    /// `MLX5_INITIAL_SEG_HEALTH_SYNDROME_HIGH_TEMP_ERR`.
     HIGH_TEMP_ERR = 0x10 => "high temperature: check cooling and airflow; the device shut down to protect itself",
-}
-
-impl fmt::Display for HealthSyndrome {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.name() {
-            Some(n) => write!(f, "{n} ({:#x}): {}", self.0, self.cause_and_fix()),
-            None => write!(f, "UNKNOWN({:#x}): {}", self.0, self.cause_and_fix()),
-        }
     }
 }
 

@@ -10,7 +10,9 @@
 
 use core::fmt;
 
-/// Defines a code newtype with named constants, `name()`, `cause_and_fix()` and `Display`.
+/// Defines a code newtype with named constants, `ALL`, `name()`, `cause_and_fix()` and
+/// `Display` ("NAME (0x..): cause and fix"). Every table of codes a user may need explained
+/// (command status, delivery status, CQE syndrome, AETH syndrome, health syndrome) uses it.
 macro_rules! explained_codes {
     (
         $(#[$meta:meta])*
@@ -55,6 +57,8 @@ macro_rules! explained_codes {
         }
     };
 }
+
+pub(crate) use explained_codes;
 
 explained_codes! {
     /// Status byte of a firmware command's output (`mbox_out.status`, byte 0).

@@ -271,51 +271,34 @@ pub fn block_range(len: usize, block: usize) -> Option<Range<usize>> {
     Some(start..end)
 }
 
-/// The delivery status the device writes in bits 7..1 of an entry's `status_own`: whether the
-/// command could be delivered to the firmware at all (the command's own result is in
-/// `mbox_out.status`). Values: kernel `drivers/net/ethernet/mellanox/mlx5/core/cmd.c`
-/// `MLX5_CMD_DELIVERY_STAT_*`, names and meanings from its `deliv_status_to_str`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct DeliveryStatus(pub u8);
-
-macro_rules! delivery_statuses {
-    ($($name:ident = $val:expr => $why:literal,)*) => {
-        impl DeliveryStatus {
-            $(#[doc = concat!("`MLX5_CMD_DELIVERY_STAT_", stringify!($name), "`: ", $why)] pub const $name: Self = Self($val);)*
-            /// Every named status, in table order.
-            pub const ALL: &'static [Self] = &[$(Self::$name),*];
-            /// The status's kernel name without `MLX5_CMD_DELIVERY_STAT_`, or `None`.
-            pub const fn name(self) -> Option<&'static str> {
-                match self.0 { $(v if v == $val => Some(stringify!($name)),)* _ => None }
-            }
-            /// One line: what usually causes it and what to do.
-            pub const fn cause_and_fix(self) -> &'static str {
-                match self.0 { $(v if v == $val => $why,)* _ => "an unknown delivery status: check the PRM" }
-            }
-        }
-    };
-}
-
-delivery_statuses! {
+crate::syndrome::explained_codes! {
+    /// The delivery status the device writes in bits 7..1 of an entry's `status_own`: whether the
+    /// command could be delivered to the firmware at all (the command's own result is in
+    /// `mbox_out.status`). Values: kernel `drivers/net/ethernet/mellanox/mlx5/core/cmd.c`
+    /// `MLX5_CMD_DELIVERY_STAT_*`, names and meanings from its `deliv_status_to_str`.
+    pub struct DeliveryStatus(u8) {
+    /// `MLX5_CMD_DELIVERY_STAT_OK`.
     OK = 0x0 => "delivered; read mbox_out.status for the command's own result",
+    /// `MLX5_CMD_DELIVERY_STAT_SIGNAT_ERR`.
     SIGNAT_ERR = 0x1 => "bad entry/mailbox signature: clear cmdif_checksum in SET_HCA_CAP or compute signatures",
+    /// `MLX5_CMD_DELIVERY_STAT_TOK_ERR`.
     TOK_ERR = 0x2 => "a mailbox token differs from the entry's: write the same token in every block",
+    /// `MLX5_CMD_DELIVERY_STAT_BAD_BLK_NUM_ERR`.
     BAD_BLK_NUM_ERR = 0x3 => "mailbox block numbers are not 0, 1, 2, ...: renumber the chain",
+    /// `MLX5_CMD_DELIVERY_STAT_OUT_PTR_ALIGN_ERR`.
     OUT_PTR_ALIGN_ERR = 0x4 => "output mailbox pointer not aligned: align blocks to 1 KiB (MAILBOX_ALIGN)",
+    /// `MLX5_CMD_DELIVERY_STAT_IN_PTR_ALIGN_ERR`.
     IN_PTR_ALIGN_ERR = 0x5 => "input mailbox pointer not aligned: align blocks to 1 KiB (MAILBOX_ALIGN)",
+    /// `MLX5_CMD_DELIVERY_STAT_FW_ERR`.
     FW_ERR = 0x6 => "firmware internal error: check the health buffer; the device may need a reset",
+    /// `MLX5_CMD_DELIVERY_STAT_IN_LENGTH_ERR`.
     IN_LENGTH_ERR = 0x7 => "input length wrong for the opcode or the chain too short: check inlen and the block count",
+    /// `MLX5_CMD_DELIVERY_STAT_OUT_LENGTH_ERR`.
     OUT_LENGTH_ERR = 0x8 => "output length wrong for the opcode or the chain too short: check outlen and the block count",
+    /// `MLX5_CMD_DELIVERY_STAT_RES_FLD_NOT_CLR_ERR`.
     RES_FLD_NOT_CLR_ERR = 0x9 => "a reserved field is not zero: zero the entry and mailboxes before filling them",
+    /// `MLX5_CMD_DELIVERY_STAT_CMD_DESCR_ERR`.
     CMD_DESCR_ERR = 0x10 => "bad command descriptor (e.g. type is not 7): set type = MLX5_PCI_CMD_XPORT",
-}
-
-impl fmt::Display for DeliveryStatus {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.name() {
-            Some(n) => write!(f, "{n} ({:#x}): {}", self.0, self.cause_and_fix()),
-            None => write!(f, "UNKNOWN({:#x}): {}", self.0, self.cause_and_fix()),
-        }
     }
 }
 

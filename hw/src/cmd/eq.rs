@@ -8,7 +8,7 @@
 //!
 //! Owns: the EQ command layouts. Must not: poll EQs or keep state.
 
-use crate::cmd::cq::{be64_capacity, be64_get, be64_list, be64_set, with_be64_list};
+use crate::cmd::list::{be64_capacity, be64_get, be64_list, be64_set, with_be64_list};
 use crate::error::Result;
 
 /// `eqc.status` values (kernel mlx5_ifc.h `MLX5_EQC_STATUS_*`).

@@ -9,7 +9,7 @@
 //!
 //! Owns: the mkey command layouts and helpers. Must not: allocate keys or keep state.
 
-use crate::cmd::cq::{be64_list, bytes_get, with_be64_list};
+use crate::cmd::list::{be64_list, bytes_get, with_be64_list};
 use crate::error::Result;
 
 /// `mkc.access_mode` values (kernel mlx5_ifc.h `MLX5_MKC_ACCESS_MODE_*`), split across
@@ -295,7 +295,7 @@ impl<T: AsRef<[u8]>> QueryMkeyOut<T> {
 impl<T: AsRef<[u8]> + AsMut<[u8]>> QueryMkeyOut<T> {
     /// Sets `bsf0_klm0_pas_mtt0_1` (used by the sim to answer QUERY_MKEY).
     pub fn set_bsf0_klm0_pas_mtt0_1(&mut self, v: &[u8; 16]) -> Result<&mut Self> {
-        crate::cmd::cq::bytes_set(
+        crate::cmd::list::bytes_set(
             "query_mkey_out.bsf0_klm0_pas_mtt0_1",
             self.buf.as_mut(),
             QUERY_MKEY_BSF0_OFFSET,
@@ -306,7 +306,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> QueryMkeyOut<T> {
 
     /// Sets `bsf1_klm1_pas_mtt2_3`.
     pub fn set_bsf1_klm1_pas_mtt2_3(&mut self, v: &[u8; 16]) -> Result<&mut Self> {
-        crate::cmd::cq::bytes_set(
+        crate::cmd::list::bytes_set(
             "query_mkey_out.bsf1_klm1_pas_mtt2_3",
             self.buf.as_mut(),
             QUERY_MKEY_BSF1_OFFSET,

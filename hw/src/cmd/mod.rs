@@ -13,6 +13,7 @@ pub mod cq;
 pub mod entry;
 pub mod eq;
 pub mod hca;
+pub mod list;
 pub mod mkey;
 pub mod pages;
 pub mod pd_uar;

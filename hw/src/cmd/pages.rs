@@ -9,7 +9,7 @@
 //!
 //! Owns: formats. Must not: allocate or track pages (the driver's `pages`).
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 crate::prm_layout! {
     /// QUERY_PAGES input (`mlx5_ifc_query_pages_in_bits`).
@@ -129,77 +129,27 @@ pub const fn manage_pages_out_len(n: usize) -> usize {
     manage_pages_in_len(n)
 }
 
-/// Entries of a BE64 list that fit in `buf` from `PAS_OFF`.
-fn pas_count(buf: &[u8]) -> usize {
-    buf.len().saturating_sub(PAS_OFF) / PAS_ENTRY_LEN
-}
-
-fn pas_get(what: &'static str, buf: &[u8], i: usize) -> Result<u64> {
-    let len = pas_count(buf);
-    let start = i
-        .checked_mul(PAS_ENTRY_LEN)
-        .and_then(|o| o.checked_add(PAS_OFF));
-    let bytes = start
-        .and_then(|s| buf.get(s..s.checked_add(PAS_ENTRY_LEN)?))
-        .and_then(|b| <[u8; 8]>::try_from(b).ok())
-        .ok_or(Error::IndexOutOfRange {
-            what,
-            index: i,
-            len,
-        })?;
-    Ok(u64::from_be_bytes(bytes))
-}
-
-fn pas_set(what: &'static str, buf: &mut [u8], i: usize, v: u64) -> Result<()> {
-    let len = pas_count(buf);
-    let start = i
-        .checked_mul(PAS_ENTRY_LEN)
-        .and_then(|o| o.checked_add(PAS_OFF));
-    let dst = start
-        .and_then(|s| buf.get_mut(s..s.checked_add(PAS_ENTRY_LEN)?))
-        .ok_or(Error::IndexOutOfRange {
-            what,
-            index: i,
-            len,
-        })?;
-    dst.copy_from_slice(&v.to_be_bytes());
-    Ok(())
-}
-
-macro_rules! pas_accessors {
-    ($ty:ident, $what:literal) => {
-        // The view's buffer field is private to this module, where `prm_layout!` defined it.
-        impl<T: AsRef<[u8]>> $ty<T> {
-            /// How many `pas` entries the buffer holds past the header.
-            pub fn pas_len(&self) -> usize {
-                pas_count(self.buf.as_ref())
-            }
-            /// Page address `i` of the `pas` list.
-            ///
-            /// Errors: [`Error::IndexOutOfRange`] if the buffer does not hold entry `i`.
-            pub fn pas(&self, i: usize) -> Result<u64> {
-                pas_get($what, self.buf.as_ref(), i)
-            }
-        }
-
-        impl<T: AsRef<[u8]> + AsMut<[u8]>> $ty<T> {
-            /// Sets page address `i` of the `pas` list.
-            ///
-            /// Errors: [`Error::IndexOutOfRange`] if the buffer does not hold entry `i`.
-            pub fn set_pas(&mut self, i: usize, addr: u64) -> Result<&mut Self> {
-                pas_set($what, self.buf.as_mut(), i, addr)?;
-                Ok(self)
-            }
-        }
-    };
-}
-
-pas_accessors!(ManagePagesIn, "manage_pages_in.pas");
-pas_accessors!(ManagePagesOut, "manage_pages_out.pas");
+crate::cmd::list::be64_list!(
+    ManagePagesIn,
+    "manage_pages_in.pas",
+    PAS_OFF,
+    pas,
+    set_pas,
+    pas_len
+);
+crate::cmd::list::be64_list!(
+    ManagePagesOut,
+    "manage_pages_out.pas",
+    PAS_OFF,
+    pas,
+    set_pas,
+    pas_len
+);
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Error;
 
     #[test]
     fn pas_list_is_big_endian_after_the_header() {

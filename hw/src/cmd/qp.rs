@@ -17,7 +17,7 @@
 use core::fmt;
 
 use crate::cmd::Opcode;
-use crate::cmd::cq::{be64_list, bytes_get, bytes_set, with_be64_list};
+use crate::cmd::list::{be64_list, bytes_get, bytes_set, with_be64_list};
 use crate::error::{Error, Result};
 
 // ---------------------------------------------------------------------------------------------
