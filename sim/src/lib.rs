@@ -36,4 +36,6 @@ pub(crate) mod testkit;
 
 pub use bypass_hw as hw;
 pub use device::{Device, MmioError};
+pub use firmware::syndromes;
+pub use firmware::{Stage, cmdq::MAX_MSG_LEN};
 pub use profile::Profile;
