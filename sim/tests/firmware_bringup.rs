@@ -41,7 +41,7 @@ fn rdma_core_bring_up_sequence_succeeds() {
 #[test]
 fn only_enable_hca_is_accepted_before_enable_hca() {
     let mut r = fresh();
-    for op in [Opcode::SET_ISSI, Opcode::INIT_HCA, Opcode::ALLOC_PD, Opcode::NOP, Opcode::QUERY_PAGES] {
+    for op in [Opcode::SET_ISSI, Opcode::DISABLE_HCA, Opcode::ALLOC_PD, Opcode::NOP, Opcode::QUERY_PAGES] {
         assert_eq!(r.simple(op, 0), state(s::NEED_ENABLE_HCA), "{op}");
     }
     r.enable_hca().unwrap();
