@@ -35,13 +35,22 @@ fn rdma_core_bring_up_sequence_succeeds() {
     assert!(r.async_eq.is_some());
     assert_eq!(r.dev.firmware_stage(), Stage::Initialized);
     let p = r.dev.profile().clone();
-    assert_eq!(r.dev.firmware_pages(), (p.boot_pages + p.init_pages) as usize);
+    assert_eq!(
+        r.dev.firmware_pages(),
+        (p.boot_pages + p.init_pages) as usize
+    );
 }
 
 #[test]
 fn only_enable_hca_is_accepted_before_enable_hca() {
     let mut r = fresh();
-    for op in [Opcode::SET_ISSI, Opcode::DISABLE_HCA, Opcode::ALLOC_PD, Opcode::NOP, Opcode::QUERY_PAGES] {
+    for op in [
+        Opcode::SET_ISSI,
+        Opcode::DISABLE_HCA,
+        Opcode::ALLOC_PD,
+        Opcode::NOP,
+        Opcode::QUERY_PAGES,
+    ] {
         assert_eq!(r.simple(op, 0), state(s::NEED_ENABLE_HCA), "{op}");
     }
     r.enable_hca().unwrap();
@@ -55,19 +64,27 @@ fn unknown_opcode_is_bad_op_in_any_stage() {
     assert_eq!(e.status(), Some(CmdStatus::BAD_OP_ERR));
     assert_eq!(e.syndrome(), Some(s::UNKNOWN_OPCODE));
     let mut r = Raw::up();
-    assert_eq!(r.simple(Opcode(0xffff), 0).unwrap_err().status(), Some(CmdStatus::BAD_OP_ERR));
+    assert_eq!(
+        r.simple(Opcode(0xffff), 0).unwrap_err().status(),
+        Some(CmdStatus::BAD_OP_ERR)
+    );
 }
 
 #[test]
 fn capabilities_need_the_boot_pages_and_init_hca_needs_issi_and_init_pages() {
     let mut r = fresh();
     r.enable_hca().unwrap();
-    assert_eq!(r.query_cap(CapType::GENERAL, CapMode::CUR), state(s::NEED_BOOT_PAGES).map(|_| vec![]));
+    assert_eq!(
+        r.query_cap(CapType::GENERAL, CapMode::CUR),
+        state(s::NEED_BOOT_PAGES).map(|_| vec![])
+    );
     assert_eq!(r.simple(Opcode::ALLOC_PD, 0), state(s::NEED_INIT_HCA));
     assert_eq!(r.init_hca(), state(s::NEED_SET_ISSI));
     let o = r.simple(Opcode::QUERY_ISSI, 0);
     assert!(o.is_err(), "QUERY_ISSI needs its 0x70-byte output");
-    let o = r.cmd(&header(Opcode::QUERY_ISSI, 0, 16), QueryIssiOut::LEN).unwrap();
+    let o = r
+        .cmd(&header(Opcode::QUERY_ISSI, 0, 16), QueryIssiOut::LEN)
+        .unwrap();
     let q = QueryIssiOut::new_checked(&o[..]).unwrap();
     assert!(q.supports_issi(0) && q.supports_issi(1) && !q.supports_issi(2));
     assert_eq!(q.current_issi(), 0);
@@ -128,9 +145,13 @@ fn fast_teardown_completes_when_the_driver_disables_the_nic_interface() {
     r.teardown(TeardownProfile::PREPARE_FAST_TEARDOWN).unwrap();
     assert_eq!(r.dev.firmware_stage(), Stage::Initialized);
     let mut b = [0u8; 4];
-    r.dev.mmio_read(iseg::CMDQ_ADDR_L_SZ as u64, &mut b).unwrap();
+    r.dev
+        .mmio_read(iseg::CMDQ_ADDR_L_SZ as u64, &mut b)
+        .unwrap();
     let v = u32::from_be_bytes(b) | (u32::from(NicInterface::DISABLED.0) << iseg::NIC_IFC_OFFSET);
-    r.dev.mmio_write(iseg::CMDQ_ADDR_L_SZ as u64, &v.to_be_bytes()).unwrap();
+    r.dev
+        .mmio_write(iseg::CMDQ_ADDR_L_SZ as u64, &v.to_be_bytes())
+        .unwrap();
     assert_eq!(r.dev.nic_interface(), NicInterface::DISABLED);
     assert_eq!(r.dev.firmware_stage(), Stage::Disabled);
     assert_eq!(r.dev.firmware_pages(), 0);
@@ -179,7 +200,11 @@ fn page_request_event_and_query_pages_regular_follow_the_request() {
     assert_eq!(&ev[0].2[2..4], &[0, 0], "function 0");
     assert_eq!(i32::from_be_bytes(ev[0].2[4..8].try_into().unwrap()), 5);
     assert_eq!(r.query_pages(QueryPagesOpMod::REGULAR), 5);
-    assert_eq!(r.take_pages(5).unwrap(), vec![], "nothing to take while it wants pages");
+    assert_eq!(
+        r.take_pages(5).unwrap(),
+        vec![],
+        "nothing to take while it wants pages"
+    );
     let given = r.give_pages(5);
     assert_eq!(r.query_pages(QueryPagesOpMod::REGULAR), 0);
     r.dev.request_pages(-3);
@@ -187,7 +212,11 @@ fn page_request_event_and_query_pages_regular_follow_the_request() {
     assert_eq!(i32::from_be_bytes(ev[0].2[4..8].try_into().unwrap()), -3);
     assert_eq!(r.query_pages(QueryPagesOpMod::REGULAR), -3);
     let back = r.take_pages(10).unwrap();
-    assert_eq!(back, vec![given[4], given[3], given[2]], "most recently given first, at most 3");
+    assert_eq!(
+        back,
+        vec![given[4], given[3], given[2]],
+        "most recently given first, at most 3"
+    );
     assert_eq!(r.query_pages(QueryPagesOpMod::REGULAR), 0);
 }
 
@@ -217,13 +246,20 @@ fn command_completion_posts_a_cmd_eqe_and_interrupt_when_subscribed() {
     assert!(!ev.is_empty());
     let last = ev.last().unwrap();
     assert_eq!(last.0, EventType::CMD.0);
-    assert_eq!(u32::from_be_bytes(last.2[..4].try_into().unwrap()), 1, "slot 0's bit");
+    assert_eq!(
+        u32::from_be_bytes(last.2[..4].try_into().unwrap()),
+        1,
+        "slot 0's bit"
+    );
     // Slot 31, as rdma-core uses for page commands.
     let p = r.post(31, &header(Opcode::NOP, 0, 16), 16);
     r.ring(1 << 31);
     r.complete(&p).unwrap();
     let ev = r.poll_eq(&mut eq);
-    assert_eq!(u32::from_be_bytes(ev[0].2[..4].try_into().unwrap()), 1 << 31);
+    assert_eq!(
+        u32::from_be_bytes(ev[0].2[..4].try_into().unwrap()),
+        1 << 31
+    );
 }
 
 #[test]
@@ -233,8 +269,15 @@ fn multi_block_outputs_and_inputs_travel_through_mailbox_chains() {
     let c = CmdHcaCap::new_checked(&cur[..]).unwrap();
     assert_eq!(c.port_type(), 1);
     assert_eq!(c.log_max_cq(), 12);
-    assert_eq!(c.cmdif_checksum(), 0, "SET_HCA_CAP (a 4 KiB input) took effect");
+    assert_eq!(
+        c.cmdif_checksum(),
+        0,
+        "SET_HCA_CAP (a 4 KiB input) took effect"
+    );
 }
+
+/// A corruption of a posted command.
+type Corrupt = Box<dyn Fn(&Raw, &Posted)>;
 
 fn nop_posted(r: &mut Raw, in_len: usize, out_len: usize) -> Posted {
     r.post(0, &header(Opcode::NOP, 0, in_len), out_len)
@@ -243,7 +286,7 @@ fn nop_posted(r: &mut Raw, in_len: usize, out_len: usize) -> Posted {
 #[test]
 fn broken_mailbox_chains_get_their_delivery_status() {
     let mut r = Raw::up();
-    let cases: Vec<(&str, Box<dyn Fn(&Raw, &Posted)>, DeliveryStatus)> = vec![
+    let cases: Vec<(&str, Corrupt, DeliveryStatus)> = vec![
         (
             "wrong block number",
             Box::new(|r: &Raw, p: &Posted| r.write(p.in_blocks[1] + 0x238, &7u32.to_be_bytes())),
@@ -267,7 +310,10 @@ fn broken_mailbox_chains_get_their_delivery_status() {
         (
             "misaligned next pointer",
             Box::new(|r: &Raw, p: &Posted| {
-                r.write(p.in_blocks[0] + 0x230, &(r.iova(p.in_blocks[1]) + 8).to_be_bytes())
+                r.write(
+                    p.in_blocks[0] + 0x230,
+                    &(r.iova(p.in_blocks[1]) + 8).to_be_bytes(),
+                )
             }),
             DeliveryStatus::IN_PTR_ALIGN_ERR,
         ),
@@ -281,7 +327,10 @@ fn broken_mailbox_chains_get_their_delivery_status() {
         (
             "misaligned output pointer",
             Box::new(|r: &Raw, p: &Posted| {
-                r.write(p.entry_off + 0x30, &(r.iova(p.out_blocks[0]) + 0x40).to_be_bytes())
+                r.write(
+                    p.entry_off + 0x30,
+                    &(r.iova(p.out_blocks[0]) + 0x40).to_be_bytes(),
+                )
             }),
             DeliveryStatus::OUT_PTR_ALIGN_ERR,
         ),
@@ -315,9 +364,15 @@ fn broken_mailbox_chains_get_their_delivery_status() {
 fn an_entry_the_device_cannot_read_is_counted_and_skipped() {
     let mut r = Raw::new(Profile::default());
     // The command queue address points at unmapped IOVA space.
-    r.dev.mmio_write(iseg::CMDQ_ADDR_H as u64, &0x77u32.to_be_bytes()).unwrap();
-    r.dev.mmio_write(iseg::CMDQ_ADDR_L_SZ as u64, &0u32.to_be_bytes()).unwrap();
-    r.dev.mmio_write(iseg::CMD_DBELL as u64, &1u32.to_be_bytes()).unwrap();
+    r.dev
+        .mmio_write(iseg::CMDQ_ADDR_H as u64, &0x77u32.to_be_bytes())
+        .unwrap();
+    r.dev
+        .mmio_write(iseg::CMDQ_ADDR_L_SZ as u64, &0u32.to_be_bytes())
+        .unwrap();
+    r.dev
+        .mmio_write(iseg::CMD_DBELL as u64, &1u32.to_be_bytes())
+        .unwrap();
     while r.dev.step() {}
     assert_eq!(r.dev.counters.dma_faults, 1);
     assert_eq!(r.dev.counters.commands, 0);
@@ -341,7 +396,9 @@ fn short_input_and_output_lengths_are_reported_by_status() {
     let e = r.cmd(&header(Opcode::ALLOC_PD, 0, 8)[..8], 16).unwrap_err();
     assert_eq!(e.status(), Some(CmdStatus::BAD_INP_LEN_ERR));
     assert_eq!(e.syndrome(), Some(s::INLEN_TOO_SHORT));
-    let e = r.cmd(&header(Opcode::QUERY_HCA_CAP, 1, 16), 16).unwrap_err();
+    let e = r
+        .cmd(&header(Opcode::QUERY_HCA_CAP, 1, 16), 16)
+        .unwrap_err();
     assert_eq!(e.status(), Some(CmdStatus::BAD_OUTP_LEN_ERR));
     // An output shorter than the header still carries status and syndrome inline.
     let e = r.cmd(&header(Opcode::ALLOC_PD, 0, 16), 4).unwrap_err();

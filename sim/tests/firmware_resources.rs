@@ -21,9 +21,15 @@ use bypass_sim::Profile;
 use bypass_sim::syndromes as s;
 use common::*;
 
+/// An edit of a command input.
+type Edit = Box<dyn Fn(&mut Vec<u8>)>;
+
 fn fails(r: Result<impl std::fmt::Debug, CmdFailure>, status: CmdStatus, synd: u32) {
     match r {
-        Err(CmdFailure::Status { status: st, syndrome }) => {
+        Err(CmdFailure::Status {
+            status: st,
+            syndrome,
+        }) => {
             assert_eq!((st, syndrome), (status, synd), "{:?}", s::name(syndrome));
         }
         other => panic!("expected {status} / {:?}, got {other:?}", s::name(synd)),
@@ -38,19 +44,32 @@ fn pd_and_uar_alloc_dealloc_and_double_free() {
     assert_ne!(a, b);
     assert!(a >= 1, "PD 0 is reserved");
     r.destroy(Opcode::DEALLOC_PD, a).unwrap();
-    fails(r.destroy(Opcode::DEALLOC_PD, a), CmdStatus::BAD_RES_ERR, s::PD_UNKNOWN);
+    fails(
+        r.destroy(Opcode::DEALLOC_PD, a),
+        CmdStatus::BAD_RES_ERR,
+        s::PD_UNKNOWN,
+    );
     let u = r.alloc_uar().unwrap();
     assert!(u >= r.dev.profile().first_uar);
     r.destroy(Opcode::DEALLOC_UAR, u).unwrap();
-    fails(r.destroy(Opcode::DEALLOC_UAR, u), CmdStatus::BAD_RES_ERR, s::UAR_UNKNOWN);
-    fails(r.destroy(Opcode::DEALLOC_UAR, 0xffffff), CmdStatus::BAD_RES_ERR, s::UAR_UNKNOWN);
+    fails(
+        r.destroy(Opcode::DEALLOC_UAR, u),
+        CmdStatus::BAD_RES_ERR,
+        s::UAR_UNKNOWN,
+    );
+    fails(
+        r.destroy(Opcode::DEALLOC_UAR, 0xffffff),
+        CmdStatus::BAD_RES_ERR,
+        s::UAR_UNKNOWN,
+    );
 }
 
 #[test]
 fn uars_run_out_at_the_profile_count() {
-    let mut p = Profile::default();
-    p.uar_pages = 3;
-    let mut r = Raw::new(p);
+    let mut r = Raw::new(Profile {
+        uar_pages: 3,
+        ..Profile::default()
+    });
     r.bring_up(); // takes one
     r.alloc_uar().unwrap();
     r.alloc_uar().unwrap();
@@ -62,25 +81,43 @@ fn mkey_create_query_destroy_and_pd_in_use() {
     let mut r = Raw::up();
     let pd = r.alloc_pd().unwrap();
     let mr = r
-        .reg_mr(pd, 3 * 4096 + 100, MkeyAccess::LOCAL_WRITE | MkeyAccess::REMOTE_READ)
+        .reg_mr(
+            pd,
+            3 * 4096 + 100,
+            MkeyAccess::LOCAL_WRITE | MkeyAccess::REMOTE_READ,
+        )
         .unwrap();
     assert_eq!(mr.key & 0xff, 0x5a);
-    fails(r.destroy(Opcode::DEALLOC_PD, pd), CmdStatus::RES_BUSY, s::PD_IN_USE);
+    fails(
+        r.destroy(Opcode::DEALLOC_PD, pd),
+        CmdStatus::RES_BUSY,
+        s::PD_IN_USE,
+    );
     let mut i = header(Opcode::QUERY_MKEY, 0, 16);
-    QueryMkeyIn::new_checked(&mut i[..]).unwrap().set_mkey_index(mr.key >> 8).unwrap();
+    QueryMkeyIn::new_checked(&mut i[..])
+        .unwrap()
+        .set_mkey_index(mr.key >> 8)
+        .unwrap();
     let o = r.ok(&i, QueryMkeyOut::LEN);
     let q = QueryMkeyOut::new_checked(&o[..]).unwrap();
     let m = q.memory_key_mkey_entry();
     assert_eq!(m.pd(), pd);
     assert_eq!(m.start_addr(), mr.va);
     assert_eq!(m.len(), mr.len as u64);
-    assert_eq!(m.access(), MkeyAccess::LOCAL_WRITE | MkeyAccess::REMOTE_READ);
+    assert_eq!(
+        m.access(),
+        MkeyAccess::LOCAL_WRITE | MkeyAccess::REMOTE_READ
+    );
     assert_eq!(m.mkey_7_0(), 0x5a);
     r.dereg_mr(mr.key).unwrap();
     fails(r.dereg_mr(mr.key), CmdStatus::BAD_RES_ERR, s::MKEY_UNKNOWN);
     r.destroy(Opcode::DEALLOC_PD, pd).unwrap();
     // An mkey in a destroyed PD.
-    fails(r.reg_mr(pd, 4096, MkeyAccess::empty()), CmdStatus::BAD_RES_ERR, s::PD_UNKNOWN);
+    fails(
+        r.reg_mr(pd, 4096, MkeyAccess::empty()),
+        CmdStatus::BAD_RES_ERR,
+        s::PD_UNKNOWN,
+    );
 }
 
 #[test]
@@ -89,24 +126,36 @@ fn mkey_inputs_are_checked() {
     let pd = r.alloc_pd().unwrap();
     let off = r.alloc(3 * 4096, 4096);
     let base = r.create_mkey_input(pd, off, 2 * 4096, MkeyAccess::LOCAL_WRITE, 1);
-    let cases: Vec<(Box<dyn Fn(&mut Vec<u8>)>, CmdStatus, u32)> = vec![
+    let cases: Vec<(Edit, CmdStatus, u32)> = vec![
         (
             Box::new(|i| {
-                CreateMkeyIn::new_checked(&mut i[..]).unwrap().mkc_mut().set_access_mode(2).unwrap();
+                CreateMkeyIn::new_checked(&mut i[..])
+                    .unwrap()
+                    .mkc_mut()
+                    .set_access_mode(2)
+                    .unwrap();
             }),
             CmdStatus::BAD_PARAM_ERR,
             s::MKEY_ACCESS_MODE,
         ),
         (
             Box::new(|i| {
-                CreateMkeyIn::new_checked(&mut i[..]).unwrap().mkc_mut().set_free(1).unwrap();
+                CreateMkeyIn::new_checked(&mut i[..])
+                    .unwrap()
+                    .mkc_mut()
+                    .set_free(1)
+                    .unwrap();
             }),
             CmdStatus::BAD_PARAM_ERR,
             s::MKEY_FREE,
         ),
         (
             Box::new(|i| {
-                CreateMkeyIn::new_checked(&mut i[..]).unwrap().mkc_mut().set_log_page_size(5).unwrap();
+                CreateMkeyIn::new_checked(&mut i[..])
+                    .unwrap()
+                    .mkc_mut()
+                    .set_log_page_size(5)
+                    .unwrap();
             }),
             CmdStatus::BAD_PARAM_ERR,
             s::MKEY_PAGE_SIZE,
@@ -146,7 +195,11 @@ fn mkey_inputs_are_checked() {
         ),
         (
             Box::new(|i| {
-                CreateMkeyIn::new_checked(&mut i[..]).unwrap().mkc_mut().set_length64(1).unwrap();
+                CreateMkeyIn::new_checked(&mut i[..])
+                    .unwrap()
+                    .mkc_mut()
+                    .set_length64(1)
+                    .unwrap();
             }),
             CmdStatus::BAD_PARAM_ERR,
             s::MKEY_LENGTH64,
@@ -173,7 +226,10 @@ fn cq_create_query_destroy_and_limits() {
     let eqn = r.async_eq.unwrap().eqn;
     let cq = r.create_cq(6, eqn).unwrap();
     let mut i = header(Opcode::QUERY_CQ, 0, 16);
-    QueryCqIn::new_checked(&mut i[..]).unwrap().set_cqn(cq.cqn).unwrap();
+    QueryCqIn::new_checked(&mut i[..])
+        .unwrap()
+        .set_cqn(cq.cqn)
+        .unwrap();
     let o = r.ok(&i, QueryCqOut::LEN);
     let q = QueryCqOut::new_checked(&o[..]).unwrap();
     let c = q.cq_context();
@@ -182,9 +238,17 @@ fn cq_create_query_destroy_and_limits() {
     assert_eq!(c.status(), u32::from(cq_status::OK));
     assert_eq!(c.producer_counter(), 0);
     // The EQ and UAR are in use while the CQ exists.
-    fails(r.destroy(Opcode::DESTROY_EQ, eqn), CmdStatus::RES_BUSY, s::EQ_IN_USE);
+    fails(
+        r.destroy(Opcode::DESTROY_EQ, eqn),
+        CmdStatus::RES_BUSY,
+        s::EQ_IN_USE,
+    );
     let uar = r.uar;
-    fails(r.destroy(Opcode::DEALLOC_UAR, uar), CmdStatus::RES_BUSY, s::UAR_IN_USE);
+    fails(
+        r.destroy(Opcode::DEALLOC_UAR, uar),
+        CmdStatus::RES_BUSY,
+        s::UAR_IN_USE,
+    );
     r.destroy_cq(cq.cqn).unwrap();
     fails(r.destroy_cq(cq.cqn), CmdStatus::BAD_RES_ERR, s::CQ_UNKNOWN);
     // Oversized.
@@ -192,17 +256,79 @@ fn cq_create_query_destroy_and_limits() {
     let off = r.alloc(4096, 4096);
     let dbr = r.alloc(64, 64);
     let mut i = r.create_cq_input(6, eqn, uar, off, dbr);
-    CreateCqIn::new_checked(&mut i[..]).unwrap().cqc_mut().set_log_cq_size(u32::from(max) + 1).unwrap();
+    CreateCqIn::new_checked(&mut i[..])
+        .unwrap()
+        .cqc_mut()
+        .set_log_cq_size(u32::from(max) + 1)
+        .unwrap();
     fails(r.cmd(&i, 16), CmdStatus::LIM_ERR, s::CQ_TOO_LARGE);
     // Missing EQ / UAR, bad CQE size, short pas list, unaligned page.
     let good = r.create_cq_input(6, eqn, uar, off, dbr);
-    let edits: Vec<(Box<dyn Fn(&mut Vec<u8>)>, CmdStatus, u32)> = vec![
-        (Box::new(|i| { CreateCqIn::new_checked(&mut i[..]).unwrap().cqc_mut().set_c_eqn(60).unwrap(); }), CmdStatus::BAD_RES_ERR, s::CQ_EQ_UNKNOWN),
-        (Box::new(|i| { CreateCqIn::new_checked(&mut i[..]).unwrap().cqc_mut().set_uar_page(2).unwrap(); }), CmdStatus::BAD_RES_ERR, s::CQ_UAR_UNKNOWN),
-        (Box::new(|i| { CreateCqIn::new_checked(&mut i[..]).unwrap().cqc_mut().set_cqe_sz(3).unwrap(); }), CmdStatus::BAD_PARAM_ERR, s::CQ_BAD_CQE_SIZE),
-        (Box::new(|i| { CreateCqIn::new_checked(&mut i[..]).unwrap().cqc_mut().set_log_cq_size(8).unwrap(); }), CmdStatus::BAD_INP_LEN_ERR, s::LIST_TRUNCATED),
-        (Box::new(|i| { let mut c = CreateCqIn::new_checked(&mut i[..]).unwrap(); let p = c.pas(0).unwrap(); c.set_pas(0, p + 64).unwrap(); }), CmdStatus::BAD_PARAM_ERR, s::CQ_PAS_UNALIGNED),
-        (Box::new(|i| { CreateCqIn::new_checked(&mut i[..]).unwrap().cqc_mut().set_cqe_comp_en(1).unwrap(); }), CmdStatus::BAD_PARAM_ERR, s::CQ_UNSUPPORTED),
+    let edits: Vec<(Edit, CmdStatus, u32)> = vec![
+        (
+            Box::new(|i| {
+                CreateCqIn::new_checked(&mut i[..])
+                    .unwrap()
+                    .cqc_mut()
+                    .set_c_eqn(60)
+                    .unwrap();
+            }),
+            CmdStatus::BAD_RES_ERR,
+            s::CQ_EQ_UNKNOWN,
+        ),
+        (
+            Box::new(|i| {
+                CreateCqIn::new_checked(&mut i[..])
+                    .unwrap()
+                    .cqc_mut()
+                    .set_uar_page(2)
+                    .unwrap();
+            }),
+            CmdStatus::BAD_RES_ERR,
+            s::CQ_UAR_UNKNOWN,
+        ),
+        (
+            Box::new(|i| {
+                CreateCqIn::new_checked(&mut i[..])
+                    .unwrap()
+                    .cqc_mut()
+                    .set_cqe_sz(3)
+                    .unwrap();
+            }),
+            CmdStatus::BAD_PARAM_ERR,
+            s::CQ_BAD_CQE_SIZE,
+        ),
+        (
+            Box::new(|i| {
+                CreateCqIn::new_checked(&mut i[..])
+                    .unwrap()
+                    .cqc_mut()
+                    .set_log_cq_size(8)
+                    .unwrap();
+            }),
+            CmdStatus::BAD_INP_LEN_ERR,
+            s::LIST_TRUNCATED,
+        ),
+        (
+            Box::new(|i| {
+                let mut c = CreateCqIn::new_checked(&mut i[..]).unwrap();
+                let p = c.pas(0).unwrap();
+                c.set_pas(0, p + 64).unwrap();
+            }),
+            CmdStatus::BAD_PARAM_ERR,
+            s::CQ_PAS_UNALIGNED,
+        ),
+        (
+            Box::new(|i| {
+                CreateCqIn::new_checked(&mut i[..])
+                    .unwrap()
+                    .cqc_mut()
+                    .set_cqe_comp_en(1)
+                    .unwrap();
+            }),
+            CmdStatus::BAD_PARAM_ERR,
+            s::CQ_UNSUPPORTED,
+        ),
     ];
     for (edit, st, synd) in edits {
         let mut i = good.clone();
@@ -229,21 +355,40 @@ fn eq_create_query_destroy_and_checks() {
     let uar = r.uar;
     let eq = r.create_eq(uar, 5, &[EventType::PORT_CHANGE], 2).unwrap();
     let mut i = header(Opcode::QUERY_EQ, 0, 16);
-    QueryEqIn::new_checked(&mut i[..]).unwrap().set_eq_number(eq.eqn).unwrap();
+    QueryEqIn::new_checked(&mut i[..])
+        .unwrap()
+        .set_eq_number(eq.eqn)
+        .unwrap();
     let o = r.ok(&i, QueryEqOut::LEN);
     let q = QueryEqOut::new_checked(&o[..]).unwrap();
     assert_eq!(q.event_bitmask(), 1 << EventType::PORT_CHANGE.0);
     assert_eq!(q.eq_context_entry().intr(), 2);
     assert_eq!(q.eq_context_entry().log_eq_size(), 5);
     r.destroy(Opcode::DESTROY_EQ, eq.eqn).unwrap();
-    fails(r.destroy(Opcode::DESTROY_EQ, eq.eqn), CmdStatus::BAD_RES_ERR, s::EQ_UNKNOWN);
+    fails(
+        r.destroy(Opcode::DESTROY_EQ, eq.eqn),
+        CmdStatus::BAD_RES_ERR,
+        s::EQ_UNKNOWN,
+    );
     let vectors = r.dev.profile().msix_vectors;
-    fails(r.create_eq(uar, 5, &[], vectors), CmdStatus::BAD_PARAM_ERR, s::EQ_BAD_VECTOR);
+    fails(
+        r.create_eq(uar, 5, &[], vectors),
+        CmdStatus::BAD_PARAM_ERR,
+        s::EQ_BAD_VECTOR,
+    );
     let off = r.alloc(4096, 4096);
     let mut i = r.create_eq_input(uar, 5, &[], 0, off);
-    bypass_hw::cmd::eq::CreateEqIn::new_checked(&mut i[..]).unwrap().eqc_mut().set_log_eq_size(30).unwrap();
+    bypass_hw::cmd::eq::CreateEqIn::new_checked(&mut i[..])
+        .unwrap()
+        .eqc_mut()
+        .set_log_eq_size(30)
+        .unwrap();
     fails(r.cmd(&i, 16), CmdStatus::LIM_ERR, s::EQ_TOO_LARGE);
-    fails(r.create_eq(0x3ff, 5, &[], 0), CmdStatus::BAD_RES_ERR, s::EQ_UAR_UNKNOWN);
+    fails(
+        r.create_eq(0x3ff, 5, &[], 0),
+        CmdStatus::BAD_RES_ERR,
+        s::EQ_UAR_UNKNOWN,
+    );
 }
 
 #[test]
@@ -262,7 +407,11 @@ fn caps_report_the_profile_and_set_hca_cap_rejects_values_above_max() {
     let rc = RoceCap::new_checked(&roce[..]).unwrap();
     assert_eq!(rc.r_roce_dest_udp_port(), 4791);
     assert_eq!(rc.sw_r_roce_src_udp_port(), 1, "bring_up set it");
-    fails(r.query_cap(CapType(0x3), CapMode::CUR), CmdStatus::BAD_PARAM_ERR, s::UNSUPPORTED_CAP_TYPE);
+    fails(
+        r.query_cap(CapType(0x3), CapMode::CUR),
+        CmdStatus::BAD_PARAM_ERR,
+        s::UNSUPPORTED_CAP_TYPE,
+    );
     // SET_HCA_CAP after INIT_HCA is too late; check the value rules on a fresh device.
     let mut f = Raw::new(Profile::default());
     f.init_cmdq();
@@ -270,11 +419,25 @@ fn caps_report_the_profile_and_set_hca_cap_rejects_values_above_max() {
     let boot = f.query_pages(bypass_hw::cmd::pages::QueryPagesOpMod::BOOT);
     f.give_pages(boot as usize);
     let mut cur = f.query_cap(CapType::GENERAL, CapMode::CUR).unwrap();
-    CmdHcaCap::new_checked(&mut cur[..]).unwrap().set_log_max_qp(u32::from(caps.log_max_qp) + 1).unwrap();
-    fails(f.set_cap(CapType::GENERAL, &cur), CmdStatus::BAD_PARAM_ERR, s::CAP_ABOVE_MAX);
+    CmdHcaCap::new_checked(&mut cur[..])
+        .unwrap()
+        .set_log_max_qp(u32::from(caps.log_max_qp) + 1)
+        .unwrap();
+    fails(
+        f.set_cap(CapType::GENERAL, &cur),
+        CmdStatus::BAD_PARAM_ERR,
+        s::CAP_ABOVE_MAX,
+    );
     let mut cur = f.query_cap(CapType::GENERAL, CapMode::CUR).unwrap();
-    CmdHcaCap::new_checked(&mut cur[..]).unwrap().set_cmdif_checksum(3).unwrap();
-    fails(f.set_cap(CapType::GENERAL, &cur), CmdStatus::BAD_PARAM_ERR, s::CAP_CHECKSUM_UNSUPPORTED);
+    CmdHcaCap::new_checked(&mut cur[..])
+        .unwrap()
+        .set_cmdif_checksum(3)
+        .unwrap();
+    fails(
+        f.set_cap(CapType::GENERAL, &cur),
+        CmdStatus::BAD_PARAM_ERR,
+        s::CAP_CHECKSUM_UNSUPPORTED,
+    );
     let mut cur = f.query_cap(CapType::GENERAL, CapMode::CUR).unwrap();
     {
         let mut c = CmdHcaCap::new_checked(&mut cur[..]).unwrap();
@@ -291,37 +454,72 @@ fn caps_report_the_profile_and_set_hca_cap_rejects_values_above_max() {
 #[test]
 fn vport_contexts_gids_and_roce_enable() {
     let mut r = Raw::up();
-    let o = r.ok(&header(Opcode::QUERY_HCA_VPORT_CONTEXT, 0, 16), QueryHcaVportContextOut::LEN);
+    let o = r.ok(
+        &header(Opcode::QUERY_HCA_VPORT_CONTEXT, 0, 16),
+        QueryHcaVportContextOut::LEN,
+    );
     let c = QueryHcaVportContextOut::new_checked(&o[..]).unwrap();
     assert_eq!(c.hca_vport_context().port_state(), port_state::ACTIVE);
     assert_eq!(c.hca_vport_context().port_physical_state(), 5);
     let mut i = header(Opcode::QUERY_HCA_VPORT_CONTEXT, 0, 16);
     i[9] = 2; // port_num 2 of a one-port device
-    fails(r.cmd(&i, QueryHcaVportContextOut::LEN), CmdStatus::BAD_PARAM_ERR, s::BAD_PORT);
+    fails(
+        r.cmd(&i, QueryHcaVportContextOut::LEN),
+        CmdStatus::BAD_PARAM_ERR,
+        s::BAD_PORT,
+    );
 
     let gid0 = r.dev.profile().ports[0].gids[0];
     let mut i = header(Opcode::QUERY_HCA_VPORT_GID, 0, 16);
-    QueryHcaVportGidIn::new_checked(&mut i[..]).unwrap().set_gid_index(ALL_GIDS).unwrap();
+    QueryHcaVportGidIn::new_checked(&mut i[..])
+        .unwrap()
+        .set_gid_index(ALL_GIDS)
+        .unwrap();
     let o = r.ok(&i, query_hca_vport_gid_out_len(16));
     let g = QueryHcaVportGidOut::new_checked(&o[..]).unwrap();
     assert_eq!(g.gids_num(), 16);
     assert_eq!(g.gid(0).unwrap(), gid0);
-    QueryHcaVportGidIn::new_checked(&mut i[..]).unwrap().set_gid_index(16).unwrap();
-    fails(r.cmd(&i, query_hca_vport_gid_out_len(1)), CmdStatus::IX_ERR, s::GID_INDEX);
+    QueryHcaVportGidIn::new_checked(&mut i[..])
+        .unwrap()
+        .set_gid_index(16)
+        .unwrap();
+    fails(
+        r.cmd(&i, query_hca_vport_gid_out_len(1)),
+        CmdStatus::IX_ERR,
+        s::GID_INDEX,
+    );
 
-    let o = r.ok(&header(Opcode::QUERY_NIC_VPORT_CONTEXT, 0, 16), QueryNicVportContextOut::LEN);
+    let o = r.ok(
+        &header(Opcode::QUERY_NIC_VPORT_CONTEXT, 0, 16),
+        QueryNicVportContextOut::LEN,
+    );
     let n = QueryNicVportContextOut::new_checked(&o[..]).unwrap();
     assert_eq!(n.nic_vport_context().roce_en(), 1, "bring_up enabled RoCE");
-    assert_eq!(n.nic_vport_context().permanent_address().mac(), r.dev.profile().ports[0].mac);
-    let mut i = header(Opcode::MODIFY_NIC_VPORT_CONTEXT, 0, ModifyNicVportContextIn::LEN);
+    assert_eq!(
+        n.nic_vport_context().permanent_address().mac(),
+        r.dev.profile().ports[0].mac
+    );
+    let mut i = header(
+        Opcode::MODIFY_NIC_VPORT_CONTEXT,
+        0,
+        ModifyNicVportContextIn::LEN,
+    );
     {
         let mut m = ModifyNicVportContextIn::new_checked(&mut i[..]).unwrap();
         m.field_select_mut().set_mtu(1).unwrap();
         m.nic_vport_context_mut().set_mtu(20).unwrap();
     }
     fails(r.cmd(&i, 16), CmdStatus::BAD_PARAM_ERR, s::VPORT_BAD_MTU);
-    ModifyNicVportContextIn::new_checked(&mut i[..]).unwrap().field_select_mut().set_permanent_address(1).unwrap();
-    fails(r.cmd(&i, 16), CmdStatus::BAD_PARAM_ERR, s::VPORT_FIELD_NOT_SETTABLE);
+    ModifyNicVportContextIn::new_checked(&mut i[..])
+        .unwrap()
+        .field_select_mut()
+        .set_permanent_address(1)
+        .unwrap();
+    fails(
+        r.cmd(&i, 16),
+        CmdStatus::BAD_PARAM_ERR,
+        s::VPORT_FIELD_NOT_SETTABLE,
+    );
 }
 
 #[test]
@@ -339,12 +537,27 @@ fn access_reg_paos_and_unknown_registers() {
     }
     let o = r.ok(&i, len);
     let out = AccessRegisterOut::new_checked(&o[..]).unwrap();
-    assert_eq!(PaosReg::new_checked(out.register_data()).unwrap().oper_status(), port_status::DOWN);
-    let o = r.ok(&header(Opcode::QUERY_HCA_VPORT_CONTEXT, 0, 16), QueryHcaVportContextOut::LEN);
+    assert_eq!(
+        PaosReg::new_checked(out.register_data())
+            .unwrap()
+            .oper_status(),
+        port_status::DOWN
+    );
+    let o = r.ok(
+        &header(Opcode::QUERY_HCA_VPORT_CONTEXT, 0, 16),
+        QueryHcaVportContextOut::LEN,
+    );
     let c = QueryHcaVportContextOut::new_checked(&o[..]).unwrap();
     assert_eq!(c.hca_vport_context().port_state(), port_state::DOWN);
-    AccessRegisterIn::new_checked(&mut i[..]).unwrap().set_register_id(0x1234).unwrap();
-    fails(r.cmd(&i, len), CmdStatus::BAD_PARAM_ERR, s::UNKNOWN_REGISTER);
+    AccessRegisterIn::new_checked(&mut i[..])
+        .unwrap()
+        .set_register_id(0x1234)
+        .unwrap();
+    fails(
+        r.cmd(&i, len),
+        CmdStatus::BAD_PARAM_ERR,
+        s::UNKNOWN_REGISTER,
+    );
 }
 
 #[test]

@@ -76,7 +76,10 @@ fn run_slot(dev: &mut Device, slot: u8) {
         Err(d) => (d, [0u8; CMD_INLINE_LEN], None),
     };
     if delivery == DeliveryStatus::OK {
-        if let Err(f) = dev.iommu.write(addr.wrapping_add(ENTRY_OUT_OFF), &out_inline) {
+        if let Err(f) = dev
+            .iommu
+            .write(addr.wrapping_add(ENTRY_OUT_OFF), &out_inline)
+        {
             dev.dma_fault(f);
             return;
         }
@@ -134,7 +137,13 @@ fn deliver(
     input.extend_from_slice(entry.input.get(..inlen.min(CMD_INLINE_LEN)).unwrap_or(&[]));
     walk_chain(dev, entry.in_ptr(), token, inlen, Chain::In(&mut input))?;
     let mut out_blocks = Vec::new();
-    walk_chain(dev, entry.out_ptr(), token, outlen, Chain::Out(&mut out_blocks))?;
+    walk_chain(
+        dev,
+        entry.out_ptr(),
+        token,
+        outlen,
+        Chain::Out(&mut out_blocks),
+    )?;
 
     let (output, exec) = super::execute(dev, &input, outlen);
 

@@ -13,12 +13,12 @@
 //! `log_max_cq`, `log_max_eq_sz`, `log_max_eq` (LIM_ERR beyond them).
 
 use bypass_hw::cmd::cq::{
-    CreateCqIn, CreateCqOut, DestroyCqIn, ModifyCqIn, QueryCqIn, QueryCqOut, cq_buf_bytes,
-    cqe_sz, modify_op_mod, modify_select, st as cq_st, status as cq_status,
+    CreateCqIn, CreateCqOut, DestroyCqIn, ModifyCqIn, QueryCqIn, QueryCqOut, cq_buf_bytes, cqe_sz,
+    modify_op_mod, modify_select, st as cq_st, status as cq_status,
 };
 use bypass_hw::cmd::eq::{
-    CreateEqIn, CreateEqOut, DestroyEqIn, EVENT_BITMASK_WORDS, QueryEqIn, QueryEqOut,
-    eq_buf_bytes, st as eq_st,
+    CreateEqIn, CreateEqOut, DestroyEqIn, EVENT_BITMASK_WORDS, QueryEqIn, QueryEqOut, eq_buf_bytes,
+    st as eq_st,
 };
 
 use super::syndromes as s;
@@ -126,12 +126,7 @@ pub(crate) fn query_cq(dev: &mut Device, input: &[u8], out: &mut [u8]) -> CmdRes
     let Some(cq) = dev.objs.cqs.get(cqn) else {
         return Err(CmdError::res(s::CQ_UNKNOWN));
     };
-    let (cqc, pi, overrun, armed) = (
-        cq.cqc.clone(),
-        cq.ring.pi,
-        cq.ring.overrun,
-        cq.ring.armed(),
-    );
+    let (cqc, pi, overrun, armed) = (cq.cqc.clone(), cq.ring.pi, cq.ring.overrun, cq.ring.armed());
     let ci = {
         let Some(cq) = dev.objs.cqs.get(cqn) else {
             return Err(CmdError::res(s::CQ_UNKNOWN));

@@ -108,7 +108,6 @@ impl Firmware {
             port_admin: vec![bypass_hw::cmd::hca::port_status::UP; profile.ports.len()],
         }
     }
-
 }
 
 impl Device {
@@ -255,8 +254,13 @@ pub(crate) fn execute(dev: &mut Device, input: &[u8], outlen: usize) -> (Vec<u8>
     let op_mod = hdr.op_mod() as u16;
     let mut out = vec![0u8; MboxOut::LEN];
     let result = match layout_sizes(op) {
-        None => Err(CmdError::new(CmdStatus::BAD_OP_ERR, syndromes::UNKNOWN_OPCODE)),
-        Some((in_len, _)) if input.len() < in_len => Err(CmdError::inlen(syndromes::INLEN_TOO_SHORT)),
+        None => Err(CmdError::new(
+            CmdStatus::BAD_OP_ERR,
+            syndromes::UNKNOWN_OPCODE,
+        )),
+        Some((in_len, _)) if input.len() < in_len => {
+            Err(CmdError::inlen(syndromes::INLEN_TOO_SHORT))
+        }
         Some((_, out_layout)) => {
             let need = output_len(dev, op, input, out_layout);
             if outlen < need {
@@ -338,7 +342,10 @@ fn dispatch(dev: &mut Device, op: Opcode, input: &[u8], out: &mut [u8]) -> CmdRe
         | Opcode::SQD_RTS_QP
         | Opcode::QP_2ERR
         | Opcode::QP_2RST => qp::modify_qp(dev, op, input, out),
-        _ => Err(CmdError::new(CmdStatus::BAD_OP_ERR, syndromes::UNKNOWN_OPCODE)),
+        _ => Err(CmdError::new(
+            CmdStatus::BAD_OP_ERR,
+            syndromes::UNKNOWN_OPCODE,
+        )),
     }
 }
 

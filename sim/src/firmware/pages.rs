@@ -44,7 +44,9 @@ pub(crate) fn take_output_len(dev: &Device, input: &[u8]) -> Option<usize> {
         return None;
     }
     let n = u64::from(i.input_num_entries()).min(surplus(&dev.fw));
-    Some(manage_pages_out_len(usize::try_from(n).unwrap_or(usize::MAX)))
+    Some(manage_pages_out_len(
+        usize::try_from(n).unwrap_or(usize::MAX),
+    ))
 }
 
 fn check_function(embedded: u32, function_id: u32) -> CmdResult {
@@ -142,7 +144,6 @@ fn give(dev: &mut Device, i: &ManagePagesIn<&[u8]>, n: usize) -> CmdResult {
     }
     Ok(())
 }
-
 
 impl Device {
     /// Test hook: the firmware asks for `n` more pages (positive) or offers `-n` back

@@ -79,8 +79,16 @@ pub(crate) fn query_hca_vport_context(dev: &mut Device, input: &[u8], out: &mut 
     let mut c = o.hca_vport_context_mut();
     let _ = c.set_grh_required(1);
     let _ = c.set_port_physical_state(if up { PHYS_LINK_UP } else { PHYS_DISABLED });
-    let _ = c.set_port_state(if up { port_state::ACTIVE } else { port_state::DOWN });
-    let _ = c.set_vport_state(if up { port_state::ACTIVE } else { port_state::DOWN });
+    let _ = c.set_port_state(if up {
+        port_state::ACTIVE
+    } else {
+        port_state::DOWN
+    });
+    let _ = c.set_vport_state(if up {
+        port_state::ACTIVE
+    } else {
+        port_state::DOWN
+    });
     let _ = c.set_port_guid(guid(mac));
     let _ = c.set_node_guid(guid(mac));
     let _ = c.set_system_image_guid(guid(mac));
@@ -106,7 +114,12 @@ pub(crate) fn query_hca_vport_gid(dev: &mut Device, input: &[u8], out: &mut [u8]
     }
     let p = port_index(dev, i.port_num())?;
     let len = super::caps::gid_table_len(&dev.profile);
-    let gids = dev.profile.ports.get(p).map(|pt| pt.gids.clone()).unwrap_or_default();
+    let gids = dev
+        .profile
+        .ports
+        .get(p)
+        .map(|pt| pt.gids.clone())
+        .unwrap_or_default();
     let index = i.gid_index();
     let (first, n) = if index == ALL_GIDS {
         (0usize, len)
@@ -147,7 +160,11 @@ pub(crate) fn query_nic_vport_context(dev: &mut Device, input: &[u8], out: &mut 
 /// MODIFY_NIC_VPORT_CONTEXT: `roce_en`, `mtu`, and the loopback/promiscuous/event fields
 /// (accepted, not modelled); the addresses, GUIDs and affiliation only an e-switch manager may
 /// change (BAD_PARAM `VPORT_FIELD_NOT_SETTABLE`).
-pub(crate) fn modify_nic_vport_context(dev: &mut Device, input: &[u8], _out: &mut [u8]) -> CmdResult {
+pub(crate) fn modify_nic_vport_context(
+    dev: &mut Device,
+    input: &[u8],
+    _out: &mut [u8],
+) -> CmdResult {
     let i = ModifyNicVportContextIn::wrap_unchecked(input);
     if i.other_vport() != 0 {
         return Err(CmdError::param(s::OTHER_FUNCTION));

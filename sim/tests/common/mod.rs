@@ -19,7 +19,7 @@ use bypass_hw::cmd::caps::{
     CapMode, CapType, CmdHcaCap, QueryHcaCapIn, QueryHcaCapOut, RoceCap, SetHcaCapIn,
     query_cap_op_mod, set_cap_op_mod,
 };
-use bypass_hw::cmd::cq::{CreateCqIn, CreateCqOut, DestroyCqIn, create_cq_in_len, cqe_sz};
+use bypass_hw::cmd::cq::{CreateCqIn, CreateCqOut, DestroyCqIn, cqe_sz, create_cq_in_len};
 use bypass_hw::cmd::entry::{
     CMD_ENTRY_SIZE, CMD_INLINE_LEN, CmdLayout, CmdMailbox, DeliveryStatus, MAILBOX_ALIGN,
     MAILBOX_DATA_LEN, MLX5_PCI_CMD_XPORT, block_range, mailbox_blocks,
@@ -276,7 +276,13 @@ impl Raw {
         }
     }
 
-    fn write_chain(&mut self, arena: usize, len: usize, token: u8, data: Option<&[u8]>) -> Vec<usize> {
+    fn write_chain(
+        &mut self,
+        arena: usize,
+        len: usize,
+        token: u8,
+        data: Option<&[u8]>,
+    ) -> Vec<usize> {
         let n = mailbox_blocks(len);
         assert!(n <= MAILBOXES, "message too long for the mailbox arena");
         let offs: Vec<usize> = (0..n).map(|b| arena + b * MAILBOX_ALIGN).collect();
@@ -343,7 +349,10 @@ impl Raw {
         let op = MboxIn::new_checked(input).map(|h| h.op());
         match self.cmd(input, out_len) {
             Ok(o) => o,
-            Err(f) => panic!("{op:?} failed: {f:?} ({:?})", f.syndrome().and_then(bypass_sim::syndromes::name)),
+            Err(f) => panic!(
+                "{op:?} failed: {f:?} ({:?})",
+                f.syndrome().and_then(bypass_sim::syndromes::name)
+            ),
         }
     }
 
@@ -390,7 +399,11 @@ impl Raw {
 
     /// MANAGE_PAGES TAKE of up to `n` pages: the pages returned.
     pub fn take_pages(&mut self, n: usize) -> Result<Vec<u64>, CmdFailure> {
-        let mut i = header(Opcode::MANAGE_PAGES, ManagePagesOpMod::TAKE.0, ManagePagesIn::LEN);
+        let mut i = header(
+            Opcode::MANAGE_PAGES,
+            ManagePagesOpMod::TAKE.0,
+            ManagePagesIn::LEN,
+        );
         ManagePagesIn::new_checked(&mut i[..])
             .unwrap()
             .set_input_num_entries(n as u32)
@@ -404,7 +417,11 @@ impl Raw {
 
     /// QUERY_HCA_CAP of `cap`/`mode`: the 4 KiB page.
     pub fn query_cap(&mut self, cap: CapType, mode: CapMode) -> Result<Vec<u8>, CmdFailure> {
-        let i = header(Opcode::QUERY_HCA_CAP, query_cap_op_mod(cap, mode), QueryHcaCapIn::LEN);
+        let i = header(
+            Opcode::QUERY_HCA_CAP,
+            query_cap_op_mod(cap, mode),
+            QueryHcaCapIn::LEN,
+        );
         let o = self.cmd(&i, QueryHcaCapOut::LEN)?;
         Ok(o[0x10..0x1010].to_vec())
     }
@@ -454,7 +471,8 @@ impl Raw {
             access_register_in_len(RegisterHostEndianness::LEN),
         );
         let mut a = AccessRegisterIn::new_checked(&mut i[..]).unwrap();
-        a.set_register_id(RegisterId::HOST_ENDIANNESS.0.into()).unwrap();
+        a.set_register_id(RegisterId::HOST_ENDIANNESS.0.into())
+            .unwrap();
         self.cmd(&i, access_register_in_len(RegisterHostEndianness::LEN))
     }
 
@@ -465,14 +483,21 @@ impl Raw {
     pub fn bring_up(&mut self) {
         self.init_cmdq();
         self.enable_hca().expect("ENABLE_HCA");
-        let o = self.ok(&header(Opcode::QUERY_ISSI, 0, QueryIssiIn::LEN), QueryIssiOut::LEN);
+        let o = self.ok(
+            &header(Opcode::QUERY_ISSI, 0, QueryIssiIn::LEN),
+            QueryIssiOut::LEN,
+        );
         assert!(QueryIssiOut::new_checked(&o[..]).unwrap().supports_issi(1));
         self.set_issi(ISSI_1).expect("SET_ISSI");
         let boot = self.query_pages(QueryPagesOpMod::BOOT);
         self.give_pages(boot.max(0) as usize);
         self.write_host_endianness().expect("HOST_ENDIANNESS");
-        let mut cur = self.query_cap(CapType::GENERAL, CapMode::CUR).expect("caps");
-        let max = self.query_cap(CapType::GENERAL, CapMode::MAX).expect("max caps");
+        let mut cur = self
+            .query_cap(CapType::GENERAL, CapMode::CUR)
+            .expect("caps");
+        let max = self
+            .query_cap(CapType::GENERAL, CapMode::MAX)
+            .expect("max caps");
         {
             let mut c = CmdHcaCap::new_checked(&mut cur[..]).unwrap();
             c.set_cmdif_checksum(0).unwrap();
@@ -484,17 +509,24 @@ impl Raw {
         }
         self.set_cap(CapType::GENERAL, &cur).expect("SET_HCA_CAP");
         if CmdHcaCap::new_checked(&cur[..]).unwrap().roce() != 0 {
-            let mut roce = self.query_cap(CapType::ROCE, CapMode::CUR).expect("roce caps");
+            let mut roce = self
+                .query_cap(CapType::ROCE, CapMode::CUR)
+                .expect("roce caps");
             RoceCap::new_checked(&mut roce[..])
                 .unwrap()
                 .set_sw_r_roce_src_udp_port(1)
                 .unwrap();
-            self.set_cap(CapType::ROCE, &roce).expect("SET_HCA_CAP roce");
+            self.set_cap(CapType::ROCE, &roce)
+                .expect("SET_HCA_CAP roce");
         }
         let init = self.query_pages(QueryPagesOpMod::INIT);
         self.give_pages(init.max(0) as usize);
         self.init_hca().expect("INIT_HCA");
-        let mut i = header(Opcode::MODIFY_NIC_VPORT_CONTEXT, 0, ModifyNicVportContextIn::LEN);
+        let mut i = header(
+            Opcode::MODIFY_NIC_VPORT_CONTEXT,
+            0,
+            ModifyNicVportContextIn::LEN,
+        );
         {
             let mut m = ModifyNicVportContextIn::new_checked(&mut i[..]).unwrap();
             m.field_select_mut().set_roce_en(1).unwrap();
@@ -522,13 +554,19 @@ impl Raw {
 
     /// ALLOC_PD.
     pub fn alloc_pd(&mut self) -> Result<u32, CmdFailure> {
-        let o = self.cmd(&header(Opcode::ALLOC_PD, 0, AllocPdIn::LEN), AllocPdOut::LEN)?;
+        let o = self.cmd(
+            &header(Opcode::ALLOC_PD, 0, AllocPdIn::LEN),
+            AllocPdOut::LEN,
+        )?;
         Ok(AllocPdOut::new_checked(&o[..]).unwrap().pd())
     }
 
     /// ALLOC_UAR.
     pub fn alloc_uar(&mut self) -> Result<u32, CmdFailure> {
-        let o = self.cmd(&header(Opcode::ALLOC_UAR, 0, AllocUarIn::LEN), AllocUarOut::LEN)?;
+        let o = self.cmd(
+            &header(Opcode::ALLOC_UAR, 0, AllocUarIn::LEN),
+            AllocUarOut::LEN,
+        )?;
         Ok(AllocUarOut::new_checked(&o[..]).unwrap().uar())
     }
 
@@ -536,7 +574,10 @@ impl Raw {
     pub fn destroy_input(op: Opcode, n: u32) -> Vec<u8> {
         let mut i = header(op, 0, 16);
         if op == Opcode::DESTROY_EQ {
-            DestroyEqIn::new_checked(&mut i[..]).unwrap().set_eq_number(n).unwrap();
+            DestroyEqIn::new_checked(&mut i[..])
+                .unwrap()
+                .set_eq_number(n)
+                .unwrap();
         } else {
             i[9..12].copy_from_slice(&n.to_be_bytes()[1..]);
         }
@@ -551,7 +592,14 @@ impl Raw {
 
     /// A CREATE_EQ input for a ring at host offset `off` of `1 << log_size` EQEs (one page
     /// list entry per 4 KiB).
-    pub fn create_eq_input(&self, uar: u32, log_size: u8, events: &[EventType], intr: u16, off: usize) -> Vec<u8> {
+    pub fn create_eq_input(
+        &self,
+        uar: u32,
+        log_size: u8,
+        events: &[EventType],
+        intr: u16,
+        off: usize,
+    ) -> Vec<u8> {
         let bytes = 64usize << log_size;
         let npages = bytes.div_ceil(PAGE_SIZE);
         let mut i = header(Opcode::CREATE_EQ, 0, create_eq_in_len(npages));
@@ -571,7 +619,13 @@ impl Raw {
     }
 
     /// CREATE_EQ: allocates the ring (owner bits initialised to 1) and creates the EQ.
-    pub fn create_eq(&mut self, uar: u32, log_size: u8, events: &[EventType], intr: u16) -> Result<HostEq, CmdFailure> {
+    pub fn create_eq(
+        &mut self,
+        uar: u32,
+        log_size: u8,
+        events: &[EventType],
+        intr: u16,
+    ) -> Result<HostEq, CmdFailure> {
         let nent = 1u32 << log_size;
         let off = self.alloc((64 * nent as usize).max(PAGE_SIZE), PAGE_SIZE);
         for k in 0..nent as usize {
@@ -592,7 +646,9 @@ impl Raw {
     pub fn arm_eq(&mut self, eq: &HostEq) {
         let v = (eq.ci & 0x00ff_ffff) | (eq.eqn << 24);
         let off = u64::from(eq.uar) * 4096 + 0x40;
-        self.dev.mmio_write(off, &v.to_be_bytes()).expect("EQ doorbell");
+        self.dev
+            .mmio_write(off, &v.to_be_bytes())
+            .expect("EQ doorbell");
         while self.dev.step() {}
     }
 
@@ -625,7 +681,14 @@ impl Raw {
     }
 
     /// A CREATE_CQ input for a ring at `off` with its doorbell record at `dbr_off`.
-    pub fn create_cq_input(&self, log_size: u8, eqn: u32, uar: u32, off: usize, dbr_off: usize) -> Vec<u8> {
+    pub fn create_cq_input(
+        &self,
+        log_size: u8,
+        eqn: u32,
+        uar: u32,
+        off: usize,
+        dbr_off: usize,
+    ) -> Vec<u8> {
         let bytes = 64usize << log_size;
         let npages = bytes.div_ceil(PAGE_SIZE);
         let mut i = header(Opcode::CREATE_CQ, 0, create_cq_in_len(npages));
@@ -669,23 +732,39 @@ impl Raw {
     /// DESTROY_CQ.
     pub fn destroy_cq(&mut self, cqn: u32) -> Result<Vec<u8>, CmdFailure> {
         let mut i = header(Opcode::DESTROY_CQ, 0, DestroyCqIn::LEN);
-        DestroyCqIn::new_checked(&mut i[..]).unwrap().set_cqn(cqn).unwrap();
+        DestroyCqIn::new_checked(&mut i[..])
+            .unwrap()
+            .set_cqn(cqn)
+            .unwrap();
         self.cmd(&i, 16)
     }
 
     /// A CREATE_MKEY input registering `len` bytes at host offset `off` (VA = `VA_BASE + off`)
     /// in `pd` with `access`, as rdma-core's `mlx5_vfio_reg_mr` builds it (4 KiB MTT pages).
-    pub fn create_mkey_input(&self, pd: u32, off: usize, len: usize, access: MkeyAccess, variant: u8) -> Vec<u8> {
+    pub fn create_mkey_input(
+        &self,
+        pd: u32,
+        off: usize,
+        len: usize,
+        access: MkeyAccess,
+        variant: u8,
+    ) -> Vec<u8> {
         let va = VA_BASE + off as u64;
         let first = va & !0xfff;
-        let npages = if len == 0 { 0 } else { ((va + len as u64 - 1) >> 12) - (va >> 12) + 1 } as usize;
+        let npages = if len == 0 {
+            0
+        } else {
+            ((va + len as u64 - 1) >> 12) - (va >> 12) + 1
+        } as usize;
         let mut i = header(Opcode::CREATE_MKEY, 0, create_mkey_in_len(npages));
         let mut c = CreateMkeyIn::new_checked(&mut i[..]).unwrap();
         c.set_pg_access(1).unwrap();
-        c.set_translations_octword_actual_size(npages.div_ceil(2) as u32).unwrap();
+        c.set_translations_octword_actual_size(npages.div_ceil(2) as u32)
+            .unwrap();
         for k in 0..npages {
             let iova = self.iova((first - VA_BASE) as usize + k * PAGE_SIZE);
-            c.set_klm_pas_mtt(k, mtt_entry(iova, MLX5_MTT_READ | MLX5_MTT_WRITE)).unwrap();
+            c.set_klm_pas_mtt(k, mtt_entry(iova, MLX5_MTT_READ | MLX5_MTT_WRITE))
+                .unwrap();
         }
         let mut m = c.mkc_mut();
         m.set_access_mode(access_mode::MTT).unwrap();
@@ -695,13 +774,19 @@ impl Raw {
         m.set_pd(pd).unwrap();
         m.set_start_addr(va).unwrap();
         m.set_len(len as u64).unwrap();
-        m.set_translations_octword_size(npages.div_ceil(2) as u32).unwrap();
+        m.set_translations_octword_size(npages.div_ceil(2) as u32)
+            .unwrap();
         m.set_log_page_size(12).unwrap();
         i
     }
 
     /// Allocates `len` bytes and registers them (CREATE_MKEY) in `pd` with `access`.
-    pub fn reg_mr(&mut self, pd: u32, len: usize, access: MkeyAccess) -> Result<HostMr, CmdFailure> {
+    pub fn reg_mr(
+        &mut self,
+        pd: u32,
+        len: usize,
+        access: MkeyAccess,
+    ) -> Result<HostMr, CmdFailure> {
         let off = self.alloc(len.max(1), PAGE_SIZE);
         let variant = 0x5a;
         let i = self.create_mkey_input(pd, off, len, access, variant);
