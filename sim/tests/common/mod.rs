@@ -62,10 +62,6 @@ pub const MAILBOXES: usize = 2052;
 const CMDQ_OFF: usize = 0;
 /// Offset of the input mailbox arena.
 const IN_BOX_OFF: usize = PAGE_SIZE;
-/// Offset of the output mailbox arena.
-const OUT_BOX_OFF: usize = IN_BOX_OFF + MAILBOXES * MAILBOX_ALIGN;
-/// First byte the bump allocator hands out.
-const HEAP_OFF: usize = OUT_BOX_OFF + MAILBOXES * MAILBOX_ALIGN;
 
 /// Why a command failed, as the driver sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -169,6 +165,7 @@ pub struct Raw {
     pub mem: Arc<SimMemory>,
     next: usize,
     token: u8,
+    mailboxes: usize,
     /// UAR allocated by `bring_up` (for the async EQ and the helpers' CQs).
     pub uar: u32,
     /// The async EQ `bring_up` created (page requests, CQ errors, port changes; not CMD).
@@ -178,16 +175,24 @@ pub struct Raw {
 impl Raw {
     /// A device with `profile`, host memory mapped, nothing else done.
     pub fn new(profile: Profile) -> Self {
+        Self::with_memory(profile, MEM_LEN, MAILBOXES)
+    }
+
+    /// Like [`Raw::new`] with `mem_len` bytes of host memory and `mailboxes` blocks per
+    /// direction (a smaller device is faster to make: the fuzz target uses 2 MiB and 24).
+    pub fn with_memory(profile: Profile, mem_len: usize, mailboxes: usize) -> Self {
         let mut dev = Device::new(profile);
-        let mem = Arc::new(SimMemory::new(MEM_LEN).expect("host memory"));
+        let mem = Arc::new(SimMemory::new(mem_len).expect("host memory"));
+        let mem_len = mem.len();
         dev.iommu()
-            .map(IOVA_BASE, mem.clone(), 0, MEM_LEN, Perm::RW)
+            .map(IOVA_BASE, mem.clone(), 0, mem_len, Perm::RW)
             .expect("map host memory");
         Self {
             dev,
             mem,
-            next: HEAP_OFF,
+            next: IN_BOX_OFF + 2 * mailboxes * MAILBOX_ALIGN,
             token: 0,
+            mailboxes,
             uar: 0,
             async_eq: None,
         }
@@ -209,7 +214,7 @@ impl Raw {
     pub fn alloc(&mut self, len: usize, align: usize) -> usize {
         let off = self.next.next_multiple_of(align);
         self.next = off + len;
-        assert!(self.next <= MEM_LEN, "test host memory exhausted");
+        assert!(self.next <= self.mem.len(), "test host memory exhausted");
         self.write(off, &vec![0; len]);
         off
     }
@@ -255,7 +260,8 @@ impl Raw {
         let token = self.token;
         let entry_off = CMDQ_OFF + usize::from(slot) * CMD_ENTRY_SIZE;
         let in_blocks = self.write_chain(IN_BOX_OFF, input.len(), token, Some(input));
-        let out_blocks = self.write_chain(OUT_BOX_OFF, out_len, token, None);
+        let out_box = IN_BOX_OFF + self.mailboxes * MAILBOX_ALIGN;
+        let out_blocks = self.write_chain(out_box, out_len, token, None);
         let mut e = CmdLayout::new_zeroed_layout();
         e.set_cmd_type(MLX5_PCI_CMD_XPORT)
             .set_inlen(input.len() as u32)
@@ -284,7 +290,10 @@ impl Raw {
         data: Option<&[u8]>,
     ) -> Vec<usize> {
         let n = mailbox_blocks(len);
-        assert!(n <= MAILBOXES, "message too long for the mailbox arena");
+        assert!(
+            n <= self.mailboxes,
+            "message too long for the mailbox arena"
+        );
         let offs: Vec<usize> = (0..n).map(|b| arena + b * MAILBOX_ALIGN).collect();
         for (b, &off) in offs.iter().enumerate() {
             let mut blk = CmdMailbox::new_zeroed_block();
