@@ -40,5 +40,7 @@ mod e2e_tests;
 
 pub use bypass_hw as hw;
 pub use device::{Device, MmioError};
+pub use firmware::syndromes;
+pub use firmware::{Stage, cmdq::MAX_MSG_LEN};
 pub use profile::Profile;
 pub use world::{LinkConfig, World};

@@ -1,22 +1,124 @@
 //! The firmware: the command queue and every command handler, bring-up state, pages.
 //!
-//! (Being written: the firmware-core work item owns this file; QP commands are in [`qp`].)
+//! Owns: [`Firmware`] (bring-up stage, ISSI, firmware pages, capability pages, vport and
+//! register state) and the dispatch of a gathered command to its handler. Submodules:
+//! [`cmdq`] (entries and mailbox chains, by DMA), [`bringup`] (ENABLE/DISABLE/INIT/TEARDOWN,
+//! ISSI, the order rules), [`pages`], [`caps`], [`vport`] (vport contexts and ACCESS_REG),
+//! [`resources`] (PD, UAR, mkey), [`cq_eq`], [`qp`] (QP commands, another work item's),
+//! [`syndromes`]. Must not: touch the data path's rings or packets (it creates the objects the
+//! data path uses and nothing else).
+//!
+//! Dispatch order, for every command: unknown opcode → BAD_OP; `inlen` below the input layout →
+//! BAD_INP_LEN; `outlen` below what the command returns → BAD_OUTP_LEN; the bring-up stage does
+//! not allow it → BAD_SYS_STATE; then the handler. The kernel's `mlx5_cmd_check`
+//! (`core/cmd.c`) reports these by status; the syndrome says which check failed.
 
+pub(crate) mod bringup;
+pub(crate) mod caps;
+pub(crate) mod cmdq;
+pub(crate) mod cq_eq;
+pub(crate) mod pages;
 pub(crate) mod qp;
+pub(crate) mod resources;
+pub mod syndromes;
+pub(crate) mod vport;
 
+use bypass_hw::cmd::{MboxIn, MboxOut, Opcode};
 use bypass_hw::syndrome::CmdStatus;
 
 use crate::device::Device;
 use crate::profile::Profile;
 
+pub(crate) use cmdq::process;
+
+/// Where the function is in its life (PRM "HCA bring-up"; kernel `mlx5_function_setup`,
+/// rdma-core `mlx5_vfio_setup_function`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Stage {
+    /// Fresh from reset, or after DISABLE_HCA: only ENABLE_HCA is accepted.
+    #[default]
+    Disabled,
+    /// After ENABLE_HCA: ISSI, pages, registers and capabilities, then INIT_HCA.
+    Enabled,
+    /// After INIT_HCA: resources may be created.
+    Initialized,
+    /// After a graceful TEARDOWN_HCA: the firmware returns its pages, then DISABLE_HCA.
+    TornDown,
+}
+
 /// Firmware state.
-#[derive(Debug, Clone, Default)]
-pub struct Firmware {}
+#[derive(Debug, Clone)]
+pub struct Firmware {
+    /// Bring-up stage.
+    pub(crate) stage: Stage,
+    /// The ISSI in force (0 after reset).
+    pub(crate) issi: u16,
+    /// SET_ISSI has been executed since ENABLE_HCA.
+    pub(crate) issi_set: bool,
+    /// Pages the driver gave, in the order given (TAKE returns the last given first).
+    pub(crate) pages: Vec<u64>,
+    /// The same pages, for the duplicate check.
+    pub(crate) page_set: std::collections::BTreeSet<u64>,
+    /// Pages the firmware wants to hold now (QUERY_PAGES REGULAR reports `target - held`;
+    /// [`Device::request_pages`] moves it).
+    pub(crate) page_target: u64,
+    /// The profile's boot pages.
+    pub(crate) boot_pages: u32,
+    /// HOST_ENDIANNESS `he` as last written.
+    pub(crate) host_endianness: u32,
+    /// The general capability page in force (4 KiB).
+    pub(crate) cap_cur: Vec<u8>,
+    /// The general capability page's maxima (4 KiB).
+    pub(crate) cap_max: Vec<u8>,
+    /// The RoCE capability page in force (4 KiB).
+    pub(crate) roce_cur: Vec<u8>,
+    /// The RoCE capability page's maxima (4 KiB).
+    pub(crate) roce_max: Vec<u8>,
+    /// TEARDOWN_HCA PREPARE_FAST_TEARDOWN was executed: NIC interface DISABLED completes it.
+    pub(crate) fast_teardown_armed: bool,
+    /// NIC vport `roce_en`.
+    pub(crate) roce_en: bool,
+    /// NIC vport MTU (Ethernet, bytes, as the kernel writes it).
+    pub(crate) nic_mtu: u16,
+    /// PAOS admin status per port (1 up, 2 down).
+    pub(crate) port_admin: Vec<u32>,
+}
 
 impl Firmware {
     /// Firmware state of a device fresh from reset.
-    pub fn new(_profile: &Profile) -> Self {
-        Self {}
+    pub fn new(profile: &Profile) -> Self {
+        let (cap_cur, cap_max) = caps::general_pages(profile);
+        let (roce_cur, roce_max) = caps::roce_pages(profile);
+        Self {
+            stage: Stage::Disabled,
+            issi: 0,
+            issi_set: false,
+            pages: Vec::new(),
+            page_set: Default::default(),
+            page_target: 0,
+            boot_pages: profile.boot_pages,
+            host_endianness: 0,
+            cap_cur,
+            cap_max,
+            roce_cur,
+            roce_max,
+            fast_teardown_armed: false,
+            roce_en: false,
+            nic_mtu: vport::DEFAULT_NIC_MTU,
+            port_admin: vec![bypass_hw::cmd::hca::port_status::UP; profile.ports.len()],
+        }
+    }
+}
+
+impl Device {
+    /// The firmware's bring-up stage.
+    pub fn firmware_stage(&self) -> Stage {
+        self.fw.stage
+    }
+
+    /// Pages the firmware holds (given by MANAGE_PAGES and not yet taken back).
+    pub fn firmware_pages(&self) -> usize {
+        self.fw.pages.len()
     }
 }
 
@@ -29,13 +131,234 @@ pub(crate) struct CmdError {
     pub syndrome: u32,
 }
 
+impl CmdError {
+    /// A failure with `status` and `syndrome`.
+    pub(crate) const fn new(status: CmdStatus, syndrome: u32) -> Self {
+        Self { status, syndrome }
+    }
+    /// BAD_PARAM with `syndrome`.
+    pub(crate) const fn param(syndrome: u32) -> Self {
+        Self::new(CmdStatus::BAD_PARAM_ERR, syndrome)
+    }
+    /// BAD_RES with `syndrome`.
+    pub(crate) const fn res(syndrome: u32) -> Self {
+        Self::new(CmdStatus::BAD_RES_ERR, syndrome)
+    }
+    /// RES_BUSY with `syndrome`.
+    pub(crate) const fn busy(syndrome: u32) -> Self {
+        Self::new(CmdStatus::RES_BUSY, syndrome)
+    }
+    /// LIM_ERR with `syndrome`.
+    pub(crate) const fn lim(syndrome: u32) -> Self {
+        Self::new(CmdStatus::LIM_ERR, syndrome)
+    }
+    /// BAD_SYS_STATE with `syndrome`.
+    pub(crate) const fn state(syndrome: u32) -> Self {
+        Self::new(CmdStatus::BAD_SYS_STATE_ERR, syndrome)
+    }
+    /// BAD_INP_LEN with `syndrome`.
+    pub(crate) const fn inlen(syndrome: u32) -> Self {
+        Self::new(CmdStatus::BAD_INP_LEN_ERR, syndrome)
+    }
+}
+
 /// A command handler's result. Handlers get the whole input (header included) and an output
 /// buffer already sized to the opcode's output layout and zeroed; they fill the fields after
 /// the header, and the dispatcher writes status and syndrome.
 pub(crate) type CmdResult = Result<(), CmdError>;
 
-/// Processes the command queue slots in `slots` (the `cmd_dbell` bitmask).
-pub(crate) fn process(_dev: &mut Device, _slots: u32) {}
+/// What the dispatcher did with one command, for the trace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Executed {
+    pub opcode: u16,
+    pub op_mod: u16,
+    pub status: u8,
+    pub syndrome: u32,
+}
+
+/// The input and output layout sizes of an opcode the device implements, or `None`.
+fn layout_sizes(op: Opcode) -> Option<(usize, usize)> {
+    use bypass_hw::cmd::{caps as c, cq, eq, hca as h, mkey as m, pages as p, pd_uar as u};
+    use bypass_hw::cmd::{qp as q, vport as v};
+    Some(match op {
+        Opcode::ENABLE_HCA => (h::EnableHcaIn::LEN, h::EnableHcaOut::LEN),
+        Opcode::DISABLE_HCA => (h::DisableHcaIn::LEN, h::DisableHcaOut::LEN),
+        Opcode::QUERY_ISSI => (h::QueryIssiIn::LEN, h::QueryIssiOut::LEN),
+        Opcode::SET_ISSI => (h::SetIssiIn::LEN, h::SetIssiOut::LEN),
+        Opcode::INIT_HCA => (h::InitHcaIn::LEN, h::InitHcaOut::LEN),
+        Opcode::TEARDOWN_HCA => (h::TeardownHcaIn::LEN, h::TeardownHcaOut::LEN),
+        Opcode::SET_DRIVER_VERSION => (h::SetDriverVersionIn::LEN, h::SetDriverVersionOut::LEN),
+        Opcode::ACCESS_REG => (h::AccessRegisterIn::LEN, h::AccessRegisterOut::LEN),
+        Opcode::NOP => (MboxIn::LEN, MboxOut::LEN),
+        Opcode::QUERY_PAGES => (p::QueryPagesIn::LEN, p::QueryPagesOut::LEN),
+        Opcode::MANAGE_PAGES => (p::ManagePagesIn::LEN, p::ManagePagesOut::LEN),
+        Opcode::QUERY_HCA_CAP => (c::QueryHcaCapIn::LEN, c::QueryHcaCapOut::LEN),
+        Opcode::SET_HCA_CAP => (c::SetHcaCapIn::LEN, c::SetHcaCapOut::LEN),
+        Opcode::QUERY_HCA_VPORT_CONTEXT => (
+            v::QueryHcaVportContextIn::LEN,
+            v::QueryHcaVportContextOut::LEN,
+        ),
+        Opcode::QUERY_HCA_VPORT_GID => (v::QueryHcaVportGidIn::LEN, v::QueryHcaVportGidOut::LEN),
+        Opcode::QUERY_NIC_VPORT_CONTEXT => (
+            v::QueryNicVportContextIn::LEN,
+            v::QueryNicVportContextOut::LEN,
+        ),
+        Opcode::MODIFY_NIC_VPORT_CONTEXT => (
+            v::ModifyNicVportContextIn::LEN,
+            v::ModifyNicVportContextOut::LEN,
+        ),
+        Opcode::ALLOC_PD => (u::AllocPdIn::LEN, u::AllocPdOut::LEN),
+        Opcode::DEALLOC_PD => (u::DeallocPdIn::LEN, u::DeallocPdOut::LEN),
+        Opcode::ALLOC_UAR => (u::AllocUarIn::LEN, u::AllocUarOut::LEN),
+        Opcode::DEALLOC_UAR => (u::DeallocUarIn::LEN, u::DeallocUarOut::LEN),
+        Opcode::CREATE_MKEY => (m::CreateMkeyIn::LEN, m::CreateMkeyOut::LEN),
+        Opcode::QUERY_MKEY => (m::QueryMkeyIn::LEN, m::QueryMkeyOut::LEN),
+        Opcode::DESTROY_MKEY => (m::DestroyMkeyIn::LEN, m::DestroyMkeyOut::LEN),
+        Opcode::CREATE_CQ => (cq::CreateCqIn::LEN, cq::CreateCqOut::LEN),
+        Opcode::QUERY_CQ => (cq::QueryCqIn::LEN, cq::QueryCqOut::LEN),
+        Opcode::MODIFY_CQ => (cq::ModifyCqIn::LEN, cq::ModifyCqOut::LEN),
+        Opcode::DESTROY_CQ => (cq::DestroyCqIn::LEN, cq::DestroyCqOut::LEN),
+        Opcode::CREATE_EQ => (eq::CreateEqIn::LEN, eq::CreateEqOut::LEN),
+        Opcode::QUERY_EQ => (eq::QueryEqIn::LEN, eq::QueryEqOut::LEN),
+        Opcode::DESTROY_EQ => (eq::DestroyEqIn::LEN, eq::DestroyEqOut::LEN),
+        Opcode::CREATE_QP => (q::CreateQpIn::LEN, q::CreateQpOut::LEN),
+        Opcode::DESTROY_QP => (q::DestroyQpIn::LEN, q::DestroyQpOut::LEN),
+        Opcode::QUERY_QP => (q::QueryQpIn::LEN, q::QueryQpOut::LEN),
+        Opcode::RST2INIT_QP
+        | Opcode::INIT2INIT_QP
+        | Opcode::INIT2RTR_QP
+        | Opcode::RTR2RTS_QP
+        | Opcode::RTS2RTS_QP
+        | Opcode::SQERR2RTS_QP
+        | Opcode::SQD_RTS_QP => (q::Rst2InitQpIn::LEN, q::Rst2InitQpOut::LEN),
+        Opcode::QP_2ERR | Opcode::QP_2RST => (MboxIn::LEN, MboxOut::LEN),
+        _ => return None,
+    })
+}
+
+/// Output length a command needs: its layout, plus the list it returns where it has one.
+fn output_len(dev: &Device, op: Opcode, input: &[u8], layout: usize) -> usize {
+    match op {
+        Opcode::MANAGE_PAGES => pages::take_output_len(dev, input).unwrap_or(layout),
+        Opcode::ACCESS_REG => vport::access_reg_output_len(input),
+        Opcode::QUERY_HCA_VPORT_GID => vport::gid_output_len(dev, input),
+        _ => layout,
+    }
+}
+
+/// Runs one gathered command and returns its output (at most `outlen` bytes are meaningful;
+/// the vector may be shorter) and what happened.
+pub(crate) fn execute(dev: &mut Device, input: &[u8], outlen: usize) -> (Vec<u8>, Executed) {
+    let hdr = MboxIn::wrap_unchecked(input);
+    let op = hdr.op();
+    let op_mod = hdr.op_mod() as u16;
+    let mut out = vec![0u8; MboxOut::LEN];
+    let result = match layout_sizes(op) {
+        None => Err(CmdError::new(
+            CmdStatus::BAD_OP_ERR,
+            syndromes::UNKNOWN_OPCODE,
+        )),
+        Some((in_len, _)) if input.len() < in_len => {
+            Err(CmdError::inlen(syndromes::INLEN_TOO_SHORT))
+        }
+        Some((_, out_layout)) => {
+            let need = output_len(dev, op, input, out_layout);
+            if outlen < need {
+                Err(CmdError::new(
+                    CmdStatus::BAD_OUTP_LEN_ERR,
+                    syndromes::OUTLEN_TOO_SHORT,
+                ))
+            } else {
+                out = vec![0u8; need.max(MboxOut::LEN)];
+                bringup::gate(&dev.fw, op).and_then(|()| dispatch(dev, op, input, &mut out))
+            }
+        }
+    };
+    let (status, syndrome) = match result {
+        Ok(()) => (CmdStatus::OK, 0),
+        Err(e) => {
+            // A failed command returns only its header (status and syndrome).
+            out.truncate(MboxOut::LEN);
+            out.fill(0);
+            (e.status, e.syndrome)
+        }
+    };
+    let mut o = MboxOut::wrap_unchecked(&mut out[..]);
+    // Both fit their fields (8 and 32 bits): the setters cannot fail on a 16-byte buffer.
+    let _ = o.set_status(u32::from(status.0));
+    let _ = o.set_syndrome(syndrome);
+    (
+        out,
+        Executed {
+            opcode: op.0,
+            op_mod,
+            status: status.0,
+            syndrome,
+        },
+    )
+}
+
+fn dispatch(dev: &mut Device, op: Opcode, input: &[u8], out: &mut [u8]) -> CmdResult {
+    match op {
+        Opcode::ENABLE_HCA => bringup::enable_hca(dev, input, out),
+        Opcode::DISABLE_HCA => bringup::disable_hca(dev, input, out),
+        Opcode::QUERY_ISSI => bringup::query_issi(dev, input, out),
+        Opcode::SET_ISSI => bringup::set_issi(dev, input, out),
+        Opcode::INIT_HCA => bringup::init_hca(dev, input, out),
+        Opcode::TEARDOWN_HCA => bringup::teardown_hca(dev, input, out),
+        Opcode::SET_DRIVER_VERSION | Opcode::NOP => Ok(()),
+        Opcode::ACCESS_REG => vport::access_reg(dev, input, out),
+        Opcode::QUERY_PAGES => pages::query_pages(dev, input, out),
+        Opcode::MANAGE_PAGES => pages::manage_pages(dev, input, out),
+        Opcode::QUERY_HCA_CAP => caps::query_hca_cap(dev, input, out),
+        Opcode::SET_HCA_CAP => caps::set_hca_cap(dev, input, out),
+        Opcode::QUERY_HCA_VPORT_CONTEXT => vport::query_hca_vport_context(dev, input, out),
+        Opcode::QUERY_HCA_VPORT_GID => vport::query_hca_vport_gid(dev, input, out),
+        Opcode::QUERY_NIC_VPORT_CONTEXT => vport::query_nic_vport_context(dev, input, out),
+        Opcode::MODIFY_NIC_VPORT_CONTEXT => vport::modify_nic_vport_context(dev, input, out),
+        Opcode::ALLOC_PD => resources::alloc_pd(dev, input, out),
+        Opcode::DEALLOC_PD => resources::dealloc_pd(dev, input, out),
+        Opcode::ALLOC_UAR => resources::alloc_uar(dev, input, out),
+        Opcode::DEALLOC_UAR => resources::dealloc_uar(dev, input, out),
+        Opcode::CREATE_MKEY => resources::create_mkey(dev, input, out),
+        Opcode::QUERY_MKEY => resources::query_mkey(dev, input, out),
+        Opcode::DESTROY_MKEY => resources::destroy_mkey(dev, input, out),
+        Opcode::CREATE_CQ => cq_eq::create_cq(dev, input, out),
+        Opcode::QUERY_CQ => cq_eq::query_cq(dev, input, out),
+        Opcode::MODIFY_CQ => cq_eq::modify_cq(dev, input, out),
+        Opcode::DESTROY_CQ => cq_eq::destroy_cq(dev, input, out),
+        Opcode::CREATE_EQ => cq_eq::create_eq(dev, input, out),
+        Opcode::QUERY_EQ => cq_eq::query_eq(dev, input, out),
+        Opcode::DESTROY_EQ => cq_eq::destroy_eq(dev, input, out),
+        Opcode::CREATE_QP => qp::create_qp(dev, input, out),
+        Opcode::DESTROY_QP => qp::destroy_qp(dev, input, out),
+        Opcode::QUERY_QP => qp::query_qp(dev, input, out),
+        Opcode::RST2INIT_QP
+        | Opcode::INIT2INIT_QP
+        | Opcode::INIT2RTR_QP
+        | Opcode::RTR2RTS_QP
+        | Opcode::RTS2RTS_QP
+        | Opcode::SQERR2RTS_QP
+        | Opcode::SQD_RTS_QP
+        | Opcode::QP_2ERR
+        | Opcode::QP_2RST => qp::modify_qp(dev, op, input, out),
+        _ => Err(CmdError::new(
+            CmdStatus::BAD_OP_ERR,
+            syndromes::UNKNOWN_OPCODE,
+        )),
+    }
+}
 
 /// The driver wrote NIC interface DISABLED into `cmdq_addr_l_sz` (fast teardown).
-pub(crate) fn nic_disabled(_dev: &mut Device) {}
+pub(crate) fn nic_disabled(dev: &mut Device) {
+    bringup::nic_disabled(dev);
+}
+
+/// Checks `uid` (bits 0x10..0x20 of every object command): the sim has no DEVX user contexts,
+/// so only 0 is valid.
+pub(crate) fn check_uid(input: &[u8]) -> CmdResult {
+    if MboxIn::wrap_unchecked(input).uid() != 0 {
+        return Err(CmdError::param(syndromes::BAD_UID));
+    }
+    Ok(())
+}

@@ -1,0 +1,183 @@
+//! Bring-up and teardown: ENABLE_HCA, QUERY_ISSI / SET_ISSI, INIT_HCA, TEARDOWN_HCA (graceful,
+//! forced, fast), DISABLE_HCA, and the rule of which command each stage accepts.
+//!
+//! Owns: [`gate`] and the stage changes. Must not: touch pages or capabilities beyond what a
+//! stage change implies (see [`super::pages`], [`super::caps`]).
+//!
+//! The order is the one the kernel (`drivers/net/ethernet/mellanox/mlx5/core/main.c`
+//! `mlx5_function_enable` / `mlx5_function_open`: `mlx5_core_enable_hca`, `mlx5_core_set_issi`,
+//! `mlx5_satisfy_startup_pages(dev, 1)`, `set_hca_ctrl`, `set_hca_cap`,
+//! `mlx5_satisfy_startup_pages(dev, 0)`, `mlx5_cmd_init_hca`) and rdma-core
+//! (`providers/mlx5/mlx5_vfio.c` `mlx5_vfio_setup_function`) both follow:
+//!
+//! - Before ENABLE_HCA only ENABLE_HCA is accepted: both drivers send it first, right after the
+//!   `initializing` bit clears, and nothing they send earlier exists (not even QUERY_ISSI,
+//!   which `mlx5_core_set_issi` runs after enabling). Anything else: BAD_SYS_STATE
+//!   `NEED_ENABLE_HCA`.
+//! - After ENABLE_HCA: ISSI, pages, ACCESS_REG, SET_DRIVER_VERSION, NOP; the capability
+//!   commands once the boot pages are given (`NEED_BOOT_PAGES`); INIT_HCA once SET_ISSI ran
+//!   (`NEED_SET_ISSI`) and the boot and init pages are given (NO_RES `NEED_INIT_PAGES`: the
+//!   firmware lacks memory, the status the PRM uses for missing pages). ACCESS_REG
+//!   HOST_ENDIANNESS is not required (the kernel skips it on some functions).
+//! - After INIT_HCA: every resource command; not SET_ISSI / SET_HCA_CAP (`TOO_LATE_AFTER_INIT`),
+//!   INIT_HCA (`ALREADY_INITIALIZED`) or DISABLE_HCA (`NEED_TEARDOWN`).
+//! - After a graceful or forced TEARDOWN_HCA: every object is gone and the firmware's pages
+//!   are reclaimable (QUERY_PAGES reports the negative count, MANAGE_PAGES TAKE returns them);
+//!   then DISABLE_HCA. Fast teardown (PREPARE_FAST_TEARDOWN, then the driver writes NIC
+//!   interface DISABLED: rdma-core `mlx5_vfio_teardown_hca_fast`, kernel
+//!   `mlx5_cmd_fast_teardown_hca`) resets the function at once: the pages are simply the
+//!   driver's again, as after a reset.
+
+use bypass_hw::cmd::Opcode;
+use bypass_hw::cmd::hca::{
+    DisableHcaIn, EnableHcaIn, QueryIssiOut, SetIssiIn, TeardownHcaIn, TeardownHcaOut,
+    TeardownProfile,
+};
+use bypass_hw::syndrome::CmdStatus;
+
+use super::syndromes as s;
+use super::{CmdError, CmdResult, Firmware, Stage};
+use crate::device::Device;
+
+/// ISSIs the device supports: 0 and 1 (`supported_issi_dw0` bits 0 and 1).
+pub const SUPPORTED_ISSI: u32 = 0b11;
+
+/// Whether `op` is allowed in the firmware's current stage (BAD_SYS_STATE otherwise).
+pub(crate) fn gate(fw: &Firmware, op: Opcode) -> CmdResult {
+    let st = |synd| Err(CmdError::state(synd));
+    let always = matches!(
+        op,
+        Opcode::NOP
+            | Opcode::QUERY_ISSI
+            | Opcode::QUERY_PAGES
+            | Opcode::MANAGE_PAGES
+            | Opcode::ACCESS_REG
+            | Opcode::SET_DRIVER_VERSION
+    );
+    match fw.stage {
+        Stage::Disabled if op == Opcode::ENABLE_HCA => Ok(()),
+        Stage::Disabled => st(s::NEED_ENABLE_HCA),
+        _ if op == Opcode::ENABLE_HCA => st(s::ALREADY_ENABLED),
+        _ if always => Ok(()),
+        Stage::Enabled => match op {
+            Opcode::SET_ISSI | Opcode::DISABLE_HCA | Opcode::INIT_HCA => Ok(()),
+            Opcode::QUERY_HCA_CAP | Opcode::SET_HCA_CAP => {
+                if super::pages::boot_pages_given(fw) {
+                    Ok(())
+                } else {
+                    st(s::NEED_BOOT_PAGES)
+                }
+            }
+            _ => st(s::NEED_INIT_HCA),
+        },
+        Stage::Initialized => match op {
+            Opcode::SET_ISSI | Opcode::SET_HCA_CAP => st(s::TOO_LATE_AFTER_INIT),
+            Opcode::INIT_HCA => st(s::ALREADY_INITIALIZED),
+            Opcode::DISABLE_HCA => st(s::NEED_TEARDOWN),
+            _ => Ok(()),
+        },
+        Stage::TornDown => match op {
+            Opcode::DISABLE_HCA | Opcode::QUERY_HCA_CAP => Ok(()),
+            Opcode::INIT_HCA => st(s::ALREADY_INITIALIZED),
+            Opcode::SET_ISSI | Opcode::SET_HCA_CAP => st(s::TOO_LATE_AFTER_INIT),
+            _ => st(s::NEED_INIT_HCA),
+        },
+    }
+}
+
+/// ENABLE_HCA: only this function (function_id 0, not the embedded CPU's).
+pub(crate) fn enable_hca(dev: &mut Device, input: &[u8], _out: &mut [u8]) -> CmdResult {
+    let i = EnableHcaIn::wrap_unchecked(input);
+    if i.function_id() != 0 || i.embedded_cpu_function() != 0 {
+        return Err(CmdError::param(s::OTHER_FUNCTION));
+    }
+    let fw = &mut dev.fw;
+    fw.stage = Stage::Enabled;
+    fw.issi = 0;
+    fw.issi_set = false;
+    fw.page_target = u64::from(dev.profile.boot_pages) + u64::from(dev.profile.init_pages);
+    Ok(())
+}
+
+/// DISABLE_HCA: back to the state after reset. Pages still held are the driver's again (the
+/// kernel reclaims them before, rdma-core frees them after; neither expects them back here).
+pub(crate) fn disable_hca(dev: &mut Device, input: &[u8], _out: &mut [u8]) -> CmdResult {
+    let i = DisableHcaIn::wrap_unchecked(input);
+    if i.function_id() != 0 || i.embedded_cpu_function() != 0 {
+        return Err(CmdError::param(s::OTHER_FUNCTION));
+    }
+    reset(dev);
+    Ok(())
+}
+
+/// QUERY_ISSI: the ISSI in force and the supported set (kernel `mlx5_core_set_issi`).
+pub(crate) fn query_issi(dev: &mut Device, _input: &[u8], out: &mut [u8]) -> CmdResult {
+    let mut o = QueryIssiOut::wrap_unchecked(out);
+    let _ = o.set_current_issi(u32::from(dev.fw.issi));
+    let _ = o.set_supported_issi_dw0(SUPPORTED_ISSI);
+    Ok(())
+}
+
+/// SET_ISSI: 0 or 1; anything else BAD_PARAM.
+pub(crate) fn set_issi(dev: &mut Device, input: &[u8], _out: &mut [u8]) -> CmdResult {
+    let v = SetIssiIn::wrap_unchecked(input).current_issi();
+    if v >= 32 || SUPPORTED_ISSI & (1 << v) == 0 {
+        return Err(CmdError::param(s::UNSUPPORTED_ISSI));
+    }
+    dev.fw.issi = v as u16;
+    dev.fw.issi_set = true;
+    Ok(())
+}
+
+/// INIT_HCA: needs SET_ISSI and the boot and init pages.
+pub(crate) fn init_hca(dev: &mut Device, _input: &[u8], _out: &mut [u8]) -> CmdResult {
+    if !dev.fw.issi_set {
+        return Err(CmdError::state(s::NEED_SET_ISSI));
+    }
+    if !super::pages::boot_pages_given(&dev.fw) {
+        return Err(CmdError::state(s::NEED_BOOT_PAGES));
+    }
+    let need = u64::from(dev.profile.boot_pages) + u64::from(dev.profile.init_pages);
+    if (dev.fw.pages.len() as u64) < need {
+        return Err(CmdError::new(CmdStatus::NO_RES_ERR, s::NEED_INIT_PAGES));
+    }
+    dev.fw.stage = Stage::Initialized;
+    Ok(())
+}
+
+/// TEARDOWN_HCA with its three profiles (kernel `mlx5_cmd_teardown_hca`,
+/// `mlx5_cmd_force_teardown_hca`, `mlx5_cmd_fast_teardown_hca`).
+pub(crate) fn teardown_hca(dev: &mut Device, input: &[u8], out: &mut [u8]) -> CmdResult {
+    let profile = TeardownProfile(TeardownHcaIn::wrap_unchecked(input).profile() as u16);
+    let caps = &dev.profile.caps;
+    match profile {
+        TeardownProfile::GRACEFUL_CLOSE | TeardownProfile::FORCE_CLOSE => {
+            dev.objs.clear();
+            dev.fw.stage = Stage::TornDown;
+            dev.fw.page_target = 0;
+            dev.fw.fast_teardown_armed = false;
+        }
+        TeardownProfile::PREPARE_FAST_TEARDOWN if caps.fast_teardown => {
+            dev.fw.fast_teardown_armed = true;
+        }
+        _ => return Err(CmdError::param(s::BAD_TEARDOWN_PROFILE)),
+    }
+    // state = FORCE_STATE_SUCCESS (0): the output is already zeroed.
+    let _ = TeardownHcaOut::wrap_unchecked(out).set_state(0);
+    Ok(())
+}
+
+/// The driver wrote NIC interface DISABLED. After PREPARE_FAST_TEARDOWN this completes the
+/// fast teardown: the function resets (objects and pages gone, as after a reset). Without the
+/// prepare step the write changes nothing here: the kernel and rdma-core only write it after
+/// preparing, and the init segment keeps the value the driver wrote either way.
+pub(crate) fn nic_disabled(dev: &mut Device) {
+    if dev.fw.fast_teardown_armed {
+        reset(dev);
+    }
+}
+
+fn reset(dev: &mut Device) {
+    dev.objs.clear();
+    dev.fw = Firmware::new(&dev.profile);
+}

@@ -1,0 +1,239 @@
+//! The command queue as the device processes it: entries and mailbox chains, by DMA.
+//!
+//! Owns: [`process`] (one `cmd_dbell` write), reading an entry, gathering its input from the
+//! inline bytes and the `in_ptr` mailbox chain, checking the `out_ptr` chain, scattering the
+//! output, the delivery status, handing the entry back, and the CMD completion event.
+//! Must not: interpret commands (that is [`super::execute`]).
+//!
+//! Sources: kernel `drivers/net/ethernet/mellanox/mlx5/core/cmd.c` (`mlx5_copy_to_msg`,
+//! `mlx5_copy_from_msg`: 16 bytes inline, then 512-byte blocks chained by `next`, numbered by
+//! `block_num` from 0, each carrying the entry's `token`; `cmd_work_handler`: ownership bit
+//! set last; `mlx5_cmd_comp_handler`: the CMD EQE's `vector` is a bitmap of completed slots;
+//! `deliv_status_to_str`: the delivery statuses), rdma-core `providers/mlx5/mlx5_vfio.c`
+//! (`mlx5_vfio_post_cmd`, `mlx5_copy_to_msg`/`mlx5_copy_from_msg`), and the PRM as
+//! `mlx5_ifc.h` gives it (`cmd_if_box_bits.next_pointer_31_10`: blocks are 1 KiB aligned).
+//!
+//! Choices where the sources are silent (documented, stable):
+//! - A mailbox the IOMMU refuses is reported as a pointer error of its direction
+//!   (IN_PTR_ALIGN_ERR / OUT_PTR_ALIGN_ERR): the pointer does not name usable memory.
+//! - A chain that ends (next = 0) before `inlen`/`outlen` is covered: IN_/OUT_LENGTH_ERR.
+//! - `inlen`/`outlen` above [`MAX_MSG_LEN`]: IN_/OUT_LENGTH_ERR (no command is that long).
+//! - The output chain is checked (alignment, block numbers, token, writability) before the
+//!   command runs, so a bad output chain never leaves a command half done.
+//! - An entry the device cannot read is counted as a DMA fault and left alone: there is no
+//!   way to report anything in memory the device cannot reach.
+
+use bypass_hw::cmd::entry::{
+    CMD_ENTRY_SIZE, CMD_INLINE_LEN, CmdLayout, CmdMailbox, DeliveryStatus, MAILBOX_ALIGN,
+    MAILBOX_DATA_LEN, MAILBOX_SIZE, MLX5_PCI_CMD_XPORT, block_range, mailbox_blocks,
+};
+use bypass_hw::eqe::{EQE_DATA_LEN, EventType};
+use zerocopy::FromBytes;
+
+use crate::device::{CMDQ_LOG_SIZE, CMDQ_LOG_STRIDE, Device};
+use crate::iommu::DmaFault;
+use crate::trace::TraceEvent;
+
+/// The longest command input or output the device accepts: 16 inline bytes and 2048 mailbox
+/// blocks (1 MiB), more than any command needs (a 128 K-entry MTT list).
+pub const MAX_MSG_LEN: usize = CMD_INLINE_LEN + 2048 * MAILBOX_DATA_LEN;
+
+/// Byte offset of `out[16]` in an entry.
+const ENTRY_OUT_OFF: u64 = 0x20;
+/// Byte offset of `status_own` in an entry.
+const ENTRY_STATUS_OWN_OFF: u64 = 0x3f;
+
+/// Processes the command queue slots in `slots` (the `cmd_dbell` bitmask), lowest first.
+pub(crate) fn process(dev: &mut Device, slots: u32) {
+    let nslots = 1u32 << CMDQ_LOG_SIZE;
+    for slot in 0..nslots.min(32) {
+        if slots & (1 << slot) != 0 {
+            run_slot(dev, slot as u8);
+        }
+    }
+}
+
+fn run_slot(dev: &mut Device, slot: u8) {
+    let addr = dev
+        .cmdq_addr()
+        .wrapping_add(u64::from(slot) << CMDQ_LOG_STRIDE);
+    let mut raw = [0u8; CMD_ENTRY_SIZE];
+    if let Err(f) = dev.iommu.read(addr, &mut raw) {
+        dev.dma_fault(f);
+        return;
+    }
+    let Ok(entry) = CmdLayout::read_from_bytes(&raw[..]) else {
+        return;
+    };
+    if !entry.hw_owned() {
+        // The driver did not hand this slot over: nothing to do (kernel and rdma-core set
+        // the ownership bit before ringing).
+        return;
+    }
+    let inline_in = entry.input;
+    let (delivery, out_inline, exec) = match deliver(dev, &entry) {
+        Ok((out, exec)) => (DeliveryStatus::OK, out, Some(exec)),
+        Err(d) => (d, [0u8; CMD_INLINE_LEN], None),
+    };
+    if delivery == DeliveryStatus::OK {
+        if let Err(f) = dev
+            .iommu
+            .write(addr.wrapping_add(ENTRY_OUT_OFF), &out_inline)
+        {
+            dev.dma_fault(f);
+            return;
+        }
+    }
+    // Ownership goes back last: status in bits 7..1, owner bit clear.
+    if let Err(f) = dev
+        .iommu
+        .write(addr.wrapping_add(ENTRY_STATUS_OWN_OFF), &[delivery.0 << 1])
+    {
+        dev.dma_fault(f);
+        return;
+    }
+    dev.counters.commands += 1;
+    let at = dev.now;
+    let hdr = bypass_hw::cmd::MboxIn::wrap_unchecked(&inline_in[..]);
+    let (opcode, op_mod, status, syndrome) = match exec {
+        Some(e) => (e.opcode, e.op_mod, e.status, e.syndrome),
+        None => (hdr.opcode() as u16, hdr.op_mod() as u16, 0, 0),
+    };
+    dev.trace.record(|| TraceEvent::Command {
+        at,
+        slot,
+        opcode,
+        op_mod,
+        delivery: delivery.0,
+        status,
+        syndrome,
+    });
+    if dev.event_subscribed(EventType::CMD) {
+        let mut data = [0u8; EQE_DATA_LEN];
+        data[..4].copy_from_slice(&(1u32 << slot).to_be_bytes());
+        dev.post_event(EventType::CMD, 0, &data);
+    }
+}
+
+/// Gathers the input, checks the output chain, runs the command and scatters its output.
+/// Returns the 16 inline output bytes.
+fn deliver(
+    dev: &mut Device,
+    entry: &CmdLayout,
+) -> Result<([u8; CMD_INLINE_LEN], super::Executed), DeliveryStatus> {
+    if entry.cmd_type() != MLX5_PCI_CMD_XPORT {
+        return Err(DeliveryStatus::CMD_DESCR_ERR);
+    }
+    let inlen = usize::try_from(entry.inlen()).unwrap_or(usize::MAX);
+    let outlen = usize::try_from(entry.outlen()).unwrap_or(usize::MAX);
+    if inlen > MAX_MSG_LEN {
+        return Err(DeliveryStatus::IN_LENGTH_ERR);
+    }
+    if outlen > MAX_MSG_LEN {
+        return Err(DeliveryStatus::OUT_LENGTH_ERR);
+    }
+    let token = entry.token();
+    let mut input = Vec::with_capacity(inlen.min(64 * 1024));
+    input.extend_from_slice(entry.input.get(..inlen.min(CMD_INLINE_LEN)).unwrap_or(&[]));
+    walk_chain(dev, entry.in_ptr(), token, inlen, Chain::In(&mut input))?;
+    let mut out_blocks = Vec::new();
+    walk_chain(
+        dev,
+        entry.out_ptr(),
+        token,
+        outlen,
+        Chain::Out(&mut out_blocks),
+    )?;
+
+    let (output, exec) = super::execute(dev, &input, outlen);
+
+    let mut inline = [0u8; CMD_INLINE_LEN];
+    let n = output.len().min(CMD_INLINE_LEN);
+    inline[..n].copy_from_slice(&output[..n]);
+    let meaningful = output.len().min(outlen);
+    for (b, &addr) in out_blocks.iter().enumerate() {
+        let Some(r) = block_range(outlen, b) else {
+            break;
+        };
+        let start = r.start.min(meaningful);
+        let end = r.end.min(meaningful);
+        if start >= end {
+            break;
+        }
+        if let Err(f) = dev.iommu.write(addr, &output[start..end]) {
+            dev.dma_fault(f);
+            return Err(DeliveryStatus::OUT_PTR_ALIGN_ERR);
+        }
+    }
+    Ok((inline, exec))
+}
+
+/// What a chain walk does with each block.
+enum Chain<'a> {
+    /// Append the block's share of the input.
+    In(&'a mut Vec<u8>),
+    /// Check the block is writable (its data is zeroed) and remember its address.
+    Out(&'a mut Vec<u64>),
+}
+
+/// Walks the mailbox chain from `first` that carries a `len`-byte message.
+fn walk_chain(
+    dev: &mut Device,
+    first: u64,
+    token: u8,
+    len: usize,
+    mut what: Chain<'_>,
+) -> Result<(), DeliveryStatus> {
+    let (align_err, len_err) = match what {
+        Chain::In(_) => (
+            DeliveryStatus::IN_PTR_ALIGN_ERR,
+            DeliveryStatus::IN_LENGTH_ERR,
+        ),
+        Chain::Out(_) => (
+            DeliveryStatus::OUT_PTR_ALIGN_ERR,
+            DeliveryStatus::OUT_LENGTH_ERR,
+        ),
+    };
+    let mut ptr = first;
+    for b in 0..mailbox_blocks(len) {
+        if ptr == 0 {
+            return Err(len_err);
+        }
+        if ptr % MAILBOX_ALIGN as u64 != 0 {
+            return Err(align_err);
+        }
+        let mut raw = [0u8; MAILBOX_SIZE];
+        if let Err(f) = dev.iommu.read(ptr, &mut raw) {
+            dev.dma_fault(f);
+            return Err(align_err);
+        }
+        let Ok(block) = CmdMailbox::read_from_bytes(&raw[..]) else {
+            return Err(align_err);
+        };
+        if u64::from(block.block_num()) != b as u64 {
+            return Err(DeliveryStatus::BAD_BLK_NUM_ERR);
+        }
+        if block.token() != token {
+            return Err(DeliveryStatus::TOK_ERR);
+        }
+        let Some(r) = block_range(len, b) else {
+            return Err(len_err);
+        };
+        match &mut what {
+            Chain::In(input) => input.extend_from_slice(&block.data[..r.len()]),
+            Chain::Out(blocks) => {
+                if let Err(f) = zero_data(dev, ptr) {
+                    dev.dma_fault(f);
+                    return Err(align_err);
+                }
+                blocks.push(ptr);
+            }
+        }
+        ptr = block.next();
+    }
+    Ok(())
+}
+
+fn zero_data(dev: &mut Device, ptr: u64) -> Result<(), DmaFault> {
+    dev.iommu.write(ptr, &[0u8; MAILBOX_DATA_LEN])
+}
