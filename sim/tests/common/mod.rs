@@ -13,6 +13,8 @@
 
 #![allow(dead_code)] // each test file uses a different subset
 
+pub mod qp;
+
 use std::sync::Arc;
 
 use bypass_hw::cmd::caps::{
