@@ -169,7 +169,7 @@ impl Raw {
     }
 
     /// The whole walk to RTS.
-    pub fn to_rts(
+    pub fn walk_to_rts(
         &mut self,
         qp: &HostQp,
         st: u8,
