@@ -61,10 +61,10 @@ fn pair(seed: u64, service: u8, link: LinkConfig) -> (World, Side, Side) {
     let (qa, qb) = (sides[0].qp, sides[1].qp);
     sides[0]
         .raw
-        .to_rts(&qa, service, qb.qpn, gb, (0x100, 0x200), PathMtu::Mtu1024);
+        .walk_to_rts(&qa, service, qb.qpn, gb, (0x100, 0x200), PathMtu::Mtu1024);
     sides[1]
         .raw
-        .to_rts(&qb, service, qa.qpn, ga, (0x200, 0x100), PathMtu::Mtu1024);
+        .walk_to_rts(&qb, service, qa.qpn, ga, (0x200, 0x100), PathMtu::Mtu1024);
     let [a, b] = sides;
     (world, a, b)
 }
