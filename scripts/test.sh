@@ -11,7 +11,10 @@
 #   scapy==2.8.0 (pip)   recomputes the ICRC of every packet we emit and builds packets
 #                        whose ICRC we must accept (hw/tests/roce_scapy.rs)
 #
-# Environment: SKIP_INSTALL=1 skips the install step (for a machine already set up).
+#   cargo-fuzz          (by scripts/fuzz.sh) short fuzz runs of the sim's command and WQE targets
+#
+# Environment: SKIP_INSTALL=1 skips the install step (for a machine already set up);
+# FUZZ_SECONDS (default 20) is how long each fuzz target runs, 0 to skip fuzzing.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -49,3 +52,8 @@ fi
 export BYPASS_REQUIRE_ORACLES=1
 cargo test --workspace --all-targets
 cargo test --workspace --doc
+
+fuzz_seconds="${FUZZ_SECONDS:-20}"
+if [ "$fuzz_seconds" != 0 ]; then
+    scripts/fuzz.sh "$fuzz_seconds"
+fi

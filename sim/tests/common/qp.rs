@@ -13,6 +13,7 @@ use bypass_hw::cmd::qp::{
 use bypass_hw::cqe::sw_owns;
 use bypass_hw::doorbell::{cq_arm_doorbell_bytes, cq_arm_value};
 use bypass_hw::wqe::{CtrlParams, CtrlSeg, DataSeg, MLX5_WQE_CTRL_CQ_UPDATE, WqeOpcode};
+use bypass_sim::MmioError;
 use bypass_sim::memory::PAGE_SIZE;
 use zerocopy::IntoBytes;
 
@@ -221,25 +222,35 @@ impl Raw {
 
     /// Posts `wqe` and rings the 8-byte doorbell (the ctrl segment's first 8 bytes).
     pub fn post_send(&mut self, qp: &mut HostQp, wqe: &[u8]) {
+        self.try_post_send(qp, wqe).expect("doorbell");
+    }
+
+    /// [`Raw::post_send`], returning the device's refusal of the doorbell write, if any.
+    pub fn try_post_send(&mut self, qp: &mut HostQp, wqe: &[u8]) -> Result<(), MmioError> {
         self.write_wqe(qp, wqe);
         let reg = self.bf_reg(qp);
-        self.dev.mmio_write(reg, &wqe[..8]).expect("doorbell");
         qp.bf_half ^= 1;
+        self.dev.mmio_write(reg, &wqe[..8])
     }
 
     /// Posts `wqe` and copies it whole through the BlueFlame register in 64-byte bursts
     /// (rdma-core `mlx5_bf_copy`). The ring copy is written too, as rdma-core does.
     pub fn post_send_bf(&mut self, qp: &mut HostQp, wqe: &[u8]) {
+        self.try_post_send_bf(qp, wqe).expect("BlueFlame burst");
+    }
+
+    /// [`Raw::post_send_bf`], returning the device's refusal of a burst (e.g. a DS count that
+    /// does not fit the BlueFlame buffer), if any.
+    pub fn try_post_send_bf(&mut self, qp: &mut HostQp, wqe: &[u8]) -> Result<(), MmioError> {
         self.write_wqe(qp, wqe);
         let reg = self.bf_reg(qp);
+        qp.bf_half ^= 1;
         for (k, chunk) in wqe.chunks(64).enumerate() {
             let mut burst = [0u8; 64];
             burst[..chunk.len()].copy_from_slice(chunk);
-            self.dev
-                .mmio_write(reg + 64 * k as u64, &burst)
-                .expect("BlueFlame burst");
+            self.dev.mmio_write(reg + 64 * k as u64, &burst)?;
         }
-        qp.bf_half ^= 1;
+        Ok(())
     }
 
     /// Posts a receive WQE with `sges` (lkey, va, len) and updates the RQ doorbell record.
@@ -271,7 +282,7 @@ impl Raw {
     }
 
     /// Arms `cq` for the next completion (rdma-core `mlx5_arm_cq`: DBR arm word, then the
-    /// 64-bit doorbell at UAR + 0x20).
+    /// 64-bit doorbell at UAR + 0x20). A refused doorbell panics (the harness never sends one).
     pub fn arm_cq(&mut self, cq: &HostCq, sn: u32, solicited: bool) {
         self.write(
             cq.dbr_off + 4,
