@@ -1,9 +1,16 @@
 //! # bypass-verbs: the safe application API of bypass
 //!
-//! This crate will hold `Context`, `Pd`, `Mr`, `Cq` and `Qp` on top of `bypass-driver`, with
-//! the soundness rules of the README (memory referenced by a posted work request cannot be
-//! freed or mutated by safe code until its completion is polled).
+//! `Context`, `Pd`, `Mr`, `MemoryPool`, `Cq` and `Qp` on top of `bypass-driver`, plus the
+//! endpoints two peers exchange ([`QpEndpoint`], [`RemoteBuffer`]) and a TCP out-of-band
+//! exchange ([`exchange`]).
 //!
-//! It has no code yet; it arrives with the driver's issue.
+//! Owns: the public API and its soundness rules. Must not: format WQEs or CQEs itself (the
+//! driver does), or touch the device except through the driver.
 
 pub use bypass_driver as driver;
+
+pub mod endpoint;
+pub mod exchange;
+
+pub use endpoint::{EndpointParseError, Gid, Mtu, QpEndpoint, RemoteBuffer};
+pub use exchange::{ExchangeError, ExchangeServer, PeerInfo};
