@@ -9,3 +9,7 @@
 //! arrives with its own issue. Nothing here pretends to work before then.
 
 pub use bypass_hw as hw;
+
+pub mod barrier;
+pub mod post;
+pub mod wq;
