@@ -152,6 +152,28 @@ pub enum VerbsError {
         /// The QP's limit.
         max: usize,
     },
+    /// A message larger than the remote buffer the peer advertised.
+    #[error(
+        "the message of {len} bytes does not fit the remote buffer of {remote_len} bytes: slice the RemoteBuffer the peer sent, or send less (checked before posting, so nothing reached the NIC)"
+    )]
+    RemoteTooSmall {
+        /// Message length.
+        len: u64,
+        /// The remote buffer's length.
+        remote_len: u64,
+    },
+    /// An atomic whose target or result buffer is not 8 aligned bytes.
+    #[error(
+        "an atomic needs an 8-byte, 8-aligned remote target and one 8-byte local buffer for the old value (remote {remote_len} bytes, aligned: {aligned}; local {local_len} bytes)"
+    )]
+    BadAtomic {
+        /// The remote buffer's length.
+        remote_len: u64,
+        /// Whether the remote address is 8-aligned.
+        aligned: bool,
+        /// The local buffers' total length.
+        local_len: u64,
+    },
     /// A completion handed to a QP it does not belong to.
     #[error(
         "this completion belongs to QP {wc_qpn:#x} on another CQ or queue, not QP {qpn:#x}: reclaim each completion on the QP it names"

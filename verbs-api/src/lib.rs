@@ -75,6 +75,9 @@ pub use bypass_driver as driver;
 pub mod endpoint;
 pub mod error;
 pub mod exchange;
+// Used by `Qp::post_send` once the driver's QP lands (branch drv-res).
+#[allow(dead_code)]
+mod lower;
 // Used by `Qp` once the driver's QP lands (branch drv-res); unit-tested on its own until then.
 #[allow(dead_code)]
 mod outstanding;
