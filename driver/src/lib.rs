@@ -11,5 +11,6 @@
 pub use bypass_hw as hw;
 
 pub mod barrier;
+pub mod poll;
 pub mod post;
 pub mod wq;

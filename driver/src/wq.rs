@@ -130,6 +130,26 @@ impl RingPtr {
         out
     }
 
+    /// Stores `v` big-endian at `off` (masked, rounded down to 4) with one volatile 32-bit
+    /// store (a doorbell record word the device reads concurrently).
+    #[inline(always)]
+    pub fn write_be32(&self, off: usize, v: u32) {
+        let at = (off & self.mask()) & !3;
+        if at + 4 > self.len {
+            return;
+        }
+        let p = self.base.as_ptr().wrapping_add(at).cast::<u32>();
+        if p.is_aligned() {
+            // SAFETY: `at + 4 <= len` (inside the ring, valid for writes) and `p` is aligned.
+            unsafe { p.write_volatile(v.to_be()) };
+        } else {
+            for (k, b) in v.to_be_bytes().into_iter().enumerate() {
+                // SAFETY: `at + k < len`: inside the ring, valid for writes.
+                unsafe { self.base.as_ptr().add(at + k).write_volatile(b) };
+            }
+        }
+    }
+
     /// A shared view of `T` at ring offset `off`, if it fits before the ring's end.
     ///
     /// # Safety
