@@ -86,6 +86,16 @@ impl Outstanding {
             .unwrap_or_default()
     }
 
+    /// A completion was polled for the oldest outstanding entry (receive queues without SRQ
+    /// complete in posting order: rdma-core `mlx5_parse_cqe` takes `wq->tail` for the RQ rather
+    /// than the CQE's counter). Returns its buffers, or an empty list if nothing is outstanding.
+    pub(crate) fn complete_next(&mut self) -> SgeList {
+        if self.head == self.tail {
+            return SgeList::new();
+        }
+        self.complete(self.tail & self.mask)
+    }
+
     /// The queue was reset or destroyed: the NIC no longer touches any WQE, drop everything.
     pub(crate) fn clear(&mut self) {
         for s in self.slots.iter_mut() {
@@ -168,6 +178,18 @@ mod tests {
             assert_eq!(tag(o.complete(start & 7)), Some(lap as u8));
             assert_eq!(p.leased(), 0);
         }
+    }
+
+    #[test]
+    fn receive_completions_release_in_posting_order() {
+        let p = pool();
+        let mut o = Outstanding::new(4);
+        for i in 0..6u32 {
+            o.park(i, 1, one(&p, i as u8));
+            assert_eq!(tag(o.complete_next()), Some(i as u8));
+        }
+        assert!(o.complete_next().is_empty());
+        assert_eq!(p.leased(), 0);
     }
 
     #[test]
