@@ -13,4 +13,5 @@ pub use bypass_hw as hw;
 pub mod barrier;
 pub mod poll;
 pub mod post;
+pub mod uar;
 pub mod wq;
