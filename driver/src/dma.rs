@@ -76,7 +76,11 @@ impl MemlockState {
             Ok((soft, _)) => Some(soft),
             Err(_) => None,
         };
-        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        // The calling thread's status: capabilities are per thread (mlock checks the
+        // caller's), VmLck is per process and the same in every thread's file.
+        let status = std::fs::read_to_string("/proc/thread-self/status")
+            .or_else(|_| std::fs::read_to_string("/proc/self/status"))
+            .unwrap_or_default();
         let field = |name: &str| {
             status
                 .lines()
