@@ -24,13 +24,18 @@ pub mod backend;
 pub mod barrier;
 mod bringup;
 pub mod cmdq;
+pub mod cq;
 pub mod dma;
 pub mod eq;
 pub mod error;
 pub mod hca;
+pub mod mr;
 pub mod pages;
+pub mod pd;
 pub mod poll;
 pub mod post;
+pub mod qp;
+pub mod qp_attr;
 pub mod uar;
 pub mod wq;
 
