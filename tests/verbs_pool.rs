@@ -36,9 +36,16 @@ fn exhausted_pool_says_what_to_do_and_recovers_when_leases_return() {
 fn posted_leases_stay_leased_until_reclaimed() {
     let mut r = rig();
     let (mut a, mut b) = rc_pair(&r);
-    for id in 0..8 {
-        b.post_recv(RecvWr::new(id, r.b.pool.lease(128).unwrap()))
-            .unwrap();
+    let lease = || r.b.pool.lease(128).unwrap();
+    b.post_recv_list([
+        RecvWr::new(0, lease()),
+        RecvWr::new(1, lease()),
+        RecvWr::new(2, lease()),
+        RecvWr::new(3, lease()),
+    ])
+    .unwrap();
+    for id in 4..8 {
+        b.post_recv(RecvWr::new(id, lease())).unwrap();
     }
     assert_eq!(r.b.pool.leased(), 8);
     for id in 0..8 {

@@ -554,13 +554,42 @@ impl Qp {
         Ok(())
     }
 
-    /// Posts several receives (one doorbell-record update per call would need the driver's
-    /// list; receives ring no MMIO doorbell, so posting them one by one costs the same).
+    /// Posts several receives with one doorbell-record update. Every request is checked
+    /// before any is written; if the driver then refuses one (queue full), those before it
+    /// are posted and the error names its index.
     pub fn post_recv_list<const N: usize>(&mut self, wrs: [RecvWr; N]) -> Result<(), VerbsError> {
-        for wr in wrs {
-            self.post_recv(wr)?;
+        if self.cached_state() == QpState::Reset {
+            return Err(VerbsError::RecvInReset { qpn: self.qpn() });
         }
-        Ok(())
+        let max = self.opts.caps.max_recv_sge as usize;
+        let mut sges = [([Sge::default(); MAX_SGES], 0usize); N];
+        for (wr, s) in wrs.iter().zip(sges.iter_mut()) {
+            *s = lower::sges(&wr.sges)?;
+            if s.1 > max {
+                return Err(VerbsError::TooManySges { sges: s.1, max });
+            }
+        }
+        let mut dwrs = [post::RecvWr {
+            wr_id: 0,
+            sges: &[],
+        }; N];
+        for ((wr, (s, n)), d) in wrs.iter().zip(sges.iter()).zip(dwrs.iter_mut()) {
+            *d = post::RecvWr {
+                wr_id: wr.wr_id,
+                sges: s.get(..*n).unwrap_or(&[]),
+            };
+        }
+        let seq = self.recv_cq.now();
+        let res = self.inner.post_recv_list(&dwrs);
+        let posted = match &res {
+            Ok(()) => N,
+            Err(e) => e.index,
+        };
+        for wr in wrs.into_iter().take(posted) {
+            self.rq.park(self.rq_pos, 1, wr.sges, seq);
+            self.rq_pos = self.rq_pos.wrapping_add(1);
+        }
+        Ok(res?)
     }
 
     /// Consumes a completion of this QP and hands back the buffers of its work request (a
