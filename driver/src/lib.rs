@@ -1,11 +1,42 @@
 //! # bypass-driver: the mlx5 user-space driver
 //!
-//! This crate will hold the driver layer (see `DESIGN.md` in the repository's docs and the
-//! README): the `Backend` trait at the device seam (BAR MMIO, DMA mapping, interrupts) with its
-//! VFIO and sim implementations, pinned DMA memory and the IOVA allocator, the firmware
-//! command queue, device bring-up, and the queues, doorbells and completion rings.
+//! The driver layer of bypass (see `DESIGN.md`): the [`backend::Backend`] trait at the device
+//! seam (BAR MMIO, DMA mapping, interrupts) with its sim implementation
+//! ([`backend::sim`], feature `sim`, on by default), pinned DMA memory and the IOVA allocator
+//! ([`dma`]), the firmware command queue ([`cmdq`]), device bring-up and teardown
+//! ([`hca::Hca`]), firmware pages ([`pages`]) and event queues ([`eq`]).
 //!
-//! It has no code yet: the formats it will use live in [`bypass_hw`], and the driver itself
-//! arrives with its own issue. Nothing here pretends to work before then.
+//! Everything hangs off an [`Hca`]: no globals. Control-path calls serialise on a mutex and
+//! may allocate; the data path (rings, doorbells) builds on [`Hca::alloc_dma`],
+//! [`Hca::backend`] and [`Hca::uar_index`] without either.
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use bypass_driver::{Hca, backend::sim::SimFabric};
+//! let fabric = SimFabric::stepped(1);
+//! let dev = fabric.add_device(bypass_sim::Profile::default())?;
+//! let hca = Hca::open(dev)?;
+//! println!("{}", hca.device_info());
+//! # Ok::<(), bypass_driver::DriverError>(())
+//! ```
+
+pub mod backend;
+mod bringup;
+pub mod cmdq;
+pub mod dma;
+pub mod eq;
+pub mod error;
+pub mod hca;
+pub mod pages;
 
 pub use bypass_hw as hw;
+#[cfg(feature = "sim")]
+pub use bypass_sim as sim;
+pub use error::{DriverError, Result};
+pub use hca::{Caps, DeviceInfo, Hca, HcaConfig, Port};
+
+pub mod barrier;
+pub mod poll;
+pub mod post;
+pub mod uar;
+pub mod wq;

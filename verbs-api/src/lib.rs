@@ -1,9 +1,90 @@
 //! # bypass-verbs: the safe application API of bypass
 //!
-//! This crate will hold `Context`, `Pd`, `Mr`, `Cq` and `Qp` on top of `bypass-driver`, with
-//! the soundness rules of the README (memory referenced by a posted work request cannot be
-//! freed or mutated by safe code until its completion is polled).
+//! `Context`, `Pd`, `Mr`, [`MemoryPool`], `Cq` and `Qp` on top of `bypass-driver`, plus the
+//! endpoints two peers exchange ([`QpEndpoint`], [`RemoteBuffer`]) and a TCP out-of-band
+//! exchange ([`exchange`]).
 //!
-//! It has no code yet; it arrives with the driver's issue.
+//! Owns: the public API and its soundness rules. Must not: format WQEs or CQEs itself (the
+//! driver does), or touch the device except through the driver.
+//!
+//! ## Soundness: who may touch memory the NIC may access
+//!
+//! The hazard (phoenix-dataplane #83, "post_send should be unsafe"): `post_send(&buf);
+//! drop(buf);` lets the NIC DMA into freed memory, and `post_recv(&buf); buf[0]` reads bytes
+//! the NIC may be writing. rust-ibverbs and sideway made posting `unsafe`. bypass keeps the
+//! safe path safe by **ownership**, io_uring style, and offers the `unsafe` path for users
+//! who manage lifetimes themselves:
+//!
+//! 1. **Leases.** Application buffers come from a [`MemoryPool`]: one region registered once,
+//!    cut into chunks, each handed out as a [`Lease`] — an owned, non-`Clone` handle that is
+//!    the only way to reach its bytes (`as_slice`/`as_mut_slice`) and returns the chunk to the
+//!    pool when dropped. No registration per message, no allocation (the pool's free set is an
+//!    atomic bitmap).
+//! 2. **Posting moves the lease.** A work request ([`wr::SendWr`], [`wr::RecvWr`]) owns its
+//!    buffers in a fixed-size [`wr::SgeList`]; `post_send`/`post_recv` move that list into the
+//!    QP's outstanding table, a pre-sized array indexed by the WQE's ring index (no
+//!    allocation). From then on no safe code holds a handle: the bytes cannot be read,
+//!    written or freed while the NIC may access them.
+//! 3. **The completion gives it back.** A polled completion is a proof, produced only by the
+//!    CQ, that the NIC is done with its WQE and every earlier WQE of that queue (mlx5 writes a
+//!    queue's CQEs in order). `Qp::reclaim(completion)` consumes the proof and hands back the
+//!    buffers of that WQE (a receive's data, a READ's result), dropping those of earlier
+//!    unsignaled WQEs back into their pools. A completion cannot be forged or copied, and a
+//!    stale one releases nothing.
+//! 4. **Teardown.** A QP destroys its hardware object first (after DESTROY_QP the NIC stops),
+//!    then drops the parked leases; a reset does the same. Parents (`Pd`, `Cq`, the pool's
+//!    `Mr`, the `Context`) are held by `Arc`, so an MR cannot be deregistered while a lease of
+//!    its pool exists, nor a CQ destroyed under a QP.
+//! 5. **Inline data is borrowed**, because it is copied into the WQE before `post_send`
+//!    returns.
+//! 6. **Remote access.** Memory a peer may write (REMOTE_WRITE/ATOMIC) can change at any time
+//!    without a local completion, so no `&[u8]` into it is ever handed out: such regions are
+//!    read and written through copies that use raw pointers only (as `vm-memory` treats guest
+//!    memory). The pool registers its region for local access only.
+//!
+//! What the compiler refuses, in tests:
+//!
+//! A lease moved into a work request cannot be touched afterwards:
+//! ```compile_fail,E0382
+//! use bypass_verbs::{Lease, wr::{SendOp, SendWr}};
+//! fn misuse(mut lease: Lease) {
+//!     let wr = SendWr::new(1, SendOp::Send).sge(lease);
+//!     lease.as_mut_slice()[0] = 1; // the NIC may be reading it: refused (E0382)
+//!     drop(wr);
+//! }
+//! ```
+//! A lease cannot be duplicated to keep a second handle:
+//! ```compile_fail,E0599
+//! use bypass_verbs::Lease;
+//! fn misuse(lease: Lease) {
+//!     let keep = lease.clone(); // no Clone: refused (E0599)
+//! }
+//! ```
+//! A slice borrowed from a lease cannot outlive the lease being moved into a request:
+//! ```compile_fail,E0505
+//! use bypass_verbs::{Lease, wr::RecvWr};
+//! fn misuse(lease: Lease) -> u8 {
+//!     let bytes = lease.as_slice();
+//!     let wr = RecvWr::new(1, lease); // moving while borrowed: refused (E0505)
+//!     bytes[0]
+//! }
+//! ```
 
 pub use bypass_driver as driver;
+
+pub mod endpoint;
+pub mod error;
+pub mod exchange;
+// Used by `Qp::post_send` once the driver's QP lands (branch drv-res).
+#[allow(dead_code)]
+mod lower;
+// Used by `Qp` once the driver's QP lands (branch drv-res); unit-tested on its own until then.
+#[allow(dead_code)]
+mod outstanding;
+pub mod pool;
+pub mod wr;
+
+pub use endpoint::{EndpointParseError, Gid, Mtu, QpEndpoint, RemoteBuffer};
+pub use error::{QpState, VerbsError};
+pub use exchange::{ExchangeError, ExchangeServer, PeerInfo};
+pub use pool::{Lease, MemoryPool};

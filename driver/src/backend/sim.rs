@@ -1,0 +1,441 @@
+//! The sim backend: in-process `bypass-sim` devices behind the [`Backend`] trait.
+//!
+//! Owns: [`SimFabric`] (a `bypass_sim::World` behind `Arc<Mutex<..>>`, stepped or driven by
+//! an engine thread) and [`SimBackend`] (one device of it). Must not: reach into the sim's
+//! internals (only `World`/`Device` public methods), or know mlx5 formats.
+//!
+//! - Stepped ([`SimFabric::stepped`]): deterministic. The world moves only inside
+//!   [`Backend::progress`] and [`Backend::wait_irq`], which run it until idle and then advance
+//!   virtual time to the next scheduled event.
+//! - Threaded ([`SimFabric::threaded`]): an engine thread runs the world continuously,
+//!   advancing virtual time with real elapsed time; MMIO writes wake it. It is stopped and
+//!   joined when the last handle to the fabric drops.
+//!
+//! MMIO goes to `Device::mmio_read`/`mmio_write` with the bytes as they appear on the bus
+//! (`v.to_ne_bytes()` of what a `write_volatile` would store). A refused access is traced
+//! and counted, never a panic. DMA regions are mapped into the device's IOMMU. Each MSI-X
+//! vector has a non-blocking eventfd that the device's interrupt handler writes.
+
+use std::os::fd::{AsFd, BorrowedFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use bypass_sim::iommu::Perm;
+use bypass_sim::{Device, Profile, World};
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use nix::sys::eventfd::{EfdFlags, EventFd};
+
+use super::{Backend, IovaRange, Progress};
+use crate::dma::DmaRegion;
+use crate::error::{DriverError, Result};
+
+/// How long the engine thread sleeps when the world is idle (it is woken by MMIO writes).
+const ENGINE_IDLE: Duration = Duration::from_micros(200);
+
+/// The IOVA apertures a sim device offers: the legacy x86 ones, as VFIO reports without caps.
+const SIM_IOVA_RANGES: [IovaRange; 2] = IovaRange::LEGACY;
+
+struct Engine {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+struct FabricInner {
+    world: Arc<Mutex<World>>,
+    engine: Mutex<Option<Engine>>,
+    /// World errors (livelock) seen by progress() or the engine.
+    errors: AtomicU64,
+}
+
+impl Drop for FabricInner {
+    fn drop(&mut self) {
+        let engine = self
+            .engine
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(mut e) = engine {
+            e.stop.store(true, Ordering::Release);
+            if let Some(t) = e.thread.take() {
+                t.thread().unpark();
+                if t.join().is_err() {
+                    tracing::error!("the sim engine thread panicked");
+                }
+            }
+        }
+    }
+}
+
+/// Simulated devices on one network, shared by their [`SimBackend`]s.
+#[derive(Clone)]
+pub struct SimFabric {
+    inner: Arc<FabricInner>,
+    threaded: bool,
+}
+
+impl std::fmt::Debug for SimFabric {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SimFabric")
+            .field("threaded", &self.threaded)
+            .finish_non_exhaustive()
+    }
+}
+
+fn lock(world: &Mutex<World>) -> MutexGuard<'_, World> {
+    world.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl SimFabric {
+    /// A deterministic fabric: the world moves only when the driver waits.
+    pub fn stepped(seed: u64) -> Self {
+        Self {
+            inner: Arc::new(FabricInner {
+                world: Arc::new(Mutex::new(World::new(seed))),
+                engine: Mutex::new(None),
+                errors: AtomicU64::new(0),
+            }),
+            threaded: false,
+        }
+    }
+
+    /// A fabric run by an engine thread in real time (virtual time follows the wall clock).
+    pub fn threaded(seed: u64) -> Self {
+        let world = Arc::new(Mutex::new(World::new(seed)));
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let world = world.clone();
+            let stop = stop.clone();
+            std::thread::Builder::new()
+                .name("bypass-sim-engine".into())
+                .spawn(move || engine_loop(&world, &stop))
+        };
+        let thread = match thread {
+            Ok(t) => Some(t),
+            Err(e) => {
+                tracing::error!(error = %e, "could not start the sim engine thread");
+                None
+            }
+        };
+        Self {
+            inner: Arc::new(FabricInner {
+                world,
+                engine: Mutex::new(Some(Engine { stop, thread })),
+                errors: AtomicU64::new(0),
+            }),
+            threaded: true,
+        }
+    }
+
+    /// True for a threaded fabric.
+    pub fn is_threaded(&self) -> bool {
+        self.threaded
+    }
+
+    /// Adds a device with `profile` and returns its backend (with one eventfd per MSI-X
+    /// vector wired to the device's interrupt handler).
+    pub fn add_device(&self, profile: Profile) -> Result<Arc<SimBackend>> {
+        let vectors = profile.msix_vectors;
+        let mut fds = Vec::with_capacity(usize::from(vectors));
+        for v in 0..vectors {
+            let fd = EventFd::from_flags(EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC)
+                .map_err(|source| DriverError::Irq { vector: v, source })?;
+            fds.push(fd);
+        }
+        let fds = Arc::new(fds);
+        let mut world = lock(&self.inner.world);
+        let id = world.add_device(profile);
+        let bar0_len = world.device(id).bar0_len();
+        let handler_fds = fds.clone();
+        world.device(id).set_interrupt_handler(move |vector| {
+            if let Some(fd) = handler_fds.get(usize::from(vector)) {
+                // EAGAIN only if the counter would overflow: the vector is signalled anyway.
+                let _ = fd.write(1);
+            }
+        });
+        drop(world);
+        Ok(Arc::new(SimBackend {
+            fabric: self.clone(),
+            id,
+            bar0_len,
+            irq_fds: fds,
+            mmio_errors: AtomicU64::new(0),
+        }))
+    }
+
+    /// Runs `f` on device `id` with the world locked (for tests: counters, trace,
+    /// `firmware_pages()`, `request_pages(n)`, the IOMMU's mappings).
+    pub fn with_device<R>(&self, id: usize, f: impl FnOnce(&mut Device) -> R) -> Result<R> {
+        let mut world = lock(&self.inner.world);
+        if id >= world.len() {
+            return Err(DriverError::Sim(format!(
+                "no device {id} on this fabric (it has {})",
+                world.len()
+            )));
+        }
+        Ok(f(world.device(id)))
+    }
+
+    /// Runs `f` on the whole world with its lock held.
+    pub fn with_world<R>(&self, f: impl FnOnce(&mut World) -> R) -> R {
+        f(&mut lock(&self.inner.world))
+    }
+
+    /// Runs the world until idle (stepped fabrics; harmless on threaded ones).
+    pub fn run_until_idle(&self) -> Result<()> {
+        lock(&self.inner.world)
+            .run_until_idle()
+            .map(|_| ())
+            .map_err(|e| DriverError::Sim(e.to_string()))
+    }
+
+    /// World errors (livelocks) seen so far.
+    pub fn world_errors(&self) -> u64 {
+        self.inner.errors.load(Ordering::Relaxed)
+    }
+
+    fn wake_engine(&self) {
+        if !self.threaded {
+            return;
+        }
+        let engine = self
+            .inner
+            .engine
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(t) = engine.as_ref().and_then(|e| e.thread.as_ref()) {
+            t.thread().unpark();
+        }
+    }
+
+    /// Stepped: runs to idle, then advances to the next event and runs to idle again.
+    fn step(&self) -> Progress {
+        if self.threaded {
+            return Progress::Running;
+        }
+        let mut world = lock(&self.inner.world);
+        let r = world.run_until_idle().and_then(|rounds| {
+            let Some(next) = world.next_event() else {
+                return Ok(rounds > 0);
+            };
+            let dt = next.saturating_sub(world.now());
+            world.advance(dt).map(|()| true)
+        });
+        match r {
+            Ok(true) => Progress::Running,
+            Ok(false) => Progress::Idle,
+            Err(e) => {
+                self.inner.errors.fetch_add(1, Ordering::Relaxed);
+                tracing::error!(error = %e, "the simulated world livelocked");
+                Progress::Idle
+            }
+        }
+    }
+}
+
+fn engine_loop(world: &Mutex<World>, stop: &AtomicBool) {
+    let start = Instant::now();
+    while !stop.load(Ordering::Acquire) {
+        let busy = {
+            let mut w = lock(world);
+            let real = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
+            let dt = real.saturating_sub(w.now());
+            let r = w.advance(dt);
+            if let Err(e) = r {
+                tracing::error!(error = %e, "the simulated world livelocked");
+            }
+            w.in_flight() > 0
+        };
+        if !busy {
+            std::thread::park_timeout(ENGINE_IDLE);
+        }
+    }
+}
+
+/// One simulated device as a [`Backend`].
+pub struct SimBackend {
+    fabric: SimFabric,
+    id: usize,
+    bar0_len: u64,
+    irq_fds: Arc<Vec<EventFd>>,
+    mmio_errors: AtomicU64,
+}
+
+impl std::fmt::Debug for SimBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SimBackend")
+            .field("id", &self.id)
+            .field("threaded", &self.fabric.threaded)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SimBackend {
+    /// The device's id in its fabric.
+    pub fn id(&self) -> usize {
+        self.id
+    }
+
+    /// The fabric the device is on.
+    pub fn fabric(&self) -> &SimFabric {
+        &self.fabric
+    }
+
+    /// Runs `f` on this device with the world locked.
+    pub fn with_device<R>(&self, f: impl FnOnce(&mut Device) -> R) -> Result<R> {
+        self.fabric.with_device(self.id, f)
+    }
+
+    fn mmio_write(&self, off: u64, bytes: &[u8]) {
+        let r = {
+            let mut world = lock(&self.fabric.inner.world);
+            world.device(self.id).mmio_write(off, bytes)
+        };
+        if let Err(e) = r {
+            self.mmio_errors.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(device = self.id, offset = off, error = %e, "MMIO write refused");
+        }
+        self.fabric.wake_engine();
+    }
+}
+
+impl Backend for SimBackend {
+    fn name(&self) -> String {
+        format!("sim{}", self.id)
+    }
+
+    fn bar0_len(&self) -> u64 {
+        self.bar0_len
+    }
+
+    fn read32(&self, off: u64) -> u32 {
+        let mut b = [0u8; 4];
+        let r = {
+            let mut world = lock(&self.fabric.inner.world);
+            world.device(self.id).mmio_read(off, &mut b)
+        };
+        match r {
+            Ok(()) => u32::from_ne_bytes(b),
+            Err(e) => {
+                self.mmio_errors.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(device = self.id, offset = off, error = %e, "MMIO read refused");
+                u32::MAX
+            }
+        }
+    }
+
+    fn write32(&self, off: u64, v: u32) {
+        self.mmio_write(off, &v.to_ne_bytes());
+    }
+
+    fn write64(&self, off: u64, v: u64) {
+        self.mmio_write(off, &v.to_ne_bytes());
+    }
+
+    fn write_bf(&self, off: u64, chunk: &[u64; 8]) {
+        let mut bytes = [0u8; 64];
+        for (dst, v) in bytes.chunks_exact_mut(8).zip(chunk) {
+            dst.copy_from_slice(&v.to_ne_bytes());
+        }
+        // One 64-byte burst: what eight ordered 8-byte stores to write-combining memory reach
+        // the device as (the sim's BlueFlame registers take 64-byte bursts).
+        self.mmio_write(off, &bytes);
+    }
+
+    fn mmio_errors(&self) -> u64 {
+        self.mmio_errors.load(Ordering::Relaxed)
+    }
+
+    fn iova_ranges(&self) -> Vec<IovaRange> {
+        SIM_IOVA_RANGES.to_vec()
+    }
+
+    fn map_dma(&self, iova: u64, region: Arc<DmaRegion>) -> Result<()> {
+        let len = region.len();
+        let mut world = lock(&self.fabric.inner.world);
+        world
+            .device(self.id)
+            .iommu()
+            .map(iova, region, 0, len, Perm::RW)
+            .map_err(|e| DriverError::DmaMap {
+                op: "map",
+                iova,
+                len,
+                reason: e.to_string(),
+            })
+    }
+
+    fn unmap_dma(&self, iova: u64, len: usize) -> Result<()> {
+        let mut world = lock(&self.fabric.inner.world);
+        world
+            .device(self.id)
+            .iommu()
+            .unmap(iova, len)
+            .map(|_| ())
+            .map_err(|e| DriverError::DmaMap {
+                op: "unmap",
+                iova,
+                len,
+                reason: e.to_string(),
+            })
+    }
+
+    fn irq_vectors(&self) -> u16 {
+        u16::try_from(self.irq_fds.len()).unwrap_or(u16::MAX)
+    }
+
+    fn irq_fd(&self, vector: u16) -> Option<BorrowedFd<'_>> {
+        self.irq_fds.get(usize::from(vector)).map(AsFd::as_fd)
+    }
+
+    fn wait_irq(&self, vector: u16, timeout: Duration) -> Result<bool> {
+        let fd = self
+            .irq_fds
+            .get(usize::from(vector))
+            .ok_or(DriverError::NoVector {
+                vector,
+                available: self.irq_vectors(),
+            })?;
+        let consume = || match fd.read() {
+            Ok(n) => Ok(n > 0),
+            Err(nix::errno::Errno::EAGAIN) => Ok(false),
+            Err(source) => Err(DriverError::Irq { vector, source }),
+        };
+        if !self.fabric.threaded {
+            // Deterministic: run the world event by event until the vector fires or nothing
+            // is left to happen (the wall-clock timeout only bounds a livelocking world).
+            let start = Instant::now();
+            loop {
+                if consume()? {
+                    return Ok(true);
+                }
+                if self.fabric.step() == Progress::Idle {
+                    return consume();
+                }
+                if start.elapsed() >= timeout {
+                    return Ok(false);
+                }
+            }
+        }
+        if consume()? {
+            return Ok(true);
+        }
+        let ms = u16::try_from(timeout.as_millis()).unwrap_or(u16::MAX);
+        let mut fds = [PollFd::new(fd.as_fd(), PollFlags::POLLIN)];
+        match poll(&mut fds, PollTimeout::from(ms)) {
+            Ok(0) => Ok(false),
+            Ok(_) => consume(),
+            Err(nix::errno::Errno::EINTR) => Ok(false),
+            Err(source) => Err(DriverError::Irq { vector, source }),
+        }
+    }
+
+    fn progress(&self) -> Progress {
+        self.fabric.step()
+    }
+
+    fn syndrome_name(&self, syndrome: u32) -> Option<&'static str> {
+        bypass_sim::syndromes::name(syndrome)
+    }
+}

@@ -1,0 +1,585 @@
+//! DMA memory: pinned host regions, the IOVA allocator, and mapped buffers.
+//!
+//! Owns: [`DmaRegion`] (page-aligned anonymous memory from `memmap2`, pinned with `mlock`
+//! after a `RLIMIT_MEMLOCK` check), [`IovaAllocator`] (an interval set of free IOVAs,
+//! first-fit, like rdma-core's `util/interval_set.c` `iset_alloc_range`), [`DmaMapper`] (the
+//! two together over a [`Backend`]) and [`DmaBuf`] (a region mapped at an IOVA; unmapped,
+//! then its IOVA freed, then its memory freed, on drop). Must not: know mlx5 formats.
+//!
+//! Memory shared with the device is written by the CPU and by DMA without Rust borrows in
+//! between. So nothing here hands out `&[u8]`/`&mut [u8]` into a region: access is through
+//! raw pointers ([`DmaBuf::ptr_at`]) or copying accessors ([`DmaBuf::read`],
+//! [`DmaBuf::write`]) that never form a reference to the shared bytes.
+
+use std::collections::BTreeMap;
+use std::ffi::c_void;
+use std::ptr::NonNull;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use memmap2::MmapMut;
+use nix::sys::resource::{Resource, getrlimit};
+
+use crate::backend::{Backend, IovaRange};
+use crate::error::{DriverError, Result};
+
+/// The IOMMU page size bypass maps with (VFIO type1 on x86: 4 KiB).
+pub const PAGE_SIZE: usize = 4096;
+/// Largest IOVA alignment the allocator uses (rdma-core `MLX5_VFIO_BLOCK_SIZE`, 2 MiB).
+pub const MAX_IOVA_ALIGN: u64 = 2 << 20;
+/// Largest single DMA allocation (64 TiB; anything near it is a bug).
+const MAX_DMA_LEN: usize = 1 << 46;
+
+/// Page-aligned anonymous memory, pinned while it lives.
+///
+/// Never moves and is never exposed as a Rust slice: every access goes through raw pointers.
+pub struct DmaRegion {
+    /// Keeps the mapping alive; never dereferenced after construction (that would form a
+    /// reference aliasing the device's view).
+    _map: MmapMut,
+    ptr: NonNull<u8>,
+    len: usize,
+    locked: bool,
+}
+
+impl std::fmt::Debug for DmaRegion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DmaRegion")
+            .field("len", &self.len)
+            .field("locked", &self.locked)
+            .finish_non_exhaustive()
+    }
+}
+
+// SAFETY: DmaRegion owns its mapping; all access is through raw pointers within `len`, which
+// is valid from any thread (the memory is plain anonymous memory; ordering with the device is
+// the hardware protocol's business).
+unsafe impl Send for DmaRegion {}
+// SAFETY: as above; no method hands out a Rust reference into the memory.
+unsafe impl Sync for DmaRegion {}
+
+/// How much the process may lock, and how much it has locked (bytes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemlockState {
+    /// `RLIMIT_MEMLOCK` soft limit in bytes; `None` = unlimited.
+    pub limit: Option<u64>,
+    /// `VmLck` from `/proc/self/status`, bytes.
+    pub locked: u64,
+    /// The process has `CAP_IPC_LOCK` in its effective set (the limit does not apply; mlock(2)).
+    pub cap_ipc_lock: bool,
+}
+
+impl MemlockState {
+    /// The state of this process now.
+    pub fn current() -> Self {
+        let limit = match getrlimit(Resource::RLIMIT_MEMLOCK) {
+            Ok((soft, _)) if soft == nix::libc::RLIM_INFINITY => None,
+            Ok((soft, _)) => Some(soft),
+            Err(_) => None,
+        };
+        // The calling thread's status: capabilities are per thread (mlock checks the
+        // caller's), VmLck is per process and the same in every thread's file.
+        let status = std::fs::read_to_string("/proc/thread-self/status")
+            .or_else(|_| std::fs::read_to_string("/proc/self/status"))
+            .unwrap_or_default();
+        let field = |name: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .map(str::trim)
+        };
+        let locked = field("VmLck:")
+            .and_then(|v| v.trim_end_matches("kB").trim().parse::<u64>().ok())
+            .map_or(0, |kb| kb * 1024);
+        // CAP_IPC_LOCK is capability 14 (linux/capability.h).
+        let cap_ipc_lock = field("CapEff:")
+            .and_then(|v| u64::from_str_radix(v, 16).ok())
+            .is_some_and(|caps| caps & (1 << 14) != 0);
+        Self {
+            limit,
+            locked,
+            cap_ipc_lock,
+        }
+    }
+
+    /// Checks that `needed` more bytes may be locked.
+    pub fn check(&self, needed: u64) -> Result<()> {
+        match self.limit {
+            Some(limit) if !self.cap_ipc_lock && self.locked.saturating_add(needed) > limit => {
+                Err(DriverError::MemlockLimit {
+                    needed,
+                    locked: self.locked,
+                    limit,
+                })
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+impl DmaRegion {
+    /// Maps `len` bytes (rounded up to whole pages) of zeroed anonymous memory and pins it.
+    ///
+    /// Errors: [`DriverError::MemlockLimit`] if pinning would pass `RLIMIT_MEMLOCK` (with the
+    /// numbers and how to raise it), [`DriverError::Mlock`], [`DriverError::Mmap`],
+    /// [`DriverError::BadDmaLength`].
+    pub fn new(len: usize) -> Result<Self> {
+        let rounded = len
+            .checked_next_multiple_of(PAGE_SIZE)
+            .filter(|&r| r > 0 && r <= MAX_DMA_LEN)
+            .ok_or(DriverError::BadDmaLength { len })?;
+        MemlockState::current().check(rounded as u64)?;
+        let mut map =
+            MmapMut::map_anon(rounded).map_err(|source| DriverError::Mmap { len, source })?;
+        let ptr = NonNull::new(map.as_mut_ptr()).ok_or(DriverError::Mmap {
+            len,
+            source: std::io::Error::other("mmap returned a null pointer"),
+        })?;
+        // SAFETY: ptr..ptr+rounded is the live anonymous mapping just created, owned by `map`.
+        let locked = unsafe { nix::sys::mman::mlock(ptr.cast::<c_void>(), rounded) };
+        locked.map_err(|source| DriverError::Mlock {
+            len: rounded,
+            source,
+        })?;
+        Ok(Self {
+            _map: map,
+            ptr,
+            len: rounded,
+            locked: true,
+        })
+    }
+
+    /// First byte.
+    pub fn as_ptr(&self) -> NonNull<u8> {
+        self.ptr
+    }
+
+    /// Length in bytes (a multiple of [`PAGE_SIZE`]).
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Always false (regions are at least one page).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl Drop for DmaRegion {
+    fn drop(&mut self) {
+        if self.locked {
+            // SAFETY: the same range that was locked in `new`; the mapping is still alive
+            // (`_map` drops after this).
+            let r = unsafe { nix::sys::mman::munlock(self.ptr.cast::<c_void>(), self.len) };
+            if let Err(e) = r {
+                tracing::warn!(len = self.len, error = %e, "munlock of a DMA region failed");
+            }
+        }
+    }
+}
+
+#[cfg(feature = "sim")]
+// SAFETY: `base()`/`len()` describe the live mapping owned by the region, which never moves
+// and stays allocated while the region (held by the IOMMU model through an Arc) lives; the
+// region never creates Rust references into it, so raw reads/writes from any thread are fine.
+unsafe impl bypass_sim::memory::HostMemory for DmaRegion {
+    fn base(&self) -> NonNull<u8> {
+        self.ptr
+    }
+    fn len(&self) -> usize {
+        self.len
+    }
+}
+
+/// Free IOVA space: disjoint inclusive intervals, first-fit allocation.
+///
+/// rdma-core `util/interval_set.c` (`iset_insert_range`, `iset_alloc_range`), as
+/// `mlx5_vfio_init_device_dma` seeds it from the IOMMU's apertures.
+#[derive(Debug, Clone, Default)]
+pub struct IovaAllocator {
+    /// start → last (inclusive), disjoint and not adjacent.
+    free: BTreeMap<u64, u64>,
+}
+
+impl IovaAllocator {
+    /// An allocator whose free space is `ranges`, trimmed to whole pages (ranges may overlap;
+    /// they are merged).
+    pub fn new(ranges: &[IovaRange]) -> Self {
+        let mut a = Self::default();
+        for r in ranges {
+            let start = r.start.next_multiple_of(PAGE_SIZE as u64);
+            let end = r.last.saturating_add(1) & !(PAGE_SIZE as u64 - 1);
+            if end > start {
+                a.insert(start, end - 1);
+            }
+        }
+        a
+    }
+
+    /// The alignment bypass uses for a `len`-byte allocation: `len`'s power of two, at least
+    /// a page, at most 2 MiB (so a buffer never straddles more IOMMU superpages than needed).
+    pub fn natural_align(len: u64) -> u64 {
+        len.checked_next_power_of_two()
+            .unwrap_or(MAX_IOVA_ALIGN)
+            .clamp(PAGE_SIZE as u64, MAX_IOVA_ALIGN)
+    }
+
+    /// Allocates `len` bytes (rounded up to pages) aligned to `align` (a power of two, at
+    /// least a page), first fit. Returns the IOVA.
+    pub fn alloc(&mut self, len: u64, align: u64) -> Result<u64> {
+        let align = align.max(PAGE_SIZE as u64);
+        let len = len
+            .checked_next_multiple_of(PAGE_SIZE as u64)
+            .filter(|&l| l > 0);
+        let exhausted = DriverError::IovaExhausted {
+            len: len.unwrap_or(0),
+            align,
+        };
+        let (Some(len), true) = (len, align.is_power_of_two()) else {
+            return Err(exhausted);
+        };
+        let found = self.free.iter().find_map(|(&start, &last)| {
+            let at = start.checked_next_multiple_of(align)?;
+            let end = at.checked_add(len - 1)?;
+            (end <= last).then_some((start, last, at, end))
+        });
+        let Some((start, last, at, end)) = found else {
+            return Err(exhausted);
+        };
+        self.free.remove(&start);
+        if at > start {
+            self.free.insert(start, at - 1);
+        }
+        if end < last {
+            self.free.insert(end + 1, last);
+        }
+        Ok(at)
+    }
+
+    /// Returns `len` bytes (rounded up to pages) at `iova` to the free space.
+    pub fn free(&mut self, iova: u64, len: u64) {
+        let len = len.next_multiple_of(PAGE_SIZE as u64);
+        if len == 0 {
+            return;
+        }
+        self.insert(iova, iova.saturating_add(len - 1));
+    }
+
+    /// Free bytes.
+    pub fn free_bytes(&self) -> u64 {
+        self.free
+            .iter()
+            .map(|(&s, &l)| (l - s).saturating_add(1))
+            .sum()
+    }
+
+    /// The free intervals, `(start, last)` inclusive, in order.
+    pub fn free_ranges(&self) -> Vec<(u64, u64)> {
+        self.free.iter().map(|(&s, &l)| (s, l)).collect()
+    }
+
+    fn insert(&mut self, mut start: u64, mut last: u64) {
+        // Merge with every interval that overlaps or touches [start, last].
+        let touching: Vec<(u64, u64)> = self
+            .free
+            .range(..=last.saturating_add(1))
+            .filter(|&(_, &l)| l.saturating_add(1) >= start)
+            .map(|(&s, &l)| (s, l))
+            .collect();
+        for (s, l) in touching {
+            self.free.remove(&s);
+            start = start.min(s);
+            last = last.max(l);
+        }
+        self.free.insert(start, last);
+    }
+}
+
+/// Allocates DMA memory mapped for one device: pinned regions at IOVAs from an allocator
+/// seeded with the backend's apertures.
+#[derive(Debug)]
+pub struct DmaMapper {
+    backend: Arc<dyn Backend>,
+    iova: Mutex<IovaAllocator>,
+}
+
+impl DmaMapper {
+    /// A mapper over `backend`'s IOVA apertures ([`IovaRange::LEGACY`] if it reports none).
+    pub fn new(backend: Arc<dyn Backend>) -> Arc<Self> {
+        let mut ranges = backend.iova_ranges();
+        if ranges.is_empty() {
+            ranges = IovaRange::LEGACY.to_vec();
+        }
+        Arc::new(Self {
+            iova: Mutex::new(IovaAllocator::new(&ranges)),
+            backend,
+        })
+    }
+
+    /// The backend the buffers are mapped into.
+    pub fn backend(&self) -> &Arc<dyn Backend> {
+        &self.backend
+    }
+
+    /// `len` bytes of zeroed, pinned memory, mapped for the device at an IOVA aligned to
+    /// [`IovaAllocator::natural_align`].
+    pub fn alloc(self: &Arc<Self>, len: usize) -> Result<DmaBuf> {
+        let align = IovaAllocator::natural_align(len as u64);
+        self.alloc_aligned(len, align)
+    }
+
+    /// Like [`DmaMapper::alloc`] with an explicit IOVA alignment (a power of two).
+    pub fn alloc_aligned(self: &Arc<Self>, len: usize, align: u64) -> Result<DmaBuf> {
+        let region = Arc::new(DmaRegion::new(len)?);
+        let rlen = region.len();
+        let iova = self
+            .iova
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .alloc(rlen as u64, align)?;
+        if let Err(e) = self.backend.map_dma(iova, region.clone()) {
+            self.free_iova(iova, rlen);
+            return Err(e);
+        }
+        Ok(DmaBuf {
+            region,
+            iova,
+            mapper: self.clone(),
+        })
+    }
+
+    fn free_iova(&self, iova: u64, len: usize) {
+        self.iova
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .free(iova, len as u64);
+    }
+
+    /// Free IOVA bytes left (for tests and diagnostics).
+    pub fn free_iova_bytes(&self) -> u64 {
+        self.iova
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .free_bytes()
+    }
+}
+
+/// Pinned memory mapped for the device at [`DmaBuf::iova`]. On drop: unmapped from the
+/// device, then its IOVA freed, then the memory unpinned and freed, in that order.
+#[derive(Debug)]
+pub struct DmaBuf {
+    region: Arc<DmaRegion>,
+    iova: u64,
+    mapper: Arc<DmaMapper>,
+}
+
+impl DmaBuf {
+    /// The device address of byte 0.
+    pub fn iova(&self) -> u64 {
+        self.iova
+    }
+
+    /// Length in bytes (whole pages).
+    pub fn len(&self) -> usize {
+        self.region.len()
+    }
+
+    /// Always false.
+    pub fn is_empty(&self) -> bool {
+        self.region.is_empty()
+    }
+
+    /// The host address of byte 0. Writing through it is the caller's `unsafe` business:
+    /// the memory is shared with the device.
+    pub fn as_ptr(&self) -> NonNull<u8> {
+        self.region.as_ptr()
+    }
+
+    /// The region (what the backend maps).
+    pub fn region(&self) -> &Arc<DmaRegion> {
+        &self.region
+    }
+
+    fn check(&self, off: usize, len: usize) -> Result<()> {
+        if off.checked_add(len).is_none_or(|e| e > self.len()) {
+            return Err(DriverError::DmaOutOfRange {
+                off,
+                len,
+                buf_len: self.len(),
+            });
+        }
+        Ok(())
+    }
+
+    /// The host pointer to `len` bytes at `off`, checked to be inside the buffer.
+    pub fn ptr_at(&self, off: usize, len: usize) -> Result<NonNull<u8>> {
+        self.check(off, len)?;
+        // SAFETY: off + len <= self.len() (checked), so the result stays inside the mapping.
+        Ok(unsafe { self.as_ptr().add(off) })
+    }
+
+    /// The device address of byte `off`, checked to be inside the buffer.
+    pub fn iova_at(&self, off: usize) -> Result<u64> {
+        self.check(off, 0)?;
+        Ok(self.iova + off as u64)
+    }
+
+    /// Copies `src` into the buffer at `off` (plain stores; order them with the device with
+    /// the protocol's barriers).
+    pub fn write(&self, off: usize, src: &[u8]) -> Result<()> {
+        let dst = self.ptr_at(off, src.len())?;
+        // SAFETY: dst..dst+src.len() is inside the live mapping (checked); src is a distinct
+        // Rust slice, so the ranges do not overlap.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst.as_ptr(), src.len()) };
+        Ok(())
+    }
+
+    /// Copies `dst.len()` bytes at `off` out of the buffer.
+    pub fn read(&self, off: usize, dst: &mut [u8]) -> Result<()> {
+        let src = self.ptr_at(off, dst.len())?;
+        // SAFETY: src..src+dst.len() is inside the live mapping (checked); dst is distinct.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst.as_mut_ptr(), dst.len()) };
+        Ok(())
+    }
+
+    /// Sets `len` bytes at `off` to `byte`.
+    pub fn fill(&self, off: usize, len: usize, byte: u8) -> Result<()> {
+        let dst = self.ptr_at(off, len)?;
+        // SAFETY: inside the live mapping (checked).
+        unsafe { std::ptr::write_bytes(dst.as_ptr(), byte, len) };
+        Ok(())
+    }
+
+    /// One byte at `off`, read with a volatile load (ownership bits the device flips).
+    pub fn read_u8_volatile(&self, off: usize) -> Result<u8> {
+        let p = self.ptr_at(off, 1)?;
+        // SAFETY: inside the live mapping (checked); u8 has no alignment requirement.
+        Ok(unsafe { std::ptr::read_volatile(p.as_ptr()) })
+    }
+}
+
+impl Drop for DmaBuf {
+    fn drop(&mut self) {
+        let len = self.region.len();
+        match self.mapper.backend.unmap_dma(self.iova, len) {
+            // Only a fully unmapped IOVA range may be reused.
+            Ok(()) => self.mapper.free_iova(self.iova, len),
+            Err(e) => tracing::error!(iova = self.iova, len, error = %e,
+                "unmapping a DMA buffer failed; its IOVA range is leaked"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const P: u64 = PAGE_SIZE as u64;
+
+    fn alloc1(start: u64, last: u64) -> IovaAllocator {
+        IovaAllocator::new(&[IovaRange { start, last }])
+    }
+
+    #[test]
+    fn allocations_stay_inside_the_ranges_and_trim_to_pages() {
+        let mut a = IovaAllocator::new(&[
+            IovaRange {
+                start: 0x1_0001,
+                last: 0x1_ffff,
+            },
+            IovaRange {
+                start: 0x10_0000,
+                last: 0x10_3fff,
+            },
+        ]);
+        assert_eq!(
+            a.free_ranges(),
+            vec![(0x1_1000, 0x1_ffff), (0x10_0000, 0x10_3fff)]
+        );
+        let x = a.alloc(P, P).unwrap();
+        assert_eq!(x, 0x1_1000);
+        // 64 KiB aligned to 64 KiB does not fit the first range: the second is too small too.
+        assert!(matches!(
+            a.alloc(0x1_0000, 0x1_0000),
+            Err(DriverError::IovaExhausted { .. })
+        ));
+        let y = a.alloc(0x4000, P).unwrap();
+        assert!((0x1_2000..=0x1_ffff).contains(&y) || y == 0x10_0000);
+    }
+
+    #[test]
+    fn alignment_is_natural_up_to_2mib() {
+        assert_eq!(IovaAllocator::natural_align(1), P);
+        assert_eq!(IovaAllocator::natural_align(5000), 8192);
+        assert_eq!(IovaAllocator::natural_align(64 << 20), MAX_IOVA_ALIGN);
+        let mut a = alloc1(0x1000, (1 << 32) - 1);
+        let _ = a.alloc(P, P).unwrap();
+        let b = a.alloc(2 << 20, MAX_IOVA_ALIGN).unwrap();
+        assert_eq!(b % MAX_IOVA_ALIGN, 0);
+        let c = a.alloc(0x8000, 0x8000).unwrap();
+        assert_eq!(c % 0x8000, 0);
+    }
+
+    #[test]
+    fn exhaustion_is_an_error_and_free_makes_room_again() {
+        let mut a = alloc1(0x10000, 0x10000 + 4 * P - 1);
+        let v: Vec<u64> = (0..4).map(|_| a.alloc(P, P).unwrap()).collect();
+        assert_eq!(v, vec![0x10000, 0x11000, 0x12000, 0x13000]);
+        assert!(a.alloc(P, P).is_err());
+        assert_eq!(a.free_bytes(), 0);
+        a.free(0x11000, P);
+        assert_eq!(a.alloc(P, P).unwrap(), 0x11000, "first fit reuses the hole");
+        a.free(0x12000, P);
+        a.free(0x11000, P);
+        a.free(0x13000, P);
+        a.free(0x10000, P);
+        assert_eq!(a.free_ranges(), vec![(0x10000, 0x13fff)], "frees merge");
+        assert_eq!(a.alloc(4 * P, P).unwrap(), 0x10000);
+    }
+
+    #[test]
+    fn bad_requests_are_errors_not_panics() {
+        let mut a = alloc1(0, u64::MAX);
+        assert!(a.alloc(0, P).is_err());
+        assert!(
+            a.alloc(P, 3 * P).is_err(),
+            "alignment must be a power of two"
+        );
+        assert!(a.alloc(u64::MAX, P).is_err());
+        let top = a.alloc(P, 1 << 63).unwrap();
+        assert_eq!(top, 0);
+        let hi = a.alloc(P, 1 << 63).unwrap();
+        assert_eq!(hi, 1 << 63);
+        a.free(u64::MAX - P + 1, P);
+    }
+
+    #[test]
+    fn memlock_check_names_the_numbers() {
+        let s = MemlockState {
+            limit: Some(64 << 10),
+            locked: 60 << 10,
+            cap_ipc_lock: false,
+        };
+        let e = s.check(8192).unwrap_err();
+        let msg = e.to_string();
+        assert!(msg.contains("8192") && msg.contains("61440") && msg.contains("65536"));
+        assert!(msg.contains("ulimit -l") && msg.contains("LimitMEMLOCK"));
+        assert!(s.check(4096).is_ok());
+        assert!(
+            MemlockState {
+                cap_ipc_lock: true,
+                ..s
+            }
+            .check(1 << 30)
+            .is_ok()
+        );
+        assert!(MemlockState { limit: None, ..s }.check(1 << 30).is_ok());
+    }
+
+    #[test]
+    fn region_is_zeroed_page_rounded_and_aligned() {
+        let r = DmaRegion::new(100).unwrap();
+        assert_eq!(r.len(), PAGE_SIZE);
+        assert_eq!(r.as_ptr().as_ptr() as usize % PAGE_SIZE, 0);
+        assert!(DmaRegion::new(0).is_err());
+    }
+}

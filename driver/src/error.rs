@@ -1,0 +1,257 @@
+//! The one error type of the driver: what failed, why, and what to do about it.
+//!
+//! Owns: [`DriverError`] and [`Result`]. Must not: decide policy (retry, fall back); callers
+//! do. Every Display text names the operation, the cause and the fix, so a log line alone
+//! tells the user what to do.
+
+use std::time::Duration;
+
+use bypass_hw::cmd::Opcode;
+use bypass_hw::cmd::entry::DeliveryStatus;
+use bypass_hw::syndrome::CmdStatus;
+
+/// `Result` with [`DriverError`].
+pub type Result<T, E = DriverError> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in the driver.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DriverError {
+    /// Pinning would exceed `RLIMIT_MEMLOCK`.
+    #[error(
+        "pinning {needed} bytes of DMA memory would exceed the locked-memory limit: {locked} bytes are locked already and RLIMIT_MEMLOCK is {limit} bytes. Raise it: `ulimit -l unlimited` (or a size in KiB) in the shell, `LimitMEMLOCK=infinity` in the systemd unit, or a `memlock` line in /etc/security/limits.conf; or run with CAP_IPC_LOCK"
+    )]
+    MemlockLimit {
+        /// Bytes this allocation pins.
+        needed: u64,
+        /// Bytes the process has locked already (`VmLck`).
+        locked: u64,
+        /// The soft limit in bytes.
+        limit: u64,
+    },
+    /// `mlock` failed.
+    #[error(
+        "mlock of {len} bytes of DMA memory failed: {source}. Raise the locked-memory limit (`ulimit -l`, `LimitMEMLOCK=` in systemd, /etc/security/limits.conf) or free pinned memory"
+    )]
+    Mlock {
+        /// Bytes to pin.
+        len: usize,
+        /// The errno.
+        source: nix::Error,
+    },
+    /// Anonymous memory could not be mapped.
+    #[error(
+        "mapping {len} bytes of anonymous memory for DMA failed: {source}; the host is out of memory or address space"
+    )]
+    Mmap {
+        /// Bytes asked for.
+        len: usize,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// A zero-length or absurdly large DMA allocation.
+    #[error("a DMA buffer of {len} bytes cannot be allocated: ask for 1 byte to 2^46 bytes")]
+    BadDmaLength {
+        /// Bytes asked for.
+        len: usize,
+    },
+    /// No free IOVA range is large enough.
+    #[error(
+        "no free IOVA range of {len:#x} bytes aligned to {align:#x} is left in the IOMMU apertures: free DMA buffers, or use fewer/smaller ones"
+    )]
+    IovaExhausted {
+        /// Bytes asked for.
+        len: u64,
+        /// Alignment asked for.
+        align: u64,
+    },
+    /// The backend refused to map or unmap DMA memory.
+    #[error("{op} of IOVA {iova:#x} ({len:#x} bytes) failed: {reason}")]
+    DmaMap {
+        /// `map` or `unmap`.
+        op: &'static str,
+        /// IOVA.
+        iova: u64,
+        /// Length.
+        len: usize,
+        /// The backend's explanation, with its fix.
+        reason: String,
+    },
+    /// An offset/length outside a DMA buffer.
+    #[error(
+        "access of {len} bytes at offset {off:#x} is outside the {buf_len}-byte DMA buffer: check ring and buffer arithmetic"
+    )]
+    DmaOutOfRange {
+        /// Offset.
+        off: usize,
+        /// Length.
+        len: usize,
+        /// The buffer's length.
+        buf_len: usize,
+    },
+    /// The command interface revision is not the one this driver speaks.
+    #[error(
+        "the device's command interface revision is {found}, but bypass speaks revision 5 (cmdif_rev in the init segment): the firmware is too old or too new, or BAR0 is not an mlx5 init segment"
+    )]
+    CmdifRev {
+        /// Revision found.
+        found: u32,
+    },
+    /// The command queue geometry in the init segment is invalid.
+    #[error(
+        "the init segment reports a command queue of 2^{log_size} entries of 2^{log_stride} bytes, which does not fit one 4 KiB page with at most 32 slots: the device is not a supported mlx5 function"
+    )]
+    CmdqGeometry {
+        /// log2 of the slot count.
+        log_size: u8,
+        /// log2 of the entry stride.
+        log_stride: u8,
+    },
+    /// The firmware did not finish initializing.
+    #[error(
+        "the firmware is still initializing after {waited:?} (init segment `initializing` bit 31): the device may be resetting or dead; reset the function (`echo 1 > /sys/bus/pci/devices/<bdf>/reset`) and retry"
+    )]
+    FirmwareInit {
+        /// How long we waited.
+        waited: Duration,
+    },
+    /// A command input longer than the mailbox chain can carry.
+    #[error(
+        "{op}: the command message is {len} bytes, more than the {max} bytes a command can carry: split the request"
+    )]
+    CmdTooLong {
+        /// Opcode.
+        op: Opcode,
+        /// Length.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// A command input shorter than its 16-byte header.
+    #[error(
+        "a command input must hold at least the 16-byte mbox_in header (opcode, op_mod); got {len} bytes"
+    )]
+    CmdTooShort {
+        /// Length given.
+        len: usize,
+    },
+    /// The device did not complete a command in time.
+    #[error(
+        "{op} (op_mod {op_mod:#x}) did not complete within {waited:?}: the firmware is hung or the device is gone; check the health buffer and reset the function"
+    )]
+    CmdTimeout {
+        /// Opcode.
+        op: Opcode,
+        /// Opcode modifier.
+        op_mod: u16,
+        /// How long we waited.
+        waited: Duration,
+    },
+    /// A stepped device went idle with the command still owned by the device.
+    #[error(
+        "{op} (op_mod {op_mod:#x}) was never completed: the simulated device is idle and still owns the command entry (was the doorbell refused? see the backend's MMIO error count)"
+    )]
+    CmdNotCompleted {
+        /// Opcode.
+        op: Opcode,
+        /// Opcode modifier.
+        op_mod: u16,
+    },
+    /// The device could not deliver the command to the firmware.
+    #[error("{op} (op_mod {op_mod:#x}) was not delivered: {status}")]
+    CmdDelivery {
+        /// Opcode.
+        op: Opcode,
+        /// Opcode modifier.
+        op_mod: u16,
+        /// Delivery status (its Display says cause and fix).
+        status: DeliveryStatus,
+    },
+    /// The firmware ran the command and it failed.
+    #[error("{op} (op_mod {op_mod:#x}) failed with status {status}; syndrome {syndrome:#010x}{}", syndrome_name.map(|n| format!(" ({n})")).unwrap_or_default())]
+    CmdFailed {
+        /// Opcode.
+        op: Opcode,
+        /// Opcode modifier.
+        op_mod: u16,
+        /// Status (its Display gives name, cause and fix).
+        status: CmdStatus,
+        /// Syndrome.
+        syndrome: u32,
+        /// The syndrome's name, where the backend knows it.
+        syndrome_name: Option<&'static str>,
+    },
+    /// A command's output could not be parsed (too short for its layout).
+    #[error("{op}: the output does not hold the expected layout: {source}")]
+    BadOutput {
+        /// Opcode.
+        op: Opcode,
+        /// The view error.
+        source: bypass_hw::Error,
+    },
+    /// Building a command input failed (a value too wide for its field).
+    #[error(
+        "building the {what} input failed: {source}: a caller passed a value outside the field's range"
+    )]
+    BuildInput {
+        /// The command being built.
+        what: &'static str,
+        /// The view error.
+        source: bypass_hw::Error,
+    },
+    /// The device lacks something the driver needs.
+    #[error("the device does not support {what}: {fix}")]
+    Unsupported {
+        /// What is missing.
+        what: &'static str,
+        /// What to do.
+        fix: &'static str,
+    },
+    /// An interrupt vector that does not exist.
+    #[error(
+        "MSI-X vector {vector} does not exist (the device has {available}): use a vector below {available}"
+    )]
+    NoVector {
+        /// Vector asked for.
+        vector: u16,
+        /// Vectors available.
+        available: u16,
+    },
+    /// Waiting on an interrupt eventfd failed.
+    #[error("waiting for MSI-X vector {vector} failed: {source}")]
+    Irq {
+        /// Vector.
+        vector: u16,
+        /// The errno.
+        source: nix::Error,
+    },
+    /// The firmware asked for pages and the driver could not give them.
+    #[error("giving {pages} pages to the firmware failed: {reason}")]
+    Pages {
+        /// Pages involved.
+        pages: i64,
+        /// Why.
+        reason: String,
+    },
+    /// A simulated device failed in a way hardware cannot (livelock, unknown device id).
+    #[error("simulator: {0}")]
+    Sim(String),
+}
+
+impl DriverError {
+    /// The command status, if this is a firmware command failure.
+    pub fn cmd_status(&self) -> Option<CmdStatus> {
+        match self {
+            Self::CmdFailed { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
+
+    /// The syndrome, if this is a firmware command failure.
+    pub fn syndrome(&self) -> Option<u32> {
+        match self {
+            Self::CmdFailed { syndrome, .. } => Some(*syndrome),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,609 @@
+//! An open mlx5 function: bring-up on [`Hca::open`], teardown on drop, and what later layers
+//! need from it (commands, DMA memory, capabilities, ports, the UAR page, the completion EQ).
+//!
+//! Owns: [`Hca`] (the bring-up sequence and its reverse), [`Caps`], [`Port`], [`DeviceInfo`],
+//! [`HcaConfig`]. Must not: create PDs, MRs, CQs or QPs (the resource modules build on
+//! [`Hca::cmd`] and [`Hca::alloc_dma`]).
+//!
+//! Order (rdma-core `providers/mlx5/mlx5_vfio.c` `mlx5_vfio_alloc_context` →
+//! `mlx5_vfio_init_cmd_interface`, `mlx5_vfio_setup_function`, `create_async_eqs`): command
+//! queue and `initializing`, ENABLE_HCA, ISSI, boot pages, HOST_ENDIANNESS, general and RoCE
+//! caps, init pages, INIT_HCA, RoCE enable on the NIC vport, ALLOC_UAR, the async EQ (CMD,
+//! PAGE_REQUEST, CQ/QP errors, port change, COMM_EST ...) on vector 0, armed; then commands
+//! complete by event. bypass adds a completion EQ on vector 1 for CQs. Teardown runs the
+//! reverse (`mlx5_vfio_free_context`): the EQs, DEALLOC_UAR, TEARDOWN_HCA (graceful), every
+//! page taken back until QUERY_PAGES reports none, DISABLE_HCA, then every DMA region
+//! unmapped. Teardown errors are logged, never panicked.
+
+use std::fmt;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use bypass_hw::cmd::caps::{CmdHcaCap, RoceCap, port_type};
+use bypass_hw::cmd::hca::TeardownProfile;
+use bypass_hw::cmd::pages::QueryPagesOpMod;
+use bypass_hw::eqe::EventType;
+use bypass_hw::init_seg as iseg;
+
+use crate::backend::Backend;
+use crate::bringup;
+use crate::cmdq::{CmdQueue, DEFAULT_CMD_TIMEOUT};
+use crate::dma::{DmaBuf, DmaMapper};
+use crate::eq::{AsyncEvent, CompletionEq, EventQueue};
+use crate::error::Result;
+use crate::pages::{self, PagePool};
+
+/// Events the async EQ subscribes to (rdma-core subscribes CMD and PAGE_REQUEST; bypass adds
+/// the asynchronous errors and state events a verbs user must see).
+const ASYNC_EVENTS: [EventType; 12] = [
+    EventType::CMD,
+    EventType::PAGE_REQUEST,
+    EventType::CQ_ERROR,
+    EventType::PORT_CHANGE,
+    EventType::INTERNAL_ERROR,
+    EventType::WQ_CATAS_ERROR,
+    EventType::WQ_INVAL_REQ_ERROR,
+    EventType::WQ_ACCESS_ERROR,
+    EventType::PATH_MIG,
+    EventType::PATH_MIG_FAILED,
+    EventType::COMM_EST,
+    EventType::SQ_DRAINED,
+];
+
+/// Knobs for [`Hca::open_with`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HcaConfig {
+    /// How long one command may take.
+    pub cmd_timeout: Duration,
+    /// log2 of the async EQ's entries (rdma-core: roundup_pow2(32 + 0x80) = 256).
+    pub async_eq_log_size: u8,
+    /// log2 of the completion EQ's entries.
+    pub completion_eq_log_size: u8,
+    /// Create the completion EQ (needs a second MSI-X vector).
+    pub completion_eq: bool,
+}
+
+impl Default for HcaConfig {
+    fn default() -> Self {
+        Self {
+            cmd_timeout: DEFAULT_CMD_TIMEOUT,
+            async_eq_log_size: 8,
+            completion_eq_log_size: 10,
+            completion_eq: true,
+        }
+    }
+}
+
+/// The capabilities later layers size things by (`cmd_hca_cap` and `roce_cap` fields, named
+/// as in `mlx5_ifc.h`), plus the raw pages for anything else.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Caps {
+    /// log2 of the largest WQ (WQEBBs / RQ WQEs).
+    pub log_max_qp_sz: u8,
+    /// log2 of the number of QPs.
+    pub log_max_qp: u8,
+    /// log2 of the largest CQ.
+    pub log_max_cq_sz: u8,
+    /// log2 of the number of CQs.
+    pub log_max_cq: u8,
+    /// log2 of the largest EQ.
+    pub log_max_eq_sz: u8,
+    /// log2 of the number of EQs.
+    pub log_max_eq: u8,
+    /// log2 of the number of mkeys.
+    pub log_max_mkey: u8,
+    /// log2 of the number of PDs.
+    pub log_max_pd: u8,
+    /// log2 of the largest message.
+    pub log_max_msg: u8,
+    /// log2 of outstanding RDMA READ/atomic requests as requester.
+    pub log_max_ra_req_qp: u8,
+    /// log2 of outstanding RDMA READ/atomic requests as responder.
+    pub log_max_ra_res_qp: u8,
+    /// log2 of the BlueFlame register size in bytes.
+    pub log_bf_reg_size: u8,
+    /// BlueFlame supported.
+    pub bf: bool,
+    /// Largest send WQE in bytes.
+    pub max_wqe_sz_sq: u16,
+    /// Largest receive WQE in bytes.
+    pub max_wqe_sz_rq: u16,
+    /// Atomic operations.
+    pub atomic: bool,
+    /// RoCE.
+    pub roce: bool,
+    /// RC QPs.
+    pub rc: bool,
+    /// UD QPs.
+    pub ud: bool,
+    /// UC QPs.
+    pub uc: bool,
+    /// CQE version (1: CQEs carry the user index).
+    pub cqe_version: u8,
+    /// Fast teardown.
+    pub fast_teardown: bool,
+    /// Port type (`port_type::ETH` = 1, IB = 0).
+    pub port_type: u8,
+    /// Physical ports.
+    pub num_ports: u8,
+    /// GID table entries per port (decoded: `8 << gid_table_size`).
+    pub gid_table_len: usize,
+    /// Local CA ACK delay (for the QP's timeout).
+    pub local_ca_ack_delay: u8,
+    /// Device clock in kHz (CQE timestamps).
+    pub device_frequency_khz: u32,
+    /// RoCE: software may pick the UDP source port.
+    pub sw_r_roce_src_udp_port: bool,
+    /// RoCE: supported version mask (bit 2 = v2).
+    pub roce_version: u8,
+    /// The general capability page in force (4 KiB, `cmd_hca_cap`).
+    pub general_page: Vec<u8>,
+    /// The RoCE capability page in force, if the device has RoCE.
+    pub roce_page: Option<Vec<u8>>,
+}
+
+impl Caps {
+    /// Parses the capability pages (missing bytes read as zero: never fails).
+    pub fn parse(general: &[u8], roce: Option<&[u8]>) -> Self {
+        let g = CmdHcaCap::wrap_unchecked(general);
+        let r = roce.map(RoceCap::wrap_unchecked);
+        let b = |v: u32| v != 0;
+        let u8v = |v: u32| u8::try_from(v).unwrap_or(u8::MAX);
+        let gid_code = g.gid_table_size();
+        Self {
+            log_max_qp_sz: u8v(g.log_max_qp_sz()),
+            log_max_qp: u8v(g.log_max_qp()),
+            log_max_cq_sz: u8v(g.log_max_cq_sz()),
+            log_max_cq: u8v(g.log_max_cq()),
+            log_max_eq_sz: u8v(g.log_max_eq_sz()),
+            log_max_eq: u8v(g.log_max_eq()),
+            log_max_mkey: u8v(g.log_max_mkey()),
+            log_max_pd: u8v(g.log_max_pd()),
+            log_max_msg: u8v(g.log_max_msg()),
+            log_max_ra_req_qp: u8v(g.log_max_ra_req_qp()),
+            log_max_ra_res_qp: u8v(g.log_max_ra_res_qp()),
+            log_bf_reg_size: u8v(g.log_bf_reg_size()),
+            bf: b(g.bf()),
+            max_wqe_sz_sq: u16::try_from(g.max_wqe_sz_sq()).unwrap_or(u16::MAX),
+            max_wqe_sz_rq: u16::try_from(g.max_wqe_sz_rq()).unwrap_or(u16::MAX),
+            atomic: b(g.atomic()),
+            roce: b(g.roce()),
+            rc: b(g.rc()),
+            ud: b(g.ud()),
+            uc: b(g.uc()),
+            cqe_version: u8v(g.cqe_version()),
+            fast_teardown: b(g.fast_teardown()),
+            port_type: u8v(g.port_type()),
+            num_ports: u8v(g.num_ports()),
+            // Kernel `mlx5_get_gid_table_len`: 8 << code for codes 0..=4, else none.
+            gid_table_len: if gid_code <= 4 { 8 << gid_code } else { 0 },
+            local_ca_ack_delay: u8v(g.local_ca_ack_delay()),
+            device_frequency_khz: g.device_frequency_khz(),
+            sw_r_roce_src_udp_port: r.as_ref().is_some_and(|r| b(r.sw_r_roce_src_udp_port())),
+            roce_version: r.as_ref().map_or(0, |r| u8v(r.roce_version())),
+            general_page: general.to_vec(),
+            roce_page: roce.map(<[u8]>::to_vec),
+        }
+    }
+
+    /// The most inline data one send WQE can carry: the largest send WQE less the ctrl and
+    /// remote-address segments and the 4-byte inline header (derived; the PRM has no cap
+    /// for it, rdma-core computes it from `max_wqe_sz_sq` the same way).
+    pub fn max_inline_data(&self) -> usize {
+        usize::from(self.max_wqe_sz_sq).saturating_sub(16 + 16 + 4)
+    }
+
+    /// The BlueFlame register size in bytes (`1 << log_bf_reg_size`), 0 without BlueFlame.
+    pub fn bf_reg_size(&self) -> usize {
+        if self.bf {
+            1usize
+                .checked_shl(u32::from(self.log_bf_reg_size))
+                .unwrap_or(0)
+        } else {
+            0
+        }
+    }
+}
+
+/// One port as the queries at bring-up saw it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Port {
+    /// Port number (1-based).
+    pub num: u8,
+    /// `hca_vport_context.port_state` (1 DOWN, 2 INIT, 3 ARMED, 4 ACTIVE).
+    pub state: u32,
+    /// Permanent MAC address.
+    pub mac: [u8; 6],
+    /// NIC (Ethernet) MTU in bytes.
+    pub nic_mtu: u32,
+    /// GID table (index = GID index); all-zero entries are unused.
+    pub gids: Vec<[u8; 16]>,
+}
+
+impl Port {
+    /// The port state's name (`ibv_port_state` style).
+    pub fn state_name(&self) -> &'static str {
+        match self.state {
+            1 => "DOWN",
+            2 => "INIT",
+            3 => "ARMED",
+            4 => "ACTIVE",
+            _ => "UNKNOWN",
+        }
+    }
+
+    /// The largest IB MTU (256..4096) that fits the NIC MTU with RoCEv2 headers (kernel
+    /// `iboe_get_mtu`: GRH 40 + UDP 8 + BTH 12 + XRC 4 + AtomicETH 28 + ICRC 4 = 96 bytes).
+    pub fn active_mtu(&self) -> u32 {
+        let room = self.nic_mtu.saturating_sub(96);
+        [4096, 2048, 1024, 512, 256]
+            .into_iter()
+            .find(|&m| m <= room)
+            .unwrap_or(0)
+    }
+
+    /// The GIDs in use, with their index.
+    pub fn valid_gids(&self) -> impl Iterator<Item = (usize, &[u8; 16])> {
+        self.gids.iter().enumerate().filter(|(_, g)| **g != [0; 16])
+    }
+}
+
+/// A summary of the device for `bypass devinfo` (like `ibv_devinfo`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceInfo {
+    /// The backend's name.
+    pub name: String,
+    /// Firmware version `major.minor.subminor`.
+    pub fw_version: String,
+    /// Hardware id from the health buffer (PCI device id).
+    pub hw_id: u32,
+    /// The UAR page the driver uses.
+    pub uar: u32,
+    /// Capabilities.
+    pub caps: Caps,
+    /// Ports.
+    pub ports: Vec<Port>,
+}
+
+fn fmt_gid(g: &[u8; 16]) -> String {
+    g.chunks(2)
+        .map(|c| {
+            format!(
+                "{:02x}{:02x}",
+                c.first().copied().unwrap_or(0),
+                c.get(1).copied().unwrap_or(0)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+impl fmt::Display for DeviceInfo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let c = &self.caps;
+        writeln!(f, "hca_id:\t{}", self.name)?;
+        writeln!(
+            f,
+            "\ttransport:\t\t{}",
+            if c.port_type == port_type::ETH as u8 {
+                "Ethernet (RoCE)"
+            } else {
+                "InfiniBand"
+            }
+        )?;
+        writeln!(f, "\tfw_ver:\t\t\t{}", self.fw_version)?;
+        writeln!(f, "\thw_ver:\t\t\t{:#x}", self.hw_id)?;
+        writeln!(f, "\tphys_port_cnt:\t\t{}", c.num_ports)?;
+        writeln!(f, "\tmax_qp:\t\t\t{}", 1u64 << c.log_max_qp.min(63))?;
+        writeln!(f, "\tmax_qp_wr:\t\t{}", 1u64 << c.log_max_qp_sz.min(63))?;
+        writeln!(f, "\tmax_cq:\t\t\t{}", 1u64 << c.log_max_cq.min(63))?;
+        writeln!(f, "\tmax_cqe:\t\t{}", 1u64 << c.log_max_cq_sz.min(63))?;
+        writeln!(f, "\tmax_mr:\t\t\t{}", 1u64 << c.log_max_mkey.min(63))?;
+        writeln!(f, "\tmax_pd:\t\t\t{}", 1u64 << c.log_max_pd.min(63))?;
+        writeln!(f, "\tmax_msg_sz:\t\t{:#x}", 1u64 << c.log_max_msg.min(63))?;
+        writeln!(f, "\tmax_inline_data:\t{}", c.max_inline_data())?;
+        writeln!(
+            f,
+            "\tatomic_cap:\t\t{}",
+            if c.atomic {
+                "ATOMIC_HCA"
+            } else {
+                "ATOMIC_NONE"
+            }
+        )?;
+        for p in &self.ports {
+            writeln!(f, "\t\tport:\t{}", p.num)?;
+            writeln!(f, "\t\t\tstate:\t\t\t{} ({})", p.state_name(), p.state)?;
+            writeln!(f, "\t\t\tactive_mtu:\t\t{}", p.active_mtu())?;
+            let m = p.mac;
+            writeln!(
+                f,
+                "\t\t\tmac:\t\t\t{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
+                m[0], m[1], m[2], m[3], m[4], m[5]
+            )?;
+            for (i, g) in p.valid_gids() {
+                writeln!(f, "\t\t\tGID[{i:3}]:\t\t{}", fmt_gid(g))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// How far bring-up got (what teardown must undo).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct Stage {
+    enabled: bool,
+    initialized: bool,
+}
+
+/// An open mlx5 function. `Send + Sync`: commands serialise on the command queue's mutex.
+pub struct Hca {
+    backend: Arc<dyn Backend>,
+    dma: Arc<DmaMapper>,
+    cmd: CmdQueue,
+    pages: Mutex<PagePool>,
+    comp_eq: Option<CompletionEq>,
+    uar: Option<u32>,
+    caps: Caps,
+    ports: Vec<Port>,
+    fw_version: (u16, u16, u16),
+    hw_id: u32,
+    stage: Stage,
+}
+
+impl fmt::Debug for Hca {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Hca")
+            .field("backend", &self.backend.name())
+            .field("uar", &self.uar)
+            .field("stage", &self.stage)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Hca {
+    /// Brings the function up with the default [`HcaConfig`].
+    pub fn open(backend: Arc<dyn Backend>) -> Result<Self> {
+        Self::open_with(backend, HcaConfig::default())
+    }
+
+    /// Brings the function up (see the module doc for the order). On failure everything done
+    /// so far is undone before the error returns.
+    pub fn open_with(backend: Arc<dyn Backend>, config: HcaConfig) -> Result<Self> {
+        let span = tracing::info_span!("hca_open", device = %backend.name());
+        let _g = span.enter();
+        let dma = DmaMapper::new(backend.clone());
+        let cmd = CmdQueue::new(backend.clone(), dma.clone(), config.cmd_timeout)?;
+        let fw = u32::from_be(backend.read32(iseg::FW_REV as u64));
+        let sub = u32::from_be(backend.read32(iseg::CMDIF_REV_FW_SUB as u64)) & 0xffff;
+        let hw_id = u32::from_be(backend.read32(iseg::HEALTH_HW_ID as u64));
+        let mut hca = Self {
+            pages: Mutex::new(PagePool::new(dma.clone())),
+            backend,
+            dma,
+            cmd,
+            comp_eq: None,
+            uar: None,
+            caps: Caps::default(),
+            ports: Vec::new(),
+            fw_version: ((fw & 0xffff) as u16, (fw >> 16) as u16, sub as u16),
+            hw_id,
+            stage: Stage::default(),
+        };
+        hca.bring_up(&config)?;
+        tracing::info!(fw = %hca.fw_version_string(), uar = ?hca.uar, "HCA up");
+        Ok(hca)
+    }
+
+    fn bring_up(&mut self, config: &HcaConfig) -> Result<()> {
+        let cmd = &self.cmd;
+        bringup::enable_hca(cmd)?;
+        self.stage.enabled = true;
+        bringup::set_issi(cmd)?;
+        {
+            let mut pool = self.pages.lock().unwrap_or_else(PoisonError::into_inner);
+            pages::satisfy(cmd, &mut pool, QueryPagesOpMod::BOOT)?;
+        }
+        bringup::set_host_endianness(cmd)?;
+        let (general, roce) = bringup::configure_caps(cmd)?;
+        self.caps = Caps::parse(&general, roce.as_deref());
+        {
+            let mut pool = self.pages.lock().unwrap_or_else(PoisonError::into_inner);
+            pages::satisfy(cmd, &mut pool, QueryPagesOpMod::INIT)?;
+        }
+        bringup::init_hca(cmd)?;
+        self.stage.initialized = true;
+        if u32::from(self.caps.port_type) == port_type::ETH {
+            bringup::enable_roce(cmd)?;
+        }
+        let uar = bringup::alloc_uar(cmd)?;
+        self.uar = Some(uar);
+        let mut eq = EventQueue::create(
+            cmd,
+            &self.dma,
+            uar,
+            config.async_eq_log_size,
+            0,
+            &ASYNC_EVENTS,
+        )?;
+        eq.update_ci(&*self.backend, true);
+        cmd.attach_eq(eq);
+        if config.completion_eq && self.backend.irq_vectors() > 1 {
+            let eq =
+                EventQueue::create(cmd, &self.dma, uar, config.completion_eq_log_size, 1, &[])?;
+            let ceq = CompletionEq::new(eq, self.backend.clone());
+            ceq.arm();
+            self.comp_eq = Some(ceq);
+        }
+        self.ports = self.query_ports()?;
+        Ok(())
+    }
+
+    fn query_ports(&self) -> Result<Vec<Port>> {
+        let (mac, nic_mtu) = bringup::query_nic_vport(&self.cmd)?;
+        (1..=self.caps.num_ports.max(1))
+            .map(|num| {
+                let q = bringup::query_port(&self.cmd, num, self.caps.gid_table_len)?;
+                Ok(Port {
+                    num,
+                    state: q.state,
+                    mac,
+                    nic_mtu,
+                    gids: q.gids,
+                })
+            })
+            .collect()
+    }
+
+    /// The command queue: `hca.cmd().exec(input, out_len)` runs any command.
+    pub fn cmd(&self) -> &CmdQueue {
+        &self.cmd
+    }
+
+    /// `len` bytes of zeroed, pinned DMA memory, mapped for the device.
+    pub fn alloc_dma(&self, len: usize) -> Result<DmaBuf> {
+        self.dma.alloc(len)
+    }
+
+    /// The DMA allocator (for buffers that outlive a borrow of the `Hca`).
+    pub fn dma(&self) -> &Arc<DmaMapper> {
+        &self.dma
+    }
+
+    /// The device seam: MMIO for doorbells, interrupts.
+    pub fn backend(&self) -> &Arc<dyn Backend> {
+        &self.backend
+    }
+
+    /// Capabilities in force.
+    pub fn caps(&self) -> &Caps {
+        &self.caps
+    }
+
+    /// Ports (index 0 = port 1).
+    pub fn ports(&self) -> &[Port] {
+        &self.ports
+    }
+
+    /// Port `num` (1-based).
+    pub fn port(&self, num: u8) -> Option<&Port> {
+        self.ports.iter().find(|p| p.num == num)
+    }
+
+    /// The UAR page the driver uses (its BAR0 offset is `uar_index * 4096`); later layers
+    /// pick BlueFlame registers in it. 0 only if bring-up never allocated one (impossible for
+    /// an open `Hca`).
+    pub fn uar_index(&self) -> u32 {
+        self.uar.unwrap_or(0)
+    }
+
+    /// The EQ completion queues report to (on MSI-X vector 1), if the device has a second
+    /// vector and [`HcaConfig::completion_eq`] was set.
+    pub fn completion_eq(&self) -> Option<&CompletionEq> {
+        self.comp_eq.as_ref()
+    }
+
+    /// Firmware version (major, minor, subminor).
+    pub fn fw_version(&self) -> (u16, u16, u16) {
+        self.fw_version
+    }
+
+    /// Firmware version as `major.minor.subminor`.
+    pub fn fw_version_string(&self) -> String {
+        let (a, b, c) = self.fw_version;
+        format!("{a}.{b}.{c}")
+    }
+
+    /// Pages lent to the firmware now.
+    pub fn firmware_pages(&self) -> usize {
+        self.pages
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pages_in_use()
+    }
+
+    /// A summary for `bypass devinfo`.
+    pub fn device_info(&self) -> DeviceInfo {
+        DeviceInfo {
+            name: self.backend.name(),
+            fw_version: self.fw_version_string(),
+            hw_id: self.hw_id,
+            uar: self.uar_index(),
+            caps: self.caps.clone(),
+            ports: self.ports.clone(),
+        }
+    }
+
+    /// Processes the async EQ: answers page requests (give or take, MANAGE_PAGES) and
+    /// returns the other events (CQ errors, port changes, QP events ...), oldest first. Call
+    /// it when `backend().irq_fd(0)` is readable, or periodically.
+    pub fn process_events(&self) -> Result<Vec<AsyncEvent>> {
+        // Consume the vector's pending interrupt (a stepped sim also runs here).
+        let _ = self.backend.wait_irq(0, Duration::ZERO)?;
+        let (pages, events) = self.cmd.take_events();
+        if pages != 0 {
+            let mut pool = self.pages.lock().unwrap_or_else(PoisonError::into_inner);
+            pages::answer_request(&self.cmd, &mut pool, pages)?;
+        }
+        Ok(events)
+    }
+
+    /// Tears the function down (the reverse of bring-up), logging failures.
+    fn shutdown(&mut self) {
+        let span = tracing::info_span!("hca_close", device = %self.backend.name());
+        let _g = span.enter();
+        let log = |what: &str, r: Result<()>| {
+            if let Err(e) = r {
+                tracing::error!(error = %e, "teardown: {what} failed");
+            }
+        };
+        if let Some(ceq) = self.comp_eq.take() {
+            log(
+                "DESTROY_EQ (completion)",
+                ceq.into_inner().destroy(&self.cmd),
+            );
+        }
+        // The async EQ carries command completions: go back to polling before destroying it.
+        if let Some(eq) = self.cmd.detach_eq() {
+            log("DESTROY_EQ (async)", eq.destroy(&self.cmd));
+        }
+        if let Some(uar) = self.uar.take() {
+            log("DEALLOC_UAR", bringup::dealloc_uar(&self.cmd, uar));
+        }
+        if self.stage.initialized {
+            log(
+                "TEARDOWN_HCA",
+                bringup::teardown_hca(&self.cmd, TeardownProfile::GRACEFUL_CLOSE),
+            );
+            self.stage.initialized = false;
+        }
+        let mut pool = self.pages.lock().unwrap_or_else(PoisonError::into_inner);
+        if self.stage.enabled {
+            log("reclaiming pages", pages::reclaim_all(&self.cmd, &mut pool));
+            log("DISABLE_HCA", bringup::disable_hca(&self.cmd));
+            self.stage.enabled = false;
+        }
+        let left = pool.pages_in_use();
+        if left > 0 {
+            tracing::warn!(
+                pages = left,
+                "pages still lent to the firmware at teardown; freeing them after DISABLE_HCA"
+            );
+        }
+        // Unmaps and frees every page block (the function is disabled: nothing uses them).
+        *pool = PagePool::new(self.dma.clone());
+    }
+}
+
+impl Drop for Hca {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// `Hca` is shared across threads (`Arc<Hca>`): the control path serialises inside.
+const _: fn() = || {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<Hca>();
+    assert_send_sync::<crate::dma::DmaBuf>();
+};

@@ -1,0 +1,609 @@
+//! Completion polling: the owner-bit rule over the CQ ring, CQEs decoded into a plain `Copy`
+//! [`WorkCompletion`], the `wr_id` looked up in the QP's per-slot array, the consumer index
+//! published in the CQ doorbell record once per batch.
+//!
+//! Follows rdma-core `providers/mlx5/cq.c`: `get_sw_cqe` (owner bit vs `ci & nent`, opcode not
+//! INVALID), `udma_from_device_barrier` right after the ownership check, `mlx5_parse_cqe` /
+//! `handle_good_req` / `handle_responder` (opcode and flag mapping, READ/atomic byte counts,
+//! GRH flag from `flags_rqpn` bits 29:28), `mlx5_handle_error_cqe` (syndrome of the error
+//! CQE; `wqe_counter` names the failed send WQE), `update_cons_index` (`dbrec[SET_CI] =
+//! ci & 0xffffff` after the batch).
+//!
+//! Owns: [`WorkCompletion`], [`WcStatus`], [`WcOpcode`], [`WcFlags`], [`QpTable`] (which QPs
+//! report to a CQ) and [`CqPoller`]. Must not: allocate, lock, make syscalls or format on the
+//! polling path (the table lock is taken only on the first poll after a QP joined or left the
+//! CQ), or arm the CQ (that is `cq.rs`).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use bypass_hw::cqe::{Cqe64, CqeOpcode, sw_owns};
+use bypass_hw::syndrome::CqeSyndrome;
+use bypass_hw::wqe::WqeOpcode;
+
+use crate::barrier::{udma_from_device_barrier, udma_to_device_barrier};
+use crate::wq::{RingPtr, WqShared};
+
+/// Whether a work request succeeded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WcStatus {
+    /// It did.
+    Success,
+    /// It failed; the syndrome names why and how to fix it (`Display` prints both).
+    Error(CqeSyndrome),
+}
+
+impl WcStatus {
+    /// True for [`WcStatus::Success`].
+    pub const fn is_ok(self) -> bool {
+        matches!(self, Self::Success)
+    }
+}
+
+impl core::fmt::Display for WcStatus {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            Self::Success => f.write_str("SUCCESS"),
+            Self::Error(s) => s.fmt(f),
+        }
+    }
+}
+
+/// What completed (ibverbs `enum ibv_wc_opcode`, as rdma-core `cq.c` maps mlx5 opcodes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WcOpcode {
+    /// A SEND or SEND_IMM (requester).
+    Send,
+    /// An RDMA WRITE or WRITE_IMM (requester).
+    RdmaWrite,
+    /// An RDMA READ (requester).
+    RdmaRead,
+    /// A compare-and-swap (requester).
+    CompSwap,
+    /// A fetch-and-add (requester).
+    FetchAdd,
+    /// A receive consumed by a SEND / SEND_IMM / SEND_INV (responder).
+    Recv,
+    /// A receive consumed by an RDMA WRITE with immediate (responder).
+    RecvRdmaWithImm,
+    /// A requester completion of another WQE opcode (the raw mlx5 opcode).
+    OtherSend(WqeOpcode),
+    /// A CQE of an opcode this driver does not decode (the raw CQE opcode).
+    Other(CqeOpcode),
+}
+
+impl WcOpcode {
+    /// True for receive-side completions.
+    pub const fn is_recv(self) -> bool {
+        matches!(self, Self::Recv | Self::RecvRdmaWithImm)
+    }
+}
+
+bitflags::bitflags! {
+    /// Completion flags (ibverbs `IBV_WC_*` flags).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+    pub struct WcFlags: u8 {
+        /// `imm` holds immediate data.
+        const WITH_IMM = 1 << 0;
+        /// `imm` holds the invalidated rkey.
+        const WITH_INV = 1 << 1;
+        /// A GRH (40 bytes) precedes the data in the receive buffer (UD).
+        const GRH = 1 << 2;
+        /// The solicited-event bit was set.
+        const SOLICITED = 1 << 3;
+        /// The completion is from the receive queue.
+        const RECV = 1 << 4;
+    }
+}
+
+/// One completion, decoded. A plain `Copy` value: nothing in it borrows the CQ.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WorkCompletion {
+    /// The `wr_id` of the work request (for a send: the one `wqe_counter` names, which also
+    /// retires the unsignaled WQEs before it).
+    pub wr_id: u64,
+    /// Success, or the syndrome.
+    pub status: WcStatus,
+    /// What completed (for error completions of sends: the failed WQE's opcode; for receive
+    /// errors: [`WcOpcode::Recv`]).
+    pub opcode: WcOpcode,
+    /// Bytes received (receives), read (READ) or 8 (atomics).
+    pub byte_len: u32,
+    /// Immediate data (with [`WcFlags::WITH_IMM`]) or invalidated rkey.
+    pub imm: u32,
+    /// The local QP.
+    pub qpn: u32,
+    /// The remote QP (receives).
+    pub src_qp: u32,
+    /// The WQE index the CQE carries (`wqe_counter`: the send WQE's first WQEBB).
+    pub wqe_index: u16,
+    /// Flags.
+    pub flags: WcFlags,
+    /// The vendor syndrome of an error completion (0 otherwise).
+    pub vendor_err: u8,
+}
+
+impl WorkCompletion {
+    /// True when the request succeeded.
+    pub const fn is_ok(&self) -> bool {
+        self.status.is_ok()
+    }
+}
+
+const fn send_opcode(op: WqeOpcode) -> (WcOpcode, bool) {
+    // rdma-core `cq.c` `handle_good_req`.
+    match op {
+        WqeOpcode::RDMA_WRITE_IMM => (WcOpcode::RdmaWrite, true),
+        WqeOpcode::RDMA_WRITE => (WcOpcode::RdmaWrite, false),
+        WqeOpcode::SEND_IMM => (WcOpcode::Send, true),
+        WqeOpcode::SEND | WqeOpcode::SEND_INVAL => (WcOpcode::Send, false),
+        WqeOpcode::RDMA_READ => (WcOpcode::RdmaRead, false),
+        WqeOpcode::ATOMIC_CS => (WcOpcode::CompSwap, false),
+        WqeOpcode::ATOMIC_FA => (WcOpcode::FetchAdd, false),
+        other => (WcOpcode::OtherSend(other), false),
+    }
+}
+
+/// Decodes a CQE, with `wr_id` left 0 (see [`CqPoller`] for the lookup). Send completions
+/// need [`WorkCompletion::wqe_index`], receives complete in order.
+pub fn decode(cqe: &Cqe64) -> WorkCompletion {
+    let opcode = cqe.opcode();
+    let mut wc = WorkCompletion {
+        wr_id: 0,
+        status: WcStatus::Success,
+        opcode: WcOpcode::Other(opcode),
+        byte_len: 0,
+        imm: 0,
+        qpn: cqe.qpn(),
+        src_qp: 0,
+        wqe_index: cqe.wqe_counter(),
+        flags: WcFlags::empty(),
+        vendor_err: 0,
+    };
+    match opcode {
+        CqeOpcode::REQ => {
+            let (op, imm) = send_opcode(cqe.wqe_opcode());
+            wc.opcode = op;
+            if imm {
+                wc.flags |= WcFlags::WITH_IMM;
+            }
+            wc.byte_len = match op {
+                WcOpcode::RdmaRead => cqe.byte_cnt(),
+                WcOpcode::CompSwap | WcOpcode::FetchAdd => 8,
+                _ => 0,
+            };
+        }
+        CqeOpcode::RESP_WR_IMM
+        | CqeOpcode::RESP_SEND
+        | CqeOpcode::RESP_SEND_IMM
+        | CqeOpcode::RESP_SEND_INV => {
+            // rdma-core `handle_responder`.
+            wc.flags |= WcFlags::RECV;
+            wc.byte_len = cqe.byte_cnt();
+            wc.src_qp = cqe.rqpn();
+            wc.imm = cqe.imm_inval_pkey();
+            wc.opcode = WcOpcode::Recv;
+            match opcode {
+                CqeOpcode::RESP_WR_IMM => {
+                    wc.opcode = WcOpcode::RecvRdmaWithImm;
+                    wc.flags |= WcFlags::WITH_IMM;
+                }
+                CqeOpcode::RESP_SEND_IMM => wc.flags |= WcFlags::WITH_IMM,
+                CqeOpcode::RESP_SEND_INV => wc.flags |= WcFlags::WITH_INV,
+                _ => wc.imm = 0,
+            }
+            // `g = (flags_rqpn >> 28) & 3` (rdma-core `handle_responder`).
+            if (cqe.flags_rqpn.get() >> 28) & 3 != 0 {
+                wc.flags |= WcFlags::GRH;
+            }
+            if cqe.se() != 0 {
+                wc.flags |= WcFlags::SOLICITED;
+            }
+        }
+        CqeOpcode::REQ_ERR | CqeOpcode::RESP_ERR => {
+            // rdma-core `mlx5_handle_error_cqe`: the syndrome, and for a send the failed WQE's
+            // index in `wqe_counter`.
+            let e = cqe.as_err();
+            wc.status = WcStatus::Error(e.syndrome());
+            wc.vendor_err = e.vendor_err_synd();
+            wc.qpn = e.qpn();
+            wc.wqe_index = e.wqe_counter();
+            if opcode == CqeOpcode::RESP_ERR {
+                wc.opcode = WcOpcode::Recv;
+                wc.flags |= WcFlags::RECV;
+            } else {
+                wc.opcode = send_opcode(e.wqe_opcode()).0;
+            }
+        }
+        _ => {}
+    }
+    wc
+}
+
+/// The QPs that report completions to one CQ, so the poller can find a completion's `wr_id`.
+///
+/// Changes (a QP created or destroyed: control path) go through a mutex and bump a
+/// generation counter; the poller checks the counter with one atomic load per poll and takes
+/// the lock only when it moved, to pick up the new snapshot.
+#[derive(Debug, Default)]
+pub struct QpTable {
+    generation: AtomicU64,
+    current: Mutex<Arc<[Arc<WqShared>]>>,
+}
+
+impl QpTable {
+    /// An empty table.
+    pub fn new() -> Self {
+        Self {
+            generation: AtomicU64::new(0),
+            current: Mutex::new(Arc::from(Vec::new())),
+        }
+    }
+
+    fn update(&self, f: impl FnOnce(&mut Vec<Arc<WqShared>>)) {
+        let mut cur = self.current.lock().unwrap_or_else(|p| p.into_inner());
+        let mut v: Vec<Arc<WqShared>> = cur.iter().cloned().collect();
+        f(&mut v);
+        *cur = Arc::from(v);
+        self.generation.fetch_add(1, Ordering::Release);
+    }
+
+    /// Adds a QP (no-op if its QPN is already there).
+    pub fn attach(&self, wq: Arc<WqShared>) {
+        self.update(|v| {
+            if !v.iter().any(|w| w.qpn() == wq.qpn()) {
+                v.push(wq);
+            }
+        });
+    }
+
+    /// Removes QP `qpn`.
+    pub fn detach(&self, qpn: u32) {
+        self.update(|v| v.retain(|w| w.qpn() != qpn));
+    }
+
+    fn snapshot(&self) -> (u64, Arc<[Arc<WqShared>]>) {
+        let cur = self.current.lock().unwrap_or_else(|p| p.into_inner());
+        (self.generation.load(Ordering::Acquire), cur.clone())
+    }
+}
+
+/// The consumer side of a CQ ring: consumer index, the owner-bit rule, the doorbell record.
+#[derive(Debug)]
+pub struct CqPoller {
+    ring: RingPtr,
+    nent: u32,
+    cqe_size: usize,
+    ci: u32,
+    dbr: RingPtr,
+    table: Arc<QpTable>,
+    snap: Arc<[Arc<WqShared>]>,
+    seen: u64,
+    last: usize,
+}
+
+impl CqPoller {
+    /// A poller over `ring` (`nent` CQEs of `cqe_size` bytes, 64 or 128) with its doorbell
+    /// record at the start of `dbr` (8 bytes: CI word, arm word).
+    pub fn new(
+        ring: RingPtr,
+        nent: u32,
+        cqe_size: usize,
+        dbr: RingPtr,
+        table: Arc<QpTable>,
+    ) -> Self {
+        let (seen, snap) = table.snapshot();
+        Self {
+            ring,
+            nent,
+            cqe_size,
+            ci: 0,
+            dbr,
+            table,
+            snap,
+            seen,
+            last: 0,
+        }
+    }
+
+    /// The consumer index (CQEs consumed, 24 bits used by the device).
+    pub fn consumer_index(&self) -> u32 {
+        self.ci
+    }
+
+    /// Entries in the ring.
+    pub fn nent(&self) -> u32 {
+        self.nent
+    }
+
+    /// The doorbell record memory (CI word at 0, arm word at 4).
+    pub fn dbr(&self) -> &RingPtr {
+        &self.dbr
+    }
+
+    /// The ring memory.
+    pub fn ring(&self) -> &RingPtr {
+        &self.ring
+    }
+
+    /// Byte offset of the 64-byte CQE of consumer index `ci` (the second half of a 128-byte
+    /// CQE, rdma-core `cq.c`).
+    #[inline(always)]
+    fn cqe_off(&self, ci: u32) -> usize {
+        (ci & (self.nent - 1)) as usize * self.cqe_size + (self.cqe_size - 64)
+    }
+
+    /// The CQE at the consumer index if software owns it (rdma-core `get_sw_cqe`), after the
+    /// `udma_from_device_barrier` that keeps its other fields from being read early.
+    #[inline(always)]
+    fn next_cqe(&self) -> Option<&Cqe64> {
+        let off = self.cqe_off(self.ci);
+        let op_own = self.ring.read_u8(off + 63);
+        if !sw_owns(op_own, self.ci, self.nent) {
+            return None;
+        }
+        udma_from_device_barrier();
+        // SAFETY: software owns this CQE (checked above) and the device does not write it
+        // again until the consumer index moves past it and the ring laps, which needs
+        // `publish_ci` after this reference is gone (it lives only inside one poll step).
+        unsafe { self.ring.view::<Cqe64>(off) }
+    }
+
+    #[inline(always)]
+    fn refresh(&mut self) {
+        if self.table.generation.load(Ordering::Acquire) != self.seen {
+            self.refresh_slow();
+        }
+    }
+
+    #[cold]
+    fn refresh_slow(&mut self) {
+        let (seen, snap) = self.table.snapshot();
+        self.seen = seen;
+        self.snap = snap;
+        self.last = 0;
+    }
+
+    #[inline(always)]
+    fn lookup(&mut self, qpn: u32) -> Option<&WqShared> {
+        if let Some(w) = self.snap.get(self.last) {
+            if w.qpn() == qpn {
+                return self.snap.get(self.last).map(|a| &**a);
+            }
+        }
+        let i = self.snap.iter().position(|w| w.qpn() == qpn)?;
+        self.last = i;
+        self.snap.get(i).map(|a| &**a)
+    }
+
+    /// Fills the completion's `wr_id` and retires its WQE(s) in the QP's bookkeeping.
+    #[inline(always)]
+    fn retire(&mut self, wc: &mut WorkCompletion) {
+        let recv = wc.flags.contains(WcFlags::RECV);
+        let index = wc.wqe_index;
+        if let Some(w) = self.lookup(wc.qpn) {
+            wc.wr_id = if recv {
+                w.complete_recv()
+            } else {
+                w.complete_send(index)
+            };
+        }
+    }
+
+    /// Publishes the consumer index in the doorbell record (rdma-core `update_cons_index`).
+    #[inline(always)]
+    fn publish_ci(&self) {
+        // Keep the CQE reads above from being moved after the store that gives the entries
+        // back to the device (a compiler fence on x86-64, whose loads are not reordered with
+        // later stores; `dmb oshst` on aarch64).
+        udma_to_device_barrier();
+        self.dbr.write_be32(0, self.ci & 0x00ff_ffff);
+    }
+
+    /// Polls up to `out.len()` completions into `out`; returns how many. Writes the doorbell
+    /// record once, after the batch.
+    #[inline]
+    pub fn poll(&mut self, out: &mut [WorkCompletion]) -> usize {
+        self.refresh();
+        let mut n = 0;
+        for slot in out.iter_mut() {
+            let Some(cqe) = self.next_cqe() else { break };
+            let mut wc = decode(cqe);
+            self.ci = self.ci.wrapping_add(1);
+            self.retire(&mut wc);
+            *slot = wc;
+            n += 1;
+        }
+        if n > 0 {
+            self.publish_ci();
+        }
+        n
+    }
+
+    /// Polls one completion.
+    #[inline]
+    pub fn poll_one(&mut self) -> Option<WorkCompletion> {
+        self.refresh();
+        let cqe = self.next_cqe()?;
+        let mut wc = decode(cqe);
+        self.ci = self.ci.wrapping_add(1);
+        self.retire(&mut wc);
+        self.publish_ci();
+        Some(wc)
+    }
+
+    /// Polls one completion and returns the CQE's 64 bytes too (research access; copies the
+    /// CQE, so not for the hot path).
+    pub fn poll_raw(&mut self) -> Option<(WorkCompletion, [u8; 64])> {
+        self.refresh();
+        let cqe = self.next_cqe()?;
+        let raw: [u8; 64] = zerocopy::transmute!(*cqe);
+        let mut wc = decode(cqe);
+        self.ci = self.ci.wrapping_add(1);
+        self.retire(&mut wc);
+        self.publish_ci();
+        Some((wc, raw))
+    }
+
+    /// The raw 64 bytes of the CQE at consumer index `ci` (owned by software or not), read with
+    /// volatile loads (research access).
+    pub fn cqe_bytes(&self, ci: u32) -> [u8; 64] {
+        let mut b = [0u8; 64];
+        self.ring.read(self.cqe_off(ci), &mut b);
+        b
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wq::tests::TestRing;
+    use crate::wq::{RqRing, SqRing};
+    use bypass_hw::cqe::{CQE_INVALID_OP_OWN, ErrCqe, make_op_own};
+    use zerocopy::{FromZeros, IntoBytes};
+
+    struct Fixture {
+        _cq: TestRing,
+        _dbr: TestRing,
+        poller: CqPoller,
+        table: Arc<QpTable>,
+    }
+
+    fn fixture(nent: u32) -> Fixture {
+        let mut cq = TestRing::new(64 * nent as usize);
+        let mut dbr = TestRing::new(64);
+        let ring = cq.ring();
+        for k in 0..nent as usize {
+            ring.write(k * 64 + 63, &[CQE_INVALID_OP_OWN | 1]);
+        }
+        let table = Arc::new(QpTable::new());
+        let poller = CqPoller::new(ring, nent, 64, dbr.ring(), table.clone());
+        Fixture {
+            _cq: cq,
+            _dbr: dbr,
+            poller,
+            table,
+        }
+    }
+
+    fn put(f: &Fixture, index: u32, cqe: &Cqe64) {
+        f.poller
+            .ring
+            .write((index & (f.poller.nent - 1)) as usize * 64, cqe.as_bytes());
+    }
+
+    fn req(qpn: u32, counter: u16, op: WqeOpcode, owner: bool) -> Cqe64 {
+        let mut c = Cqe64::new_zeroed();
+        c.sop_drop_qpn.set((u32::from(op.0) << 24) | qpn);
+        c.wqe_counter.set(counter);
+        c.byte_cnt.set(20);
+        c.op_own = make_op_own(CqeOpcode::REQ, 0, false, owner);
+        c
+    }
+
+    #[test]
+    fn owner_bit_rule_and_ci_publication() {
+        let mut f = fixture(4);
+        let mut out = [decode(&Cqe64::new_zeroed()); 4];
+        assert_eq!(f.poller.poll(&mut out), 0, "a fresh ring is all invalid");
+        // Lap 0: owner 0. Three CQEs.
+        for i in 0..3 {
+            put(&f, i, &req(5, i as u16, WqeOpcode::RDMA_READ, false));
+        }
+        assert_eq!(f.poller.poll(&mut out), 3);
+        assert_eq!(out[0].opcode, WcOpcode::RdmaRead);
+        assert_eq!(out[0].byte_len, 20);
+        let mut ci = [0u8; 4];
+        f.poller.dbr.read(0, &mut ci);
+        assert_eq!(u32::from_be_bytes(ci), 3);
+        // Slot 3 of lap 0, then slot 0 of lap 1 (owner 1).
+        put(&f, 3, &req(5, 3, WqeOpcode::SEND, false));
+        put(&f, 4, &req(5, 4, WqeOpcode::SEND, false));
+        assert_eq!(
+            f.poller.poll(&mut out),
+            1,
+            "a lap-0 owner bit at ci 4 is stale"
+        );
+        put(&f, 4, &req(5, 4, WqeOpcode::SEND_IMM, true));
+        let wc = f.poller.poll_one().unwrap();
+        assert_eq!((wc.opcode, wc.flags), (WcOpcode::Send, WcFlags::WITH_IMM));
+        assert_eq!(f.poller.consumer_index(), 5);
+        let _ = &f.table;
+    }
+
+    #[test]
+    fn wr_ids_come_from_the_qp_slot_arrays() {
+        let mut f = fixture(8);
+        let sh = Arc::new(WqShared::new(9, 8, 4));
+        f.table.attach(sh.clone());
+        let mut sqm = TestRing::new(8 * 64);
+        let mut sq = SqRing::new(sqm.ring());
+        sq.commit(&sh, 0, 2, 0xaa);
+        sq.commit(&sh, 2, 1, 0xbb);
+        let mut rqm = TestRing::new(4 * 64);
+        let mut rq = RqRing::new(rqm.ring(), 64);
+        rq.commit(&sh, 0x11);
+        rq.commit(&sh, 0x22);
+        put(&f, 0, &req(9, 2, WqeOpcode::RDMA_WRITE, false));
+        let mut r = Cqe64::new_zeroed();
+        r.sop_drop_qpn.set(9);
+        r.flags_rqpn.set((2 << 28) | 0x77);
+        r.byte_cnt.set(100);
+        r.imm_inval_pkey.set(0x1234);
+        r.op_own = make_op_own(CqeOpcode::RESP_SEND_IMM, 0, true, false);
+        put(&f, 1, &r);
+        let wc = f.poller.poll_one().unwrap();
+        assert_eq!((wc.wr_id, wc.opcode), (0xbb, WcOpcode::RdmaWrite));
+        assert_eq!(
+            sh.sq_tail(),
+            3,
+            "the unsignaled WQE before it is retired too"
+        );
+        let wc = f.poller.poll_one().unwrap();
+        assert_eq!(wc.wr_id, 0x11);
+        assert_eq!((wc.byte_len, wc.src_qp, wc.imm), (100, 0x77, 0x1234));
+        assert!(
+            wc.flags
+                .contains(WcFlags::WITH_IMM | WcFlags::GRH | WcFlags::SOLICITED | WcFlags::RECV)
+        );
+        f.table.detach(9);
+        put(&f, 2, &req(9, 2, WqeOpcode::RDMA_WRITE, false));
+        assert_eq!(
+            f.poller.poll_one().unwrap().wr_id,
+            0,
+            "a detached QP's wr_id is unknown"
+        );
+    }
+
+    #[test]
+    fn error_cqes_carry_the_syndrome_and_the_failed_wqe() {
+        let mut f = fixture(4);
+        let sh = Arc::new(WqShared::new(3, 4, 0));
+        f.table.attach(sh.clone());
+        let mut sqm = TestRing::new(4 * 64);
+        let mut sq = SqRing::new(sqm.ring());
+        sq.commit(&sh, 0, 1, 0x42);
+        let mut e = ErrCqe::new_zeroed();
+        e.syndrome = CqeSyndrome::LOCAL_PROT_ERR.0;
+        e.vendor_err_synd = 0x7;
+        e.s_wqe_opcode_qpn
+            .set((u32::from(WqeOpcode::SEND.0) << 24) | 3);
+        e.wqe_counter.set(0);
+        e.op_own = make_op_own(CqeOpcode::REQ_ERR, 0, false, false);
+        let c: Cqe64 = zerocopy::transmute!(e);
+        put(&f, 0, &c);
+        let (wc, raw) = f.poller.poll_raw().unwrap();
+        assert_eq!(wc.status, WcStatus::Error(CqeSyndrome::LOCAL_PROT_ERR));
+        assert!(
+            wc.status
+                .to_string()
+                .starts_with("LOCAL_PROT_ERR (0x4): a local SGE's lkey")
+        );
+        assert_eq!(
+            (wc.wr_id, wc.opcode, wc.vendor_err),
+            (0x42, WcOpcode::Send, 7)
+        );
+        assert_eq!(raw, *c.as_bytes());
+        assert_eq!(f.poller.cqe_bytes(0), raw);
+    }
+}

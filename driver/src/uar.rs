@@ -1,0 +1,134 @@
+//! The doorbell side of a UAR page: which BlueFlame register ("bfreg") a QP rings, the
+//! double-buffer toggle, whether BlueFlame is allowed at all (`BYPASS_SHUT_UP_BF`).
+//!
+//! Follows rdma-core `providers/mlx5/mlx5.c` (bfreg `k` at `0x800 + k * bf_reg_size`,
+//! `buf_size = bf_reg_size / 2`, bfreg 0 keeps `buf_size = 0`: never BlueFlame), `qp.c`
+//! `post_send_db` (`bf->offset ^= bf->buf_size` after each doorbell; BlueFlame only when
+//! `!shut_up_bf && nreq == 1 && buf_size && (inline || prefer_bf) && 1 < ds <= buf_size/16`)
+//! and `mlx5.c` `MLX5_SHUT_UP_BF` (set and not "0" → no BlueFlame), here `BYPASS_SHUT_UP_BF`,
+//! read once when a QP is created, never on the data path.
+//!
+//! A QP that wants BlueFlame gets a UAR page of its own (ALLOC_UAR at creation, as rdma-core's
+//! DEVX tests allocate one `mlx5dv_devx_alloc_uar(MLX5DV_UAR_ALLOC_TYPE_BF)` per resource set)
+//! and rings bfreg 1 of it: the register and its toggle are the QP's alone, so posting needs
+//! no lock. Otherwise (BlueFlame off, or no UAR page left) it rings bfreg 0 of the driver's
+//! shared UAR page with 8-byte doorbells, which are single atomic stores and need no lock
+//! either.
+//!
+//! Owns: [`Bfreg`], [`shut_up_bf`]. Must not: allocate UAR pages (the QP does, `qp.rs`) or
+//! build WQEs.
+
+use bypass_hw::uar::{bf_buf_size, bfreg_offset, next_bf_offset, uar_bar_offset};
+
+/// The environment variable that turns BlueFlame off (rdma-core: `MLX5_SHUT_UP_BF`).
+pub const SHUT_UP_BF_ENV: &str = "BYPASS_SHUT_UP_BF";
+
+/// True when `BYPASS_SHUT_UP_BF` is set to anything but `0` (rdma-core `mlx5.c`:
+/// `if (env && strcmp(env, "0")) shut_up_bf = 1`). Read on the control path only.
+pub fn shut_up_bf() -> bool {
+    std::env::var_os(SHUT_UP_BF_ENV).is_some_and(|v| v != "0")
+}
+
+/// One BlueFlame register of a UAR page, as a QP rings it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Bfreg {
+    uar_index: u32,
+    index: usize,
+    /// BAR0 offset of the register's first half.
+    reg: u64,
+    /// Bytes per half (0 for bfreg 0, or when BlueFlame is off).
+    buf_size: usize,
+    /// The half in use: 0 or `buf_size`.
+    offset: usize,
+}
+
+impl Bfreg {
+    /// Register `index` (0..4) of UAR page `uar_index`, whose registers are `bf_reg_size` bytes
+    /// (HCA cap `1 << log_bf_reg_size`). `blueflame = false` keeps the 8-byte doorbell only.
+    ///
+    /// Errors: a register index or size the page layout does not allow (see
+    /// [`bypass_hw::uar::bfreg_offset`]).
+    pub fn new(
+        uar_index: u32,
+        index: usize,
+        bf_reg_size: usize,
+        blueflame: bool,
+    ) -> Result<Self, bypass_hw::Error> {
+        let reg = uar_bar_offset(uar_index) + bfreg_offset(index, bf_reg_size)? as u64;
+        let buf_size = if blueflame {
+            bf_buf_size(index, bf_reg_size)?
+        } else {
+            0
+        };
+        Ok(Self {
+            uar_index,
+            index,
+            reg,
+            buf_size,
+            offset: 0,
+        })
+    }
+
+    /// The UAR page.
+    pub fn uar_index(&self) -> u32 {
+        self.uar_index
+    }
+
+    /// The register's index in the page (0 = doorbells only).
+    pub fn index(&self) -> usize {
+        self.index
+    }
+
+    /// Bytes of one BlueFlame half (0: this register never takes BlueFlame).
+    pub fn buf_size(&self) -> usize {
+        self.buf_size
+    }
+
+    /// BAR0 offset of the half the next doorbell goes to.
+    #[inline(always)]
+    pub fn doorbell_offset(&self) -> u64 {
+        self.reg + self.offset as u64
+    }
+
+    /// Whether a lone WQE of `ds` segments goes by BlueFlame (rdma-core `post_send_db`, with
+    /// `prefer_bf`: every WQE that fits, not only inline ones).
+    #[inline(always)]
+    pub fn use_blueflame(&self, nreq: usize, ds: u8) -> bool {
+        bypass_hw::uar::would_use_blueflame(nreq, self.buf_size, true, ds)
+    }
+
+    /// Switches to the other half (`bf->offset ^= bf->buf_size`).
+    #[inline(always)]
+    pub fn toggle(&mut self) {
+        self.offset = next_bf_offset(self.offset, self.buf_size);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bfreg_zero_never_blueflames_and_others_toggle_halves() {
+        let mut b0 = Bfreg::new(8, 0, 512, true).unwrap();
+        assert_eq!((b0.doorbell_offset(), b0.buf_size()), (8 * 4096 + 0x800, 0));
+        assert!(!b0.use_blueflame(1, 4));
+        b0.toggle();
+        assert_eq!(b0.doorbell_offset(), 8 * 4096 + 0x800);
+        let mut b1 = Bfreg::new(8, 1, 512, true).unwrap();
+        assert_eq!(b1.doorbell_offset(), 8 * 4096 + 0xa00);
+        assert!(b1.use_blueflame(1, 3));
+        assert!(
+            !b1.use_blueflame(2, 3),
+            "a post list rings one plain doorbell"
+        );
+        assert!(!b1.use_blueflame(1, 17), "larger than a 256-byte half");
+        b1.toggle();
+        assert_eq!(b1.doorbell_offset(), 8 * 4096 + 0xb00);
+        b1.toggle();
+        assert_eq!(b1.doorbell_offset(), 8 * 4096 + 0xa00);
+        let off = Bfreg::new(8, 1, 512, false).unwrap();
+        assert!(!off.use_blueflame(1, 3));
+        assert!(Bfreg::new(8, 4, 512, true).is_err());
+    }
+}

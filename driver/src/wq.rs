@@ -1,0 +1,430 @@
+//! Work-queue rings in DMA memory and the bookkeeping the send and receive paths share with
+//! completion polling: producer counters, free-space arithmetic, the per-slot `wr_id` arrays.
+//!
+//! Follows rdma-core `providers/mlx5/qp.c` (`mlx5_get_send_wqe`, `sq.cur_post` counted in
+//! WQEBBs, wrap of a WQE's segments to the start of the SQ at `sq.qend`, `wqe_head`/`wrid`
+//! indexed by `cur_post & (wqe_cnt - 1)`) and `providers/mlx5/cq.c` (`mlx5_parse_cqe`: a send
+//! completion retires every WQE up to the one `wqe_counter` names; receives complete in order
+//! from `rq.tail`).
+//!
+//! Owns: [`RingPtr`] (a bounds-masked view of ring memory), [`SqRing`], [`RqRing`],
+//! [`WqShared`]. Must not: build WQE contents (that is `post.rs`), ring doorbells, or decode
+//! CQEs (that is `poll.rs`).
+
+use core::ptr::NonNull;
+use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+/// Ring memory: `len` bytes at `base`, `len` a power of two, every access masked into range
+/// (so no offset arithmetic can leave the ring).
+///
+/// The memory belongs to a DMA buffer that the object holding this ring keeps alive; the device
+/// reads (SQ, RQ) or writes (CQ) it concurrently, so Rust never holds a reference into it for
+/// longer than one access, and only to bytes the device is not using at that time.
+#[derive(Debug)]
+pub struct RingPtr {
+    base: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: a `RingPtr` is an address range, not data; what crosses threads is the right to write
+// WQE slots (owned by one `&mut` poster at a time) or read CQE slots (one `&mut` poller). The
+// memory itself is a DMA buffer that stays mapped while the owning object lives.
+unsafe impl Send for RingPtr {}
+// SAFETY: as for `Send`; the shared (`&self`) methods only read, and reads of slots the device
+// may be writing go through `read_volatile`.
+unsafe impl Sync for RingPtr {}
+
+impl RingPtr {
+    /// A ring over `len` bytes at `base`.
+    ///
+    /// # Safety
+    /// `base..base + len` must be valid for reads and writes, and stay so (and not be handed to
+    /// safe code as a `&`/`&mut` slice) for as long as the returned value lives. `len` must be a
+    /// power of two (checked: otherwise `None`).
+    pub unsafe fn new(base: NonNull<u8>, len: usize) -> Option<Self> {
+        len.is_power_of_two().then_some(Self { base, len })
+    }
+
+    /// The ring's length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Always false: a ring has at least one byte.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// The base address (for research access and tests).
+    pub fn base(&self) -> NonNull<u8> {
+        self.base
+    }
+
+    #[inline(always)]
+    fn mask(&self) -> usize {
+        self.len - 1
+    }
+
+    /// Writes `bytes` at ring offset `off` (masked), continuing at offset 0 when the write
+    /// reaches the end of the ring (rdma-core: a WQE's segments continue at the SQ start).
+    /// Bytes beyond one full lap are dropped (callers never write more than a WQE).
+    #[inline(always)]
+    pub fn write(&self, off: usize, bytes: &[u8]) {
+        let off = off & self.mask();
+        let n = bytes.len();
+        if n <= self.len - off {
+            // SAFETY: `off + n <= len`, so the destination is inside the ring (valid for writes
+            // by `new`'s contract); `bytes` is a separate Rust slice, so they do not overlap.
+            unsafe {
+                core::ptr::copy_nonoverlapping(bytes.as_ptr(), self.base.as_ptr().add(off), n)
+            };
+        } else {
+            self.write_split(off, bytes);
+        }
+    }
+
+    #[cold]
+    fn write_split(&self, off: usize, bytes: &[u8]) {
+        let first = self.len - off;
+        let (a, b) = bytes.split_at(first.min(bytes.len()));
+        let b = &b[..b.len().min(self.len)];
+        // SAFETY: `off + a.len() == len` and `b.len() <= len`: both ranges are inside the ring,
+        // which is valid for writes; the source is a separate Rust slice.
+        unsafe {
+            core::ptr::copy_nonoverlapping(a.as_ptr(), self.base.as_ptr().add(off), a.len());
+            core::ptr::copy_nonoverlapping(b.as_ptr(), self.base.as_ptr(), b.len());
+        }
+    }
+
+    /// Reads `out.len()` bytes at ring offset `off` (masked, wrapping like [`RingPtr::write`])
+    /// with volatile loads, so a concurrent device write is never assumed stable.
+    pub fn read(&self, off: usize, out: &mut [u8]) {
+        let mask = self.mask();
+        for (k, b) in out.iter_mut().enumerate() {
+            let at = (off.wrapping_add(k)) & mask;
+            // SAFETY: `at < len`: inside the ring, valid for reads by `new`'s contract.
+            *b = unsafe { self.base.as_ptr().add(at).read_volatile() };
+        }
+    }
+
+    /// Reads one byte at `off` (masked) with a volatile load (a CQE's `op_own`).
+    #[inline(always)]
+    pub fn read_u8(&self, off: usize) -> u8 {
+        let at = off & self.mask();
+        // SAFETY: `at < len`: inside the ring, valid for reads by `new`'s contract.
+        unsafe { self.base.as_ptr().add(at).read_volatile() }
+    }
+
+    /// Reads the eight big-endian-stored `u64` words of the 64-byte block at `off` (rounded
+    /// down to 64, masked) as they are in memory, for a BlueFlame copy.
+    #[inline(always)]
+    pub fn read_block64(&self, off: usize) -> [u64; 8] {
+        let at = (off & self.mask()) & !63;
+        let mut out = [0u64; 8];
+        if at + 64 <= self.len {
+            let src = self.base.as_ptr().wrapping_add(at).cast::<[u64; 8]>();
+            // SAFETY: `at + 64 <= len`: the 64-byte block is inside the ring (valid for reads);
+            // the read is unaligned, so the ring's alignment does not matter.
+            out = unsafe { src.read_unaligned() };
+        }
+        out
+    }
+
+    /// Stores `v` big-endian at `off` (masked, rounded down to 4) with one volatile 32-bit
+    /// store (a doorbell record word the device reads concurrently).
+    #[inline(always)]
+    pub fn write_be32(&self, off: usize, v: u32) {
+        let at = (off & self.mask()) & !3;
+        if at + 4 > self.len {
+            return;
+        }
+        let p = self.base.as_ptr().wrapping_add(at).cast::<u32>();
+        if p.is_aligned() {
+            // SAFETY: `at + 4 <= len` (inside the ring, valid for writes) and `p` is aligned.
+            unsafe { p.write_volatile(v.to_be()) };
+        } else {
+            for (k, b) in v.to_be_bytes().into_iter().enumerate() {
+                // SAFETY: `at + k < len`: inside the ring, valid for writes.
+                unsafe { self.base.as_ptr().add(at + k).write_volatile(b) };
+            }
+        }
+    }
+
+    /// A shared view of `T` at ring offset `off`, if it fits before the ring's end.
+    ///
+    /// # Safety
+    /// The device must not write those bytes while the reference lives (a CQE software owns and
+    /// has not yet given back by updating the consumer index).
+    #[inline(always)]
+    pub unsafe fn view<T: zerocopy::FromBytes + zerocopy::Unaligned + zerocopy::Immutable>(
+        &self,
+        off: usize,
+    ) -> Option<&T> {
+        let at = off & self.mask();
+        if at + core::mem::size_of::<T>() > self.len {
+            return None;
+        }
+        // SAFETY: the range is inside the ring (checked), `T` has alignment 1 (`Unaligned`)
+        // and accepts any bytes (`FromBytes`); the caller guarantees no concurrent write.
+        Some(unsafe { &*self.base.as_ptr().add(at).cast::<T>() })
+    }
+}
+
+/// The bookkeeping shared between a QP's poster (which fills slots) and the poller of its CQs
+/// (which retires them): per-slot `wr_id`s and where the SQ/RQ tails are.
+///
+/// Atomics, so that the poster and the poller may run on different threads without a lock:
+/// the poller publishes a new tail with `Release` after reading the retired slots' `wr_id`s,
+/// and the poster reads it with `Acquire` before reusing those slots (on x86-64 both are plain
+/// moves).
+#[derive(Debug)]
+pub struct WqShared {
+    qpn: u32,
+    sq_wrid: Box<[AtomicU64]>,
+    /// `cur_post` just after the WQE that starts at this slot (rdma-core keeps `wqe_head`).
+    sq_next: Box<[AtomicU32]>,
+    sq_tail: AtomicU32,
+    rq_wrid: Box<[AtomicU64]>,
+    rq_tail: AtomicU32,
+}
+
+impl WqShared {
+    /// Bookkeeping for QP `qpn` with `sq_wqebbs` send slots and `rq_wqes` receive slots (powers
+    /// of two, or 0 for a missing queue).
+    pub fn new(qpn: u32, sq_wqebbs: u32, rq_wqes: u32) -> Self {
+        let zeros64 = |n: u32| (0..n).map(|_| AtomicU64::new(0)).collect();
+        Self {
+            qpn,
+            sq_wrid: zeros64(sq_wqebbs),
+            sq_next: (0..sq_wqebbs).map(|_| AtomicU32::new(0)).collect(),
+            sq_tail: AtomicU32::new(0),
+            rq_wrid: zeros64(rq_wqes),
+            rq_tail: AtomicU32::new(0),
+        }
+    }
+
+    /// The QP number.
+    #[inline(always)]
+    pub fn qpn(&self) -> u32 {
+        self.qpn
+    }
+
+    /// Retires the send WQE whose first WQEBB index is `wqe_counter` (and every unsignaled one
+    /// before it): returns its `wr_id` (rdma-core `mlx5_parse_cqe`: `wc->wr_id =
+    /// wrid[idx]; sq.tail = wqe_head[idx] + 1`).
+    #[inline(always)]
+    pub fn complete_send(&self, wqe_counter: u16) -> u64 {
+        let slot = usize::from(wqe_counter) & self.sq_wrid.len().wrapping_sub(1);
+        let (Some(w), Some(n)) = (self.sq_wrid.get(slot), self.sq_next.get(slot)) else {
+            return 0;
+        };
+        let wr_id = w.load(Ordering::Relaxed);
+        self.sq_tail
+            .store(n.load(Ordering::Relaxed), Ordering::Release);
+        wr_id
+    }
+
+    /// Retires the oldest receive WQE (receives complete in order: rdma-core `cq.c` reads
+    /// `rq.wrid[rq.tail & (wqe_cnt - 1)]` and increments `rq.tail`): returns its `wr_id`.
+    #[inline(always)]
+    pub fn complete_recv(&self) -> u64 {
+        let tail = self.rq_tail.load(Ordering::Relaxed);
+        let slot = tail as usize & self.rq_wrid.len().wrapping_sub(1);
+        let wr_id = self
+            .rq_wrid
+            .get(slot)
+            .map_or(0, |w| w.load(Ordering::Relaxed));
+        self.rq_tail.store(tail.wrapping_add(1), Ordering::Release);
+        wr_id
+    }
+
+    /// The send tail (WQEBBs retired).
+    pub fn sq_tail(&self) -> u32 {
+        self.sq_tail.load(Ordering::Acquire)
+    }
+
+    /// The receive tail (receive WQEs retired).
+    pub fn rq_tail(&self) -> u32 {
+        self.rq_tail.load(Ordering::Acquire)
+    }
+}
+
+/// The send queue's producer side: the ring, `cur_post` (WQEBBs produced, wrapping) and the
+/// free-space rule.
+#[derive(Debug)]
+pub struct SqRing {
+    /// The SQ part of the WQ buffer.
+    pub ring: RingPtr,
+    /// WQEBBs in the ring (a power of two).
+    pub wqebbs: u32,
+    /// WQEBBs produced so far (rdma-core `sq.cur_post`), wrapping.
+    pub cur_post: u32,
+}
+
+impl SqRing {
+    /// A send ring over `ring` (its length a multiple of 64).
+    pub fn new(ring: RingPtr) -> Self {
+        let wqebbs = (ring.len() / 64) as u32;
+        Self {
+            ring,
+            wqebbs,
+            cur_post: 0,
+        }
+    }
+
+    /// WQEBBs free, given the tail the poller published.
+    #[inline(always)]
+    pub fn free(&self, tail: u32) -> u32 {
+        self.wqebbs.saturating_sub(self.cur_post.wrapping_sub(tail))
+    }
+
+    /// The byte offset of WQEBB `index` (masked into the ring).
+    #[inline(always)]
+    pub fn offset_of(&self, index: u32) -> usize {
+        ((index & (self.wqebbs - 1)) as usize) << 6
+    }
+
+    /// Records the `wr_id` and end of the WQE starting at `start` of `wqebbs` blocks, and
+    /// advances `cur_post` past it.
+    #[inline(always)]
+    pub fn commit(&mut self, shared: &WqShared, start: u32, wqebbs: u32, wr_id: u64) {
+        let next = start.wrapping_add(wqebbs);
+        let slot = (start & (self.wqebbs - 1)) as usize;
+        if let (Some(w), Some(n)) = (shared.sq_wrid.get(slot), shared.sq_next.get(slot)) {
+            w.store(wr_id, Ordering::Relaxed);
+            n.store(next, Ordering::Relaxed);
+        }
+        self.cur_post = next;
+    }
+}
+
+/// The receive queue's producer side.
+#[derive(Debug)]
+pub struct RqRing {
+    /// The RQ part of the WQ buffer.
+    pub ring: RingPtr,
+    /// Receive WQEs in the ring (a power of two).
+    pub wqes: u32,
+    /// Bytes per receive WQE (`16 << log_rq_stride`).
+    pub stride: usize,
+    /// Receive WQEs posted so far (rdma-core `rq.head`), wrapping.
+    pub head: u32,
+}
+
+impl RqRing {
+    /// A receive ring over `ring` with `stride`-byte WQEs.
+    pub fn new(ring: RingPtr, stride: usize) -> Self {
+        let wqes = (ring.len() / stride.max(16)) as u32;
+        Self {
+            ring,
+            wqes,
+            stride,
+            head: 0,
+        }
+    }
+
+    /// Receive WQEs free, given the tail the poller published.
+    #[inline(always)]
+    pub fn free(&self, tail: u32) -> u32 {
+        self.wqes.saturating_sub(self.head.wrapping_sub(tail))
+    }
+
+    /// Data segments one receive WQE holds (the stride / 16).
+    pub fn max_sge(&self) -> usize {
+        self.stride / 16
+    }
+
+    /// Records the `wr_id` of the WQE at `head` and advances `head`.
+    #[inline(always)]
+    pub fn commit(&mut self, shared: &WqShared, wr_id: u64) {
+        let slot = (self.head & (self.wqes - 1)) as usize;
+        if let Some(w) = shared.rq_wrid.get(slot) {
+            w.store(wr_id, Ordering::Relaxed);
+        }
+        self.head = self.head.wrapping_add(1);
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// A heap ring for unit tests (64-byte aligned).
+    pub(crate) struct TestRing {
+        mem: Vec<u128>,
+    }
+
+    impl TestRing {
+        pub(crate) fn new(len: usize) -> Self {
+            Self {
+                mem: vec![0u128; len / 16],
+            }
+        }
+        pub(crate) fn ring(&mut self) -> RingPtr {
+            let len = self.mem.len() * 16;
+            let p = NonNull::new(self.mem.as_mut_ptr().cast::<u8>()).unwrap();
+            // SAFETY: the Vec outlives every ring made from it in these tests, and tests only
+            // read it back through the ring.
+            unsafe { RingPtr::new(p, len) }.unwrap()
+        }
+    }
+
+    #[test]
+    fn ring_write_wraps_to_the_start() {
+        let mut t = TestRing::new(128);
+        let r = t.ring();
+        r.write(120, &[1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
+        let mut out = [0u8; 10];
+        r.read(120, &mut out);
+        assert_eq!(out, [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
+        let mut head = [0u8; 2];
+        r.read(0, &mut head);
+        assert_eq!(head, [9, 10]);
+        // Offsets past the end are masked.
+        r.write(128 + 4, &[0xaa]);
+        assert_eq!(r.read_u8(4), 0xaa);
+    }
+
+    #[test]
+    fn non_power_of_two_rings_are_refused() {
+        let mut v = vec![0u8; 96];
+        let p = NonNull::new(v.as_mut_ptr()).unwrap();
+        // SAFETY: `v` outlives the (refused) ring.
+        assert!(unsafe { RingPtr::new(p, 96) }.is_none());
+    }
+
+    #[test]
+    fn sq_free_space_follows_the_published_tail() {
+        let mut t = TestRing::new(4 * 64);
+        let shared = WqShared::new(7, 4, 0);
+        let mut sq = SqRing::new(t.ring());
+        assert_eq!(sq.free(shared.sq_tail()), 4);
+        sq.commit(&shared, 0, 2, 100);
+        sq.commit(&shared, 2, 1, 101);
+        assert_eq!(sq.free(shared.sq_tail()), 1);
+        // A completion of the second WQE retires both (the first was unsignaled).
+        assert_eq!(shared.complete_send(2), 101);
+        assert_eq!(sq.free(shared.sq_tail()), 4);
+        // Counters wrap past u32::MAX without losing the arithmetic.
+        sq.cur_post = u32::MAX;
+        let s2 = WqShared::new(7, 4, 0);
+        s2.sq_tail.store(u32::MAX - 1, Ordering::Relaxed);
+        assert_eq!(sq.free(s2.sq_tail()), 3);
+        assert_eq!(sq.offset_of(5), 64);
+    }
+
+    #[test]
+    fn receives_complete_in_order() {
+        let mut t = TestRing::new(4 * 64);
+        let shared = WqShared::new(7, 0, 4);
+        let mut rq = RqRing::new(t.ring(), 64);
+        assert_eq!((rq.wqes, rq.max_sge()), (4, 4));
+        for id in 10..14 {
+            rq.commit(&shared, id);
+        }
+        assert_eq!(rq.free(shared.rq_tail()), 0);
+        assert_eq!(shared.complete_recv(), 10);
+        assert_eq!(shared.complete_recv(), 11);
+        assert_eq!(rq.free(shared.rq_tail()), 2);
+    }
+}

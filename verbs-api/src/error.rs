@@ -1,0 +1,193 @@
+//! The crate's error type: every failure names what failed, why, and the fix.
+//!
+//! Owns: [`VerbsError`] and [`QpState`]'s names. Must not: hide the driver's or the device's
+//! own explanation (driver errors are wrapped with their text intact).
+
+use std::fmt;
+
+use crate::endpoint::EndpointParseError;
+use crate::exchange::ExchangeError;
+
+/// A QP state, as QUERY_QP reports it (`qpc.state`, PRM values as `enum ibv_qp_state`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum QpState {
+    /// RESET: just created or reset; nothing can be posted.
+    Reset,
+    /// INIT: receives may be posted; nothing is sent.
+    Init,
+    /// RTR (ready to receive): receives complete; nothing is sent.
+    Rtr,
+    /// RTS (ready to send): both directions work.
+    Rts,
+    /// SQD (send queue drained).
+    Sqd,
+    /// SQE (send queue error; UD/UC only).
+    Sqe,
+    /// ERR: every outstanding request is flushed with WR_FLUSH_ERR.
+    Err,
+}
+
+impl fmt::Display for QpState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            QpState::Reset => "RESET",
+            QpState::Init => "INIT",
+            QpState::Rtr => "RTR",
+            QpState::Rts => "RTS",
+            QpState::Sqd => "SQD",
+            QpState::Sqe => "SQE",
+            QpState::Err => "ERR",
+        })
+    }
+}
+
+impl QpState {
+    /// What to do from this state to be able to send.
+    pub fn how_to_reach_rts(self) -> &'static str {
+        match self {
+            QpState::Reset => "connect() or modify it to INIT, RTR and RTS first",
+            QpState::Init => "connect() or modify it to RTR and RTS first",
+            QpState::Rtr => "modify it to RTS first (modify_to_rts)",
+            QpState::Rts => "it is ready",
+            QpState::Sqd | QpState::Sqe => "modify it back to RTS first",
+            QpState::Err => {
+                "it failed earlier: poll its error completion for the cause, then reset() and connect() again"
+            }
+        }
+    }
+}
+
+/// Why a verbs call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum VerbsError {
+    /// A post on a QP whose state does not allow it.
+    #[error("QP {qpn:#x} is in {state}: {}", state.how_to_reach_rts())]
+    QpNotReady {
+        /// The QP number.
+        qpn: u32,
+        /// Its state.
+        state: QpState,
+    },
+    /// A receive posted on a QP in RESET.
+    #[error(
+        "QP {qpn:#x} is in RESET: receives can be posted from INIT on; modify it to INIT (or connect()) first"
+    )]
+    RecvInReset {
+        /// The QP number.
+        qpn: u32,
+    },
+    /// A transition the QP state machine does not have.
+    #[error(
+        "QP {qpn:#x} cannot go from {from} to {to}: the verbs state machine walks RESET, INIT, RTR, RTS (any state can go to ERR or RESET); query state() and take the next step"
+    )]
+    BadTransition {
+        /// The QP number.
+        qpn: u32,
+        /// The current state.
+        from: QpState,
+        /// The state asked for.
+        to: QpState,
+    },
+    /// The pool has no free chunk.
+    #[error(
+        "the memory pool's {count} chunks of {chunk} bytes are all leased: drop leases you hold, poll completions (posted leases come back with them), or create a larger pool"
+    )]
+    PoolExhausted {
+        /// Chunks in the pool.
+        count: usize,
+        /// Chunk size.
+        chunk: usize,
+    },
+    /// A lease longer than a chunk.
+    #[error(
+        "a lease of {len} bytes does not fit a {chunk}-byte chunk: create the pool with a chunk size at least as large as the largest message"
+    )]
+    LeaseTooLarge {
+        /// The length asked for.
+        len: usize,
+        /// The chunk size.
+        chunk: usize,
+    },
+    /// A pool bigger than its memory, or empty.
+    #[error(
+        "a pool of {count} chunks of {chunk} bytes does not fit {have} bytes of memory (or is empty): give a non-zero chunk size and count whose product fits"
+    )]
+    PoolSize {
+        /// Chunk size.
+        chunk: usize,
+        /// Chunk count.
+        count: usize,
+        /// Bytes available.
+        have: usize,
+    },
+    /// A local buffer outside its memory region.
+    #[error(
+        "a local buffer [{offset}, {offset}+{len}) lies outside its memory region of {mr_len} bytes: slice within the registration (checked before posting, so nothing reached the NIC)"
+    )]
+    OutsideMr {
+        /// Offset in the MR.
+        offset: u64,
+        /// Length.
+        len: u64,
+        /// The MR's length.
+        mr_len: u64,
+    },
+    /// More scatter/gather entries than the QP was created for.
+    #[error(
+        "a work request has {sges} scatter/gather entries but the QP allows {max}: create the QP with a larger max_send_sge/max_recv_sge, or coalesce buffers"
+    )]
+    TooManySges {
+        /// The count given.
+        sges: usize,
+        /// The QP's limit.
+        max: usize,
+    },
+    /// Inline data longer than the QP's inline size.
+    #[error(
+        "{len} bytes of inline data exceed the QP's max_inline_data of {max}: create the QP with a larger max_inline, or send from registered memory"
+    )]
+    InlineTooLong {
+        /// The length given.
+        len: usize,
+        /// The QP's limit.
+        max: usize,
+    },
+    /// A message larger than the remote buffer the peer advertised.
+    #[error(
+        "the message of {len} bytes does not fit the remote buffer of {remote_len} bytes: slice the RemoteBuffer the peer sent, or send less (checked before posting, so nothing reached the NIC)"
+    )]
+    RemoteTooSmall {
+        /// Message length.
+        len: u64,
+        /// The remote buffer's length.
+        remote_len: u64,
+    },
+    /// An atomic whose target or result buffer is not 8 aligned bytes.
+    #[error(
+        "an atomic needs an 8-byte, 8-aligned remote target and one 8-byte local buffer for the old value (remote {remote_len} bytes, aligned: {aligned}; local {local_len} bytes)"
+    )]
+    BadAtomic {
+        /// The remote buffer's length.
+        remote_len: u64,
+        /// Whether the remote address is 8-aligned.
+        aligned: bool,
+        /// The local buffers' total length.
+        local_len: u64,
+    },
+    /// A completion handed to a QP it does not belong to.
+    #[error(
+        "this completion belongs to QP {wc_qpn:#x} on another CQ or queue, not QP {qpn:#x}: reclaim each completion on the QP it names"
+    )]
+    ForeignCompletion {
+        /// The completion's QP.
+        wc_qpn: u32,
+        /// The QP asked.
+        qpn: u32,
+    },
+    /// An endpoint text or value was malformed.
+    #[error(transparent)]
+    Endpoint(#[from] EndpointParseError),
+    /// The out-of-band exchange failed.
+    #[error(transparent)]
+    Exchange(#[from] ExchangeError),
+}

@@ -1,0 +1,206 @@
+//! The per-queue table of buffers owned by outstanding work requests: a pre-sized array
+//! indexed by the WQE's ring index (SQ: the WQEBB index the WQE starts at, which the CQE's
+//! `wqe_counter` names; RQ: the receive WQE index), so parking and reclaiming allocate nothing.
+//!
+//! The rule it enforces: a buffer parked at index `i` leaves the table only when
+//! - a completion for index `i` or a later index of the same queue is reclaimed (mlx5 writes a
+//!   queue's CQEs in order, so a CQE for `i` means the NIC is done with every WQE up to `i`:
+//!   rdma-core `providers/mlx5/cq.c` `mlx5_parse_cqe` advances `wq->tail` to
+//!   `wqe_head[wqe_ctr] + 1`, releasing unsignaled WQEs before it the same way); or
+//! - the queue is destroyed or reset (the NIC no longer touches its WQEs); or
+//! - the driver reuses the index for a new WQE (it only does once that ring slot's completion
+//!   was seen, otherwise the post fails with "queue full").
+//!
+//! Stale completions (for WQEs already reclaimed) release nothing, so reclaiming in any order
+//! is sound.
+//!
+//! Owns: the table. Must not: decide when the NIC is done (the caller proves it with a polled
+//! completion).
+
+use crate::wr::SgeList;
+
+/// Buffers of outstanding WQEs of one queue.
+#[derive(Debug)]
+pub(crate) struct Outstanding {
+    slots: Box<[SgeList]>,
+    /// Ring size minus one (the size is a power of two).
+    mask: u32,
+    /// Ring positions posted so far (free-running).
+    head: u32,
+    /// Ring positions known complete (free-running).
+    tail: u32,
+}
+
+impl Outstanding {
+    /// A table for a ring of `size` entries (a power of two).
+    pub(crate) fn new(size: u32) -> Self {
+        let size = size.max(1).next_power_of_two();
+        Outstanding {
+            slots: (0..size).map(|_| SgeList::new()).collect(),
+            mask: size - 1,
+            head: 0,
+            tail: 0,
+        }
+    }
+
+    /// Parks the buffers of a WQE that starts at free-running position `pos` and spans `n`
+    /// entries (n WQEBBs). Whatever was parked at that index before belonged to a WQE the
+    /// driver knows is complete (it let us reuse the index), so it is dropped, returning its
+    /// leases to their pools.
+    pub(crate) fn park(&mut self, pos: u32, n: u32, bufs: SgeList) {
+        if let Some(s) = self.slots.get_mut((pos & self.mask) as usize) {
+            *s = bufs;
+        }
+        let end = pos.wrapping_add(n.max(1));
+        // Only move forward (pos is always at the head in practice).
+        if end.wrapping_sub(self.tail) > self.head.wrapping_sub(self.tail) {
+            self.head = end;
+        }
+        // Entries behind the ring (overwritten): the driver proved them complete.
+        if self.head.wrapping_sub(self.tail) > self.mask + 1 {
+            self.tail = self.head.wrapping_sub(self.mask + 1);
+        }
+    }
+
+    /// A completion was polled for ring index `index` (the CQE's `wqe_counter`, taken modulo
+    /// the ring). Releases every parked entry up to it: returns the buffers of `index` itself
+    /// and drops (returns to their pools) those of earlier unsignaled WQEs. A stale index
+    /// (already released) releases nothing and returns an empty list.
+    pub(crate) fn complete(&mut self, index: u32) -> SgeList {
+        let outstanding = self.head.wrapping_sub(self.tail);
+        let dist = (index.wrapping_sub(self.tail)) & self.mask;
+        if dist >= outstanding {
+            return SgeList::new();
+        }
+        for k in 0..dist {
+            let i = self.tail.wrapping_add(k) & self.mask;
+            if let Some(s) = self.slots.get_mut(i as usize) {
+                drop(s.take());
+            }
+        }
+        let at = (self.tail.wrapping_add(dist) & self.mask) as usize;
+        self.tail = self.tail.wrapping_add(dist + 1);
+        self.slots
+            .get_mut(at)
+            .map(SgeList::take)
+            .unwrap_or_default()
+    }
+
+    /// A completion was polled for the oldest outstanding entry (receive queues without SRQ
+    /// complete in posting order: rdma-core `mlx5_parse_cqe` takes `wq->tail` for the RQ rather
+    /// than the CQE's counter). Returns its buffers, or an empty list if nothing is outstanding.
+    pub(crate) fn complete_next(&mut self) -> SgeList {
+        if self.head == self.tail {
+            return SgeList::new();
+        }
+        self.complete(self.tail & self.mask)
+    }
+
+    /// The queue was reset or destroyed: the NIC no longer touches any WQE, drop everything.
+    pub(crate) fn clear(&mut self) {
+        for s in self.slots.iter_mut() {
+            drop(s.take());
+        }
+        self.head = 0;
+        self.tail = 0;
+    }
+
+    /// How many ring positions are outstanding.
+    #[cfg(test)]
+    pub(crate) fn outstanding(&self) -> u32 {
+        self.head.wrapping_sub(self.tail)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pool::MemoryPool;
+    use crate::pool::tests::HeapMemory;
+
+    fn pool() -> MemoryPool {
+        MemoryPool::from_memory(HeapMemory::new(64 * 32), 64, 32).unwrap()
+    }
+
+    fn one(p: &MemoryPool, tag: u8) -> SgeList {
+        let mut l = p.lease(8).unwrap();
+        l.as_mut_slice().fill(tag);
+        SgeList::one(l)
+    }
+
+    fn tag(l: SgeList) -> Option<u8> {
+        l.into_leases()
+            .next()
+            .and_then(|l| l.as_slice().first().copied())
+    }
+
+    #[test]
+    fn completion_returns_its_buffers_and_drops_earlier_unsignaled_ones() {
+        let p = pool();
+        let mut o = Outstanding::new(8);
+        for i in 0..4u32 {
+            o.park(i, 1, one(&p, i as u8));
+        }
+        assert_eq!(p.leased(), 4);
+        assert_eq!(tag(o.complete(2)), Some(2));
+        assert_eq!(
+            p.leased(),
+            1,
+            "0 and 1 returned to the pool, 2 handed back and dropped"
+        );
+        assert_eq!(o.outstanding(), 1);
+        assert_eq!(tag(o.complete(3)), Some(3));
+        assert_eq!(p.leased(), 0);
+    }
+
+    #[test]
+    fn stale_completion_releases_nothing() {
+        let p = pool();
+        let mut o = Outstanding::new(8);
+        o.park(0, 1, one(&p, 0));
+        o.park(1, 1, one(&p, 1));
+        assert_eq!(tag(o.complete(0)), Some(0));
+        assert!(o.complete(0).is_empty(), "already released");
+        assert!(o.complete(5).is_empty(), "never posted");
+        assert_eq!(p.leased(), 1, "WQE 1 is still outstanding");
+    }
+
+    #[test]
+    fn multi_wqebb_wqes_and_wrap_around_keep_buffers_until_completion() {
+        let p = pool();
+        let mut o = Outstanding::new(8);
+        let mut pos = 0u32;
+        for lap in 0..10u32 {
+            let start = pos;
+            o.park(pos, 3, one(&p, lap as u8));
+            pos = pos.wrapping_add(3);
+            assert_eq!(p.leased(), 1);
+            assert_eq!(tag(o.complete(start & 7)), Some(lap as u8));
+            assert_eq!(p.leased(), 0);
+        }
+    }
+
+    #[test]
+    fn receive_completions_release_in_posting_order() {
+        let p = pool();
+        let mut o = Outstanding::new(4);
+        for i in 0..6u32 {
+            o.park(i, 1, one(&p, i as u8));
+            assert_eq!(tag(o.complete_next()), Some(i as u8));
+        }
+        assert!(o.complete_next().is_empty());
+        assert_eq!(p.leased(), 0);
+    }
+
+    #[test]
+    fn clear_returns_everything() {
+        let p = pool();
+        let mut o = Outstanding::new(4);
+        for i in 0..4 {
+            o.park(i, 1, one(&p, 0));
+        }
+        o.clear();
+        assert_eq!(p.leased(), 0);
+        assert_eq!(o.outstanding(), 0);
+    }
+}
