@@ -6,6 +6,8 @@
 #[allow(dead_code)] // DeviceSpec is used by the device commands, which arrive with the verbs API.
 mod args;
 mod baseline;
+mod device;
+mod devinfo;
 mod explain;
 mod perf;
 #[allow(dead_code)]
@@ -37,6 +39,8 @@ enum Command {
         #[arg(value_parser = parse_u8)]
         value: u8,
     },
+    /// Show a device like ibv_devinfo: firmware, capabilities, ports, MTU, GIDs.
+    Devinfo(devinfo::DevinfoOpts),
     /// Benchmarks in the style of perftest, and the baselines they are judged against.
     #[command(subcommand)]
     Perf(perf::PerfCommand),
@@ -49,8 +53,10 @@ fn main() -> ExitCode {
             println!("{}", explain::explain(kind, value));
             Ok(())
         }
-        Command::Perf(cmd) => perf::run(cmd),
+        Command::Devinfo(opts) => devinfo::run(&opts).map_err(Into::into),
+        Command::Perf(cmd) => perf::run(cmd).map_err(Into::into),
     };
+    let result: Result<(), Box<dyn std::error::Error>> = result;
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
