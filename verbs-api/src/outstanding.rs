@@ -19,11 +19,19 @@
 
 use crate::wr::SgeList;
 
+/// One ring slot: the buffers of the WQE that starts there, and how many completions its CQ
+/// had produced when it was posted.
+#[derive(Debug, Default)]
+struct Slot {
+    bufs: SgeList,
+    posted_at: u64,
+}
+
 /// Buffers of outstanding WQEs of one queue.
 #[derive(Debug)]
 pub(crate) struct Outstanding {
-    slots: Box<[SgeList]>,
-    /// Ring size minus one (the size is a power of two).
+    slots: Box<[Slot]>,
+    /// Ring size minus one (the size is a power of two, at most 2^15).
     mask: u32,
     /// Ring positions posted so far (free-running).
     head: u32,
@@ -34,9 +42,9 @@ pub(crate) struct Outstanding {
 impl Outstanding {
     /// A table for a ring of `size` entries (a power of two).
     pub(crate) fn new(size: u32) -> Self {
-        let size = size.max(1).next_power_of_two();
+        let size = size.clamp(1, 1 << 15).next_power_of_two();
         Outstanding {
-            slots: (0..size).map(|_| SgeList::new()).collect(),
+            slots: (0..size).map(|_| Slot::default()).collect(),
             mask: size - 1,
             head: 0,
             tail: 0,
@@ -44,12 +52,12 @@ impl Outstanding {
     }
 
     /// Parks the buffers of a WQE that starts at free-running position `pos` and spans `n`
-    /// entries (n WQEBBs). Whatever was parked at that index before belonged to a WQE the
-    /// driver knows is complete (it let us reuse the index), so it is dropped, returning its
-    /// leases to their pools.
-    pub(crate) fn park(&mut self, pos: u32, n: u32, bufs: SgeList) {
+    /// entries (n WQEBBs), posted when its CQ had produced `posted_at` completions. Whatever
+    /// was parked at that index before belonged to a WQE the driver knows is complete (it let
+    /// us reuse the index), so it is dropped, returning its leases to their pools.
+    pub(crate) fn park(&mut self, pos: u32, n: u32, bufs: SgeList, posted_at: u64) {
         if let Some(s) = self.slots.get_mut((pos & self.mask) as usize) {
-            *s = bufs;
+            *s = Slot { bufs, posted_at };
         }
         let end = pos.wrapping_add(n.max(1));
         // Only move forward (pos is always at the head in practice).
@@ -62,51 +70,61 @@ impl Outstanding {
         }
     }
 
-    /// A completion was polled for ring index `index` (the CQE's `wqe_counter`, taken modulo
-    /// the ring). Releases every parked entry up to it: returns the buffers of `index` itself
-    /// and drops (returns to their pools) those of earlier unsignaled WQEs. A stale index
-    /// (already released) releases nothing and returns an empty list.
-    pub(crate) fn complete(&mut self, index: u32) -> SgeList {
+    /// A completion, the `seq`-th its CQ produced, was polled for the WQE whose 16-bit
+    /// counter is `counter` (the CQE's `wqe_counter`: the free-running position modulo
+    /// 2^16). Releases every parked entry up to it: returns the buffers of that WQE and drops
+    /// (returns to their pools) those of earlier unsignaled WQEs.
+    ///
+    /// A stale completion releases nothing and returns an empty list: one whose position is
+    /// not outstanding (already released), or one polled before the WQE now at that position
+    /// was posted (`seq <= posted_at`: a completion of an earlier lap or of a WQE before a
+    /// reset cannot name a WQE posted after it was polled).
+    pub(crate) fn complete(&mut self, counter: u16, seq: u64) -> SgeList {
         let outstanding = self.head.wrapping_sub(self.tail);
-        let dist = (index.wrapping_sub(self.tail)) & self.mask;
+        // Positions are compared modulo 2^16, the width of `wqe_counter`; the ring holds at
+        // most 2^15, so an outstanding position is never ambiguous.
+        let dist = u32::from(counter.wrapping_sub(self.tail as u16));
         if dist >= outstanding {
+            return SgeList::new();
+        }
+        let at = (self.tail.wrapping_add(dist) & self.mask) as usize;
+        if self.slots.get(at).is_none_or(|s| s.posted_at >= seq) {
             return SgeList::new();
         }
         for k in 0..dist {
             let i = self.tail.wrapping_add(k) & self.mask;
             if let Some(s) = self.slots.get_mut(i as usize) {
-                drop(s.take());
+                drop(s.bufs.take());
             }
         }
-        let at = (self.tail.wrapping_add(dist) & self.mask) as usize;
         self.tail = self.tail.wrapping_add(dist + 1);
         self.slots
             .get_mut(at)
-            .map(SgeList::take)
+            .map(|s| s.bufs.take())
             .unwrap_or_default()
     }
 
-    /// A completion was polled for the oldest outstanding entry (receive queues without SRQ
-    /// complete in posting order: rdma-core `mlx5_parse_cqe` takes `wq->tail` for the RQ rather
-    /// than the CQE's counter). Returns its buffers, or an empty list if nothing is outstanding.
-    pub(crate) fn complete_next(&mut self) -> SgeList {
+    /// A completion (the `seq`-th of its CQ) was polled for the oldest outstanding entry
+    /// (receive queues without SRQ complete in posting order: rdma-core `mlx5_parse_cqe` takes
+    /// `wq->tail` for the RQ rather than the CQE's counter). Returns its buffers, or an empty
+    /// list if nothing is outstanding or the completion is stale (see [`Self::complete`]).
+    pub(crate) fn complete_next(&mut self, seq: u64) -> SgeList {
         if self.head == self.tail {
             return SgeList::new();
         }
-        self.complete(self.tail & self.mask)
+        self.complete(self.tail as u16, seq)
     }
 
     /// The queue was reset or destroyed: the NIC no longer touches any WQE, drop everything.
     pub(crate) fn clear(&mut self) {
         for s in self.slots.iter_mut() {
-            drop(s.take());
+            drop(s.bufs.take());
         }
         self.head = 0;
         self.tail = 0;
     }
 
     /// How many ring positions are outstanding.
-    #[cfg(test)]
     pub(crate) fn outstanding(&self) -> u32 {
         self.head.wrapping_sub(self.tail)
     }
@@ -139,17 +157,17 @@ mod tests {
         let p = pool();
         let mut o = Outstanding::new(8);
         for i in 0..4u32 {
-            o.park(i, 1, one(&p, i as u8));
+            o.park(i, 1, one(&p, i as u8), 0);
         }
         assert_eq!(p.leased(), 4);
-        assert_eq!(tag(o.complete(2)), Some(2));
+        assert_eq!(tag(o.complete(2, 1)), Some(2));
         assert_eq!(
             p.leased(),
             1,
             "0 and 1 returned to the pool, 2 handed back and dropped"
         );
         assert_eq!(o.outstanding(), 1);
-        assert_eq!(tag(o.complete(3)), Some(3));
+        assert_eq!(tag(o.complete(3, 2)), Some(3));
         assert_eq!(p.leased(), 0);
     }
 
@@ -157,11 +175,11 @@ mod tests {
     fn stale_completion_releases_nothing() {
         let p = pool();
         let mut o = Outstanding::new(8);
-        o.park(0, 1, one(&p, 0));
-        o.park(1, 1, one(&p, 1));
-        assert_eq!(tag(o.complete(0)), Some(0));
-        assert!(o.complete(0).is_empty(), "already released");
-        assert!(o.complete(5).is_empty(), "never posted");
+        o.park(0, 1, one(&p, 0), 0);
+        o.park(1, 1, one(&p, 1), 0);
+        assert_eq!(tag(o.complete(0, 1)), Some(0));
+        assert!(o.complete(0, 2).is_empty(), "already released");
+        assert!(o.complete(5, 2).is_empty(), "never posted");
         assert_eq!(p.leased(), 1, "WQE 1 is still outstanding");
     }
 
@@ -172,10 +190,13 @@ mod tests {
         let mut pos = 0u32;
         for lap in 0..10u32 {
             let start = pos;
-            o.park(pos, 3, one(&p, lap as u8));
+            o.park(pos, 3, one(&p, lap as u8), u64::from(lap));
             pos = pos.wrapping_add(3);
             assert_eq!(p.leased(), 1);
-            assert_eq!(tag(o.complete(start & 7)), Some(lap as u8));
+            assert_eq!(
+                tag(o.complete(start as u16, u64::from(lap) + 1)),
+                Some(lap as u8)
+            );
             assert_eq!(p.leased(), 0);
         }
     }
@@ -185,11 +206,37 @@ mod tests {
         let p = pool();
         let mut o = Outstanding::new(4);
         for i in 0..6u32 {
-            o.park(i, 1, one(&p, i as u8));
-            assert_eq!(tag(o.complete_next()), Some(i as u8));
+            o.park(i, 1, one(&p, i as u8), u64::from(i));
+            assert_eq!(tag(o.complete_next(u64::from(i) + 1)), Some(i as u8));
         }
-        assert!(o.complete_next().is_empty());
+        assert!(o.complete_next(99).is_empty());
         assert_eq!(p.leased(), 0);
+    }
+
+    #[test]
+    fn completion_polled_before_the_wqe_was_posted_releases_nothing() {
+        let p = pool();
+        let mut o = Outstanding::new(4);
+        // Lap 1: positions 0..4, completions polled as seq 1..=4; the one for position 3 is
+        // kept (not reclaimed) while the ring wraps.
+        for i in 0..4u32 {
+            o.park(i, 1, one(&p, i as u8), u64::from(i));
+        }
+        assert_eq!(tag(o.complete(2, 3)), Some(2));
+        // The driver reuses the slots; positions 4..8 are posted after 4 completions.
+        for i in 4..8u32 {
+            o.park(i, 1, one(&p, i as u8), 4);
+        }
+        // The old completion for position 3 (seq 4) names slot 3, now WQE 7: refused.
+        assert!(o.complete(3, 4).is_empty());
+        assert_eq!(p.leased(), 4, "WQEs 4..8 stay parked");
+        assert_eq!(tag(o.complete(7, 5)), Some(7));
+        // After a reset positions restart at 0: a completion polled before the new WQE was
+        // posted cannot release it.
+        o.clear();
+        o.park(0, 1, one(&p, 9), 10);
+        assert!(o.complete(0, 10).is_empty());
+        assert_eq!(tag(o.complete(0, 11)), Some(9));
     }
 
     #[test]
@@ -197,7 +244,7 @@ mod tests {
         let p = pool();
         let mut o = Outstanding::new(4);
         for i in 0..4 {
-            o.park(i, 1, one(&p, 0));
+            o.park(i, 1, one(&p, 0), 0);
         }
         o.clear();
         assert_eq!(p.leased(), 0);
