@@ -21,22 +21,26 @@
 //! ```
 
 pub mod backend;
+pub mod barrier;
 mod bringup;
 pub mod cmdq;
+pub mod cq;
 pub mod dma;
 pub mod eq;
 pub mod error;
 pub mod hca;
+pub mod mr;
 pub mod pages;
+pub mod pd;
+pub mod poll;
+pub mod post;
+pub mod qp;
+pub mod qp_attr;
+pub mod uar;
+pub mod wq;
 
 pub use bypass_hw as hw;
 #[cfg(feature = "sim")]
 pub use bypass_sim as sim;
 pub use error::{DriverError, Result};
 pub use hca::{Caps, DeviceInfo, Hca, HcaConfig, Port};
-
-pub mod barrier;
-pub mod poll;
-pub mod post;
-pub mod uar;
-pub mod wq;

@@ -238,6 +238,12 @@ impl WqShared {
         wr_id
     }
 
+    /// Starts over after a reset to RST: every counter back to 0.
+    pub fn reset(&self) {
+        self.sq_tail.store(0, Ordering::Release);
+        self.rq_tail.store(0, Ordering::Release);
+    }
+
     /// The send tail (WQEBBs retired).
     pub fn sq_tail(&self) -> u32 {
         self.sq_tail.load(Ordering::Acquire)

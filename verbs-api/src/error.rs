@@ -5,6 +5,10 @@
 
 use std::fmt;
 
+use crate::driver::DriverError;
+use crate::driver::hw::cmd::qp::QpState as HwQpState;
+use crate::driver::post::PostError;
+use crate::driver::qp::PostListError;
 use crate::endpoint::EndpointParseError;
 use crate::exchange::ExchangeError;
 
@@ -42,6 +46,20 @@ impl fmt::Display for QpState {
 }
 
 impl QpState {
+    /// The verbs state of a PRM state (`SQ_DRAINING` and `SUSPENDED` read as SQD, as the
+    /// kernel's `to_ib_qp_state` maps them).
+    pub const fn from_hw(s: HwQpState) -> Self {
+        match s {
+            HwQpState::Rst => QpState::Reset,
+            HwQpState::Init => QpState::Init,
+            HwQpState::Rtr => QpState::Rtr,
+            HwQpState::Rts => QpState::Rts,
+            HwQpState::Sqer => QpState::Sqe,
+            HwQpState::Sqd | HwQpState::SqDraining | HwQpState::Suspended => QpState::Sqd,
+            HwQpState::Err => QpState::Err,
+        }
+    }
+
     /// What to do from this state to be able to send.
     pub fn how_to_reach_rts(self) -> &'static str {
         match self {
@@ -176,7 +194,7 @@ pub enum VerbsError {
     },
     /// A completion handed to a QP it does not belong to.
     #[error(
-        "this completion belongs to QP {wc_qpn:#x} on another CQ or queue, not QP {qpn:#x}: reclaim each completion on the QP it names"
+        "this completion belongs to QP {wc_qpn:#x} (on its CQ or device), not to QP {qpn:#x}: reclaim each completion on the QP that posted its work request"
     )]
     ForeignCompletion {
         /// The completion's QP.
@@ -184,6 +202,45 @@ pub enum VerbsError {
         /// The QP asked.
         qpn: u32,
     },
+    /// A reset asked for while work requests are still outstanding (their completions could
+    /// otherwise be reclaimed against WQEs posted after the reset).
+    #[error(
+        "QP {qpn:#x} still has {sends} send and {recvs} receive WQE slots outstanding: move it to ERR (to_error), poll the flushed completions and reclaim them, then reset (or drop the QP and create a new one)"
+    )]
+    OutstandingAtReset {
+        /// The QP number.
+        qpn: u32,
+        /// Send WQEBBs outstanding.
+        sends: u32,
+        /// Receives outstanding.
+        recvs: u32,
+    },
+    /// The sim convenience constructors were asked for on a context that is not a sim.
+    #[error("{what} needs a sim device: open the context with Context::open_sim / sim_pair")]
+    NotSim {
+        /// What needed it.
+        what: &'static str,
+    },
+    /// The port has no usable GID or MTU.
+    #[error(
+        "port {port} has no {what}: check the port is up (bypass devinfo) and has a GID configured"
+    )]
+    PortUnusable {
+        /// The port.
+        port: u8,
+        /// What is missing ("GID at index 0", "active MTU").
+        what: &'static str,
+    },
+    /// The driver or the device refused a control-path call (the text explains the
+    /// command, its status and syndrome and the fix).
+    #[error(transparent)]
+    Driver(#[from] DriverError),
+    /// The driver refused a post (queue full, bad opcode for the QP type, ...).
+    #[error(transparent)]
+    Post(#[from] PostError),
+    /// A post list stopped at a request the driver refused (those before it were posted).
+    #[error(transparent)]
+    PostList(#[from] PostListError),
     /// An endpoint text or value was malformed.
     #[error(transparent)]
     Endpoint(#[from] EndpointParseError),

@@ -1,8 +1,39 @@
 //! # bypass-verbs: the safe application API of bypass
 //!
-//! `Context`, `Pd`, `Mr`, [`MemoryPool`], `Cq` and `Qp` on top of `bypass-driver`, plus the
-//! endpoints two peers exchange ([`QpEndpoint`], [`RemoteBuffer`]) and a TCP out-of-band
-//! exchange ([`exchange`]).
+//! [`Context`], [`Pd`], [`Mr`], [`MemoryPool`], [`Cq`] and [`Qp`] on top of `bypass-driver`,
+//! plus the endpoints two peers exchange ([`QpEndpoint`], [`RemoteBuffer`]) and a TCP
+//! out-of-band exchange ([`exchange`]).
+//!
+//! ```
+//! use std::time::Duration;
+//! use bypass_verbs::{Context, Cq, QpBuilder, RecvWr, SendOp, SendWr};
+//!
+//! let pair = Context::sim_pair(1)?; // two simulated NICs on a stepped fabric
+//! let (pd_a, pd_b) = (pair.a.alloc_pd()?, pair.b.alloc_pd()?);
+//! let (mut cq_a, mut cq_b) = (Cq::new(&pair.a, 64)?, Cq::new(&pair.b, 64)?);
+//! let (pool_a, pool_b) = (pd_a.create_pool(4096, 8)?, pd_b.create_pool(4096, 8)?);
+//! let mut a = QpBuilder::rc(&pd_a, &cq_a, &cq_a).build()?;
+//! let mut b = QpBuilder::rc(&pd_b, &cq_b, &cq_b).build()?;
+//! let (ea, eb) = (a.endpoint()?, b.endpoint()?); // exchanged out of band in real life
+//! a.connect(&eb)?;
+//! b.connect(&ea)?;
+//!
+//! b.post_recv(RecvWr::new(1, pool_b.lease(64)?))?;
+//! let mut msg = pool_a.lease(5)?;
+//! msg.as_mut_slice().copy_from_slice(b"hello");
+//! a.post_send(SendWr::new(2, SendOp::Send).sge(msg))?; // the lease moves into the QP
+//!
+//! let c = cq_b.wait(Duration::from_secs(1))?.expect("a receive");
+//! assert!(c.is_ok(), "{c}");
+//! let len = c.byte_len() as usize;
+//! let mut got = b.reclaim_lease(c)?.expect("the receive buffer");
+//! got.set_len(len)?;
+//! assert_eq!(got.as_slice(), b"hello");
+//! let sent = cq_a.wait(Duration::from_secs(1))?.expect("the send");
+//! drop(a.reclaim(sent)?); // the source lease goes back to its pool
+//! assert_eq!(pool_a.leased(), 0);
+//! # Ok::<(), bypass_verbs::VerbsError>(())
+//! ```
 //!
 //! Owns: the public API and its soundness rules. Must not: format WQEs or CQEs itself (the
 //! driver does), or touch the device except through the driver.
@@ -30,9 +61,20 @@
 //!    queue's CQEs in order). `Qp::reclaim(completion)` consumes the proof and hands back the
 //!    buffers of that WQE (a receive's data, a READ's result), dropping those of earlier
 //!    unsignaled WQEs back into their pools. A completion cannot be forged or copied, and a
-//!    stale one releases nothing.
+//!    stale one releases nothing: each [`Completion`] carries its CQ's identity and its
+//!    position in that CQ's sequence of completions, and each parked WQE the sequence number
+//!    its CQ had reached when it was posted, so a completion polled *before* the WQE now at
+//!    its ring slot was posted (an earlier lap of the ring, or a WQE before a reset) is
+//!    refused; the CQE's 16-bit `wqe_counter` is matched against the outstanding window
+//!    modulo 2^16 (rings hold at most 2^15 WQEBBs, so it is never ambiguous).
 //! 4. **Teardown.** A QP destroys its hardware object first (after DESTROY_QP the NIC stops),
-//!    then drops the parked leases; a reset does the same. Parents (`Pd`, `Cq`, the pool's
+//!    then drops the parked leases. [`Qp::reset`] is refused while WQEs are outstanding
+//!    (their CQEs could still be in the CQ and be taken, after the reset, for WQEs posted
+//!    later): move the QP to ERR, poll and reclaim the flushed completions, then reset.
+//!    Known limit: destroying a QP while its CQEs are still unpolled in a CQ and creating a
+//!    new QP on that CQ that gets the same QPN lets those stale CQEs be taken for the new
+//!    QP's (rdma-core avoids it with `__mlx5_cq_clean` on destroy; the driver does not clean
+//!    CQs yet). Poll a QP's completions before dropping it, or give it its own CQ. Parents (`Pd`, `Cq`, the pool's
 //!    `Mr`, the `Context`) are held by `Arc`, so an MR cannot be deregistered while a lease of
 //!    its pool exists, nor a CQ destroyed under a QP.
 //! 5. **Inline data is borrowed**, because it is copied into the WQE before `post_send`
@@ -60,6 +102,21 @@
 //!     let keep = lease.clone(); // no Clone: refused (E0599)
 //! }
 //! ```
+//! A completion is a one-time proof: it cannot be reclaimed twice ...
+//! ```compile_fail,E0382
+//! use bypass_verbs::{Completion, Qp};
+//! fn misuse(qp: &mut Qp, c: Completion) {
+//!     let _ = qp.reclaim(c);
+//!     let _ = qp.reclaim(c); // moved: refused (E0382)
+//! }
+//! ```
+//! ... nor copied:
+//! ```compile_fail,E0599
+//! use bypass_verbs::Completion;
+//! fn misuse(c: Completion) {
+//!     let again = c.clone(); // no Clone: refused (E0599)
+//! }
+//! ```
 //! A slice borrowed from a lease cannot outlive the lease being moved into a request:
 //! ```compile_fail,E0505
 //! use bypass_verbs::{Lease, wr::RecvWr};
@@ -72,19 +129,28 @@
 
 pub use bypass_driver as driver;
 
+pub mod context;
+pub mod cq;
 pub mod endpoint;
 pub mod error;
 pub mod exchange;
-// Used by `Qp::post_send` once the driver's QP lands (branch drv-res).
-#[allow(dead_code)]
 mod lower;
-// Used by `Qp` once the driver's QP lands (branch drv-res); unit-tested on its own until then.
-#[allow(dead_code)]
+pub mod mr;
 mod outstanding;
+pub mod pd;
 pub mod pool;
+pub mod qp;
 pub mod wr;
 
+pub use context::{Context, SimPair};
+pub use cq::{Completion, Cq, Poll};
+pub use driver::mr::MkeyAccess as Access;
+pub use driver::poll::{WcFlags, WcOpcode, WcStatus};
 pub use endpoint::{EndpointParseError, Gid, Mtu, QpEndpoint, RemoteBuffer};
 pub use error::{QpState, VerbsError};
 pub use exchange::{ExchangeError, ExchangeServer, PeerInfo};
+pub use mr::Mr;
+pub use pd::Pd;
 pub use pool::{Lease, MemoryPool};
+pub use qp::{Qp, QpAccess, QpBuilder, QpCaps, QpOptions};
+pub use wr::{RecvWr, SendOp, SendWr, UdDest};

@@ -25,7 +25,6 @@ use crate::error::VerbsError;
 /// `base()..base()+len()` must stay valid for reads and writes, pinned and registered with
 /// the device under `lkey()` at `iova()`, for as long as the value lives; nothing else may
 /// create references into that memory.
-#[allow(dead_code)] // `len` is read by `from_memory`, which `Mr` calls once the driver lands.
 pub(crate) unsafe trait PoolMemory: Send + Sync {
     fn base(&self) -> NonNull<u8>;
     fn len(&self) -> usize;
@@ -62,7 +61,6 @@ impl fmt::Debug for MemoryPool {
 }
 
 impl MemoryPool {
-    #[allow(dead_code)] // called by `Pd::create_pool` once the driver's MR lands (drv-res)
     /// A pool over `mem`, which must hold at least `chunk * count` bytes.
     pub(crate) fn from_memory(
         mem: Arc<dyn PoolMemory>,

@@ -7,6 +7,7 @@
 //!
 //! Owns: the request types. Must not: build WQE bytes (the driver does).
 
+pub use crate::driver::post::UdDest;
 use crate::endpoint::RemoteBuffer;
 use crate::pool::Lease;
 
@@ -199,6 +200,8 @@ pub struct SendWr<'a> {
     pub fence: bool,
     /// Set the solicited-event bit (IBV_SEND_SOLICITED).
     pub solicited: bool,
+    /// UD only: the destination (an address handle; see `Qp::ud_dest`).
+    pub ud: Option<&'a UdDest>,
 }
 
 impl<'a> SendWr<'a> {
@@ -212,7 +215,14 @@ impl<'a> SendWr<'a> {
             signaled: true,
             fence: false,
             solicited: false,
+            ud: None,
         }
+    }
+
+    /// Sends to `dest` (UD QPs: SEND and SEND_IMM only).
+    pub fn to(mut self, dest: &'a UdDest) -> Self {
+        self.ud = Some(dest);
+        self
     }
 
     /// Adds a local buffer (the lease moves into the request). Beyond [`MAX_SGES`] the

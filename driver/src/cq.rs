@@ -1,0 +1,287 @@
+//! Completion queues: the ring (from `alloc_dma`, every CQE initialised invalid), the doorbell
+//! record, CREATE_CQ reporting to the completion EQ, polling (see `poll.rs`), arming, and a
+//! blocking wait on the EQ's interrupt. DESTROY_CQ on drop.
+//!
+//! Follows rdma-core `providers/mlx5/cq.c` (`mlx5_alloc_cq_buf` initialisation, `mlx5_arm_cq`:
+//! DBR arm word, `mmio_wc_start`, 64-bit doorbell at UAR + `MLX5_CQ_DOORBELL`,
+//! `mmio_flush_writes`; `mlx5_cq_event`: `arm_sn++` per event) and `tests/mlx5_base.py`
+//! `create_cq` for the `cqc` fields (cqe_sz 64, log size, uar page, `c_eqn`, dbr address).
+//!
+//! Owns: [`Cq`], [`CqShared`]. Must not: decode CQEs (`poll.rs`) or create the EQ (the
+//! `Hca` owns it).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bypass_hw::cmd::Opcode;
+use bypass_hw::cmd::cq::{CreateCqIn, CreateCqOut, DestroyCqIn, cqe_sz, create_cq_in_len};
+use bypass_hw::doorbell::{cq_arm_doorbell, cq_arm_value};
+use bypass_hw::uar::{MLX5_CQ_DOORBELL, uar_bar_offset};
+
+use crate::barrier::{mmio_flush_writes, mmio_wc_start};
+use crate::cmdq::input;
+use crate::dma::DmaBuf;
+use crate::error::{DriverError, Result};
+use crate::hca::Hca;
+use crate::poll::{CqPoller, QpTable, WorkCompletion};
+use crate::wq::RingPtr;
+
+/// The `op_own` every CQE starts with: opcode INVALID, owner 1 (as the raw test driver and
+/// rdma-core's DEVX tests initialise it; never software-owned whatever the lap).
+pub const CQE_INIT_OP_OWN: u8 = 0xf1;
+
+/// The part of a CQ that QPs hold on to: its number, its memory and the table of QPs that
+/// report to it. DESTROY_CQ runs when the last holder (the [`Cq`], its QPs) drops.
+#[derive(Debug)]
+pub struct CqShared {
+    hca: Arc<Hca>,
+    cqn: u32,
+    table: Arc<QpTable>,
+    // Dropped after DESTROY_CQ (see `Drop`): the device may write them until then.
+    buf: DmaBuf,
+    dbr: DmaBuf,
+}
+
+impl CqShared {
+    /// The CQ number.
+    pub fn cqn(&self) -> u32 {
+        self.cqn
+    }
+
+    /// The QPs reporting to this CQ.
+    pub fn table(&self) -> &Arc<QpTable> {
+        &self.table
+    }
+
+    /// IOVA of the ring (research access).
+    pub fn ring_iova(&self) -> u64 {
+        self.buf.iova()
+    }
+
+    /// IOVA of the doorbell record.
+    pub fn dbr_iova(&self) -> u64 {
+        self.dbr.iova()
+    }
+}
+
+impl Drop for CqShared {
+    fn drop(&mut self) {
+        let mut i = input(Opcode::DESTROY_CQ, 0, DestroyCqIn::LEN);
+        if let Ok(mut d) = DestroyCqIn::new_checked(&mut i[..]) {
+            let _ = d.set_cqn(self.cqn);
+        }
+        if let Err(e) = self.hca.cmd().exec(&i, 16) {
+            tracing::error!(cqn = self.cqn, error = %e, "DESTROY_CQ failed; the CQ leaks");
+        }
+    }
+}
+
+/// A completion queue and its consumer state. Polling takes `&mut self`: one poller at a
+/// time, no lock.
+#[derive(Debug)]
+pub struct Cq {
+    // `poller` points into `shared`'s buffers: declared first so it is dropped first.
+    poller: CqPoller,
+    shared: Arc<CqShared>,
+    arm_sn: u32,
+    uar_offset: u64,
+}
+
+impl Cq {
+    /// Creates a CQ of at least `min_cqes` entries (rounded up to a power of two) reporting
+    /// to the HCA's completion EQ.
+    ///
+    /// Errors: no completion EQ (open the `Hca` with one), a size beyond `log_max_cq_sz`, DMA
+    /// or command failures.
+    pub fn create(hca: &Arc<Hca>, min_cqes: u32) -> Result<Self> {
+        let eqn = hca
+            .completion_eq()
+            .ok_or(DriverError::Unsupported {
+                what: "completion queues without a completion EQ",
+                fix: "open the Hca with HcaConfig { completion_eq: true, .. } on a device with at least two MSI-X vectors",
+            })?
+            .eqn();
+        let nent = min_cqes
+            .max(2)
+            .checked_next_power_of_two()
+            .unwrap_or(u32::MAX);
+        let log = nent.trailing_zeros() as u8;
+        if log > hca.caps().log_max_cq_sz || log > 24 {
+            return Err(DriverError::Unsupported {
+                what: "a CQ this large",
+                fix: "ask for at most 2^log_max_cq_sz CQEs (see Hca::caps)",
+            });
+        }
+        let bytes = nent as usize * 64;
+        let buf = hca.alloc_dma(bytes.max(4096))?;
+        for k in 0..nent as usize {
+            buf.write(k * 64 + 63, &[CQE_INIT_OP_OWN])?;
+        }
+        let dbr = hca.alloc_dma(64)?;
+        let uar = hca.uar_index();
+        let npages = bytes.div_ceil(4096);
+        let mut i = input(Opcode::CREATE_CQ, 0, create_cq_in_len(npages));
+        {
+            let e = |source| DriverError::BuildInput {
+                what: "CREATE_CQ",
+                source,
+            };
+            let mut c = CreateCqIn::new_checked(&mut i[..]).map_err(e)?;
+            for k in 0..npages {
+                c.set_pas(k, buf.iova_at(k * 4096)?).map_err(e)?;
+            }
+            let mut x = c.cqc_mut();
+            x.set_cqe_sz(cqe_sz::BYTES_64.into()).map_err(e)?;
+            x.set_log_cq_size(log.into()).map_err(e)?;
+            x.set_uar_page(uar).map_err(e)?;
+            x.set_c_eqn(eqn).map_err(e)?;
+            x.set_log_page_size(0).map_err(e)?;
+            x.set_dbr_addr(dbr.iova()).map_err(e)?;
+        }
+        let o = hca.cmd().exec(&i, CreateCqOut::LEN)?;
+        let cqn = CreateCqOut::new_checked(&o[..])
+            .map_err(|source| DriverError::BadOutput {
+                op: Opcode::CREATE_CQ,
+                source,
+            })?
+            .cqn();
+        tracing::debug!(cqn, nent, eqn, "CREATE_CQ");
+        // SAFETY: `buf` (≥ `bytes`, a power of two) and `dbr` (≥ 64) are owned by `shared`,
+        // which the `Cq` holds for as long as the poller (declared before it) lives; nothing
+        // else in the driver makes Rust references into them.
+        let (ring, dbr_ring) = unsafe {
+            (
+                RingPtr::new(buf.as_ptr(), bytes),
+                RingPtr::new(dbr.as_ptr(), 64),
+            )
+        };
+        let table = Arc::new(QpTable::new());
+        let shared = Arc::new(CqShared {
+            hca: hca.clone(),
+            cqn,
+            table: table.clone(),
+            buf,
+            dbr,
+        });
+        let (Some(ring), Some(dbr_ring)) = (ring, dbr_ring) else {
+            return Err(DriverError::Unsupported {
+                what: "a CQ ring whose size is not a power of two",
+                fix: "this is a driver bug: report it",
+            });
+        };
+        Ok(Self {
+            poller: CqPoller::new(ring, nent, 64, dbr_ring, table),
+            shared,
+            arm_sn: 0,
+            uar_offset: uar_bar_offset(uar) + MLX5_CQ_DOORBELL as u64,
+        })
+    }
+
+    /// The CQ number.
+    pub fn cqn(&self) -> u32 {
+        self.shared.cqn
+    }
+
+    /// Entries in the ring.
+    pub fn nent(&self) -> u32 {
+        self.poller.nent()
+    }
+
+    /// The part QPs hold.
+    pub fn shared(&self) -> &Arc<CqShared> {
+        &self.shared
+    }
+
+    /// Polls up to `out.len()` completions; returns how many (0: none ready). No allocation,
+    /// lock or syscall.
+    #[inline]
+    pub fn poll(&mut self, out: &mut [WorkCompletion]) -> usize {
+        self.poller.poll(out)
+    }
+
+    /// Polls one completion.
+    #[inline]
+    pub fn poll_one(&mut self) -> Option<WorkCompletion> {
+        self.poller.poll_one()
+    }
+
+    /// Polls one completion with its raw CQE bytes (research access).
+    pub fn poll_raw(&mut self) -> Option<(WorkCompletion, [u8; 64])> {
+        self.poller.poll_raw()
+    }
+
+    /// The raw bytes of the CQE at consumer index `ci` (research access).
+    pub fn cqe_bytes(&self, ci: u32) -> [u8; 64] {
+        self.poller.cqe_bytes(ci)
+    }
+
+    /// The consumer index.
+    pub fn consumer_index(&self) -> u32 {
+        self.poller.consumer_index()
+    }
+
+    /// Arms the CQ: the next completion (`solicited`: the next solicited one) raises an event
+    /// on the completion EQ. rdma-core `mlx5_arm_cq`: the arm word into the doorbell record,
+    /// `mmio_wc_start`, the 64-bit doorbell at UAR + 0x20, `mmio_flush_writes`.
+    pub fn arm(&mut self, solicited: bool) {
+        let ci = self.poller.consumer_index();
+        let sn = self.arm_sn & 3;
+        self.poller
+            .dbr()
+            .write_be32(4, cq_arm_value(sn, solicited, ci));
+        // The device must see the arm word before the doorbell that makes it look.
+        mmio_wc_start();
+        let db = cq_arm_doorbell(sn, solicited, ci, self.shared.cqn);
+        self.shared
+            .hca
+            .backend()
+            .write64(self.uar_offset, db.to_be());
+        mmio_flush_writes();
+    }
+
+    /// Waits up to `timeout` for a completion: polls, and if none is ready arms the CQ and
+    /// sleeps on the completion EQ's interrupt (which, for a stepped sim, runs the world).
+    /// Returns the completion, or `None` on timeout.
+    pub fn wait(&mut self, timeout: Duration) -> Result<Option<WorkCompletion>> {
+        let deadline = Instant::now() + timeout;
+        let hca = self.shared.hca.clone();
+        let Some(eq) = hca.completion_eq() else {
+            return Err(DriverError::Unsupported {
+                what: "blocking waits without a completion EQ",
+                fix: "open the Hca with HcaConfig { completion_eq: true, .. }",
+            });
+        };
+        loop {
+            if let Some(wc) = self.poll_one() {
+                return Ok(Some(wc));
+            }
+            self.arm(false);
+            // A completion may have landed between the poll and the arm.
+            if let Some(wc) = self.poll_one() {
+                return Ok(Some(wc));
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Ok(None);
+            }
+            let fired = eq.wait(left)?;
+            let mine = self.shared.cqn;
+            let mut got = false;
+            eq.poll(|cqn| got |= cqn == mine);
+            if got {
+                // rdma-core `mlx5_cq_event`: one arm sequence number per event.
+                self.arm_sn = self.arm_sn.wrapping_add(1);
+            } else if !fired {
+                // Timed out, or a stepped sim went idle: nothing more will come.
+                return Ok(self.poll_one());
+            }
+            // Another CQ's event woke us (the completion EQ is shared; its waiter re-polls
+            // its CQ before it sleeps again, but may sleep until its own timeout): go round.
+        }
+    }
+
+    /// Events this CQ consumed so far (the arm sequence number).
+    pub fn arm_sn(&self) -> u32 {
+        self.arm_sn
+    }
+}

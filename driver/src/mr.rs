@@ -1,0 +1,222 @@
+//! Memory regions: CREATE_MKEY in MTT mode over DMA memory (4 KiB MTT pages), access flags, a
+//! random non-zero key variant, DESTROY_MKEY on drop.
+//!
+//! Follows rdma-core `providers/mlx5/mlx5_vfio.c` `mlx5_vfio_reg_mr` / `vfio_reg_mr` (MTT
+//! access mode, `pg_access`, `qpn = 0xffffff`, `start_addr` = the address SGEs use,
+//! `translations_octword_size = ALIGN(npages, 2) / 2`, `log_page_size = 12`, one MTT entry per
+//! page with `MLX5_MTT_READ | MLX5_MTT_WRITE`), and the kernel `mlx5_ib` for the key
+//! (`mkey = index << 8 | variant`).
+//!
+//! Owns: [`Mr`]. Must not: decide what the memory holds or when it may be reused (the verbs
+//! layer's leases do).
+
+use std::sync::Arc;
+
+use bypass_hw::cmd::Opcode;
+use bypass_hw::cmd::mkey::{
+    CreateMkeyIn, CreateMkeyOut, DestroyMkeyIn, MLX5_MTT_READ, MLX5_MTT_WRITE, access_mode,
+    create_mkey_in_len, mkey_from, mkey_index, mtt_entry,
+};
+
+pub use bypass_hw::cmd::mkey::MkeyAccess;
+
+use crate::cmdq::input;
+use crate::dma::DmaBuf;
+use crate::error::{DriverError, Result};
+use crate::pd::Pd;
+
+const PAGE: u64 = 4096;
+
+/// A registered memory region over (part of) a [`DmaBuf`], which it keeps alive.
+///
+/// SGEs address it by host address: [`Mr::addr`] .. `addr + len` (as ibverbs does); the key
+/// maps that range to the buffer's IOVAs.
+#[derive(Debug)]
+pub struct Mr {
+    pd: Arc<Pd>,
+    buf: Arc<DmaBuf>,
+    offset: usize,
+    len: usize,
+    key: u32,
+    access: MkeyAccess,
+}
+
+impl Mr {
+    /// Registers the whole of `buf` with `access`.
+    pub fn register(pd: &Arc<Pd>, buf: DmaBuf, access: MkeyAccess) -> Result<Self> {
+        let len = buf.len();
+        Self::register_range(pd, Arc::new(buf), 0, len, access)
+    }
+
+    /// Registers `len` bytes at `offset` of a shared buffer (several MRs may cover one buffer).
+    ///
+    /// Errors: [`DriverError::DmaOutOfRange`] for a range outside the buffer; the command's
+    /// error if the device refuses.
+    pub fn register_range(
+        pd: &Arc<Pd>,
+        buf: Arc<DmaBuf>,
+        offset: usize,
+        len: usize,
+        access: MkeyAccess,
+    ) -> Result<Self> {
+        let va = buf.ptr_at(offset, len)?.as_ptr() as u64;
+        let iova = buf.iova_at(offset)?;
+        let variant = pd.next_key_variant();
+        let i = create_mkey_input(pd.pdn(), va, iova, len, access, variant)?;
+        let o = pd.hca().cmd().exec(&i, CreateMkeyOut::LEN)?;
+        let index = CreateMkeyOut::new_checked(&o[..])
+            .map_err(|source| DriverError::BadOutput {
+                op: Opcode::CREATE_MKEY,
+                source,
+            })?
+            .mkey_index();
+        let key = mkey_from(index, variant);
+        tracing::debug!(pdn = pd.pdn(), len, "CREATE_MKEY");
+        Ok(Self {
+            pd: pd.clone(),
+            buf,
+            offset,
+            len,
+            key,
+            access,
+        })
+    }
+
+    /// The local key (equal to the remote key).
+    pub fn lkey(&self) -> u32 {
+        self.key
+    }
+
+    /// The remote key.
+    pub fn rkey(&self) -> u32 {
+        self.key
+    }
+
+    /// The address SGEs use for byte 0 of the region.
+    pub fn addr(&self) -> u64 {
+        self.buf
+            .ptr_at(self.offset, 0)
+            .map_or(0, |p| p.as_ptr() as u64)
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True for an empty region.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The access rights.
+    pub fn access(&self) -> MkeyAccess {
+        self.access
+    }
+
+    /// The buffer behind the region.
+    pub fn buf(&self) -> &Arc<DmaBuf> {
+        &self.buf
+    }
+
+    /// Offset of the region in its buffer.
+    pub fn offset(&self) -> usize {
+        self.offset
+    }
+
+    /// The PD.
+    pub fn pd(&self) -> &Arc<Pd> {
+        &self.pd
+    }
+
+    /// An SGE over `len` bytes at `off` in the region (not checked: an SGE outside the region
+    /// is the device's LOCAL_PROT_ERR to report, which research sometimes wants).
+    pub fn sge(&self, off: u64, len: u32) -> crate::post::Sge {
+        crate::post::Sge {
+            addr: self.addr().wrapping_add(off),
+            length: len,
+            lkey: self.key,
+        }
+    }
+}
+
+/// The CREATE_MKEY input for `len` bytes that SGEs address from `va`, whose pages start at
+/// `iova` (IOVA-contiguous), as rdma-core `vfio_reg_mr` builds it.
+pub fn create_mkey_input(
+    pdn: u32,
+    va: u64,
+    iova: u64,
+    len: usize,
+    access: MkeyAccess,
+    variant: u8,
+) -> Result<Vec<u8>> {
+    let e = |source| DriverError::BuildInput {
+        what: "CREATE_MKEY",
+        source,
+    };
+    let len64 = len as u64;
+    let npages = if len == 0 {
+        0
+    } else {
+        (((va + len64 - 1) / PAGE) - (va / PAGE) + 1) as usize
+    };
+    // The page holding `va` maps to the IOVA page holding `iova` (same offset in the page).
+    let first_iova = iova & !(PAGE - 1);
+    let mut i = input(Opcode::CREATE_MKEY, 0, create_mkey_in_len(npages));
+    let mut c = CreateMkeyIn::new_checked(&mut i[..]).map_err(e)?;
+    c.set_pg_access(1).map_err(e)?;
+    c.set_translations_octword_actual_size(npages.div_ceil(2) as u32)
+        .map_err(e)?;
+    for k in 0..npages {
+        c.set_klm_pas_mtt(
+            k,
+            mtt_entry(first_iova + k as u64 * PAGE, MLX5_MTT_READ | MLX5_MTT_WRITE),
+        )
+        .map_err(e)?;
+    }
+    let mut m = c.mkc_mut();
+    m.set_access_mode(access_mode::MTT).map_err(e)?;
+    m.set_access(access).map_err(e)?;
+    m.set_qpn(0x00ff_ffff).map_err(e)?;
+    m.set_mkey_7_0(variant.into()).map_err(e)?;
+    m.set_pd(pdn).map_err(e)?;
+    m.set_start_addr(va).map_err(e)?;
+    m.set_len(len64).map_err(e)?;
+    m.set_translations_octword_size(npages.div_ceil(2) as u32)
+        .map_err(e)?;
+    m.set_log_page_size(12).map_err(e)?;
+    Ok(i)
+}
+
+impl Drop for Mr {
+    fn drop(&mut self) {
+        let mut i = input(Opcode::DESTROY_MKEY, 0, DestroyMkeyIn::LEN);
+        if let Ok(mut d) = DestroyMkeyIn::new_checked(&mut i[..]) {
+            let _ = d.set_mkey_index(mkey_index(self.key));
+        }
+        if let Err(e) = self.pd.hca().cmd().exec(&i, 16) {
+            tracing::error!(error = %e, "DESTROY_MKEY failed; the key stays valid on the device");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mtt_covers_every_touched_page() {
+        let i =
+            create_mkey_input(3, 0x7000_0ff0, 0x10_0ff0, 0x20, MkeyAccess::all(), 0x5a).unwrap();
+        let c = CreateMkeyIn::new_checked(&i[..]).unwrap();
+        assert_eq!(c.translations_octword_actual_size(), 1);
+        assert_eq!(c.klm_pas_mtt(0).unwrap() & !3, 0x10_0000);
+        assert_eq!(c.klm_pas_mtt(1).unwrap() & !3, 0x10_1000);
+        let m = c.mkc();
+        assert_eq!(
+            (m.start_addr(), m.len(), m.pd(), m.mkey_7_0()),
+            (0x7000_0ff0, 0x20, 3, 0x5a)
+        );
+        assert_eq!(m.access_mode(), access_mode::MTT);
+    }
+}

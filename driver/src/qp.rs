@@ -1,0 +1,495 @@
+//! Queue pairs: the WQ buffer (RQ then SQ) and doorbell record, CREATE_QP, every state
+//! transition on its own, QUERY_QP, DESTROY_QP on drop; and the data path entry points
+//! `post_send` / `post_recv` with the doorbell protocol.
+//!
+//! Follows rdma-core `providers/mlx5/qp.c` `post_send_db` for the exact order: WQE stores →
+//! `udma_to_device_barrier` → DBR `sq.cur_post & 0xffff` → `mmio_wc_start` → BlueFlame copy
+//! (64 bytes at a time, `mmio_memcpy_x64`) or the 8-byte doorbell → `mmio_flush_writes` →
+//! toggle the BlueFlame half; and `mlx5_post_recv`: data segments → `udma_to_device_barrier`
+//! → RQ DBR (no MMIO). QP commands follow rdma-core `tests/mlx5_base.py` (see `qp_attr.rs`).
+//!
+//! Owns: [`Qp`], [`PostListError`]. Must not: decode completions (`poll.rs`) or build WQE
+//! bytes (`post.rs`); allocate, lock, make syscalls or format in `post_send`/`post_recv`.
+
+use std::sync::Arc;
+
+use bypass_hw::cmd::Opcode;
+use bypass_hw::cmd::pd_uar::{AllocUarIn, AllocUarOut, DeallocUarIn};
+use bypass_hw::cmd::qp::{CreateQpOut, QpState, QueryQpOut};
+
+use crate::backend::Backend;
+use crate::barrier::{mmio_flush_writes, mmio_wc_start, udma_to_device_barrier};
+use crate::cmdq::input;
+use crate::cq::{Cq, CqShared};
+use crate::dma::DmaBuf;
+use crate::error::{DriverError, Result};
+use crate::hca::Hca;
+use crate::pd::Pd;
+use crate::post::{PostError, RecvWr, SendLimits, SendWr, Written, write_recv, write_send};
+use crate::qp_attr::{
+    CreateQpParams, Init2Rtr, QpCaps, QpGeometry, QpInfo, QpType, Rst2Init, Rtr2Rts, Rts2Rts,
+    create_qp_input, destroy_qp_input, init2rtr_input, query_qp_input, rst2init_input,
+    rtr2rts_input, rts2rts_input, to_err_input, to_rst_input,
+};
+use crate::uar::{Bfreg, shut_up_bf};
+use crate::wq::{RingPtr, RqRing, SqRing, WqShared};
+
+/// A UAR page of the QP's own (for a BlueFlame register nobody else rings).
+#[derive(Debug)]
+struct OwnUar {
+    hca: Arc<Hca>,
+    index: u32,
+}
+
+impl OwnUar {
+    fn alloc(hca: &Arc<Hca>) -> Result<Self> {
+        let i = input(Opcode::ALLOC_UAR, 0, AllocUarIn::LEN);
+        let o = hca.cmd().exec(&i, AllocUarOut::LEN)?;
+        let index = AllocUarOut::new_checked(&o[..])
+            .map_err(|source| DriverError::BadOutput {
+                op: Opcode::ALLOC_UAR,
+                source,
+            })?
+            .uar();
+        Ok(Self {
+            hca: hca.clone(),
+            index,
+        })
+    }
+}
+
+impl Drop for OwnUar {
+    fn drop(&mut self) {
+        let mut i = input(Opcode::DEALLOC_UAR, 0, DeallocUarIn::LEN);
+        if let Ok(mut d) = DeallocUarIn::new_checked(&mut i[..]) {
+            let _ = d.set_uar(self.index);
+        }
+        if let Err(e) = self.hca.cmd().exec(&i, 16) {
+            tracing::error!(uar = self.index, error = %e, "DEALLOC_UAR failed");
+        }
+    }
+}
+
+/// What a QP keeps alive, destroyed in reverse order of creation: DESTROY_QP first (in
+/// `Drop`), then its memory, its UAR page, its CQs and its PD (field order).
+#[derive(Debug)]
+struct QpResources {
+    qpn: u32,
+    _wq: DmaBuf,
+    _dbr: DmaBuf,
+    _own_uar: Option<OwnUar>,
+    send_cq: Arc<CqShared>,
+    recv_cq: Arc<CqShared>,
+    pd: Arc<Pd>,
+}
+
+impl Drop for QpResources {
+    fn drop(&mut self) {
+        let hca = self.pd.hca();
+        match destroy_qp_input(self.qpn) {
+            Ok(i) => {
+                if let Err(e) = hca.cmd().exec(&i, 16) {
+                    tracing::error!(qpn = self.qpn, error = %e, "DESTROY_QP failed; the QP leaks");
+                }
+            }
+            Err(e) => tracing::error!(qpn = self.qpn, error = %e, "DESTROY_QP input"),
+        }
+        self.send_cq.table().detach(self.qpn);
+        self.recv_cq.table().detach(self.qpn);
+    }
+}
+
+/// Why a post list stopped: the request at `index` was refused; those before it were
+/// posted and their doorbell rung.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("work request {index} of the list was not posted ({index} before it were): {error}")]
+pub struct PostListError {
+    /// Index of the refused request.
+    pub index: usize,
+    /// Why.
+    pub error: PostError,
+}
+
+/// A queue pair. Posting takes `&mut self`: one poster at a time, no lock.
+#[derive(Debug)]
+pub struct Qp {
+    // Ring views into `res`'s buffers: declared first so they are dropped first.
+    sq: SqRing,
+    rq: RqRing,
+    dbr: RingPtr,
+    shared: Arc<WqShared>,
+    limits: SendLimits,
+    bfreg: Bfreg,
+    backend: Arc<dyn Backend>,
+    state: QpState,
+    qp_type: QpType,
+    caps: QpCaps,
+    res: QpResources,
+}
+
+impl Qp {
+    /// CREATE_QP of `qp_type` in `pd`, completing sends to `send_cq` and receives to
+    /// `recv_cq` (may be the same CQ), sized for `caps`. The QP starts in RST.
+    ///
+    /// BlueFlame: unless `BYPASS_SHUT_UP_BF` is set (read here, once) or the device has no
+    /// BlueFlame registers, the QP allocates a UAR page of its own and rings bfreg 1 of it;
+    /// otherwise it rings bfreg 0 of the driver's UAR page with 8-byte doorbells.
+    pub fn create(
+        pd: &Arc<Pd>,
+        send_cq: &Cq,
+        recv_cq: &Cq,
+        qp_type: QpType,
+        caps: &QpCaps,
+    ) -> Result<Self> {
+        let hca = pd.hca().clone();
+        let dcaps = hca.caps();
+        let g = QpGeometry::new(qp_type, caps, dcaps.log_max_qp_sz)?;
+        let rq_bytes = g.rq_bytes();
+        let sq_bytes = g.sq_bytes();
+        let wq = hca.alloc_dma(rq_bytes + sq_bytes)?;
+        let dbr = hca.alloc_dma(64)?;
+        let bf_reg_size = dcaps.bf_reg_size();
+        let want_bf = dcaps.bf && bf_reg_size >= 128 && !shut_up_bf();
+        let own_uar = if want_bf {
+            match OwnUar::alloc(&hca) {
+                Ok(u) => Some(u),
+                Err(e) => {
+                    tracing::warn!(error = %e, "no UAR page for BlueFlame; using 8-byte doorbells");
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        let (uar_page, bfreg) = match &own_uar {
+            Some(u) => (u.index, Bfreg::new(u.index, 1, bf_reg_size, true)),
+            None => (
+                hca.uar_index(),
+                Bfreg::new(hca.uar_index(), 0, bf_reg_size.max(64), false),
+            ),
+        };
+        let bfreg = bfreg.map_err(|source| DriverError::BuildInput {
+            what: "the QP's BlueFlame register",
+            source,
+        })?;
+        let pages: Vec<u64> = (0..wq
+            .len()
+            .div_ceil(4096)
+            .min((rq_bytes + sq_bytes).div_ceil(4096)))
+            .map(|k| wq.iova_at(k * 4096))
+            .collect::<Result<_>>()?;
+        let params = CreateQpParams {
+            qp_type,
+            pd: pd.pdn(),
+            send_cqn: send_cq.cqn(),
+            recv_cqn: recv_cq.cqn(),
+            uar_page,
+            dbr_iova: dbr.iova(),
+            user_index: 0,
+        };
+        let i = create_qp_input(&params, &g, &pages)?;
+        let o = hca.cmd().exec(&i, CreateQpOut::LEN)?;
+        let qpn = CreateQpOut::new_checked(&o[..])
+            .map_err(|source| DriverError::BadOutput {
+                op: Opcode::CREATE_QP,
+                source,
+            })?
+            .qpn();
+        tracing::debug!(
+            qpn,
+            ?qp_type,
+            blueflame = bfreg.buf_size() != 0,
+            "CREATE_QP"
+        );
+        let shared = Arc::new(WqShared::new(qpn, 1 << g.log_sq_size, 1 << g.log_rq_size));
+        // SAFETY: `wq` holds `rq_bytes + sq_bytes` bytes (RQ first) and `dbr` at least 64; both
+        // live in `res`, which the `Qp` owns and drops after these views (field order).
+        let rings = unsafe {
+            (
+                RingPtr::new(wq.as_ptr(), rq_bytes),
+                RingPtr::new(wq.as_ptr().add(rq_bytes), sq_bytes),
+                RingPtr::new(dbr.as_ptr(), 64),
+            )
+        };
+        let res = QpResources {
+            qpn,
+            _wq: wq,
+            _dbr: dbr,
+            _own_uar: own_uar,
+            send_cq: send_cq.shared().clone(),
+            recv_cq: recv_cq.shared().clone(),
+            pd: pd.clone(),
+        };
+        let (Some(rq_ring), Some(sq_ring), Some(dbr_ring)) = rings else {
+            return Err(DriverError::Unsupported {
+                what: "work queues whose sizes are not powers of two",
+                fix: "this is a driver bug: report it",
+            });
+        };
+        send_cq.shared().table().attach(shared.clone());
+        recv_cq.shared().table().attach(shared.clone());
+        Ok(Self {
+            sq: SqRing::new(sq_ring),
+            rq: RqRing::new(rq_ring, 16 << g.log_rq_stride),
+            dbr: dbr_ring,
+            limits: SendLimits {
+                qpn,
+                ud: qp_type == QpType::Ud,
+                max_sge: caps.max_send_sge as usize,
+                max_inline: g.max_inline,
+                sig_all: caps.sq_sig_all,
+            },
+            shared,
+            bfreg,
+            backend: hca.backend().clone(),
+            state: QpState::Rst,
+            qp_type,
+            caps: *caps,
+            res,
+        })
+    }
+
+    /// The QP number.
+    pub fn qpn(&self) -> u32 {
+        self.res.qpn
+    }
+
+    /// RC or UD.
+    pub fn qp_type(&self) -> QpType {
+        self.qp_type
+    }
+
+    /// The caps it was created with.
+    pub fn caps(&self) -> &QpCaps {
+        &self.caps
+    }
+
+    /// The state after the last transition this handle made (see [`Qp::query`] for the
+    /// device's view, which also changes on errors).
+    pub fn state(&self) -> QpState {
+        self.state
+    }
+
+    /// The BlueFlame register this QP rings.
+    pub fn bfreg(&self) -> &Bfreg {
+        &self.bfreg
+    }
+
+    /// WQEBBs in the SQ.
+    pub fn sq_wqebbs(&self) -> u32 {
+        self.sq.wqebbs
+    }
+
+    /// The SQ producer counter (`cur_post`, WQEBBs).
+    pub fn sq_cur_post(&self) -> u32 {
+        self.sq.cur_post
+    }
+
+    /// The PD.
+    pub fn pd(&self) -> &Arc<Pd> {
+        &self.res.pd
+    }
+
+    fn modify(&mut self, op: &'static str, i: Result<Vec<u8>>, to: QpState) -> Result<()> {
+        let i = i?;
+        self.res.pd.hca().cmd().exec(&i, 16)?;
+        tracing::debug!(qpn = self.res.qpn, op, to = to.name(), "modify QP");
+        self.state = to;
+        Ok(())
+    }
+
+    /// RST → INIT.
+    pub fn rst2init(&mut self, a: &Rst2Init) -> Result<()> {
+        let i = rst2init_input(self.res.qpn, self.qp_type, a);
+        self.modify("RST2INIT", i, QpState::Init)
+    }
+
+    /// INIT → RTR.
+    pub fn init2rtr(&mut self, a: &Init2Rtr) -> Result<()> {
+        let i = init2rtr_input(self.res.qpn, self.qp_type, a);
+        self.modify("INIT2RTR", i, QpState::Rtr)
+    }
+
+    /// RTR → RTS.
+    pub fn rtr2rts(&mut self, a: &Rtr2Rts) -> Result<()> {
+        let i = rtr2rts_input(self.res.qpn, self.qp_type, a);
+        self.modify("RTR2RTS", i, QpState::Rts)
+    }
+
+    /// RTS → RTS (optional parameters only).
+    pub fn rts2rts(&mut self, a: &Rts2Rts) -> Result<()> {
+        let i = rts2rts_input(self.res.qpn, self.qp_type, a);
+        self.modify("RTS2RTS", i, QpState::Rts)
+    }
+
+    /// Any state → ERR: outstanding work requests complete with WR_FLUSH_ERR.
+    pub fn to_error(&mut self) -> Result<()> {
+        let i = to_err_input(self.res.qpn);
+        self.modify("2ERR", i, QpState::Err)
+    }
+
+    /// Any state → RST. The rings start over (rdma-core `mlx5_modify_qp` to RESET:
+    /// `mlx5_init_qp_indices` and a cleared doorbell record); completions of this QP still in
+    /// its CQs should be polled first.
+    pub fn reset(&mut self) -> Result<()> {
+        let i = to_rst_input(self.res.qpn);
+        self.modify("2RST", i, QpState::Rst)?;
+        self.sq.cur_post = 0;
+        self.rq.head = 0;
+        self.shared.reset();
+        self.dbr.write_be32(0, 0);
+        self.dbr.write_be32(4, 0);
+        Ok(())
+    }
+
+    /// QUERY_QP: state, PSNs and the raw context.
+    pub fn query(&self) -> Result<QpInfo> {
+        let i = query_qp_input(self.res.qpn)?;
+        let o = self.res.pd.hca().cmd().exec(&i, QueryQpOut::LEN)?;
+        QpInfo::parse(o)
+    }
+
+    /// The bytes of WQEBB `index` of the SQ (masked; research access, e.g. the last posted
+    /// WQE is at `sq_cur_post() - its size`).
+    pub fn wqe_bytes(&self, index: u32) -> [u8; 64] {
+        let mut b = [0u8; 64];
+        self.sq.ring.read(self.sq.offset_of(index), &mut b);
+        b
+    }
+
+    /// The bytes of receive WQE `index` (masked; research access).
+    pub fn recv_wqe_bytes(&self, index: u32) -> Vec<u8> {
+        let mut b = vec![0u8; self.rq.stride];
+        self.rq.ring.read(
+            (index & (self.rq.wqes - 1)) as usize * self.rq.stride,
+            &mut b,
+        );
+        b
+    }
+
+    #[cold]
+    fn not_ready(&self) -> PostError {
+        PostError::BadState {
+            qpn: self.res.qpn,
+            state: self.state.name(),
+            fix: "move it to RTS first (rst2init, init2rtr, rtr2rts)",
+        }
+    }
+
+    /// Posts one send work request and rings the doorbell (BlueFlame when it fits).
+    #[inline]
+    pub fn post_send(&mut self, wr: &SendWr<'_>) -> core::result::Result<(), PostError> {
+        if !matches!(self.state, QpState::Rts | QpState::Err | QpState::Sqd) {
+            return Err(self.not_ready());
+        }
+        let w = write_send(&mut self.sq, &self.shared, &self.limits, wr)?;
+        self.ring_sq(1, &w);
+        Ok(())
+    }
+
+    /// Posts a list of send work requests with one doorbell (never BlueFlame, as rdma-core
+    /// when `nreq > 1`). On a refused request, those before it are posted and rung.
+    pub fn post_send_list(
+        &mut self,
+        wrs: &[SendWr<'_>],
+    ) -> core::result::Result<(), PostListError> {
+        if !matches!(self.state, QpState::Rts | QpState::Err | QpState::Sqd) {
+            return Err(PostListError {
+                index: 0,
+                error: self.not_ready(),
+            });
+        }
+        let mut last = None;
+        let mut res = Ok(());
+        for (index, wr) in wrs.iter().enumerate() {
+            match write_send(&mut self.sq, &self.shared, &self.limits, wr) {
+                Ok(w) => last = Some((index + 1, w)),
+                Err(error) => {
+                    res = Err(PostListError { index, error });
+                    break;
+                }
+            }
+        }
+        if let Some((n, w)) = last {
+            self.ring_sq(n, &w);
+        }
+        res
+    }
+
+    /// The doorbell, exactly as rdma-core `post_send_db`.
+    #[inline(always)]
+    fn ring_sq(&mut self, nreq: usize, last: &Written) {
+        // The WQE must be in memory before the device can learn it exists.
+        udma_to_device_barrier();
+        self.dbr.write_be32(4, self.sq.cur_post & 0xffff);
+        // The doorbell record must be visible before the doorbell (the device may read the
+        // record when the doorbell arrives).
+        mmio_wc_start();
+        let reg = self.bfreg.doorbell_offset();
+        if self.bfreg.use_blueflame(nreq, last.ds) {
+            // rdma-core `mlx5_bf_copy`: the whole WQE, 64 bytes at a time, in order
+            // (`mmio_memcpy_x64`), wrapping at the end of the SQ.
+            for k in 0..last.wqebbs {
+                let block = self
+                    .sq
+                    .ring
+                    .read_block64(self.sq.offset_of(last.start.wrapping_add(k)));
+                self.backend.write_bf(reg + 64 * u64::from(k), &block);
+            }
+        } else {
+            self.backend.write64(reg, last.doorbell.to_be());
+        }
+        // Flush the write-combining buffer so this doorbell leaves before any later one.
+        mmio_flush_writes();
+        self.bfreg.toggle();
+    }
+
+    /// Posts one receive work request: data segments, barrier, RQ doorbell record (no MMIO).
+    #[inline]
+    pub fn post_recv(&mut self, wr: &RecvWr<'_>) -> core::result::Result<(), PostError> {
+        if self.state == QpState::Rst {
+            return Err(PostError::BadState {
+                qpn: self.res.qpn,
+                state: "RST",
+                fix: "move it to INIT (rst2init) before posting receives",
+            });
+        }
+        write_recv(&mut self.rq, &self.shared, self.res.qpn, wr)?;
+        // The receive WQE must be in memory before the record that publishes it.
+        udma_to_device_barrier();
+        self.dbr.write_be32(0, self.rq.head & 0xffff);
+        Ok(())
+    }
+
+    /// Posts a list of receives with one doorbell-record update.
+    pub fn post_recv_list(
+        &mut self,
+        wrs: &[RecvWr<'_>],
+    ) -> core::result::Result<(), PostListError> {
+        let mut res = Ok(());
+        let mut n = 0;
+        for (index, wr) in wrs.iter().enumerate() {
+            if self.state == QpState::Rst {
+                res = Err(PostListError {
+                    index,
+                    error: PostError::BadState {
+                        qpn: self.res.qpn,
+                        state: "RST",
+                        fix: "move it to INIT (rst2init) before posting receives",
+                    },
+                });
+                break;
+            }
+            if let Err(error) = write_recv(&mut self.rq, &self.shared, self.res.qpn, wr) {
+                res = Err(PostListError { index, error });
+                break;
+            }
+            n += 1;
+        }
+        if n > 0 {
+            udma_to_device_barrier();
+            self.dbr.write_be32(0, self.rq.head & 0xffff);
+        }
+        res
+    }
+}

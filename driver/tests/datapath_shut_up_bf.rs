@@ -1,0 +1,28 @@
+//! `BYPASS_SHUT_UP_BF` turns BlueFlame off: a QP created with it set rings bfreg 0 with 8-byte
+//! doorbells only. Its own test binary, because it changes the process environment.
+
+mod datapath_util;
+
+use bypass_driver::post::{RemoteAddr, SendOp, SendWr};
+use bypass_driver::qp_attr::QpType;
+use datapath_util::*;
+
+#[test]
+fn shut_up_bf_keeps_8_byte_doorbells() {
+    // SAFETY: this test binary has one test and sets the variable before any other thread
+    // exists, so nothing reads the environment concurrently.
+    unsafe { std::env::set_var("BYPASS_SHUT_UP_BF", "1") };
+    let (f, mut a, b) = pair(5, QpType::Rc, true);
+    assert_eq!(a.qp.bfreg().buf_size(), 0);
+    a.trace(true);
+    let s = [a.mr.sge(0, 64)];
+    let remote = RemoteAddr {
+        addr: b.mr.addr(),
+        rkey: b.mr.rkey(),
+    };
+    a.qp.post_send(&SendWr::new(1, SendOp::Write { remote }, &s))
+        .unwrap();
+    assert!(a.uar_writes().iter().all(|(_, d)| d.len() == 8));
+    settle(&f);
+    assert_eq!(a.drain(1)[0].wr_id, 1);
+}

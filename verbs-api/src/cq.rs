@@ -1,0 +1,271 @@
+//! Completion queues: polling as an iterator of [`Completion`]s, blocking [`Cq::wait`], and
+//! the raw CQE bytes for research.
+//!
+//! A [`Completion`] is the proof the soundness design rests on (crate docs, rule 3): only a
+//! CQ makes one, it cannot be copied, and it carries the CQ's number and its position in the
+//! CQ's sequence of completions, so [`crate::Qp::reclaim`] can refuse one that belongs to
+//! another QP or CQ, or that was polled before the WQE now at its ring slot was posted.
+//!
+//! Owns: [`Cq`], [`Completion`], [`Poll`]. Must not: decode CQEs (the driver does) or
+//! allocate, lock or format while polling.
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use crate::context::Context;
+use crate::driver::cq::Cq as DriverCq;
+use crate::driver::poll::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
+use crate::error::VerbsError;
+
+/// A completion queue. Polling takes `&mut self` (one consumer, no lock).
+pub struct Cq {
+    inner: DriverCq,
+    /// Completions produced so far (free-running); QPs read it when they post.
+    polled: Arc<AtomicU64>,
+    ctx: Arc<Context>,
+}
+
+impl fmt::Debug for Cq {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Cq")
+            .field("cqn", &self.cqn())
+            .field("capacity", &self.capacity())
+            .field("polled", &self.polled.load(Ordering::Relaxed))
+            .finish()
+    }
+}
+
+impl Cq {
+    /// A CQ of at least `min_cqes` entries (a power of two), reporting to the context's
+    /// completion EQ.
+    pub fn new(ctx: &Arc<Context>, min_cqes: u32) -> Result<Self, VerbsError> {
+        Ok(Cq {
+            inner: DriverCq::create(ctx.hca(), min_cqes)?,
+            polled: Arc::new(AtomicU64::new(0)),
+            ctx: ctx.clone(),
+        })
+    }
+
+    /// The CQ number.
+    pub fn cqn(&self) -> u32 {
+        self.inner.cqn()
+    }
+
+    /// Entries in the ring.
+    pub fn capacity(&self) -> u32 {
+        self.inner.nent()
+    }
+
+    /// The context.
+    pub fn context(&self) -> &Arc<Context> {
+        &self.ctx
+    }
+
+    pub(crate) fn driver(&self) -> &DriverCq {
+        &self.inner
+    }
+
+    pub(crate) fn polled_counter(&self) -> &Arc<AtomicU64> {
+        &self.polled
+    }
+
+    #[inline]
+    fn wrap(&self, wc: WorkCompletion) -> Completion {
+        // Release pairs with the Acquire load in `Qp::post_*`: a post that happens after this
+        // completion was handed out sees at least this count.
+        let seq = self.polled.fetch_add(1, Ordering::AcqRel) + 1;
+        Completion {
+            wc,
+            cqn: self.inner.cqn(),
+            cq_id: Arc::as_ptr(&self.polled) as usize,
+            seq,
+        }
+    }
+
+    /// The completions ready now, oldest first, as an iterator (it stops at the first empty
+    /// slot). No allocation, lock or syscall. On a stepped sim nothing moves while you poll:
+    /// use [`Cq::wait`] or call [`Context::progress`].
+    #[inline]
+    pub fn poll(&mut self) -> Poll<'_> {
+        Poll { cq: self }
+    }
+
+    /// One completion if one is ready.
+    #[inline]
+    pub fn poll_one(&mut self) -> Option<Completion> {
+        let wc = self.inner.poll_one()?;
+        Some(self.wrap(wc))
+    }
+
+    /// One completion with the raw 64 bytes of its CQE (research access).
+    pub fn poll_raw(&mut self) -> Option<(Completion, [u8; 64])> {
+        let (wc, raw) = self.inner.poll_raw()?;
+        Some((self.wrap(wc), raw))
+    }
+
+    /// The raw bytes of the CQE at consumer index `ci` (research access; any slot, polled or
+    /// not).
+    pub fn cqe_bytes(&self, ci: u32) -> [u8; 64] {
+        self.inner.cqe_bytes(ci)
+    }
+
+    /// The consumer index (CQEs consumed so far).
+    pub fn consumer_index(&self) -> u32 {
+        self.inner.consumer_index()
+    }
+
+    /// Waits up to `timeout` for one completion: polls, and when none is ready arms the CQ
+    /// and sleeps on the completion EQ's interrupt (a stepped sim runs its world meanwhile).
+    /// `Ok(None)` on timeout, or at once when a stepped sim has nothing left to do.
+    pub fn wait(&mut self, timeout: Duration) -> Result<Option<Completion>, VerbsError> {
+        match self.inner.wait(timeout)? {
+            Some(wc) => Ok(Some(self.wrap(wc))),
+            None => Ok(None),
+        }
+    }
+
+    /// Waits for `n` completions, each within `timeout`, pushing them to `out`; returns how
+    /// many arrived (fewer than `n` only on a timeout). Control-path convenience.
+    pub fn wait_many(
+        &mut self,
+        n: usize,
+        timeout: Duration,
+        out: &mut Vec<Completion>,
+    ) -> Result<usize, VerbsError> {
+        let mut got = 0;
+        while got < n {
+            match self.wait(timeout)? {
+                Some(c) => {
+                    out.push(c);
+                    got += 1;
+                }
+                None => break,
+            }
+        }
+        Ok(got)
+    }
+}
+
+/// The iterator [`Cq::poll`] returns.
+#[derive(Debug)]
+pub struct Poll<'cq> {
+    cq: &'cq mut Cq,
+}
+
+impl Iterator for Poll<'_> {
+    type Item = Completion;
+
+    #[inline]
+    fn next(&mut self) -> Option<Completion> {
+        self.cq.poll_one()
+    }
+}
+
+/// One polled completion: what completed and how, and the proof that the NIC is done with
+/// its WQE (hand it to [`crate::Qp::reclaim`] to get the WQE's buffers back). Not `Clone`,
+/// and only a [`Cq`] makes one.
+pub struct Completion {
+    wc: WorkCompletion,
+    cqn: u32,
+    /// The CQ's identity across devices (CQ numbers repeat between NICs): the address of its
+    /// completion counter, which every QP on the CQ keeps alive, so it cannot be reused
+    /// while a QP could compare against it.
+    cq_id: usize,
+    seq: u64,
+}
+
+impl fmt::Debug for Completion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Completion")
+            .field("wc", &self.wc)
+            .field("cqn", &self.cqn)
+            .field("seq", &self.seq)
+            .finish()
+    }
+}
+
+impl fmt::Display for Completion {
+    /// `wr_id 7: RDMA_READ SUCCESS 64 bytes on QP 0x2` or the error with its cause and fix.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "wr_id {}: {:?} {} ({} bytes) on QP {:#x}",
+            self.wc.wr_id, self.wc.opcode, self.wc.status, self.wc.byte_len, self.wc.qpn
+        )
+    }
+}
+
+impl Completion {
+    /// The `wr_id` of the work request.
+    pub fn wr_id(&self) -> u64 {
+        self.wc.wr_id
+    }
+
+    /// Success, or the CQE syndrome (its `Display` names it and gives the cause and fix).
+    pub fn status(&self) -> WcStatus {
+        self.wc.status
+    }
+
+    /// True on success.
+    pub fn is_ok(&self) -> bool {
+        self.wc.is_ok()
+    }
+
+    /// What completed.
+    pub fn opcode(&self) -> WcOpcode {
+        self.wc.opcode
+    }
+
+    /// Bytes received (receives; UD includes the 40-byte GRH), read (READ) or 8 (atomics).
+    pub fn byte_len(&self) -> u32 {
+        self.wc.byte_len
+    }
+
+    /// The immediate data, if [`Completion::flags`] has `WITH_IMM`.
+    pub fn imm(&self) -> Option<u32> {
+        self.wc
+            .flags
+            .contains(WcFlags::WITH_IMM)
+            .then_some(self.wc.imm)
+    }
+
+    /// The local QP number.
+    pub fn qpn(&self) -> u32 {
+        self.wc.qpn
+    }
+
+    /// The remote QP number (receives).
+    pub fn src_qp(&self) -> u32 {
+        self.wc.src_qp
+    }
+
+    /// Flags (immediate, GRH, solicited, receive side).
+    pub fn flags(&self) -> WcFlags {
+        self.wc.flags
+    }
+
+    /// The CQ it came from.
+    pub fn cqn(&self) -> u32 {
+        self.cqn
+    }
+
+    /// Whether it completes a receive (rather than a send-queue WQE).
+    pub fn is_recv(&self) -> bool {
+        self.wc.flags.contains(WcFlags::RECV) || self.wc.opcode.is_recv()
+    }
+
+    /// The decoded completion as the driver returns it (a plain copy; the proof stays here).
+    pub fn work_completion(&self) -> WorkCompletion {
+        self.wc
+    }
+
+    pub(crate) fn cq_id(&self) -> usize {
+        self.cq_id
+    }
+
+    pub(crate) fn seq(&self) -> u64 {
+        self.seq
+    }
+}
