@@ -146,6 +146,7 @@ const fn send_opcode(op: WqeOpcode) -> (WcOpcode, bool) {
 
 /// Decodes a CQE, with `wr_id` left 0 (see [`CqPoller`] for the lookup). Send completions
 /// need [`WorkCompletion::wqe_index`], receives complete in order.
+#[inline]
 pub fn decode(cqe: &Cqe64) -> WorkCompletion {
     let opcode = cqe.opcode();
     let mut wc = WorkCompletion {

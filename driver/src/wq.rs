@@ -46,6 +46,7 @@ impl RingPtr {
     }
 
     /// The ring's length in bytes.
+    #[inline(always)]
     pub fn len(&self) -> usize {
         self.len
     }
@@ -245,11 +246,13 @@ impl WqShared {
     }
 
     /// The send tail (WQEBBs retired).
+    #[inline(always)]
     pub fn sq_tail(&self) -> u32 {
         self.sq_tail.load(Ordering::Acquire)
     }
 
     /// The receive tail (receive WQEs retired).
+    #[inline(always)]
     pub fn rq_tail(&self) -> u32 {
         self.rq_tail.load(Ordering::Acquire)
     }

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Instructions per post_send (1-SGE RDMA WRITE) and per poll (one CQE) of the driver's data
+# path, counted by callgrind on the stepped sim.
+#
+# Builds driver/benches/callgrind_hot_path.rs for baseline x86-64 (valgrind 3.19 cannot decode
+# AVX-512), then runs it twice under callgrind:
+#   post: --toggle-collect on bypass_measured_post, and on the sim backend's write64/write_bf,
+#         which are only ever called from inside it: entering them toggles collection off, so
+#         what is counted is the driver's work (WQE, barriers, DBR, the doorbell call itself)
+#         and not the simulated device behind the MMIO (on VFIO that is one store);
+#   poll: --toggle-collect on bypass_measured_poll.
+# Targets: <= 60 per post, <= 40 per poll.
+#
+# Usage: scripts/callgrind.sh [rounds]   (64 posts and polls per round; default 32)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rounds="${1:-32}"
+command -v valgrind >/dev/null || { echo "valgrind not found: apt-get install valgrind" >&2; exit 1; }
+
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target/callgrind}"
+RUSTFLAGS="-C target-cpu=x86-64 -g" cargo bench -p bypass-driver --bench callgrind_hot_path --no-run \
+  --message-format=json 2>/dev/null >"$CARGO_TARGET_DIR.build.json" || {
+  RUSTFLAGS="-C target-cpu=x86-64 -g" cargo bench -p bypass-driver --bench callgrind_hot_path --no-run; exit 1; }
+bin="$(grep -o '"executable":"[^"]*callgrind_hot_path[^"]*"' "$CARGO_TARGET_DIR.build.json" | tail -1 | cut -d'"' -f4)"
+[ -x "$bin" ] || { echo "bench binary not found" >&2; exit 1; }
+
+out="$(mktemp -d)"
+trap 'rm -rf "$out"' EXIT
+
+count() { # $1 = output file: the collected instruction total
+  grep '^summary:' "$1" | awk '{print $2}'
+}
+
+counts="$("$bin" "$rounds")"
+posts="$(echo "$counts" | awk '{print $2}')"
+polls="$(echo "$counts" | awk '{print $4}')"
+empty="$(echo "$counts" | awk '{print $6}')"
+
+valgrind --tool=callgrind --callgrind-out-file="$out/post.out" --collect-atstart=no \
+  --toggle-collect='bypass_measured_post' \
+  --toggle-collect='*SimBackend as bypass_driver::backend::Backend>::write64*' \
+  --toggle-collect='*SimBackend as bypass_driver::backend::Backend>::write_bf*' \
+  "$bin" "$rounds" >/dev/null 2>"$out/post.log"
+valgrind --tool=callgrind --callgrind-out-file="$out/poll.out" --collect-atstart=no \
+  --toggle-collect='bypass_measured_poll' \
+  "$bin" "$rounds" >/dev/null 2>"$out/poll.log"
+
+post_ir="$(count "$out/post.out")"
+poll_ir="$(count "$out/poll.out")"
+# Each round ends with one poll that finds the CQ empty; report full polls and empty ones
+# together (the empty poll is cheaper, so this slightly understates a full poll).
+awk -v p="$post_ir" -v n="$posts" -v q="$poll_ir" -v m="$polls" -v e="$empty" 'BEGIN {
+  printf "post_send: %d instructions / %d posts = %.1f per post (target <= 60)\n", p, n, p / n;
+  printf "poll:      %d instructions / %d polls (+%d empty) = %.1f per poll (target <= 40)\n", q, m, e, q / (m + e);
+}'
+if [ -n "${CALLGRIND_ANNOTATE:-}" ]; then
+  callgrind_annotate "$out/post.out" | head -40
+  callgrind_annotate "$out/poll.out" | head -40
+fi
