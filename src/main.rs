@@ -3,15 +3,13 @@
 //! Owns: the command line (clap) and the dispatch to one module per command. Must not hold
 //! measurement or device logic itself: `explain`, `perf`, `stats` and `baseline` do.
 
-#[allow(dead_code)] // DeviceSpec is used by the device commands, which arrive with the verbs API.
 mod args;
 mod baseline;
 mod device;
 mod devinfo;
 mod explain;
 mod perf;
-#[allow(dead_code)]
-// the latency table, median and parser are used by the sim benchmarks, which arrive with the verbs API.
+mod ping;
 mod stats;
 
 use std::process::ExitCode;
@@ -41,6 +39,8 @@ enum Command {
     },
     /// Show a device like ibv_devinfo: firmware, capabilities, ports, MTU, GIDs.
     Devinfo(devinfo::DevinfoOpts),
+    /// Connect two RC endpoints step by step and exchange a 1-byte SEND.
+    Ping(ping::PingOpts),
     /// Benchmarks in the style of perftest, and the baselines they are judged against.
     #[command(subcommand)]
     Perf(perf::PerfCommand),
@@ -54,6 +54,7 @@ fn main() -> ExitCode {
             Ok(())
         }
         Command::Devinfo(opts) => devinfo::run(&opts).map_err(Into::into),
+        Command::Ping(opts) => ping::run(&opts),
         Command::Perf(cmd) => perf::run(cmd).map_err(Into::into),
     };
     let result: Result<(), Box<dyn std::error::Error>> = result;
