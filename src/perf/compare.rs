@@ -120,10 +120,7 @@ pub fn run(o: &CompareOpts) -> Result<(), PerfError> {
         "bypass perf compare: medians from one run ({cores} cores, {} iterations each)",
         o.iters
     );
-    println!(
-        " {:<58} {:>12}  {:<6} ratio",
-        "measurement", "median", "unit"
-    );
+    println!(" {:<58} {:>12}  {:<6}", "measurement", "median", "unit");
     for f in [&memcpy, &sim_bw, &tcp, &sim_rtt] {
         println!(" {:<58} {:>12.2}  {:<6}", f.what, f.median, f.unit);
     }

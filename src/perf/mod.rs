@@ -107,13 +107,15 @@ pub enum PerfError {
     },
     /// The rig made no progress.
     #[error(
-        "benchmark stalled: waited {after:?} for {what} (the sim engine thread is starved or the QP left RTS: run `bypass ping` to check the connection)"
+        "benchmark stalled: waited {after:?} for {what}; {seen} (the sim engine thread is starved, or the QP left RTS: run `bypass ping` to check the connection)"
     )]
     Stalled {
         /// What was awaited.
         what: &'static str,
         /// How long.
         after: Duration,
+        /// What the rig looked like then: QP state, work outstanding, packets in flight.
+        seen: String,
     },
     /// A size or count does not fit this machine's address space.
     #[error("{size} is too large for this machine (sizes up to 8 MiB are supported)")]

@@ -188,11 +188,31 @@ impl End {
                     return Err(PerfError::Stalled {
                         what: "the peer's RDMA WRITE to land",
                         after: STALL,
+                        seen: self.describe(),
                     });
                 }
             }
             std::hint::spin_loop();
         }
+    }
+
+    /// The QP's state as the device reports it, its work outstanding and the packets the
+    /// fabric has in flight: what a stalled run reports (control path; allocates).
+    fn describe(&self) -> String {
+        let state = self
+            .qp
+            .state()
+            .map_or_else(|e| format!("QUERY_QP failed: {e}"), |s| s.to_string());
+        let in_flight = self
+            .ctx
+            .sim()
+            .map_or(0, |d| d.fabric().with_world(|w| w.in_flight()));
+        let errors = self.ctx.sim().map_or(0, |d| d.fabric().world_errors());
+        format!(
+            "QP {:#x} is in {state} with {} send WQEBBs outstanding; {in_flight} packets in flight, {errors} world errors",
+            self.qp.qpn(),
+            self.qp.sends_outstanding()
+        )
     }
 
     /// Spins until at least one completion is ready, then drains as [`End::drain`] does.
@@ -212,6 +232,7 @@ impl End {
                     return Err(PerfError::Stalled {
                         what: "a send completion",
                         after: STALL,
+                        seen: self.describe(),
                     });
                 }
             }
