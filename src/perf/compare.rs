@@ -6,9 +6,9 @@
 //!
 //! Medians:
 //! - memcpy: the median of per-copy bandwidths (`size` / copy time).
-//! - sim WRITE bandwidth: the median of per-window bandwidths, a window being the WRITEs
-//!   between two consecutive signalled completions (`cq_mod` × `size` / the time between
-//!   them) — the steady-state rate, not diluted by ramp-up.
+//! - sim WRITE bandwidth: the median of per-segment bandwidths, a segment being the WRITEs
+//!   between two signalled completions at least four send queues apart (WRITEs × `size` /
+//!   the time between them): the steady-state rate, not diluted by ramp-up.
 //! - round trips: the median of per-iteration round-trip times (not halved).
 
 use clap::Args;
@@ -76,8 +76,8 @@ pub fn run(o: &CompareOpts) -> Result<(), PerfError> {
 
     // sim WRITE bandwidth: per-window bandwidth between signalled completions.
     let t = bw::write_bw_times(o.seed, o.bw_size, o.iters, o.tx_depth, o.cq_mod)?;
-    let per_window = window_bandwidths(&t, o.bw_size);
     let (depth, cq_mod) = bw::effective_depth(o.bw_size, o.tx_depth, o.cq_mod);
+    let per_window = window_bandwidths(&t, o.bw_size, depth);
     let sim_bw = Figure {
         what: format!(
             "sim RDMA WRITE {} B (tx-depth {depth}, cq-mod {cq_mod})",
@@ -137,8 +137,10 @@ pub fn run(o: &CompareOpts) -> Result<(), PerfError> {
     Ok(())
 }
 
-/// Per-window bandwidths in bytes/s: between consecutive distinct completion timestamps.
-fn window_bandwidths(t: &bw::BwTimes, size: u64) -> Vec<f64> {
+/// Per-segment bandwidths in bytes/s. A segment spans `k` signalled completions, `k` chosen
+/// so that it holds at least four send queues' worth of WRITEs (and at least 1/20 of the
+/// run): completions polled together in one batch then blur no segment's rate.
+fn window_bandwidths(t: &bw::BwTimes, size: u64, depth: u32) -> Vec<f64> {
     let step = t.cq_mod.max(1) as usize;
     let marks: Vec<u64> = t
         .completed
@@ -147,12 +149,14 @@ fn window_bandwidths(t: &bw::BwTimes, size: u64) -> Vec<f64> {
         .step_by(step)
         .copied()
         .collect();
+    let want = (4 * depth as usize).max(t.completed.len() / 20);
+    let k = want.div_ceil(step).max(1);
     marks
-        .windows(2)
-        .filter_map(|w| match w {
-            [a, b] if b > a => Some((step as u64 * size) as f64 / ((b - a) as f64 / 1e9)),
-            _ => None,
-        })
+        .iter()
+        .step_by(k)
+        .zip(marks.iter().skip(k).step_by(k))
+        .filter(|(a, b)| b > a)
+        .map(|(a, b)| (k * step) as f64 * size as f64 / ((b - a) as f64 / 1e9))
         .collect()
 }
 
