@@ -1,13 +1,23 @@
 //! `bypass`: the command-line tool of the bypass RDMA stack.
 //!
-//! The device commands (`devinfo`, `pingpong`, `perf`) arrive with the driver. Today the tool
-//! explains the codes a device or a peer can answer with, which is what a user staring at a
-//! failed command or an error completion needs first.
+//! Owns: the command line (clap) and the dispatch to one module per command. Must not hold
+//! measurement or device logic itself: `explain`, `perf`, `stats` and `baseline` do.
+
+mod args;
+mod baseline;
+mod device;
+mod devinfo;
+mod explain;
+mod perf;
+mod ping;
+mod stats;
 
 use std::process::ExitCode;
 
-use bypass_hw::syndrome::{AethSyndrome, CmdStatus, CqeSyndrome};
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Parser, Subcommand};
+
+use crate::args::parse_u8;
+use crate::explain::CodeKind;
 
 /// A kernel-bypass RDMA stack for mlx5 NICs.
 #[derive(Parser)]
@@ -27,40 +37,32 @@ enum Command {
         #[arg(value_parser = parse_u8)]
         value: u8,
     },
-}
-
-#[derive(Clone, Copy, ValueEnum)]
-enum CodeKind {
-    /// A firmware command status (`mbox_out.status`).
-    Status,
-    /// An error-CQE syndrome (`mlx5_err_cqe.syndrome`).
-    Syndrome,
-    /// The AETH syndrome byte of an ACK/NAK on the wire.
-    Aeth,
-}
-
-fn parse_u8(s: &str) -> Result<u8, String> {
-    let parsed = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
-        Some(hex) => u8::from_str_radix(hex, 16),
-        None => s.parse(),
-    };
-    parsed.map_err(|_| format!("{s:?} is not a byte value (0..=255, decimal or 0x-prefixed hex)"))
+    /// Show a device like ibv_devinfo: firmware, capabilities, ports, MTU, GIDs.
+    Devinfo(devinfo::DevinfoOpts),
+    /// Connect two RC endpoints step by step and exchange a 1-byte SEND.
+    Ping(ping::PingOpts),
+    /// Benchmarks in the style of perftest, and the baselines they are judged against.
+    #[command(subcommand)]
+    Perf(perf::PerfCommand),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    match cli.command {
+    let result = match cli.command {
         Command::Explain { kind, value } => {
-            let line = match kind {
-                CodeKind::Status => CmdStatus(value).to_string(),
-                CodeKind::Syndrome => CqeSyndrome(value).to_string(),
-                CodeKind::Aeth => {
-                    let s = AethSyndrome(value);
-                    format!("{} [{:?}]", s.explain(), s.kind())
-                }
-            };
-            println!("{line}");
+            println!("{}", explain::explain(kind, value));
+            Ok(())
+        }
+        Command::Devinfo(opts) => devinfo::run(&opts).map_err(Into::into),
+        Command::Ping(opts) => ping::run(&opts),
+        Command::Perf(cmd) => perf::run(cmd).map_err(Into::into),
+    };
+    let result: Result<(), Box<dyn std::error::Error>> = result;
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("bypass: {e}");
+            ExitCode::FAILURE
         }
     }
-    ExitCode::SUCCESS
 }

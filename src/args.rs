@@ -1,0 +1,127 @@
+//! Parsers for the tool's option values: byte values, sizes with binary suffixes, and the
+//! `-d/--device` selector.
+//!
+//! Owns: turning strings into typed option values with messages that say what was expected.
+//! Must not open devices or print: clap reports the errors as usage errors (exit code 2).
+
+use std::fmt;
+use std::str::FromStr;
+
+/// Parses a byte value: decimal, or hex with `0x`.
+pub fn parse_u8(s: &str) -> Result<u8, String> {
+    let parsed = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(hex) => u8::from_str_radix(hex, 16),
+        None => s.parse(),
+    };
+    parsed.map_err(|_| format!("{s:?} is not a byte value (0..=255, decimal or 0x-prefixed hex)"))
+}
+
+/// Parses a size in bytes: a decimal number with an optional binary suffix `K`, `M` or `G`
+/// (`64K` = 65536, `1M` = 1048576), as sizes are written in perftest's output.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let bad = || {
+        format!(
+            "{s:?} is not a size: give bytes as a number, optionally with K, M or G (e.g. 8, 4096, 64K, 1M)"
+        )
+    };
+    let t = s.trim();
+    let (digits, shift) = match t.char_indices().last() {
+        Some((i, 'k' | 'K')) => (t.get(..i).ok_or_else(bad)?, 10),
+        Some((i, 'm' | 'M')) => (t.get(..i).ok_or_else(bad)?, 20),
+        Some((i, 'g' | 'G')) => (t.get(..i).ok_or_else(bad)?, 30),
+        _ => (t, 0),
+    };
+    let n: u64 = digits.parse().map_err(|_| bad())?;
+    n.checked_mul(1u64 << shift).ok_or_else(bad)
+}
+
+/// Which device a command runs on: `-d/--device`.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub enum DeviceSpec {
+    /// An in-process simulated ConnectX NIC (`bypass-sim`), the default.
+    #[default]
+    Sim,
+    /// A NIC bound to `vfio-pci`, named by its PCI address (`0000:3b:00.0`).
+    Vfio(String),
+}
+
+impl FromStr for DeviceSpec {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s.eq_ignore_ascii_case("sim") {
+            return Ok(Self::Sim);
+        }
+        let addr = s.strip_prefix("vfio:").unwrap_or(s);
+        if is_pci_address(addr) {
+            return Ok(Self::Vfio(addr.to_owned()));
+        }
+        Err(format!(
+            "{s:?} is not a device: give `sim` (an in-process simulated NIC, the default) or the PCI address of a NIC bound to vfio-pci (e.g. 0000:3b:00.0)"
+        ))
+    }
+}
+
+impl fmt::Display for DeviceSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Sim => f.write_str("sim"),
+            Self::Vfio(addr) => write!(f, "vfio:{addr}"),
+        }
+    }
+}
+
+/// `DDDD:BB:DD.F` (domain optional) with hex digits.
+fn is_pci_address(s: &str) -> bool {
+    let parts: Vec<&str> = s.split([':', '.']).collect();
+    let widths: &[usize] = match parts.len() {
+        4 => &[4, 2, 2, 1],
+        3 => &[2, 2, 1],
+        _ => return false,
+    };
+    parts
+        .iter()
+        .zip(widths)
+        .all(|(p, &w)| p.len() == w && p.chars().all(|c| c.is_ascii_hexdigit()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_take_binary_suffixes() {
+        assert_eq!(parse_size("8"), Ok(8));
+        assert_eq!(parse_size("64K"), Ok(65536));
+        assert_eq!(parse_size("1m"), Ok(1 << 20));
+        assert_eq!(parse_size("8M"), Ok(8 << 20));
+        assert!(parse_size("").is_err());
+        assert!(parse_size("K").is_err());
+        assert!(parse_size("-1").is_err());
+        assert!(parse_size("99999999999G").is_err());
+        assert!(parse_size("1.5M").unwrap_err().contains("is not a size"));
+    }
+
+    #[test]
+    fn device_defaults_to_sim_and_accepts_pci_addresses() {
+        assert_eq!(DeviceSpec::default(), DeviceSpec::Sim);
+        assert_eq!("SIM".parse(), Ok(DeviceSpec::Sim));
+        assert_eq!(
+            "0000:3b:00.0".parse(),
+            Ok(DeviceSpec::Vfio("0000:3b:00.0".into()))
+        );
+        assert_eq!(
+            "vfio:3b:00.1".parse(),
+            Ok(DeviceSpec::Vfio("3b:00.1".into()))
+        );
+        assert!("mlx5_0".parse::<DeviceSpec>().is_err());
+        assert!("0000:3b:00".parse::<DeviceSpec>().is_err());
+    }
+
+    #[test]
+    fn byte_values_in_decimal_or_hex() {
+        assert_eq!(parse_u8("0x13"), Ok(0x13));
+        assert_eq!(parse_u8("255"), Ok(255));
+        assert!(parse_u8("0x1ff").is_err());
+    }
+}

@@ -1,0 +1,169 @@
+//! `bypass perf compare`: the sim measured against its baselines in one run, as medians and
+//! ratios, with the project's targets.
+//!
+//! Owns: which measurements are compared, how each median is taken, and the verdict lines.
+//! Must not measure anything itself: it calls `lat`, `bw` and `crate::baseline`.
+//!
+//! Medians:
+//! - memcpy: the median of per-copy bandwidths (`size` / copy time).
+//! - sim WRITE bandwidth: the median of per-segment bandwidths, a segment being the WRITEs
+//!   between two signalled completions at least four send queues apart (WRITEs × `size` /
+//!   the time between them): the steady-state rate, not diluted by ramp-up.
+//! - round trips: the median of per-iteration round-trip times (not halved).
+
+use clap::Args;
+
+use super::PerfError;
+use super::{bw, lat};
+use crate::args::parse_size;
+use crate::baseline::{memcpy_times, tcp_pingpong_rtts};
+use crate::stats::median;
+
+/// Target: in-process WRITE bandwidth at least this fraction of memcpy's.
+pub const BW_TARGET: f64 = 0.8;
+/// Target: in-process WRITE ping-pong round trip at most this fraction of TCP busy-poll's.
+pub const RTT_TARGET: f64 = 0.15;
+
+/// Options of `bypass perf compare`.
+#[derive(Args, Debug)]
+pub struct CompareOpts {
+    /// Message size of the bandwidth comparison.
+    #[arg(long, default_value = "1M", value_parser = parse_size)]
+    pub bw_size: u64,
+    /// Message size of the round-trip comparison.
+    #[arg(long, default_value = "8", value_parser = parse_size)]
+    pub lat_size: u64,
+    /// Iterations of each measurement (the bandwidth runs use at least 2 × tx-depth).
+    #[arg(short = 'n', long, default_value_t = 2000, value_parser = clap::value_parser!(u64).range(50..))]
+    pub iters: u64,
+    /// WRITEs outstanding in the bandwidth run.
+    #[arg(short = 't', long = "tx-depth", default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub tx_depth: u32,
+    /// Completion every N WRITEs in the bandwidth run.
+    #[arg(short = 'Q', long = "cq-mod", default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub cq_mod: u32,
+    /// Seed of the simulated fabric.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+}
+
+/// One measured figure.
+struct Figure {
+    what: String,
+    median: f64,
+    unit: &'static str,
+}
+
+/// Runs the four measurements and prints medians, ratios and verdicts.
+pub fn run(o: &CompareOpts) -> Result<(), PerfError> {
+    let n = usize::try_from(o.iters).unwrap_or(usize::MAX);
+    let copy = usize::try_from(o.bw_size).map_err(|_| PerfError::TooLarge { size: o.bw_size })?;
+    if o.bw_size == 0 || o.bw_size > super::MAX_SIZE {
+        return Err(PerfError::TooLarge { size: o.bw_size });
+    }
+    let mib = 1_048_576.0;
+
+    // memcpy: per-copy bandwidth.
+    let per_copy: Vec<f64> = memcpy_times(copy, n)
+        .into_iter()
+        .map(|ns| o.bw_size as f64 / (ns.max(1) as f64 / 1e9) / mib)
+        .collect();
+    let memcpy = Figure {
+        what: format!("memcpy {} B (one thread)", o.bw_size),
+        median: median(&per_copy).unwrap_or(0.0),
+        unit: "MiB/s",
+    };
+
+    // sim WRITE bandwidth: per-window bandwidth between signalled completions.
+    let t = bw::write_bw_times(o.seed, o.bw_size, o.iters, o.tx_depth, o.cq_mod)?;
+    let (depth, cq_mod) = bw::effective_depth(o.bw_size, o.tx_depth, o.cq_mod);
+    let per_window = window_bandwidths(&t, o.bw_size, depth);
+    let sim_bw = Figure {
+        what: format!(
+            "sim RDMA WRITE {} B (tx-depth {depth}, cq-mod {cq_mod})",
+            o.bw_size
+        ),
+        median: median(&per_window).unwrap_or(0.0) / mib,
+        unit: "MiB/s",
+    };
+
+    // TCP loopback busy-poll round trip.
+    let lat_bytes =
+        usize::try_from(o.lat_size).map_err(|_| PerfError::TooLarge { size: o.lat_size })?;
+    let rtts: Vec<f64> = tcp_pingpong_rtts(lat_bytes, n, n / 10)?
+        .into_iter()
+        .map(|ns| ns as f64 / 1000.0)
+        .collect();
+    let tcp = Figure {
+        what: format!("TCP loopback busy-poll round trip {} B", o.lat_size),
+        median: median(&rtts).unwrap_or(0.0),
+        unit: "us",
+    };
+
+    // sim WRITE ping-pong round trip.
+    let posted = lat::write_lat_post_times(o.seed, o.lat_size, o.iters)?;
+    let sim_rtts: Vec<f64> = posted
+        .windows(2)
+        .filter_map(|w| match w {
+            [a, b] => Some(b.saturating_sub(*a) as f64 / 1000.0),
+            _ => None,
+        })
+        .collect();
+    let sim_rtt = Figure {
+        what: format!("sim RDMA WRITE ping-pong round trip {} B", o.lat_size),
+        median: median(&sim_rtts).unwrap_or(0.0),
+        unit: "us",
+    };
+
+    let cores = std::thread::available_parallelism().map_or(0, usize::from);
+    println!(
+        "bypass perf compare: medians from one run ({cores} cores, {} iterations each)",
+        o.iters
+    );
+    println!(" {:<58} {:>12}  {:<6}", "measurement", "median", "unit");
+    for f in [&memcpy, &sim_bw, &tcp, &sim_rtt] {
+        println!(" {:<58} {:>12.2}  {:<6}", f.what, f.median, f.unit);
+    }
+    let bw_ratio = ratio(sim_bw.median, memcpy.median);
+    let rtt_ratio = ratio(sim_rtt.median, tcp.median);
+    println!(
+        " bandwidth: sim / memcpy = {bw_ratio:.3} (target >= {BW_TARGET:.2}): {}",
+        verdict(bw_ratio >= BW_TARGET)
+    );
+    println!(
+        " round trip: sim / TCP = {rtt_ratio:.3} (target <= {RTT_TARGET:.2}): {}",
+        verdict(rtt_ratio <= RTT_TARGET)
+    );
+    Ok(())
+}
+
+/// Per-segment bandwidths in bytes/s. A segment spans `k` signalled completions, `k` chosen
+/// so that it holds at least four send queues' worth of WRITEs (and at least 1/20 of the
+/// run): completions polled together in one batch then blur no segment's rate.
+fn window_bandwidths(t: &bw::BwTimes, size: u64, depth: u32) -> Vec<f64> {
+    let step = t.cq_mod.max(1) as usize;
+    let marks: Vec<u64> = t
+        .completed
+        .iter()
+        .skip(step - 1)
+        .step_by(step)
+        .copied()
+        .collect();
+    let want = (4 * depth as usize).max(t.completed.len() / 20);
+    let k = want.div_ceil(step).max(1);
+    marks
+        .iter()
+        .step_by(k)
+        .zip(marks.iter().skip(k).step_by(k))
+        .filter(|(a, b)| b > a)
+        .map(|(a, b)| (k * step) as f64 * size as f64 / ((b - a) as f64 / 1e9))
+        .collect()
+}
+
+fn ratio(a: f64, b: f64) -> f64 {
+    if b > 0.0 { a / b } else { f64::NAN }
+}
+
+fn verdict(met: bool) -> &'static str {
+    if met { "met" } else { "MISSED" }
+}

@@ -1,0 +1,97 @@
+//! `bypass ping`: two RC endpoints walk RESET → INIT → RTR → RTS and exchange a 1-byte SEND,
+//! each step printed as it happens; a failure names the step it stopped at and why.
+
+use std::process::Command;
+
+fn bypass(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_bypass"))
+        .args(args)
+        .output()
+        .expect("run bypass");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The step lines (`[ n] name ... ok|FAILED ...`) in order.
+fn steps(out: &str) -> Vec<&str> {
+    out.lines().filter(|l| l.starts_with('[')).collect()
+}
+
+#[test]
+fn ping_prints_every_step_in_order_and_succeeds() {
+    let (code, out, err) = bypass(&["ping"]);
+    assert_eq!(code, 0, "stdout:\n{out}\nstderr:\n{err}");
+    let expected = [
+        "open devices",
+        "create PD, CQ, pool, RC QP",
+        "exchange endpoints",
+        "A: RESET -> INIT",
+        "B: RESET -> INIT",
+        "B: post a 1-byte receive",
+        "A: INIT -> RTR",
+        "B: INIT -> RTR",
+        "A: RTR -> RTS",
+        "B: RTR -> RTS",
+        "A: post a 1-byte SEND",
+        "A: send completion",
+        "B: receive completion",
+    ];
+    let lines = steps(&out);
+    assert_eq!(lines.len(), expected.len(), "{out}");
+    for (k, (line, name)) in lines.iter().zip(expected).enumerate() {
+        assert!(
+            line.starts_with(&format!("[{:>2}] {name}", k + 1)),
+            "{line}"
+        );
+        assert!(line.contains(" ok "), "{line}");
+    }
+    assert!(out.contains("state INIT"), "{out}");
+    assert!(out.contains("state RTR"), "{out}");
+    assert!(out.contains("state RTS"), "{out}");
+    assert!(out.contains("1 byte(s)"), "{out}");
+    assert!(out.contains("data 0x42"), "{out}");
+    assert!(
+        out.lines()
+            .last()
+            .is_some_and(|l| l.starts_with("ping: ok")),
+        "{out}"
+    );
+}
+
+#[test]
+fn ping_on_a_threaded_fabric_succeeds_too() {
+    let (code, out, err) = bypass(&["ping", "--threaded"]);
+    assert_eq!(code, 0, "stdout:\n{out}\nstderr:\n{err}");
+    assert!(out.contains("threaded fabric"), "{out}");
+}
+
+#[test]
+fn ping_without_a_receive_stops_at_the_send_completion_and_explains_rnr() {
+    let (code, out, err) = bypass(&["ping", "--no-recv"]);
+    assert_eq!(code, 1, "stdout:\n{out}\nstderr:\n{err}");
+    assert!(!out.contains("post a 1-byte receive"), "{out}");
+    assert!(
+        out.contains("A: send completion") && out.contains("FAILED"),
+        "{out}"
+    );
+    assert!(err.contains("ping stopped at step"), "{err}");
+    assert!(err.contains("(A: send completion)"), "{err}");
+    assert!(err.contains("RNR_RETRY_EXC_ERR"), "{err}");
+}
+
+#[test]
+fn ping_bad_options_are_usage_errors() {
+    let cases: [(&[&str], &str); 3] = [
+        (&["ping", "--timeout-ms", "soon"], "invalid value"),
+        (&["ping", "-d", "eth0"], "is not a device"),
+        (&["ping", "--frobnicate"], "unexpected argument"),
+    ];
+    for (args, why) in cases {
+        let (code, _, err) = bypass(args);
+        assert_eq!(code, 2, "{args:?}");
+        assert!(err.contains(why), "{args:?}: {err}");
+    }
+}
