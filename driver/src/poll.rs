@@ -12,12 +12,13 @@
 //! Owns: [`WorkCompletion`], [`WcStatus`], [`WcOpcode`], [`WcFlags`], [`QpTable`] (which QPs
 //! report to a CQ) and [`CqPoller`]. Must not: allocate, lock, make syscalls or format on the
 //! polling path (the table lock is taken only on the first poll after a QP joined or left the
-//! CQ), or arm the CQ (that is `cq.rs`).
+//! CQ; the consumer flag shared with [`QpTable::clean`] is only ever tried, never waited for),
+//! or arm the CQ (that is `cq.rs`).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use bypass_hw::cqe::{Cqe64, CqeOpcode, sw_owns};
+use bypass_hw::cqe::{Cqe64, CqeOpcode, MLX5_CQE_OWNER_MASK, sw_owns};
 use bypass_hw::syndrome::CqeSyndrome;
 use bypass_hw::wqe::WqeOpcode;
 
@@ -221,7 +222,9 @@ pub fn decode(cqe: &Cqe64) -> WorkCompletion {
     wc
 }
 
-/// The QPs that report completions to one CQ, so the poller can find a completion's `wr_id`.
+/// The QPs that report completions to one CQ, so the poller can find a completion's `wr_id`,
+/// and the CQ's consumer state (consumer index and the flag that gives one party at a time the
+/// right to move it: the poller, or a QP's destroy/reset cleaning its CQEs out of the ring).
 ///
 /// Changes (a QP created or destroyed: control path) go through a mutex and bump a
 /// generation counter; the poller checks the counter with one atomic load per poll and takes
@@ -230,6 +233,11 @@ pub fn decode(cqe: &Cqe64) -> WorkCompletion {
 pub struct QpTable {
     generation: AtomicU64,
     current: Mutex<Arc<[Arc<WqShared>]>>,
+    /// Set while the poller or a cleaner works on the ring. The poller never waits for it (a
+    /// poll that finds it set returns nothing); a cleaner (control path) spins until it gets it.
+    busy: AtomicBool,
+    /// The consumer index; only the holder of `busy` changes it.
+    ci: AtomicU32,
 }
 
 impl QpTable {
@@ -238,6 +246,8 @@ impl QpTable {
         Self {
             generation: AtomicU64::new(0),
             current: Mutex::new(Arc::from(Vec::new())),
+            busy: AtomicBool::new(false),
+            ci: AtomicU32::new(0),
         }
     }
 
@@ -263,6 +273,98 @@ impl QpTable {
         self.update(|v| v.retain(|w| w.qpn() != qpn));
     }
 
+    /// Takes the consumer side, waiting (control path only) while the poller holds it.
+    fn acquire_blocking(&self) {
+        while self
+            .busy
+            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            std::thread::yield_now();
+        }
+    }
+
+    /// Takes the consumer side if free (the poller: never waits).
+    #[inline(always)]
+    fn try_acquire(&self) -> bool {
+        !self.busy.swap(true, Ordering::Acquire)
+    }
+
+    #[inline(always)]
+    fn release(&self) {
+        self.busy.store(false, Ordering::Release);
+    }
+
+    /// Removes every CQE of QP `qpn` still unpolled in the CQ ring, moving the others up and the
+    /// consumer index past the freed slots, and publishes the new consumer index; returns how
+    /// many CQEs it dropped. Waits while a poll is in progress (control path: QP destroy and
+    /// reset).
+    ///
+    /// Why: the firmware reuses QP numbers; a CQE of a destroyed (or reset) QP left in the ring
+    /// would be taken, after a new QP got the same number, for a completion of the new QP's
+    /// WQE, and its owner may release buffers the NIC still uses. rdma-core
+    /// `providers/mlx5/cq.c` `__mlx5_cq_clean` (called from `mlx5_destroy_qp` and the
+    /// modify-to-RESET path of `mlx5_modify_qp`): find the producer by the owner bit (at most
+    /// `nent - 1` entries past the consumer index), walk back to the consumer index dropping
+    /// the QP's CQEs and copying each kept CQE `freed` slots forward with the destination's own
+    /// owner bit, then advance the consumer index by `freed`.
+    ///
+    /// `ring`/`nent`/`cqe_size`/`dbr` must describe the CQ this table belongs to.
+    pub fn clean(
+        &self,
+        ring: &RingPtr,
+        nent: u32,
+        cqe_size: usize,
+        dbr: &RingPtr,
+        qpn: u32,
+    ) -> u32 {
+        self.acquire_blocking();
+        let ci = self.ci.load(Ordering::Relaxed);
+        let off = |i: u32| (i & (nent - 1)) as usize * cqe_size + (cqe_size - 64);
+        let mut prod = ci;
+        while prod.wrapping_sub(ci) < nent - 1 && sw_owns(ring.read_u8(off(prod) + 63), prod, nent)
+        {
+            prod = prod.wrapping_add(1);
+        }
+        // The CQEs up to `prod` are software's: read their contents only after their owner bits.
+        udma_from_device_barrier();
+        let mut freed = 0u32;
+        let mut cqe = [0u8; 128];
+        let cqe = &mut cqe[..cqe_size.min(128)];
+        while prod != ci {
+            prod = prod.wrapping_sub(1);
+            let src = (prod & (nent - 1)) as usize * cqe_size;
+            ring.read(src, cqe);
+            // `sop_drop_qpn` / `s_wqe_opcode_qpn` (bytes 56..60 of the 64-byte CQE): the QPN in
+            // the low 24 bits, for good and error CQEs alike.
+            let q = cqe.len() - 8;
+            let this = cqe
+                .get(q..q + 4)
+                .and_then(|b| <[u8; 4]>::try_from(b).ok())
+                .map_or(u32::MAX, |b| u32::from_be_bytes(b) & 0x00ff_ffff);
+            if this == qpn {
+                freed += 1;
+            } else if freed > 0 {
+                let dst_index = prod.wrapping_add(freed);
+                let dst = (dst_index & (nent - 1)) as usize * cqe_size;
+                let owner = ring.read_u8(dst + cqe_size - 1) & MLX5_CQE_OWNER_MASK;
+                if let Some(last) = cqe.last_mut() {
+                    *last = (*last & !MLX5_CQE_OWNER_MASK) | owner;
+                }
+                ring.write(dst, cqe);
+            }
+        }
+        if freed > 0 {
+            let ci = ci.wrapping_add(freed);
+            self.ci.store(ci, Ordering::Relaxed);
+            // The moved CQEs must be in memory before the slots are given back.
+            udma_to_device_barrier();
+            dbr.write_be32(0, ci & 0x00ff_ffff);
+        }
+        self.release();
+        freed
+    }
+
     fn snapshot(&self) -> (u64, Arc<[Arc<WqShared>]>) {
         let cur = self.current.lock().unwrap_or_else(|p| p.into_inner());
         (self.generation.load(Ordering::Acquire), cur.clone())
@@ -275,7 +377,6 @@ pub struct CqPoller {
     ring: RingPtr,
     nent: u32,
     cqe_size: usize,
-    ci: u32,
     dbr: RingPtr,
     table: Arc<QpTable>,
     snap: Arc<[Arc<WqShared>]>,
@@ -298,7 +399,6 @@ impl CqPoller {
             ring,
             nent,
             cqe_size,
-            ci: 0,
             dbr,
             table,
             snap,
@@ -309,7 +409,7 @@ impl CqPoller {
 
     /// The consumer index (CQEs consumed, 24 bits used by the device).
     pub fn consumer_index(&self) -> u32 {
-        self.ci
+        self.table.ci.load(Ordering::Relaxed)
     }
 
     /// Entries in the ring.
@@ -337,10 +437,10 @@ impl CqPoller {
     /// The CQE at the consumer index if software owns it (rdma-core `get_sw_cqe`), after the
     /// `udma_from_device_barrier` that keeps its other fields from being read early.
     #[inline(always)]
-    fn next_cqe(&self) -> Option<&Cqe64> {
-        let off = self.cqe_off(self.ci);
+    fn next_cqe(&self, ci: u32) -> Option<&Cqe64> {
+        let off = self.cqe_off(ci);
         let op_own = self.ring.read_u8(off + 63);
-        if !sw_owns(op_own, self.ci, self.nent) {
+        if !sw_owns(op_own, ci, self.nent) {
             return None;
         }
         udma_from_device_barrier();
@@ -393,57 +493,76 @@ impl CqPoller {
 
     /// Publishes the consumer index in the doorbell record (rdma-core `update_cons_index`).
     #[inline(always)]
-    fn publish_ci(&self) {
+    fn publish_ci(&self, ci: u32) {
+        self.table.ci.store(ci, Ordering::Relaxed);
         // Keep the CQE reads above from being moved after the store that gives the entries
         // back to the device (a compiler fence on x86-64, whose loads are not reordered with
         // later stores; `dmb oshst` on aarch64).
         udma_to_device_barrier();
-        self.dbr.write_be32(0, self.ci & 0x00ff_ffff);
+        self.dbr.write_be32(0, ci & 0x00ff_ffff);
     }
 
     /// Polls up to `out.len()` completions into `out`; returns how many. Writes the doorbell
-    /// record once, after the batch.
+    /// record once, after the batch. Returns 0 without waiting while a QP destroy or reset is
+    /// cleaning this CQ.
     #[inline]
     pub fn poll(&mut self, out: &mut [WorkCompletion]) -> usize {
         self.refresh();
+        if !self.table.try_acquire() {
+            return 0;
+        }
+        let mut ci = self.table.ci.load(Ordering::Relaxed);
         let mut n = 0;
         for slot in out.iter_mut() {
-            let Some(cqe) = self.next_cqe() else { break };
+            let Some(cqe) = self.next_cqe(ci) else { break };
             let mut wc = decode(cqe);
-            self.ci = self.ci.wrapping_add(1);
+            ci = ci.wrapping_add(1);
             self.retire(&mut wc);
             *slot = wc;
             n += 1;
         }
         if n > 0 {
-            self.publish_ci();
+            self.publish_ci(ci);
         }
+        self.table.release();
         n
     }
 
     /// Polls one completion.
     #[inline]
     pub fn poll_one(&mut self) -> Option<WorkCompletion> {
-        self.refresh();
-        let cqe = self.next_cqe()?;
-        let mut wc = decode(cqe);
-        self.ci = self.ci.wrapping_add(1);
-        self.retire(&mut wc);
-        self.publish_ci();
-        Some(wc)
+        self.poll_with(|_| ()).map(|(wc, ())| wc)
     }
 
     /// Polls one completion and returns the CQE's 64 bytes too (research access; copies the
     /// CQE, so not for the hot path).
     pub fn poll_raw(&mut self) -> Option<(WorkCompletion, [u8; 64])> {
+        self.poll_with(|cqe| -> [u8; 64] { zerocopy::transmute!(*cqe) })
+    }
+
+    #[inline(always)]
+    fn poll_with<R>(&mut self, f: impl FnOnce(&Cqe64) -> R) -> Option<(WorkCompletion, R)> {
         self.refresh();
-        let cqe = self.next_cqe()?;
-        let raw: [u8; 64] = zerocopy::transmute!(*cqe);
+        if !self.table.try_acquire() {
+            return None;
+        }
+        let ci = self.table.ci.load(Ordering::Relaxed);
+        let Some(cqe) = self.next_cqe(ci) else {
+            self.table.release();
+            return None;
+        };
+        let r = f(cqe);
         let mut wc = decode(cqe);
-        self.ci = self.ci.wrapping_add(1);
         self.retire(&mut wc);
-        self.publish_ci();
-        Some((wc, raw))
+        self.publish_ci(ci.wrapping_add(1));
+        self.table.release();
+        Some((wc, r))
+    }
+
+    /// Removes the unpolled CQEs of QP `qpn` from this CQ (see [`QpTable::clean`]).
+    pub fn clean(&self, qpn: u32) -> u32 {
+        self.table
+            .clean(&self.ring, self.nent, self.cqe_size, &self.dbr, qpn)
     }
 
     /// The raw 64 bytes of the CQE at consumer index `ci` (owned by software or not), read with
@@ -574,6 +693,36 @@ mod tests {
             0,
             "a detached QP's wr_id is unknown"
         );
+    }
+
+    #[test]
+    fn clean_drops_one_qps_cqes_across_the_wrap_and_keeps_the_rest_in_order() {
+        let mut f = fixture(4);
+        // Consume two, so the four pending CQEs are at 2, 3 (lap 0) and 4, 5 (lap 1, owner 1).
+        put(&f, 0, &req(5, 0, WqeOpcode::SEND, false));
+        put(&f, 1, &req(5, 1, WqeOpcode::SEND, false));
+        assert_eq!(f.poller.poll(&mut [decode(&Cqe64::new_zeroed()); 2]), 2);
+        put(&f, 2, &req(9, 0, WqeOpcode::SEND, false));
+        put(&f, 3, &req(5, 2, WqeOpcode::SEND, false));
+        put(&f, 4, &req(9, 1, WqeOpcode::SEND, true));
+        // Slot 5 (index 1 of lap 1) still holds lap 0's CQE: not produced yet.
+        assert_eq!(f.poller.clean(9), 2);
+        assert_eq!(f.poller.consumer_index(), 4);
+        let mut ci = [0u8; 4];
+        f.poller.dbr.read(0, &mut ci);
+        assert_eq!(
+            u32::from_be_bytes(ci),
+            4,
+            "the new consumer index is published"
+        );
+        let wc = f.poller.poll_one().unwrap();
+        assert_eq!(
+            (wc.qpn, wc.wqe_index),
+            (5, 2),
+            "moved to slot 4 with lap 1's owner bit"
+        );
+        assert!(f.poller.poll_one().is_none());
+        assert_eq!(f.poller.clean(9), 0, "nothing left to drop");
     }
 
     #[test]

@@ -94,8 +94,20 @@ impl Drop for QpResources {
             }
             Err(e) => tracing::error!(qpn = self.qpn, error = %e, "DESTROY_QP input"),
         }
+        // The device writes no more CQEs for this QPN: drop those still unpolled, before the
+        // firmware can hand the number to a new QP on these CQs (rdma-core `mlx5_destroy_qp`:
+        // `__mlx5_cq_clean` of the receive CQ, then of the send CQ if it is another one).
+        clean_cqs(&self.send_cq, &self.recv_cq, self.qpn);
         self.send_cq.table().detach(self.qpn);
         self.recv_cq.table().detach(self.qpn);
+    }
+}
+
+/// Removes QP `qpn`'s unpolled CQEs from its receive CQ and (if another) its send CQ.
+fn clean_cqs(send_cq: &CqShared, recv_cq: &CqShared, qpn: u32) {
+    recv_cq.clean(qpn);
+    if !core::ptr::eq(send_cq, recv_cq) {
+        send_cq.clean(qpn);
     }
 }
 
@@ -328,12 +340,14 @@ impl Qp {
         self.modify("2ERR", i, QpState::Err)
     }
 
-    /// Any state → RST. The rings start over (rdma-core `mlx5_modify_qp` to RESET:
-    /// `mlx5_init_qp_indices` and a cleared doorbell record); completions of this QP still in
-    /// its CQs should be polled first.
+    /// Any state → RST. Completions of this QP still unpolled in its CQs are removed (they
+    /// would otherwise be taken for WQEs posted after the reset), and the rings start over
+    /// (rdma-core `mlx5_modify_qp` to RESET: `mlx5_cq_clean` of both CQs,
+    /// `mlx5_init_qp_indices` and a cleared doorbell record).
     pub fn reset(&mut self) -> Result<()> {
         let i = to_rst_input(self.res.qpn);
         self.modify("2RST", i, QpState::Rst)?;
+        clean_cqs(&self.res.send_cq, &self.res.recv_cq, self.res.qpn);
         self.sq.cur_post = 0;
         self.rq.head = 0;
         self.shared.reset();
