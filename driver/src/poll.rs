@@ -11,12 +11,11 @@
 //!
 //! Owns: [`WorkCompletion`], [`WcStatus`], [`WcOpcode`], [`WcFlags`], [`QpTable`] (which QPs
 //! report to a CQ) and [`CqPoller`]. Must not: allocate, lock, make syscalls or format on the
-//! polling path (the table lock is taken only on the first poll after a QP joined or left the
-//! CQ; the consumer flag shared with [`QpTable::clean`] is only ever tried, never waited for),
-//! or arm the CQ (that is `cq.rs`).
+//! polling path (the consumer flag shared with QP attach/detach and [`QpTable::clean`] is only
+//! ever tried, never waited for), or arm the CQ (that is `cq.rs`).
 
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use bypass_hw::cqe::{Cqe64, CqeOpcode, MLX5_CQE_OWNER_MASK, sw_owns};
 use bypass_hw::syndrome::CqeSyndrome;
@@ -222,55 +221,114 @@ pub fn decode(cqe: &Cqe64) -> WorkCompletion {
     wc
 }
 
+/// One slot of the QP table: a QPN (`EMPTY_QPN` when free) and its bookkeeping.
+#[derive(Debug, Clone, Default)]
+struct Slot {
+    qpn: u32,
+    wq: Option<Arc<WqShared>>,
+}
+
+/// No QPN has bit 24 or above set (QPNs are 24 bits), so this never matches a CQE's.
+const EMPTY_QPN: u32 = u32::MAX;
+
 /// The QPs that report completions to one CQ, so the poller can find a completion's `wr_id`,
 /// and the CQ's consumer state (consumer index and the flag that gives one party at a time the
 /// right to move it: the poller, or a QP's destroy/reset cleaning its CQEs out of the ring).
 ///
-/// Changes (a QP created or destroyed: control path) go through a mutex and bump a
-/// generation counter; the poller checks the counter with one atomic load per poll and takes
-/// the lock only when it moved, to pick up the new snapshot.
-#[derive(Debug, Default)]
+/// The QPs sit in an open-addressed table indexed by `qpn & mask` (linear probing, at most
+/// half full), so the poller finds a CQE's QP with one indexed load and one compare. The table
+/// and the consumer index are touched only by the holder of `busy`: the poller tries it once
+/// per poll (never waits: a poll that finds it taken returns nothing), the control path (QP
+/// attach, detach, CQ clean) spins until it gets it.
+#[derive(Debug)]
 pub struct QpTable {
-    generation: AtomicU64,
-    current: Mutex<Arc<[Arc<WqShared>]>>,
-    /// Set while the poller or a cleaner works on the ring. The poller never waits for it (a
-    /// poll that finds it set returns nothing); a cleaner (control path) spins until it gets it.
     busy: AtomicBool,
     /// The consumer index; only the holder of `busy` changes it.
     ci: AtomicU32,
+    slots: core::cell::UnsafeCell<Box<[Slot]>>,
+}
+
+// SAFETY: `slots` is read and written only by the holder of `busy` (acquired with `Acquire`,
+// released with `Release`), so accesses from different threads never overlap and each sees
+// the previous holder's writes; everything else is atomic.
+unsafe impl Sync for QpTable {}
+
+impl Default for QpTable {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 impl QpTable {
     /// An empty table.
     pub fn new() -> Self {
         Self {
-            generation: AtomicU64::new(0),
-            current: Mutex::new(Arc::from(Vec::new())),
             busy: AtomicBool::new(false),
             ci: AtomicU32::new(0),
+            slots: core::cell::UnsafeCell::new(vec![Slot::empty(); 16].into_boxed_slice()),
         }
     }
 
-    fn update(&self, f: impl FnOnce(&mut Vec<Arc<WqShared>>)) {
-        let mut cur = self.current.lock().unwrap_or_else(|p| p.into_inner());
-        let mut v: Vec<Arc<WqShared>> = cur.iter().cloned().collect();
-        f(&mut v);
-        *cur = Arc::from(v);
-        self.generation.fetch_add(1, Ordering::Release);
+    /// Runs `f` on the slots while holding the consumer side (control path).
+    fn with_slots<R>(&self, f: impl FnOnce(&mut Box<[Slot]>) -> R) -> R {
+        self.acquire_blocking();
+        // SAFETY: we hold `busy`: nobody else touches `slots` until `release`.
+        let r = f(unsafe { &mut *self.slots.get() });
+        self.release();
+        r
     }
 
     /// Adds a QP (no-op if its QPN is already there).
     pub fn attach(&self, wq: Arc<WqShared>) {
-        self.update(|v| {
-            if !v.iter().any(|w| w.qpn() == wq.qpn()) {
-                v.push(wq);
+        self.with_slots(|slots| {
+            let mut all: Vec<Arc<WqShared>> = slots.iter().filter_map(|s| s.wq.clone()).collect();
+            if all.iter().any(|w| w.qpn() == wq.qpn()) {
+                return;
             }
+            all.push(wq);
+            *slots = build_slots(&all);
         });
     }
 
     /// Removes QP `qpn`.
     pub fn detach(&self, qpn: u32) {
-        self.update(|v| v.retain(|w| w.qpn() != qpn));
+        self.with_slots(|slots| {
+            let all: Vec<Arc<WqShared>> = slots
+                .iter()
+                .filter_map(|s| s.wq.clone())
+                .filter(|w| w.qpn() != qpn)
+                .collect();
+            *slots = build_slots(&all);
+        });
+    }
+
+    /// The bookkeeping of QP `qpn`. The caller must hold `busy`.
+    #[inline(always)]
+    fn lookup(&self, qpn: u32) -> Option<&WqShared> {
+        // SAFETY: the caller holds `busy` (the poller, between `try_acquire` and `release`),
+        // so nobody replaces or mutates `slots` while this shared borrow lives.
+        let slots = unsafe { &*self.slots.get() };
+        let mask = slots.len().wrapping_sub(1);
+        match slots.get(qpn as usize & mask) {
+            Some(s) if s.qpn == qpn => s.wq.as_deref(),
+            _ => Self::probe(slots, qpn),
+        }
+    }
+
+    #[cold]
+    fn probe(slots: &[Slot], qpn: u32) -> Option<&WqShared> {
+        let mask = slots.len().wrapping_sub(1);
+        let start = qpn as usize & mask;
+        for k in 1..slots.len() {
+            let s = slots.get((start + k) & mask)?;
+            if s.qpn == qpn {
+                return s.wq.as_deref();
+            }
+            if s.qpn == EMPTY_QPN {
+                return None;
+            }
+        }
+        None
     }
 
     /// Takes the consumer side, waiting (control path only) while the poller holds it.
@@ -364,11 +422,38 @@ impl QpTable {
         self.release();
         freed
     }
+}
 
-    fn snapshot(&self) -> (u64, Arc<[Arc<WqShared>]>) {
-        let cur = self.current.lock().unwrap_or_else(|p| p.into_inner());
-        (self.generation.load(Ordering::Acquire), cur.clone())
+impl Slot {
+    const fn empty() -> Self {
+        Self {
+            qpn: EMPTY_QPN,
+            wq: None,
+        }
     }
+}
+
+/// An open-addressed table of `wqs`: a power of two of at least 16 slots and at least twice
+/// as many as QPs, each QP at `qpn & mask` or the next free slot after it.
+fn build_slots(wqs: &[Arc<WqShared>]) -> Box<[Slot]> {
+    let n = (wqs.len() * 2).max(16).next_power_of_two();
+    let mut slots = vec![Slot::empty(); n];
+    let mask = n - 1;
+    for w in wqs {
+        let start = w.qpn() as usize & mask;
+        for k in 0..n {
+            if let Some(s) = slots.get_mut((start + k) & mask) {
+                if s.qpn == EMPTY_QPN {
+                    *s = Slot {
+                        qpn: w.qpn(),
+                        wq: Some(w.clone()),
+                    };
+                    break;
+                }
+            }
+        }
+    }
+    slots.into_boxed_slice()
 }
 
 /// The consumer side of a CQ ring: consumer index, the owner-bit rule, the doorbell record.
@@ -379,9 +464,6 @@ pub struct CqPoller {
     cqe_size: usize,
     dbr: RingPtr,
     table: Arc<QpTable>,
-    snap: Arc<[Arc<WqShared>]>,
-    seen: u64,
-    last: usize,
 }
 
 impl CqPoller {
@@ -394,16 +476,12 @@ impl CqPoller {
         dbr: RingPtr,
         table: Arc<QpTable>,
     ) -> Self {
-        let (seen, snap) = table.snapshot();
         Self {
             ring,
             nent,
             cqe_size,
             dbr,
             table,
-            snap,
-            seen,
-            last: 0,
         }
     }
 
@@ -450,39 +528,12 @@ impl CqPoller {
         unsafe { self.ring.view::<Cqe64>(off) }
     }
 
-    #[inline(always)]
-    fn refresh(&mut self) {
-        if self.table.generation.load(Ordering::Acquire) != self.seen {
-            self.refresh_slow();
-        }
-    }
-
-    #[cold]
-    fn refresh_slow(&mut self) {
-        let (seen, snap) = self.table.snapshot();
-        self.seen = seen;
-        self.snap = snap;
-        self.last = 0;
-    }
-
-    #[inline(always)]
-    fn lookup(&mut self, qpn: u32) -> Option<&WqShared> {
-        if let Some(w) = self.snap.get(self.last) {
-            if w.qpn() == qpn {
-                return self.snap.get(self.last).map(|a| &**a);
-            }
-        }
-        let i = self.snap.iter().position(|w| w.qpn() == qpn)?;
-        self.last = i;
-        self.snap.get(i).map(|a| &**a)
-    }
-
     /// Fills the completion's `wr_id` and retires its WQE(s) in the QP's bookkeeping.
     #[inline(always)]
     fn retire(&mut self, wc: &mut WorkCompletion) {
         let recv = wc.flags.contains(WcFlags::RECV);
         let index = wc.wqe_index;
-        if let Some(w) = self.lookup(wc.qpn) {
+        if let Some(w) = self.table.lookup(wc.qpn) {
             wc.wr_id = if recv {
                 w.complete_recv()
             } else {
@@ -507,7 +558,6 @@ impl CqPoller {
     /// cleaning this CQ.
     #[inline]
     pub fn poll(&mut self, out: &mut [WorkCompletion]) -> usize {
-        self.refresh();
         if !self.table.try_acquire() {
             return 0;
         }
@@ -542,7 +592,6 @@ impl CqPoller {
 
     #[inline(always)]
     fn poll_with<R>(&mut self, f: impl FnOnce(&Cqe64) -> R) -> Option<(WorkCompletion, R)> {
-        self.refresh();
         if !self.table.try_acquire() {
             return None;
         }
