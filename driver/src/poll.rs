@@ -20,6 +20,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use bypass_hw::cqe::{Cqe64, CqeOpcode, MLX5_CQE_OWNER_MASK, sw_owns};
 use bypass_hw::syndrome::CqeSyndrome;
 use bypass_hw::wqe::WqeOpcode;
+use zerocopy::IntoBytes;
 
 use crate::barrier::{udma_from_device_barrier, udma_to_device_barrier};
 use crate::wq::{RingPtr, WqShared};
@@ -96,37 +97,211 @@ bitflags::bitflags! {
     }
 }
 
-/// One completion, decoded. A plain `Copy` value: nothing in it borrows the CQ.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// One completion: the `wr_id` and the CQE words the accessors decode from (lazily: polling
+/// copies five words and decodes only what finding the `wr_id` needs). A plain `Copy` value of
+/// 32 bytes: nothing in it borrows the CQ.
+#[derive(Clone, Copy, PartialEq, Eq)]
 pub struct WorkCompletion {
-    /// The `wr_id` of the work request (for a send: the one `wqe_counter` names, which also
-    /// retires the unsignaled WQEs before it).
-    pub wr_id: u64,
-    /// Success, or the syndrome.
-    pub status: WcStatus,
-    /// What completed (for error completions of sends: the failed WQE's opcode; for receive
-    /// errors: [`WcOpcode::Recv`]).
-    pub opcode: WcOpcode,
-    /// Bytes received (receives), read (READ) or 8 (atomics).
-    pub byte_len: u32,
-    /// Immediate data (with [`WcFlags::WITH_IMM`]) or invalidated rkey.
-    pub imm: u32,
-    /// The local QP.
-    pub qpn: u32,
-    /// The remote QP (receives).
-    pub src_qp: u32,
-    /// The WQE index the CQE carries (`wqe_counter`: the send WQE's first WQEBB).
-    pub wqe_index: u16,
-    /// Flags.
-    pub flags: WcFlags,
-    /// The vendor syndrome of an error completion (0 otherwise).
-    pub vendor_err: u8,
+    wr_id: u64,
+    /// CQE bytes 56..64 as stored (`sop_drop_qpn`, `wqe_counter`, `signature`, `op_own`),
+    /// read as one little-endian `u64`.
+    tail: u64,
+    /// `flags_rqpn` (bytes 24..28), big-endian as stored.
+    flags_rqpn: u32,
+    /// `imm_inval_pkey` (bytes 36..40), big-endian as stored.
+    imm: u32,
+    /// `byte_cnt` (bytes 44..48), big-endian as stored.
+    byte_cnt: u32,
+    /// Bytes 54..56 as stored: `vendor_err_synd`, `syndrome` of an error CQE.
+    err: u16,
 }
 
+/// Byte offsets in the 64-byte CQE (`struct mlx5_cqe64` / `mlx5_err_cqe`, mlx5dv.h).
+const OFF_FLAGS_RQPN: usize = 0x18;
+const OFF_IMM: usize = 0x24;
+const OFF_BYTE_CNT: usize = 0x2c;
+const OFF_ERR: usize = 0x36;
+const OFF_TAIL: usize = 0x38;
+
 impl WorkCompletion {
+    /// The `wr_id` of the work request (for a send: the one `wqe_counter` names, which also
+    /// retires the unsignaled WQEs before it).
+    #[inline]
+    pub const fn wr_id(&self) -> u64 {
+        self.wr_id
+    }
+
+    #[inline(always)]
+    const fn op_own(&self) -> u8 {
+        (self.tail >> 56) as u8
+    }
+
+    #[inline(always)]
+    const fn cqe_opcode(&self) -> CqeOpcode {
+        CqeOpcode(self.op_own() >> 4)
+    }
+
+    /// `sop_drop_qpn` / `s_wqe_opcode_qpn`: WQE opcode in 31:24, QPN in 23:0.
+    #[inline(always)]
+    const fn sop_drop_qpn(&self) -> u32 {
+        u32::from_be(self.tail as u32)
+    }
+
+    #[inline(always)]
+    const fn wqe_opcode(&self) -> WqeOpcode {
+        WqeOpcode((self.sop_drop_qpn() >> 24) as u8)
+    }
+
+    /// True for an error CQE (REQ_ERR or RESP_ERR).
+    #[inline(always)]
+    const fn is_error(&self) -> bool {
+        matches!(self.cqe_opcode(), CqeOpcode::REQ_ERR | CqeOpcode::RESP_ERR)
+    }
+
+    /// True for a receive-queue CQE (responder opcodes and RESP_ERR): the RQ's oldest WQE
+    /// completed.
+    #[inline(always)]
+    const fn is_recv_cqe(&self) -> bool {
+        // Bits 1..=4 (RESP_WR_IMM, RESP_SEND, RESP_SEND_IMM, RESP_SEND_INV) and 14 (RESP_ERR).
+        (0x401e_u32 >> (self.op_own() >> 4)) & 1 != 0
+    }
+
+    /// Success, or the syndrome.
+    pub const fn status(&self) -> WcStatus {
+        if self.is_error() {
+            WcStatus::Error(CqeSyndrome((self.err >> 8) as u8))
+        } else {
+            WcStatus::Success
+        }
+    }
+
     /// True when the request succeeded.
+    #[inline]
     pub const fn is_ok(&self) -> bool {
-        self.status.is_ok()
+        !self.is_error()
+    }
+
+    /// What completed (for error completions of sends: the failed WQE's opcode; for receive
+    /// errors: [`WcOpcode::Recv`]). rdma-core `cq.c` `handle_good_req` / `handle_responder` /
+    /// `mlx5_handle_error_cqe`.
+    pub const fn opcode(&self) -> WcOpcode {
+        match self.cqe_opcode() {
+            CqeOpcode::REQ | CqeOpcode::REQ_ERR => send_opcode(self.wqe_opcode()).0,
+            CqeOpcode::RESP_WR_IMM => WcOpcode::RecvRdmaWithImm,
+            CqeOpcode::RESP_SEND
+            | CqeOpcode::RESP_SEND_IMM
+            | CqeOpcode::RESP_SEND_INV
+            | CqeOpcode::RESP_ERR => WcOpcode::Recv,
+            other => WcOpcode::Other(other),
+        }
+    }
+
+    /// Bytes received (receives), read (READ) or 8 (atomics); 0 otherwise.
+    pub const fn byte_len(&self) -> u32 {
+        match self.cqe_opcode() {
+            CqeOpcode::REQ => match send_opcode(self.wqe_opcode()).0 {
+                WcOpcode::RdmaRead => u32::from_be(self.byte_cnt),
+                WcOpcode::CompSwap | WcOpcode::FetchAdd => 8,
+                _ => 0,
+            },
+            CqeOpcode::RESP_WR_IMM
+            | CqeOpcode::RESP_SEND
+            | CqeOpcode::RESP_SEND_IMM
+            | CqeOpcode::RESP_SEND_INV => u32::from_be(self.byte_cnt),
+            _ => 0,
+        }
+    }
+
+    /// Immediate data (with [`WcFlags::WITH_IMM`]) or invalidated rkey ([`WcFlags::WITH_INV`]);
+    /// 0 otherwise.
+    pub const fn imm(&self) -> u32 {
+        match self.cqe_opcode() {
+            CqeOpcode::RESP_WR_IMM | CqeOpcode::RESP_SEND_IMM | CqeOpcode::RESP_SEND_INV => {
+                u32::from_be(self.imm)
+            }
+            _ => 0,
+        }
+    }
+
+    /// The local QP.
+    #[inline]
+    pub const fn qpn(&self) -> u32 {
+        self.sop_drop_qpn() & 0x00ff_ffff
+    }
+
+    /// The remote QP (successful receives; 0 otherwise).
+    pub const fn src_qp(&self) -> u32 {
+        match self.cqe_opcode() {
+            CqeOpcode::RESP_WR_IMM
+            | CqeOpcode::RESP_SEND
+            | CqeOpcode::RESP_SEND_IMM
+            | CqeOpcode::RESP_SEND_INV => u32::from_be(self.flags_rqpn) & 0x00ff_ffff,
+            _ => 0,
+        }
+    }
+
+    /// The WQE index the CQE carries (`wqe_counter`: the send WQE's first WQEBB).
+    #[inline]
+    pub const fn wqe_index(&self) -> u16 {
+        u16::from_be((self.tail >> 32) as u16)
+    }
+
+    /// Flags.
+    pub const fn flags(&self) -> WcFlags {
+        let mut f = 0u8;
+        match self.cqe_opcode() {
+            CqeOpcode::REQ => {
+                if send_opcode(self.wqe_opcode()).1 {
+                    f |= WcFlags::WITH_IMM.bits();
+                }
+            }
+            CqeOpcode::RESP_WR_IMM
+            | CqeOpcode::RESP_SEND
+            | CqeOpcode::RESP_SEND_IMM
+            | CqeOpcode::RESP_SEND_INV => {
+                // rdma-core `handle_responder`.
+                f |= WcFlags::RECV.bits();
+                match self.cqe_opcode() {
+                    CqeOpcode::RESP_WR_IMM | CqeOpcode::RESP_SEND_IMM => {
+                        f |= WcFlags::WITH_IMM.bits()
+                    }
+                    CqeOpcode::RESP_SEND_INV => f |= WcFlags::WITH_INV.bits(),
+                    _ => {}
+                }
+                // `g = (flags_rqpn >> 28) & 3` (rdma-core `handle_responder`).
+                if (u32::from_be(self.flags_rqpn) >> 28) & 3 != 0 {
+                    f |= WcFlags::GRH.bits();
+                }
+                if self.op_own() & 0x2 != 0 {
+                    f |= WcFlags::SOLICITED.bits();
+                }
+            }
+            CqeOpcode::RESP_ERR => f |= WcFlags::RECV.bits(),
+            _ => {}
+        }
+        WcFlags::from_bits_retain(f)
+    }
+
+    /// The vendor syndrome of an error completion (0 otherwise).
+    pub const fn vendor_err(&self) -> u8 {
+        if self.is_error() { self.err as u8 } else { 0 }
+    }
+}
+
+impl core::fmt::Debug for WorkCompletion {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("WorkCompletion")
+            .field("wr_id", &self.wr_id())
+            .field("status", &self.status())
+            .field("opcode", &self.opcode())
+            .field("byte_len", &self.byte_len())
+            .field("imm", &self.imm())
+            .field("qpn", &self.qpn())
+            .field("src_qp", &self.src_qp())
+            .field("wqe_index", &self.wqe_index())
+            .field("flags", &self.flags())
+            .field("vendor_err", &self.vendor_err())
+            .finish()
     }
 }
 
@@ -144,81 +319,31 @@ const fn send_opcode(op: WqeOpcode) -> (WcOpcode, bool) {
     }
 }
 
-/// Decodes a CQE, with `wr_id` left 0 (see [`CqPoller`] for the lookup). Send completions
-/// need [`WorkCompletion::wqe_index`], receives complete in order.
+/// Captures a CQE, with `wr_id` left 0 (see [`CqPoller`] for the lookup).
 #[inline]
 pub fn decode(cqe: &Cqe64) -> WorkCompletion {
-    let opcode = cqe.opcode();
-    let mut wc = WorkCompletion {
-        wr_id: 0,
-        status: WcStatus::Success,
-        opcode: WcOpcode::Other(opcode),
-        byte_len: 0,
-        imm: 0,
-        qpn: cqe.qpn(),
-        src_qp: 0,
-        wqe_index: cqe.wqe_counter(),
-        flags: WcFlags::empty(),
-        vendor_err: 0,
+    let b = cqe.as_bytes();
+    let w32 = |o: usize| {
+        b.get(o..o + 4)
+            .and_then(|s| <[u8; 4]>::try_from(s).ok())
+            .map_or(0, u32::from_ne_bytes)
     };
-    match opcode {
-        CqeOpcode::REQ => {
-            let (op, imm) = send_opcode(cqe.wqe_opcode());
-            wc.opcode = op;
-            if imm {
-                wc.flags |= WcFlags::WITH_IMM;
-            }
-            wc.byte_len = match op {
-                WcOpcode::RdmaRead => cqe.byte_cnt(),
-                WcOpcode::CompSwap | WcOpcode::FetchAdd => 8,
-                _ => 0,
-            };
-        }
-        CqeOpcode::RESP_WR_IMM
-        | CqeOpcode::RESP_SEND
-        | CqeOpcode::RESP_SEND_IMM
-        | CqeOpcode::RESP_SEND_INV => {
-            // rdma-core `handle_responder`.
-            wc.flags |= WcFlags::RECV;
-            wc.byte_len = cqe.byte_cnt();
-            wc.src_qp = cqe.rqpn();
-            wc.imm = cqe.imm_inval_pkey();
-            wc.opcode = WcOpcode::Recv;
-            match opcode {
-                CqeOpcode::RESP_WR_IMM => {
-                    wc.opcode = WcOpcode::RecvRdmaWithImm;
-                    wc.flags |= WcFlags::WITH_IMM;
-                }
-                CqeOpcode::RESP_SEND_IMM => wc.flags |= WcFlags::WITH_IMM,
-                CqeOpcode::RESP_SEND_INV => wc.flags |= WcFlags::WITH_INV,
-                _ => wc.imm = 0,
-            }
-            // `g = (flags_rqpn >> 28) & 3` (rdma-core `handle_responder`).
-            if (cqe.flags_rqpn.get() >> 28) & 3 != 0 {
-                wc.flags |= WcFlags::GRH;
-            }
-            if cqe.se() != 0 {
-                wc.flags |= WcFlags::SOLICITED;
-            }
-        }
-        CqeOpcode::REQ_ERR | CqeOpcode::RESP_ERR => {
-            // rdma-core `mlx5_handle_error_cqe`: the syndrome, and for a send the failed WQE's
-            // index in `wqe_counter`.
-            let e = cqe.as_err();
-            wc.status = WcStatus::Error(e.syndrome());
-            wc.vendor_err = e.vendor_err_synd();
-            wc.qpn = e.qpn();
-            wc.wqe_index = e.wqe_counter();
-            if opcode == CqeOpcode::RESP_ERR {
-                wc.opcode = WcOpcode::Recv;
-                wc.flags |= WcFlags::RECV;
-            } else {
-                wc.opcode = send_opcode(e.wqe_opcode()).0;
-            }
-        }
-        _ => {}
+    let err = b
+        .get(OFF_ERR..OFF_ERR + 2)
+        .and_then(|s| <[u8; 2]>::try_from(s).ok())
+        .map_or(0, u16::from_le_bytes);
+    let tail = b
+        .get(OFF_TAIL..OFF_TAIL + 8)
+        .and_then(|s| <[u8; 8]>::try_from(s).ok())
+        .map_or(0, u64::from_le_bytes);
+    WorkCompletion {
+        wr_id: 0,
+        tail,
+        flags_rqpn: w32(OFF_FLAGS_RQPN),
+        imm: w32(OFF_IMM),
+        byte_cnt: w32(OFF_BYTE_CNT),
+        err,
     }
-    wc
 }
 
 /// One slot of the QP table: a QPN (`EMPTY_QPN` when free) and its bookkeeping.
@@ -531,9 +656,9 @@ impl CqPoller {
     /// Fills the completion's `wr_id` and retires its WQE(s) in the QP's bookkeeping.
     #[inline(always)]
     fn retire(&mut self, wc: &mut WorkCompletion) {
-        let recv = wc.flags.contains(WcFlags::RECV);
-        let index = wc.wqe_index;
-        if let Some(w) = self.table.lookup(wc.qpn) {
+        let recv = wc.is_recv_cqe();
+        let index = wc.wqe_index();
+        if let Some(w) = self.table.lookup(wc.qpn()) {
             wc.wr_id = if recv {
                 w.complete_recv()
             } else {
@@ -680,8 +805,8 @@ mod tests {
             put(&f, i, &req(5, i as u16, WqeOpcode::RDMA_READ, false));
         }
         assert_eq!(f.poller.poll(&mut out), 3);
-        assert_eq!(out[0].opcode, WcOpcode::RdmaRead);
-        assert_eq!(out[0].byte_len, 20);
+        assert_eq!(out[0].opcode(), WcOpcode::RdmaRead);
+        assert_eq!(out[0].byte_len(), 20);
         let mut ci = [0u8; 4];
         f.poller.dbr.read(0, &mut ci);
         assert_eq!(u32::from_be_bytes(ci), 3);
@@ -695,7 +820,10 @@ mod tests {
         );
         put(&f, 4, &req(5, 4, WqeOpcode::SEND_IMM, true));
         let wc = f.poller.poll_one().unwrap();
-        assert_eq!((wc.opcode, wc.flags), (WcOpcode::Send, WcFlags::WITH_IMM));
+        assert_eq!(
+            (wc.opcode(), wc.flags()),
+            (WcOpcode::Send, WcFlags::WITH_IMM)
+        );
         assert_eq!(f.poller.consumer_index(), 5);
         let _ = &f.table;
     }
@@ -722,17 +850,17 @@ mod tests {
         r.op_own = make_op_own(CqeOpcode::RESP_SEND_IMM, 0, true, false);
         put(&f, 1, &r);
         let wc = f.poller.poll_one().unwrap();
-        assert_eq!((wc.wr_id, wc.opcode), (0xbb, WcOpcode::RdmaWrite));
+        assert_eq!((wc.wr_id(), wc.opcode()), (0xbb, WcOpcode::RdmaWrite));
         assert_eq!(
             sh.sq_tail(),
             3,
             "the unsignaled WQE before it is retired too"
         );
         let wc = f.poller.poll_one().unwrap();
-        assert_eq!(wc.wr_id, 0x11);
-        assert_eq!((wc.byte_len, wc.src_qp, wc.imm), (100, 0x77, 0x1234));
+        assert_eq!(wc.wr_id(), 0x11);
+        assert_eq!((wc.byte_len(), wc.src_qp(), wc.imm()), (100, 0x77, 0x1234));
         assert!(
-            wc.flags
+            wc.flags()
                 .contains(WcFlags::WITH_IMM | WcFlags::GRH | WcFlags::SOLICITED | WcFlags::RECV)
         );
         f.table.detach(9);
@@ -766,7 +894,7 @@ mod tests {
         );
         let wc = f.poller.poll_one().unwrap();
         assert_eq!(
-            (wc.qpn, wc.wqe_index),
+            (wc.qpn(), wc.wqe_index()),
             (5, 2),
             "moved to slot 4 with lap 1's owner bit"
         );
@@ -792,14 +920,14 @@ mod tests {
         let c: Cqe64 = zerocopy::transmute!(e);
         put(&f, 0, &c);
         let (wc, raw) = f.poller.poll_raw().unwrap();
-        assert_eq!(wc.status, WcStatus::Error(CqeSyndrome::LOCAL_PROT_ERR));
+        assert_eq!(wc.status(), WcStatus::Error(CqeSyndrome::LOCAL_PROT_ERR));
         assert!(
-            wc.status
+            wc.status()
                 .to_string()
                 .starts_with("LOCAL_PROT_ERR (0x4): a local SGE's lkey")
         );
         assert_eq!(
-            (wc.wr_id, wc.opcode, wc.vendor_err),
+            (wc.wr_id(), wc.opcode(), wc.vendor_err()),
             (0x42, WcOpcode::Send, 7)
         );
         assert_eq!(raw, *c.as_bytes());

@@ -65,7 +65,7 @@ fn a_destroyed_qps_unpolled_completion_is_not_credited_to_the_next_qp_with_its_n
     assert_eq!(fresh.qpn(), stale_qpn, "the sim reuses the lowest free QPN");
     let wcs = drain(&mut a);
     assert_eq!(wcs.len(), 1, "only the surviving QP's completion: {wcs:#?}");
-    assert_eq!((wcs[0].qpn, wcs[0].wr_id), (a.qp.qpn(), 0x77));
+    assert_eq!((wcs[0].qpn(), wcs[0].wr_id()), (a.qp.qpn(), 0x77));
     assert!(wcs[0].is_ok());
 
     // The new QP's own completions arrive with its wr_ids.
@@ -73,7 +73,7 @@ fn a_destroyed_qps_unpolled_completion_is_not_credited_to_the_next_qp_with_its_n
     settle(&f);
     let wcs = drain(&mut a);
     assert_eq!(wcs.len(), 1, "{wcs:#?}");
-    assert_eq!((wcs[0].qpn, wcs[0].wr_id), (stale_qpn, 0x55));
+    assert_eq!((wcs[0].qpn(), wcs[0].wr_id()), (stale_qpn, 0x55));
 }
 
 #[test]
@@ -94,6 +94,6 @@ fn reset_removes_the_qps_unpolled_completions_and_keeps_the_others() {
         "the consumer index moves past the freed slot"
     );
     let wcs = drain(&mut a);
-    let got: Vec<_> = wcs.iter().map(|w| (w.qpn, w.wr_id)).collect();
+    let got: Vec<_> = wcs.iter().map(|w| (w.qpn(), w.wr_id())).collect();
     assert_eq!(got, [(a.qp.qpn(), 0x1), (a.qp.qpn(), 0x2)]);
 }
