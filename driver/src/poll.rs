@@ -250,11 +250,7 @@ impl WorkCompletion {
     pub const fn flags(&self) -> WcFlags {
         let mut f = 0u8;
         match self.cqe_opcode() {
-            CqeOpcode::REQ => {
-                if send_opcode(self.wqe_opcode()).1 {
-                    f |= WcFlags::WITH_IMM.bits();
-                }
-            }
+            CqeOpcode::REQ if send_opcode(self.wqe_opcode()).1 => f |= WcFlags::WITH_IMM.bits(),
             CqeOpcode::RESP_WR_IMM
             | CqeOpcode::RESP_SEND
             | CqeOpcode::RESP_SEND_IMM
