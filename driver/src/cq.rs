@@ -200,8 +200,14 @@ impl Cq {
             buf,
             dbr,
         });
+        let Some(poller) = CqPoller::new(ring, nent, 64, dbr_ring, table) else {
+            return Err(DriverError::Unsupported {
+                what: "a CQ ring smaller than its entries",
+                fix: "this is a driver bug: report it",
+            });
+        };
         Ok(Self {
-            poller: CqPoller::new(ring, nent, 64, dbr_ring, table),
+            poller,
             shared,
             arm_sn: 0,
             uar_offset: uar_bar_offset(uar) + MLX5_CQ_DOORBELL as u64,

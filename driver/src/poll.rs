@@ -14,6 +14,7 @@
 //! polling path (the consumer flag shared with QP attach/detach and [`QpTable::clean`] is only
 //! ever tried, never waited for), or arm the CQ (that is `cq.rs`).
 
+use core::ptr::NonNull;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
@@ -585,25 +586,58 @@ pub struct CqPoller {
     cqe_size: usize,
     dbr: RingPtr,
     table: Arc<QpTable>,
+    // Precomputed in `new`, which checks the geometry once so that the hot path needs no
+    // per-access bounds checks: the 64-byte CQE of slot 0 (the second half of a 128-byte CQE),
+    // log2 of the CQE size, and the doorbell record's CI word (4-byte aligned, checked).
+    cqe0: NonNull<u8>,
+    shift: u32,
+    dbr_ci: NonNull<u32>,
 }
+
+// SAFETY: the pointers are addresses inside `ring` and `dbr` (which are `Send` and `Sync`, see
+// `RingPtr`); what crosses threads is the right to poll, exercised through `&mut self` and the
+// table's consumer flag.
+unsafe impl Send for CqPoller {}
+// SAFETY: as for `Send`; `&self` methods only read ring bytes with volatile loads.
+unsafe impl Sync for CqPoller {}
 
 impl CqPoller {
     /// A poller over `ring` (`nent` CQEs of `cqe_size` bytes, 64 or 128) with its doorbell
-    /// record at the start of `dbr` (8 bytes: CI word, arm word).
+    /// record at the start of `dbr` (8 bytes: CI word, arm word). `None` if the geometry does
+    /// not fit: `nent` not a power of two, `nent * cqe_size` beyond the ring, another CQE size,
+    /// or a doorbell record shorter than 8 bytes or not 4-byte aligned.
     pub fn new(
         ring: RingPtr,
         nent: u32,
         cqe_size: usize,
         dbr: RingPtr,
         table: Arc<QpTable>,
-    ) -> Self {
-        Self {
+    ) -> Option<Self> {
+        let shift = match cqe_size {
+            64 => 6,
+            128 => 7,
+            _ => return None,
+        };
+        let bytes = (nent as usize).checked_mul(cqe_size)?;
+        if !nent.is_power_of_two() || bytes > ring.len() || dbr.len() < 8 {
+            return None;
+        }
+        let dbr_ci = dbr.base().cast::<u32>();
+        if !dbr_ci.as_ptr().is_aligned() {
+            return None;
+        }
+        // SAFETY: `cqe_size - 64 < ring.len()` (checked above): inside the ring.
+        let cqe0 = unsafe { ring.base().add(cqe_size - 64) };
+        Some(Self {
             ring,
             nent,
             cqe_size,
             dbr,
             table,
-        }
+            cqe0,
+            shift,
+            dbr_ci,
+        })
     }
 
     /// The consumer index (CQEs consumed, 24 bits used by the device).
@@ -637,16 +671,22 @@ impl CqPoller {
     /// `udma_from_device_barrier` that keeps its other fields from being read early.
     #[inline(always)]
     fn next_cqe(&self, ci: u32) -> Option<&Cqe64> {
-        let off = self.cqe_off(ci);
-        let op_own = self.ring.read_u8(off + 63);
+        let slot = (ci & (self.nent - 1)) as usize;
+        // SAFETY: `slot < nent` and `nent << shift <= ring.len()` (checked in `new`), so the 64
+        // bytes at `cqe0 + (slot << shift)` are inside the ring, which stays mapped while
+        // `self` lives.
+        let p = unsafe { self.cqe0.add(slot << self.shift) };
+        // SAFETY: inside the ring (above); volatile: the device writes it concurrently.
+        let op_own = unsafe { p.add(63).read_volatile() };
         if !sw_owns(op_own, ci, self.nent) {
             return None;
         }
         udma_from_device_barrier();
-        // SAFETY: software owns this CQE (checked above) and the device does not write it
-        // again until the consumer index moves past it and the ring laps, which needs
-        // `publish_ci` after this reference is gone (it lives only inside one poll step).
-        unsafe { self.ring.view::<Cqe64>(off) }
+        // SAFETY: inside the ring (above); `Cqe64` has alignment 1 and accepts any bytes.
+        // Software owns this CQE (checked above) and the device does not write it again until
+        // the consumer index moves past it and the ring laps, which needs `publish_ci` after
+        // this reference is gone (it lives only inside one poll step).
+        Some(unsafe { p.cast::<Cqe64>().as_ref() })
     }
 
     /// Fills the completion's `wr_id` and retires its WQE(s) in the QP's bookkeeping.
@@ -671,7 +711,9 @@ impl CqPoller {
         // back to the device (a compiler fence on x86-64, whose loads are not reordered with
         // later stores; `dmb oshst` on aarch64).
         udma_to_device_barrier();
-        self.dbr.write_be32(0, ci & 0x00ff_ffff);
+        // SAFETY: the CI word is the first 4 bytes of the doorbell record (at least 8 bytes,
+        // 4-byte aligned: checked in `new`); volatile: the device reads it concurrently.
+        unsafe { self.dbr_ci.write_volatile((ci & 0x00ff_ffff).to_be()) };
     }
 
     /// Polls up to `out.len()` completions into `out`; returns how many. Writes the doorbell
@@ -767,7 +809,7 @@ mod tests {
             ring.write(k * 64 + 63, &[CQE_INVALID_OP_OWN | 1]);
         }
         let table = Arc::new(QpTable::new());
-        let poller = CqPoller::new(ring, nent, 64, dbr.ring(), table.clone());
+        let poller = CqPoller::new(ring, nent, 64, dbr.ring(), table.clone()).unwrap();
         Fixture {
             _cq: cq,
             _dbr: dbr,
