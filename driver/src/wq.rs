@@ -171,6 +171,13 @@ impl RingPtr {
     }
 }
 
+/// One SQ slot's bookkeeping.
+#[derive(Debug, Default)]
+struct SqSlot {
+    wr_id: AtomicU64,
+    next: AtomicU32,
+}
+
 /// The bookkeeping shared between a QP's poster (which fills slots) and the poller of its CQs
 /// (which retires them): per-slot `wr_id`s and where the SQ/RQ tails are.
 ///
@@ -181,9 +188,9 @@ impl RingPtr {
 #[derive(Debug)]
 pub struct WqShared {
     qpn: u32,
-    sq_wrid: Box<[AtomicU64]>,
-    /// `cur_post` just after the WQE that starts at this slot (rdma-core keeps `wqe_head`).
-    sq_next: Box<[AtomicU32]>,
+    /// Per SQ slot: the `wr_id`, and `cur_post` just after the WQE that starts at this slot
+    /// (rdma-core keeps `wqe_head`); one array, so one bounds check per completion.
+    sq_slots: Box<[SqSlot]>,
     sq_tail: AtomicU32,
     rq_wrid: Box<[AtomicU64]>,
     rq_tail: AtomicU32,
@@ -196,8 +203,7 @@ impl WqShared {
         let zeros64 = |n: u32| (0..n).map(|_| AtomicU64::new(0)).collect();
         Self {
             qpn,
-            sq_wrid: zeros64(sq_wqebbs),
-            sq_next: (0..sq_wqebbs).map(|_| AtomicU32::new(0)).collect(),
+            sq_slots: (0..sq_wqebbs).map(|_| SqSlot::default()).collect(),
             sq_tail: AtomicU32::new(0),
             rq_wrid: zeros64(rq_wqes),
             rq_tail: AtomicU32::new(0),
@@ -215,13 +221,13 @@ impl WqShared {
     /// wrid[idx]; sq.tail = wqe_head[idx] + 1`).
     #[inline(always)]
     pub fn complete_send(&self, wqe_counter: u16) -> u64 {
-        let slot = usize::from(wqe_counter) & self.sq_wrid.len().wrapping_sub(1);
-        let (Some(w), Some(n)) = (self.sq_wrid.get(slot), self.sq_next.get(slot)) else {
+        let slot = usize::from(wqe_counter) & self.sq_slots.len().wrapping_sub(1);
+        let Some(s) = self.sq_slots.get(slot) else {
             return 0;
         };
-        let wr_id = w.load(Ordering::Relaxed);
+        let wr_id = s.wr_id.load(Ordering::Relaxed);
         self.sq_tail
-            .store(n.load(Ordering::Relaxed), Ordering::Release);
+            .store(s.next.load(Ordering::Relaxed), Ordering::Release);
         wr_id
     }
 
@@ -299,7 +305,7 @@ impl SqRing {
     pub fn commit(&mut self, shared: &WqShared, start: u32, wqebbs: u32, wr_id: u64) {
         let next = start.wrapping_add(wqebbs);
         let slot = (start & (self.wqebbs - 1)) as usize;
-        if let (Some(w), Some(n)) = (shared.sq_wrid.get(slot), shared.sq_next.get(slot)) {
+        if let Some(SqSlot { wr_id: w, next: n }) = shared.sq_slots.get(slot) {
             w.store(wr_id, Ordering::Relaxed);
             n.store(next, Ordering::Relaxed);
         }
