@@ -32,7 +32,7 @@ use crate::qp_attr::{
     rtr2rts_input, rts2rts_input, to_err_input, to_rst_input,
 };
 use crate::uar::{Bfreg, shut_up_bf};
-use crate::wq::{RingPtr, RqRing, SqRing, WqShared};
+use crate::wq::{RingPtr, RqRing, SqRing, Word32, WqShared};
 
 /// A UAR page of the QP's own (for a BlueFlame register nobody else rings).
 #[derive(Debug)]
@@ -128,6 +128,8 @@ pub struct Qp {
     // Ring views into `res`'s buffers: declared first so they are dropped first.
     sq: SqRing,
     rq: RqRing,
+    /// The doorbell record's send counter word (offset 4, `MLX5_SND_DBR`).
+    sq_dbr: Word32,
     dbr: RingPtr,
     shared: Arc<WqShared>,
     limits: SendLimits,
@@ -238,11 +240,18 @@ impl Qp {
                 fix: "this is a driver bug: report it",
             });
         };
+        let Some(sq_dbr) = dbr_ring.word32(4) else {
+            return Err(DriverError::Unsupported {
+                what: "a doorbell record that is not 4-byte aligned",
+                fix: "this is a driver bug: report it",
+            });
+        };
         send_cq.shared().table().attach(shared.clone());
         recv_cq.shared().table().attach(shared.clone());
         Ok(Self {
             sq: SqRing::new(sq_ring),
             rq: RqRing::new(rq_ring, 16 << g.log_rq_stride),
+            sq_dbr,
             dbr: dbr_ring,
             limits: SendLimits::new(
                 qpn,
@@ -435,7 +444,7 @@ impl Qp {
     fn ring_sq(&mut self, nreq: usize, last: &Written) {
         // The WQE must be in memory before the device can learn it exists.
         udma_to_device_barrier();
-        self.dbr.write_be32(4, self.sq.cur_post & 0xffff);
+        self.sq_dbr.write_be(self.sq.cur_post & 0xffff);
         // The doorbell record must be visible before the doorbell (the device may read the
         // record when the doorbell arrives).
         mmio_wc_start();
@@ -444,11 +453,16 @@ impl Qp {
             // rdma-core `mlx5_bf_copy`: the whole WQE, 64 bytes at a time, in order
             // (`mmio_memcpy_x64`), wrapping at the end of the SQ.
             for k in 0..last.wqebbs {
-                let block = self
-                    .sq
-                    .ring
-                    .read_block64(self.sq.offset_of(last.start.wrapping_add(k)));
-                self.backend.write_bf(reg + 64 * u64::from(k), &block);
+                let off = self.sq.offset_of(last.start.wrapping_add(k));
+                // SAFETY: this WQE's blocks were written above and nothing writes them until
+                // their completion retires them (after this call returns).
+                match unsafe { self.sq.ring.block64(off) } {
+                    Some(block) => self.backend.write_bf(reg + 64 * u64::from(k), block),
+                    None => {
+                        let block = self.sq.ring.read_block64(off);
+                        self.backend.write_bf(reg + 64 * u64::from(k), &block);
+                    }
+                }
             }
         } else {
             self.backend.write64(reg, last.doorbell.to_be());

@@ -131,6 +131,38 @@ impl RingPtr {
         out
     }
 
+    /// The 64-byte block at `off` (rounded down to 64, masked) as eight `u64` words in place,
+    /// for a BlueFlame copy without an intermediate buffer; `None` if the ring is not 8-byte
+    /// aligned.
+    ///
+    /// # Safety
+    /// Nothing may write those bytes while the reference lives (an SQ block software has
+    /// written and the device only reads).
+    #[inline(always)]
+    pub unsafe fn block64(&self, off: usize) -> Option<&[u64; 8]> {
+        let at = (off & self.mask()) & !63;
+        if at + 64 > self.len {
+            return None;
+        }
+        let p = self.base.as_ptr().wrapping_add(at).cast::<[u64; 8]>();
+        // SAFETY: `at + 64 <= len`: inside the ring (valid for reads), aligned (checked); the
+        // caller guarantees no concurrent write.
+        p.is_aligned().then(|| unsafe { &*p })
+    }
+
+    /// A handle on the 4-byte-aligned big-endian word at `off` (a doorbell-record word), for
+    /// stores with no per-store checks; `None` if it is not inside the ring or not aligned.
+    pub fn word32(&self, off: usize) -> Option<Word32> {
+        if off.checked_add(4)? > self.len {
+            return None;
+        }
+        let p = self.base.as_ptr().wrapping_add(off).cast::<u32>();
+        p.is_aligned().then(|| Word32 {
+            // SAFETY: `off + 4 <= len`: inside the ring, so not null.
+            p: unsafe { NonNull::new_unchecked(p) },
+        })
+    }
+
     /// Stores `v` big-endian at `off` (masked, rounded down to 4) with one volatile 32-bit
     /// store (a doorbell record word the device reads concurrently).
     #[inline(always)]
@@ -168,6 +200,29 @@ impl RingPtr {
         // SAFETY: the range is inside the ring (checked), `T` has alignment 1 (`Unaligned`)
         // and accepts any bytes (`FromBytes`); the caller guarantees no concurrent write.
         Some(unsafe { &*self.base.as_ptr().add(at).cast::<T>() })
+    }
+}
+
+/// One aligned 32-bit word of ring memory (a doorbell-record word), checked once by
+/// [`RingPtr::word32`]; it is valid as long as the ring it came from.
+#[derive(Debug)]
+pub struct Word32 {
+    p: NonNull<u32>,
+}
+
+// SAFETY: an address inside a `RingPtr` (which is `Send`/`Sync`); stores are volatile and
+// made through `&mut self` of the owning queue.
+unsafe impl Send for Word32 {}
+// SAFETY: as for `Send`; `&self` has no methods that write.
+unsafe impl Sync for Word32 {}
+
+impl Word32 {
+    /// Stores `v` big-endian with one volatile 32-bit store.
+    #[inline(always)]
+    pub fn write_be(&mut self, v: u32) {
+        // SAFETY: aligned and inside the ring (`RingPtr::word32`), which outlives this handle
+        // (its owner keeps both, the handle declared first); volatile: the device reads it.
+        unsafe { self.p.as_ptr().write_volatile(v.to_be()) }
     }
 }
 
