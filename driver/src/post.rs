@@ -368,6 +368,29 @@ impl<'r> WqeOut<'r> {
         }
     }
 
+    /// Writes one 16-byte segment at WQE offset `off` as two 64-bit stores.
+    #[inline(always)]
+    fn put16(&self, off: usize, w: [u64; 2]) {
+        if off + 16 <= self.room {
+            let p = self
+                .ring
+                .base()
+                .as_ptr()
+                .wrapping_add(self.base + off)
+                .cast::<u64>();
+            // SAFETY: as in `put`: `base + off + 16 <= ring.len()`, inside the ring, valid for
+            // writes, not read by the device before the doorbell; unaligned stores, so the
+            // ring's alignment does not matter.
+            unsafe {
+                p.write_unaligned(w[0]);
+                p.add(1).write_unaligned(w[1]);
+            }
+        } else {
+            let b: [u8; 16] = zerocopy::transmute!(w);
+            self.ring.write(self.base + off, &b);
+        }
+    }
+
     /// Writes `bytes` at WQE offset `off`.
     #[inline(always)]
     fn put(&self, off: usize, bytes: &[u8]) {
@@ -458,14 +481,17 @@ fn write_rc_sges(
         imm: U32::new(imm),
     };
     let out = WqeOut::new(sq, sq.offset_of(start), wqebbs);
-    out.put(0, ctrl.as_bytes());
+    out.put16(0, zerocopy::transmute!(ctrl));
     let mut off = 16;
     if let Some(r) = raddr {
-        out.put(off, RaddrSeg::new(r.addr, r.rkey).as_bytes());
+        out.put16(off, zerocopy::transmute!(RaddrSeg::new(r.addr, r.rkey)));
         off += 16;
     }
     for s in sges {
-        out.put(off, DataSeg::new(s.length, s.lkey, s.addr).as_bytes());
+        out.put16(
+            off,
+            zerocopy::transmute!(DataSeg::new(s.length, s.lkey, s.addr)),
+        );
         off += 16;
     }
     sq.commit(shared, start, wqebbs, wr.wr_id);
