@@ -136,6 +136,8 @@ pub struct Qp {
     bfreg: Bfreg,
     backend: Arc<dyn Backend>,
     state: QpState,
+    /// `state` is RTS, SQD or ERR: sends may be posted (kept with `state`).
+    can_send: bool,
     qp_type: QpType,
     caps: QpCaps,
     res: QpResources,
@@ -264,6 +266,7 @@ impl Qp {
             bfreg,
             backend: hca.backend().clone(),
             state: QpState::Rst,
+            can_send: false,
             qp_type,
             caps: *caps,
             res,
@@ -316,6 +319,7 @@ impl Qp {
         self.res.pd.hca().cmd().exec(&i, 16)?;
         tracing::debug!(qpn = self.res.qpn, op, to = to.name(), "modify QP");
         self.state = to;
+        self.can_send = matches!(to, QpState::Rts | QpState::Err | QpState::Sqd);
         Ok(())
     }
 
@@ -402,7 +406,7 @@ impl Qp {
     /// Posts one send work request and rings the doorbell (BlueFlame when it fits).
     #[inline]
     pub fn post_send(&mut self, wr: &SendWr<'_>) -> core::result::Result<(), PostError> {
-        if !matches!(self.state, QpState::Rts | QpState::Err | QpState::Sqd) {
+        if !self.can_send {
             return Err(self.not_ready());
         }
         let w = write_send(&mut self.sq, &self.shared, &self.limits, wr)?;
@@ -449,7 +453,7 @@ impl Qp {
         // record when the doorbell arrives).
         mmio_wc_start();
         let reg = self.bfreg.doorbell_offset();
-        if self.bfreg.use_blueflame(nreq, last.ds) {
+        if nreq == 1 && self.bfreg.use_blueflame_one(last.ds) {
             // rdma-core `mlx5_bf_copy`: the whole WQE, 64 bytes at a time, in order
             // (`mmio_memcpy_x64`), wrapping at the end of the SQ.
             for k in 0..last.wqebbs {
