@@ -54,6 +54,6 @@ awk -v p="$post_ir" -v n="$posts" -v q="$poll_ir" -v m="$polls" -v e="$empty" 'B
   printf "poll:      %d instructions / %d polls (+%d empty) = %.1f per poll (target <= 40)\n", q, m, e, q / (m + e);
 }'
 if [ -n "${CALLGRIND_ANNOTATE:-}" ]; then
-  callgrind_annotate "$out/post.out" | head -40
-  callgrind_annotate "$out/poll.out" | head -40
+  callgrind_annotate "$out/post.out" | head -${CALLGRIND_LINES:-40}
+  callgrind_annotate "$out/poll.out" | head -${CALLGRIND_LINES:-40}
 fi

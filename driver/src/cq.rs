@@ -37,6 +37,10 @@ pub struct CqShared {
     hca: Arc<Hca>,
     cqn: u32,
     table: Arc<QpTable>,
+    // Views of `buf` and `dbr` for cleaning (see `clean`).
+    ring: RingPtr,
+    dbr_ring: RingPtr,
+    nent: u32,
     // Dropped after DESTROY_CQ (see `Drop`): the device may write them until then.
     buf: DmaBuf,
     dbr: DmaBuf,
@@ -51,6 +55,24 @@ impl CqShared {
     /// The QPs reporting to this CQ.
     pub fn table(&self) -> &Arc<QpTable> {
         &self.table
+    }
+
+    /// Removes every unpolled CQE of QP `qpn` from the ring (rdma-core `__mlx5_cq_clean`; see
+    /// [`QpTable::clean`]) and returns how many. Called after DESTROY_QP and 2RST, when the
+    /// device writes no more CQEs for that QP; waits while a poll of this CQ is in progress.
+    pub fn clean(&self, qpn: u32) -> u32 {
+        let n = self
+            .table
+            .clean(&self.ring, self.nent, 64, &self.dbr_ring, qpn);
+        if n > 0 {
+            tracing::debug!(
+                cqn = self.cqn,
+                qpn,
+                dropped = n,
+                "CQ cleaned of a QP's CQEs"
+            );
+        }
+        n
     }
 
     /// IOVA of the ring (research access).
@@ -149,28 +171,43 @@ impl Cq {
         // SAFETY: `buf` (≥ `bytes`, a power of two) and `dbr` (≥ 64) are owned by `shared`,
         // which the `Cq` holds for as long as the poller (declared before it) lives; nothing
         // else in the driver makes Rust references into them.
-        let (ring, dbr_ring) = unsafe {
+        // The second pair, for `CqShared::clean`, is used only while the poller is not running
+        // (the `QpTable` consumer flag).
+        let (ring, dbr_ring, ring2, dbr_ring2) = unsafe {
             (
                 RingPtr::new(buf.as_ptr(), bytes),
                 RingPtr::new(dbr.as_ptr(), 64),
+                RingPtr::new(buf.as_ptr(), bytes),
+                RingPtr::new(dbr.as_ptr(), 64),
             )
+        };
+        let (Some(ring), Some(dbr_ring), Some(ring2), Some(dbr_ring2)) =
+            (ring, dbr_ring, ring2, dbr_ring2)
+        else {
+            return Err(DriverError::Unsupported {
+                what: "a CQ ring whose size is not a power of two",
+                fix: "this is a driver bug: report it",
+            });
         };
         let table = Arc::new(QpTable::new());
         let shared = Arc::new(CqShared {
             hca: hca.clone(),
             cqn,
             table: table.clone(),
+            ring: ring2,
+            dbr_ring: dbr_ring2,
+            nent,
             buf,
             dbr,
         });
-        let (Some(ring), Some(dbr_ring)) = (ring, dbr_ring) else {
+        let Some(poller) = CqPoller::new(ring, nent, 64, dbr_ring, table) else {
             return Err(DriverError::Unsupported {
-                what: "a CQ ring whose size is not a power of two",
+                what: "a CQ ring smaller than its entries",
                 fix: "this is a driver bug: report it",
             });
         };
         Ok(Self {
-            poller: CqPoller::new(ring, nent, 64, dbr_ring, table),
+            poller,
             shared,
             arm_sn: 0,
             uar_offset: uar_bar_offset(uar) + MLX5_CQ_DOORBELL as u64,

@@ -11,15 +11,17 @@
 //!
 //! Owns: [`WorkCompletion`], [`WcStatus`], [`WcOpcode`], [`WcFlags`], [`QpTable`] (which QPs
 //! report to a CQ) and [`CqPoller`]. Must not: allocate, lock, make syscalls or format on the
-//! polling path (the table lock is taken only on the first poll after a QP joined or left the
-//! CQ), or arm the CQ (that is `cq.rs`).
+//! polling path (the consumer flag shared with QP attach/detach and [`QpTable::clean`] is only
+//! ever tried, never waited for), or arm the CQ (that is `cq.rs`).
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use core::ptr::NonNull;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
-use bypass_hw::cqe::{Cqe64, CqeOpcode, sw_owns};
+use bypass_hw::cqe::{Cqe64, CqeOpcode, MLX5_CQE_OWNER_MASK, sw_owns};
 use bypass_hw::syndrome::CqeSyndrome;
 use bypass_hw::wqe::WqeOpcode;
+use zerocopy::IntoBytes;
 
 use crate::barrier::{udma_from_device_barrier, udma_to_device_barrier};
 use crate::wq::{RingPtr, WqShared};
@@ -96,37 +98,207 @@ bitflags::bitflags! {
     }
 }
 
-/// One completion, decoded. A plain `Copy` value: nothing in it borrows the CQ.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// One completion: the `wr_id` and the CQE words the accessors decode from (lazily: polling
+/// copies five words and decodes only what finding the `wr_id` needs). A plain `Copy` value of
+/// 32 bytes: nothing in it borrows the CQ.
+#[derive(Clone, Copy, PartialEq, Eq)]
 pub struct WorkCompletion {
-    /// The `wr_id` of the work request (for a send: the one `wqe_counter` names, which also
-    /// retires the unsignaled WQEs before it).
-    pub wr_id: u64,
-    /// Success, or the syndrome.
-    pub status: WcStatus,
-    /// What completed (for error completions of sends: the failed WQE's opcode; for receive
-    /// errors: [`WcOpcode::Recv`]).
-    pub opcode: WcOpcode,
-    /// Bytes received (receives), read (READ) or 8 (atomics).
-    pub byte_len: u32,
-    /// Immediate data (with [`WcFlags::WITH_IMM`]) or invalidated rkey.
-    pub imm: u32,
-    /// The local QP.
-    pub qpn: u32,
-    /// The remote QP (receives).
-    pub src_qp: u32,
-    /// The WQE index the CQE carries (`wqe_counter`: the send WQE's first WQEBB).
-    pub wqe_index: u16,
-    /// Flags.
-    pub flags: WcFlags,
-    /// The vendor syndrome of an error completion (0 otherwise).
-    pub vendor_err: u8,
+    wr_id: u64,
+    /// CQE bytes 56..64 as stored (`sop_drop_qpn`, `wqe_counter`, `signature`, `op_own`),
+    /// read as one little-endian `u64`.
+    tail: u64,
+    /// `flags_rqpn` (bytes 24..28), big-endian as stored.
+    flags_rqpn: u32,
+    /// `imm_inval_pkey` (bytes 36..40), big-endian as stored.
+    imm: u32,
+    /// `byte_cnt` (bytes 44..48), big-endian as stored.
+    byte_cnt: u32,
+    /// Bytes 54..56 as stored: `vendor_err_synd`, `syndrome` of an error CQE.
+    err: u16,
 }
 
+/// Byte offsets in the 64-byte CQE (`struct mlx5_cqe64` / `mlx5_err_cqe`, mlx5dv.h).
+const OFF_FLAGS_RQPN: usize = 0x18;
+const OFF_IMM: usize = 0x24;
+const OFF_BYTE_CNT: usize = 0x2c;
+const OFF_ERR: usize = 0x36;
+const OFF_TAIL: usize = 0x38;
+
 impl WorkCompletion {
+    /// The `wr_id` of the work request (for a send: the one `wqe_counter` names, which also
+    /// retires the unsignaled WQEs before it).
+    #[inline]
+    pub const fn wr_id(&self) -> u64 {
+        self.wr_id
+    }
+
+    #[inline(always)]
+    const fn op_own(&self) -> u8 {
+        (self.tail >> 56) as u8
+    }
+
+    #[inline(always)]
+    const fn cqe_opcode(&self) -> CqeOpcode {
+        CqeOpcode(self.op_own() >> 4)
+    }
+
+    /// `sop_drop_qpn` / `s_wqe_opcode_qpn`: WQE opcode in 31:24, QPN in 23:0.
+    #[inline(always)]
+    const fn sop_drop_qpn(&self) -> u32 {
+        u32::from_be(self.tail as u32)
+    }
+
+    #[inline(always)]
+    const fn wqe_opcode(&self) -> WqeOpcode {
+        WqeOpcode((self.sop_drop_qpn() >> 24) as u8)
+    }
+
+    /// True for an error CQE (REQ_ERR or RESP_ERR).
+    #[inline(always)]
+    const fn is_error(&self) -> bool {
+        matches!(self.cqe_opcode(), CqeOpcode::REQ_ERR | CqeOpcode::RESP_ERR)
+    }
+
+    /// True for a receive-queue CQE (responder opcodes and RESP_ERR): the RQ's oldest WQE
+    /// completed.
+    #[inline(always)]
+    const fn is_recv_cqe(&self) -> bool {
+        // Bits 1..=4 (RESP_WR_IMM, RESP_SEND, RESP_SEND_IMM, RESP_SEND_INV) and 14 (RESP_ERR).
+        (0x401e_u32 >> (self.op_own() >> 4)) & 1 != 0
+    }
+
+    /// Success, or the syndrome.
+    pub const fn status(&self) -> WcStatus {
+        if self.is_error() {
+            WcStatus::Error(CqeSyndrome((self.err >> 8) as u8))
+        } else {
+            WcStatus::Success
+        }
+    }
+
     /// True when the request succeeded.
+    #[inline]
     pub const fn is_ok(&self) -> bool {
-        self.status.is_ok()
+        !self.is_error()
+    }
+
+    /// What completed (for error completions of sends: the failed WQE's opcode; for receive
+    /// errors: [`WcOpcode::Recv`]). rdma-core `cq.c` `handle_good_req` / `handle_responder` /
+    /// `mlx5_handle_error_cqe`.
+    pub const fn opcode(&self) -> WcOpcode {
+        match self.cqe_opcode() {
+            CqeOpcode::REQ | CqeOpcode::REQ_ERR => send_opcode(self.wqe_opcode()).0,
+            CqeOpcode::RESP_WR_IMM => WcOpcode::RecvRdmaWithImm,
+            CqeOpcode::RESP_SEND
+            | CqeOpcode::RESP_SEND_IMM
+            | CqeOpcode::RESP_SEND_INV
+            | CqeOpcode::RESP_ERR => WcOpcode::Recv,
+            other => WcOpcode::Other(other),
+        }
+    }
+
+    /// Bytes received (receives), read (READ) or 8 (atomics); 0 otherwise.
+    pub const fn byte_len(&self) -> u32 {
+        match self.cqe_opcode() {
+            CqeOpcode::REQ => match send_opcode(self.wqe_opcode()).0 {
+                WcOpcode::RdmaRead => u32::from_be(self.byte_cnt),
+                WcOpcode::CompSwap | WcOpcode::FetchAdd => 8,
+                _ => 0,
+            },
+            CqeOpcode::RESP_WR_IMM
+            | CqeOpcode::RESP_SEND
+            | CqeOpcode::RESP_SEND_IMM
+            | CqeOpcode::RESP_SEND_INV => u32::from_be(self.byte_cnt),
+            _ => 0,
+        }
+    }
+
+    /// Immediate data (with [`WcFlags::WITH_IMM`]) or invalidated rkey ([`WcFlags::WITH_INV`]);
+    /// 0 otherwise.
+    pub const fn imm(&self) -> u32 {
+        match self.cqe_opcode() {
+            CqeOpcode::RESP_WR_IMM | CqeOpcode::RESP_SEND_IMM | CqeOpcode::RESP_SEND_INV => {
+                u32::from_be(self.imm)
+            }
+            _ => 0,
+        }
+    }
+
+    /// The local QP.
+    #[inline]
+    pub const fn qpn(&self) -> u32 {
+        self.sop_drop_qpn() & 0x00ff_ffff
+    }
+
+    /// The remote QP (successful receives; 0 otherwise).
+    pub const fn src_qp(&self) -> u32 {
+        match self.cqe_opcode() {
+            CqeOpcode::RESP_WR_IMM
+            | CqeOpcode::RESP_SEND
+            | CqeOpcode::RESP_SEND_IMM
+            | CqeOpcode::RESP_SEND_INV => u32::from_be(self.flags_rqpn) & 0x00ff_ffff,
+            _ => 0,
+        }
+    }
+
+    /// The WQE index the CQE carries (`wqe_counter`: the send WQE's first WQEBB).
+    #[inline]
+    pub const fn wqe_index(&self) -> u16 {
+        u16::from_be((self.tail >> 32) as u16)
+    }
+
+    /// Flags.
+    pub const fn flags(&self) -> WcFlags {
+        let mut f = 0u8;
+        match self.cqe_opcode() {
+            CqeOpcode::REQ if send_opcode(self.wqe_opcode()).1 => f |= WcFlags::WITH_IMM.bits(),
+            CqeOpcode::RESP_WR_IMM
+            | CqeOpcode::RESP_SEND
+            | CqeOpcode::RESP_SEND_IMM
+            | CqeOpcode::RESP_SEND_INV => {
+                // rdma-core `handle_responder`.
+                f |= WcFlags::RECV.bits();
+                match self.cqe_opcode() {
+                    CqeOpcode::RESP_WR_IMM | CqeOpcode::RESP_SEND_IMM => {
+                        f |= WcFlags::WITH_IMM.bits()
+                    }
+                    CqeOpcode::RESP_SEND_INV => f |= WcFlags::WITH_INV.bits(),
+                    _ => {}
+                }
+                // `g = (flags_rqpn >> 28) & 3` (rdma-core `handle_responder`).
+                if (u32::from_be(self.flags_rqpn) >> 28) & 3 != 0 {
+                    f |= WcFlags::GRH.bits();
+                }
+                if self.op_own() & 0x2 != 0 {
+                    f |= WcFlags::SOLICITED.bits();
+                }
+            }
+            CqeOpcode::RESP_ERR => f |= WcFlags::RECV.bits(),
+            _ => {}
+        }
+        WcFlags::from_bits_retain(f)
+    }
+
+    /// The vendor syndrome of an error completion (0 otherwise).
+    pub const fn vendor_err(&self) -> u8 {
+        if self.is_error() { self.err as u8 } else { 0 }
+    }
+}
+
+impl core::fmt::Debug for WorkCompletion {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("WorkCompletion")
+            .field("wr_id", &self.wr_id())
+            .field("status", &self.status())
+            .field("opcode", &self.opcode())
+            .field("byte_len", &self.byte_len())
+            .field("imm", &self.imm())
+            .field("qpn", &self.qpn())
+            .field("src_qp", &self.src_qp())
+            .field("wqe_index", &self.wqe_index())
+            .field("flags", &self.flags())
+            .field("vendor_err", &self.vendor_err())
+            .finish()
     }
 }
 
@@ -144,129 +316,266 @@ const fn send_opcode(op: WqeOpcode) -> (WcOpcode, bool) {
     }
 }
 
-/// Decodes a CQE, with `wr_id` left 0 (see [`CqPoller`] for the lookup). Send completions
-/// need [`WorkCompletion::wqe_index`], receives complete in order.
+/// Captures a CQE, with `wr_id` left 0 (see [`CqPoller`] for the lookup).
 #[inline]
 pub fn decode(cqe: &Cqe64) -> WorkCompletion {
-    let opcode = cqe.opcode();
-    let mut wc = WorkCompletion {
-        wr_id: 0,
-        status: WcStatus::Success,
-        opcode: WcOpcode::Other(opcode),
-        byte_len: 0,
-        imm: 0,
-        qpn: cqe.qpn(),
-        src_qp: 0,
-        wqe_index: cqe.wqe_counter(),
-        flags: WcFlags::empty(),
-        vendor_err: 0,
+    let b = cqe.as_bytes();
+    let w32 = |o: usize| {
+        b.get(o..o + 4)
+            .and_then(|s| <[u8; 4]>::try_from(s).ok())
+            .map_or(0, u32::from_ne_bytes)
     };
-    match opcode {
-        CqeOpcode::REQ => {
-            let (op, imm) = send_opcode(cqe.wqe_opcode());
-            wc.opcode = op;
-            if imm {
-                wc.flags |= WcFlags::WITH_IMM;
-            }
-            wc.byte_len = match op {
-                WcOpcode::RdmaRead => cqe.byte_cnt(),
-                WcOpcode::CompSwap | WcOpcode::FetchAdd => 8,
-                _ => 0,
-            };
-        }
-        CqeOpcode::RESP_WR_IMM
-        | CqeOpcode::RESP_SEND
-        | CqeOpcode::RESP_SEND_IMM
-        | CqeOpcode::RESP_SEND_INV => {
-            // rdma-core `handle_responder`.
-            wc.flags |= WcFlags::RECV;
-            wc.byte_len = cqe.byte_cnt();
-            wc.src_qp = cqe.rqpn();
-            wc.imm = cqe.imm_inval_pkey();
-            wc.opcode = WcOpcode::Recv;
-            match opcode {
-                CqeOpcode::RESP_WR_IMM => {
-                    wc.opcode = WcOpcode::RecvRdmaWithImm;
-                    wc.flags |= WcFlags::WITH_IMM;
-                }
-                CqeOpcode::RESP_SEND_IMM => wc.flags |= WcFlags::WITH_IMM,
-                CqeOpcode::RESP_SEND_INV => wc.flags |= WcFlags::WITH_INV,
-                _ => wc.imm = 0,
-            }
-            // `g = (flags_rqpn >> 28) & 3` (rdma-core `handle_responder`).
-            if (cqe.flags_rqpn.get() >> 28) & 3 != 0 {
-                wc.flags |= WcFlags::GRH;
-            }
-            if cqe.se() != 0 {
-                wc.flags |= WcFlags::SOLICITED;
-            }
-        }
-        CqeOpcode::REQ_ERR | CqeOpcode::RESP_ERR => {
-            // rdma-core `mlx5_handle_error_cqe`: the syndrome, and for a send the failed WQE's
-            // index in `wqe_counter`.
-            let e = cqe.as_err();
-            wc.status = WcStatus::Error(e.syndrome());
-            wc.vendor_err = e.vendor_err_synd();
-            wc.qpn = e.qpn();
-            wc.wqe_index = e.wqe_counter();
-            if opcode == CqeOpcode::RESP_ERR {
-                wc.opcode = WcOpcode::Recv;
-                wc.flags |= WcFlags::RECV;
-            } else {
-                wc.opcode = send_opcode(e.wqe_opcode()).0;
-            }
-        }
-        _ => {}
+    let err = b
+        .get(OFF_ERR..OFF_ERR + 2)
+        .and_then(|s| <[u8; 2]>::try_from(s).ok())
+        .map_or(0, u16::from_le_bytes);
+    let tail = b
+        .get(OFF_TAIL..OFF_TAIL + 8)
+        .and_then(|s| <[u8; 8]>::try_from(s).ok())
+        .map_or(0, u64::from_le_bytes);
+    WorkCompletion {
+        wr_id: 0,
+        tail,
+        flags_rqpn: w32(OFF_FLAGS_RQPN),
+        imm: w32(OFF_IMM),
+        byte_cnt: w32(OFF_BYTE_CNT),
+        err,
     }
-    wc
 }
 
-/// The QPs that report completions to one CQ, so the poller can find a completion's `wr_id`.
+/// One slot of the QP table: a QPN (`EMPTY_QPN` when free) and its bookkeeping.
+#[derive(Debug, Clone, Default)]
+struct Slot {
+    qpn: u32,
+    wq: Option<Arc<WqShared>>,
+}
+
+/// No QPN has bit 24 or above set (QPNs are 24 bits), so this never matches a CQE's.
+const EMPTY_QPN: u32 = u32::MAX;
+
+/// The QPs that report completions to one CQ, so the poller can find a completion's `wr_id`,
+/// and the CQ's consumer state (consumer index and the flag that gives one party at a time the
+/// right to move it: the poller, or a QP's destroy/reset cleaning its CQEs out of the ring).
 ///
-/// Changes (a QP created or destroyed: control path) go through a mutex and bump a
-/// generation counter; the poller checks the counter with one atomic load per poll and takes
-/// the lock only when it moved, to pick up the new snapshot.
-#[derive(Debug, Default)]
+/// The QPs sit in an open-addressed table indexed by `qpn & mask` (linear probing, at most
+/// half full), so the poller finds a CQE's QP with one indexed load and one compare. The table
+/// and the consumer index are touched only by the holder of `busy`: the poller tries it once
+/// per poll (never waits: a poll that finds it taken returns nothing), the control path (QP
+/// attach, detach, CQ clean) spins until it gets it.
+#[derive(Debug)]
 pub struct QpTable {
-    generation: AtomicU64,
-    current: Mutex<Arc<[Arc<WqShared>]>>,
+    busy: AtomicBool,
+    /// The consumer index; only the holder of `busy` changes it.
+    ci: AtomicU32,
+    slots: core::cell::UnsafeCell<Box<[Slot]>>,
+}
+
+// SAFETY: `slots` is read and written only by the holder of `busy` (acquired with `Acquire`,
+// released with `Release`), so accesses from different threads never overlap and each sees
+// the previous holder's writes; everything else is atomic.
+unsafe impl Sync for QpTable {}
+
+impl Default for QpTable {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 impl QpTable {
     /// An empty table.
     pub fn new() -> Self {
         Self {
-            generation: AtomicU64::new(0),
-            current: Mutex::new(Arc::from(Vec::new())),
+            busy: AtomicBool::new(false),
+            ci: AtomicU32::new(0),
+            slots: core::cell::UnsafeCell::new(vec![Slot::empty(); 16].into_boxed_slice()),
         }
     }
 
-    fn update(&self, f: impl FnOnce(&mut Vec<Arc<WqShared>>)) {
-        let mut cur = self.current.lock().unwrap_or_else(|p| p.into_inner());
-        let mut v: Vec<Arc<WqShared>> = cur.iter().cloned().collect();
-        f(&mut v);
-        *cur = Arc::from(v);
-        self.generation.fetch_add(1, Ordering::Release);
+    /// Runs `f` on the slots while holding the consumer side (control path).
+    fn with_slots<R>(&self, f: impl FnOnce(&mut Box<[Slot]>) -> R) -> R {
+        self.acquire_blocking();
+        // SAFETY: we hold `busy`: nobody else touches `slots` until `release`.
+        let r = f(unsafe { &mut *self.slots.get() });
+        self.release();
+        r
     }
 
     /// Adds a QP (no-op if its QPN is already there).
     pub fn attach(&self, wq: Arc<WqShared>) {
-        self.update(|v| {
-            if !v.iter().any(|w| w.qpn() == wq.qpn()) {
-                v.push(wq);
+        self.with_slots(|slots| {
+            let mut all: Vec<Arc<WqShared>> = slots.iter().filter_map(|s| s.wq.clone()).collect();
+            if all.iter().any(|w| w.qpn() == wq.qpn()) {
+                return;
             }
+            all.push(wq);
+            *slots = build_slots(&all);
         });
     }
 
     /// Removes QP `qpn`.
     pub fn detach(&self, qpn: u32) {
-        self.update(|v| v.retain(|w| w.qpn() != qpn));
+        self.with_slots(|slots| {
+            let all: Vec<Arc<WqShared>> = slots
+                .iter()
+                .filter_map(|s| s.wq.clone())
+                .filter(|w| w.qpn() != qpn)
+                .collect();
+            *slots = build_slots(&all);
+        });
     }
 
-    fn snapshot(&self) -> (u64, Arc<[Arc<WqShared>]>) {
-        let cur = self.current.lock().unwrap_or_else(|p| p.into_inner());
-        (self.generation.load(Ordering::Acquire), cur.clone())
+    /// The bookkeeping of QP `qpn`. The caller must hold `busy`.
+    #[inline(always)]
+    fn lookup(&self, qpn: u32) -> Option<&WqShared> {
+        // SAFETY: the caller holds `busy` (the poller, between `try_acquire` and `release`),
+        // so nobody replaces or mutates `slots` while this shared borrow lives.
+        let slots = unsafe { &*self.slots.get() };
+        let mask = slots.len().wrapping_sub(1);
+        match slots.get(qpn as usize & mask) {
+            Some(s) if s.qpn == qpn => s.wq.as_deref(),
+            _ => Self::probe(slots, qpn),
+        }
     }
+
+    #[cold]
+    fn probe(slots: &[Slot], qpn: u32) -> Option<&WqShared> {
+        let mask = slots.len().wrapping_sub(1);
+        let start = qpn as usize & mask;
+        for k in 1..slots.len() {
+            let s = slots.get((start + k) & mask)?;
+            if s.qpn == qpn {
+                return s.wq.as_deref();
+            }
+            if s.qpn == EMPTY_QPN {
+                return None;
+            }
+        }
+        None
+    }
+
+    /// Takes the consumer side, waiting (control path only) while the poller holds it.
+    fn acquire_blocking(&self) {
+        while self
+            .busy
+            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            std::thread::yield_now();
+        }
+    }
+
+    /// Takes the consumer side if free (the poller: never waits).
+    #[inline(always)]
+    fn try_acquire(&self) -> bool {
+        !self.busy.swap(true, Ordering::Acquire)
+    }
+
+    #[inline(always)]
+    fn release(&self) {
+        self.busy.store(false, Ordering::Release);
+    }
+
+    /// Removes every CQE of QP `qpn` still unpolled in the CQ ring, moving the others up and the
+    /// consumer index past the freed slots, and publishes the new consumer index; returns how
+    /// many CQEs it dropped. Waits while a poll is in progress (control path: QP destroy and
+    /// reset).
+    ///
+    /// Why: the firmware reuses QP numbers; a CQE of a destroyed (or reset) QP left in the ring
+    /// would be taken, after a new QP got the same number, for a completion of the new QP's
+    /// WQE, and its owner may release buffers the NIC still uses. rdma-core
+    /// `providers/mlx5/cq.c` `__mlx5_cq_clean` (called from `mlx5_destroy_qp` and the
+    /// modify-to-RESET path of `mlx5_modify_qp`): find the producer by the owner bit (at most
+    /// `nent - 1` entries past the consumer index), walk back to the consumer index dropping
+    /// the QP's CQEs and copying each kept CQE `freed` slots forward with the destination's own
+    /// owner bit, then advance the consumer index by `freed`.
+    ///
+    /// `ring`/`nent`/`cqe_size`/`dbr` must describe the CQ this table belongs to.
+    pub fn clean(
+        &self,
+        ring: &RingPtr,
+        nent: u32,
+        cqe_size: usize,
+        dbr: &RingPtr,
+        qpn: u32,
+    ) -> u32 {
+        self.acquire_blocking();
+        let ci = self.ci.load(Ordering::Relaxed);
+        let off = |i: u32| (i & (nent - 1)) as usize * cqe_size + (cqe_size - 64);
+        let mut prod = ci;
+        while prod.wrapping_sub(ci) < nent - 1 && sw_owns(ring.read_u8(off(prod) + 63), prod, nent)
+        {
+            prod = prod.wrapping_add(1);
+        }
+        // The CQEs up to `prod` are software's: read their contents only after their owner bits.
+        udma_from_device_barrier();
+        let mut freed = 0u32;
+        let mut cqe = [0u8; 128];
+        let cqe = &mut cqe[..cqe_size.min(128)];
+        while prod != ci {
+            prod = prod.wrapping_sub(1);
+            let src = (prod & (nent - 1)) as usize * cqe_size;
+            ring.read(src, cqe);
+            // `sop_drop_qpn` / `s_wqe_opcode_qpn` (bytes 56..60 of the 64-byte CQE): the QPN in
+            // the low 24 bits, for good and error CQEs alike.
+            let q = cqe.len() - 8;
+            let this = cqe
+                .get(q..q + 4)
+                .and_then(|b| <[u8; 4]>::try_from(b).ok())
+                .map_or(u32::MAX, |b| u32::from_be_bytes(b) & 0x00ff_ffff);
+            if this == qpn {
+                freed += 1;
+            } else if freed > 0 {
+                let dst_index = prod.wrapping_add(freed);
+                let dst = (dst_index & (nent - 1)) as usize * cqe_size;
+                let owner = ring.read_u8(dst + cqe_size - 1) & MLX5_CQE_OWNER_MASK;
+                if let Some(last) = cqe.last_mut() {
+                    *last = (*last & !MLX5_CQE_OWNER_MASK) | owner;
+                }
+                ring.write(dst, cqe);
+            }
+        }
+        if freed > 0 {
+            let ci = ci.wrapping_add(freed);
+            self.ci.store(ci, Ordering::Relaxed);
+            // The moved CQEs must be in memory before the slots are given back.
+            udma_to_device_barrier();
+            dbr.write_be32(0, ci & 0x00ff_ffff);
+        }
+        self.release();
+        freed
+    }
+}
+
+impl Slot {
+    const fn empty() -> Self {
+        Self {
+            qpn: EMPTY_QPN,
+            wq: None,
+        }
+    }
+}
+
+/// An open-addressed table of `wqs`: a power of two of at least 16 slots and at least twice
+/// as many as QPs, each QP at `qpn & mask` or the next free slot after it.
+fn build_slots(wqs: &[Arc<WqShared>]) -> Box<[Slot]> {
+    let n = (wqs.len() * 2).max(16).next_power_of_two();
+    let mut slots = vec![Slot::empty(); n];
+    let mask = n - 1;
+    for w in wqs {
+        let start = w.qpn() as usize & mask;
+        for k in 0..n {
+            if let Some(s) = slots.get_mut((start + k) & mask) {
+                if s.qpn == EMPTY_QPN {
+                    *s = Slot {
+                        qpn: w.qpn(),
+                        wq: Some(w.clone()),
+                    };
+                    break;
+                }
+            }
+        }
+    }
+    slots.into_boxed_slice()
 }
 
 /// The consumer side of a CQ ring: consumer index, the owner-bit rule, the doorbell record.
@@ -275,41 +584,65 @@ pub struct CqPoller {
     ring: RingPtr,
     nent: u32,
     cqe_size: usize,
-    ci: u32,
     dbr: RingPtr,
     table: Arc<QpTable>,
-    snap: Arc<[Arc<WqShared>]>,
-    seen: u64,
-    last: usize,
+    // Precomputed in `new`, which checks the geometry once so that the hot path needs no
+    // per-access bounds checks: the 64-byte CQE of slot 0 (the second half of a 128-byte CQE),
+    // log2 of the CQE size, and the doorbell record's CI word (4-byte aligned, checked).
+    cqe0: NonNull<u8>,
+    shift: u32,
+    dbr_ci: NonNull<u32>,
 }
+
+// SAFETY: the pointers are addresses inside `ring` and `dbr` (which are `Send` and `Sync`, see
+// `RingPtr`); what crosses threads is the right to poll, exercised through `&mut self` and the
+// table's consumer flag.
+unsafe impl Send for CqPoller {}
+// SAFETY: as for `Send`; `&self` methods only read ring bytes with volatile loads.
+unsafe impl Sync for CqPoller {}
 
 impl CqPoller {
     /// A poller over `ring` (`nent` CQEs of `cqe_size` bytes, 64 or 128) with its doorbell
-    /// record at the start of `dbr` (8 bytes: CI word, arm word).
+    /// record at the start of `dbr` (8 bytes: CI word, arm word). `None` if the geometry does
+    /// not fit: `nent` not a power of two, `nent * cqe_size` beyond the ring, another CQE size,
+    /// or a doorbell record shorter than 8 bytes or not 4-byte aligned.
     pub fn new(
         ring: RingPtr,
         nent: u32,
         cqe_size: usize,
         dbr: RingPtr,
         table: Arc<QpTable>,
-    ) -> Self {
-        let (seen, snap) = table.snapshot();
-        Self {
+    ) -> Option<Self> {
+        let shift = match cqe_size {
+            64 => 6,
+            128 => 7,
+            _ => return None,
+        };
+        let bytes = (nent as usize).checked_mul(cqe_size)?;
+        if !nent.is_power_of_two() || bytes > ring.len() || dbr.len() < 8 {
+            return None;
+        }
+        let dbr_ci = dbr.base().cast::<u32>();
+        if !dbr_ci.as_ptr().is_aligned() {
+            return None;
+        }
+        // SAFETY: `cqe_size - 64 < ring.len()` (checked above): inside the ring.
+        let cqe0 = unsafe { ring.base().add(cqe_size - 64) };
+        Some(Self {
             ring,
             nent,
             cqe_size,
-            ci: 0,
             dbr,
             table,
-            snap,
-            seen,
-            last: 0,
-        }
+            cqe0,
+            shift,
+            dbr_ci,
+        })
     }
 
     /// The consumer index (CQEs consumed, 24 bits used by the device).
     pub fn consumer_index(&self) -> u32 {
-        self.ci
+        self.table.ci.load(Ordering::Relaxed)
     }
 
     /// Entries in the ring.
@@ -337,52 +670,31 @@ impl CqPoller {
     /// The CQE at the consumer index if software owns it (rdma-core `get_sw_cqe`), after the
     /// `udma_from_device_barrier` that keeps its other fields from being read early.
     #[inline(always)]
-    fn next_cqe(&self) -> Option<&Cqe64> {
-        let off = self.cqe_off(self.ci);
-        let op_own = self.ring.read_u8(off + 63);
-        if !sw_owns(op_own, self.ci, self.nent) {
+    fn next_cqe(&self, ci: u32) -> Option<&Cqe64> {
+        let slot = (ci & (self.nent - 1)) as usize;
+        // SAFETY: `slot < nent` and `nent << shift <= ring.len()` (checked in `new`), so the 64
+        // bytes at `cqe0 + (slot << shift)` are inside the ring, which stays mapped while
+        // `self` lives.
+        let p = unsafe { self.cqe0.add(slot << self.shift) };
+        // SAFETY: inside the ring (above); volatile: the device writes it concurrently.
+        let op_own = unsafe { p.add(63).read_volatile() };
+        if !sw_owns(op_own, ci, self.nent) {
             return None;
         }
         udma_from_device_barrier();
-        // SAFETY: software owns this CQE (checked above) and the device does not write it
-        // again until the consumer index moves past it and the ring laps, which needs
-        // `publish_ci` after this reference is gone (it lives only inside one poll step).
-        unsafe { self.ring.view::<Cqe64>(off) }
-    }
-
-    #[inline(always)]
-    fn refresh(&mut self) {
-        if self.table.generation.load(Ordering::Acquire) != self.seen {
-            self.refresh_slow();
-        }
-    }
-
-    #[cold]
-    fn refresh_slow(&mut self) {
-        let (seen, snap) = self.table.snapshot();
-        self.seen = seen;
-        self.snap = snap;
-        self.last = 0;
-    }
-
-    #[inline(always)]
-    fn lookup(&mut self, qpn: u32) -> Option<&WqShared> {
-        if let Some(w) = self.snap.get(self.last) {
-            if w.qpn() == qpn {
-                return self.snap.get(self.last).map(|a| &**a);
-            }
-        }
-        let i = self.snap.iter().position(|w| w.qpn() == qpn)?;
-        self.last = i;
-        self.snap.get(i).map(|a| &**a)
+        // SAFETY: inside the ring (above); `Cqe64` has alignment 1 and accepts any bytes.
+        // Software owns this CQE (checked above) and the device does not write it again until
+        // the consumer index moves past it and the ring laps, which needs `publish_ci` after
+        // this reference is gone (it lives only inside one poll step).
+        Some(unsafe { p.cast::<Cqe64>().as_ref() })
     }
 
     /// Fills the completion's `wr_id` and retires its WQE(s) in the QP's bookkeeping.
     #[inline(always)]
     fn retire(&mut self, wc: &mut WorkCompletion) {
-        let recv = wc.flags.contains(WcFlags::RECV);
-        let index = wc.wqe_index;
-        if let Some(w) = self.lookup(wc.qpn) {
+        let recv = wc.is_recv_cqe();
+        let index = wc.wqe_index();
+        if let Some(w) = self.table.lookup(wc.qpn()) {
             wc.wr_id = if recv {
                 w.complete_recv()
             } else {
@@ -393,57 +705,76 @@ impl CqPoller {
 
     /// Publishes the consumer index in the doorbell record (rdma-core `update_cons_index`).
     #[inline(always)]
-    fn publish_ci(&self) {
+    fn publish_ci(&self, ci: u32) {
+        self.table.ci.store(ci, Ordering::Relaxed);
         // Keep the CQE reads above from being moved after the store that gives the entries
         // back to the device (a compiler fence on x86-64, whose loads are not reordered with
         // later stores; `dmb oshst` on aarch64).
         udma_to_device_barrier();
-        self.dbr.write_be32(0, self.ci & 0x00ff_ffff);
+        // SAFETY: the CI word is the first 4 bytes of the doorbell record (at least 8 bytes,
+        // 4-byte aligned: checked in `new`); volatile: the device reads it concurrently.
+        unsafe { self.dbr_ci.write_volatile((ci & 0x00ff_ffff).to_be()) };
     }
 
     /// Polls up to `out.len()` completions into `out`; returns how many. Writes the doorbell
-    /// record once, after the batch.
+    /// record once, after the batch. Returns 0 without waiting while a QP destroy or reset is
+    /// cleaning this CQ.
     #[inline]
     pub fn poll(&mut self, out: &mut [WorkCompletion]) -> usize {
-        self.refresh();
+        if !self.table.try_acquire() {
+            return 0;
+        }
+        let mut ci = self.table.ci.load(Ordering::Relaxed);
         let mut n = 0;
         for slot in out.iter_mut() {
-            let Some(cqe) = self.next_cqe() else { break };
+            let Some(cqe) = self.next_cqe(ci) else { break };
             let mut wc = decode(cqe);
-            self.ci = self.ci.wrapping_add(1);
+            ci = ci.wrapping_add(1);
             self.retire(&mut wc);
             *slot = wc;
             n += 1;
         }
         if n > 0 {
-            self.publish_ci();
+            self.publish_ci(ci);
         }
+        self.table.release();
         n
     }
 
     /// Polls one completion.
     #[inline]
     pub fn poll_one(&mut self) -> Option<WorkCompletion> {
-        self.refresh();
-        let cqe = self.next_cqe()?;
-        let mut wc = decode(cqe);
-        self.ci = self.ci.wrapping_add(1);
-        self.retire(&mut wc);
-        self.publish_ci();
-        Some(wc)
+        self.poll_with(|_| ()).map(|(wc, ())| wc)
     }
 
     /// Polls one completion and returns the CQE's 64 bytes too (research access; copies the
     /// CQE, so not for the hot path).
     pub fn poll_raw(&mut self) -> Option<(WorkCompletion, [u8; 64])> {
-        self.refresh();
-        let cqe = self.next_cqe()?;
-        let raw: [u8; 64] = zerocopy::transmute!(*cqe);
+        self.poll_with(|cqe| -> [u8; 64] { zerocopy::transmute!(*cqe) })
+    }
+
+    #[inline(always)]
+    fn poll_with<R>(&mut self, f: impl FnOnce(&Cqe64) -> R) -> Option<(WorkCompletion, R)> {
+        if !self.table.try_acquire() {
+            return None;
+        }
+        let ci = self.table.ci.load(Ordering::Relaxed);
+        let Some(cqe) = self.next_cqe(ci) else {
+            self.table.release();
+            return None;
+        };
+        let r = f(cqe);
         let mut wc = decode(cqe);
-        self.ci = self.ci.wrapping_add(1);
         self.retire(&mut wc);
-        self.publish_ci();
-        Some((wc, raw))
+        self.publish_ci(ci.wrapping_add(1));
+        self.table.release();
+        Some((wc, r))
+    }
+
+    /// Removes the unpolled CQEs of QP `qpn` from this CQ (see [`QpTable::clean`]).
+    pub fn clean(&self, qpn: u32) -> u32 {
+        self.table
+            .clean(&self.ring, self.nent, self.cqe_size, &self.dbr, qpn)
     }
 
     /// The raw 64 bytes of the CQE at consumer index `ci` (owned by software or not), read with
@@ -478,7 +809,7 @@ mod tests {
             ring.write(k * 64 + 63, &[CQE_INVALID_OP_OWN | 1]);
         }
         let table = Arc::new(QpTable::new());
-        let poller = CqPoller::new(ring, nent, 64, dbr.ring(), table.clone());
+        let poller = CqPoller::new(ring, nent, 64, dbr.ring(), table.clone()).unwrap();
         Fixture {
             _cq: cq,
             _dbr: dbr,
@@ -512,8 +843,8 @@ mod tests {
             put(&f, i, &req(5, i as u16, WqeOpcode::RDMA_READ, false));
         }
         assert_eq!(f.poller.poll(&mut out), 3);
-        assert_eq!(out[0].opcode, WcOpcode::RdmaRead);
-        assert_eq!(out[0].byte_len, 20);
+        assert_eq!(out[0].opcode(), WcOpcode::RdmaRead);
+        assert_eq!(out[0].byte_len(), 20);
         let mut ci = [0u8; 4];
         f.poller.dbr.read(0, &mut ci);
         assert_eq!(u32::from_be_bytes(ci), 3);
@@ -527,7 +858,10 @@ mod tests {
         );
         put(&f, 4, &req(5, 4, WqeOpcode::SEND_IMM, true));
         let wc = f.poller.poll_one().unwrap();
-        assert_eq!((wc.opcode, wc.flags), (WcOpcode::Send, WcFlags::WITH_IMM));
+        assert_eq!(
+            (wc.opcode(), wc.flags()),
+            (WcOpcode::Send, WcFlags::WITH_IMM)
+        );
         assert_eq!(f.poller.consumer_index(), 5);
         let _ = &f.table;
     }
@@ -554,17 +888,17 @@ mod tests {
         r.op_own = make_op_own(CqeOpcode::RESP_SEND_IMM, 0, true, false);
         put(&f, 1, &r);
         let wc = f.poller.poll_one().unwrap();
-        assert_eq!((wc.wr_id, wc.opcode), (0xbb, WcOpcode::RdmaWrite));
+        assert_eq!((wc.wr_id(), wc.opcode()), (0xbb, WcOpcode::RdmaWrite));
         assert_eq!(
             sh.sq_tail(),
             3,
             "the unsignaled WQE before it is retired too"
         );
         let wc = f.poller.poll_one().unwrap();
-        assert_eq!(wc.wr_id, 0x11);
-        assert_eq!((wc.byte_len, wc.src_qp, wc.imm), (100, 0x77, 0x1234));
+        assert_eq!(wc.wr_id(), 0x11);
+        assert_eq!((wc.byte_len(), wc.src_qp(), wc.imm()), (100, 0x77, 0x1234));
         assert!(
-            wc.flags
+            wc.flags()
                 .contains(WcFlags::WITH_IMM | WcFlags::GRH | WcFlags::SOLICITED | WcFlags::RECV)
         );
         f.table.detach(9);
@@ -574,6 +908,36 @@ mod tests {
             0,
             "a detached QP's wr_id is unknown"
         );
+    }
+
+    #[test]
+    fn clean_drops_one_qps_cqes_across_the_wrap_and_keeps_the_rest_in_order() {
+        let mut f = fixture(4);
+        // Consume two, so the four pending CQEs are at 2, 3 (lap 0) and 4, 5 (lap 1, owner 1).
+        put(&f, 0, &req(5, 0, WqeOpcode::SEND, false));
+        put(&f, 1, &req(5, 1, WqeOpcode::SEND, false));
+        assert_eq!(f.poller.poll(&mut [decode(&Cqe64::new_zeroed()); 2]), 2);
+        put(&f, 2, &req(9, 0, WqeOpcode::SEND, false));
+        put(&f, 3, &req(5, 2, WqeOpcode::SEND, false));
+        put(&f, 4, &req(9, 1, WqeOpcode::SEND, true));
+        // Slot 5 (index 1 of lap 1) still holds lap 0's CQE: not produced yet.
+        assert_eq!(f.poller.clean(9), 2);
+        assert_eq!(f.poller.consumer_index(), 4);
+        let mut ci = [0u8; 4];
+        f.poller.dbr.read(0, &mut ci);
+        assert_eq!(
+            u32::from_be_bytes(ci),
+            4,
+            "the new consumer index is published"
+        );
+        let wc = f.poller.poll_one().unwrap();
+        assert_eq!(
+            (wc.qpn(), wc.wqe_index()),
+            (5, 2),
+            "moved to slot 4 with lap 1's owner bit"
+        );
+        assert!(f.poller.poll_one().is_none());
+        assert_eq!(f.poller.clean(9), 0, "nothing left to drop");
     }
 
     #[test]
@@ -594,14 +958,14 @@ mod tests {
         let c: Cqe64 = zerocopy::transmute!(e);
         put(&f, 0, &c);
         let (wc, raw) = f.poller.poll_raw().unwrap();
-        assert_eq!(wc.status, WcStatus::Error(CqeSyndrome::LOCAL_PROT_ERR));
+        assert_eq!(wc.status(), WcStatus::Error(CqeSyndrome::LOCAL_PROT_ERR));
         assert!(
-            wc.status
+            wc.status()
                 .to_string()
                 .starts_with("LOCAL_PROT_ERR (0x4): a local SGE's lkey")
         );
         assert_eq!(
-            (wc.wr_id, wc.opcode, wc.vendor_err),
+            (wc.wr_id(), wc.opcode(), wc.vendor_err()),
             (0x42, WcOpcode::Send, 7)
         );
         assert_eq!(raw, *c.as_bytes());

@@ -19,7 +19,7 @@ use bypass_hw::wqe::{
 use zerocopy::IntoBytes;
 use zerocopy::byteorder::big_endian::{U16, U32};
 
-use crate::wq::{RqRing, SqRing, WqShared};
+use crate::wq::{RingPtr, RqRing, SqRing, WqShared};
 
 /// One gather/scatter entry: `length` bytes at `addr` (an address inside a registered region)
 /// under local key `lkey`.
@@ -88,6 +88,19 @@ pub enum SendOp {
 }
 
 impl SendOp {
+    /// For SEND, SEND_IMM, RDMA WRITE, WRITE_IMM and READ: the remote address (RDMA ones) and
+    /// the immediate (0 without one); `None` for atomics.
+    #[inline(always)]
+    pub const fn rc_plain(&self) -> Option<(Option<RemoteAddr>, u32)> {
+        match *self {
+            Self::Send => Some((None, 0)),
+            Self::SendImm { imm } => Some((None, imm)),
+            Self::Write { remote } | Self::Read { remote } => Some((Some(remote), 0)),
+            Self::WriteImm { remote, imm } => Some((Some(remote), imm)),
+            Self::CompareSwap { .. } | Self::FetchAdd { .. } => None,
+        }
+    }
+
     /// The mlx5 opcode (rdma-core `mlx5_ib_opcode[]`).
     pub const fn opcode(&self) -> WqeOpcode {
         match self {
@@ -298,6 +311,22 @@ pub struct SendLimits {
     pub max_inline: usize,
     /// Every WQE signaled (`sq_sig_all`).
     pub sig_all: bool,
+    /// `(qpn & 0xffffff) << 8`, the ctrl segment's `qpn_ds` without the DS count.
+    pub qpn_shifted: u32,
+}
+
+impl SendLimits {
+    /// The limits of QP `qpn` (precomputes [`SendLimits::qpn_shifted`]).
+    pub const fn new(qpn: u32, ud: bool, max_sge: usize, max_inline: usize, sig_all: bool) -> Self {
+        Self {
+            qpn,
+            ud,
+            max_sge,
+            max_inline,
+            sig_all,
+            qpn_shifted: (qpn & 0x00ff_ffff) << 8,
+        }
+    }
 }
 
 /// A WQE written to the ring: its size and the first 8 bytes of its ctrl segment (the
@@ -316,6 +345,73 @@ pub struct Written {
     pub inline: bool,
 }
 
+/// Where one WQE's bytes go: straight through a pointer when the whole WQE lies before the
+/// ring's end (checked once, here), else through the ring's masked, wrapping writes (rdma-core:
+/// a WQE that crosses `sq.qend` continues at the SQ start).
+struct WqeOut<'r> {
+    ring: &'r RingPtr,
+    base: usize,
+    /// Bytes writable at `ring.base() + base` without wrapping; 0 when the WQE wraps.
+    room: usize,
+}
+
+impl<'r> WqeOut<'r> {
+    #[inline(always)]
+    fn new(sq: &'r SqRing, base: usize, wqebbs: u32) -> Self {
+        let len = (wqebbs as usize) << 6;
+        let base = base & (sq.ring.len() - 1);
+        let room = if base + len <= sq.ring.len() { len } else { 0 };
+        Self {
+            ring: &sq.ring,
+            base,
+            room,
+        }
+    }
+
+    /// Writes one 16-byte segment at WQE offset `off` as two 64-bit stores.
+    #[inline(always)]
+    fn put16(&self, off: usize, w: [u64; 2]) {
+        if off + 16 <= self.room {
+            let p = self
+                .ring
+                .base()
+                .as_ptr()
+                .wrapping_add(self.base + off)
+                .cast::<u64>();
+            // SAFETY: as in `put`: `base + off + 16 <= ring.len()`, inside the ring, valid for
+            // writes, not read by the device before the doorbell; unaligned stores, so the
+            // ring's alignment does not matter.
+            unsafe {
+                p.write_unaligned(w[0]);
+                p.add(1).write_unaligned(w[1]);
+            }
+        } else {
+            let b: [u8; 16] = zerocopy::transmute!(w);
+            self.ring.write(self.base + off, &b);
+        }
+    }
+
+    /// Writes `bytes` at WQE offset `off`.
+    #[inline(always)]
+    fn put(&self, off: usize, bytes: &[u8]) {
+        if off + bytes.len() <= self.room {
+            // SAFETY: `base + off + len <= base + room <= ring.len()` (checked in `new` and
+            // here): inside the ring, which is valid for writes (`RingPtr::new`); the slots
+            // belong to this poster (the space check passed) and the device does not read
+            // them before the doorbell; `bytes` is a separate Rust slice.
+            unsafe {
+                core::ptr::copy_nonoverlapping(
+                    bytes.as_ptr(),
+                    self.ring.base().as_ptr().add(self.base + off),
+                    bytes.len(),
+                )
+            };
+        } else {
+            self.ring.write(self.base + off, bytes);
+        }
+    }
+}
+
 #[cold]
 fn bad(qpn: u32, opcode: WqeOpcode, why: &'static str) -> PostError {
     PostError::BadRequest { qpn, opcode, why }
@@ -329,6 +425,119 @@ fn bad(qpn: u32, opcode: WqeOpcode, why: &'static str) -> PostError {
 /// segment. Each 16-byte segment may land past the ring's end and continue at its start.
 #[inline]
 pub fn write_send(
+    sq: &mut SqRing,
+    shared: &WqShared,
+    lim: &SendLimits,
+    wr: &SendWr<'_>,
+) -> Result<Written, PostError> {
+    if let (false, Payload::Sges(sges)) = (lim.ud, wr.payload) {
+        if let Some((raddr, imm)) = wr.op.rc_plain() {
+            return write_rc_sges(sq, shared, lim, wr, raddr, imm, sges);
+        }
+    }
+    write_send_general(sq, shared, lim, wr)
+}
+
+/// The common case on its own, so it compiles to straight-line code: an RC SEND, SEND_IMM,
+/// RDMA WRITE, WRITE_IMM or READ gathering an SGE list. Same checks, same bytes as
+/// [`write_send_general`] (ctrl, raddr for RDMA, one data segment per SGE).
+#[inline(always)]
+fn write_rc_sges(
+    sq: &mut SqRing,
+    shared: &WqShared,
+    lim: &SendLimits,
+    wr: &SendWr<'_>,
+    raddr: Option<RemoteAddr>,
+    imm: u32,
+    sges: &[Sge],
+) -> Result<Written, PostError> {
+    if sges.len() > lim.max_sge {
+        return Err(too_many_sges(lim, sges.len()));
+    }
+    // ctrl + [raddr] + data; `max_sge` keeps this within MAX_WQE_DS (QpGeometry checks it,
+    // and the general path's check is repeated here for a caller-built `SendLimits`).
+    let ds = 1 + raddr.is_some() as usize + sges.len();
+    if ds > MAX_WQE_DS as usize {
+        return Err(bad(
+            lim.qpn,
+            wr.op.opcode(),
+            "does not fit in one WQE (more than 63 16-byte segments): use fewer SGEs or less inline data",
+        ));
+    }
+    let wqebbs = ds.div_ceil(4) as u32;
+    let free = sq.free(shared.sq_tail());
+    if wqebbs > free {
+        return Err(sq_full(lim.qpn, wqebbs, free));
+    }
+    let start = sq.cur_post;
+    let opmod_idx_opcode = ((start & 0xffff) << 8) | u32::from(wr.op.opcode().0);
+    let qpn_ds = lim.qpn_shifted | ds as u32;
+    let ctrl = CtrlSeg {
+        opmod_idx_opcode: U32::new(opmod_idx_opcode),
+        qpn_ds: U32::new(qpn_ds),
+        signature: 0,
+        dci_stream_channel_id: U16::ZERO,
+        fm_ce_se: fm_ce_se(lim, wr.flags),
+        imm: U32::new(imm),
+    };
+    let out = WqeOut::new(sq, sq.offset_of(start), wqebbs);
+    out.put16(0, zerocopy::transmute!(ctrl));
+    let mut off = 16;
+    if let Some(r) = raddr {
+        out.put16(off, zerocopy::transmute!(RaddrSeg::new(r.addr, r.rkey)));
+        off += 16;
+    }
+    for s in sges {
+        out.put16(
+            off,
+            zerocopy::transmute!(DataSeg::new(s.length, s.lkey, s.addr)),
+        );
+        off += 16;
+    }
+    sq.commit(shared, start, wqebbs, wr.wr_id);
+    Ok(Written {
+        start,
+        ds: ds as u8,
+        wqebbs,
+        doorbell: (u64::from(opmod_idx_opcode) << 32) | u64::from(qpn_ds),
+        inline: false,
+    })
+}
+
+/// `fm_ce_se` of the ctrl segment (rdma-core `_mlx5_post_send`).
+#[inline(always)]
+fn fm_ce_se(lim: &SendLimits, flags: SendFlags) -> u8 {
+    let mut f = 0u8;
+    if lim.sig_all || flags.contains(SendFlags::SIGNALED) {
+        f |= MLX5_WQE_CTRL_CQ_UPDATE;
+    }
+    if flags.contains(SendFlags::SOLICITED) {
+        f |= MLX5_WQE_CTRL_SOLICITED;
+    }
+    if flags.contains(SendFlags::FENCE) {
+        f |= MLX5_WQE_CTRL_FENCE;
+    }
+    f
+}
+
+#[cold]
+fn too_many_sges(lim: &SendLimits, got: usize) -> PostError {
+    PostError::TooManySges {
+        qpn: lim.qpn,
+        queue: "send",
+        got,
+        max: lim.max_sge,
+    }
+}
+
+#[cold]
+fn sq_full(qpn: u32, need: u32, free: u32) -> PostError {
+    PostError::SqFull { qpn, need, free }
+}
+
+/// Every other request (UD, inline, atomics).
+#[inline(never)]
+fn write_send_general(
     sq: &mut SqRing,
     shared: &WqShared,
     lim: &SendLimits,
@@ -434,16 +643,7 @@ pub fn write_send(
 
     let start = sq.cur_post;
     let base = sq.offset_of(start);
-    let mut fm_ce_se = 0u8;
-    if lim.sig_all || wr.flags.contains(SendFlags::SIGNALED) {
-        fm_ce_se |= MLX5_WQE_CTRL_CQ_UPDATE;
-    }
-    if wr.flags.contains(SendFlags::SOLICITED) {
-        fm_ce_se |= MLX5_WQE_CTRL_SOLICITED;
-    }
-    if wr.flags.contains(SendFlags::FENCE) {
-        fm_ce_se |= MLX5_WQE_CTRL_FENCE;
-    }
+    let fm_ce_se = fm_ce_se(lim, wr.flags);
     let opmod_idx_opcode = ((start & 0xffff) << 8) | u32::from(opcode.0);
     let qpn_ds = ((qpn & 0x00ff_ffff) << 8) | ds as u32;
     let ctrl = CtrlSeg {
@@ -454,28 +654,28 @@ pub fn write_send(
         fm_ce_se,
         imm: U32::new(imm),
     };
-    let ring = &sq.ring;
-    ring.write(base, ctrl.as_bytes());
-    let mut off = base + 16;
+    let out = WqeOut::new(sq, base, wqebbs);
+    out.put(0, ctrl.as_bytes());
+    let mut off = 16;
     if let Some(d) = ud {
         let mut av = *d.av();
         av.dqp_dct
             .set((av.dqp_dct.get() & 0x00ff_ffff) | MLX5_EXTENDED_UD_AV);
-        ring.write(off, av.as_bytes());
+        out.put(off, av.as_bytes());
         off += 48;
     }
     if let Some(r) = raddr {
-        ring.write(off, RaddrSeg::new(r.addr, r.rkey).as_bytes());
+        out.put(off, RaddrSeg::new(r.addr, r.rkey).as_bytes());
         off += 16;
     }
     if let Some(a) = atomic {
-        ring.write(off, a.as_bytes());
+        out.put(off, a.as_bytes());
         off += 16;
     }
     match wr.payload {
         Payload::Sges(sges) => {
             for s in sges {
-                ring.write(off, DataSeg::new(s.length, s.lkey, s.addr).as_bytes());
+                out.put(off, DataSeg::new(s.length, s.lkey, s.addr).as_bytes());
                 off += 16;
             }
         }
@@ -485,11 +685,11 @@ pub fn write_send(
             let header = InlineSeg {
                 byte_count: U32::new(data.len() as u32 | MLX5_INLINE_SEG),
             };
-            ring.write(off, header.as_bytes());
-            ring.write(off + InlineSeg::SIZE_BYTES, data);
+            out.put(off, header.as_bytes());
+            out.put(off + InlineSeg::SIZE_BYTES, data);
             let used = InlineSeg::SIZE_BYTES + data.len();
             let pad = used.next_multiple_of(16) - used;
-            ring.write(off + used, &[0u8; 16][..pad]);
+            out.put(off + used, &[0u8; 16][..pad]);
         }
     }
     sq.commit(shared, start, wqebbs, wr.wr_id);
@@ -548,13 +748,7 @@ mod tests {
     use bypass_hw::view::View;
 
     fn lim(ud: bool) -> SendLimits {
-        SendLimits {
-            qpn: 0x123,
-            ud,
-            max_sge: 4,
-            max_inline: 128,
-            sig_all: false,
-        }
+        SendLimits::new(0x123, ud, 4, 128, false)
     }
 
     fn bytes(sq: &SqRing, off: usize, n: usize) -> Vec<u8> {

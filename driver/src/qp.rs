@@ -32,7 +32,7 @@ use crate::qp_attr::{
     rtr2rts_input, rts2rts_input, to_err_input, to_rst_input,
 };
 use crate::uar::{Bfreg, shut_up_bf};
-use crate::wq::{RingPtr, RqRing, SqRing, WqShared};
+use crate::wq::{RingPtr, RqRing, SqRing, Word32, WqShared};
 
 /// A UAR page of the QP's own (for a BlueFlame register nobody else rings).
 #[derive(Debug)]
@@ -94,8 +94,20 @@ impl Drop for QpResources {
             }
             Err(e) => tracing::error!(qpn = self.qpn, error = %e, "DESTROY_QP input"),
         }
+        // The device writes no more CQEs for this QPN: drop those still unpolled, before the
+        // firmware can hand the number to a new QP on these CQs (rdma-core `mlx5_destroy_qp`:
+        // `__mlx5_cq_clean` of the receive CQ, then of the send CQ if it is another one).
+        clean_cqs(&self.send_cq, &self.recv_cq, self.qpn);
         self.send_cq.table().detach(self.qpn);
         self.recv_cq.table().detach(self.qpn);
+    }
+}
+
+/// Removes QP `qpn`'s unpolled CQEs from its receive CQ and (if another) its send CQ.
+fn clean_cqs(send_cq: &CqShared, recv_cq: &CqShared, qpn: u32) {
+    recv_cq.clean(qpn);
+    if !core::ptr::eq(send_cq, recv_cq) {
+        send_cq.clean(qpn);
     }
 }
 
@@ -116,12 +128,16 @@ pub struct Qp {
     // Ring views into `res`'s buffers: declared first so they are dropped first.
     sq: SqRing,
     rq: RqRing,
+    /// The doorbell record's send counter word (offset 4, `MLX5_SND_DBR`).
+    sq_dbr: Word32,
     dbr: RingPtr,
     shared: Arc<WqShared>,
     limits: SendLimits,
     bfreg: Bfreg,
     backend: Arc<dyn Backend>,
     state: QpState,
+    /// `state` is RTS, SQD or ERR: sends may be posted (kept with `state`).
+    can_send: bool,
     qp_type: QpType,
     caps: QpCaps,
     res: QpResources,
@@ -226,23 +242,31 @@ impl Qp {
                 fix: "this is a driver bug: report it",
             });
         };
+        let Some(sq_dbr) = dbr_ring.word32(4) else {
+            return Err(DriverError::Unsupported {
+                what: "a doorbell record that is not 4-byte aligned",
+                fix: "this is a driver bug: report it",
+            });
+        };
         send_cq.shared().table().attach(shared.clone());
         recv_cq.shared().table().attach(shared.clone());
         Ok(Self {
             sq: SqRing::new(sq_ring),
             rq: RqRing::new(rq_ring, 16 << g.log_rq_stride),
+            sq_dbr,
             dbr: dbr_ring,
-            limits: SendLimits {
+            limits: SendLimits::new(
                 qpn,
-                ud: qp_type == QpType::Ud,
-                max_sge: caps.max_send_sge as usize,
-                max_inline: g.max_inline,
-                sig_all: caps.sq_sig_all,
-            },
+                qp_type == QpType::Ud,
+                caps.max_send_sge as usize,
+                g.max_inline,
+                caps.sq_sig_all,
+            ),
             shared,
             bfreg,
             backend: hca.backend().clone(),
             state: QpState::Rst,
+            can_send: false,
             qp_type,
             caps: *caps,
             res,
@@ -295,6 +319,7 @@ impl Qp {
         self.res.pd.hca().cmd().exec(&i, 16)?;
         tracing::debug!(qpn = self.res.qpn, op, to = to.name(), "modify QP");
         self.state = to;
+        self.can_send = matches!(to, QpState::Rts | QpState::Err | QpState::Sqd);
         Ok(())
     }
 
@@ -328,12 +353,14 @@ impl Qp {
         self.modify("2ERR", i, QpState::Err)
     }
 
-    /// Any state → RST. The rings start over (rdma-core `mlx5_modify_qp` to RESET:
-    /// `mlx5_init_qp_indices` and a cleared doorbell record); completions of this QP still in
-    /// its CQs should be polled first.
+    /// Any state → RST. Completions of this QP still unpolled in its CQs are removed (they
+    /// would otherwise be taken for WQEs posted after the reset), and the rings start over
+    /// (rdma-core `mlx5_modify_qp` to RESET: `mlx5_cq_clean` of both CQs,
+    /// `mlx5_init_qp_indices` and a cleared doorbell record).
     pub fn reset(&mut self) -> Result<()> {
         let i = to_rst_input(self.res.qpn);
         self.modify("2RST", i, QpState::Rst)?;
+        clean_cqs(&self.res.send_cq, &self.res.recv_cq, self.res.qpn);
         self.sq.cur_post = 0;
         self.rq.head = 0;
         self.shared.reset();
@@ -379,7 +406,7 @@ impl Qp {
     /// Posts one send work request and rings the doorbell (BlueFlame when it fits).
     #[inline]
     pub fn post_send(&mut self, wr: &SendWr<'_>) -> core::result::Result<(), PostError> {
-        if !matches!(self.state, QpState::Rts | QpState::Err | QpState::Sqd) {
+        if !self.can_send {
             return Err(self.not_ready());
         }
         let w = write_send(&mut self.sq, &self.shared, &self.limits, wr)?;
@@ -421,20 +448,25 @@ impl Qp {
     fn ring_sq(&mut self, nreq: usize, last: &Written) {
         // The WQE must be in memory before the device can learn it exists.
         udma_to_device_barrier();
-        self.dbr.write_be32(4, self.sq.cur_post & 0xffff);
+        self.sq_dbr.write_be(self.sq.cur_post & 0xffff);
         // The doorbell record must be visible before the doorbell (the device may read the
         // record when the doorbell arrives).
         mmio_wc_start();
         let reg = self.bfreg.doorbell_offset();
-        if self.bfreg.use_blueflame(nreq, last.ds) {
+        if nreq == 1 && self.bfreg.use_blueflame_one(last.ds) {
             // rdma-core `mlx5_bf_copy`: the whole WQE, 64 bytes at a time, in order
             // (`mmio_memcpy_x64`), wrapping at the end of the SQ.
             for k in 0..last.wqebbs {
-                let block = self
-                    .sq
-                    .ring
-                    .read_block64(self.sq.offset_of(last.start.wrapping_add(k)));
-                self.backend.write_bf(reg + 64 * u64::from(k), &block);
+                let off = self.sq.offset_of(last.start.wrapping_add(k));
+                // SAFETY: this WQE's blocks were written above and nothing writes them until
+                // their completion retires them (after this call returns).
+                match unsafe { self.sq.ring.block64(off) } {
+                    Some(block) => self.backend.write_bf(reg + 64 * u64::from(k), block),
+                    None => {
+                        let block = self.sq.ring.read_block64(off);
+                        self.backend.write_bf(reg + 64 * u64::from(k), &block);
+                    }
+                }
             }
         } else {
             self.backend.write64(reg, last.doorbell.to_be());

@@ -40,6 +40,9 @@ pub struct Bfreg {
     buf_size: usize,
     /// The half in use: 0 or `buf_size`.
     offset: usize,
+    /// Largest WQE (in 16-byte units) a lone post copies with BlueFlame: `buf_size / 16`,
+    /// precomputed so the data path tests `1 < ds <= bf_max_ds` only.
+    bf_max_ds: u8,
 }
 
 impl Bfreg {
@@ -66,6 +69,7 @@ impl Bfreg {
             reg,
             buf_size,
             offset: 0,
+            bf_max_ds: (buf_size / 16).min(u8::MAX as usize) as u8,
         })
     }
 
@@ -94,9 +98,15 @@ impl Bfreg {
     /// `prefer_bf`: every WQE that fits, not only inline ones).
     #[inline(always)]
     pub fn use_blueflame(&self, nreq: usize, ds: u8) -> bool {
-        bypass_hw::uar::would_use_blueflame(nreq, self.buf_size, true, ds)
+        nreq == 1 && self.use_blueflame_one(ds)
     }
 
+    /// [`Bfreg::use_blueflame`] for a post of one WQE (rdma-core `post_send_db`, same rule as
+    /// [`bypass_hw::uar::would_use_blueflame`] with `nreq == 1`, from the precomputed limit).
+    #[inline(always)]
+    pub fn use_blueflame_one(&self, ds: u8) -> bool {
+        ds > 1 && ds <= self.bf_max_ds
+    }
     /// Switches to the other half (`bf->offset ^= bf->buf_size`).
     #[inline(always)]
     pub fn toggle(&mut self) {

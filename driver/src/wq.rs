@@ -131,6 +131,38 @@ impl RingPtr {
         out
     }
 
+    /// The 64-byte block at `off` (rounded down to 64, masked) as eight `u64` words in place,
+    /// for a BlueFlame copy without an intermediate buffer; `None` if the ring is not 8-byte
+    /// aligned.
+    ///
+    /// # Safety
+    /// Nothing may write those bytes while the reference lives (an SQ block software has
+    /// written and the device only reads).
+    #[inline(always)]
+    pub unsafe fn block64(&self, off: usize) -> Option<&[u64; 8]> {
+        let at = (off & self.mask()) & !63;
+        if at + 64 > self.len {
+            return None;
+        }
+        let p = self.base.as_ptr().wrapping_add(at).cast::<[u64; 8]>();
+        // SAFETY: `at + 64 <= len`: inside the ring (valid for reads), aligned (checked); the
+        // caller guarantees no concurrent write.
+        p.is_aligned().then(|| unsafe { &*p })
+    }
+
+    /// A handle on the 4-byte-aligned big-endian word at `off` (a doorbell-record word), for
+    /// stores with no per-store checks; `None` if it is not inside the ring or not aligned.
+    pub fn word32(&self, off: usize) -> Option<Word32> {
+        if off.checked_add(4)? > self.len {
+            return None;
+        }
+        let p = self.base.as_ptr().wrapping_add(off).cast::<u32>();
+        p.is_aligned().then(|| Word32 {
+            // SAFETY: `off + 4 <= len`: inside the ring, so not null.
+            p: unsafe { NonNull::new_unchecked(p) },
+        })
+    }
+
     /// Stores `v` big-endian at `off` (masked, rounded down to 4) with one volatile 32-bit
     /// store (a doorbell record word the device reads concurrently).
     #[inline(always)]
@@ -171,6 +203,36 @@ impl RingPtr {
     }
 }
 
+/// One aligned 32-bit word of ring memory (a doorbell-record word), checked once by
+/// [`RingPtr::word32`]; it is valid as long as the ring it came from.
+#[derive(Debug)]
+pub struct Word32 {
+    p: NonNull<u32>,
+}
+
+// SAFETY: an address inside a `RingPtr` (which is `Send`/`Sync`); stores are volatile and
+// made through `&mut self` of the owning queue.
+unsafe impl Send for Word32 {}
+// SAFETY: as for `Send`; `&self` has no methods that write.
+unsafe impl Sync for Word32 {}
+
+impl Word32 {
+    /// Stores `v` big-endian with one volatile 32-bit store.
+    #[inline(always)]
+    pub fn write_be(&mut self, v: u32) {
+        // SAFETY: aligned and inside the ring (`RingPtr::word32`), which outlives this handle
+        // (its owner keeps both, the handle declared first); volatile: the device reads it.
+        unsafe { self.p.as_ptr().write_volatile(v.to_be()) }
+    }
+}
+
+/// One SQ slot's bookkeeping.
+#[derive(Debug, Default)]
+struct SqSlot {
+    wr_id: AtomicU64,
+    next: AtomicU32,
+}
+
 /// The bookkeeping shared between a QP's poster (which fills slots) and the poller of its CQs
 /// (which retires them): per-slot `wr_id`s and where the SQ/RQ tails are.
 ///
@@ -181,9 +243,9 @@ impl RingPtr {
 #[derive(Debug)]
 pub struct WqShared {
     qpn: u32,
-    sq_wrid: Box<[AtomicU64]>,
-    /// `cur_post` just after the WQE that starts at this slot (rdma-core keeps `wqe_head`).
-    sq_next: Box<[AtomicU32]>,
+    /// Per SQ slot: the `wr_id`, and `cur_post` just after the WQE that starts at this slot
+    /// (rdma-core keeps `wqe_head`); one array, so one bounds check per completion.
+    sq_slots: Box<[SqSlot]>,
     sq_tail: AtomicU32,
     rq_wrid: Box<[AtomicU64]>,
     rq_tail: AtomicU32,
@@ -196,8 +258,7 @@ impl WqShared {
         let zeros64 = |n: u32| (0..n).map(|_| AtomicU64::new(0)).collect();
         Self {
             qpn,
-            sq_wrid: zeros64(sq_wqebbs),
-            sq_next: (0..sq_wqebbs).map(|_| AtomicU32::new(0)).collect(),
+            sq_slots: (0..sq_wqebbs).map(|_| SqSlot::default()).collect(),
             sq_tail: AtomicU32::new(0),
             rq_wrid: zeros64(rq_wqes),
             rq_tail: AtomicU32::new(0),
@@ -215,13 +276,13 @@ impl WqShared {
     /// wrid[idx]; sq.tail = wqe_head[idx] + 1`).
     #[inline(always)]
     pub fn complete_send(&self, wqe_counter: u16) -> u64 {
-        let slot = usize::from(wqe_counter) & self.sq_wrid.len().wrapping_sub(1);
-        let (Some(w), Some(n)) = (self.sq_wrid.get(slot), self.sq_next.get(slot)) else {
+        let slot = usize::from(wqe_counter) & self.sq_slots.len().wrapping_sub(1);
+        let Some(s) = self.sq_slots.get(slot) else {
             return 0;
         };
-        let wr_id = w.load(Ordering::Relaxed);
+        let wr_id = s.wr_id.load(Ordering::Relaxed);
         self.sq_tail
-            .store(n.load(Ordering::Relaxed), Ordering::Release);
+            .store(s.next.load(Ordering::Relaxed), Ordering::Release);
         wr_id
     }
 
@@ -299,7 +360,7 @@ impl SqRing {
     pub fn commit(&mut self, shared: &WqShared, start: u32, wqebbs: u32, wr_id: u64) {
         let next = start.wrapping_add(wqebbs);
         let slot = (start & (self.wqebbs - 1)) as usize;
-        if let (Some(w), Some(n)) = (shared.sq_wrid.get(slot), shared.sq_next.get(slot)) {
+        if let Some(SqSlot { wr_id: w, next: n }) = shared.sq_slots.get(slot) {
             w.store(wr_id, Ordering::Relaxed);
             n.store(next, Ordering::Relaxed);
         }

@@ -74,7 +74,10 @@ fn rc_send_write_read_and_atomics_complete_with_their_wr_ids() {
     assert_eq!(a.read(32768, 8), 41u64.to_be_bytes().to_vec());
     assert_eq!(b.read(100_008, 8), 99u64.to_be_bytes().to_vec());
     let wcs = a.drain(5);
-    let got: Vec<_> = wcs.iter().map(|w| (w.wr_id, w.opcode, w.status)).collect();
+    let got: Vec<_> = wcs
+        .iter()
+        .map(|w| (w.wr_id(), w.opcode(), w.status()))
+        .collect();
     assert_eq!(
         got,
         vec![
@@ -85,13 +88,13 @@ fn rc_send_write_read_and_atomics_complete_with_their_wr_ids() {
             (5, WcOpcode::CompSwap, WcStatus::Success),
         ]
     );
-    assert_eq!(wcs[2].byte_len, 20);
+    assert_eq!(wcs[2].byte_len(), 20);
     let r = b.drain(1);
     assert_eq!(
-        (r[0].wr_id, r[0].opcode, r[0].byte_len),
+        (r[0].wr_id(), r[0].opcode(), r[0].byte_len()),
         (0x100, WcOpcode::Recv, 3000)
     );
-    assert_eq!(r[0].src_qp, a.qp.qpn());
+    assert_eq!(r[0].src_qp(), a.qp.qpn());
 }
 
 #[test]
@@ -125,14 +128,17 @@ fn immediates_multi_sge_and_inline_arrive_intact() {
     assert_eq!(b.read(20000, 21), b"inline write with imm");
     assert_eq!(b.read(12288, 11), b"inline send");
     let r = b.drain(3);
-    assert_eq!((r[0].wr_id, r[0].imm, r[0].byte_len), (1, 0xdead_beef, 11));
-    assert!(r[0].flags.contains(WcFlags::WITH_IMM));
     assert_eq!(
-        (r[1].wr_id, r[1].opcode, r[1].imm),
+        (r[0].wr_id(), r[0].imm(), r[0].byte_len()),
+        (1, 0xdead_beef, 11)
+    );
+    assert!(r[0].flags().contains(WcFlags::WITH_IMM));
+    assert_eq!(
+        (r[1].wr_id(), r[1].opcode(), r[1].imm()),
         (2, WcOpcode::RecvRdmaWithImm, 77)
     );
-    assert_eq!((r[2].wr_id, r[2].byte_len), (3, 11));
-    assert!(r[2].flags.contains(WcFlags::SOLICITED));
+    assert_eq!((r[2].wr_id(), r[2].byte_len()), (3, 11));
+    assert!(r[2].flags().contains(WcFlags::SOLICITED));
     let s = a.drain(3);
     assert!(s.iter().all(|w| w.is_ok()));
     let too_long = [0u8; 65];
@@ -178,7 +184,7 @@ fn unsignaled_requests_are_retired_by_a_later_signaled_one() {
     }
     settle(&f);
     let wcs = a.drain_all();
-    assert!(wcs.iter().all(|w| w.wr_id % 16 == 15 && w.is_ok()));
+    assert!(wcs.iter().all(|w| w.wr_id() % 16 == 15 && w.is_ok()));
 }
 
 #[test]
@@ -238,8 +244,8 @@ fn the_sq_wraps_over_several_laps_with_multi_wqebb_wqes() {
             .unwrap();
         settle(&f);
         let w = a.drain(1);
-        assert_eq!(w[0].wr_id, i);
-        assert!(w[0].is_ok(), "{}", w[0].status);
+        assert_eq!(w[0].wr_id(), i);
+        assert!(w[0].is_ok(), "{}", w[0].status());
     }
     assert!(a.qp.sq_cur_post() > 3 * depth, "several laps");
     assert!(straddled > 0, "some WQEs wrapped to the ring start");
@@ -263,11 +269,11 @@ fn bad_lkey_is_local_prot_err_and_flushes_the_rest() {
     settle(&f);
     let w = a.drain(2);
     assert_eq!(
-        (w[0].wr_id, w[0].status),
+        (w[0].wr_id(), w[0].status()),
         (1, WcStatus::Error(CqeSyndrome::LOCAL_PROT_ERR))
     );
     assert_eq!(
-        (w[1].wr_id, w[1].status),
+        (w[1].wr_id(), w[1].status()),
         (2, WcStatus::Error(CqeSyndrome::WR_FLUSH_ERR))
     );
     assert_eq!(a.qp.query().unwrap().state, QpState::Err);
@@ -286,10 +292,10 @@ fn wrong_rkey_is_remote_access_err() {
     settle(&f);
     let w = a.drain(1);
     assert_eq!(
-        (w[0].wr_id, w[0].status),
+        (w[0].wr_id(), w[0].status()),
         (9, WcStatus::Error(CqeSyndrome::REMOTE_ACCESS_ERR))
     );
-    assert_eq!(w[0].opcode, WcOpcode::RdmaWrite);
+    assert_eq!(w[0].opcode(), WcOpcode::RdmaWrite);
 }
 
 #[test]
@@ -307,8 +313,8 @@ fn no_receive_posted_is_rnr_then_success_once_one_is() {
     assert!(rnr > 0, "the responder sent an RNR NAK");
     b.recv(5, 0, 4096);
     settle(&f);
-    assert_eq!(a.drain(1)[0].status, WcStatus::Success);
-    assert_eq!(b.drain(1)[0].wr_id, 5);
+    assert_eq!(a.drain(1)[0].status(), WcStatus::Success);
+    assert_eq!(b.drain(1)[0].wr_id(), 5);
 }
 
 #[test]
@@ -322,12 +328,14 @@ fn an_armed_cq_interrupts_and_wait_returns_the_completion() {
         b.cq.wait(Duration::from_secs(5))
             .unwrap()
             .expect("a completion");
-    assert_eq!(wc.wr_id, 3);
+    assert_eq!(wc.wr_id(), 3);
     let after = f.with_device(b.id, |d| d.interrupts(1)).unwrap();
     assert!(after > before, "the armed CQ raised the completion vector");
     assert_eq!(b.cq.arm_sn(), 1);
     assert_eq!(
-        a.cq.wait(Duration::from_secs(5)).unwrap().map(|w| w.wr_id),
+        a.cq.wait(Duration::from_secs(5))
+            .unwrap()
+            .map(|w| w.wr_id()),
         Some(1)
     );
     // Nothing more: a stepped sim goes idle and wait returns None at once.
@@ -384,13 +392,13 @@ fn ud_sends_carry_the_address_vector_and_a_grh() {
     assert_eq!(CtrlSeg::view(&ctrl).unwrap().opcode(), WqeOpcode::SEND);
     assert_eq!(CtrlSeg::view(&ctrl).unwrap().ds(), 5);
     settle(&f);
-    assert_eq!(a.drain(1)[0].wr_id, 8);
+    assert_eq!(a.drain(1)[0].wr_id(), 8);
     let r = b.drain(1);
     assert_eq!(
-        (r[0].wr_id, r[0].byte_len, r[0].src_qp),
+        (r[0].wr_id(), r[0].byte_len(), r[0].src_qp()),
         (4, 50, a.qp.qpn())
     );
-    assert!(r[0].flags.contains(WcFlags::GRH));
+    assert!(r[0].flags().contains(WcFlags::GRH));
     assert_eq!(b.read(40, 10), b"ud payload");
     let w = SendOp::Write {
         remote: RemoteAddr::default(),
@@ -422,7 +430,7 @@ fn raw_cqe_and_wqe_bytes_are_readable() {
     );
     settle(&f);
     let (wc, raw) = a.cq.poll_raw().unwrap();
-    assert_eq!(wc.wr_id, 1);
+    assert_eq!(wc.wr_id(), 1);
     assert_eq!(raw[63] >> 4, 0, "a REQ CQE");
     assert_eq!(a.cq.cqe_bytes(0), raw);
 }

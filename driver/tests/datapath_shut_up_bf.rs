@@ -24,5 +24,5 @@ fn shut_up_bf_keeps_8_byte_doorbells() {
         .unwrap();
     assert!(a.uar_writes().iter().all(|(_, d)| d.len() == 8));
     settle(&f);
-    assert_eq!(a.drain(1)[0].wr_id, 1);
+    assert_eq!(a.drain(1)[0].wr_id(), 1);
 }

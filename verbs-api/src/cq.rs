@@ -192,7 +192,11 @@ impl fmt::Display for Completion {
         write!(
             f,
             "wr_id {}: {:?} {} ({} bytes) on QP {:#x}",
-            self.wc.wr_id, self.wc.opcode, self.wc.status, self.wc.byte_len, self.wc.qpn
+            self.wc.wr_id(),
+            self.wc.opcode(),
+            self.wc.status(),
+            self.wc.byte_len(),
+            self.wc.qpn()
         )
     }
 }
@@ -200,12 +204,12 @@ impl fmt::Display for Completion {
 impl Completion {
     /// The `wr_id` of the work request.
     pub fn wr_id(&self) -> u64 {
-        self.wc.wr_id
+        self.wc.wr_id()
     }
 
     /// Success, or the CQE syndrome (its `Display` names it and gives the cause and fix).
     pub fn status(&self) -> WcStatus {
-        self.wc.status
+        self.wc.status()
     }
 
     /// True on success.
@@ -215,35 +219,35 @@ impl Completion {
 
     /// What completed.
     pub fn opcode(&self) -> WcOpcode {
-        self.wc.opcode
+        self.wc.opcode()
     }
 
     /// Bytes received (receives; UD includes the 40-byte GRH), read (READ) or 8 (atomics).
     pub fn byte_len(&self) -> u32 {
-        self.wc.byte_len
+        self.wc.byte_len()
     }
 
     /// The immediate data, if [`Completion::flags`] has `WITH_IMM`.
     pub fn imm(&self) -> Option<u32> {
         self.wc
-            .flags
+            .flags()
             .contains(WcFlags::WITH_IMM)
-            .then_some(self.wc.imm)
+            .then_some(self.wc.imm())
     }
 
     /// The local QP number.
     pub fn qpn(&self) -> u32 {
-        self.wc.qpn
+        self.wc.qpn()
     }
 
     /// The remote QP number (receives).
     pub fn src_qp(&self) -> u32 {
-        self.wc.src_qp
+        self.wc.src_qp()
     }
 
     /// Flags (immediate, GRH, solicited, receive side).
     pub fn flags(&self) -> WcFlags {
-        self.wc.flags
+        self.wc.flags()
     }
 
     /// The CQ it came from.
@@ -253,7 +257,7 @@ impl Completion {
 
     /// Whether it completes a receive (rather than a send-queue WQE).
     pub fn is_recv(&self) -> bool {
-        self.wc.flags.contains(WcFlags::RECV) || self.wc.opcode.is_recv()
+        self.wc.flags().contains(WcFlags::RECV) || self.wc.opcode().is_recv()
     }
 
     /// The decoded completion as the driver returns it (a plain copy; the proof stays here).

@@ -71,10 +71,9 @@
 //!    then drops the parked leases. [`Qp::reset`] is refused while WQEs are outstanding
 //!    (their CQEs could still be in the CQ and be taken, after the reset, for WQEs posted
 //!    later): move the QP to ERR, poll and reclaim the flushed completions, then reset.
-//!    Known limit: destroying a QP while its CQEs are still unpolled in a CQ and creating a
-//!    new QP on that CQ that gets the same QPN lets those stale CQEs be taken for the new
-//!    QP's (rdma-core avoids it with `__mlx5_cq_clean` on destroy; the driver does not clean
-//!    CQs yet). Poll a QP's completions before dropping it, or give it its own CQ. Parents (`Pd`, `Cq`, the pool's
+//!    CQEs a destroyed (or reset) QP left unpolled are removed from its CQs by the driver
+//!    (as rdma-core `__mlx5_cq_clean`), so a new QP that gets the same QPN is never credited
+//!    with them. Parents (`Pd`, `Cq`, the pool's
 //!    `Mr`, the `Context`) are held by `Arc`, so an MR cannot be deregistered while a lease of
 //!    its pool exists, nor a CQ destroyed under a QP.
 //! 5. **Inline data is borrowed**, because it is copied into the WQE before `post_send`

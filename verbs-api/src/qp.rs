@@ -612,7 +612,7 @@ impl Qp {
         Ok(if recv {
             self.rq.complete_next(c.seq())
         } else {
-            self.sq.complete(wc.wqe_index, c.seq())
+            self.sq.complete(wc.wqe_index(), c.seq())
         })
     }
 
