@@ -117,9 +117,11 @@ pub const CMDQ_LOG_SIZE: u8 = 5;
 /// Log2 of the command entry stride (64 bytes).
 pub const CMDQ_LOG_STRIDE: u8 = 6;
 
-/// A BlueFlame WQE being written in 64-byte bursts.
+/// A BlueFlame WQE being written in 64-byte bursts to one register half.
 #[derive(Debug, Clone)]
 struct BfPartial {
+    /// BAR offset of the register half (each half of each bfreg is its own buffer).
+    half: u64,
     offset: u64,
     bytes: Vec<u8>,
     need: usize,
@@ -132,7 +134,10 @@ pub struct Device {
     /// The init segment as the host reads it (BAR0 0x0000..INIT_SEG_LEN).
     pub(crate) iseg: InitSeg<[u8; iseg::INIT_SEG_LEN]>,
     pub(crate) doorbells: VecDeque<Doorbell>,
-    bf_partial: Option<BfPartial>,
+    /// BlueFlame WQEs being assembled, at most one per register half: bursts to different
+    /// registers (QPs of different threads) may interleave, as on hardware where each half of
+    /// each bfreg is a separate write-combining buffer.
+    bf_partial: Vec<BfPartial>,
     /// Firmware state: bring-up stage, pages.
     pub(crate) fw: Firmware,
     /// Object tables.
@@ -187,7 +192,7 @@ impl Device {
             iommu: Iommu::new(),
             iseg: img,
             doorbells: VecDeque::new(),
-            bf_partial: None,
+            bf_partial: Vec::new(),
             rx: VecDeque::new(),
             tx: VecDeque::new(),
             now: 0,
@@ -451,9 +456,10 @@ impl Device {
         data: &[u8],
         half: usize,
     ) -> Result<(), MmioError> {
+        let base = offset - within;
         match (within, data.len()) {
             (0, 8) => {
-                self.bf_partial = None;
+                self.bf_partial.retain(|p| p.half != base);
                 let mut ctrl = [0u8; 8];
                 ctrl.copy_from_slice(data);
                 self.doorbells.push_back(Doorbell::Send { uar: page, ctrl });
@@ -461,6 +467,7 @@ impl Device {
             (0, 64) => {
                 let ds = usize::from(data[7] & 0x3f);
                 let need = (ds * 16).div_ceil(64).max(1) * 64;
+                self.bf_partial.retain(|p| p.half != base);
                 if need > half {
                     // A WQE larger than the BlueFlame buffer cannot have been sent by BlueFlame.
                     return Err(self.reject(
@@ -469,25 +476,26 @@ impl Device {
                         MmioError::NotARegister { offset },
                     ));
                 }
-                self.bf_partial = Some(BfPartial {
+                self.bf_partial.push(BfPartial {
+                    half: base,
                     offset,
                     bytes: data.to_vec(),
                     need,
                 });
-                self.finish_bf(page);
+                self.finish_bf(page, base);
             }
             (w, 64) if w % 64 == 0 => {
-                let expected = self
+                let at = self
                     .bf_partial
-                    .as_ref()
-                    .map(|p| p.offset + p.bytes.len() as u64);
-                match (&mut self.bf_partial, expected) {
-                    (Some(p), Some(e)) if e == offset => {
+                    .iter()
+                    .position(|p| p.half == base && p.offset + p.bytes.len() as u64 == offset);
+                match at.and_then(|i| self.bf_partial.get_mut(i)) {
+                    Some(p) => {
                         p.bytes.extend_from_slice(data);
-                        self.finish_bf(page);
+                        self.finish_bf(page, base);
                     }
-                    _ => {
-                        self.bf_partial = None;
+                    None => {
+                        self.bf_partial.retain(|p| p.half != base);
                         return Err(self.reject(
                             offset,
                             data.len(),
@@ -511,18 +519,18 @@ impl Device {
         Ok(())
     }
 
-    fn finish_bf(&mut self, page: u32) {
-        if self
+    /// Latches the BlueFlame WQE of register half `base` once all its bursts arrived.
+    fn finish_bf(&mut self, page: u32, base: u64) {
+        if let Some(i) = self
             .bf_partial
-            .as_ref()
-            .is_some_and(|p| p.bytes.len() >= p.need)
+            .iter()
+            .position(|p| p.half == base && p.bytes.len() >= p.need)
         {
-            if let Some(p) = self.bf_partial.take() {
-                self.doorbells.push_back(Doorbell::BlueFlame {
-                    uar: page,
-                    wqe: p.bytes,
-                });
-            }
+            let p = self.bf_partial.swap_remove(i);
+            self.doorbells.push_back(Doorbell::BlueFlame {
+                uar: page,
+                wqe: p.bytes,
+            });
         }
     }
 }
@@ -728,5 +736,48 @@ mod tests {
             }
             other => panic!("expected BlueFlame, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn blueflame_bursts_to_different_registers_interleave_without_losing_either_wqe() {
+        let mut d = Device::new(Profile::default());
+        let mut page = || {
+            d.objs
+                .uars
+                .insert_with(|_| crate::objects::Uar::default())
+                .unwrap()
+        };
+        let (a, b) = (page(), page());
+        let (ra, rb) = (
+            u64::from(a) * 4096 + 0x800 + 512,
+            u64::from(b) * 4096 + 0x800 + 512 + 256,
+        );
+        // Two threads, each posting a 2-WQEBB WQE (ds = 5) by BlueFlame on its own UAR page;
+        // their bursts reach the device interleaved, with an 8-byte doorbell on a third
+        // register (bfreg 2 of page a) in between.
+        let burst = |tag: u8, ds: u8| {
+            let mut c = [tag; 64];
+            c[7] = ds;
+            c
+        };
+        d.mmio_write(ra, &burst(0xa0, 5)).unwrap();
+        d.mmio_write(rb, &burst(0xb0, 5)).unwrap();
+        d.mmio_write(
+            u64::from(a) * 4096 + 0x800 + 1024,
+            &[0, 0, 0, 0x0a, 0, 0, 0x13, 0x01],
+        )
+        .unwrap();
+        d.mmio_write(rb + 64, &[0xb1; 64]).unwrap();
+        d.mmio_write(ra + 64, &[0xa1; 64]).unwrap();
+        let bf: Vec<_> = d
+            .doorbells
+            .iter()
+            .filter_map(|db| match db {
+                Doorbell::BlueFlame { uar, wqe } => Some((*uar, wqe[0], wqe[64], wqe.len())),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(bf, [(b, 0xb0, 0xb1, 128), (a, 0xa0, 0xa1, 128)]);
+        assert_eq!(d.pending_doorbells(), 3);
     }
 }

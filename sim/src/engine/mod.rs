@@ -57,8 +57,19 @@ pub(crate) fn send_doorbell(dev: &mut Device, uar: u32, ctrl: [u8; 8], bf: Optio
 }
 
 /// Fetches every WQE from the QP's SQ counter up to the doorbell record's producer, parses it
-/// and queues it for the requester. With BlueFlame, `bf` holds the first WQE (the device uses
-/// the bytes of the doorbell write, not the ring copy, for it).
+/// and queues it for the requester. With BlueFlame, `bf` holds the WQE written to the
+/// register; the device uses those bytes, not the ring copy, for the WQE whose index the
+/// BlueFlame ctrl segment names, and only for it.
+///
+/// The doorbell record is the producer (rdma-core `providers/mlx5/qp.c` `post_send_db`: the
+/// ring copy, then `qp->db[MLX5_SND_DBR]`, then the 8-byte doorbell or `mlx5_bf_copy` of the
+/// same WQE from the ring), so a BlueFlame write only carries a copy of a WQE the record
+/// already announces. It can reach the device late: after an earlier doorbell already fetched
+/// its WQE from the ring (the record had moved past it) and while the record announces more.
+/// Its bytes then belong to an index behind the device's counter, and putting them in place of
+/// the WQE at the counter executes one WQE twice and loses another (the threaded-fabric stall
+/// of moderated `perf write-bw`: an unsignaled WRITE ran in place of the signaled one). Such a
+/// write is only a doorbell: every WQE comes from the ring.
 pub(crate) fn fetch(dev: &mut Device, qpn: u32, bf: Option<Vec<u8>>) {
     let Some(qp) = dev.objs.qps.get(qpn) else {
         return;
@@ -87,10 +98,21 @@ pub(crate) fn fetch(dev: &mut Device, qpn: u32, bf: Option<Vec<u8>>) {
         }
     };
     let mut ci = qp.sq_ci & 0xffff;
+    // The index the BlueFlame WQE was posted at (`ctrl.opmod_idx_opcode` bits 23:8).
+    let bf_index = bf.as_deref().and_then(|b| {
+        CtrlSeg::read_from_prefix(b)
+            .ok()
+            .map(|(c, _)| u32::from(c.wqe_index()))
+    });
     let mut bf = bf;
     let mut fetched = Vec::new();
     while pi.wrapping_sub(ci) & 0xffff != 0 {
-        let w = match read_wqe(dev, qpn, rq_bytes, sq_wqebbs, ci, bf.take()) {
+        let mine = if bf_index == Some(ci) {
+            bf.take()
+        } else {
+            None
+        };
+        let w = match read_wqe(dev, qpn, rq_bytes, sq_wqebbs, ci, mine) {
             Ok(bytes) => {
                 let at = dev.now;
                 dev.trace.record(|| TraceEvent::Wqe {

@@ -3,7 +3,7 @@
 use bypass_hw::cmd::qp::QpState;
 use bypass_hw::roce::BthOpcode as B;
 use bypass_hw::syndrome::CqeSyndrome;
-use bypass_hw::wqe::{DataSeg, MLX5_WQE_CTRL_CQ_UPDATE, WqeOpcode};
+use bypass_hw::wqe::{DataSeg, MLX5_WQE_CTRL_CQ_UPDATE, RaddrSeg, WqeOpcode};
 use zerocopy::IntoBytes;
 
 use super::*;
@@ -28,6 +28,58 @@ fn blueflame_doorbell_uses_the_wqe_written_to_the_register() {
     let p = r.sent();
     assert_eq!(p.len(), 1);
     assert_eq!(parse(&p[0]).payload(), &r.p.a.read(r.mr.off + 100, 16)[..]);
+}
+
+/// The stall of `bypass perf write-bw -Q 16` on a threaded fabric with BlueFlame: each post is
+/// ring copy → doorbell record → BlueFlame copy (rdma-core `post_send_db`), and the engine
+/// thread steps whenever it gets the lock, here between a post's record and its BlueFlame
+/// write. The BlueFlame write of WQE 1 then reaches the device after WQE 1 was fetched from
+/// the ring (the record announced it) and while the record already announces WQE 2: it must
+/// not stand in for WQE 2, or the signaled WRITE is replaced by an unsignaled one and its
+/// completion never comes.
+#[test]
+fn a_late_blueflame_wqe_never_stands_in_for_another_index() {
+    let mut r = Rig::rc(1024, 0);
+    let qpn = r.qp.qpn;
+    let sq_off = r.qp.wq_off + r.qp.rq_wqes as usize * r.qp.rq_stride;
+    let wqe = |r: &Rig, i: u16, len: u32, flags: u8| {
+        let mut w = ctrl(WqeOpcode::RDMA_WRITE, i, qpn, 3, 0);
+        w[11] = flags;
+        w.extend_from_slice(RaddrSeg::new(0xabc0_0000, 0x77).as_bytes());
+        w.extend_from_slice(DataSeg::new(len, r.mr.key, r.mr.va).as_bytes());
+        w.resize(64, 0);
+        w
+    };
+    let w = [
+        wqe(&r, 0, 1, 0),
+        wqe(&r, 1, 2, 0),
+        wqe(&r, 2, 3, MLX5_WQE_CTRL_CQ_UPDATE),
+    ];
+    // The app's half of a post: the ring copy, then the doorbell record.
+    let ring = |r: &mut Rig, i: usize| {
+        r.p.a.write(sq_off + i * 64, &w[i]);
+        r.p.a.write(r.qp.dbr_off + 4, &(i as u32 + 1).to_be_bytes());
+    };
+    // The BlueFlame copy, alternating the halves of bfreg 1.
+    let bf = |r: &mut Rig, i: usize| {
+        let off = u64::from(r.p.a.uar) * 4096 + 0x800 + 512 + (i as u64 % 2) * 256;
+        r.p.a.dev.mmio_write(off, &w[i]).expect("bf");
+    };
+    ring(&mut r, 0);
+    bf(&mut r, 0);
+    ring(&mut r, 1);
+    r.p.a.dev.step(); // BF 0: WQE 0 from the register, WQE 1 from the ring
+    bf(&mut r, 1);
+    ring(&mut r, 2);
+    r.p.a.dev.step(); // BF 1 (already fetched) while the record announces WQE 2
+    bf(&mut r, 2);
+    r.p.a.dev.step();
+    let lens: Vec<usize> = r.sent().iter().map(|p| parse(p).payload().len()).collect();
+    assert_eq!(lens, [1, 2, 3], "each WQE executed once, in order");
+    r.ack(2);
+    let c = r.poll().expect("the signaled WRITE completes");
+    assert_ok(&c, qpn, 2, WqeOpcode::RDMA_WRITE);
+    assert!(r.poll().is_none());
 }
 
 #[test]
