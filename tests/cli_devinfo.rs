@@ -1,19 +1,9 @@
 //! `bypass devinfo`: shows a simulated device like `ibv_devinfo`, and refuses devices this
 //! build cannot open with an error that says what to use instead.
 
-use std::process::Command;
+mod cli_support;
 
-fn bypass(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_bypass"))
-        .args(args)
-        .output()
-        .expect("run bypass");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+use cli_support::bypass;
 
 /// The value printed after `key:` on its line (ibv_devinfo's `key:<tabs>value` layout).
 fn field<'a>(out: &'a str, key: &str) -> Option<&'a str> {

@@ -1,19 +1,9 @@
 //! The `bypass explain` command: a user pastes a code from a failed command, an error CQE or a
 //! packet capture and gets its name, cause and fix.
 
-use std::process::Command;
+mod cli_support;
 
-fn bypass(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_bypass"))
-        .args(args)
-        .output()
-        .expect("run bypass");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+use cli_support::bypass;
 
 #[test]
 fn explains_an_error_cqe_syndrome() {

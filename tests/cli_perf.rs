@@ -1,19 +1,9 @@
 //! `bypass perf`: perftest-style tables from the sim benchmarks and the baselines. These
 //! tests check the output's form, never the timings (the machine is noisy).
 
-use std::process::Command;
+mod cli_support;
 
-fn bypass(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_bypass"))
-        .args(args)
-        .output()
-        .expect("run bypass");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+use cli_support::bypass;
 
 // One bandwidth run uses completion moderation (`-Q 16`): unsignalled WRITEs followed by a
 // signalled one, with BlueFlame on, on the threaded sim — the interleaving that once lost a

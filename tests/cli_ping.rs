@@ -1,19 +1,9 @@
 //! `bypass ping`: two RC endpoints walk RESET → INIT → RTR → RTS and exchange a 1-byte SEND,
 //! each step printed as it happens; a failure names the step it stopped at and why.
 
-use std::process::Command;
+mod cli_support;
 
-fn bypass(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_bypass"))
-        .args(args)
-        .output()
-        .expect("run bypass");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+use cli_support::bypass;
 
 /// The step lines (`[ n] name ... ok|FAILED ...`) in order.
 fn steps(out: &str) -> Vec<&str> {
