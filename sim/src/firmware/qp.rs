@@ -10,10 +10,12 @@
 //! `bypass_hw::cmd::qp` views.
 //!
 //! Status codes follow the kernel's reading of the PRM (`drivers/net/ethernet/mellanox/mlx5/
-//! core/cmd.c` `cmd_status_to_err` / `cmd_status_str`): a field out of range or an unsupported
-//! value is BAD_PARAM (0x3), an object number that names nothing is BAD_RES (0x5), a modify
-//! from a state the transition does not start from is BAD_QP_STATE (0x10, "bad QP state";
-//! BAD_RES_STATE 0x9 is the generic one for non-QP objects), a full QP table is NO_RES (0xf).
+//! core/cmd.c` `cmd_status_to_err` / `cmd_status_str`): a malformed or unsupported value is
+//! BAD_PARAM (0x3); a value above a capability (`log_max_qp_sz`, `max_wqe_sz_rq`,
+//! `log_max_msg`, `log_max_ra_*_qp`) or a full QP table is LIM_ERR (0x8, "limits exceeded",
+//! the same rule as the firmware core's other objects); an object number that names nothing
+//! is BAD_RES (0x5); a modify from a state the transition does not start from is BAD_QP_STATE
+//! (0x10, "bad QP state"; BAD_RES_STATE 0x9 is the generic one for non-QP objects).
 //! The syndromes are this simulator's own (real firmware's are opaque 32-bit hashes); each
 //! names the check that failed, in the 0x0500_xxxx range so that they never collide with
 //! the firmware core's.
@@ -100,6 +102,14 @@ pub(super) const fn fail(status: CmdStatus, syndrome: u32) -> CmdError {
 /// BAD_PARAM with `syndrome`.
 pub(super) const fn bad_param(syndrome: u32) -> CmdError {
     fail(CmdStatus::BAD_PARAM_ERR, syndrome)
+}
+
+/// LIM_ERR with `syndrome`: a value above a capability, or a table already full. The same
+/// rule as the firmware core's `CmdError::lim`; real firmware answers an exhausted mkey table
+/// with "CREATE_MKEY(0x200) op_mod(0x0) failed, status limits exceeded(0x8)" (kernel
+/// `mlx5_cmd_check` log lines in public bug reports).
+pub(super) const fn over_limit(syndrome: u32) -> CmdError {
+    fail(CmdStatus::LIM_ERR, syndrome)
 }
 
 /// CREATE_QP.

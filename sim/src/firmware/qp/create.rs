@@ -23,6 +23,7 @@ use super::{
     SYND_BAD_SERVICE_TYPE, SYND_INPUT_LEN, SYND_INPUT_QPN, SYND_NO_CQ_RCV, SYND_NO_CQ_SND,
     SYND_NO_PD, SYND_NO_QP, SYND_NO_UAR, SYND_OUTPUT_LEN, SYND_PAS, SYND_QP_TABLE_FULL,
     SYND_RQ_SIZE, SYND_RQ_STRIDE, SYND_RQ_TYPE, SYND_SQ_SIZE, SYND_UMEM, bad_param, fail,
+    over_limit,
 };
 use crate::buffer::PageList;
 use crate::device::Device;
@@ -75,19 +76,19 @@ pub(super) fn create_qp(dev: &mut Device, input: &[u8], output: &mut [u8]) -> Cm
     // max_wqe_sz_rq).
     let log_rq_size = u8::try_from(qpc.log_rq_size()).unwrap_or(u8::MAX);
     if log_rq_size > caps.log_max_qp_sz {
-        return Err(bad_param(SYND_RQ_SIZE));
+        return Err(over_limit(SYND_RQ_SIZE));
     }
     let log_rq_stride = u8::try_from(qpc.log_rq_stride()).unwrap_or(u8::MAX);
     let rq_stride = rq_stride_bytes(log_rq_stride);
     if rq_stride > u64::from(caps.max_wqe_sz_rq) {
-        return Err(bad_param(SYND_RQ_STRIDE));
+        return Err(over_limit(SYND_RQ_STRIDE));
     }
     let log_sq_size = if qpc.no_sq() != 0 {
         None
     } else {
         let l = u8::try_from(qpc.log_sq_size()).unwrap_or(u8::MAX);
         if l > caps.log_max_qp_sz {
-            return Err(bad_param(SYND_SQ_SIZE));
+            return Err(over_limit(SYND_SQ_SIZE));
         }
         Some(l)
     };
@@ -153,7 +154,7 @@ pub(super) fn create_qp(dev: &mut Device, input: &[u8], output: &mut [u8]) -> Cm
         counters: Default::default(),
     }) else {
         // Every QP number of `1 << log_max_qp` is taken.
-        return Err(fail(CmdStatus::NO_RES_ERR, SYND_QP_TABLE_FULL));
+        return Err(over_limit(SYND_QP_TABLE_FULL));
     };
 
     // The objects it uses cannot be destroyed while it lives (RES_BUSY in their DESTROY).

@@ -11,7 +11,7 @@ use bypass_hw::syndrome::CmdStatus;
 use super::{
     SYND_GID_INDEX, SYND_LOG_MSG_MAX, SYND_MTU, SYND_MTU_ABOVE_PORT, SYND_NO_CQ_RCV,
     SYND_PKEY_INDEX, SYND_PORT, SYND_RAE_NO_ATOMIC, SYND_RRA_MAX, SYND_SRA_MAX, SYND_SRQN,
-    bad_param, fail,
+    bad_param, fail, over_limit,
 };
 use crate::device::Device;
 use crate::firmware::CmdError;
@@ -109,13 +109,13 @@ pub(super) fn init2rtr_rc(
     // log_max_msg`); more than the device can reassemble is out of range.
     let log_msg_max = u8::try_from(q.log_msg_max()).unwrap_or(u8::MAX);
     if log_msg_max > p.caps.log_max_msg {
-        return Err(bad_param(SYND_LOG_MSG_MAX));
+        return Err(over_limit(SYND_LOG_MSG_MAX));
     }
     // Responder resources (kernel `mlx5_ib_modify_qp`: `max_dest_rd_atomic` at most
     // `1 << log_max_ra_res_qp`).
     let log_rra_max = u8::try_from(q.log_rra_max()).unwrap_or(u8::MAX);
     if log_rra_max > p.caps.log_max_ra_res_qp {
-        return Err(bad_param(SYND_RRA_MAX));
+        return Err(over_limit(SYND_RRA_MAX));
     }
     // The source GID must be an entry of the port's table (IB core resolves `sgid_index`
     // through `rdma_get_gid_attr` before mlx5 ever builds the path; an empty entry has no
@@ -199,7 +199,7 @@ pub(super) fn rtr2rts(
         // capability.
         let log_sra_max = u8::try_from(q.log_sra_max()).unwrap_or(u8::MAX);
         if log_sra_max > p.caps.log_max_ra_req_qp {
-            return Err(bad_param(SYND_SRA_MAX));
+            return Err(over_limit(SYND_SRA_MAX));
         }
         let ack_timeout = q.primary_address_path().ack_timeout();
         a.log_sra_max = log_sra_max;

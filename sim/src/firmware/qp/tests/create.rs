@@ -110,16 +110,16 @@ fn create_refuses_queue_sizes_above_the_capabilities() {
     let big_rq = r.create_in(service_type::RC, 2, &|i| {
         i.qpc_mut().set_log_rq_size(11).unwrap();
     });
-    assert_fails(r.create(&big_rq), CmdStatus::BAD_PARAM_ERR, SYND_RQ_SIZE);
+    assert_fails(r.create(&big_rq), CmdStatus::LIM_ERR, SYND_RQ_SIZE);
     let big_sq = r.create_in(service_type::RC, 2, &|i| {
         i.qpc_mut().set_log_sq_size(11).unwrap();
     });
-    assert_fails(r.create(&big_sq), CmdStatus::BAD_PARAM_ERR, SYND_SQ_SIZE);
+    assert_fails(r.create(&big_sq), CmdStatus::LIM_ERR, SYND_SQ_SIZE);
     // 16 << 6 = 1024-byte receive WQEs, above max_wqe_sz_rq.
     let wide = r.create_in(service_type::RC, 8, &|i| {
         i.qpc_mut().set_log_rq_stride(6).unwrap();
     });
-    assert_fails(r.create(&wide), CmdStatus::BAD_PARAM_ERR, SYND_RQ_STRIDE);
+    assert_fails(r.create(&wide), CmdStatus::LIM_ERR, SYND_RQ_STRIDE);
     // 512-byte receive WQEs are the limit: 16 * 512 + 64 * 64 = 12 KiB, three pages.
     let widest = r.create_in(service_type::RC, 3, &|i| {
         i.qpc_mut().set_log_rq_stride(5).unwrap();
@@ -183,7 +183,7 @@ fn create_fails_with_no_res_when_every_qpn_is_taken() {
     r.host.dev.objs.qps = Table::new(2, 1, 1 << 24);
     r.qp_of(service_type::RC);
     let input = r.create_in(service_type::RC, 2, &|_| {});
-    assert_fails(r.create(&input), CmdStatus::NO_RES_ERR, SYND_QP_TABLE_FULL);
+    assert_fails(r.create(&input), CmdStatus::LIM_ERR, SYND_QP_TABLE_FULL);
     // Nothing was taken for the refused QP.
     assert_eq!(r.host.dev.objs.pds.get(r.host.pd).unwrap().users, 1);
 }

@@ -125,10 +125,10 @@ fn init2rtr_refuses_sizes_above_the_capabilities() {
     let caps = r.host.dev.profile.caps.clone();
     let rra = u32::from(caps.log_max_ra_res_qp) + 1;
     let res = init2rtr(&mut r, qpn, |q| drop(q.set_log_rra_max(rra)));
-    assert_fails(res, CmdStatus::BAD_PARAM_ERR, SYND_RRA_MAX);
+    assert_fails(res, CmdStatus::LIM_ERR, SYND_RRA_MAX);
     let msg = u32::from(caps.log_max_msg) + 1;
     let res = init2rtr(&mut r, qpn, |q| drop(q.set_log_msg_max(msg)));
-    assert_fails(res, CmdStatus::BAD_PARAM_ERR, SYND_LOG_MSG_MAX);
+    assert_fails(res, CmdStatus::LIM_ERR, SYND_LOG_MSG_MAX);
     let res = init2rtr(&mut r, qpn, |q| {
         drop(q.primary_address_path_mut().set_vhca_port_num(2));
     });
@@ -149,7 +149,7 @@ fn rtr2rts_refuses_log_sra_max_above_the_capability() {
         good_fields(Opcode::RTR2RTS_QP, service_type::RC, peer(), q);
         q.set_log_sra_max(u32::from(cap) + 1).unwrap();
     });
-    assert_fails(res, CmdStatus::BAD_PARAM_ERR, SYND_SRA_MAX);
+    assert_fails(res, CmdStatus::LIM_ERR, SYND_SRA_MAX);
     assert_eq!(r.qp(qpn).state, QpState::Rtr);
     // rdma-core's DEVX test passes MAX_RDMA_ATOMIC = 20 into this 3-bit field: the layout's
     // setter refuses it, so it can never reach the device.
