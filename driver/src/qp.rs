@@ -420,7 +420,7 @@ impl Qp {
         &mut self,
         wrs: &[SendWr<'_>],
     ) -> core::result::Result<(), PostListError> {
-        if !matches!(self.state, QpState::Rts | QpState::Err | QpState::Sqd) {
+        if !self.can_send {
             return Err(PostListError {
                 index: 0,
                 error: self.not_ready(),

@@ -550,41 +550,37 @@ pub fn rts2rts_input(qpn: u32, t: QpType, a: &Rts2Rts) -> Result<Vec<u8>> {
     Ok(i)
 }
 
-/// The 2ERR input.
-pub fn to_err_input(qpn: u32) -> Result<Vec<u8>> {
-    let mut i = header(Opcode::QP_2ERR, Qp2ErrIn::LEN);
-    Qp2ErrIn::new_checked(&mut i[..])
-        .and_then(|mut m| m.set_qpn(qpn).map(|_| ()))
-        .map_err(build("2ERR_QP"))?;
-    Ok(i)
+/// Defines the builder of a command whose input carries only the QPN (each layout has its
+/// own `qpn` field, so each gets its own typed view).
+macro_rules! qpn_only_input {
+    ($(#[$doc:meta])* $name:ident, $op:ident, $layout:ident) => {
+        $(#[$doc])*
+        pub fn $name(qpn: u32) -> Result<Vec<u8>> {
+            let mut i = header(Opcode::$op, $layout::LEN);
+            $layout::new_checked(&mut i[..])
+                .and_then(|mut m| m.set_qpn(qpn).map(|_| ()))
+                .map_err(build(stringify!($op)))?;
+            Ok(i)
+        }
+    };
 }
 
-/// The 2RST input.
-pub fn to_rst_input(qpn: u32) -> Result<Vec<u8>> {
-    let mut i = header(Opcode::QP_2RST, Qp2RstIn::LEN);
-    Qp2RstIn::new_checked(&mut i[..])
-        .and_then(|mut m| m.set_qpn(qpn).map(|_| ()))
-        .map_err(build("2RST_QP"))?;
-    Ok(i)
-}
-
-/// The QUERY_QP input.
-pub fn query_qp_input(qpn: u32) -> Result<Vec<u8>> {
-    let mut i = header(Opcode::QUERY_QP, QueryQpIn::LEN);
-    QueryQpIn::new_checked(&mut i[..])
-        .and_then(|mut m| m.set_qpn(qpn).map(|_| ()))
-        .map_err(build("QUERY_QP"))?;
-    Ok(i)
-}
-
-/// The DESTROY_QP input.
-pub fn destroy_qp_input(qpn: u32) -> Result<Vec<u8>> {
-    let mut i = header(Opcode::DESTROY_QP, DestroyQpIn::LEN);
-    DestroyQpIn::new_checked(&mut i[..])
-        .and_then(|mut m| m.set_qpn(qpn).map(|_| ()))
-        .map_err(build("DESTROY_QP"))?;
-    Ok(i)
-}
+qpn_only_input!(
+    /// The 2ERR input.
+    to_err_input, QP_2ERR, Qp2ErrIn
+);
+qpn_only_input!(
+    /// The 2RST input.
+    to_rst_input, QP_2RST, Qp2RstIn
+);
+qpn_only_input!(
+    /// The QUERY_QP input.
+    query_qp_input, QUERY_QP, QueryQpIn
+);
+qpn_only_input!(
+    /// The DESTROY_QP input.
+    destroy_qp_input, DESTROY_QP, DestroyQpIn
+);
 
 #[cfg(test)]
 mod tests {

@@ -7,7 +7,6 @@ use bypass_driver::Hca;
 use bypass_driver::backend::Backend;
 use bypass_driver::backend::sim::{SimBackend, SimFabric};
 use bypass_driver::cmdq::CompletionMode;
-use bypass_sim::trace::TraceEvent;
 use bypass_sim::{Profile, Stage};
 
 fn device(fabric: &SimFabric) -> Arc<SimBackend> {
@@ -16,22 +15,7 @@ fn device(fabric: &SimFabric) -> Arc<SimBackend> {
 
 /// Opcodes of every command that completed OK, in order.
 fn ok_commands(dev: &SimBackend) -> Vec<u16> {
-    dev.with_device(|d| {
-        d.trace
-            .events()
-            .iter()
-            .filter_map(|e| match e {
-                TraceEvent::Command {
-                    opcode,
-                    status: 0,
-                    delivery: 0,
-                    ..
-                } => Some(*opcode),
-                _ => None,
-            })
-            .collect()
-    })
-    .unwrap()
+    dev.with_device(|d| d.trace.ok_commands()).unwrap()
 }
 
 #[test]

@@ -142,6 +142,23 @@ impl Trace {
         &self.events
     }
 
+    /// Opcodes of the recorded commands that were delivered and completed with status OK, in
+    /// order (what a driver's bring-up or teardown sequence actually did).
+    pub fn ok_commands(&self) -> Vec<u16> {
+        self.events
+            .iter()
+            .filter_map(|e| match e {
+                TraceEvent::Command {
+                    opcode,
+                    status: 0,
+                    delivery: 0,
+                    ..
+                } => Some(*opcode),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// Takes the recorded events, leaving the log empty.
     pub fn take(&mut self) -> Vec<TraceEvent> {
         std::mem::take(&mut self.events)

@@ -195,22 +195,7 @@ pub fn settle(f: &SimFabric) {
 
 /// Opcodes of every command that completed OK, in order.
 pub fn ok_commands(dev: &SimBackend) -> Vec<u16> {
-    dev.with_device(|d| {
-        d.trace
-            .events()
-            .iter()
-            .filter_map(|e| match e {
-                TraceEvent::Command {
-                    opcode,
-                    status: 0,
-                    delivery: 0,
-                    ..
-                } => Some(*opcode),
-                _ => None,
-            })
-            .collect()
-    })
-    .unwrap()
+    dev.with_device(|d| d.trace.ok_commands()).unwrap()
 }
 
 /// Keeps `Backend` in scope for callers' `progress()`.
