@@ -175,7 +175,10 @@ impl Device {
         img.set_fw_rev(maj, min)
             .set_cmdif_rev_fw_sub(iseg::CMDIF_REV, sub)
             .set_initializing(true)
-            // Health buffer fw_ver: major << 24 | minor << 16 | subminor (kernel `print_health_info`).
+            // Health buffer fw_ver: the kernel treats it as opaque (`print_health_info` logs
+            // "raw fw_ver 0x%08x") and only tests it for 0xffffffff, which means the PCI link
+            // is down (`health.c` `sensor_pci_not_working`). Any other value is healthy; this
+            // packing of the version is the sim's own choice.
             .set_health_fw_ver(
                 (u32::from(maj) << 24) | (u32::from(min & 0xff) << 16) | u32::from(sub),
             )

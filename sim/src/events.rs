@@ -21,7 +21,7 @@ use crate::iommu::DmaFault;
 use crate::ring::{CqPost, EqPost};
 use crate::trace::TraceEvent;
 
-/// `CQ_ERROR` syndrome for an overrun (PRM; kernel `MLX5_CQ_ERROR_SYNDROME` naming).
+/// `CQ_ERROR` syndrome for an overrun (kernel `mlx5_ifc.h` `MLX5_CQ_ERROR_SYNDROME_CQ_OVERRUN`).
 pub const CQ_ERROR_SYNDROME_OVERRUN: u8 = 0x1;
 
 impl Device {
