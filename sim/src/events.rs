@@ -13,7 +13,7 @@
 //! `CQ_ERROR` with syndrome 1 (`MLX5_CQ_ERROR_SYNDROME_CQ_OVERRUN`).
 
 use bypass_hw::cmd::qp::QpState;
-use bypass_hw::eqe::{EQE_DATA_LEN, EventType};
+use bypass_hw::eqe::{EQE_DATA_LEN, Eqe, EventType};
 use zerocopy::FromZeros;
 
 use crate::device::Device;
@@ -66,10 +66,11 @@ impl Device {
                 true
             }
             Ok(CqPost::Overrun) => {
-                let mut data = [0u8; EQE_DATA_LEN];
-                data[..4].copy_from_slice(&cqn.to_be_bytes());
-                data[11] = CQ_ERROR_SYNDROME_OVERRUN;
-                self.post_event(EventType::CQ_ERROR, 0, &data);
+                let mut e = Eqe::new_zeroed();
+                let err = e.cq_err_mut();
+                err.cqn.set(cqn & 0x00ff_ffff);
+                err.syndrome = CQ_ERROR_SYNDROME_OVERRUN;
+                self.post_event(EventType::CQ_ERROR, 0, &e.data);
                 false
             }
             Ok(CqPost::InError) => false,
@@ -82,9 +83,9 @@ impl Device {
 
     /// A completion event for `cqn` on EQ `eqn`.
     fn post_completion_event(&mut self, eqn: u32, cqn: u32) {
-        let mut data = [0u8; EQE_DATA_LEN];
-        data[24..28].copy_from_slice(&(cqn & 0x00ff_ffff).to_be_bytes());
-        self.write_eqe(eqn, EventType::COMPLETION, 0, &data);
+        let mut e = Eqe::new_zeroed();
+        e.comp_mut().cqn.set(cqn & 0x00ff_ffff);
+        self.write_eqe(eqn, EventType::COMPLETION, 0, &e.data);
     }
 
     /// Posts an asynchronous event to the (lowest-numbered) EQ that subscribed to its type.
@@ -122,7 +123,7 @@ impl Device {
         let Some(eq) = self.objs.eqs.get_mut(eqn) else {
             return false;
         };
-        let mut eqe = bypass_hw::eqe::Eqe::new_zeroed();
+        let mut eqe = Eqe::new_zeroed();
         eqe.event_type = t.0;
         eqe.sub_type = sub_type;
         eqe.data = *data;
