@@ -98,6 +98,19 @@ pub(crate) fn fetch(dev: &mut Device, qpn: u32, bf: Option<Vec<u8>>) {
         }
     };
     let mut ci = qp.sq_ci & 0xffff;
+    // What the record announces, bounded by what the SQ can hold: a send queue never has more
+    // than its WQEBBs outstanding, so a producer further ahead than the free part of the ring
+    // is a driver bug (it overwrote WQEs the device had not consumed). The device fetches no
+    // more than the ring holds, and a WQE that would reach past the producer is not complete
+    // yet: it waits for a later doorbell. Without these bounds a record whose value falls
+    // inside a multi-WQEBB WQE is never matched exactly and the fetch runs around the 16-bit
+    // counter forever (a fuzz finding).
+    let outstanding = u32::try_from(qp.req.wqes.len()).unwrap_or(u32::MAX);
+    let announced = pi.wrapping_sub(ci) & 0xffff;
+    let mut remaining = announced.min(sq_wqebbs.saturating_sub(outstanding));
+    if remaining < announced {
+        dev.counters.doorbell_errors += 1;
+    }
     // The index the BlueFlame WQE was posted at (`ctrl.opmod_idx_opcode` bits 23:8).
     let bf_index = bf.as_deref().and_then(|b| {
         CtrlSeg::read_from_prefix(b)
@@ -106,7 +119,7 @@ pub(crate) fn fetch(dev: &mut Device, qpn: u32, bf: Option<Vec<u8>>) {
     });
     let mut bf = bf;
     let mut fetched = Vec::new();
-    while pi.wrapping_sub(ci) & 0xffff != 0 {
+    while remaining != 0 {
         let mine = if bf_index == Some(ci) {
             bf.take()
         } else {
@@ -134,7 +147,12 @@ pub(crate) fn fetch(dev: &mut Device, qpn: u32, bf: Option<Vec<u8>>) {
                 break;
             }
         };
-        ci = (ci + u32::from(w.wqebbs)) & 0xffff;
+        let wqebbs = u32::from(w.wqebbs);
+        if wqebbs > remaining {
+            break;
+        }
+        remaining -= wqebbs;
+        ci = (ci + wqebbs) & 0xffff;
         fetched.push(w);
     }
     if let Some(qp) = dev.objs.qps.get_mut(qpn) {

@@ -198,3 +198,49 @@ fn executed_wqes_are_traced_and_nops_complete_in_order() {
     assert_eq!(wqes, 2);
     assert_eq!(parse(&r.sent()[0]).opcode(), B::RC_SEND_ONLY);
 }
+
+/// A doorbell record whose producer falls inside a multi-WQEBB WQE, or jumps further ahead
+/// than the SQ can hold, must not send the device around the 16-bit counter forever (a fuzz
+/// finding: the fetch looped until it ran out of memory). The device fetches only complete
+/// WQEs, at most one ring's worth, and counts the bad record.
+#[test]
+fn a_producer_inside_a_wqe_or_beyond_the_ring_fetches_at_most_one_ring() {
+    let mut r = Rig::rc(1024, 0);
+    let qpn = r.qp.qpn;
+    let sq_off = r.qp.wq_off + r.qp.rq_wqes as usize * r.qp.rq_stride;
+    // Every SQ slot holds a 2-WQEBB NOP (ds = 5: 80 bytes).
+    for i in 0..r.qp.sq_wqebbs as usize {
+        let mut w = ctrl(WqeOpcode::NOP, i as u16, qpn, 5, 0);
+        w.resize(64, 0);
+        r.p.a.write(sq_off + i * 64, &w);
+    }
+    let db = u64::from(r.p.a.uar) * 4096 + 0x800 + 512;
+    // The doorbell: the first 8 bytes of a ctrl segment naming this QP.
+    let ring: [u8; 8] = ctrl(WqeOpcode::NOP, 0, qpn, 5, 0)[..8].try_into().unwrap();
+    // Producer 1: inside the first WQE, which is not complete yet.
+    r.p.a.write(r.qp.dbr_off + 4, &1u32.to_be_bytes());
+    r.p.a.dev.mmio_write(db, &ring).expect("doorbell");
+    r.p.a.dev.step();
+    assert_eq!(
+        r.p.a.dev.objs.qps.get(qpn).unwrap().sq_ci,
+        0,
+        "an incomplete WQE is not fetched"
+    );
+    // Producer 0x8001: far beyond the ring, and odd, so no sum of 2-WQEBB steps ever equals it.
+    r.p.a.write(r.qp.dbr_off + 4, &0x8001u32.to_be_bytes());
+    r.p.a.dev.mmio_write(db, &ring).expect("doorbell");
+    r.p.a.dev.step();
+    let qp = r.p.a.dev.objs.qps.get(qpn).unwrap();
+    assert!(
+        qp.sq_ci <= r.qp.sq_wqebbs,
+        "fetched {} WQEBBs from a ring of {}",
+        qp.sq_ci,
+        r.qp.sq_wqebbs
+    );
+    assert!(qp.req.wqes.len() <= r.qp.sq_wqebbs as usize);
+    assert!(qp.sq_ci > 0, "the complete WQEs were fetched");
+    assert!(
+        r.p.a.dev.counters.doorbell_errors >= 1,
+        "the bad record is counted"
+    );
+}
