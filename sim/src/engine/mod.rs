@@ -98,19 +98,8 @@ pub(crate) fn fetch(dev: &mut Device, qpn: u32, bf: Option<Vec<u8>>) {
         }
     };
     let mut ci = qp.sq_ci & 0xffff;
-    // What the record announces, bounded by what the SQ can hold: a send queue never has more
-    // than its WQEBBs outstanding, so a producer further ahead than the free part of the ring
-    // is a driver bug (it overwrote WQEs the device had not consumed). The device fetches no
-    // more than the ring holds, and a WQE that would reach past the producer is not complete
-    // yet: it waits for a later doorbell. Without these bounds a record whose value falls
-    // inside a multi-WQEBB WQE is never matched exactly and the fetch runs around the 16-bit
-    // counter forever (a fuzz finding).
     let outstanding = u32::try_from(qp.req.wqes.len()).unwrap_or(u32::MAX);
-    let announced = pi.wrapping_sub(ci) & 0xffff;
-    let mut remaining = announced.min(sq_wqebbs.saturating_sub(outstanding));
-    if remaining < announced {
-        dev.counters.doorbell_errors += 1;
-    }
+    let mut remaining = fetch_budget(dev, pi, ci, sq_wqebbs, outstanding);
     // The index the BlueFlame WQE was posted at (`ctrl.opmod_idx_opcode` bits 23:8).
     let bf_index = bf.as_deref().and_then(|b| {
         CtrlSeg::read_from_prefix(b)
@@ -224,6 +213,24 @@ pub(crate) fn flush_sq(dev: &mut Device, qpn: u32) {
     flush_posted(dev, qpn);
 }
 
+/// How many WQEBBs the device may take from the SQ, from counter `ci` toward the doorbell
+/// record's producer `pi`, with `outstanding` WQEs already taken and not completed.
+///
+/// A send queue never holds more than its WQEBBs, so a producer further ahead than the free
+/// part of the ring is a driver bug (it overwrote WQEs the device had not consumed): the device
+/// takes at most one ring's worth and counts the bad record. Callers also stop before a WQE
+/// that would reach past the budget (it is not complete yet). Without these bounds a producer
+/// that falls inside a multi-WQEBB WQE is never matched exactly and the walk runs around the
+/// 16-bit counter forever (a fuzz finding).
+fn fetch_budget(dev: &mut Device, pi: u32, ci: u32, sq_wqebbs: u32, outstanding: u32) -> u32 {
+    let announced = pi.wrapping_sub(ci) & 0xffff;
+    let budget = announced.min(sq_wqebbs.saturating_sub(outstanding));
+    if budget < announced {
+        dev.counters.doorbell_errors += 1;
+    }
+    budget
+}
+
 /// Flushes the WQEs posted after the device's SQ counter (reading only their ctrl segments).
 fn flush_posted(dev: &mut Device, qpn: u32) {
     let Some(qp) = dev.objs.qps.get(qpn) else {
@@ -242,8 +249,9 @@ fn flush_posted(dev: &mut Device, qpn: u32) {
         }
     };
     let mut ci = qp.sq_ci & 0xffff;
+    let mut remaining = fetch_budget(dev, pi, ci, sq_wqebbs, 0);
     let mut flushed = Vec::new();
-    while pi.wrapping_sub(ci) & 0xffff != 0 {
+    while remaining != 0 {
         let mut c = [0u8; 16];
         let Some(qp) = dev.objs.qps.get(qpn) else {
             return;
@@ -260,8 +268,13 @@ fn flush_posted(dev: &mut Device, qpn: u32) {
             Ok((ctrl, _)) => (ctrl.opcode(), wqe::wqebbs(&ctrl)),
             Err(_) => (WqeOpcode::NOP, 1),
         };
+        let nbb = u32::from(nbb);
+        if nbb > remaining {
+            break;
+        }
+        remaining -= nbb;
         flushed.push((ci as u16, opcode));
-        ci = (ci + u32::from(nbb)) & 0xffff;
+        ci = (ci + nbb) & 0xffff;
     }
     if let Some(qp) = dev.objs.qps.get_mut(qpn) {
         qp.sq_ci = ci;

@@ -244,3 +244,30 @@ fn a_producer_inside_a_wqe_or_beyond_the_ring_fetches_at_most_one_ring() {
         "the bad record is counted"
     );
 }
+
+/// The same bound on the flush path: a doorbell on a QP in ERR flushes what the record
+/// announces, and a producer that falls inside a multi-WQEBB WQE must not make it spin.
+#[test]
+fn flushing_in_err_stops_at_the_ring_whatever_the_producer() {
+    let mut r = Rig::rc(1024, 0);
+    let qpn = r.qp.qpn;
+    let sq_off = r.qp.wq_off + r.qp.rq_wqes as usize * r.qp.rq_stride;
+    for i in 0..r.qp.sq_wqebbs as usize {
+        let mut w = ctrl(WqeOpcode::NOP, i as u16, qpn, 5, 0);
+        w.resize(64, 0);
+        r.p.a.write(sq_off + i * 64, &w);
+    }
+    r.p.a.dev.set_qp_state(qpn, QpState::Err);
+    let db = u64::from(r.p.a.uar) * 4096 + 0x800 + 512;
+    let ring: [u8; 8] = ctrl(WqeOpcode::NOP, 0, qpn, 5, 0)[..8].try_into().unwrap();
+    r.p.a.write(r.qp.dbr_off + 4, &0x8001u32.to_be_bytes());
+    r.p.a.dev.mmio_write(db, &ring).expect("doorbell");
+    r.p.a.dev.step();
+    let qp = r.p.a.dev.objs.qps.get(qpn).unwrap();
+    assert!(
+        qp.sq_ci > 0 && qp.sq_ci <= r.qp.sq_wqebbs,
+        "flushed {} WQEBBs from a ring of {}",
+        qp.sq_ci,
+        r.qp.sq_wqebbs
+    );
+}
