@@ -10,6 +10,8 @@
 //! - Threaded ([`SimFabric::threaded`]): an engine thread runs the world continuously,
 //!   advancing virtual time with real elapsed time; MMIO writes wake it. It is stopped and
 //!   joined when the last handle to the fabric drops.
+//! - UDP ([`SimFabric::udp`]): threaded, with a real UDP socket as the wire (the engine loop
+//!   is `bypass_sim::link::udp::run_engine`).
 //!
 //! MMIO goes to `Device::mmio_read`/`mmio_write` with the bytes as they appear on the bus
 //! (`v.to_ne_bytes()` of what a `write_volatile` would store). A refused access is traced
@@ -102,6 +104,23 @@ impl SimFabric {
 
     /// A fabric run by an engine thread in real time (virtual time follows the wall clock).
     pub fn threaded(seed: u64) -> Self {
+        Self::with_engine(seed, engine_loop)
+    }
+
+    /// A threaded fabric whose wire is a UDP socket (`bypass_sim::link::udp`): its engine
+    /// thread steps the devices in real time and pumps their packets through `link`. Add the
+    /// device with `link.profile()` (its GID is the link's address) before moving the link in.
+    pub fn udp(seed: u64, link: bypass_sim::link::udp::UdpLink) -> Self {
+        Self::with_engine(seed, move |world, stop| {
+            bypass_sim::link::udp::run_engine(world, stop, link);
+        })
+    }
+
+    /// A threaded fabric whose engine thread runs `engine(world, stop)` until `stop` is set.
+    fn with_engine(
+        seed: u64,
+        engine: impl FnOnce(&Mutex<World>, &AtomicBool) + Send + 'static,
+    ) -> Self {
         let world = Arc::new(Mutex::new(World::new(seed)));
         let stop = Arc::new(AtomicBool::new(false));
         let thread = {
@@ -109,7 +128,7 @@ impl SimFabric {
             let stop = stop.clone();
             std::thread::Builder::new()
                 .name("bypass-sim-engine".into())
-                .spawn(move || engine_loop(&world, &stop))
+                .spawn(move || engine(&world, &stop))
         };
         let thread = match thread {
             Ok(t) => Some(t),
