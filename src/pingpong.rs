@@ -49,7 +49,12 @@ pub struct PingpongOpts {
     #[arg(short = 'p', long, default_value_t = 18515)]
     pub port: u16,
     /// The device: `udp:ADDR[:PORT]` (a simulated NIC on a UDP socket bound to ADDR).
-    #[arg(short = 'd', long = "ib-dev", visible_alias = "device", default_value = "sim")]
+    #[arg(
+        short = 'd',
+        long = "ib-dev",
+        visible_alias = "device",
+        default_value = "sim"
+    )]
     pub device: DeviceSpec,
     /// The port of the device (the sim NIC has one: 1).
     #[arg(short = 'i', long = "ib-port", default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=1))]
@@ -241,7 +246,8 @@ pub fn run(o: &PingpongOpts) -> Result<(), PingpongError> {
             if last.elapsed() > TIMEOUT {
                 return Err(PingpongError::Stalled(TIMEOUT, scnt, rcnt));
             }
-            std::hint::spin_loop();
+            // Busy-poll, but let the engine thread run when cores are few.
+            std::thread::yield_now();
             continue;
         };
         last = Instant::now();
@@ -335,7 +341,9 @@ fn serve_exchange(
     let err = |step| move |source| PingpongError::Server { port, step, source };
     let listener = TcpListener::bind(("::", port))
         .or_else(|_| TcpListener::bind(("0.0.0.0", port)))
-        .map_err(err("listening (is another pingpong server running on this port?)"))?;
+        .map_err(err(
+            "listening (is another pingpong server running on this port?)",
+        ))?;
     let (mut s, _): (TcpStream, _) = listener.accept().map_err(err("accepting the client"))?;
     s.set_read_timeout(Some(TIMEOUT))
         .map_err(err("setting a timeout"))?;

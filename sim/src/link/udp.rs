@@ -157,7 +157,11 @@ fn set_pmtudisc_do(fd: &impl AsRawFd, v6: bool) -> io::Result<()> {
             libc::IPV6_PMTUDISC_DO,
         )
     } else {
-        (libc::IPPROTO_IP, libc::IP_MTU_DISCOVER, libc::IP_PMTUDISC_DO)
+        (
+            libc::IPPROTO_IP,
+            libc::IP_MTU_DISCOVER,
+            libc::IP_PMTUDISC_DO,
+        )
     };
     let value: libc::c_int = value;
     let len = libc::socklen_t::try_from(std::mem::size_of::<libc::c_int>())
@@ -184,10 +188,12 @@ fn set_pmtudisc_do(fd: &impl AsRawFd, v6: bool) -> io::Result<()> {
 /// `SO_REUSEADDR`/`SO_REUSEPORT` (sending sockets: two links on one host may send from the
 /// same source port; nobody sends to those ports).
 fn udp_socket(addr: SocketAddr, shared: bool) -> Result<UdpSocket, LinkError> {
-    let err = |what| move |e: nix::Error| LinkError::Socket {
-        what,
-        addr,
-        source: io::Error::from(e),
+    let err = |what| {
+        move |e: nix::Error| LinkError::Socket {
+            what,
+            addr,
+            source: io::Error::from(e),
+        }
     };
     let family = if addr.is_ipv4() {
         AddressFamily::Inet
@@ -454,7 +460,9 @@ pub fn run_engine(world: &Mutex<World>, stop: &AtomicBool, mut link: UdpLink) {
         } else if last_work.elapsed() > SPIN {
             link.wait_readable(IDLE_POLL_MS);
         } else {
-            std::hint::spin_loop();
+            // Spinning, but other threads (the application's, on few cores) may need the CPU
+            // to produce the next doorbell: give it away rather than burn the slice.
+            std::thread::yield_now();
         }
     }
 }
