@@ -96,7 +96,7 @@ impl Rig {
 }
 
 impl End {
-    fn new(ctx: &Arc<Context>, spec: RigSpec) -> Result<Self, VerbsError> {
+    pub(super) fn new(ctx: &Arc<Context>, spec: RigSpec) -> Result<Self, VerbsError> {
         let pd = ctx.alloc_pd()?;
         let cq = Cq::new(ctx, spec.depth.saturating_mul(2).max(16))?;
         let target = pd.register(

@@ -59,6 +59,12 @@ const SPIN: Duration = Duration::from_millis(5);
 /// bounds how late the first doorbell after an idle spell is seen).
 const IDLE_POLL_MS: u8 = 1;
 
+/// The receive buffer a link asks for: a window of 4 KiB packets as deep as a bandwidth
+/// test keeps in flight (the kernel's default, ~200 KiB, drops a burst of 64 KiB WRITEs
+/// and the transport has to go back N). `SO_RCVBUFFORCE` (CAP_NET_ADMIN) goes past
+/// `net.core.rmem_max`; without it the kernel caps `SO_RCVBUF` there.
+const RCVBUF: usize = 32 << 20;
+
 /// The most datagrams received per engine round before the devices run.
 const RX_BATCH: usize = 64;
 
@@ -232,6 +238,10 @@ impl UdpLink {
             });
         }
         let rx = udp_socket(local, false)?;
+        if setsockopt(&rx, sockopt::RcvBufForce, &RCVBUF).is_err() {
+            // Best effort: a smaller buffer only costs retransmissions under bursts.
+            let _ = setsockopt(&rx, sockopt::RcvBuf, &RCVBUF);
+        }
         // Port 0 asks the kernel for one: report what it chose.
         let local = rx.local_addr().map_err(|source| LinkError::Socket {
             what: "reading the bound address",
