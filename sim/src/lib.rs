@@ -15,18 +15,21 @@
 //! - [`ring`], `events`: CQ/EQ rings, completions, events, interrupts.
 //! - [`link`]: wires outside the stepped world (a UDP socket speaking RoCEv2 like rxe).
 //! - [`counters`], [`trace`]: what `rdma statistic` would show, and an optional event log.
+//! - [`faults`], [`pcap`]: seeded link faults for the stepped [`World`], and a pcap writer.
 
 pub mod buffer;
 pub mod counters;
 pub mod device;
 mod engine;
 mod events;
+pub mod faults;
 mod firmware;
 pub mod iommu;
 pub mod link;
 pub mod memory;
 pub mod mkey;
 pub mod objects;
+pub mod pcap;
 pub mod profile;
 pub mod ring;
 pub mod table;
