@@ -5,6 +5,7 @@
 //! available. Must not print, and must not know what a command does with the device.
 
 use std::net::SocketAddr;
+use std::path::Path;
 use std::sync::Arc;
 
 use bypass_driver::backend::sim::SimFabric;
@@ -44,6 +45,15 @@ pub enum DeviceError {
     /// The UDP link could not be set up.
     #[error(transparent)]
     Link(#[from] LinkError),
+    /// The pcap file could not be created.
+    #[error("could not create the pcap file {path}: {source}")]
+    Pcap {
+        /// The file.
+        path: String,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
     /// The command runs both of its endpoints in this process, which one UDP NIC cannot do.
     #[error(
         "{command} runs both endpoints in one process on -d sim; -d {device} is one NIC on a UDP socket: to talk to a peer over UDP run `bypass pingpong -d {device}` (or `bypass perf write-lat -d {device} [HOST]`) on both sides"
@@ -103,10 +113,12 @@ pub struct NetDevice {
 
 /// Opens the one device of a command that talks to a peer process (`pingpong`, the
 /// server/client forms of `perf`): `-d udp:ADDR[:PORT]`.
+/// `pcap`: record every packet the link sends and receives there.
 pub fn open_net(
     spec: &DeviceSpec,
     seed: u64,
     command: &'static str,
+    pcap: Option<&Path>,
 ) -> Result<NetDevice, DeviceError> {
     match spec {
         DeviceSpec::Vfio(addr) => Err(DeviceError::VfioUnavailable(addr.clone())),
@@ -115,7 +127,13 @@ pub fn open_net(
             device: spec.to_string(),
         }),
         DeviceSpec::Udp(addr) => {
-            let link = UdpLink::bind(*addr)?;
+            let mut link = UdpLink::bind(*addr)?;
+            if let Some(path) = pcap {
+                link.record_pcap(path).map_err(|source| DeviceError::Pcap {
+                    path: path.display().to_string(),
+                    source,
+                })?;
+            }
             let bound = link.local_addr();
             let counters = link.counters();
             let profile = link.profile();

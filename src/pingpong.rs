@@ -83,6 +83,9 @@ pub struct PingpongOpts {
     /// Check every received message: its length and that it is rc_pingpong's fill (0x7b).
     #[arg(short = 'c', long)]
     pub chk: bool,
+    /// Record every packet the UDP link sends and receives in this pcap file.
+    #[arg(long, value_name = "FILE")]
+    pub pcap: Option<std::path::PathBuf>,
     /// Seed of the simulated NIC's fabric.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -184,7 +187,7 @@ pub fn run(o: &PingpongOpts) -> Result<(), PingpongError> {
         .ok()
         .filter(|&s| s > 0 && s <= 1 << 30)
         .ok_or_else(|| PingpongError::Usage(format!("-s {}: give 1 byte to 1 GiB", o.size)))?;
-    let dev = open_net(&o.device, o.seed, "pingpong")?;
+    let dev = open_net(&o.device, o.seed, "pingpong", o.pcap.as_deref())?;
     let ctx = dev.ctx;
     let pd = ctx.alloc_pd()?;
     let mut cq = Cq::new(&ctx, o.rx_depth + 1)?;

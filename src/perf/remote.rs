@@ -47,6 +47,10 @@ pub struct NetOpts {
     /// bytes exactly (every WRITE carries its own pattern).
     #[arg(long)]
     pub check: bool,
+    /// Two-process form: record every packet the UDP link sends and receives in this pcap
+    /// file.
+    #[arg(long, value_name = "FILE")]
+    pub pcap: Option<std::path::PathBuf>,
 }
 
 /// What each side tells the other before the run.
@@ -100,7 +104,7 @@ impl Side {
         iters: u64,
         depth: u32,
     ) -> Result<Self, PerfError> {
-        let dev = open_net(&c.device, c.seed, "perf")?;
+        let dev = open_net(&c.device, c.seed, "perf", net.pcap.as_deref())?;
         let max = sizes.iter().copied().max().unwrap_or(1);
         let size = usize::try_from(max).map_err(|_| PerfError::TooLarge { size: max })?;
         let mut end = End::new(

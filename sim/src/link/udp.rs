@@ -27,12 +27,15 @@
 //! datagram it gets is that address (no `IP_PKTINFO` needed).
 
 use std::collections::HashMap;
-use std::io;
+use std::fs::File;
+use std::io::{self, BufWriter};
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use bypass_hw::roce::ip::{DEFAULT_TTL, IPV4_HDR_LEN, UDP_HDR_LEN};
 use bypass_hw::roce::{IpSpec, Ipv4Spec, Ipv6Spec, ROCE_V2_UDP_DPORT, RocePacket, UdpPorts};
@@ -41,6 +44,7 @@ use nix::sys::socket::{
     AddressFamily, SockFlag, SockType, SockaddrStorage, bind, setsockopt, socket, sockopt,
 };
 
+use crate::pcap::PcapWriter;
 use crate::profile::Profile;
 use crate::world::World;
 
@@ -151,6 +155,8 @@ pub struct UdpLink {
     tx: HashMap<u16, UdpSocket>,
     buf: Vec<u8>,
     counters: Arc<LinkCounters>,
+    /// Where every packet sent and received is recorded, when asked.
+    pcap: Option<PcapWriter<BufWriter<File>>>,
 }
 
 /// Sets `IP_MTU_DISCOVER` (or `IPV6_MTU_DISCOVER`) to "do": DF set, never fragment, and —
@@ -254,7 +260,29 @@ impl UdpLink {
             tx: HashMap::new(),
             buf: vec![0; MAX_DATAGRAM],
             counters: Arc::new(LinkCounters::default()),
+            pcap: None,
         })
+    }
+
+    /// Records every packet the link sends and receives (the IP packets as the device sent
+    /// them and as it is handed them, wall-clock timestamps) into a pcap file at `path`.
+    /// Wireshark/tshark decode them as RRoCE.
+    pub fn record_pcap(&mut self, path: &Path) -> io::Result<()> {
+        let f = File::create(path)?;
+        self.pcap = Some(PcapWriter::new(BufWriter::new(f))?);
+        Ok(())
+    }
+
+    fn tee(&mut self, packet: &[u8]) {
+        if let Some(w) = self.pcap.as_mut() {
+            let ts = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+            if w.write_packet(ts, packet).is_err() {
+                // A full disk must not stop the link: stop recording.
+                self.pcap = None;
+            }
+        }
     }
 
     /// The address the link receives on.
@@ -300,6 +328,7 @@ impl UdpLink {
         let to = SocketAddr::new(dst, self.local.port());
         let sport = p.ports().src;
         let payload = p.udp_payload();
+        self.tee(packet);
         let sock = self.tx_socket(sport);
         match sock.send_to(payload, to) {
             Ok(n) => {
@@ -346,6 +375,7 @@ impl UdpLink {
             };
             match self.rebuild(n, from) {
                 Some(pkt) => {
+                    self.tee(&pkt);
                     LinkCounters::add(&self.counters.rx_packets, 1);
                     LinkCounters::add(&self.counters.rx_bytes, n as u64);
                     return Some(pkt);
