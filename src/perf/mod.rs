@@ -11,6 +11,7 @@ mod compare;
 mod lat;
 mod pair;
 mod remote;
+mod udp_compare;
 
 use std::time::Duration;
 
@@ -35,6 +36,10 @@ pub enum PerfCommand {
     /// The sim against its baselines in one run: WRITE bandwidth vs memcpy, WRITE ping-pong
     /// round trip vs a TCP loopback busy-poll round trip; medians and ratios.
     Compare(compare::CompareOpts),
+    /// The UDP link against plain sockets in one run: 8-byte WRITE round trip vs a UDP
+    /// busy-poll ping-pong between the same two addresses, 1 MiB WRITE bandwidth vs TCP
+    /// loopback streaming; medians and ratios.
+    CompareUdp(udp_compare::UdpCompareOpts),
     /// Measure the baselines alone: memcpy bandwidth and a TCP loopback busy-poll ping-pong.
     Baselines(baselines::BaselineOpts),
 }
@@ -162,6 +167,7 @@ pub fn run(cmd: PerfCommand) -> Result<(), PerfError> {
         PerfCommand::WriteLat(o) => run_lat(&o),
         PerfCommand::WriteBw(o) => run_bw(&o),
         PerfCommand::Compare(o) => compare::run(&o),
+        PerfCommand::CompareUdp(o) => udp_compare::run(&o),
         PerfCommand::Baselines(o) => baselines::run(&o),
     }
 }
