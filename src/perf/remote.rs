@@ -203,7 +203,7 @@ pub fn write_lat(
         for i in 0..(n + WARMUP) {
             let tag = (i % 255) as u8 + 1;
             if !client {
-                side.end.spin_for(bytes, tag)?;
+                spin_yield(&side.end, bytes, tag)?;
             }
             if let Some(slot) = i.checked_sub(WARMUP).and_then(|k| posted.get_mut(k)) {
                 *slot = elapsed_ns(t0);
@@ -217,7 +217,7 @@ pub fn write_lat(
             side.end.post_write(&w, tag, true, i as u64)?;
             outstanding += 1;
             if client {
-                side.end.spin_for(bytes, tag)?;
+                spin_yield(&side.end, bytes, tag)?;
             }
         }
         // Zero the buffer for the next size (its tags start again at 1, and a stale byte at
@@ -388,4 +388,26 @@ fn check_buffer(
             Some((j, &b)) => Err((j, b, pattern(last, j))),
         },
     )
+}
+
+/// Waits until the last byte of `end`'s first `size` bytes is `tag`, yielding the core between
+/// reads (the NIC's engine thread spins too, and cores may be few).
+pub(super) fn spin_yield(end: &End, size: usize, tag: u8) -> Result<(), PerfError> {
+    let off = size.saturating_sub(1);
+    let mut b = [0u8; 1];
+    let t0 = Instant::now();
+    loop {
+        end.target.read(off, &mut b)?;
+        if b[0] == tag {
+            return Ok(());
+        }
+        if t0.elapsed() > super::pair::STALL {
+            return Err(PerfError::Stalled {
+                what: "the peer's RDMA WRITE to land",
+                after: super::pair::STALL,
+                seen: format!("QP {:#x}", end.qp.qpn()),
+            });
+        }
+        std::thread::yield_now();
+    }
 }

@@ -20,6 +20,7 @@ use clap::Args;
 use super::PerfError;
 use super::lat::WARMUP;
 use super::pair::{End, RigSpec, WriteSpec};
+use super::remote::spin_yield;
 use crate::args::{DeviceSpec, parse_size};
 use crate::baseline::elapsed_ns;
 use crate::device::{NetDevice, open_net};
@@ -237,28 +238,6 @@ fn write_rtts(p: &mut UdpPair, size: u64, iters: usize) -> Result<Vec<u64>, Perf
         }
     }
     Ok(rtts)
-}
-
-/// Waits until the last byte of `end`'s first `size` bytes is `tag`, yielding the core between
-/// reads (three threads spin here: this one and the two engines).
-fn spin_yield(end: &End, size: usize, tag: u8) -> Result<(), PerfError> {
-    let off = size.saturating_sub(1);
-    let mut b = [0u8; 1];
-    let t0 = Instant::now();
-    loop {
-        end.target.read(off, &mut b)?;
-        if b[0] == tag {
-            return Ok(());
-        }
-        if t0.elapsed() > super::pair::STALL {
-            return Err(PerfError::Stalled {
-                what: "the peer's RDMA WRITE to land",
-                after: super::pair::STALL,
-                seen: format!("QP {:#x}", end.qp.qpn()),
-            });
-        }
-        std::thread::yield_now();
-    }
 }
 
 fn reap(end: &mut End, outstanding: &mut u32) -> Result<(), PerfError> {
