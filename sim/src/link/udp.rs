@@ -119,6 +119,9 @@ pub struct LinkCounters {
     /// Packets whose UDP source port could not be bound, sent from the listening socket
     /// instead (the peer will count an ICRC error for each).
     pub tx_sport_fallbacks: AtomicU64,
+    /// IPv4 datagrams whose IP ID was not 0 (Linux rxe sends random ones) and was recovered
+    /// from the ICRC (see [`recover_ipv4_id`]).
+    pub rx_ip_id_recovered: AtomicU64,
     /// Datagrams that could not be handed on (another address family, or the rebuilt header
     /// did not fit).
     pub rx_dropped: AtomicU64,
@@ -133,7 +136,7 @@ impl LinkCounters {
     pub fn summary(&self) -> String {
         let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
         format!(
-            "tx {} pkts / {} B, rx {} pkts / {} B, tx errors {}, tx malformed {}, source-port fallbacks {}, rx dropped {}",
+            "tx {} pkts / {} B, rx {} pkts / {} B, tx errors {}, tx malformed {}, source-port fallbacks {}, rx IP IDs recovered {}, rx dropped {}",
             g(&self.tx_packets),
             g(&self.tx_bytes),
             g(&self.rx_packets),
@@ -141,6 +144,7 @@ impl LinkCounters {
             g(&self.tx_errors),
             g(&self.tx_malformed),
             g(&self.tx_sport_fallbacks),
+            g(&self.rx_ip_id_recovered),
             g(&self.rx_dropped)
         )
     }
@@ -388,7 +392,7 @@ impl UdpLink {
     /// The IP packet of the `n`-byte UDP payload in `self.buf` that came from `from`.
     fn rebuild(&self, n: usize, from: SocketAddr) -> Option<Vec<u8>> {
         let payload = self.buf.get(..n)?;
-        let ip = match (from.ip(), self.local.ip()) {
+        let mut ip = match (from.ip(), self.local.ip()) {
             (IpAddr::V4(src), IpAddr::V4(dst)) => IpSpec::V4(Ipv4Spec {
                 src: src.octets(),
                 dst: dst.octets(),
@@ -410,6 +414,14 @@ impl UdpLink {
             src: from.port(),
             dst: ROCE_V2_UDP_DPORT,
         };
+        if let IpSpec::V4(v4) = &mut ip {
+            // A packet whose ICRC no IP ID explains keeps ID 0: the device counts it as an
+            // ICRC error, as it should.
+            if let Some(id) = recover_ipv4_id(v4, ports, payload).filter(|&id| id != 0) {
+                v4.id = id;
+                LinkCounters::add(&self.counters.rx_ip_id_recovered, 1);
+            }
+        }
         let hl = match ip {
             IpSpec::V4(_) => IPV4_HDR_LEN,
             IpSpec::V6(_) => bypass_hw::roce::ip::IPV6_HDR_LEN,
@@ -426,6 +438,63 @@ impl UdpLink {
         // EINTR or an error: the engine loop comes back here anyway.
         let _ = poll(&mut fds, PollTimeout::from(ms));
     }
+}
+
+/// The IPv4 ID the sender hashed into the ICRC of `payload`, which a UDP socket does not
+/// report: 0 when the packet checks with ID 0 (what a socket with `IP_PMTUDISC_DO` sends, so
+/// every bypass peer), else the one ID whose ICRC matches, or `None`.
+///
+/// Linux rxe fills the ID with `__ip_select_ident` (random) in `rxe_net.c`
+/// `prepare_ipv4_hdr` before `rxe_icrc_generate`, and `rxe_icrc.c` `rxe_icrc_hdr` does not
+/// mask it. The ICRC is a CRC-32, affine in its input, so `icrc(id) ^ icrc(0)` is linear in
+/// the 16 bits of `id`: the ID follows from the 16 single-bit differences by Gaussian
+/// elimination over GF(2) (17 CRCs, only for packets that fail with ID 0). Such packets keep
+/// 16 of the ICRC's 32 bits of protection against corruption.
+pub fn recover_ipv4_id(ip: &Ipv4Spec, ports: UdpPorts, payload: &[u8]) -> Option<u16> {
+    let want = bypass_hw::roce::icrc::wire_value(payload)?;
+    let crc = |id: u16| {
+        bypass_hw::roce::icrc::compute_udp_payload(
+            &IpSpec::V4(Ipv4Spec { id, ..*ip }),
+            ports,
+            payload,
+        )
+        .ok()
+    };
+    let c0 = crc(0)?;
+    if c0 == want {
+        return Some(0);
+    }
+    // basis[b]: a combination (its CRC difference, its ID bits) whose highest set bit is b.
+    let mut basis: [Option<(u32, u16)>; 32] = [None; 32];
+    for k in 0..16 {
+        let (mut v, mut m) = (crc(1 << k)? ^ c0, 1u16 << k);
+        for b in (0..32).rev() {
+            if v >> b & 1 == 0 {
+                continue;
+            }
+            match basis.get(b).copied().flatten() {
+                Some((bv, bm)) => {
+                    v ^= bv;
+                    m ^= bm;
+                }
+                None => {
+                    if let Some(slot) = basis.get_mut(b) {
+                        *slot = Some((v, m));
+                    }
+                    break;
+                }
+            }
+        }
+    }
+    let (mut t, mut id) = (want ^ c0, 0u16);
+    for b in (0..32).rev() {
+        if t >> b & 1 == 1 {
+            let (bv, bm) = basis.get(b).copied().flatten()?;
+            t ^= bv;
+            id ^= bm;
+        }
+    }
+    (t == 0).then_some(id)
 }
 
 fn lock(world: &Mutex<World>) -> MutexGuard<'_, World> {
@@ -585,6 +654,47 @@ mod tests {
         sent.truncate(hl);
         let s = a.tx_socket(0xc002);
         s.send_to(&payload, b.local_addr()).unwrap();
+        let got = recv_wait(&mut b);
+        assert!(!RocePacket::parse(&got).unwrap().icrc_ok());
+    }
+
+    /// Sends `packet`'s UDP payload to `to` from a socket bound to its UDP source port.
+    fn send_raw(from: &mut UdpLink, packet: &[u8], to: SocketAddr) {
+        let p = RocePacket::parse(packet).unwrap();
+        let payload = p.udp_payload().to_vec();
+        from.tx_socket(p.ports().src).send_to(&payload, to).unwrap();
+    }
+
+    #[test]
+    fn a_random_ipv4_id_like_rxe_sends_is_recovered_from_the_icrc() {
+        let mut b = link(2);
+        let mut a = link(1);
+        let mut sent = packet([127, 0, 0, 1], [127, 0, 0, 2], 0xc0aa);
+        // What rxe does: a random IP ID, hashed into the ICRC.
+        let p = RocePacket::parse(&sent).unwrap();
+        let IpSpec::V4(mut v4) = *p.ip() else {
+            unreachable!()
+        };
+        v4.id = 0xbeef;
+        let ports = p.ports();
+        let mut payload = p.udp_payload().to_vec();
+        let icrc =
+            bypass_hw::roce::icrc::compute_udp_payload(&IpSpec::V4(v4), ports, &payload).unwrap();
+        let n = payload.len();
+        payload[n - 4..].copy_from_slice(&icrc.to_le_bytes());
+        IpSpec::V4(v4).write_ip_udp(ports, n, &mut sent).unwrap();
+        let hl = sent.len() - n;
+        sent[hl..].copy_from_slice(&payload);
+        send_raw(&mut a, &sent, b.local_addr());
+        let got = recv_wait(&mut b);
+        assert_eq!(got, sent, "the rebuilt header carries ID 0xbeef");
+        assert!(RocePacket::parse(&got).unwrap().icrc_ok());
+        assert_eq!(b.counters().rx_ip_id_recovered.load(Ordering::Relaxed), 1);
+
+        // A corrupted payload is explained by no ID: it keeps ID 0 and fails the ICRC.
+        payload[20] ^= 0x40;
+        sent[hl..].copy_from_slice(&payload);
+        send_raw(&mut a, &sent, b.local_addr());
         let got = recv_wait(&mut b);
         assert!(!RocePacket::parse(&got).unwrap().icrc_ok());
     }
