@@ -47,12 +47,16 @@ case "$MODE" in
   vfio)
     BIN=$(test_binary bypass-driver vfio_edu)
     [ -x "$BIN" ] || { echo "guest-test: building the vfio_edu test binary failed" >&2; exit 1; }
+    cargo build --manifest-path "$ROOT/Cargo.toml" -p bypass --bin bypass
+    CLI=$(cargo metadata --manifest-path "$ROOT/Cargo.toml" --format-version 1 --no-deps \
+      | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')/debug/bypass
+    [ -x "$CLI" ] || { echo "guest-test: building the bypass CLI failed" >&2; exit 1; }
     ensure_guest
     echo "guest-test: running $BIN in the guest (--iommu intel --edu)"
     start=$(date +%s)
     rc=0
     (cd "$ROOT" && "$GUEST/run-guest.sh" --iommu intel --edu --net none --timeout "${GUEST_TIMEOUT:-900}" \
-      -- bash "$GUEST/jobs/vfio-edu.sh" "$BIN" --ignored --test-threads=1 --nocapture) || rc=$?
+      -- BYPASS_CLI="$CLI" bash "$GUEST/jobs/vfio-edu.sh" "$BIN" --ignored --test-threads=1 --nocapture) || rc=$?
     echo "guest-test: vfio rc=$rc in $(( $(date +%s) - start )) s"
     exit "$rc"
     ;;

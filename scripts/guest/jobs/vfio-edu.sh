@@ -1,7 +1,8 @@
 # Guest job: bind QEMU's edu device to vfio-pci and run a test binary against it.
 # Usage (inside the guest, via run-guest.sh --iommu intel --edu):
 #   bash jobs/vfio-edu.sh TEST_BINARY [TEST ARGS...]
-# Exits with the test binary's exit code (3: no edu device, 4: binding failed).
+# Env BYPASS_CLI: also run `$BYPASS_CLI devinfo --vfio BDF` and check its output.
+# Exits with the test binary's exit code (3: no edu device, 4: binding failed, 5: devinfo failed).
 set -u
 BIN=${1:?usage: vfio-edu.sh TEST_BINARY [ARGS...]}; shift
 BDF=
@@ -24,6 +25,15 @@ echo "vfio-edu: edu at $BDF, driver ${DRV:-none}, iommu group $(basename "$(read
 s=$(date +%s.%N)
 BYPASS_EDU_BDF=$BDF "$BIN" "$@"; rc=$?
 echo "vfio-edu: $(basename "$BIN") rc=$rc in $(echo "$(date +%s.%N) - $s" | bc) s"
+if [ -n "${BYPASS_CLI:-}" ]; then
+  # the CLI's view of the same device through the VFIO backend
+  echo "vfio-edu: $BYPASS_CLI devinfo --vfio $BDF"
+  out=$("$BYPASS_CLI" devinfo --vfio "$BDF" 2>&1); crc=$?
+  echo "$out"
+  if [ $crc != 0 ] || ! echo "$out" | grep -q "BAR0.*mmap" || ! echo "$out" | grep -q "MSI .*1 vector"; then
+    echo "vfio-edu: bypass devinfo --vfio failed (rc=$crc)"; [ $rc != 0 ] || rc=5
+  fi
+fi
 echo "vfio-edu: kernel IOMMU messages during the run:"
 dmesg | grep -E 'DMAR.*fault|vfio' | tail -n 12
 exit $rc
