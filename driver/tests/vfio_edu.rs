@@ -14,7 +14,9 @@ use std::time::{Duration, Instant};
 use bypass_driver::DriverError;
 use bypass_driver::backend::Backend;
 use bypass_driver::backend::vfio::edu::{self, Edu};
-use bypass_driver::backend::vfio::{IrqKind, VfioBackend, VfioError, region};
+use bypass_driver::backend::vfio::{
+    IrqKind, MIN_IOVA, VfioBackend, VfioError, region, usable_ranges,
+};
 use bypass_driver::dma::{DmaBuf, DmaMapper};
 
 const T: Duration = Duration::from_secs(10);
@@ -125,7 +127,8 @@ fn edu_identifies_and_answers_liveness_through_the_backend() {
         !info.ranges.is_empty(),
         "VFIO_IOMMU_GET_INFO reported no IOVA ranges"
     );
-    assert_eq!(vfio.iova_ranges(), info.ranges);
+    assert_eq!(vfio.iova_ranges(), usable_ranges(&info.ranges));
+    assert!(vfio.iova_ranges().iter().all(|r| r.start >= MIN_IOVA));
     // Accesses outside BAR0 are refused and counted, never a fault.
     assert_eq!(vfio.mmio_errors(), 0);
     assert_eq!(vfio.read32(1 << 20), u32::MAX);
@@ -165,6 +168,7 @@ fn dma_round_trip_host_to_device_to_another_host_buffer_is_byte_exact() {
                 .any(|r| r.start <= b.iova() && b.iova() < r.last)
         );
         assert!(b.iova() < edu::DMA_MASK, "edu reaches 28 bits");
+        assert!(b.iova() >= MIN_IOVA, "IOVA 0 is never handed out");
     }
     assert_eq!(vfio.mappings().len(), 2);
     let p = pattern(4096, 3);

@@ -116,7 +116,8 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// returns the device can no longer reach the memory.
     fn unmap_dma(&self, iova: u64, len: usize) -> Result<(), DriverError>;
 
-    /// Number of MSI-X vectors (each has an eventfd).
+    /// Number of MSI-X vectors (each has an eventfd). A VFIO device without MSI-X offers its
+    /// MSI vectors here instead.
     fn irq_vectors(&self) -> u16;
 
     /// The eventfd that MSI-X `vector` signals, for `poll`/`epoll`; `None` if there is no

@@ -412,6 +412,23 @@ impl VfioBackend {
     }
 }
 
+/// The lowest IOVA handed out: the kernel's apertures usually start at 0, but a zero device
+/// address would make an unset address field point at live memory. Starting at 64 KiB, as
+/// the legacy x86 apertures do ([`IovaRange::LEGACY`]), keeps that a fault.
+pub const MIN_IOVA: u64 = 0x1_0000;
+
+/// The kernel's apertures with everything below [`MIN_IOVA`] cut off.
+pub fn usable_ranges(ranges: &[IovaRange]) -> Vec<IovaRange> {
+    ranges
+        .iter()
+        .filter(|r| r.last >= MIN_IOVA)
+        .map(|r| IovaRange {
+            start: r.start.max(MIN_IOVA),
+            last: r.last,
+        })
+        .collect()
+}
+
 fn device_flags(device: &VfioDevice) -> u32 {
     // VFIO_DEVICE_GET_INFO: struct vfio_device_info { argsz, flags, num_regions, num_irqs,
     // cap_offset, pad } (include/uapi/linux/vfio.h).
@@ -475,7 +492,7 @@ impl Backend for VfioBackend {
     }
 
     fn iova_ranges(&self) -> Vec<IovaRange> {
-        self.iommu.ranges.clone()
+        usable_ranges(&self.iommu.ranges)
     }
 
     fn map_dma(&self, iova: u64, region: Arc<DmaRegion>) -> Result<()> {
@@ -629,5 +646,43 @@ impl Drop for VfioBackend {
         drop(self.bar0.take());
         drop(self.file.take());
         drop(self.device.take());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn iova_zero_is_never_handed_out() {
+        let r = usable_ranges(&[
+            IovaRange {
+                start: 0,
+                last: 0xfff,
+            },
+            IovaRange {
+                start: 0,
+                last: 0xfedf_ffff,
+            },
+            IovaRange {
+                start: 0xfef0_0000,
+                last: (1 << 48) - 1,
+            },
+        ]);
+        assert_eq!(
+            r,
+            vec![
+                IovaRange {
+                    start: MIN_IOVA,
+                    last: 0xfedf_ffff
+                },
+                IovaRange {
+                    start: 0xfef0_0000,
+                    last: (1 << 48) - 1
+                }
+            ]
+        );
+        let mut a = crate::dma::IovaAllocator::new(&r);
+        assert_eq!(a.alloc(4096, 4096).unwrap(), MIN_IOVA);
     }
 }

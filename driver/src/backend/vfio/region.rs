@@ -240,3 +240,98 @@ pub(crate) fn config_write(
             source,
         })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A 4 KiB file standing in for a BAR: MAP_SHARED stores show up in `pread`.
+    fn fake_bar(name: &str, flags: u32) -> (File, RegionInfo, std::path::PathBuf) {
+        let path =
+            std::env::temp_dir().join(format!("bypass-fake-bar-{name}-{}", std::process::id()));
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .unwrap();
+        file.set_len(4096).unwrap();
+        let info = RegionInfo {
+            index: 0,
+            name: "BAR0".into(),
+            size: 4096,
+            offset: 0,
+            flags,
+        };
+        (file, info, path)
+    }
+
+    const RWM: u32 =
+        VFIO_REGION_INFO_FLAG_READ | VFIO_REGION_INFO_FLAG_WRITE | VFIO_REGION_INFO_FLAG_MMAP;
+
+    #[test]
+    fn accesses_store_exactly_their_width_at_their_offset() {
+        let (file, info, path) = fake_bar("width", RWM);
+        let bar = Bar::map(&file, &info, "0000:00:03.0").unwrap();
+        bar.write32(8, 0x1122_3344).unwrap();
+        bar.write64(16, 0x5566_7788_99aa_bbcc).unwrap();
+        bar.write_bf(64, &[1, 2, 3, 4, 5, 6, 7, 8]).unwrap();
+        let mut b = [0u8; 128];
+        file.read_exact_at(&mut b, 0).unwrap();
+        assert_eq!(&b[8..12], &0x1122_3344u32.to_ne_bytes());
+        assert_eq!(&b[16..24], &0x5566_7788_99aa_bbccu64.to_ne_bytes());
+        assert!(
+            b[..8]
+                .iter()
+                .chain(&b[12..16])
+                .chain(&b[24..64])
+                .all(|&x| x == 0)
+        );
+        for i in 0..8u64 {
+            let off = 64 + 8 * i as usize;
+            assert_eq!(&b[off..off + 8], &(i + 1).to_ne_bytes());
+        }
+        assert_eq!(bar.read32(8), Some(0x1122_3344));
+        assert_eq!(bar.read64(16), Some(0x5566_7788_99aa_bbcc));
+        let _ = std::fs::remove_file(path);
+    }
+
+    #[test]
+    fn out_of_bounds_and_misaligned_accesses_are_refused() {
+        let (file, info, path) = fake_bar("bounds", RWM);
+        let bar = Bar::map(&file, &info, "0000:00:03.0").unwrap();
+        assert_eq!(bar.len(), 4096);
+        assert_eq!(bar.read32(4096), None);
+        assert_eq!(bar.read32(4094), None, "straddles the end");
+        assert_eq!(bar.read32(2), None, "misaligned");
+        assert_eq!(bar.write64(4, 0), None, "misaligned for 8 bytes");
+        assert_eq!(bar.write64(u64::MAX - 7, 0), None, "overflowing offset");
+        assert_eq!(bar.write_bf(4096 - 32, &[0; 8]), None);
+        assert_eq!(bar.write_bf(8, &[0; 8]), None);
+        assert_eq!(bar.read32(4092), Some(0));
+        let _ = std::fs::remove_file(path);
+    }
+
+    #[test]
+    fn a_bar_that_is_not_mmappable_says_so() {
+        let (file, info, path) = fake_bar(
+            "nommap",
+            VFIO_REGION_INFO_FLAG_READ | VFIO_REGION_INFO_FLAG_WRITE,
+        );
+        let e = Bar::map(&file, &info, "0000:00:03.0")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("BAR0") && e.contains("not mmappable"), "{e}");
+        assert!(info.to_string().contains("NOT mmappable"));
+        let empty = RegionInfo { size: 0, ..info };
+        assert!(empty.to_string().contains("not implemented"));
+        assert!(
+            Bar::map(&file, &empty, "x")
+                .unwrap_err()
+                .to_string()
+                .contains("not implemented")
+        );
+        let _ = std::fs::remove_file(path);
+    }
+}
