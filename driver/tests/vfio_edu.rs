@@ -382,6 +382,14 @@ fn reset_either_works_or_says_why_not() {
             assert!(matches!(e, VfioError::Reset { .. }));
         }
     }
+    // A second open of the same device while this one holds the group is refused clearly.
+    let e = VfioBackend::open(vfio.bdf()).unwrap_err();
+    println!("second open: {e}");
+    assert!(matches!(e, VfioError::Ioctls { .. }), "{e}");
+    assert!(
+        e.to_string().contains("no other process holds the group"),
+        "{e}"
+    );
     // Close and reopen: everything was released (the group is free again).
     drop(edu);
     drop(vfio);
@@ -447,7 +455,14 @@ fn a_memlock_limit_too_small_for_the_mapping_is_a_clear_error() {
         "a failed mapping left something behind"
     );
     // What fits still works: nothing crashed, nothing leaked.
+    let before = bypass_driver::dma::MemlockState::current().locked;
     let small = mapper.alloc(4096).unwrap();
+    // The kernel charges VFIO's pin to the same limit as the driver's mlock: one 4 KiB
+    // buffer costs 8 KiB of RLIMIT_MEMLOCK (vfio_iommu_type1.c vfio_lock_acct).
+    assert_eq!(
+        bypass_driver::dma::MemlockState::current().locked - before,
+        8192
+    );
     small.write(0, &[5; 64]).unwrap();
     edu.dma_to_device(small.iova(), 0, 64, false, T).unwrap();
     assert_eq!(edu.liveness(1), !1);
