@@ -467,3 +467,30 @@ fn a_memlock_limit_too_small_for_the_mapping_is_a_clear_error() {
     edu.dma_to_device(small.iova(), 0, 64, false, T).unwrap();
     assert_eq!(edu.liveness(1), !1);
 }
+
+#[test]
+#[ignore = "runs in the QEMU guest: scripts/guest-test.sh vfio"]
+fn the_mlx5_bring_up_runs_over_vfio_and_refuses_a_function_that_is_not_mlx5() {
+    let _g = serial();
+    let (vfio, edu) = open();
+    // The same Hca::open the sim path uses reads the init segment through the VFIO BAR.
+    // edu's offset 4 (cmdif_rev) is its liveness register: a fresh 0 reads back all ones.
+    edu.liveness(0);
+    let e = bypass_driver::Hca::open(vfio.clone() as Arc<dyn Backend>).unwrap_err();
+    println!("edu as an mlx5 function: {e}");
+    assert!(matches!(e, DriverError::CmdifRev { found: 0xffff }), "{e}");
+    // Make offset 4 read as cmdif_rev 5 (big-endian, as the init segment is): the driver
+    // gets one check further, to the command queue geometry at 0x14 (all ones on edu).
+    edu.liveness(!0x0005_0000u32.to_be());
+    let e = bypass_driver::Hca::open(vfio.clone() as Arc<dyn Backend>).unwrap_err();
+    println!("with cmdif_rev 5: {e}");
+    assert!(
+        matches!(e, DriverError::CmdqGeometry { log_size: 15, .. }),
+        "{e}"
+    );
+    assert!(
+        vfio.mappings().is_empty(),
+        "a failed bring-up left DMA mapped"
+    );
+    assert_eq!(vfio.mmio_errors(), 0);
+}
