@@ -50,7 +50,7 @@ pub struct DevinfoOpts {
     pub seed: u64,
     /// Show what VFIO reports for the PCI function at BDF (bound to vfio-pci): regions,
     /// interrupts, IOMMU apertures; for an mlx5 function also bring it up and show it.
-    #[arg(long, value_name = "BDF")]
+    #[arg(long, value_name = "BDF", conflicts_with = "device")]
     pub vfio: Option<String>,
 }
 

@@ -599,13 +599,19 @@ impl Backend for VfioBackend {
         let Some(fd) = self.irq_fd(vector) else {
             return Ok(false);
         };
-        let ms = u16::try_from(timeout.as_millis()).unwrap_or(u16::MAX);
-        let mut fds = [PollFd::new(fd, PollFlags::POLLIN)];
-        match poll(&mut fds, PollTimeout::from(ms)) {
-            Ok(0) => return Ok(false),
-            Ok(_) => {}
-            Err(nix::errno::Errno::EINTR) => return Ok(false),
-            Err(source) => return Err(DriverError::Irq { vector, source }),
+        // poll(2) takes at most u16::MAX ms here: wait in slices until the deadline.
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let ms = u16::try_from(left.as_millis()).unwrap_or(u16::MAX);
+            let mut fds = [PollFd::new(fd, PollFlags::POLLIN)];
+            match poll(&mut fds, PollTimeout::from(ms)) {
+                Ok(0) if left.is_zero() || ms < u16::MAX => return Ok(false),
+                Ok(0) => continue,
+                Ok(_) => break,
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(source) => return Err(DriverError::Irq { vector, source }),
+            }
         }
         match efd.read() {
             Ok(_) => Ok(true),
