@@ -94,7 +94,7 @@ pub enum VfioError {
     },
     /// A vfio-ioctls call failed.
     #[error(
-        "{op} for {bdf} failed: {source}. Check that /dev/vfio/ exists and is accessible (root or the vfio group), that no other process holds the group, and that the vfio_iommu_type1 module is loaded"
+        "{op} for {bdf} failed: {source}. Check that /dev/vfio/ exists and is accessible (root or the vfio group; `modprobe vfio-pci` loads it), that no other process holds the group, and that the vfio_iommu_type1 module is loaded"
     )]
     Ioctls {
         /// What was being done.
