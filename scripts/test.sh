@@ -16,6 +16,10 @@
 #                        UDP test (tests/netns_udp_loss.rs; it needs root)
 #
 #   cargo-fuzz          (by scripts/fuzz.sh) short fuzz runs of the sim's command and WQE targets
+#   qemu-system-x86 (bookworm-backports), busybox-static, kmod, cpio, util-linux (setpriv,
+#                        prlimit) and a Debian guest kernel, by scripts/guest/build-guest.sh:
+#                        the VFIO backend's tests run on a real kernel in a QEMU guest
+#                        (scripts/guest-test.sh vfio; driver/tests/vfio_edu.rs)
 #
 # Environment: SKIP_INSTALL=1 skips the install step (for a machine already set up);
 # FUZZ_SECONDS (default 20) is how long each fuzz target runs, 0 to skip fuzzing.
@@ -44,6 +48,11 @@ install_missing() {
         echo "wireshark-common wireshark-common/install-setuid boolean false" | as_root debconf-set-selections 2>/dev/null || true
         as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${pkgs[@]}"
     fi
+    if ! command -v qemu-system-x86_64 >/dev/null 2>&1; then
+        echo "scripts/test.sh: installing qemu and the guest's tools (scripts/guest/build-guest.sh)"
+        as_root apt-get update
+        as_root env LAB="${LAB:-/var/tmp/bypass-guest}" scripts/guest/build-guest.sh --install-host-pkgs
+    fi
     if ! python3 -c "import scapy, sys; sys.exit(scapy.VERSION != '$SCAPY_VERSION')" 2>/dev/null; then
         echo "scripts/test.sh: installing scapy==$SCAPY_VERSION"
         python3 -m pip install --quiet "scapy==$SCAPY_VERSION" \
@@ -58,6 +67,9 @@ fi
 export BYPASS_REQUIRE_ORACLES=1
 cargo test --workspace --all-targets
 cargo test --workspace --doc
+
+# The VFIO backend on a real kernel: QEMU guest with an intel vIOMMU and the edu device.
+scripts/guest-test.sh vfio
 
 fuzz_seconds="${FUZZ_SECONDS:-20}"
 if [ "$fuzz_seconds" != 0 ]; then

@@ -4,8 +4,8 @@
 //! format (that is `bypass-hw` and the rest of the driver) or keep driver state.
 //!
 //! Two implementations: [`sim::SimBackend`] (in-process `bypass-sim` devices, feature `sim`)
-//! and, in a later issue, a VFIO backend (`vfio-ioctls`: BAR0 mmapped, `VFIO_IOMMU_MAP_DMA`,
-//! MSI-X eventfds). Every method is shaped so that the VFIO one is a thin wrapper over a
+//! and [`vfio::VfioBackend`] (a PCI function bound to vfio-pci, on `vfio-ioctls`: BAR0
+//! mmapped, `VFIO_IOMMU_MAP_DMA`, MSI-X or MSI eventfds). Every method is shaped so that the VFIO one is a thin wrapper over a
 //! syscall or a volatile access, and no caller changes when it arrives:
 //! - MMIO values are what a `write_volatile`/`read_volatile` of that width stores/loads on
 //!   this CPU: the driver passes `x.to_be()` for the big-endian device registers and reads
@@ -21,6 +21,7 @@
 
 #[cfg(feature = "sim")]
 pub mod sim;
+pub mod vfio;
 
 use std::fmt;
 use std::os::fd::BorrowedFd;
@@ -115,7 +116,8 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// returns the device can no longer reach the memory.
     fn unmap_dma(&self, iova: u64, len: usize) -> Result<(), DriverError>;
 
-    /// Number of MSI-X vectors (each has an eventfd).
+    /// Number of MSI-X vectors (each has an eventfd). A VFIO device without MSI-X offers its
+    /// MSI vectors here instead.
     fn irq_vectors(&self) -> u16;
 
     /// The eventfd that MSI-X `vector` signals, for `poll`/`epoll`; `None` if there is no
