@@ -3,13 +3,23 @@
 #
 #   scripts/guest-test.sh vfio     the VFIO backend on QEMU's edu device behind an intel
 #                                  vIOMMU (driver/tests/vfio_edu.rs, the #[ignore]d tests)
+#   scripts/guest-test.sh rxe      interop with Linux Soft-RoCE: the guest's rdma-core
+#                                  ibv_rc_pingpong on rxe0 against `bypass pingpong -d udp:…` in
+#                                  a network namespace holding the guest's tap, both roles,
+#                                  sizes 1 B / 4 KiB / 64 KiB, MTU 1024 / 4096; then rxe's
+#                                  counters (nothing retried, every packet bypass sent received)
+#                                  and a pcap of one run (tshark decodes it; scapy checks the
+#                                  ICRC of every packet both ways)
 #
 # Builds the test binary here, prepares the guest kernel if needed (scripts/guest/build-guest.sh;
 # with --install-host-pkgs when qemu is missing, which needs root and apt), boots the guest
 # (its root file system is this machine's /, read-only, so the binary runs at the same path),
 # runs the binary there and exits with its exit code: non-zero when any guest test fails or the
 # guest does not come up.
-# Env: LAB (default /var/tmp/bypass-guest), GUEST_TIMEOUT (default 900 s).
+# Env: LAB (default /var/tmp/bypass-guest), GUEST_TIMEOUT (default 900 s); rxe: RXE_ITERS
+# (exchanges per run, default 100), RXE_KEEP=1 (keep the logs and pcap),
+# RXE_RUNS (the runs to do, e.g. "3 9"; default all 12), RXE_PCAP_RUN (the run recorded, default 2),
+# RXE_NETNS / RXE_TAP (default bypass-rxe / bprxe0).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 GUEST="$ROOT/scripts/guest"
@@ -43,6 +53,187 @@ for l in sys.stdin:
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == sys.argv[1]: print(m["executable"])' "$2" | tail -n 1
 }
 
+# --- rxe: the guest's ibv_rc_pingpong (Linux Soft-RoCE) against bypass pingpong -------------
+RXE_NETNS=${RXE_NETNS:-bypass-rxe}; RXE_TAP=${RXE_TAP:-bprxe0}; RXE_ITERS=${RXE_ITERS:-100}
+RXE_PCAP_RUN=${RXE_PCAP_RUN:-2}
+HOST_IP=10.99.0.1; GUEST_IP=10.99.0.2
+
+rxe_cleanup() {
+  local rc=$?
+  [ -n "${HOST_PID:-}" ] && kill "$HOST_PID" 2>/dev/null
+  [ -n "${GUEST_PID:-}" ] && kill "$GUEST_PID" 2>/dev/null && wait "$GUEST_PID" 2>/dev/null
+  "$GUEST/netns-setup.sh" down "$RXE_NETNS" >/dev/null 2>&1 || true
+  if [ -n "${SYNC:-}" ] && [ -d "$SYNC" ]; then
+    if [ "$rc" = 0 ] && [ "${RXE_KEEP:-0}" != 1 ]; then rm -rf "$SYNC"; else echo "guest-test: rxe logs kept in $SYNC" >&2; fi
+  fi
+  exit "$rc"
+}
+
+wait_file() { # FILE SECONDS: 0 once FILE exists; 1 on timeout or when the guest is gone
+  local n=$(( $2 * 10 ))
+  while [ "$n" -gt 0 ]; do
+    [ -e "$1" ] && return 0
+    kill -0 "$GUEST_PID" 2>/dev/null || { [ -e "$1" ] && return 0; return 1; }
+    sleep 0.1; n=$((n - 1))
+  done
+  return 1
+}
+
+# Every packet of the pcap decodes as RoCEv2 (tshark: InfiniBand BTH with an opcode and a PSN,
+# between the two addresses, to UDP 4791, no expert warning), each side's request PSNs follow
+# one another with no gap or repeat (nothing was lost or retransmitted), every ACK names a PSN
+# the other side sent, and every packet carries the ICRC scapy computes for it (the packets rxe
+# sent are recorded with the IP ID the UDP link recovered, so this checks both directions).
+rxe_check_pcap() { # PCAP
+  local pcap=$1 fields
+  fields="$SYNC/pcap-fields"
+  if ! tshark -n -r "$pcap" -T fields -E separator=' ' -e ip.src -e ip.dst -e udp.dstport \
+         -e infiniband.bth.opcode -e infiniband.bth.psn -e _ws.expert.severity \
+         > "$fields" 2> "$SYNC/tshark.err"; then
+    echo "guest-test: tshark could not read $pcap:" >&2; cat "$SYNC/tshark.err" >&2; return 1
+  fi
+  awk -v h="$HOST_IP" -v g="$GUEST_IP" '
+    { n++; ops[$4]++ }
+    !((($1 == h && $2 == g) || ($1 == g && $2 == h)) && $3 == 4791 && $4 != "" && $5 != "" && $6 == "") {
+      print "guest-test: packet " NR " is not RoCEv2 between " h " and " g " (src dst dport opcode psn expert): " $0; bad = 1; next }
+    $4 == 17 { if (!(($2, $5) in sent)) { print "guest-test: packet " NR ": ACK of PSN " $5 " that " $2 " never sent"; bad = 1 }; next }
+    { psn = $5 + 0
+      if (($1) in last && psn != (last[$1] + 1) % 16777216) {
+        print "guest-test: packet " NR ": " $1 " sent PSN " psn " after " last[$1] " (a gap or a retransmission)"; bad = 1 }
+      last[$1] = psn; sent[$1, $5] = 1 }
+    END {
+      if (n == 0) { print "guest-test: the pcap holds no packet"; exit 1 }
+      printf "guest-test: tshark: %d packets decode as RoCEv2, opcodes:", n
+      for (o in ops) printf " %s×%s", ops[o], o
+      print ""
+      exit bad
+    }' "$fields" || return 1
+  python3 - "$pcap" <<'PY'
+import sys
+from scapy.utils import rdpcap
+from scapy.contrib.roce import BTH
+from scapy.layers.inet import IP
+bad = 0
+pkts = rdpcap(sys.argv[1])
+for i, p in enumerate(pkts, 1):
+    if BTH not in p:
+        print(f"guest-test: packet {i}: scapy finds no BTH: {p.summary()}"); bad += 1; continue
+    wire = bytes(p[IP])[-4:]
+    calc = p[BTH].compute_icrc(b"")
+    if wire != calc:
+        print(f"guest-test: packet {i} ({p[IP].src} -> {p[IP].dst}, opcode {p[BTH].opcode}, psn {p[BTH].psn:#x}): ICRC {wire.hex()} on the wire, scapy computes {calc.hex()}"); bad += 1
+print(f"guest-test: scapy: {len(pkts) - bad} of {len(pkts)} packets carry the right ICRC")
+sys.exit(1 if bad else 0)
+PY
+}
+
+rxe_interop() {
+  cargo build --manifest-path "$ROOT/Cargo.toml" -p bypass --bin bypass
+  CLI=$(cargo metadata --manifest-path "$ROOT/Cargo.toml" --format-version 1 --no-deps \
+    | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')/debug/bypass
+  [ -x "$CLI" ] || { echo "guest-test: building the bypass CLI failed" >&2; exit 1; }
+  [ "$(id -u)" = 0 ] || { echo "guest-test: rxe needs root (a network namespace and a tap device)" >&2; exit 2; }
+  ensure_guest
+  # the guest's root is this machine's /: rdma-core's tools must be installed here
+  if ! command -v ibv_rc_pingpong >/dev/null || ! command -v rdma >/dev/null || ! command -v tshark >/dev/null; then
+    apt-get update
+    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends ibverbs-utils rdma-core iproute2 tshark
+  fi
+  python3 -c 'import scapy.contrib.roce' 2>/dev/null \
+    || { echo "guest-test: rxe checks the pcap with scapy: pip install scapy==2.8.0 (scripts/test.sh does)" >&2; exit 2; }
+  local start; start=$(date +%s)
+  SYNC="$LAB/xfer/rxe-$$"; HOST_PID=; GUEST_PID=
+  trap rxe_cleanup EXIT
+  trap 'exit 130' INT TERM
+  mkdir -p "$LAB/xfer"; rm -rf "$SYNC"; mkdir -m 777 "$SYNC"
+  "$GUEST/netns-setup.sh" down "$RXE_NETNS"
+  "$GUEST/netns-setup.sh" up "$RXE_NETNS" "$RXE_TAP" >/dev/null
+  # MTU 4096 needs Ethernet frames above 4096 + headers on both ends of the tap
+  ip -n "$RXE_NETNS" link set "$RXE_TAP" mtu 9000
+  # from here on every failure is counted and reported, not fatal
+  set +e
+  # The plan: N GUEST_ROLE SIZE MTU ITERS PORT; a fresh TCP port per run.
+  local n=0 role size mtu
+  : > "$SYNC/plan"
+  for role in client server; do for mtu in 1024 4096; do for size in 1 4096 65536; do
+    n=$((n + 1))
+    case " ${RXE_RUNS:-$n} " in *" $n "*) echo "$n $role $size $mtu $RXE_ITERS $((18515 + n))" >> "$SYNC/plan" ;; esac
+  done; done; done
+  echo "guest-test: booting the guest (--net tap:$RXE_NETNS:$RXE_TAP) for $(wc -l < "$SYNC/plan") runs"
+  (cd "$ROOT" && "$GUEST/run-guest.sh" --net "tap:$RXE_NETNS:$RXE_TAP" --timeout "${GUEST_TIMEOUT:-900}" \
+     -- bash "$GUEST/jobs/rxe-pingpong.sh" "$SYNC" "$SYNC/plan") > "$SYNC/guest.out" 2>&1 &
+  GUEST_PID=$!
+  local N ROLE SIZE MTU ITERS PORT hrc pcap_opt fail=0
+  local -a PP
+  while read -r N ROLE SIZE MTU ITERS PORT; do
+    PP=(ip netns exec "$RXE_NETNS" timeout 300 "$CLI" pingpong -d "udp:$HOST_IP" -c
+        -s "$SIZE" -m "$MTU" -n "$ITERS" -p "$PORT")
+    pcap_opt=()
+    [ "$N" = "$RXE_PCAP_RUN" ] && pcap_opt=(--pcap "$SYNC/run-$N.pcap")
+    hrc=0
+    if [ "$ROLE" = client ]; then # bypass serves; the guest connects once it listens
+      "${PP[@]}" "${pcap_opt[@]}" > "$SYNC/host-$N.log" 2>&1 &
+      HOST_PID=$!
+      for _ in $(seq 1 100); do
+        ip netns exec "$RXE_NETNS" ss -ltnH "sport = :$PORT" | grep -q . && break; sleep 0.1
+      done
+      touch "$SYNC/go-$N"
+      wait "$HOST_PID" || hrc=$?
+      HOST_PID=
+    elif wait_file "$SYNC/ready-$N" 300; then
+      "${PP[@]}" "${pcap_opt[@]}" "$GUEST_IP" > "$SYNC/host-$N.log" 2>&1 || hrc=$?
+    else
+      echo "the guest's ibv_rc_pingpong server never listened" > "$SYNC/host-$N.log"; hrc=124
+    fi
+    echo "$hrc" > "$SYNC/host-rc-$N"
+    wait_file "$SYNC/guest-rc-$N" 320 || true
+    echo "guest-test: run $N: bypass $([ "$ROLE" = client ] && echo server || echo client) vs ibv_rc_pingpong $ROLE, size $SIZE, MTU $MTU, $ITERS iters: bypass rc=$hrc, rxe rc=$(cat "$SYNC/guest-rc-$N" 2>/dev/null || echo none)"
+    grep -h "usec/iter" "$SYNC/host-$N.log" | sed 's/^/    bypass: /'
+    grep -h "usec/iter" "$SYNC/guest-$N.log" 2>/dev/null | sed 's/^/    rxe:    /'
+    sed -n 's/^link [^ ]*: /    bypass link: /p' "$SYNC/host-$N.log"
+    if [ "$hrc" != 0 ] || [ "$(cat "$SYNC/guest-rc-$N" 2>/dev/null)" != 0 ]; then
+      fail=1
+      sed 's/^/    bypass| /' "$SYNC/host-$N.log"; sed 's/^/    rxe|    /' "$SYNC/guest-$N.log" 2>/dev/null
+    fi
+  done < "$SYNC/plan"
+  local grc=0
+  wait "$GUEST_PID" || grc=$?
+  GUEST_PID=
+  sed 's/^/    guest| /' "$SYNC/guest.out"
+  [ "$grc" = 0 ] || { echo "guest-test: the guest job exited with $grc" >&2; fail=1; }
+  # rxe's counters: nothing retransmitted, no sequence error, no RNR, no retry exhausted; and
+  # every packet bypass sent was received by rxe (rxe drops a packet with a bad ICRC without
+  # counting it: rxe_recv.c rxe_rcv bumps rcvd_pkts only after rxe_icrc_check) and vice versa.
+  if [ -f "$SYNC/rxe-hw-counters" ]; then
+    local sent_by_bypass rcvd_by_bypass
+    sent_by_bypass=$(sed -n 's/.*: tx \([0-9]*\) pkts.*/\1/p' "$SYNC"/host-*.log | awk '{s += $1} END {print s + 0}')
+    rcvd_by_bypass=$(sed -n 's/.*, rx \([0-9]*\) pkts.*/\1/p' "$SYNC"/host-*.log | awk '{s += $1} END {print s + 0}')
+    echo "guest-test: rxe0 counters: $(tr '\n' ' ' < "$SYNC/rxe-hw-counters")"
+    echo "guest-test: bypass sent $sent_by_bypass packets and received $rcvd_by_bypass"
+    if ! awk -v sent="$sent_by_bypass" -v rcvd="$rcvd_by_bypass" '
+        { c[$1] = $2 }
+        END {
+          bad = 0
+          split("duplicate_request out_of_seq_request rcvd_rnr_err send_rnr_err rcvd_seq_err retry_exceeded_err retry_rnr_exceeded_err completer_retry_err send_err link_downed", z, " ")
+          for (i in z) if ((z[i] in c) && c[z[i]] != 0) { print "guest-test: rxe counter " z[i] " = " c[z[i]] ", want 0"; bad = 1 }
+          if (c["rcvd_pkts"] != sent) { print "guest-test: rxe received " c["rcvd_pkts"] " packets, bypass sent " sent " (rxe drops a bad ICRC silently)"; bad = 1 }
+          if (c["sent_pkts"] != rcvd) { print "guest-test: rxe sent " c["sent_pkts"] " packets, bypass received " rcvd; bad = 1 }
+          exit bad
+        }' "$SYNC/rxe-hw-counters" >&2; then
+      fail=1
+    fi
+  else
+    echo "guest-test: the guest wrote no rxe counters" >&2; fail=1
+  fi
+  if [ -f "$SYNC/run-$RXE_PCAP_RUN.pcap" ]; then
+    rxe_check_pcap "$SYNC/run-$RXE_PCAP_RUN.pcap" || fail=1
+  elif grep -q "^$RXE_PCAP_RUN " "$SYNC/plan"; then
+    echo "guest-test: run $RXE_PCAP_RUN wrote no pcap" >&2; fail=1
+  fi
+  echo "guest-test: rxe $([ "$fail" = 0 ] && echo passed || echo FAILED) in $(( $(date +%s) - start )) s"
+  return "$fail"
+}
+
 case "$MODE" in
   vfio)
     BIN=$(test_binary bypass-driver vfio_edu)
@@ -60,8 +251,11 @@ case "$MODE" in
     echo "guest-test: vfio rc=$rc in $(( $(date +%s) - start )) s"
     exit "$rc"
     ;;
+  rxe)
+    rxe_interop
+    ;;
   *)
-    sed -n '2,14p' "$0" >&2
+    sed -n '2,22p' "$0" >&2
     exit 2
     ;;
 esac

@@ -1,0 +1,55 @@
+# Guest job: Linux Soft-RoCE (rdma_rxe) on eth0 against `bypass pingpong` on the host side of
+# the tap (scripts/guest-test.sh rxe drives the host side; run-guest.sh --net tap:NETNS:TAP).
+# Usage (inside the guest): bash jobs/rxe-pingpong.sh SYNC_DIR PLAN_FILE
+#   PLAN_FILE: one run a line, "N ROLE SIZE MTU ITERS PORT", ROLE = the guest's role
+#   (client: bypass serves; server: bypass connects).
+#   SYNC_DIR (under $LAB/xfer, shared read-write with the host): the handshake per run —
+#   the guest waits for go-N (the host's server listens) before it connects, or writes
+#   ready-N once its own server listens — and the results: guest-rc-N, guest-N.log,
+#   rxe-counters (rdma statistic show link rxe0/1 after every run), guest-done.
+# Exits 0 when every run had rc=0, 1 otherwise, 3 when rxe could not be brought up.
+set -u
+SYNC=${1:?usage: rxe-pingpong.sh SYNC_DIR PLAN_FILE}; PLAN=${2:?PLAN_FILE}
+HOST_IP=10.99.0.1
+# ibv_rc_pingpong -m 4096 needs an Ethernet MTU above 4096 + headers; rxe takes its active
+# MTU from the netdev's (rxe_net.c rxe_set_mtu).
+ip link set eth0 mtu 9000 || exit 3
+modprobe rdma_rxe && modprobe ib_uverbs || exit 3
+rdma link add rxe0 type rxe netdev eth0 || exit 3
+for _ in $(seq 1 50); do [ -e /sys/class/infiniband/rxe0/ports/1/gids/1 ] && break; sleep 0.1; done
+echo "rxe-pingpong: rxe0 up: gid[1]=$(cat /sys/class/infiniband/rxe0/ports/1/gids/1) $(ibv_devinfo -d rxe0 | grep -E 'active_mtu|state' | tr -s ' \t' ' ' | tr '\n' ' ')"
+wait_file() { # FILE SECONDS
+  local n=$(( $2 * 10 ))
+  while [ "$n" -gt 0 ]; do [ -e "$1" ] && return 0; sleep 0.1; n=$((n - 1)); done
+  return 1
+}
+fail=0
+while read -r N ROLE SIZE MTU ITERS PORT; do
+  [ -n "${N:-}" ] || continue
+  s=$(date +%s.%N)
+  if [ "$ROLE" = client ]; then
+    if wait_file "$SYNC/go-$N" 300; then
+      timeout 300 ibv_rc_pingpong -d rxe0 -g 1 -s "$SIZE" -m "$MTU" -n "$ITERS" -p "$PORT" "$HOST_IP" > "$SYNC/guest-$N.log" 2>&1
+      rc=$?
+    else
+      echo "the host's bypass pingpong server never listened" > "$SYNC/guest-$N.log"; rc=124
+    fi
+  else
+    timeout 300 ibv_rc_pingpong -d rxe0 -g 1 -s "$SIZE" -m "$MTU" -n "$ITERS" -p "$PORT" > "$SYNC/guest-$N.log" 2>&1 &
+    pid=$!
+    for _ in $(seq 1 100); do ss -ltnH "sport = :$PORT" | grep -q . && break; sleep 0.1; done
+    touch "$SYNC/ready-$N"
+    wait "$pid"; rc=$?
+  fi
+  echo "$rc" > "$SYNC/guest-rc-$N"
+  [ "$rc" = 0 ] || fail=1
+  echo "rxe-pingpong: run $N guest=$ROLE size=$SIZE mtu=$MTU iters=$ITERS rc=$rc in $(echo "$(date +%s.%N) - $s" | bc) s"
+done < "$PLAN"
+rdma statistic show link rxe0/1 > "$SYNC/rxe-counters" 2>&1
+# the same counters from sysfs, one "name value" a line, for the host's check
+for f in /sys/class/infiniband/rxe0/ports/1/hw_counters/*; do
+  echo "$(basename "$f") $(cat "$f")"
+done > "$SYNC/rxe-hw-counters"
+cat "$SYNC/rxe-counters"
+touch "$SYNC/guest-done"
+exit "$fail"
