@@ -19,7 +19,7 @@
 # Env: LAB (default /var/tmp/bypass-guest), GUEST_TIMEOUT (default 900 s); rxe: RXE_ITERS
 # (exchanges per run, default 100), RXE_KEEP=1 (keep the logs and pcap),
 # RXE_RUNS (the runs to do, e.g. "3 9"; default all 12), RXE_PCAP_RUN (the run recorded, default 2),
-# RXE_NETNS / RXE_TAP (default bypass-rxe / bprxe0).
+# RXE_PROFILE (release or debug: the bypass build, default release), RXE_NETNS / RXE_TAP (default bypass-rxe / bprxe0).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 GUEST="$ROOT/scripts/guest"
@@ -128,9 +128,12 @@ PY
 }
 
 rxe_interop() {
-  cargo build --manifest-path "$ROOT/Cargo.toml" -p bypass --bin bypass
+  # A release build: the guest (TCG) is slow enough already; a debug bypass adds tens of ms
+  # per 64 KiB message on a loaded host, which rxe's 67 ms retransmit timer notices.
+  local profile=${RXE_PROFILE:-release}
+  cargo build --manifest-path "$ROOT/Cargo.toml" -p bypass --bin bypass $([ "$profile" = release ] && echo --release)
   CLI=$(cargo metadata --manifest-path "$ROOT/Cargo.toml" --format-version 1 --no-deps \
-    | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')/debug/bypass
+    | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')/$profile/bypass
   [ -x "$CLI" ] || { echo "guest-test: building the bypass CLI failed" >&2; exit 1; }
   [ "$(id -u)" = 0 ] || { echo "guest-test: rxe needs root (a network namespace and a tap device)" >&2; exit 2; }
   ensure_guest
@@ -161,7 +164,7 @@ rxe_interop() {
   done; done; done
   echo "guest-test: booting the guest (--net tap:$RXE_NETNS:$RXE_TAP) for $(wc -l < "$SYNC/plan") runs"
   (cd "$ROOT" && "$GUEST/run-guest.sh" --net "tap:$RXE_NETNS:$RXE_TAP" --timeout "${GUEST_TIMEOUT:-900}" \
-     -- bash "$GUEST/jobs/rxe-pingpong.sh" "$SYNC" "$SYNC/plan") > "$SYNC/guest.out" 2>&1 &
+     -- bash "$GUEST/jobs/rxe-interop.sh" "$SYNC" "$SYNC/plan") > "$SYNC/guest.out" 2>&1 &
   GUEST_PID=$!
   local N ROLE SIZE MTU ITERS PORT hrc pcap_opt fail=0
   local -a PP

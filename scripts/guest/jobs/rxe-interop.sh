@@ -1,6 +1,6 @@
 # Guest job: Linux Soft-RoCE (rdma_rxe) on eth0 against `bypass pingpong` on the host side of
 # the tap (scripts/guest-test.sh rxe drives the host side; run-guest.sh --net tap:NETNS:TAP).
-# Usage (inside the guest): bash jobs/rxe-pingpong.sh SYNC_DIR PLAN_FILE
+# Usage (inside the guest): bash jobs/rxe-interop.sh SYNC_DIR PLAN_FILE
 #   PLAN_FILE: one run a line, "N ROLE SIZE MTU ITERS PORT", ROLE = the guest's role
 #   (client: bypass serves; server: bypass connects).
 #   SYNC_DIR (under $LAB/xfer, shared read-write with the host): the handshake per run —
@@ -17,7 +17,7 @@ ip link set eth0 mtu 9000 || exit 3
 modprobe rdma_rxe && modprobe ib_uverbs || exit 3
 rdma link add rxe0 type rxe netdev eth0 || exit 3
 for _ in $(seq 1 50); do [ -e /sys/class/infiniband/rxe0/ports/1/gids/1 ] && break; sleep 0.1; done
-echo "rxe-pingpong: rxe0 up: gid[1]=$(cat /sys/class/infiniband/rxe0/ports/1/gids/1) $(ibv_devinfo -d rxe0 | grep -E 'active_mtu|state' | tr -s ' \t' ' ' | tr '\n' ' ')"
+echo "rxe-interop: rxe0 up: gid[1]=$(cat /sys/class/infiniband/rxe0/ports/1/gids/1) $(ibv_devinfo -d rxe0 | grep -E 'active_mtu|state' | tr -s ' \t' ' ' | tr '\n' ' ')"
 wait_file() { # FILE SECONDS
   local n=$(( $2 * 10 ))
   while [ "$n" -gt 0 ]; do [ -e "$1" ] && return 0; sleep 0.1; n=$((n - 1)); done
@@ -43,7 +43,7 @@ while read -r N ROLE SIZE MTU ITERS PORT; do
   fi
   echo "$rc" > "$SYNC/guest-rc-$N"
   [ "$rc" = 0 ] || fail=1
-  echo "rxe-pingpong: run $N guest=$ROLE size=$SIZE mtu=$MTU iters=$ITERS rc=$rc in $(echo "$(date +%s.%N) - $s" | bc) s"
+  echo "rxe-interop: run $N guest=$ROLE size=$SIZE mtu=$MTU iters=$ITERS rc=$rc in $(echo "$(date +%s.%N) - $s" | bc) s"
 done < "$PLAN"
 rdma statistic show link rxe0/1 > "$SYNC/rxe-counters" 2>&1
 # the same counters from sysfs, one "name value" a line, for the host's check
