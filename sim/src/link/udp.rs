@@ -44,6 +44,7 @@ use nix::sys::socket::{
     AddressFamily, SockFlag, SockType, SockaddrStorage, bind, setsockopt, socket, sockopt,
 };
 
+use crate::link::ipv4_id::Ipv4IdSolver;
 use crate::pcap::PcapWriter;
 use crate::profile::Profile;
 use crate::world::World;
@@ -161,6 +162,8 @@ pub struct UdpLink {
     counters: Arc<LinkCounters>,
     /// Where every packet sent and received is recorded, when asked.
     pcap: Option<PcapWriter<BufWriter<File>>>,
+    /// Recovers the IPv4 ID of received packets (one basis per packet length).
+    ip_ids: Ipv4IdSolver,
 }
 
 /// Sets `IP_MTU_DISCOVER` (or `IPV6_MTU_DISCOVER`) to "do": DF set, never fragment, and —
@@ -265,6 +268,7 @@ impl UdpLink {
             buf: vec![0; MAX_DATAGRAM],
             counters: Arc::new(LinkCounters::default()),
             pcap: None,
+            ip_ids: Ipv4IdSolver::new(),
         })
     }
 
@@ -390,7 +394,7 @@ impl UdpLink {
     }
 
     /// The IP packet of the `n`-byte UDP payload in `self.buf` that came from `from`.
-    fn rebuild(&self, n: usize, from: SocketAddr) -> Option<Vec<u8>> {
+    fn rebuild(&mut self, n: usize, from: SocketAddr) -> Option<Vec<u8>> {
         let payload = self.buf.get(..n)?;
         let mut ip = match (from.ip(), self.local.ip()) {
             (IpAddr::V4(src), IpAddr::V4(dst)) => IpSpec::V4(Ipv4Spec {
@@ -417,7 +421,11 @@ impl UdpLink {
         if let IpSpec::V4(v4) = &mut ip {
             // A packet whose ICRC no IP ID explains keeps ID 0: the device counts it as an
             // ICRC error, as it should.
-            if let Some(id) = recover_ipv4_id(v4, ports, payload).filter(|&id| id != 0) {
+            if let Some(id) = self
+                .ip_ids
+                .recover(v4, ports, payload)
+                .filter(|&id| id != 0)
+            {
                 v4.id = id;
                 LinkCounters::add(&self.counters.rx_ip_id_recovered, 1);
             }
@@ -449,52 +457,10 @@ impl UdpLink {
 /// mask it. The ICRC is a CRC-32, affine in its input, so `icrc(id) ^ icrc(0)` is linear in
 /// the 16 bits of `id`: the ID follows from the 16 single-bit differences by Gaussian
 /// elimination over GF(2) (17 CRCs, only for packets that fail with ID 0). Such packets keep
-/// 16 of the ICRC's 32 bits of protection against corruption.
+/// 16 of the ICRC's 32 bits of protection against corruption. One packet at a time: the link
+/// keeps an [`Ipv4IdSolver`], which computes the 16 differences once per packet length.
 pub fn recover_ipv4_id(ip: &Ipv4Spec, ports: UdpPorts, payload: &[u8]) -> Option<u16> {
-    let want = bypass_hw::roce::icrc::wire_value(payload)?;
-    let crc = |id: u16| {
-        bypass_hw::roce::icrc::compute_udp_payload(
-            &IpSpec::V4(Ipv4Spec { id, ..*ip }),
-            ports,
-            payload,
-        )
-        .ok()
-    };
-    let c0 = crc(0)?;
-    if c0 == want {
-        return Some(0);
-    }
-    // basis[b]: a combination (its CRC difference, its ID bits) whose highest set bit is b.
-    let mut basis: [Option<(u32, u16)>; 32] = [None; 32];
-    for k in 0..16 {
-        let (mut v, mut m) = (crc(1 << k)? ^ c0, 1u16 << k);
-        for b in (0..32).rev() {
-            if v >> b & 1 == 0 {
-                continue;
-            }
-            match basis.get(b).copied().flatten() {
-                Some((bv, bm)) => {
-                    v ^= bv;
-                    m ^= bm;
-                }
-                None => {
-                    if let Some(slot) = basis.get_mut(b) {
-                        *slot = Some((v, m));
-                    }
-                    break;
-                }
-            }
-        }
-    }
-    let (mut t, mut id) = (want ^ c0, 0u16);
-    for b in (0..32).rev() {
-        if t >> b & 1 == 1 {
-            let (bv, bm) = basis.get(b).copied().flatten()?;
-            t ^= bv;
-            id ^= bm;
-        }
-    }
-    (t == 0).then_some(id)
+    Ipv4IdSolver::new().recover(ip, ports, payload)
 }
 
 fn lock(world: &Mutex<World>) -> MutexGuard<'_, World> {
