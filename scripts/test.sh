@@ -20,6 +20,10 @@
 #                        prlimit) and a Debian guest kernel, by scripts/guest/build-guest.sh:
 #                        the VFIO backend's tests run on a real kernel in a QEMU guest
 #                        (scripts/guest-test.sh vfio; driver/tests/vfio_edu.rs)
+#   rdma-core, ibverbs-utils (by scripts/guest/build-guest.sh, or scripts/guest-test.sh rxe):
+#                        the guest (whose root is this machine's /) runs rdma-core's
+#                        ibv_rc_pingpong on Linux Soft-RoCE against bypass pingpong
+#                        (scripts/guest-test.sh rxe)
 #
 # Environment: SKIP_INSTALL=1 skips the install step (for a machine already set up);
 # FUZZ_SECONDS (default 20) is how long each fuzz target runs, 0 to skip fuzzing.
@@ -70,6 +74,11 @@ cargo test --workspace --doc
 
 # The VFIO backend on a real kernel: QEMU guest with an intel vIOMMU and the edu device.
 scripts/guest-test.sh vfio
+
+# Interop with Linux Soft-RoCE: the guest's ibv_rc_pingpong on rxe against bypass pingpong over
+# the UDP link (both roles, 1 B/4 KiB/64 KiB, MTU 1024/4096; rxe's counters; a pcap checked
+# by tshark and scapy). About a minute plus a release build.
+scripts/guest-test.sh rxe
 
 fuzz_seconds="${FUZZ_SECONDS:-20}"
 if [ "$fuzz_seconds" != 0 ]; then
