@@ -61,7 +61,8 @@ HOST_IP=10.99.0.1; GUEST_IP=10.99.0.2
 rxe_cleanup() {
   local rc=$?
   [ -n "${HOST_PID:-}" ] && kill "$HOST_PID" 2>/dev/null
-  [ -n "${GUEST_PID:-}" ] && kill "$GUEST_PID" 2>/dev/null && wait "$GUEST_PID" 2>/dev/null
+  # the guest runs in its own process group (setsid): this ends qemu too
+  [ -n "${GUEST_PID:-}" ] && kill -- "-$GUEST_PID" 2>/dev/null && wait "$GUEST_PID" 2>/dev/null
   "$GUEST/netns-setup.sh" down "$RXE_NETNS" >/dev/null 2>&1 || true
   if [ -n "${SYNC:-}" ] && [ -d "$SYNC" ]; then
     if [ "$rc" = 0 ] && [ "${RXE_KEEP:-0}" != 1 ]; then rm -rf "$SYNC"; else echo "guest-test: rxe logs kept in $SYNC" >&2; fi
@@ -163,7 +164,7 @@ rxe_interop() {
     case " ${RXE_RUNS:-$n} " in *" $n "*) echo "$n $role $size $mtu $RXE_ITERS $((18515 + n))" >> "$SYNC/plan" ;; esac
   done; done; done
   echo "guest-test: booting the guest (--net tap:$RXE_NETNS:$RXE_TAP) for $(wc -l < "$SYNC/plan") runs"
-  (cd "$ROOT" && "$GUEST/run-guest.sh" --net "tap:$RXE_NETNS:$RXE_TAP" --timeout "${GUEST_TIMEOUT:-900}" \
+  (cd "$ROOT" && exec setsid "$GUEST/run-guest.sh" --net "tap:$RXE_NETNS:$RXE_TAP" --timeout "${GUEST_TIMEOUT:-900}" \
      -- bash "$GUEST/jobs/rxe-interop.sh" "$SYNC" "$SYNC/plan") > "$SYNC/guest.out" 2>&1 &
   GUEST_PID=$!
   local N ROLE SIZE MTU ITERS PORT hrc pcap_opt fail=0
@@ -181,6 +182,11 @@ rxe_interop() {
         ip netns exec "$RXE_NETNS" ss -ltnH "sport = :$PORT" | grep -q . && break; sleep 0.1
       done
       touch "$SYNC/go-$N"
+      # a server whose client will never come (the guest died) is stopped
+      while kill -0 "$HOST_PID" 2>/dev/null; do
+        kill -0 "$GUEST_PID" 2>/dev/null || { sleep 1; kill "$HOST_PID" 2>/dev/null; break; }
+        sleep 0.2
+      done
       wait "$HOST_PID" || hrc=$?
       HOST_PID=
     elif wait_file "$SYNC/ready-$N" 300; then
