@@ -21,7 +21,7 @@ use crate::args::DeviceSpec;
 pub enum DeviceError {
     /// A VFIO device was asked for, and this build has no VFIO backend yet.
     #[error(
-        "device {0}: the VFIO backend is not available in this build yet, so real NICs cannot be opened: use -d sim (the default) for an in-process simulated ConnectX NIC, or -d udp:ADDR for one on a UDP socket"
+        "device {0}: the VFIO backend is not part of this build yet, so real NICs cannot be opened: use -d sim (the default) for an in-process simulated ConnectX NIC, or -d udp:ADDR for one on a UDP socket"
     )]
     VfioUnavailable(String),
     /// The driver failed to add or bring up the device.
