@@ -1,7 +1,7 @@
 # Guest job: Linux Soft-RoCE (rdma_rxe) on eth0 against `bypass pingpong` on the host side of
 # the tap (scripts/guest-test.sh rxe drives the host side; run-guest.sh --net tap:NETNS:TAP).
 # Usage (inside the guest): bash jobs/rxe-interop.sh SYNC_DIR PLAN_FILE
-#   PLAN_FILE: one run a line, "N ROLE SIZE MTU ITERS PORT", ROLE = the guest's role
+#   PLAN_FILE: one run a line, "N ROLE SIZE MTU ITERS PORT TIMEOUT", ROLE = the guest's role
 #   (client: bypass serves; server: bypass connects).
 #   SYNC_DIR (under $LAB/xfer, shared read-write with the host): the handshake per run —
 #   the guest waits for go-N (the host's server listens) before it connects, or writes
@@ -24,24 +24,25 @@ wait_file() { # FILE SECONDS
   return 1
 }
 fail=0
-while read -r N ROLE SIZE MTU ITERS PORT; do
+while read -r N ROLE SIZE MTU ITERS PORT TMO; do
   [ -n "${N:-}" ] || continue
   s=$(date +%s.%N)
   if [ "$ROLE" = client ]; then
-    if wait_file "$SYNC/go-$N" 300; then
-      timeout 300 ibv_rc_pingpong -d rxe0 -g 1 -s "$SIZE" -m "$MTU" -n "$ITERS" -p "$PORT" "$HOST_IP" > "$SYNC/guest-$N.log" 2>&1
+    if wait_file "$SYNC/go-$N" "$TMO"; then
+      timeout "$TMO" stdbuf -oL ibv_rc_pingpong -d rxe0 -g 1 -s "$SIZE" -m "$MTU" -n "$ITERS" -p "$PORT" "$HOST_IP" > "$SYNC/guest-$N.log" 2>&1
       rc=$?
     else
       echo "the host's bypass pingpong server never listened" > "$SYNC/guest-$N.log"; rc=124
     fi
   else
-    timeout 300 ibv_rc_pingpong -d rxe0 -g 1 -s "$SIZE" -m "$MTU" -n "$ITERS" -p "$PORT" > "$SYNC/guest-$N.log" 2>&1 &
+    timeout "$TMO" stdbuf -oL ibv_rc_pingpong -d rxe0 -g 1 -s "$SIZE" -m "$MTU" -n "$ITERS" -p "$PORT" > "$SYNC/guest-$N.log" 2>&1 &
     pid=$!
     for _ in $(seq 1 100); do ss -ltnH "sport = :$PORT" | grep -q . && break; sleep 0.1; done
     touch "$SYNC/ready-$N"
     wait "$pid"; rc=$?
   fi
-  echo "$rc" > "$SYNC/guest-rc-$N"
+  # written whole, then renamed: the host reads it as soon as it exists
+  echo "$rc" > "$SYNC/.guest-rc-$N" && mv "$SYNC/.guest-rc-$N" "$SYNC/guest-rc-$N"
   [ "$rc" = 0 ] || fail=1
   echo "rxe-interop: run $N guest=$ROLE size=$SIZE mtu=$MTU iters=$ITERS rc=$rc in $(echo "$(date +%s.%N) - $s" | bc) s"
 done < "$PLAN"
