@@ -129,6 +129,29 @@ sys.exit(1 if bad else 0)
 PY
 }
 
+# Why a side retransmitted, from each run's pcap: every retransmission with how long ago the
+# packet first went out and how long the peer had been silent, and how fast bypass acknowledged
+# the requests that asked for an ACK. Printed when rxe's counters show retransmissions.
+rxe_explain_retransmissions() {
+  local f
+  for f in "$SYNC"/run-*.pcap; do
+    tshark -n -r "$f" -T fields -e frame.time_relative -e ip.src -e infiniband.bth.opcode \
+        -e infiniband.bth.psn -e infiniband.bth.a 2>/dev/null \
+    | awk -v run="$(basename "$f" .pcap)" -v h="$HOST_IP" -v g="$GUEST_IP" '
+      function who(a) { return a == h ? "bypass" : "rxe" }
+      { t = $1 * 1000; src = $2; peer = (src == h) ? g : h }
+      $3 == 17 { if (src == h && ($4 in askt)) { d = t - askt[$4]; n++; if (d > mx) mx = d; delete askt[$4] }
+                 heard[src] = t; next }
+      { if ((src) in last && $4 + 0 != (last[src] + 1) % 16777216)
+          printf "guest-test: %s: %s resent PSN %s %.1f ms after first sending it; %s had been silent for %.1f ms\n",
+            run, who(src), $4, t - sent[src, $4], who(peer), t - heard[peer]
+        if (!((src, $4) in sent)) sent[src, $4] = t
+        last[src] = $4 + 0; heard[src] = t
+        if (src == g && $5 == 1) askt[$4] = t }
+      END { if (n) printf "guest-test: %s: bypass answered %d AckReq packets of rxe, slowest after %.2f ms\n", run, n, mx }'
+  done
+}
+
 rxe_interop() {
   # A release build: the guest (TCG) is slow enough already; a debug bypass adds tens of ms
   # per 64 KiB message on a loaded host, which rxe's 67 ms retransmit timer notices.
@@ -231,7 +254,8 @@ rxe_interop() {
           exit bad
         }' "$SYNC/rxe-hw-counters" >&2; then
       fail=1
-      echo "guest-test: (retransmissions with no packet lost and no sequence error mean a side's 67 ms retransmit timer (ibv_rc_pingpong's timeout 14) fired before the ACK came: the TCG guest is slow on a loaded host; the pcaps of every run are kept)" >&2
+      echo "guest-test: retransmissions with no packet lost and no sequence error mean a side's 67 ms retransmit timer (ibv_rc_pingpong's timeout 14) fired before the ACK came, or rxe's timer left from an earlier message fired (rxe_req.c arms it and never stops it); the pcaps say which:" >&2
+      rxe_explain_retransmissions >&2
     fi
   else
     echo "guest-test: the guest wrote no rxe counters" >&2; fail=1
