@@ -138,6 +138,11 @@ impl World {
         self.faults.stats()
     }
 
+    /// What the faults did to the packets device `src` sent.
+    pub fn fault_stats_from(&self, src: usize) -> FaultStats {
+        self.faults.stats_from(src)
+    }
+
     /// Tees every packet into `pcap` (`None`: stop and hand the writer back): each delivered
     /// packet as it arrives, with its arrival time, and each dropped one when it is dropped.
     pub fn set_pcap(&mut self, pcap: Option<PcapSink>) -> Option<PcapSink> {

@@ -109,11 +109,18 @@ fn ack_through(dev: &mut Device, c: &Ctx, req: &mut ReqState, psn: u32) -> Acked
 /// fails the oldest outstanding WQE with TRANSPORT_RETRY_EXC_ERR when none is left.
 fn retry_from(dev: &mut Device, c: &Ctx, req: &mut ReqState, psn: u32) {
     if use_retry(&mut req.retries, c.retry_count) {
+        count(dev, c.qpn, |k| k.completer_retry_err += 1);
         rewind(req, psn);
     } else {
         count(dev, c.qpn, |k| k.retry_exceeded_err += 1);
         fail_at(req, psn, CqeSyndrome::TRANSPORT_RETRY_EXC_ERR);
     }
+}
+
+/// A response whose PSN shows an earlier READ/atomic response was lost: retry from `psn`.
+fn implied_nak(dev: &mut Device, c: &Ctx, req: &mut ReqState, psn: u32) {
+    count(dev, c.qpn, |k| k.implied_nak_seq_err += 1);
+    retry_from(dev, c, req, psn);
 }
 
 /// Marks the outstanding WQE holding `psn` (or the oldest outstanding one) failed.
@@ -148,13 +155,13 @@ fn on_ack(dev: &mut Device, c: &Ctx, req: &mut ReqState, pkt: &RocePacket<'_>, p
     match aeth.syndrome().kind() {
         AethKind::Ack(_) => {
             if let Acked::Lost(p) = ack_through(dev, c, req, psn) {
-                retry_from(dev, c, req, p);
+                implied_nak(dev, c, req, p);
             }
         }
         AethKind::RnrNak(code) => {
             // The NAK acknowledges every PSN before the one refused.
             if let Acked::Lost(p) = ack_through(dev, c, req, psn_add(psn, 0x00ff_ffff)) {
-                retry_from(dev, c, req, p);
+                implied_nak(dev, c, req, p);
                 return;
             }
             count(dev, c.qpn, |k| k.rnr_nak_received += 1);
@@ -169,7 +176,7 @@ fn on_ack(dev: &mut Device, c: &Ctx, req: &mut ReqState, pkt: &RocePacket<'_>, p
         AethKind::Nak(code) => {
             count(dev, c.qpn, |k| k.naks_received += 1);
             if let Acked::Lost(p) = ack_through(dev, c, req, psn_add(psn, 0x00ff_ffff)) {
-                retry_from(dev, c, req, p);
+                implied_nak(dev, c, req, p);
                 return;
             }
             match code {
@@ -187,7 +194,10 @@ fn on_ack(dev: &mut Device, c: &Ctx, req: &mut ReqState, pkt: &RocePacket<'_>, p
                     count(dev, c.qpn, |k| k.req_remote_access_errors += 1);
                     fail_at(req, psn, CqeSyndrome::REMOTE_ACCESS_ERR);
                 }
-                3 => fail_at(req, psn, CqeSyndrome::REMOTE_OP_ERR),
+                3 => {
+                    count(dev, c.qpn, |k| k.req_remote_operation_error += 1);
+                    fail_at(req, psn, CqeSyndrome::REMOTE_OP_ERR);
+                }
                 // Invalid RD request, or a reserved code: not meaningful on RC.
                 _ => fail_at(req, psn, CqeSyndrome::BAD_RESP_ERR),
             }
@@ -201,7 +211,7 @@ fn on_ack(dev: &mut Device, c: &Ctx, req: &mut ReqState, pkt: &RocePacket<'_>, p
 fn head_for(dev: &mut Device, c: &Ctx, req: &mut ReqState, psn: u32) -> Option<usize> {
     if let Acked::Lost(p) = ack_through(dev, c, req, psn_add(psn, 0x00ff_ffff)) {
         if psn_diff(p, psn) < 0 {
-            retry_from(dev, c, req, p);
+            implied_nak(dev, c, req, p);
             return None;
         }
     }
@@ -228,7 +238,7 @@ fn on_read_response(dev: &mut Device, c: &Ctx, req: &mut ReqState, pkt: &RocePac
     }
     if d > 0 {
         // A response packet was lost (rxe: COMPST_ERROR_RETRY from the first missing PSN).
-        retry_from(dev, c, req, expected);
+        implied_nak(dev, c, req, expected);
         return;
     }
     let pos = pkt.info().position;

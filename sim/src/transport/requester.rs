@@ -720,6 +720,7 @@ pub(crate) fn run_timers(dev: &mut Device) -> bool {
             if req.outstanding() && req.rnr_wait.is_none() {
                 count(dev, qpn, |k| k.local_ack_timeout_err += 1);
                 if use_retry(&mut req.retries, c.retry_count) {
+                    count(dev, qpn, |k| k.completer_retry_err += 1);
                     let una = req.una;
                     rewind(&mut req, una);
                 } else {
