@@ -190,6 +190,12 @@ fn soak(setting: &str, seed: u64, n: u64, plan: FaultPlan, mtu: Mtu, psn: u32) -
     r.b.mr.write(READ_OFF, &read_source()).unwrap();
     r.b.mr.write_u64_be(ATOMIC_OFF, 0).unwrap();
     r.fabric.with_world(|w| w.set_faults(Some(plan)));
+    if std::env::var_os("BYPASS_SOAK_DEBUG").is_some() {
+        r.fabric.with_world(|w| {
+            w.device(0).trace.set_enabled(true);
+            w.device(1).trace.set_enabled(true);
+        });
+    }
     let src = read_source();
     let mut mix = Mix(seed ^ 0xa5a5);
     let mut atomic_value = 0u64;
@@ -240,6 +246,16 @@ fn soak(setting: &str, seed: u64, n: u64, plan: FaultPlan, mtu: Mtu, psn: u32) -
             }
             pending.push_back((seq, kind));
             posted += 1;
+        }
+        if std::env::var_os("BYPASS_SOAK_DEBUG").is_some() {
+            let (now, fl, st) = r
+                .fabric
+                .with_world(|w| (w.now(), w.in_flight(), w.stats().clone()));
+            let k = r.fabric.with_device(0, |d| d.counters.clone()).unwrap();
+            eprintln!(
+                "done {done} now {now} in_flight {fl} {st:?} retx {} xmit {}",
+                k.retransmits, k.port_xmit_packets
+            );
         }
         let c = match r.a.cq.wait(Duration::from_secs(60)) {
             Ok(Some(c)) => c,
@@ -380,7 +396,23 @@ fn check_completion(
     }
     let op = c.opcode();
     let got = r.qa.reclaim_lease(c).unwrap();
-    let bad = |what: String| fail(seed, setting, format!("message {seq} ({kind:?}): {what}"));
+    let bad = |what: String| {
+        if std::env::var_os("BYPASS_SOAK_DEBUG").is_some() {
+            r.fabric.with_world(|w| {
+                for d in 0..2 {
+                    for e in w.device(d).trace.events() {
+                        if let bypass_sim::trace::TraceEvent::Packet { at, tx, bytes } = e {
+                            let psn = u32::from_be_bytes([0, bytes[37], bytes[38], bytes[39]]);
+                            if (470..=482).contains(&psn) {
+                                eprintln!("dev{d} {at} {} op {:#x} psn {psn} len {} reth {:?}", if *tx {">"} else {"<"}, bytes[28], bytes.len(), &bytes[40..56.min(bytes.len())]);
+                            }
+                        }
+                    }
+                }
+            });
+        }
+        fail(seed, setting, format!("message {seq} ({kind:?}): {what}"))
+    };
     match kind {
         Kind::Send { .. } => {
             if op != WcOpcode::Send {
@@ -421,6 +453,12 @@ fn drain_recvs(
 ) -> u64 {
     let mut n = 0;
     while let Some(c) = r.b.cq.poll_one() {
+        if !c.is_ok() {
+            let k: Vec<Counters> = (0..2)
+                .map(|d| r.fabric.with_device(d, |d| d.counters.clone()).unwrap())
+                .collect();
+            eprintln!("receive error {c}; counters {k:?}");
+        }
         let Some((seq, len)) = expected.pop_front() else {
             fail(
                 seed,
@@ -501,17 +539,21 @@ fn check_accounting(setting: &str, seed: u64, o: &Outcome) {
     if o.a.retransmits > 0 && o.a.completer_retry_err == 0 {
         bad("retransmits without a retry event".into());
     }
+    // Each retry has a cause: a timeout, a sequence NAK or an implied NAK (NAKs that arrive
+    // while a retry is already under way start none).
     if o.a.completer_retry_err
-        != o.a.local_ack_timeout_err + o.a.packet_seq_err + o.a.implied_nak_seq_err
+        > o.a.local_ack_timeout_err + o.a.packet_seq_err + o.a.implied_nak_seq_err
     {
-        bad("completer_retry_err is not timeouts + sequence NAKs + implied NAKs".into());
+        bad("more retries than timeouts + sequence NAKs + implied NAKs".into());
     }
     // Every retransmitted or duplicated request the responder saw again is a duplicate or out
     // of sequence there.
     if o.faults_a.duplicated > 0 && o.b.duplicate_request + o.b.out_of_sequence == 0 {
         bad("duplicated requests reached b without being counted".into());
     }
-    if lost_any == 0 && o.faults_a.duplicated == 0 && o.faults_b.duplicated == 0 {
+    let reordered = o.faults_a.reordered + o.faults_b.reordered;
+    if lost_any == 0 && reordered == 0 && o.faults_a.duplicated == 0 && o.faults_b.duplicated == 0
+    {
         let clean = o.a.retransmits == 0 && o.b.duplicate_request == 0;
         if !clean {
             bad("recoveries on a link without loss".into());

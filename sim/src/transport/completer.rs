@@ -63,10 +63,15 @@ pub(crate) fn handle_response(dev: &mut Device, qpn: u32, pkt: &RocePacket<'_>) 
 }
 
 /// Completes the SEND/WRITE WQEs whose last PSN is at or before `psn`, in order, and moves
-/// the oldest unacknowledged PSN past them.
+/// the oldest unacknowledged PSN past them — never past the first response PSN an
+/// outstanding READ/atomic has not received (a READ response beyond a lost one implicitly
+/// acknowledges the requests before the READ, not the READ's own missing data; rxe
+/// `rxe_comp.c` `check_psn` keeps `comp.psn` at the WQE's first missing PSN).
 fn ack_through(dev: &mut Device, c: &Ctx, req: &mut ReqState, psn: u32) -> Acked {
     let mut progress = false;
     let mut lost = None;
+    // The acknowledgement cannot reach past the response data a READ/atomic still waits for.
+    let mut cap = None;
     for w in req.wqes.iter_mut() {
         if !w.started || w.error.is_some() {
             break;
@@ -75,6 +80,9 @@ fn ack_through(dev: &mut Device, c: &Ctx, req: &mut ReqState, psn: u32) -> Acked
             continue;
         }
         if !w.sent || psn_diff(w.last_psn, psn) > 0 {
+            if w.is_read_or_atomic() {
+                cap = Some(psn_add(w.first_psn, w.resp_pkts));
+            }
             break;
         }
         if w.is_read_or_atomic() {
@@ -85,12 +93,17 @@ fn ack_through(dev: &mut Device, c: &Ctx, req: &mut ReqState, psn: u32) -> Acked
         progress = true;
     }
     let next = psn_add(psn, 1);
-    let upto = lost.unwrap_or(next);
+    let upto = match (lost, cap) {
+        (Some(p), _) => p,
+        (None, Some(c)) if psn_diff(c, next) < 0 => c,
+        _ => next,
+    };
     if psn_diff(upto, req.una) > 0 {
         req.una = upto;
         progress = true;
     }
     if progress {
+        req.retrying = false;
         req.retries = 0;
         req.rnr_retries = 0;
         req.ack_deadline = if req.outstanding() {
@@ -108,8 +121,14 @@ fn ack_through(dev: &mut Device, c: &Ctx, req: &mut ReqState, psn: u32) -> Acked
 /// A retry from `psn` after a lost response or a sequence NAK: uses a transport retry, or
 /// fails the oldest outstanding WQE with TRANSPORT_RETRY_EXC_ERR when none is left.
 fn retry_from(dev: &mut Device, c: &Ctx, req: &mut ReqState, psn: u32) {
+    if req.retrying {
+        // A retry is already resending; its own duplicates' ACKs must not restart it (rxe
+        // `rxe_completer` COMPST_ERROR_RETRY: `started_retry && !timeout_retry`).
+        return;
+    }
     if use_retry(&mut req.retries, c.retry_count) {
         count(dev, c.qpn, |k| k.completer_retry_err += 1);
+        req.retrying = true;
         rewind(req, psn);
     } else {
         count(dev, c.qpn, |k| k.retry_exceeded_err += 1);
@@ -119,7 +138,9 @@ fn retry_from(dev: &mut Device, c: &Ctx, req: &mut ReqState, psn: u32) {
 
 /// A response whose PSN shows an earlier READ/atomic response was lost: retry from `psn`.
 fn implied_nak(dev: &mut Device, c: &Ctx, req: &mut ReqState, psn: u32) {
-    count(dev, c.qpn, |k| k.implied_nak_seq_err += 1);
+    if !req.retrying {
+        count(dev, c.qpn, |k| k.implied_nak_seq_err += 1);
+    }
     retry_from(dev, c, req, psn);
 }
 
