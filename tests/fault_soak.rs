@@ -404,7 +404,13 @@ fn check_completion(
                         if let bypass_sim::trace::TraceEvent::Packet { at, tx, bytes } = e {
                             let psn = u32::from_be_bytes([0, bytes[37], bytes[38], bytes[39]]);
                             if (470..=482).contains(&psn) {
-                                eprintln!("dev{d} {at} {} op {:#x} psn {psn} len {} reth {:?}", if *tx {">"} else {"<"}, bytes[28], bytes.len(), &bytes[40..56.min(bytes.len())]);
+                                eprintln!(
+                                    "dev{d} {at} {} op {:#x} psn {psn} len {} reth {:?}",
+                                    if *tx { ">" } else { "<" },
+                                    bytes[28],
+                                    bytes.len(),
+                                    &bytes[40..56.min(bytes.len())]
+                                );
                             }
                         }
                     }
@@ -458,6 +464,45 @@ fn drain_recvs(
                 .map(|d| r.fabric.with_device(d, |d| d.counters.clone()).unwrap())
                 .collect();
             eprintln!("receive error {c}; counters {k:?}");
+            r.fabric.with_world(|w| {
+                let evs: Vec<(usize, u64, bool, Vec<u8>)> = (0..2)
+                    .flat_map(|d| {
+                        w.device(d)
+                            .trace
+                            .events()
+                            .iter()
+                            .filter_map(move |e| match e {
+                                bypass_sim::trace::TraceEvent::Packet { at, tx, bytes } => {
+                                    Some((d, *at, *tx, bytes.clone()))
+                                }
+                                _ => None,
+                            })
+                            .collect::<Vec<_>>()
+                    })
+                    .collect();
+                let psn = |b: &[u8]| u32::from_be_bytes([0, b[37], b[38], b[39]]);
+                let nak = evs
+                    .iter()
+                    .find(|e| e.0 == 1 && e.2 && e.3[28] == 0x11 && e.3[40] == 0x61);
+                if let Some(n) = nak {
+                    let p0 = psn(&n.3);
+                    eprintln!("INV_REQ NAK at {} psn {p0}", n.1);
+                    for e in &evs {
+                        let p = psn(&e.3);
+                        if p + 12 >= p0 && p <= p0 + 3 && e.1 <= n.1 {
+                            eprintln!(
+                                "dev{} {} {} op {:#x} psn {p} len {} aeth/reth {:?}",
+                                e.0,
+                                e.1,
+                                if e.2 { ">" } else { "<" },
+                                e.3[28],
+                                e.3.len(),
+                                &e.3[40..44]
+                            );
+                        }
+                    }
+                }
+            });
         }
         let Some((seq, len)) = expected.pop_front() else {
             fail(
@@ -552,8 +597,7 @@ fn check_accounting(setting: &str, seed: u64, o: &Outcome) {
         bad("duplicated requests reached b without being counted".into());
     }
     let reordered = o.faults_a.reordered + o.faults_b.reordered;
-    if lost_any == 0 && reordered == 0 && o.faults_a.duplicated == 0 && o.faults_b.duplicated == 0
-    {
+    if lost_any == 0 && reordered == 0 && o.faults_a.duplicated == 0 && o.faults_b.duplicated == 0 {
         let clean = o.a.retransmits == 0 && o.b.duplicate_request == 0;
         if !clean {
             bad("recoveries on a link without loss".into());
