@@ -655,3 +655,208 @@ fn a_cut_link_ends_in_retry_exceeded_then_flushes_the_rest() {
         "each retry resent the first message's packets"
     );
 }
+
+/// A rig whose requester has ACK timeout code `timeout` and `retry_cnt` retries.
+fn timed_rig(seed: u64, timeout: u8, retry_cnt: u8) -> Rig {
+    let pair = Context::sim_pair(seed).expect("two sim NICs");
+    let (a, b) = (side(pair.a), side(pair.b));
+    let mut qa = QpBuilder::rc(&a._pd, &a.cq, &a.cq).build().expect("QP a");
+    let mut qb = QpBuilder::rc(&b._pd, &b.cq, &b.cq).build().expect("QP b");
+    let (ea, eb) = (qa.endpoint().unwrap(), qb.endpoint().unwrap());
+    qa.modify_to_init().unwrap();
+    qa.modify_to_rtr(&eb).unwrap();
+    let rts = bypass_verbs::driver::qp_attr::Rtr2Rts {
+        timeout,
+        retry_cnt,
+        ..bypass_verbs::driver::qp_attr::Rtr2Rts::new(qa.psn())
+    };
+    qa.modify_to_rts_with(&rts).unwrap();
+    qb.connect(&ea).expect("connect b");
+    Rig {
+        fabric: pair.fabric,
+        a,
+        b,
+        qa,
+        qb,
+    }
+}
+
+fn counters(r: &Rig, side_a: bool) -> Counters {
+    let s = if side_a { &r.a } else { &r.b };
+    let id = s.ctx.sim().unwrap().id();
+    r.fabric.with_device(id, |d| d.counters.clone()).unwrap()
+}
+
+#[test]
+fn the_retransmit_timer_is_4_096_us_times_two_to_the_ack_timeout() {
+    // IBTA §9.7.6.1.3 / rxe `rxe_qp.c` (`qp_timeout_jiffies = 4.096 µs << timeout`): with the
+    // link cut, each of the 1 + retry_cnt transmissions waits one timeout, so the
+    // RETRY_EXC completion comes (1 + retry_cnt) timeouts after the post, in virtual time.
+    for (timeout, retry_cnt) in [(10u8, 2u8), (14, 1), (5, 0)] {
+        let mut r = timed_rig(seed(), timeout, retry_cnt);
+        r.fabric
+            .with_world(|w| w.set_faults(Some(FaultPlan::cut(0, u64::MAX))));
+        let t0 = r.fabric.with_world(|w| w.now());
+        r.qa.post_send(SendWr::new(1, SendOp::Send).sge(lease(&r.a.pool, b"lost")))
+            .unwrap();
+        let c =
+            r.a.cq
+                .wait(Duration::from_secs(60))
+                .unwrap()
+                .expect("a completion");
+        assert!(format!("{}", c.status()).contains("RETRY_EXC"), "{c}");
+        let elapsed = r.fabric.with_world(|w| w.now()) - t0;
+        let period = 4_096u64 << timeout;
+        let want = period * (1 + u64::from(retry_cnt));
+        assert!(
+            (want..want + period / 100 + 10_000).contains(&elapsed),
+            "timeout {timeout}, retry_cnt {retry_cnt}: failed after {elapsed} ns, want {want}"
+        );
+        let k = counters(&r, true);
+        assert_eq!(k.local_ack_timeout_err, 1 + u64::from(retry_cnt));
+        assert_eq!(k.retransmits, u64::from(retry_cnt));
+    }
+}
+
+#[test]
+fn retry_cnt_7_retries_for_ever_and_recovers_when_the_link_comes_back() {
+    // rxe `rxe_comp.c` COMPST_ERROR_RETRY: `if (qp->comp.retry_cnt != 7) retry_cnt--`.
+    let mut r = timed_rig(seed(), 8, 7);
+    let period = 4_096u64 << 8;
+    // Cut for 20 timeouts: far more than 7 retries.
+    r.fabric
+        .with_world(|w| w.set_faults(Some(FaultPlan::cut(0, 20 * period))));
+    r.qb.post_recv(RecvWr::new(1, r.b.pool.lease(64).unwrap()))
+        .unwrap();
+    r.qa.post_send(SendWr::new(1, SendOp::Send).sge(lease(&r.a.pool, b"late")))
+        .unwrap();
+    let c =
+        r.a.cq
+            .wait(Duration::from_secs(60))
+            .unwrap()
+            .expect("a completion");
+    assert!(c.is_ok(), "{c}");
+    let k = counters(&r, true);
+    assert!(k.local_ack_timeout_err >= 20, "{k:?}");
+    assert_eq!(k.retry_exceeded_err, 0);
+    let rc =
+        r.b.cq
+            .wait(Duration::from_secs(1))
+            .unwrap()
+            .expect("the receive");
+    assert!(rc.is_ok() && rc.byte_len() == 4, "{rc}");
+    assert!(r.b.cq.poll_one().is_none(), "delivered once");
+}
+
+#[test]
+fn a_lost_ack_makes_a_duplicate_that_is_acked_again_and_delivered_once() {
+    use bypass_sim::faults::{Fault, Trigger};
+    let mut r = timed_rig(seed(), 10, 3);
+    let b_id = r.b.ctx.sim().unwrap().id();
+    // b's first packet (the ACK of the SEND) is lost.
+    r.fabric.with_world(|w| {
+        w.set_faults_from(
+            b_id,
+            Some(FaultPlan::default().with(Trigger::Packet(0), Fault::Drop)),
+        )
+    });
+    r.qb.post_recv(RecvWr::new(1, r.b.pool.lease(64).unwrap()))
+        .unwrap();
+    r.qb.post_recv(RecvWr::new(2, r.b.pool.lease(64).unwrap()))
+        .unwrap();
+    r.qa.post_send(SendWr::new(1, SendOp::Send).sge(lease(&r.a.pool, b"once")))
+        .unwrap();
+    let c =
+        r.a.cq
+            .wait(Duration::from_secs(60))
+            .unwrap()
+            .expect("a completion");
+    assert!(c.is_ok(), "{c}");
+    let (ka, kb) = (counters(&r, true), counters(&r, false));
+    assert_eq!(ka.local_ack_timeout_err, 1);
+    assert_eq!(ka.retransmits, 1);
+    assert_eq!(kb.duplicate_request, 1, "{kb:?}");
+    let rc =
+        r.b.cq
+            .wait(Duration::from_secs(1))
+            .unwrap()
+            .expect("the receive");
+    assert_eq!(rc.wr_id(), 1);
+    assert!(
+        r.b.cq.poll_one().is_none(),
+        "the duplicate consumed no receive"
+    );
+}
+
+#[test]
+fn a_lost_atomic_ack_replays_the_saved_result_without_executing_twice() {
+    use bypass_sim::faults::{Fault, Trigger};
+    let mut r = timed_rig(seed(), 10, 3);
+    r.b.mr.write_u64_be(ATOMIC_OFF, 100).unwrap();
+    let b_id = r.b.ctx.sim().unwrap().id();
+    r.fabric.with_world(|w| {
+        w.set_faults_from(
+            b_id,
+            Some(FaultPlan::default().with(Trigger::Packet(0), Fault::Drop)),
+        )
+    });
+    let remote = r.b.mr.remote().slice(ATOMIC_OFF as u64, 8).unwrap();
+    r.qa.post_send(
+        SendWr::new(1, SendOp::FetchAdd { remote, add: 5 }).sge(r.a.pool.lease(8).unwrap()),
+    )
+    .unwrap();
+    let c =
+        r.a.cq
+            .wait(Duration::from_secs(60))
+            .unwrap()
+            .expect("a completion");
+    assert!(c.is_ok(), "{c}");
+    let old = r.qa.reclaim_lease(c).unwrap().unwrap();
+    assert_eq!(u64::from_be_bytes(old.as_slice().try_into().unwrap()), 100);
+    assert_eq!(
+        r.b.mr.read_u64_be(ATOMIC_OFF).unwrap(),
+        105,
+        "executed once"
+    );
+    let kb = counters(&r, false);
+    assert_eq!(
+        (kb.duplicate_request, kb.rx_atomic_requests),
+        (1, 1),
+        "{kb:?}"
+    );
+}
+
+#[test]
+fn requests_sent_around_the_psn_wrap_complete_in_order() {
+    // The first PSN 3 below 2^24: a 5-packet SEND crosses the wrap, losses included.
+    let mut r = rig(seed(), Mtu::Mtu1024, 0x00ff_fffd, 7);
+    r.fabric
+        .with_world(|w| w.set_faults(Some(FaultPlan::drop(Rate::percent(10)))));
+    for i in 0..8 {
+        r.qb.post_recv(RecvWr::new(i, r.b.pool.lease(MAX_MSG).unwrap()))
+            .unwrap();
+    }
+    for seq in 0..8u64 {
+        r.qa.post_send(SendWr::new(seq, SendOp::Send).sge(lease(&r.a.pool, &payload(seq, 4500))))
+            .unwrap();
+    }
+    for seq in 0..8u64 {
+        let c =
+            r.a.cq
+                .wait(Duration::from_secs(60))
+                .unwrap()
+                .expect("a completion");
+        assert!(c.is_ok() && c.wr_id() == seq, "{c}");
+        drop(r.qa.reclaim(c).unwrap());
+    }
+    let _ = r.fabric.with_world(|w| w.settle(10_000_000_000));
+    for seq in 0..8u64 {
+        let c = r.b.cq.poll_one().expect("a receive");
+        let mut l = r.qb.reclaim_lease(c).unwrap().unwrap();
+        l.set_len(4500).unwrap();
+        assert_eq!(l.as_slice(), payload(seq, 4500).as_slice(), "SEND {seq}");
+    }
+    let info = r.qa.query().unwrap();
+    assert_eq!(info.sq_psn, (0x00ff_fffd + 8 * 5) & 0x00ff_ffff, "the PSN wrapped");
+    assert_eq!(r.qb.query().unwrap().rq_psn, info.sq_psn);
+}
