@@ -857,6 +857,64 @@ fn requests_sent_around_the_psn_wrap_complete_in_order() {
         assert_eq!(l.as_slice(), payload(seq, 4500).as_slice(), "SEND {seq}");
     }
     let info = r.qa.query().unwrap();
-    assert_eq!(info.sq_psn, (0x00ff_fffd + 8 * 5) & 0x00ff_ffff, "the PSN wrapped");
+    assert_eq!(
+        info.sq_psn,
+        (0x00ff_fffd + 8 * 5) & 0x00ff_ffff,
+        "the PSN wrapped"
+    );
     assert_eq!(r.qb.query().unwrap().rq_psn, info.sq_psn);
+}
+
+#[test]
+fn the_requester_keeps_at_most_max_rd_atomic_reads_and_atomics_outstanding() {
+    // rxe `rxe_req.c` `check_init_depth` / mlx5 `log_sra_max`: with 2^1 allowed, the third
+    // READ waits for the first one's response.
+    let pair = Context::sim_pair(seed()).expect("two sim NICs");
+    let (mut a, b) = (side(pair.a), side(pair.b));
+    let mut qa = QpBuilder::rc(&a._pd, &a.cq, &a.cq).build().unwrap();
+    let mut qb = QpBuilder::rc(&b._pd, &b.cq, &b.cq).build().unwrap();
+    let (ea, eb) = (qa.endpoint().unwrap(), qb.endpoint().unwrap());
+    qa.modify_to_init().unwrap();
+    qa.modify_to_rtr(&eb).unwrap();
+    let rts = bypass_verbs::driver::qp_attr::Rtr2Rts {
+        log_max_rd_atomic: 1,
+        ..bypass_verbs::driver::qp_attr::Rtr2Rts::new(qa.psn())
+    };
+    qa.modify_to_rts_with(&rts).unwrap();
+    qb.connect(&ea).unwrap();
+    let fabric = pair.fabric;
+    let remote = b.mr.remote();
+    for i in 0..3u64 {
+        qa.post_send(
+            SendWr::new(i, SendOp::Read(remote.slice(i * 64, 64).unwrap()))
+                .sge(a.pool.lease(64).unwrap()),
+        )
+        .unwrap();
+    }
+    qa.post_send(
+        SendWr::new(
+            3,
+            SendOp::FetchAdd {
+                remote: remote.slice(ATOMIC_OFF as u64, 8).unwrap(),
+                add: 1,
+            },
+        )
+        .sge(a.pool.lease(8).unwrap()),
+    )
+    .unwrap();
+    // Before any response can arrive: two requests on the wire, not four.
+    let on_wire = fabric.with_world(|w| {
+        w.run_until_idle().unwrap();
+        w.in_flight()
+    });
+    assert_eq!(on_wire, 2);
+    for i in 0..4u64 {
+        let c =
+            a.cq.wait(Duration::from_secs(5))
+                .unwrap()
+                .expect("a completion");
+        assert!(c.is_ok() && c.wr_id() == i, "{c}");
+        drop(qa.reclaim(c).unwrap());
+    }
+    drop(qb);
 }
