@@ -133,6 +133,13 @@ impl World {
         self.faults.is_active()
     }
 
+    /// True if packets must travel as real wire bytes: faults may flip, copy or drop them, or
+    /// the pcap tee records them. A link that carries packets by reference falls back to bytes
+    /// then.
+    pub fn wants_bytes(&self) -> bool {
+        self.faults.is_active() || self.pcap.is_some()
+    }
+
     /// What the faults did so far.
     pub fn fault_stats(&self) -> &FaultStats {
         self.faults.stats()
@@ -532,6 +539,7 @@ mod tests {
         );
         assert_eq!(w.fault_stats().dropped, 3);
         assert_eq!(w.fault_stats().delayed, 1);
+        assert!(w.wants_bytes());
         let pcap = w.set_pcap(None).unwrap();
         assert_eq!(pcap.packets(), 6, "3 delivered + 3 dropped");
         assert!(w.pcap_error().is_none());
