@@ -488,6 +488,10 @@ fn check_accounting(setting: &str, seed: u64, o: &Outcome) {
     if o.a.rx_icrc_errors != o.faults_b.corrupted {
         bad("a's rx_icrc_errors differs from the packets corrupted on the way to a".into());
     }
+    // Nothing else was thrown away: every drop is the link's or the ICRC check's.
+    if o.a.rx_discards != 0 || o.b.rx_discards != 0 {
+        bad("packets were discarded for another reason than a bad ICRC".into());
+    }
     // Every request packet lost on the way (dropped, or corrupted and so dropped) had to be
     // sent again.
     let lost_requests = o.faults_a.dropped + o.faults_a.corrupted;
