@@ -199,6 +199,19 @@ pub struct FaultStats {
     pub delayed: u64,
 }
 
+impl FaultStats {
+    fn count(&mut self, f: &Fate) {
+        self.dropped += u64::from(f.drop);
+        self.duplicated += u64::from(f.duplicate_after.is_some());
+        self.reordered += u64::from(f.reordered);
+        self.delayed += u64::from(f.delayed);
+        if f.corrupt.is_some() {
+            // Both copies of a duplicated packet carry the flipped bit.
+            self.corrupted += if f.duplicate_after.is_some() { 2 } else { 1 };
+        }
+    }
+}
+
 /// What happens to one packet.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Fate {
@@ -210,6 +223,10 @@ pub struct Fate {
     pub corrupt: Option<u64>,
     /// Arrives this many ns later than the link would deliver it.
     pub extra_ns: u64,
+    /// Held back behind later packets (part of `extra_ns`).
+    pub reordered: bool,
+    /// Delayed (part of `extra_ns`).
+    pub delayed: bool,
 }
 
 impl Fate {
@@ -245,6 +262,8 @@ pub struct Faults {
     /// Packets each sending device has put on the link since its plan was set.
     sent: Vec<u64>,
     stats: FaultStats,
+    /// The same, per sending device.
+    per_src_stats: Vec<FaultStats>,
 }
 
 impl Faults {
@@ -278,6 +297,11 @@ impl Faults {
         &self.stats
     }
 
+    /// What the faults did to packets sent by device `src`.
+    pub fn stats_from(&self, src: usize) -> FaultStats {
+        self.per_src_stats.get(src).cloned().unwrap_or_default()
+    }
+
     fn plan(&self, src: usize) -> Option<&FaultPlan> {
         match self.per_src.get(src) {
             Some(Some(p)) => Some(p),
@@ -295,6 +319,18 @@ impl Faults {
         if let Some(n) = self.sent.get_mut(src) {
             *n += 1;
         }
+        let fate = self.decide(src, index, now, rng);
+        if self.per_src_stats.len() <= src {
+            self.per_src_stats.resize(src + 1, FaultStats::default());
+        }
+        if let Some(s) = self.per_src_stats.get_mut(src) {
+            s.count(&fate);
+        }
+        self.stats.count(&fate);
+        fate
+    }
+
+    fn decide(&self, src: usize, index: u64, now: u64, rng: &mut impl RngCore) -> Fate {
         let Some(plan) = self.plan(src) else {
             return Fate::default();
         };
@@ -319,25 +355,21 @@ impl Faults {
             }
         }
         if drop {
-            self.stats.dropped += 1;
             fate.drop = true;
             return fate;
         }
         if dup {
-            self.stats.duplicated += 1;
             fate.duplicate_after = Some(gap);
         }
         if reorder {
-            self.stats.reordered += 1;
+            fate.reordered = true;
             fate.extra_ns = fate.extra_ns.saturating_add(hold);
         }
         if delay > 0 {
-            self.stats.delayed += 1;
+            fate.delayed = true;
             fate.extra_ns = fate.extra_ns.saturating_add(delay);
         }
         if corrupt {
-            // Both copies of a duplicated packet carry the flipped bit.
-            self.stats.corrupted += if dup { 2 } else { 1 };
             fate.corrupt = Some(rng.next_u64());
         }
         fate
@@ -391,6 +423,7 @@ mod tests {
         assert_eq!(dropped, vec![2, 6, 7, 9, 10, 11]);
         assert!(v[3].corrupt.is_some());
         assert_eq!(v[4].extra_ns, 7);
+        assert!(v[4].delayed);
         assert_eq!(s.dropped, 6);
         assert_eq!(s.corrupted, 1);
     }

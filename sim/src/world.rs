@@ -133,9 +133,21 @@ impl World {
         self.faults.is_active()
     }
 
+    /// True if packets must travel as real wire bytes: faults may flip, copy or drop them, or
+    /// the pcap tee records them. A link that carries packets by reference falls back to bytes
+    /// then.
+    pub fn wants_bytes(&self) -> bool {
+        self.faults.is_active() || self.pcap.is_some()
+    }
+
     /// What the faults did so far.
     pub fn fault_stats(&self) -> &FaultStats {
         self.faults.stats()
+    }
+
+    /// What the faults did to the packets device `src` sent.
+    pub fn fault_stats_from(&self, src: usize) -> FaultStats {
+        self.faults.stats_from(src)
     }
 
     /// Tees every packet into `pcap` (`None`: stop and hand the writer back): each delivered
@@ -527,6 +539,7 @@ mod tests {
         );
         assert_eq!(w.fault_stats().dropped, 3);
         assert_eq!(w.fault_stats().delayed, 1);
+        assert!(w.wants_bytes());
         let pcap = w.set_pcap(None).unwrap();
         assert_eq!(pcap.packets(), 6, "3 delivered + 3 dropped");
         assert!(w.pcap_error().is_none());

@@ -96,6 +96,8 @@ impl Rig {
 }
 
 impl End {
+    /// One end on `ctx`: PD, CQ, a `spec.size` WRITE target, a pool and an RC QP (not
+    /// connected).
     pub(super) fn new(ctx: &Arc<Context>, spec: RigSpec) -> Result<Self, VerbsError> {
         let pd = ctx.alloc_pd()?;
         let cq = Cq::new(ctx, spec.depth.saturating_mul(2).max(16))?;

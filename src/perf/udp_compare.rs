@@ -20,7 +20,7 @@ use clap::Args;
 use super::PerfError;
 use super::lat::WARMUP;
 use super::pair::{End, RigSpec, WriteSpec};
-use super::remote::spin_yield;
+use super::remote::{spin_yield, wait_yield};
 use crate::args::{DeviceSpec, parse_size};
 use crate::baseline::elapsed_ns;
 use crate::device::{NetDevice, open_net};
@@ -233,7 +233,7 @@ fn write_rtts(p: &mut UdpPair, size: u64, iters: usize) -> Result<Vec<u64>, Perf
     // Reap every completion, so that the next phase's wr_ids are not confused with these.
     for (end, out) in [(&mut p.a, &mut oa), (&mut p.b, &mut ob)] {
         while *out > 0 {
-            let (n, _) = end.wait_some()?;
+            let (n, _) = wait_yield(end)?;
             *out = out.saturating_sub(n as u32);
         }
     }
@@ -244,7 +244,7 @@ fn reap(end: &mut End, outstanding: &mut u32) -> Result<(), PerfError> {
     let (n, _) = end.drain()?;
     *outstanding = outstanding.saturating_sub(n as u32);
     while *outstanding >= 4 {
-        let (n, _) = end.wait_some()?;
+        let (n, _) = wait_yield(end)?;
         *outstanding = outstanding.saturating_sub(n as u32);
     }
     Ok(())
@@ -263,7 +263,7 @@ fn write_bw_rate(p: &mut UdpPair, size: u64, iters: usize, depth: u32) -> Result
             p.a.post_write(&w, 1, signaled, scnt as u64)?;
             scnt += 1;
         }
-        let (_, last) = p.a.wait_some()?;
+        let (_, last) = wait_yield(&mut p.a)?;
         if let Some(last) = last {
             ccnt = ccnt.max((last as usize + 1).min(iters));
         }

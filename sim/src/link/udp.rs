@@ -2,8 +2,10 @@
 //! rxe sends it.
 //!
 //! Owns: [`UdpLink`] (the sockets: one bound to `ADDR:PORT` that receives, one per UDP source
-//! port that sends), its [`LinkCounters`], and [`run_engine`] (the loop an engine thread runs:
-//! step the devices in real time, send what they transmit, hand them what arrives). Must not:
+//! port that sends), its [`LinkCounters`], its optional pcap tee, [`recover_ipv4_id`] (the IP
+//! ID of rxe's packets, which a socket does not report), and [`run_engine`] (the loop an
+//! engine thread runs: step the devices in real time, send what they transmit, hand them what
+//! arrives). Must not:
 //! parse or build RoCE headers by hand (`bypass_hw::roce` does), or reach into a device beyond
 //! its public `step`/`set_time`/`take_tx`/`receive`/`next_deadline`.
 //!
@@ -22,6 +24,9 @@
 //!   sender hashed, even when this link listens elsewhere for tests on one host). TTL, TOS
 //!   and the checksums are masked out of the ICRC, so their rebuilt values do not matter.
 //!   The device checks the ICRC as for any packet.
+//!
+//! - rxe sends a random IPv4 ID (`__ip_select_ident`) and hashes it into the ICRC; a UDP
+//!   socket cannot see it, so [`recover_ipv4_id`] solves for it from the ICRC.
 //!
 //! The receiving socket is bound to one address, so the destination address of every
 //! datagram it gets is that address (no `IP_PKTINFO` needed).
