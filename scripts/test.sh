@@ -61,6 +61,9 @@ fi
 export BYPASS_REQUIRE_ORACLES=1
 cargo test --workspace --all-targets
 cargo test --workspace --doc
+# The fault soak at full size: 100k messages per loss/duplicate/reorder/corruption setting
+# (tests/fault_soak.rs; a plain `cargo test` runs 3k per setting).
+BYPASS_SOAK_MESSAGES=100000 cargo test -p bypass --test fault_soak
 
 # The VFIO backend on a real kernel: QEMU guest with an intel vIOMMU and the edu device.
 scripts/guest-test.sh vfio

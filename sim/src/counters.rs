@@ -44,9 +44,12 @@ counters! {
         rx_read_requests,
         /// Atomic requests received.
         rx_atomic_requests,
-        /// SEND packets that found no receive WQE (RNR NAK sent).
+        /// SEND packets that found no receive WQE: RNR NAKs sent (mlx5 `out_of_buffer`, rxe
+        /// `send_rnr_err`).
         out_of_buffer,
-        /// Requests received with a PSN beyond the expected one (NAK sent).
+        /// Gaps in the request PSNs: a request beyond the expected PSN, answered with a PSN
+        /// sequence error NAK; later ones of the same gap are dropped uncounted, as rxe
+        /// `check_psn` does (mlx5 `out_of_sequence`, rxe `out_of_seq_request`).
         out_of_sequence,
         /// Duplicate requests received (re-ACKed or replayed).
         duplicate_request,
@@ -54,18 +57,30 @@ counters! {
         rnr_nak_received,
         /// Completions with RNR_RETRY_EXC_ERR.
         rnr_nak_retry_err,
-        /// PSN sequence error NAKs received.
+        /// PSN sequence error NAKs received (mlx5 `packet_seq_err`, rxe `rcvd_seq_err`).
         packet_seq_err,
-        /// Retransmissions after an ACK timeout.
+        /// ACK timeouts that found packets outstanding (mlx5 `local_ack_timeout_err`); each
+        /// starts a retry or, with none left, fails the oldest WQE.
         local_ack_timeout_err,
+        /// Responses that revealed a lost READ/atomic response by their PSN (an implied NAK,
+        /// mlx5 `implied_nak_seq_err`); each starts a retry.
+        implied_nak_seq_err,
+        /// Go-back-N retry events: a timeout, a PSN sequence NAK or an implied NAK that rewound
+        /// the send queue (rxe `completer_retry_err`, `RXE_CNT_COMP_RETRY`). The packets resent
+        /// are counted by `retransmits`.
+        completer_retry_err,
         /// Completions with TRANSPORT_RETRY_EXC_ERR.
         retry_exceeded_err,
         /// Packets retransmitted (go-back-N).
         retransmits,
-        /// NAKs sent (sequence, invalid request, access, operational).
+        /// NAKs sent, every kind but RNR (sequence, invalid request, access, operational).
         naks_sent,
-        /// NAKs received.
+        /// PSN sequence error NAKs sent.
+        nak_seq_sent,
+        /// NAKs received, every kind but RNR (those are `rnr_nak_received`).
         naks_received,
+        /// Remote operational error NAKs received.
+        req_remote_operation_error,
         /// Receive length errors (message longer than the receive WQE).
         resp_local_length_error,
         /// Error CQEs on the receive side.

@@ -14,17 +14,20 @@
 //! - `engine` + [`transport`]: the data path, RC and UD, as RoCEv2 packets.
 //! - [`ring`], `events`: CQ/EQ rings, completions, events, interrupts.
 //! - [`counters`], [`trace`]: what `rdma statistic` would show, and an optional event log.
+//! - [`faults`], [`pcap`]: seeded link faults for the stepped [`World`], and a pcap writer.
 
 pub mod buffer;
 pub mod counters;
 pub mod device;
 mod engine;
 mod events;
+pub mod faults;
 mod firmware;
 pub mod iommu;
 pub mod memory;
 pub mod mkey;
 pub mod objects;
+pub mod pcap;
 pub mod profile;
 pub mod ring;
 pub mod table;

@@ -6,8 +6,8 @@
 //! (devices by id, packets by arrival time then send order), so the same seed gives the same
 //! run, bit for bit. Must not: read the wall clock or spawn threads.
 //!
-//! The RNG is the only source of randomness in a run (link jitter today; the fault injection of
-//! the loss-recovery work draws from it too). A failing test prints `World::seed()`; building a
+//! The RNG is the only source of randomness in a run (link jitter and the seeded link faults
+//! of [`crate::faults`], applied where a packet enters flight). A failing test prints `World::seed()`; building a
 //! world with that seed replays the run.
 
 use std::collections::BTreeMap;
@@ -17,7 +17,12 @@ use rand_chacha::ChaCha8Rng;
 use rand_core::{RngCore, SeedableRng};
 
 use crate::device::Device;
+use crate::faults::{FaultPlan, FaultStats, Faults};
+use crate::pcap::PcapWriter;
 use crate::profile::Profile;
+
+/// Where a world tees its packets (see [`World::set_pcap`]).
+pub type PcapSink = PcapWriter<Box<dyn std::io::Write + Send>>;
 
 /// How packets travel between devices.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,6 +64,9 @@ pub struct World {
     seed: u64,
     rng: ChaCha8Rng,
     stats: NetStats,
+    faults: Faults,
+    pcap: Option<PcapSink>,
+    pcap_error: Option<std::io::Error>,
 }
 
 impl std::fmt::Debug for World {
@@ -101,7 +109,56 @@ impl World {
             seed,
             rng: ChaCha8Rng::seed_from_u64(seed),
             stats: NetStats::default(),
+            faults: Faults::default(),
+            pcap: None,
+            pcap_error: None,
         }
+    }
+
+    /// Sets the faults for packets sent from now on by every device without a plan of its
+    /// own (`None`: a perfect link). Their randomness comes from the world's seed.
+    pub fn set_faults(&mut self, plan: Option<FaultPlan>) {
+        self.faults.set_all(plan);
+    }
+
+    /// Sets the faults for packets device `src` sends (one direction of a two-device link);
+    /// `None` returns it to the plan of [`World::set_faults`].
+    pub fn set_faults_from(&mut self, src: usize, plan: Option<FaultPlan>) {
+        self.faults.set_from(src, plan);
+    }
+
+    /// True if faults may touch packets (a link that carries packets by reference must then
+    /// carry real bytes).
+    pub fn faults_active(&self) -> bool {
+        self.faults.is_active()
+    }
+
+    /// True if packets must travel as real wire bytes: faults may flip, copy or drop them, or
+    /// the pcap tee records them. A link that carries packets by reference falls back to bytes
+    /// then.
+    pub fn wants_bytes(&self) -> bool {
+        self.faults.is_active() || self.pcap.is_some()
+    }
+
+    /// What the faults did so far.
+    pub fn fault_stats(&self) -> &FaultStats {
+        self.faults.stats()
+    }
+
+    /// What the faults did to the packets device `src` sent.
+    pub fn fault_stats_from(&self, src: usize) -> FaultStats {
+        self.faults.stats_from(src)
+    }
+
+    /// Tees every packet into `pcap` (`None`: stop and hand the writer back): each delivered
+    /// packet as it arrives, with its arrival time, and each dropped one when it is dropped.
+    pub fn set_pcap(&mut self, pcap: Option<PcapSink>) -> Option<PcapSink> {
+        std::mem::replace(&mut self.pcap, pcap)
+    }
+
+    /// The first write error of the pcap tee, if any (writing stopped then).
+    pub fn pcap_error(&self) -> Option<&std::io::Error> {
+        self.pcap_error.as_ref()
     }
 
     /// The seed this world was made with.
@@ -232,11 +289,38 @@ impl World {
                     self.rng.next_u64() % (self.link.jitter_ns + 1)
                 };
                 let at = self.now + self.link.latency_ns + jitter;
-                self.seq += 1;
-                self.in_flight.insert((at, self.seq), (dst, pkt));
+                self.enter_flight(src, dst, at, pkt);
             }
         }
         any
+    }
+
+    /// Puts one packet in flight to arrive at `at`, after the faults had their say.
+    fn enter_flight(&mut self, src: usize, dst: usize, at: u64, mut pkt: Vec<u8>) {
+        let fate = self.faults.fate(src, self.now, &mut self.rng);
+        if fate.drop {
+            self.tee(&pkt);
+            return;
+        }
+        fate.corrupt(&mut pkt);
+        let at = at.saturating_add(fate.extra_ns);
+        if let Some(gap) = fate.duplicate_after {
+            self.seq += 1;
+            self.in_flight
+                .insert((at.saturating_add(gap), self.seq), (dst, pkt.clone()));
+        }
+        self.seq += 1;
+        self.in_flight.insert((at, self.seq), (dst, pkt));
+    }
+
+    /// Writes `pkt` into the pcap tee at the current time.
+    fn tee(&mut self, pkt: &[u8]) {
+        if let Some(w) = self.pcap.as_mut() {
+            if let Err(e) = w.write_packet(self.now, pkt) {
+                self.pcap = None;
+                self.pcap_error = Some(e);
+            }
+        }
     }
 
     /// The device that owns the packet's destination address.
@@ -257,6 +341,7 @@ impl World {
             }
             let (dst, pkt) = entry.remove();
             self.stats.delivered += 1;
+            self.tee(&pkt);
             if let Some(d) = self.devices.get_mut(dst) {
                 d.receive(pkt);
                 any = true;
@@ -377,5 +462,87 @@ mod tests {
             "5 µs of jitter reorders packets"
         );
         assert_ne!(first, jittery_run(8), "another seed, another order");
+    }
+
+    fn faulty_run(seed: u64, plan: FaultPlan) -> (Vec<u32>, World) {
+        let mut w = World::new(seed);
+        let a = w.add_device(Profile::with_id(1));
+        let b = w.add_device(Profile::with_id(2));
+        w.device(b).trace.set_enabled(true);
+        w.set_faults(Some(plan));
+        let gid_b = Profile::with_id(2).ports[0].gids[0];
+        for psn in 0..200 {
+            send_ack(&mut w, a, gid_b, psn);
+        }
+        assert!(w.settle(10_000_000).unwrap(), "seed {seed}");
+        (rx_psns(&mut w, b), w)
+    }
+
+    #[test]
+    fn faults_drop_duplicate_reorder_and_corrupt_and_replay_with_the_seed() {
+        use crate::faults::Rate;
+        let plan = FaultPlan {
+            drop: Rate::percent(10),
+            duplicate: Rate::percent(10),
+            reorder: Rate::percent(10),
+            corrupt: Rate::percent(10),
+            ..FaultPlan::default()
+        };
+        let (psns, mut w) = faulty_run(11, plan.clone());
+        let f = w.fault_stats().clone();
+        assert!(f.dropped > 0 && f.duplicated > 0 && f.reordered > 0 && f.corrupted > 0);
+        assert_eq!(psns.len() as u64, 200 - f.dropped + f.duplicated);
+        assert_eq!(w.stats().delivered, psns.len() as u64);
+        assert_eq!(
+            w.device(1).counters.rx_icrc_errors,
+            f.corrupted,
+            "every corrupted packet fails the ICRC check"
+        );
+        assert!(psns.windows(2).any(|p| p[1] < p[0]), "reordered");
+        assert_eq!(psns, faulty_run(11, plan.clone()).0, "same seed, same run");
+        assert_ne!(psns, faulty_run(12, plan).0);
+    }
+
+    #[test]
+    fn a_cut_link_drops_everything_from_the_cut_on_and_pcap_sees_it() {
+        use crate::faults::{Fault, Trigger};
+        let mut w = World::new(1);
+        let a = w.add_device(Profile::with_id(1));
+        let b = w.add_device(Profile::with_id(2));
+        w.device(b).trace.set_enabled(true);
+        let buf = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        struct Shared(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+        impl std::io::Write for Shared {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(b);
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let sink: Box<dyn std::io::Write + Send> = Box::new(Shared(buf.clone()));
+        w.set_pcap(Some(PcapWriter::new(sink).unwrap()));
+        w.set_faults_from(
+            a,
+            Some(FaultPlan::cut_after(3).with(Trigger::Packet(1), Fault::Delay(10_000))),
+        );
+        let gid_b = Profile::with_id(2).ports[0].gids[0];
+        for psn in 0..6 {
+            send_ack(&mut w, a, gid_b, psn);
+        }
+        assert!(w.settle(1_000_000).unwrap());
+        assert_eq!(
+            rx_psns(&mut w, b),
+            vec![0, 2, 1],
+            "1 delayed behind 2; 3.. cut"
+        );
+        assert_eq!(w.fault_stats().dropped, 3);
+        assert_eq!(w.fault_stats().delayed, 1);
+        assert!(w.wants_bytes());
+        let pcap = w.set_pcap(None).unwrap();
+        assert_eq!(pcap.packets(), 6, "3 delivered + 3 dropped");
+        assert!(w.pcap_error().is_none());
+        assert!(buf.lock().unwrap().len() > 24 + 6 * 16);
     }
 }

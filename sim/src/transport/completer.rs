@@ -63,10 +63,15 @@ pub(crate) fn handle_response(dev: &mut Device, qpn: u32, pkt: &RocePacket<'_>) 
 }
 
 /// Completes the SEND/WRITE WQEs whose last PSN is at or before `psn`, in order, and moves
-/// the oldest unacknowledged PSN past them.
+/// the oldest unacknowledged PSN past them — never past the first response PSN an
+/// outstanding READ/atomic has not received (a READ response beyond a lost one implicitly
+/// acknowledges the requests before the READ, not the READ's own missing data; rxe
+/// `rxe_comp.c` `check_psn` keeps `comp.psn` at the WQE's first missing PSN).
 fn ack_through(dev: &mut Device, c: &Ctx, req: &mut ReqState, psn: u32) -> Acked {
     let mut progress = false;
     let mut lost = None;
+    // The acknowledgement cannot reach past the response data a READ/atomic still waits for.
+    let mut cap = None;
     for w in req.wqes.iter_mut() {
         if !w.started || w.error.is_some() {
             break;
@@ -75,6 +80,9 @@ fn ack_through(dev: &mut Device, c: &Ctx, req: &mut ReqState, psn: u32) -> Acked
             continue;
         }
         if !w.sent || psn_diff(w.last_psn, psn) > 0 {
+            if w.is_read_or_atomic() {
+                cap = Some(psn_add(w.first_psn, w.resp_pkts));
+            }
             break;
         }
         if w.is_read_or_atomic() {
@@ -85,12 +93,17 @@ fn ack_through(dev: &mut Device, c: &Ctx, req: &mut ReqState, psn: u32) -> Acked
         progress = true;
     }
     let next = psn_add(psn, 1);
-    let upto = lost.unwrap_or(next);
+    let upto = match (lost, cap) {
+        (Some(p), _) => p,
+        (None, Some(c)) if psn_diff(c, next) < 0 => c,
+        _ => next,
+    };
     if psn_diff(upto, req.una) > 0 {
         req.una = upto;
         progress = true;
     }
     if progress {
+        req.retrying = false;
         req.retries = 0;
         req.rnr_retries = 0;
         req.ack_deadline = if req.outstanding() {
@@ -108,12 +121,27 @@ fn ack_through(dev: &mut Device, c: &Ctx, req: &mut ReqState, psn: u32) -> Acked
 /// A retry from `psn` after a lost response or a sequence NAK: uses a transport retry, or
 /// fails the oldest outstanding WQE with TRANSPORT_RETRY_EXC_ERR when none is left.
 fn retry_from(dev: &mut Device, c: &Ctx, req: &mut ReqState, psn: u32) {
+    if req.retrying {
+        // A retry is already resending; its own duplicates' ACKs must not restart it (rxe
+        // `rxe_completer` COMPST_ERROR_RETRY: `started_retry && !timeout_retry`).
+        return;
+    }
     if use_retry(&mut req.retries, c.retry_count) {
+        count(dev, c.qpn, |k| k.completer_retry_err += 1);
+        req.retrying = true;
         rewind(req, psn);
     } else {
         count(dev, c.qpn, |k| k.retry_exceeded_err += 1);
         fail_at(req, psn, CqeSyndrome::TRANSPORT_RETRY_EXC_ERR);
     }
+}
+
+/// A response whose PSN shows an earlier READ/atomic response was lost: retry from `psn`.
+fn implied_nak(dev: &mut Device, c: &Ctx, req: &mut ReqState, psn: u32) {
+    if !req.retrying {
+        count(dev, c.qpn, |k| k.implied_nak_seq_err += 1);
+    }
+    retry_from(dev, c, req, psn);
 }
 
 /// Marks the outstanding WQE holding `psn` (or the oldest outstanding one) failed.
@@ -148,13 +176,13 @@ fn on_ack(dev: &mut Device, c: &Ctx, req: &mut ReqState, pkt: &RocePacket<'_>, p
     match aeth.syndrome().kind() {
         AethKind::Ack(_) => {
             if let Acked::Lost(p) = ack_through(dev, c, req, psn) {
-                retry_from(dev, c, req, p);
+                implied_nak(dev, c, req, p);
             }
         }
         AethKind::RnrNak(code) => {
             // The NAK acknowledges every PSN before the one refused.
             if let Acked::Lost(p) = ack_through(dev, c, req, psn_add(psn, 0x00ff_ffff)) {
-                retry_from(dev, c, req, p);
+                implied_nak(dev, c, req, p);
                 return;
             }
             count(dev, c.qpn, |k| k.rnr_nak_received += 1);
@@ -169,7 +197,7 @@ fn on_ack(dev: &mut Device, c: &Ctx, req: &mut ReqState, pkt: &RocePacket<'_>, p
         AethKind::Nak(code) => {
             count(dev, c.qpn, |k| k.naks_received += 1);
             if let Acked::Lost(p) = ack_through(dev, c, req, psn_add(psn, 0x00ff_ffff)) {
-                retry_from(dev, c, req, p);
+                implied_nak(dev, c, req, p);
                 return;
             }
             match code {
@@ -187,7 +215,10 @@ fn on_ack(dev: &mut Device, c: &Ctx, req: &mut ReqState, pkt: &RocePacket<'_>, p
                     count(dev, c.qpn, |k| k.req_remote_access_errors += 1);
                     fail_at(req, psn, CqeSyndrome::REMOTE_ACCESS_ERR);
                 }
-                3 => fail_at(req, psn, CqeSyndrome::REMOTE_OP_ERR),
+                3 => {
+                    count(dev, c.qpn, |k| k.req_remote_operation_error += 1);
+                    fail_at(req, psn, CqeSyndrome::REMOTE_OP_ERR);
+                }
                 // Invalid RD request, or a reserved code: not meaningful on RC.
                 _ => fail_at(req, psn, CqeSyndrome::BAD_RESP_ERR),
             }
@@ -201,7 +232,7 @@ fn on_ack(dev: &mut Device, c: &Ctx, req: &mut ReqState, pkt: &RocePacket<'_>, p
 fn head_for(dev: &mut Device, c: &Ctx, req: &mut ReqState, psn: u32) -> Option<usize> {
     if let Acked::Lost(p) = ack_through(dev, c, req, psn_add(psn, 0x00ff_ffff)) {
         if psn_diff(p, psn) < 0 {
-            retry_from(dev, c, req, p);
+            implied_nak(dev, c, req, p);
             return None;
         }
     }
@@ -228,7 +259,7 @@ fn on_read_response(dev: &mut Device, c: &Ctx, req: &mut ReqState, pkt: &RocePac
     }
     if d > 0 {
         // A response packet was lost (rxe: COMPST_ERROR_RETRY from the first missing PSN).
-        retry_from(dev, c, req, expected);
+        implied_nak(dev, c, req, expected);
         return;
     }
     let pos = pkt.info().position;

@@ -81,6 +81,11 @@ pub struct ReqState {
     pub(crate) rnr_wait: Option<(u64, u32)>,
     /// Set on entry to RTS: WQEs posted before (in INIT/RTR) are still to be fetched.
     pub(crate) fresh: bool,
+    /// A go-back-N retry is under way and nothing was acknowledged since: further sequence
+    /// NAKs and implied NAKs start no new retry, only a timeout does (rxe `rxe_completer`
+    /// `comp.started_retry`). Without it every duplicate ACK the retry provokes would start
+    /// another full retry, and the retransmissions grow without bound.
+    pub(crate) retrying: bool,
 }
 
 impl ReqState {
@@ -109,6 +114,7 @@ impl ReqState {
         self.noack = 0;
         self.ack_deadline = None;
         self.rnr_wait = None;
+        self.retrying = false;
         self.una = self.psn;
         self.max_psn = self.psn;
     }
@@ -720,6 +726,8 @@ pub(crate) fn run_timers(dev: &mut Device) -> bool {
             if req.outstanding() && req.rnr_wait.is_none() {
                 count(dev, qpn, |k| k.local_ack_timeout_err += 1);
                 if use_retry(&mut req.retries, c.retry_count) {
+                    count(dev, qpn, |k| k.completer_retry_err += 1);
+                    req.retrying = true;
                     let una = req.una;
                     rewind(&mut req, una);
                 } else {

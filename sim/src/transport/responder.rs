@@ -225,6 +225,7 @@ fn rc_request(dev: &mut Device, qpn: u32, pkt: &RocePacket<'_>) {
         qp.resp.nak_sent = true;
         count(dev, qpn, |c| &mut c.out_of_sequence);
         count(dev, qpn, |c| &mut c.naks_sent);
+        count(dev, qpn, |c| &mut c.nak_seq_sent);
         ack::send_ack(dev, qpn, AethSyndrome::NAK_PSN_SEQ_ERROR, epsn);
         return;
     }

@@ -410,3 +410,88 @@ fn lost_read_response_is_retried_from_the_missing_psn() {
     let reth = q.reth().expect("reth");
     assert_eq!((reth.va(), reth.len()), (0xabc0_0000 + 256, 344));
 }
+
+/// READ response packets carry no AETH in the middle, an AETH on FIRST/LAST/ONLY.
+fn read_resp(r: &mut Rig, op: B, psn: u32, byte: u8, len: usize) {
+    let ext = ExtFields {
+        aeth: matches!(
+            op,
+            B::RC_RDMA_READ_RESPONSE_FIRST
+                | B::RC_RDMA_READ_RESPONSE_LAST
+                | B::RC_RDMA_READ_RESPONSE_ONLY
+        )
+        .then(|| bypass_hw::roce::Aeth::new(AethSyndrome(0x1f), 1).expect("aeth")),
+        ..Default::default()
+    };
+    r.respond(op, psn, ext, &vec![byte; len]);
+}
+
+#[test]
+fn responses_to_a_retry_in_progress_start_no_second_retry() {
+    // Soak finding: every duplicate ACK or stale response a go-back-N provokes started another
+    // full go-back-N, and the retransmissions grew without bound. rxe starts no new retry
+    // while one is under way (`rxe_comp.c`: `started_retry && !timeout_retry`).
+    let mut r = Rig::rc(256, 0);
+    r.read(600, 0); // PSNs 0..2
+    r.send(10); // PSN 3
+    assert_eq!(r.sent().len(), 2);
+    // FIRST is lost; MIDDLE reveals it: one retry, from PSN 0.
+    read_resp(&mut r, B::RC_RDMA_READ_RESPONSE_MIDDLE, 1, 2, 256);
+    let p = r.sent();
+    assert_eq!(parse(&p[0]).bth().psn(), 0, "the READ again");
+    let resent = p.len();
+    assert!(resent >= 1);
+    // The first round's LAST and the ACKs of the resent SEND's duplicate: no new retry.
+    read_resp(&mut r, B::RC_RDMA_READ_RESPONSE_LAST, 2, 3, 88);
+    r.ack(3);
+    r.ack(3);
+    assert!(r.sent().is_empty(), "no second go-back-N");
+    assert_eq!(r.p.a.dev.counters.completer_retry_err, 1);
+    assert_eq!(r.p.a.dev.counters.implied_nak_seq_err, 1);
+    // The replay completes the READ, then the SEND.
+    read_resp(&mut r, B::RC_RDMA_READ_RESPONSE_FIRST, 0, 1, 256);
+    read_resp(&mut r, B::RC_RDMA_READ_RESPONSE_MIDDLE, 1, 2, 256);
+    read_resp(&mut r, B::RC_RDMA_READ_RESPONSE_LAST, 2, 3, 88);
+    r.ack(3);
+    let c = r.poll_all();
+    assert_eq!(c.len(), 2, "READ and SEND complete");
+    assert_ok(&c[0], r.qp.qpn, 0, WqeOpcode::RDMA_READ);
+    let got = r.p.a.read(r.mr.off, 600);
+    assert!(got[..256].iter().all(|&b| b == 1) && got[256..512].iter().all(|&b| b == 2));
+    assert!(got[512..].iter().all(|&b| b == 3));
+}
+
+#[test]
+fn a_read_response_beyond_a_lost_one_does_not_acknowledge_the_missing_data() {
+    // Soak finding: a READ response after a lost one moved the oldest unacknowledged PSN past
+    // the READ's missing data, so the replayed responses were taken as stale and the READ
+    // completed with the wrong bytes. The implicit ACK stops at the READ's first missing PSN
+    // (rxe `check_psn`).
+    let mut r = Rig::rc(256, 0);
+    r.read(1000, 0); // PSNs 0..3
+    assert_eq!(r.sent().len(), 1);
+    // FIRST is lost; MIDDLE 1, MIDDLE 2 and LAST 3 of the first round arrive.
+    read_resp(&mut r, B::RC_RDMA_READ_RESPONSE_MIDDLE, 1, 0xee, 256);
+    read_resp(&mut r, B::RC_RDMA_READ_RESPONSE_MIDDLE, 2, 0xee, 256);
+    read_resp(&mut r, B::RC_RDMA_READ_RESPONSE_LAST, 3, 0xee, 232);
+    let resent = r.sent();
+    assert_eq!(resent.len(), 1, "one retry of the whole READ");
+    assert_eq!(parse(&resent[0]).bth().psn(), 0);
+    assert_eq!(r.qp_mut().req.una, 0, "nothing of the READ is acknowledged");
+    // The replay from PSN 0 is taken whole.
+    read_resp(&mut r, B::RC_RDMA_READ_RESPONSE_FIRST, 0, 1, 256);
+    read_resp(&mut r, B::RC_RDMA_READ_RESPONSE_MIDDLE, 1, 2, 256);
+    read_resp(&mut r, B::RC_RDMA_READ_RESPONSE_MIDDLE, 2, 3, 256);
+    read_resp(&mut r, B::RC_RDMA_READ_RESPONSE_LAST, 3, 4, 232);
+    let c = r.poll_all();
+    assert_eq!(c.len(), 1);
+    assert_ok(&c[0], r.qp.qpn, 0, WqeOpcode::RDMA_READ);
+    let got = r.p.a.read(r.mr.off, 1000);
+    for (k, want) in [(0usize, 1u8), (1, 2), (2, 3)] {
+        assert!(
+            got[k * 256..(k + 1) * 256].iter().all(|&b| b == want),
+            "packet {k}"
+        );
+    }
+    assert!(got[768..].iter().all(|&b| b == 4));
+}

@@ -493,8 +493,11 @@ pub(super) fn duplicate(dev: &mut Device, qpn: u32, pkt: &RocePacket<'_>) -> Res
                 return Err(Fail::Drop);
             };
             let new = matches!(qp.resp.res.get(slot), Some(Resource::Read { first_psn, .. }) if *first_psn == psn);
-            let end = read_responses(dev, qpn, psn, va, rkey, len, new)?;
-            set_tx_end(dev, qpn, slot, end);
+            // A replay does not hold its resource longer: a go-back-N resend replays old
+            // READs and brings new ones in the same burst, and the requester only counts the
+            // new ones against `max_rd_atomic` (rxe `check_resource` recycles the ring and
+            // leaves the limit to the requester). Its responses are already queued as bytes.
+            read_responses(dev, qpn, psn, va, rkey, len, new)?;
             Ok(())
         }
         Some(Kind::Atomic) => {
@@ -507,22 +510,11 @@ pub(super) fn duplicate(dev: &mut Device, qpn: u32, pkt: &RocePacket<'_>) -> Res
             let Some((slot, orig, msn)) = found else {
                 return Err(Fail::Drop);
             };
-            let end = atomic_ack(dev, qpn, psn, orig, msn);
-            set_tx_end(dev, qpn, slot, end);
+            // Replayed from the saved result, never executed again; the replay does not hold
+            // the resource longer (as for READs above).
+            let _ = slot;
+            atomic_ack(dev, qpn, psn, orig, msn);
             Ok(())
-        }
-    }
-}
-
-fn set_tx_end(dev: &mut Device, qpn: u32, slot: usize, end: u64) {
-    if let Some(r) = dev
-        .objs
-        .qps
-        .get_mut(qpn)
-        .and_then(|q| q.resp.res.get_mut(slot))
-    {
-        match r {
-            Resource::Read { tx_end, .. } | Resource::Atomic { tx_end, .. } => *tx_end = end,
         }
     }
 }

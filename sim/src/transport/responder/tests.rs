@@ -860,6 +860,40 @@ fn more_reads_than_responder_resources_outstanding_is_an_invalid_request() {
 }
 
 #[test]
+fn a_replayed_read_does_not_hold_its_resource_against_new_reads() {
+    // Soak finding: a go-back-N resend brings duplicates of executed READs (replayed) and new
+    // READs in one burst; the replays' queued responses must not make the new READs look
+    // like too many (the requester only counts new ones against max_rd_atomic).
+    let mut r = Rig::rc(1024);
+    r.attrs().log_rra_max = 1;
+    let read = |r: &Rig, n| Req {
+        op: BthOpcode::RC_RDMA_READ_REQUEST,
+        psn: psn(n),
+        ext: r.reth(0, 16),
+        ..Default::default()
+    };
+    for n in 0..2 {
+        let q = read(&r, n);
+        r.inject(q);
+        assert_eq!(r.responses().len(), 1);
+    }
+    // The burst: the duplicate of READ 0 and READ 1, then new READs 2 and 3, responses queued.
+    for n in 0..4 {
+        let q = read(&r, n);
+        r.inject(q);
+    }
+    let resp = r.responses();
+    let got: Vec<_> = resp.iter().map(|x| (x.op, x.psn, x.syn)).collect();
+    assert_eq!(got.len(), 4, "{got:?}");
+    assert!(
+        resp.iter()
+            .all(|x| x.op == BthOpcode::RC_RDMA_READ_RESPONSE_ONLY),
+        "{got:?}"
+    );
+    assert_eq!(r.qp_state(), QpState::Rts);
+}
+
+#[test]
 fn packet_length_violations_are_invalid_requests() {
     let mtu = 256u32;
     let big = vec![1u8; 300];
