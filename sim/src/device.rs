@@ -25,6 +25,7 @@ use bypass_hw::uar;
 
 use crate::counters::Counters;
 use crate::firmware::Firmware;
+use crate::frame::Frame;
 use crate::iommu::Iommu;
 use crate::objects::Objects;
 use crate::profile::Profile;
@@ -142,10 +143,12 @@ pub struct Device {
     pub(crate) fw: Firmware,
     /// Object tables.
     pub(crate) objs: Objects,
-    /// Packets that arrived from the wire, not yet processed (IP header through ICRC).
-    pub(crate) rx: VecDeque<Vec<u8>>,
-    /// Packets the device has sent, for the wire to take (IP header through ICRC).
-    pub(crate) tx: VecDeque<Vec<u8>>,
+    /// Packets that arrived from the wire, not yet processed.
+    pub(crate) rx: VecDeque<Frame>,
+    /// Packets the device has sent, for the wire to take.
+    pub(crate) tx: VecDeque<Frame>,
+    /// The link takes bursts (`crate::frame`): in-process, and nothing needs the bytes.
+    pub(crate) fast_tx: bool,
     /// Device time in nanoseconds (virtual in stepped mode).
     pub(crate) now: u64,
     irq: Option<Box<dyn FnMut(u16) + Send>>,
@@ -198,6 +201,7 @@ impl Device {
             bf_partial: Vec::new(),
             rx: VecDeque::new(),
             tx: VecDeque::new(),
+            fast_tx: false,
             now: 0,
             irq: None,
             irq_count: vec![0; vectors],
@@ -548,9 +552,12 @@ impl Device {
             progress = true;
             self.ring(db);
         }
-        while let Some(pkt) = self.rx.pop_front() {
+        while let Some(frame) = self.rx.pop_front() {
             progress = true;
-            crate::transport::receive(self, &pkt);
+            match frame {
+                Frame::Wire(pkt) => crate::transport::receive(self, &pkt),
+                Frame::Burst(b) => crate::transport::receive_burst(self, &b),
+            }
         }
         progress |= crate::transport::run_timers(self);
         progress |= crate::transport::resume(self);
@@ -565,12 +572,47 @@ impl Device {
     /// Hands a packet from the wire to the device (IP header through ICRC). It is processed by
     /// the next [`Device::step`].
     pub fn receive(&mut self, packet: Vec<u8>) {
-        self.rx.push_back(packet);
+        self.rx.push_back(Frame::Wire(packet));
     }
 
-    /// Takes the next packet the device sent, if any (IP header through ICRC).
+    /// Takes the next packet the device sent, if any (IP header through ICRC). A burst the
+    /// device queued for an in-process link is segmented into its wire packets first.
     pub fn take_tx(&mut self) -> Option<Vec<u8>> {
+        match self.tx.pop_front()? {
+            Frame::Wire(bytes) => Some(bytes),
+            Frame::Burst(b) => {
+                let mut pkts = b.segment().into_iter();
+                let first = pkts.next();
+                for p in pkts.rev() {
+                    self.tx.push_front(Frame::Wire(p));
+                }
+                first
+            }
+        }
+    }
+
+    /// Takes the next frame the device sent (a packet, or a burst if the link said it takes
+    /// them: [`Device::set_fast_tx`]).
+    pub fn take_frame(&mut self) -> Option<Frame> {
         self.tx.pop_front()
+    }
+
+    /// Hands a frame from an in-process link to the device; processed by the next
+    /// [`Device::step`] as the packets it stands for.
+    pub fn receive_frame(&mut self, frame: Frame) {
+        self.rx.push_back(frame);
+    }
+
+    /// Says whether the link this device sends on takes bursts: in-process, in order, and
+    /// nobody needs the bytes (no trace, no faults, no jitter). Off by default: a device
+    /// outside a [`crate::World`] sends only wire packets.
+    pub fn set_fast_tx(&mut self, on: bool) {
+        self.fast_tx = on;
+    }
+
+    /// Packets queued for the wire and not yet taken.
+    pub(crate) fn tx_queued(&self) -> u64 {
+        self.tx.iter().map(Frame::packets).sum()
     }
 
     fn ring(&mut self, db: Doorbell) {

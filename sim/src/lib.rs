@@ -21,6 +21,7 @@ pub mod device;
 mod engine;
 mod events;
 mod firmware;
+pub mod frame;
 pub mod iommu;
 pub mod memory;
 pub mod mkey;

@@ -6,17 +6,23 @@
 //! (devices by id, packets by arrival time then send order), so the same seed gives the same
 //! run, bit for bit. Must not: read the wall clock or spawn threads.
 //!
+//! On an in-process link a device may send a burst of WRITE packets whose payload is still in
+//! its memory (`crate::frame`): one copy at delivery instead of three plus two ICRC passes.
+//! The world allows it only while nothing needs the bytes ([`World::set_fast_path`], no
+//! jitter, no device tracing); what is delivered, and every counter, is what the same packets
+//! sent one by one give.
+//!
 //! The RNG is the only source of randomness in a run (link jitter today; the fault injection of
 //! the loss-recovery work draws from it too). A failing test prints `World::seed()`; building a
 //! world with that seed replays the run.
 
 use std::collections::BTreeMap;
 
-use bypass_hw::roce::RocePacket;
 use rand_chacha::ChaCha8Rng;
 use rand_core::{RngCore, SeedableRng};
 
 use crate::device::Device;
+use crate::frame::Frame;
 use crate::profile::Profile;
 
 /// How packets travel between devices.
@@ -52,8 +58,12 @@ pub struct NetStats {
 pub struct World {
     devices: Vec<Device>,
     link: LinkConfig,
-    /// In flight: (arrival time, send sequence) → (destination device, packet).
-    in_flight: BTreeMap<(u64, u64), (usize, Vec<u8>)>,
+    /// In flight: (arrival time, send sequence) → (destination device, packet or burst).
+    in_flight: BTreeMap<(u64, u64), (usize, Frame)>,
+    /// Packets in flight (a burst counts its packets).
+    in_flight_packets: u64,
+    /// Devices may send bursts when nothing needs the bytes.
+    fast_path: bool,
     seq: u64,
     now: u64,
     seed: u64,
@@ -96,6 +106,8 @@ impl World {
             devices: Vec::new(),
             link: LinkConfig::default(),
             in_flight: BTreeMap::new(),
+            in_flight_packets: 0,
+            fast_path: true,
             seq: 0,
             now: 0,
             seed,
@@ -112,6 +124,21 @@ impl World {
     /// Sets the link model for packets sent from now on.
     pub fn set_link(&mut self, link: LinkConfig) {
         self.link = link;
+    }
+
+    /// Allows (the default) or forbids bursts on the in-process link. With it off every
+    /// packet is built, ICRC'd, parsed and checked as bytes (the reference the fast path is
+    /// tested against).
+    pub fn set_fast_path(&mut self, on: bool) {
+        self.fast_path = on;
+    }
+
+    /// True if devices may send bursts now: allowed, no jitter (packets of a burst cannot be
+    /// reordered), and no device records a trace (the trace shows every packet's bytes).
+    fn fast_now(&self) -> bool {
+        self.fast_path
+            && self.link.jitter_ns == 0
+            && self.devices.iter().all(|d| !d.trace.enabled())
     }
 
     /// Adds a device; returns its id (its index).
@@ -152,15 +179,17 @@ impl World {
 
     /// Packets in flight.
     pub fn in_flight(&self) -> usize {
-        self.in_flight.len()
+        usize::try_from(self.in_flight_packets).unwrap_or(usize::MAX)
     }
 
     /// Steps every device and delivers every packet due now, until nothing happens; virtual
     /// time does not move. Returns the number of rounds.
     pub fn run_until_idle(&mut self) -> Result<usize, Livelock> {
+        let fast = self.fast_now();
         for round in 0..MAX_STEPS {
             let mut progress = false;
             for d in &mut self.devices {
+                d.set_fast_tx(fast);
                 d.set_time(self.now);
                 progress |= d.step();
             }
@@ -220,10 +249,17 @@ impl World {
     fn collect_tx(&mut self) -> bool {
         let mut any = false;
         for src in 0..self.devices.len() {
-            while let Some(pkt) = self.devices[src].take_tx() {
+            while let Some(frame) = self.devices[src].take_frame() {
                 any = true;
-                let Some(dst) = self.route(&pkt) else {
-                    self.stats.unroutable += 1;
+                if matches!(frame, Frame::Burst(_)) && !self.fast_now() {
+                    // Sent before the link started needing the bytes: segment it.
+                    for pkt in frame.into_wire().into_iter().rev() {
+                        self.devices[src].tx.push_front(Frame::Wire(pkt));
+                    }
+                    continue;
+                }
+                let Some(dst) = self.route(&frame) else {
+                    self.stats.unroutable += frame.packets();
                     continue;
                 };
                 let jitter = if self.link.jitter_ns == 0 {
@@ -233,16 +269,16 @@ impl World {
                 };
                 let at = self.now + self.link.latency_ns + jitter;
                 self.seq += 1;
-                self.in_flight.insert((at, self.seq), (dst, pkt));
+                self.in_flight_packets += frame.packets();
+                self.in_flight.insert((at, self.seq), (dst, frame));
             }
         }
         any
     }
 
     /// The device that owns the packet's destination address.
-    fn route(&self, pkt: &[u8]) -> Option<usize> {
-        let parsed = RocePacket::parse(pkt).ok()?;
-        let (_, dgid) = parsed.ip().gids();
+    fn route(&self, frame: &Frame) -> Option<usize> {
+        let dgid = frame.dgid()?;
         self.devices
             .iter()
             .position(|d| d.profile().ports.iter().any(|p| p.gids.contains(&dgid)))
@@ -255,10 +291,11 @@ impl World {
             if entry.key().0 > self.now {
                 break;
             }
-            let (dst, pkt) = entry.remove();
-            self.stats.delivered += 1;
+            let (dst, frame) = entry.remove();
+            self.stats.delivered += frame.packets();
+            self.in_flight_packets = self.in_flight_packets.saturating_sub(frame.packets());
             if let Some(d) = self.devices.get_mut(dst) {
-                d.receive(pkt);
+                d.receive_frame(frame);
                 any = true;
             }
         }
@@ -271,6 +308,7 @@ mod tests {
     use super::*;
     use crate::objects::AddressPath;
     use crate::transport::{Route, send};
+    use bypass_hw::roce::RocePacket;
     use bypass_hw::roce::ext::Aeth;
     use bypass_hw::roce::{BthFields, BthOpcode, DEFAULT_PKEY, ExtFields};
     use bypass_hw::syndrome::AethSyndrome;

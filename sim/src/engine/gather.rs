@@ -14,7 +14,7 @@
 
 use bypass_hw::syndrome::CqeSyndrome;
 
-use crate::iommu::{DmaFault, Iommu};
+use crate::iommu::{Dir, DmaFault, HostRun, Iommu};
 use crate::mkey::{Mkey, Need};
 use crate::table::Table;
 
@@ -142,4 +142,38 @@ pub(crate) fn scatter(
         Need::LocalWrite,
         |iova, r| iommu.write(iova, &data[r]),
     )
+}
+
+/// The host memory behind `len` bytes of the message from offset `off` (Need::LocalRead), for
+/// a burst that carries its payload by reference (`crate::frame`). `None` if any key check or
+/// the IOMMU would refuse: the caller then takes the per-packet path, which reports it.
+pub(crate) fn resolve(
+    mkeys: &Table<Mkey>,
+    iommu: &Iommu,
+    (pd, qpn): (u32, u32),
+    sges: &[Sge],
+    off: u64,
+    len: usize,
+) -> Option<Vec<HostRun>> {
+    let mut out = Vec::new();
+    let fault = DmaFault {
+        iova: 0,
+        len: 0,
+        dir: Dir::Read,
+    };
+    walk(
+        mkeys,
+        (pd, qpn),
+        sges,
+        off,
+        len,
+        Need::LocalRead,
+        |iova, r| {
+            iommu
+                .resolve(iova, r.len(), Dir::Read, &mut out)
+                .ok_or(fault)
+        },
+    )
+    .ok()?;
+    Some(out)
 }

@@ -25,6 +25,7 @@ pub use requester::ReqState;
 pub use responder::RespState;
 
 use crate::device::Device;
+use crate::frame::{Burst, Frame};
 use crate::objects::AddressPath;
 use crate::trace::TraceEvent;
 
@@ -76,6 +77,34 @@ pub(crate) fn receive(dev: &mut Device, bytes: &[u8]) {
     }
 }
 
+/// Processes a burst from an in-process link: applied at once when it is the plain case
+/// (the responder's checks all pass for every packet, see `responder::burst`), else segmented
+/// and processed packet by packet, so every outcome is the per-packet path's.
+pub(crate) fn receive_burst(dev: &mut Device, b: &Burst) {
+    if !dev.trace.enabled() && burst_reaches_qp(dev, b) && responder::burst::apply(dev, b) {
+        return;
+    }
+    for pkt in b.segment() {
+        receive(dev, &pkt);
+    }
+}
+
+/// The checks `receive` makes before the responder, for a burst: ours, an RC QP in a state
+/// that takes packets.
+fn burst_reaches_qp(dev: &Device, b: &Burst) -> bool {
+    let (_, dgid) = b.ip.gids();
+    if !dev.profile.ports.iter().any(|p| p.gids.contains(&dgid)) {
+        return false;
+    }
+    dev.objs.qps.get(b.dest_qp).is_some_and(|qp| {
+        qp.st == st::RC
+            && matches!(
+                qp.state,
+                QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::SqDraining | QpState::Sqer
+            )
+    })
+}
+
 /// Where a packet goes: the local GID index and port, and the remote end.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Route<'a> {
@@ -87,29 +116,17 @@ pub(crate) struct Route<'a> {
     pub src_qpn: u32,
 }
 
-/// Builds a RoCEv2 packet for `route` and queues it on the wire. Returns false (counting a
-/// discard) if the route names a GID the port does not have or mixes IPv4 and IPv6.
-pub(crate) fn send(
-    dev: &mut Device,
-    route: Route<'_>,
-    bth: BthFields,
-    ext: ExtFields,
-    payload: &[u8],
-) -> bool {
+/// The IP header and UDP ports of a packet on `route`, or `None` if the route names a GID the
+/// port does not have or mixes IPv4 and IPv6 (rxe `prepare_ipv4_hdr`/`prepare_ipv6_hdr`,
+/// `rxe_udp_sport`).
+pub(crate) fn headers(dev: &Device, route: Route<'_>) -> Option<(IpSpec, UdpPorts)> {
     let sgid = dev
         .profile
         .ports
         .get(usize::from(route.port.max(1)) - 1)
         .and_then(|p| p.gids.get(usize::from(route.path.src_addr_index)))
-        .copied();
-    let Some(sgid) = sgid else {
-        dev.counters.rx_discards += 1;
-        return false;
-    };
-    let Ok(mut ip) = IpSpec::from_gids(&sgid, &route.path.rgid) else {
-        dev.counters.rx_discards += 1;
-        return false;
-    };
+        .copied()?;
+    let mut ip = IpSpec::from_gids(&sgid, &route.path.rgid).ok()?;
     let hop_limit = if route.path.hop_limit == 0 {
         64
     } else {
@@ -131,12 +148,31 @@ pub(crate) fn send(
     } else {
         rxe_udp_sport(route.src_qpn)
     };
-    let spec = PacketSpec {
+    Some((
         ip,
-        ports: UdpPorts {
+        UdpPorts {
             src,
             dst: ROCE_V2_UDP_DPORT,
         },
+    ))
+}
+
+/// Builds a RoCEv2 packet for `route` and queues it on the wire. Returns false (counting a
+/// discard) if the route names a GID the port does not have or mixes IPv4 and IPv6.
+pub(crate) fn send(
+    dev: &mut Device,
+    route: Route<'_>,
+    bth: BthFields,
+    ext: ExtFields,
+    payload: &[u8],
+) -> bool {
+    let Some((ip, ports)) = headers(dev, route) else {
+        dev.counters.rx_discards += 1;
+        return false;
+    };
+    let spec = PacketSpec {
+        ip,
+        ports,
         bth,
         ext,
         payload,
@@ -156,7 +192,7 @@ pub(crate) fn send(
         tx: true,
         bytes: buf.clone(),
     });
-    dev.tx.push_back(buf);
+    dev.tx.push_back(Frame::Wire(buf));
     true
 }
 

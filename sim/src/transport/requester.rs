@@ -33,6 +33,7 @@ use crate::device::Device;
 use crate::engine::cqe;
 use crate::engine::gather;
 use crate::engine::wqe::{Fence, SendWqe};
+use crate::frame::{Burst, Frame, packet_at};
 use crate::mkey::Need;
 use crate::objects::AddressPath;
 use crate::transport::Route;
@@ -555,6 +556,8 @@ fn send_rc(dev: &mut Device, c: &Ctx, req: &mut ReqState) -> Result<(), CqeSyndr
             req.psn = psn_add(psn, 1);
             finish_wqe(req, cur);
         }
+        WqeOpcode::RDMA_WRITE
+            if dev.fast_tx && w.inline.is_none() && send_burst(dev, c, req, &w) => {}
         _ => {
             let off = req.cur_pkt.saturating_mul(mtu).min(w.len);
             let n = (w.len - off).min(mtu);
@@ -594,6 +597,92 @@ fn send_rc(dev: &mut Device, c: &Ctx, req: &mut ReqState) -> Result<(), CqeSyndr
         }
     }
     Ok(())
+}
+
+/// Sends the rest of RDMA WRITE `w` (as much as the window allows) as one burst on an
+/// in-process link (`crate::frame`): the same packets, PSNs, AckReq bits, counters and timer
+/// as [`send_rc`] one packet at a time, the payload left in place for the responder to copy
+/// once. False (nothing changed) when the per-packet path must run instead: an empty
+/// message, a route the port cannot take, or a local key or mapping that would refuse (the
+/// per-packet path reports those).
+fn send_burst(dev: &mut Device, c: &Ctx, req: &mut ReqState, w: &SendWqe) -> bool {
+    let mtu = c.mtu;
+    let off = req.cur_pkt.saturating_mul(mtu).min(w.len);
+    let left = w.len - off;
+    let window = u32::try_from(MAX_UNACKED_PSNS - psn_diff(req.psn, req.una)).unwrap_or(0);
+    let count = left.div_ceil(mtu).min(window);
+    if left == 0 || count == 0 {
+        return false;
+    }
+    let bytes = u64::from(count)
+        .saturating_mul(u64::from(mtu))
+        .min(u64::from(left));
+    let route = Route {
+        port: c.path.port,
+        path: &c.path,
+        src_qpn: c.qpn,
+    };
+    let Some((ip, ports)) = crate::transport::headers(dev, route) else {
+        return false;
+    };
+    let Some(src) = gather::resolve(
+        &dev.objs.mkeys,
+        &dev.iommu,
+        (c.pd, c.qpn),
+        &w.sges,
+        u64::from(off),
+        bytes as usize,
+    ) else {
+        return false;
+    };
+    let mut burst = Burst {
+        ip,
+        ports,
+        dest_qp: c.remote_qpn,
+        first_psn: req.psn,
+        count,
+        mtu,
+        msg_off: off,
+        msg_len: w.len,
+        raddr: w.raddr,
+        rkey: w.rkey,
+        ack_req: Vec::with_capacity(count as usize),
+        wire_len: 0,
+        src,
+    };
+    let cur = req.cur;
+    for i in 0..count {
+        let (_, _, _, last) = packet_at(off, w.len, mtu, i);
+        let psn = req.psn;
+        let ack_req = last || req.noack + 1 >= MAX_PKT_PER_ACK;
+        // What `emit` and `transport::send` do per packet.
+        if psn_diff(psn, req.max_psn) < 0 {
+            count_retransmit(dev, c.qpn);
+        } else {
+            req.max_psn = psn_add(psn, 1);
+        }
+        let len = burst.packet_len(i);
+        burst.wire_len += len;
+        burst.ack_req.push(ack_req);
+        dev.counters.port_xmit_packets += 1;
+        dev.counters.port_xmit_data += len;
+        if req.ack_deadline.is_none() {
+            req.ack_deadline = c.ack_timeout.map(|t| dev.now.saturating_add(t));
+        }
+        req.noack = if ack_req { 0 } else { req.noack + 1 };
+        req.psn = psn_add(psn, 1);
+        if last {
+            finish_wqe(req, cur);
+        } else {
+            req.cur_pkt += 1;
+        }
+    }
+    dev.tx.push_back(Frame::Burst(Box::new(burst)));
+    true
+}
+
+fn count_retransmit(dev: &mut Device, qpn: u32) {
+    count(dev, qpn, |k| k.retransmits += 1);
 }
 
 /// The last packet of `wqes[cur]` went out: on to the next WQE.
@@ -744,13 +833,18 @@ pub(crate) fn run_timers(dev: &mut Device) -> bool {
 /// Continues held-back sending: fetches WQEs posted before the QP reached RTS, and sends what
 /// the window and limits now allow. True if a packet went out.
 pub(crate) fn resume(dev: &mut Device) -> bool {
-    let qpns: Vec<(u32, bool)> = dev
+    // A QP with no fetched WQE and nothing left to fetch has nothing to resume (`pump` would
+    // find no WQE and stall): skipping it keeps an idle device's step free of work.
+    let mut qpns = dev
         .objs
         .qps
         .iter()
-        .filter(|(_, qp)| qp.state == QpState::Rts)
-        .map(|(n, qp)| (n, qp.req.fresh))
-        .collect();
+        .filter(|(_, qp)| qp.state == QpState::Rts && (qp.req.fresh || !qp.req.wqes.is_empty()))
+        .map(|(n, qp)| (n, qp.req.fresh));
+    let Some(first) = qpns.next() else {
+        return false;
+    };
+    let qpns: Vec<(u32, bool)> = std::iter::once(first).chain(qpns).collect();
     let mut sent = false;
     for (qpn, fresh) in qpns {
         if fresh {
