@@ -345,11 +345,18 @@ impl Iommu {
         let mut done = 0;
         while done < len {
             let (mem, off, n) = self.segment(iova.checked_add(done as u64)?, len - done)?;
-            out.push(HostRun {
-                mem: mem.clone(),
-                off,
-                len: n,
-            });
+            // Runs that continue the previous one in the same buffer merge (one copy, not one
+            // per page).
+            match out.last_mut() {
+                Some(last) if Arc::ptr_eq(&last.mem, mem) && last.off + last.len == off => {
+                    last.len += n;
+                }
+                _ => out.push(HostRun {
+                    mem: mem.clone(),
+                    off,
+                    len: n,
+                }),
+            }
             done += n;
         }
         Some(())

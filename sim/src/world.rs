@@ -191,7 +191,7 @@ impl World {
             for d in &mut self.devices {
                 d.set_fast_tx(fast);
                 d.set_time(self.now);
-                progress |= d.step();
+                progress |= if round == 0 { d.step() } else { d.step_again() };
             }
             progress |= self.collect_tx();
             progress |= self.deliver_due();

@@ -155,12 +155,7 @@ pub(crate) fn resolve(
     off: u64,
     len: usize,
 ) -> Option<Vec<HostRun>> {
-    let mut out = Vec::new();
-    let fault = DmaFault {
-        iova: 0,
-        len: 0,
-        dir: Dir::Read,
-    };
+    let mut iovas = IovaRuns::default();
     walk(
         mkeys,
         (pd, qpn),
@@ -169,11 +164,34 @@ pub(crate) fn resolve(
         len,
         Need::LocalRead,
         |iova, r| {
-            iommu
-                .resolve(iova, r.len(), Dir::Read, &mut out)
-                .ok_or(fault)
+            iovas.push(iova, r.len() as u64);
+            Ok(())
         },
     )
     .ok()?;
-    Some(out)
+    iovas.resolve(iommu, Dir::Read)
+}
+
+/// IOVA runs with contiguous neighbours merged (an mkey translates page by page; the IOMMU is
+/// asked once per contiguous range).
+#[derive(Debug, Default)]
+pub(crate) struct IovaRuns(Vec<(u64, u64)>);
+
+impl IovaRuns {
+    /// Appends `n` bytes at `iova`, extending the last run if it ends there.
+    pub(crate) fn push(&mut self, iova: u64, n: u64) {
+        match self.0.last_mut() {
+            Some((start, len)) if start.checked_add(*len) == Some(iova) => *len += n,
+            _ => self.0.push((iova, n)),
+        }
+    }
+
+    /// The host memory behind every run, if the IOMMU allows `dir` on all of them.
+    pub(crate) fn resolve(&self, iommu: &Iommu, dir: Dir) -> Option<Vec<HostRun>> {
+        let mut out = Vec::new();
+        for &(iova, n) in &self.0 {
+            iommu.resolve(iova, usize::try_from(n).ok()?, dir, &mut out)?;
+        }
+        Some(out)
+    }
 }

@@ -651,6 +651,7 @@ fn send_burst(dev: &mut Device, c: &Ctx, req: &mut ReqState, w: &SendWqe) -> boo
         src,
     };
     let cur = req.cur;
+    let mut len_cache: Option<(bool, bool, u64)> = None;
     for i in 0..count {
         let (_, _, _, last) = packet_at(off, w.len, mtu, i);
         let psn = req.psn;
@@ -661,7 +662,15 @@ fn send_burst(dev: &mut Device, c: &Ctx, req: &mut ReqState, w: &SendWqe) -> boo
         } else {
             req.max_psn = psn_add(psn, 1);
         }
-        let len = burst.packet_len(i);
+        // Only the first packet (RETH) and the last (shorter) differ in length.
+        let len = match len_cache {
+            Some((f, l, n)) if (f, l) == (i == 0, last) => n,
+            _ => {
+                let n = burst.packet_len(i);
+                len_cache = Some((i == 0, last, n));
+                n
+            }
+        };
         burst.wire_len += len;
         burst.ack_req.push(ack_req);
         dev.counters.port_xmit_packets += 1;

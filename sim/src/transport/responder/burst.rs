@@ -21,6 +21,7 @@ use super::rdma::{check_rkey, max_msg, pd};
 use super::rq::mkey;
 use super::{Msg, ack, comm_est, count, mtu};
 use crate::device::Device;
+use crate::engine::gather::IovaRuns;
 use crate::frame::{Burst, copy_runs, packet_at};
 use crate::iommu::{Dir, HostRun};
 use crate::mkey::Need;
@@ -110,10 +111,9 @@ fn plain(dev: &Device, b: &Burst) -> Option<Vec<HostRun>> {
     let runs = key
         .translate(pd(dev, qpn), qpn, va, bytes as u64, Need::RemoteWrite)
         .ok()?;
-    let mut dst = Vec::new();
+    let mut iovas = IovaRuns::default();
     for (iova, n) in runs {
-        dev.iommu
-            .resolve(iova, usize::try_from(n).ok()?, Dir::Write, &mut dst)?;
+        iovas.push(iova, n);
     }
-    Some(dst)
+    iovas.resolve(&dev.iommu, Dir::Write)
 }
