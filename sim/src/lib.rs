@@ -39,6 +39,9 @@ pub(crate) mod testkit;
 #[cfg(test)]
 mod e2e_tests;
 
+#[cfg(test)]
+mod frame_tests;
+
 pub use bypass_hw as hw;
 pub use device::{Device, MmioError};
 pub use firmware::syndromes;
