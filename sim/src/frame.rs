@@ -91,8 +91,17 @@ pub struct Burst {
     pub(crate) ack_req: Vec<bool>,
     /// Wire bytes of all the packets (IP header through ICRC).
     pub(crate) wire_len: u64,
-    /// The payload bytes: the source buffer's host memory at the time of sending.
-    pub(crate) src: Vec<HostRun>,
+    /// The payload.
+    pub(crate) src: Payload,
+}
+
+/// Where a burst's payload is.
+#[derive(Debug, Clone)]
+pub(crate) enum Payload {
+    /// In the sender's host memory (gathered from its SGEs; read at delivery).
+    Host(Vec<HostRun>),
+    /// Inline data the WQE carried (already in the device).
+    Inline(Vec<u8>),
 }
 
 /// Payload bytes and position of packet `i` of a message cut at `mtu`, starting at `msg_off`.
@@ -146,16 +155,25 @@ impl Burst {
 
     /// Payload bytes the burst carries.
     pub(crate) fn bytes(&self) -> usize {
-        self.src.iter().map(|r| r.len).sum()
+        match &self.src {
+            Payload::Host(runs) => runs.iter().map(|r| r.len).sum(),
+            Payload::Inline(bytes) => bytes.len(),
+        }
     }
 
     /// Reads `len` payload bytes from burst offset `at` into a new buffer (the DMA read a
     /// transmit does). `None` if the runs are shorter (cannot happen for a burst the requester
     /// built).
     fn read(&self, mut at: usize, len: usize) -> Option<Vec<u8>> {
+        let runs = match &self.src {
+            Payload::Host(runs) => runs,
+            Payload::Inline(bytes) => {
+                return bytes.get(at..at.checked_add(len)?).map(<[u8]>::to_vec);
+            }
+        };
         let mut out = vec![0u8; len];
         let mut done = 0;
-        for r in &self.src {
+        for r in runs {
             if done == len {
                 break;
             }
@@ -199,7 +217,27 @@ impl Burst {
 
 /// Copies the burst's payload into the destination runs, in order (the one copy of the
 /// single-copy path). False if the lengths differ or a run is out of its buffer.
-pub(crate) fn copy_runs(src: &[HostRun], dst: &[HostRun]) -> bool {
+pub(crate) fn copy_payload(src: &Payload, dst: &[HostRun]) -> bool {
+    match src {
+        Payload::Host(runs) => copy_runs(runs, dst),
+        Payload::Inline(bytes) => {
+            let mut at = 0usize;
+            for d in dst {
+                let Some(chunk) = bytes.get(at..at + d.len) else {
+                    return false;
+                };
+                if !d.mem.write_at(d.off, chunk) {
+                    return false;
+                }
+                at += d.len;
+            }
+            at == bytes.len()
+        }
+    }
+}
+
+/// Copies host runs into host runs, in order.
+fn copy_runs(src: &[HostRun], dst: &[HostRun]) -> bool {
     let (mut si, mut so) = (0usize, 0usize);
     for d in dst {
         let mut dn = 0usize;

@@ -305,9 +305,11 @@ fn run_inline(
     start: Instant,
 ) -> std::result::Result<(), bypass_sim::world::Livelock> {
     w.run_until_idle()?;
-    let real = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
-    if w.next_event().is_some_and(|t| t <= real) {
-        catch_up(w, start)?;
+    if let Some(t) = w.next_event() {
+        let real = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        if t <= real {
+            catch_up(w, start)?;
+        }
     }
     Ok(())
 }

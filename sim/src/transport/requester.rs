@@ -33,7 +33,7 @@ use crate::device::Device;
 use crate::engine::cqe;
 use crate::engine::gather;
 use crate::engine::wqe::{Fence, SendWqe};
-use crate::frame::{Burst, Frame, packet_at};
+use crate::frame::{Burst, Frame, Payload, packet_at};
 use crate::mkey::Need;
 use crate::objects::AddressPath;
 use crate::transport::Route;
@@ -556,8 +556,7 @@ fn send_rc(dev: &mut Device, c: &Ctx, req: &mut ReqState) -> Result<(), CqeSyndr
             req.psn = psn_add(psn, 1);
             finish_wqe(req, cur);
         }
-        WqeOpcode::RDMA_WRITE
-            if dev.fast_tx && w.inline.is_none() && send_burst(dev, c, req, &w) => {}
+        WqeOpcode::RDMA_WRITE if dev.fast_tx && send_burst(dev, c, req, &w) => {}
         _ => {
             let off = req.cur_pkt.saturating_mul(mtu).min(w.len);
             let n = (w.len - off).min(mtu);
@@ -604,7 +603,7 @@ fn send_rc(dev: &mut Device, c: &Ctx, req: &mut ReqState) -> Result<(), CqeSyndr
 /// as [`send_rc`] one packet at a time, the payload left in place for the responder to copy
 /// once. False (nothing changed) when the per-packet path must run instead: an empty
 /// message, a route the port cannot take, or a local key or mapping that would refuse (the
-/// per-packet path reports those).
+/// per-packet path reports those). Inline data travels in the burst itself.
 fn send_burst(dev: &mut Device, c: &Ctx, req: &mut ReqState, w: &SendWqe) -> bool {
     let mtu = c.mtu;
     let off = req.cur_pkt.saturating_mul(mtu).min(w.len);
@@ -625,15 +624,26 @@ fn send_burst(dev: &mut Device, c: &Ctx, req: &mut ReqState, w: &SendWqe) -> boo
     let Some((ip, ports)) = crate::transport::headers(dev, route) else {
         return false;
     };
-    let Some(src) = gather::resolve(
-        &dev.objs.mkeys,
-        &dev.iommu,
-        (c.pd, c.qpn),
-        &w.sges,
-        u64::from(off),
-        bytes as usize,
-    ) else {
-        return false;
+    let src = match &w.inline {
+        Some(data) => {
+            let Some(part) = data.get(off as usize..off as usize + bytes as usize) else {
+                return false;
+            };
+            Payload::Inline(part.to_vec())
+        }
+        None => {
+            let Some(runs) = gather::resolve(
+                &dev.objs.mkeys,
+                &dev.iommu,
+                (c.pd, c.qpn),
+                &w.sges,
+                u64::from(off),
+                bytes as usize,
+            ) else {
+                return false;
+            };
+            Payload::Host(runs)
+        }
     };
     let mut burst = Burst {
         ip,

@@ -22,7 +22,7 @@ use super::rq::mkey;
 use super::{Msg, ack, comm_est, count, mtu};
 use crate::device::Device;
 use crate::engine::gather::IovaRuns;
-use crate::frame::{Burst, copy_runs, packet_at};
+use crate::frame::{Burst, copy_payload, packet_at};
 use crate::iommu::{Dir, HostRun};
 use crate::mkey::Need;
 
@@ -32,7 +32,7 @@ pub(crate) fn apply(dev: &mut Device, b: &Burst) -> bool {
     let Some(dst) = plain(dev, b) else {
         return false;
     };
-    if !copy_runs(&b.src, &dst) {
+    if !copy_payload(&b.src, &dst) {
         return false;
     }
     dev.counters.port_rcv_packets += u64::from(b.count);
