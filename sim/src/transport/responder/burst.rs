@@ -41,12 +41,23 @@ pub(crate) fn apply(dev: &mut Device, b: &Burst) -> bool {
     if let Some(qp) = dev.objs.qps.get_mut(qpn) {
         qp.resp.nak_sent = false;
     }
-    for i in 0..b.count {
+    // The state after each packet matters only where something observes it: the ACKs (their
+    // AETH carries the MSN) and the end of the burst. Packets in between only move it along.
+    let end = b.count.saturating_sub(1);
+    let marks = b
+        .ack_req
+        .iter()
+        .enumerate()
+        .filter_map(|(i, &ack)| ack.then_some(i as u32))
+        .filter(|&i| i != end)
+        .chain(std::iter::once(end));
+    for i in marks {
         let psn = psn_add(b.first_psn, i);
         let (off, n, _, last) = packet_at(b.msg_off, b.msg_len, b.mtu, i);
         let Some(qp) = dev.objs.qps.get_mut(qpn) else {
             return true;
         };
+        qp.resp.epsn = psn_add(psn, 1);
         if last {
             qp.resp.msg = Msg::Idle;
             qp.resp.msn = qp.resp.msn.wrapping_add(1);
@@ -58,9 +69,6 @@ pub(crate) fn apply(dev: &mut Device, b: &Burst) -> bool {
                 total: b.msg_len,
                 done: off + n,
             };
-        }
-        if let Some(qp) = dev.objs.qps.get_mut(qpn) {
-            qp.resp.epsn = psn_add(psn, 1);
         }
         if b.ack_req.get(i as usize).copied().unwrap_or(false) {
             ack::send_ack(dev, qpn, AethSyndrome::ACK_UNLIMITED, psn);
