@@ -162,7 +162,7 @@ impl SimFabric {
             let stop = stop.clone();
             std::thread::Builder::new()
                 .name("bypass-sim-engine".into())
-                .spawn(move || engine_loop(&world, &stop, start))
+                .spawn(move || engine_loop(&world, &stop, start, opts.inline_doorbells))
         };
         let thread = match thread {
             Ok(t) => Some(t),
@@ -314,15 +314,26 @@ fn run_inline(
     Ok(())
 }
 
-fn engine_loop(world: &Mutex<World>, stop: &AtomicBool, start: Instant) {
+/// The engine thread. With inline doorbells it never waits for the world: the thread that
+/// holds it is running it already, and a blocked engine would make that thread's unlock a
+/// futex wake (a system call on the posting path); it tries again after its idle sleep.
+fn engine_loop(world: &Mutex<World>, stop: &AtomicBool, start: Instant, inline: bool) {
     while !stop.load(Ordering::Acquire) {
-        let busy = {
-            let mut w = lock(world);
+        let guard = if inline {
+            match world.try_lock() {
+                Ok(g) => Some(g),
+                Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+                Err(std::sync::TryLockError::WouldBlock) => None,
+            }
+        } else {
+            Some(lock(world))
+        };
+        let busy = guard.is_some_and(|mut w| {
             if let Err(e) = catch_up(&mut w, start) {
                 tracing::error!(error = %e, "the simulated world livelocked");
             }
             w.in_flight() > 0
-        };
+        });
         if !busy {
             std::thread::park_timeout(ENGINE_IDLE);
         }
