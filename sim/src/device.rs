@@ -574,6 +574,7 @@ impl Device {
             match frame {
                 Frame::Wire(pkt) => crate::transport::receive(self, &pkt),
                 Frame::Burst(b) => crate::transport::receive_burst(self, &b),
+                Frame::Ack(a) => crate::transport::receive_ack(self, &a),
             }
         }
         if force_scan || progress || self.scan_progressed {
@@ -601,6 +602,7 @@ impl Device {
     pub fn take_tx(&mut self) -> Option<Vec<u8>> {
         match self.tx.pop_front()? {
             Frame::Wire(bytes) => Some(bytes),
+            Frame::Ack(a) => a.to_wire(),
             Frame::Burst(b) => {
                 let mut pkts = b.segment().into_iter();
                 let first = pkts.next();

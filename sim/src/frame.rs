@@ -1,5 +1,6 @@
-//! What a device hands to the link and takes from it: wire bytes, or a burst of consecutive RC
-//! RDMA WRITE packets of one message whose payload is still in the sender's memory.
+//! What a device hands to the link and takes from it: wire bytes, a burst of consecutive RC
+//! RDMA WRITE packets of one message whose payload is still in the sender's memory, or an
+//! ACKNOWLEDGE as its fields.
 //!
 //! Owns: [`Frame`] and [`Burst`], and the segmentation of a burst into the exact wire packets
 //! the per-packet path would have sent (headers, AckReq bits, RETH on the first packet of the
@@ -18,8 +19,8 @@ use std::sync::Arc;
 
 use bypass_hw::roce::opcode::psn_add;
 use bypass_hw::roce::{
-    BthFields, BthOpcode, DEFAULT_PKEY, ExtFields, IpSpec, PacketSpec, Reth, RocePacket, UdpPorts,
-    emit,
+    Aeth, BthFields, BthOpcode, DEFAULT_PKEY, ExtFields, IpSpec, PacketSpec, Reth, RocePacket,
+    UdpPorts, emit,
 };
 
 use crate::iommu::HostRun;
@@ -38,13 +39,15 @@ pub enum Frame {
     Wire(Vec<u8>),
     /// Consecutive packets of one RDMA WRITE, payload by reference.
     Burst(Box<Burst>),
+    /// An ACKNOWLEDGE (ACK, RNR NAK or NAK) as its fields.
+    Ack(AckFrame),
 }
 
 impl Frame {
     /// The packets this frame stands for.
     pub fn packets(&self) -> u64 {
         match self {
-            Self::Wire(_) => 1,
+            Self::Wire(_) | Self::Ack(_) => 1,
             Self::Burst(b) => u64::from(b.count),
         }
     }
@@ -54,6 +57,7 @@ impl Frame {
         match self {
             Self::Wire(bytes) => RocePacket::parse(bytes).ok().map(|p| p.ip().gids().1),
             Self::Burst(b) => Some(b.ip.gids().1),
+            Self::Ack(a) => Some(a.ip.gids().1),
         }
     }
 
@@ -62,7 +66,60 @@ impl Frame {
         match self {
             Self::Wire(bytes) => vec![bytes],
             Self::Burst(b) => b.segment(),
+            Self::Ack(a) => a.to_wire().into_iter().collect(),
         }
+    }
+}
+
+/// An ACKNOWLEDGE packet as its fields: what the responder would emit, without the bytes.
+#[derive(Debug, Clone, Copy)]
+pub struct AckFrame {
+    pub(crate) ip: IpSpec,
+    pub(crate) ports: UdpPorts,
+    /// Destination QPN.
+    pub(crate) dest_qp: u32,
+    /// The PSN it acknowledges (or NAKs).
+    pub(crate) psn: u32,
+    /// Syndrome and MSN.
+    pub(crate) aeth: Aeth,
+    /// Its length on the wire.
+    pub(crate) wire_len: u64,
+}
+
+impl AckFrame {
+    /// The packet's spec, exactly as `responder::ack::respond` builds it.
+    pub(crate) fn spec(
+        ip: IpSpec,
+        ports: UdpPorts,
+        dest_qp: u32,
+        psn: u32,
+        aeth: Aeth,
+    ) -> PacketSpec<'static> {
+        PacketSpec {
+            ip,
+            ports,
+            bth: BthFields {
+                opcode: BthOpcode::RC_ACKNOWLEDGE,
+                pkey: DEFAULT_PKEY,
+                dest_qp,
+                psn,
+                ..BthFields::default()
+            },
+            ext: ExtFields {
+                aeth: Some(aeth),
+                ..ExtFields::default()
+            },
+            payload: &[],
+        }
+    }
+
+    /// The wire bytes (`None` only if the spec cannot be emitted, which a frame the device
+    /// built never is).
+    pub fn to_wire(&self) -> Option<Vec<u8>> {
+        let spec = Self::spec(self.ip, self.ports, self.dest_qp, self.psn, self.aeth);
+        let mut buf = vec![0u8; spec.packet_len().ok()?];
+        emit(&spec, &mut buf).ok()?;
+        Some(buf)
     }
 }
 

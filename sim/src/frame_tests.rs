@@ -308,3 +308,46 @@ fn inline_writes_over_bursts_match_bytes_and_carry_their_data() {
     assert_eq!(fast.b_mem[6000..6700], data[9..709]);
     assert!(fast.a_cqes.iter().all(|c| c[63] >> 4 == 0));
 }
+
+#[test]
+fn acknowledgements_taken_as_bytes_are_exactly_the_byte_paths() {
+    // 20 000 bytes at MTU 256 is 79 packets: an ACK at the 64th (AckReq by count) and one at
+    // the last; then a WRITE to the read-only region draws a NAK remote access.
+    let writes = [
+        w(20_000, 0, 0),
+        W {
+            read_only_target: true,
+            ..w(100, 0, 0)
+        },
+    ];
+    let responses = |fast: bool| {
+        let mut c = connect(256);
+        post(&mut c, &writes);
+        c.p.a.dev.step();
+        let pkts: Vec<Vec<u8>> = std::iter::from_fn(|| c.p.a.dev.take_tx()).collect();
+        c.p.b.dev.set_fast_tx(fast);
+        for p in pkts {
+            c.p.b.dev.receive(p);
+        }
+        c.p.b.dev.step();
+        let acks =
+            c.p.b
+                .dev
+                .tx
+                .iter()
+                .filter(|f| matches!(f, crate::frame::Frame::Ack(_)))
+                .count();
+        let bytes: Vec<Vec<u8>> = std::iter::from_fn(|| c.p.b.dev.take_tx()).collect();
+        (acks, bytes, c.p.b.dev.counters.clone())
+    };
+    let (frames, by_frames, fast_counters) = responses(true);
+    let (none, by_bytes, counters) = responses(false);
+    assert_eq!((frames, none), (3, 0), "the fast side queued ACK frames");
+    assert_eq!(by_frames, by_bytes);
+    assert_eq!(fast_counters, counters);
+    let psns: Vec<u32> = by_bytes
+        .iter()
+        .map(|p| RocePacket::parse(p).unwrap().bth().psn())
+        .collect();
+    assert_eq!(psns, [0x00ff_ffbf, 0x00ff_ffce, 0x00ff_ffcf]);
+}
