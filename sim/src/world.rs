@@ -16,7 +16,7 @@
 //! the loss-recovery work draws from it too). A failing test prints `World::seed()`; building a
 //! world with that seed replays the run.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 
 use rand_chacha::ChaCha8Rng;
 use rand_core::{RngCore, SeedableRng};
@@ -60,6 +60,10 @@ pub struct World {
     link: LinkConfig,
     /// In flight: (arrival time, send sequence) → (destination device, packet or burst).
     in_flight: BTreeMap<(u64, u64), (usize, Frame)>,
+    /// Frames due at the current time (a zero-latency link), in send order: they arrive after
+    /// everything in `in_flight` that is due by now, all of which was sent before them. Kept
+    /// apart so that a zero-latency exchange does not churn the map.
+    due_now: VecDeque<(usize, Frame)>,
     /// Packets in flight (a burst counts its packets).
     in_flight_packets: u64,
     /// Devices may send bursts when nothing needs the bytes.
@@ -106,6 +110,7 @@ impl World {
             devices: Vec::new(),
             link: LinkConfig::default(),
             in_flight: BTreeMap::new(),
+            due_now: VecDeque::new(),
             in_flight_packets: 0,
             fast_path: true,
             seq: 0,
@@ -237,7 +242,11 @@ impl World {
 
     /// The next time something is due: a packet arrival or a device timer.
     pub fn next_event(&self) -> Option<u64> {
-        let arrival = self.in_flight.keys().next().map(|&(t, _)| t);
+        let arrival = if self.due_now.is_empty() {
+            self.in_flight.keys().next().map(|&(t, _)| t)
+        } else {
+            Some(self.now)
+        };
         let timers = self.devices.iter().filter_map(Device::next_deadline).min();
         match (arrival, timers) {
             (Some(a), Some(b)) => Some(a.min(b)),
@@ -270,7 +279,11 @@ impl World {
                 let at = self.now + self.link.latency_ns + jitter;
                 self.seq += 1;
                 self.in_flight_packets += frame.packets();
-                self.in_flight.insert((at, self.seq), (dst, frame));
+                if at <= self.now {
+                    self.due_now.push_back((dst, frame));
+                } else {
+                    self.in_flight.insert((at, self.seq), (dst, frame));
+                }
             }
         }
         any
@@ -284,7 +297,8 @@ impl World {
             .position(|d| d.profile().ports.iter().any(|p| p.gids.contains(&dgid)))
     }
 
-    /// Hands every packet whose arrival time has come to its device.
+    /// Hands every packet whose arrival time has come to its device, in (arrival time, send
+    /// order): the map's due entries, then the zero-latency lane.
     fn deliver_due(&mut self) -> bool {
         let mut any = false;
         while let Some(entry) = self.in_flight.first_entry() {
@@ -292,14 +306,24 @@ impl World {
                 break;
             }
             let (dst, frame) = entry.remove();
-            self.stats.delivered += frame.packets();
-            self.in_flight_packets = self.in_flight_packets.saturating_sub(frame.packets());
-            if let Some(d) = self.devices.get_mut(dst) {
-                d.receive_frame(frame);
-                any = true;
-            }
+            any |= self.deliver(dst, frame);
+        }
+        while let Some((dst, frame)) = self.due_now.pop_front() {
+            any |= self.deliver(dst, frame);
         }
         any
+    }
+
+    fn deliver(&mut self, dst: usize, frame: Frame) -> bool {
+        self.stats.delivered += frame.packets();
+        self.in_flight_packets = self.in_flight_packets.saturating_sub(frame.packets());
+        match self.devices.get_mut(dst) {
+            Some(d) => {
+                d.receive_frame(frame);
+                true
+            }
+            None => false,
+        }
     }
 }
 
@@ -385,6 +409,27 @@ mod tests {
         assert!(w.settle(1_000_000).unwrap());
         assert_eq!(w.stats().unroutable, 1);
         assert_eq!(w.now(), 1_000);
+    }
+
+    #[test]
+    fn a_zero_latency_link_delivers_in_send_order_within_the_same_run() {
+        let mut w = World::new(3);
+        w.set_link(LinkConfig {
+            latency_ns: 0,
+            jitter_ns: 0,
+        });
+        let a = w.add_device(Profile::with_id(1));
+        let b = w.add_device(Profile::with_id(2));
+        w.device(b).trace.set_enabled(true);
+        let gid_b = Profile::with_id(2).ports[0].gids[0];
+        for psn in [9, 3, 7] {
+            send_ack(&mut w, a, gid_b, psn);
+        }
+        w.run_until_idle().unwrap();
+        assert_eq!(w.in_flight(), 0);
+        assert_eq!(w.next_event(), None);
+        assert_eq!((w.now(), w.stats().delivered), (0, 3));
+        assert_eq!(rx_psns(&mut w, b), [9, 3, 7]);
     }
 
     fn jittery_run(seed: u64) -> Vec<u32> {

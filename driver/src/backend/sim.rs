@@ -300,18 +300,22 @@ fn catch_up(w: &mut World, start: Instant) -> std::result::Result<(), bypass_sim
 /// What an inline doorbell runs: the world until idle at its current virtual time, and the
 /// catch-up with the wall clock only if an event (timer, arrival) has become due meanwhile
 /// (the engine thread moves idle time forward; doing it here too would cost every post).
+/// Returns true if something is left for later (a packet in flight, a timer pending): the
+/// engine thread must be woken for it.
 fn run_inline(
     w: &mut World,
     start: Instant,
-) -> std::result::Result<(), bypass_sim::world::Livelock> {
+) -> std::result::Result<bool, bypass_sim::world::Livelock> {
     w.run_until_idle()?;
-    if let Some(t) = w.next_event() {
-        let real = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
-        if t <= real {
-            catch_up(w, start)?;
-        }
+    let Some(t) = w.next_event() else {
+        return Ok(w.in_flight() > 0);
+    };
+    let real = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
+    if t <= real {
+        catch_up(w, start)?;
+        return Ok(w.in_flight() > 0 || w.next_event().is_some());
     }
-    Ok(())
+    Ok(true)
 }
 
 /// The engine thread. With inline doorbells it never waits for the world: the thread that
@@ -382,11 +386,14 @@ impl SimBackend {
             if inner.inline_doorbells && world.device(self.id).pending_doorbells() > 0 {
                 // Inline doorbells: the device acts on it now, in this thread, and so does
                 // everything it sets off on a zero-latency link.
-                if let Err(e) = run_inline(&mut world, inner.start) {
-                    inner.errors.fetch_add(1, Ordering::Relaxed);
-                    tracing::error!(error = %e, "the simulated world livelocked");
+                match run_inline(&mut world, inner.start) {
+                    Ok(pending) => (r, pending),
+                    Err(e) => {
+                        inner.errors.fetch_add(1, Ordering::Relaxed);
+                        tracing::error!(error = %e, "the simulated world livelocked");
+                        (r, true)
+                    }
                 }
-                (r, world.in_flight() > 0 || world.next_event().is_some())
             } else {
                 (r, true)
             }
