@@ -161,7 +161,8 @@ fn both_paths(mtu: u32, writes: &[W]) -> (Outcome, Outcome, (usize, u64)) {
 #[test]
 fn writes_over_bursts_leave_the_same_memory_cqes_counters_and_psns_as_over_bytes() {
     // 60 000 bytes at MTU 256 is 235 packets: more than the 128-PSN window (two bursts and an
-    // ACK in between), with AckReq every 64 packets; the PSNs wrap past 2^24.
+    // ACK in between), with AckReq every 64 packets; the PSNs wrap past 2^24. Later WRITEs
+    // overwrite parts of earlier ones, in order.
     let writes = [
         w(60_000, 0, 0),
         w(1, 70_000, 70_000),
@@ -169,6 +170,10 @@ fn writes_over_bursts_leave_the_same_memory_cqes_counters_and_psns_as_over_bytes
         w(256, 4096, 90_000),
         w(512, 5000, 91_000),
         w(100_000, 8, 120_000),
+        // 100 then 200 packets: the second starts with a burst cut by the window mid-way
+        // between AckReqs, so the next burst starts with packets already counted since one.
+        w(25_600, 0, 222_000),
+        w(51_200, 0, 200_000),
     ];
     let (bytes, fast, (frames, packets)) = both_paths(256, &writes);
     assert_eq!(fast, bytes);

@@ -656,52 +656,69 @@ fn send_burst(dev: &mut Device, c: &Ctx, req: &mut ReqState, w: &SendWqe) -> boo
         msg_len: w.len,
         raddr: w.raddr,
         rkey: w.rkey,
-        ack_req: Vec::with_capacity(count as usize),
+        ack_req: Vec::new(),
         wire_len: 0,
         src,
     };
-    let cur = req.cur;
-    let mut len_cache: Option<(bool, bool, u64)> = None;
-    for i in 0..count {
-        let (_, _, _, last) = packet_at(off, w.len, mtu, i);
-        let psn = req.psn;
-        let ack_req = last || req.noack + 1 >= MAX_PKT_PER_ACK;
-        // What `emit` and `transport::send` do per packet.
-        if psn_diff(psn, req.max_psn) < 0 {
-            count_retransmit(dev, c.qpn);
-        } else {
-            req.max_psn = psn_add(psn, 1);
+    // What `emit` and `transport::send` do for each of the packets, in closed form.
+    let first_psn = req.psn;
+    let ends = packet_at(off, w.len, mtu, count - 1).3;
+    // Packets below `max_psn` are retransmissions; the rest move it.
+    let behind =
+        u32::try_from(psn_diff(req.max_psn, first_psn).clamp(0, count as i32)).unwrap_or(0);
+    if behind > 0 {
+        count_retransmits(dev, c.qpn, u64::from(behind));
+    }
+    if behind < count {
+        req.max_psn = psn_add(first_psn, count);
+    }
+    // AckReq every MAX_PKT_PER_ACK packets since the last one that had it, and on the last
+    // packet of the message; `noack` counts the packets since.
+    let mut ack_req = vec![false; count as usize];
+    let mut at = (MAX_PKT_PER_ACK - 1).saturating_sub(req.noack) as usize;
+    let mut last_ack = None;
+    while let Some(slot) = ack_req.get_mut(at) {
+        *slot = true;
+        last_ack = Some(at as u32);
+        at += MAX_PKT_PER_ACK as usize;
+    }
+    if ends {
+        if let Some(slot) = ack_req.last_mut() {
+            *slot = true;
         }
-        // Only the first packet (RETH) and the last (shorter) differ in length.
-        let len = match len_cache {
-            Some((f, l, n)) if (f, l) == (i == 0, last) => n,
-            _ => {
-                let n = burst.packet_len(i);
-                len_cache = Some((i == 0, last, n));
-                n
-            }
-        };
-        burst.wire_len += len;
-        burst.ack_req.push(ack_req);
-        dev.counters.port_xmit_packets += 1;
-        dev.counters.port_xmit_data += len;
-        if req.ack_deadline.is_none() {
-            req.ack_deadline = c.ack_timeout.map(|t| dev.now.saturating_add(t));
-        }
-        req.noack = if ack_req { 0 } else { req.noack + 1 };
-        req.psn = psn_add(psn, 1);
-        if last {
-            finish_wqe(req, cur);
-        } else {
-            req.cur_pkt += 1;
-        }
+        last_ack = Some(count - 1);
+    }
+    req.noack = match last_ack {
+        Some(k) => count - 1 - k,
+        None => req.noack + count,
+    };
+    burst.ack_req = ack_req;
+    // Only the first packet (RETH) and the last (shorter) can differ from the middle ones.
+    let mut wire = burst.packet_len(0);
+    if count > 1 {
+        wire += burst.packet_len(count - 1);
+    }
+    if count > 2 {
+        wire += u64::from(count - 2) * burst.packet_len(1);
+    }
+    burst.wire_len = wire;
+    dev.counters.port_xmit_packets += u64::from(count);
+    dev.counters.port_xmit_data += wire;
+    if req.ack_deadline.is_none() {
+        req.ack_deadline = c.ack_timeout.map(|t| dev.now.saturating_add(t));
+    }
+    req.psn = psn_add(first_psn, count);
+    if ends {
+        finish_wqe(req, req.cur);
+    } else {
+        req.cur_pkt += count;
     }
     dev.tx.push_back(Frame::Burst(Box::new(burst)));
     true
 }
 
-fn count_retransmit(dev: &mut Device, qpn: u32) {
-    count(dev, qpn, |k| k.retransmits += 1);
+fn count_retransmits(dev: &mut Device, qpn: u32, n: u64) {
+    count(dev, qpn, |k| k.retransmits += n);
 }
 
 /// The last packet of `wqes[cur]` went out: on to the next WQE.
