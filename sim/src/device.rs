@@ -151,6 +151,8 @@ pub struct Device {
     pub(crate) fast_tx: bool,
     /// The last timer/resume scan did something (so the next step scans again).
     scan_progressed: bool,
+    /// Packet headers of the last route used (`transport::headers`).
+    pub(crate) headers_cache: Option<crate::transport::HeadersCache>,
     /// Device time in nanoseconds (virtual in stepped mode).
     pub(crate) now: u64,
     irq: Option<Box<dyn FnMut(u16) + Send>>,
@@ -205,6 +207,7 @@ impl Device {
             tx: VecDeque::new(),
             fast_tx: false,
             scan_progressed: false,
+            headers_cache: None,
             now: 0,
             irq: None,
             irq_count: vec![0; vectors],

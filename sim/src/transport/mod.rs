@@ -144,7 +144,36 @@ pub(crate) struct Route<'a> {
 /// The IP header and UDP ports of a packet on `route`, or `None` if the route names a GID the
 /// port does not have or mixes IPv4 and IPv6 (rxe `prepare_ipv4_hdr`/`prepare_ipv6_hdr`,
 /// `rxe_udp_sport`).
-pub(crate) fn headers(dev: &Device, route: Route<'_>) -> Option<(IpSpec, UdpPorts)> {
+pub(crate) fn headers(dev: &mut Device, route: Route<'_>) -> Option<(IpSpec, UdpPorts)> {
+    // One entry per device: a QP sends on the same path packet after packet (the profile's
+    // GID table never changes, so the route alone decides the headers).
+    if let Some(h) = &dev.headers_cache {
+        if h.port == route.port && h.src_qpn == route.src_qpn && h.path == *route.path {
+            return Some((h.ip, h.ports));
+        }
+    }
+    let made = build_headers(dev, route)?;
+    dev.headers_cache = Some(HeadersCache {
+        port: route.port,
+        src_qpn: route.src_qpn,
+        path: route.path.clone(),
+        ip: made.0,
+        ports: made.1,
+    });
+    Some(made)
+}
+
+/// The last route [`headers`] built headers for, and the headers.
+#[derive(Debug, Clone)]
+pub(crate) struct HeadersCache {
+    port: u8,
+    src_qpn: u32,
+    path: AddressPath,
+    ip: IpSpec,
+    ports: UdpPorts,
+}
+
+fn build_headers(dev: &Device, route: Route<'_>) -> Option<(IpSpec, UdpPorts)> {
     let sgid = dev
         .profile
         .ports

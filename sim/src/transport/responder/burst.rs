@@ -102,7 +102,11 @@ fn plain(dev: &Device, b: &Burst) -> Option<Vec<HostRun>> {
     if !(in_order && seq_ok && qp.attrs.rwe && sized) {
         return None;
     }
+    // The whole message's range is checked at its first packet; when the burst is the whole
+    // message, the translation below is that same check.
+    let whole = starts && bytes as u64 == u64::from(b.msg_len);
     if starts
+        && !whole
         && !check_rkey(
             dev,
             qpn,
