@@ -503,6 +503,30 @@ fn payload(
 /// One RC packet of `wqes[cur]`.
 fn send_rc(dev: &mut Device, c: &Ctx, req: &mut ReqState) -> Result<(), CqeSyndrome> {
     let cur = req.cur;
+    if dev.fast_tx
+        && req
+            .wqes
+            .get(cur)
+            .is_some_and(|w| w.opcode == WqeOpcode::RDMA_WRITE)
+    {
+        // The WQE is lent out of the queue for the burst (no copy of its buffers), and put
+        // back before the queue moves on.
+        if let Some(slot) = req.wqes.get_mut(cur) {
+            let w = std::mem::replace(slot, SendWqe::bare(slot.index, slot.opcode, slot.wqebbs));
+            let sent = send_burst(dev, c, req, &w);
+            if let Some(slot) = req.wqes.get_mut(cur) {
+                *slot = w;
+            }
+            match sent {
+                Some(true) => {
+                    finish_wqe(req, cur);
+                    return Ok(());
+                }
+                Some(false) => return Ok(()),
+                None => {}
+            }
+        }
+    }
     let Some(w) = req.wqes.get(cur).cloned() else {
         return Ok(());
     };
@@ -556,7 +580,6 @@ fn send_rc(dev: &mut Device, c: &Ctx, req: &mut ReqState) -> Result<(), CqeSyndr
             req.psn = psn_add(psn, 1);
             finish_wqe(req, cur);
         }
-        WqeOpcode::RDMA_WRITE if dev.fast_tx && send_burst(dev, c, req, &w) => {}
         _ => {
             let off = req.cur_pkt.saturating_mul(mtu).min(w.len);
             let n = (w.len - off).min(mtu);
@@ -601,17 +624,18 @@ fn send_rc(dev: &mut Device, c: &Ctx, req: &mut ReqState) -> Result<(), CqeSyndr
 /// Sends the rest of RDMA WRITE `w` (as much as the window allows) as one burst on an
 /// in-process link (`crate::frame`): the same packets, PSNs, AckReq bits, counters and timer
 /// as [`send_rc`] one packet at a time, the payload left in place for the responder to copy
-/// once. False (nothing changed) when the per-packet path must run instead: an empty
+/// once. Returns whether the burst ends the message (the caller then finishes the WQE), or
+/// `None` (nothing changed) when the per-packet path must run instead: an empty
 /// message, a route the port cannot take, or a local key or mapping that would refuse (the
 /// per-packet path reports those). Inline data travels in the burst itself.
-fn send_burst(dev: &mut Device, c: &Ctx, req: &mut ReqState, w: &SendWqe) -> bool {
+fn send_burst(dev: &mut Device, c: &Ctx, req: &mut ReqState, w: &SendWqe) -> Option<bool> {
     let mtu = c.mtu;
     let off = req.cur_pkt.saturating_mul(mtu).min(w.len);
     let left = w.len - off;
     let window = u32::try_from(MAX_UNACKED_PSNS - psn_diff(req.psn, req.una)).unwrap_or(0);
     let count = left.div_ceil(mtu).min(window);
     if left == 0 || count == 0 {
-        return false;
+        return None;
     }
     let bytes = u64::from(count)
         .saturating_mul(u64::from(mtu))
@@ -622,12 +646,12 @@ fn send_burst(dev: &mut Device, c: &Ctx, req: &mut ReqState, w: &SendWqe) -> boo
         src_qpn: c.qpn,
     };
     let Some((ip, ports)) = crate::transport::headers(dev, route) else {
-        return false;
+        return None;
     };
     let src = match &w.inline {
         Some(data) => {
             let Some(part) = data.get(off as usize..off as usize + bytes as usize) else {
-                return false;
+                return None;
             };
             Payload::Inline(part.to_vec())
         }
@@ -640,7 +664,7 @@ fn send_burst(dev: &mut Device, c: &Ctx, req: &mut ReqState, w: &SendWqe) -> boo
                 u64::from(off),
                 bytes as usize,
             ) else {
-                return false;
+                return None;
             };
             Payload::Host(runs)
         }
@@ -708,13 +732,11 @@ fn send_burst(dev: &mut Device, c: &Ctx, req: &mut ReqState, w: &SendWqe) -> boo
         req.ack_deadline = c.ack_timeout.map(|t| dev.now.saturating_add(t));
     }
     req.psn = psn_add(first_psn, count);
-    if ends {
-        finish_wqe(req, req.cur);
-    } else {
+    if !ends {
         req.cur_pkt += count;
     }
     dev.tx.push_back(Frame::Burst(Box::new(burst)));
-    true
+    Some(ends)
 }
 
 fn count_retransmits(dev: &mut Device, qpn: u32, n: u64) {
