@@ -645,27 +645,21 @@ fn send_burst(dev: &mut Device, c: &Ctx, req: &mut ReqState, w: &SendWqe) -> Opt
         path: &c.path,
         src_qpn: c.qpn,
     };
-    let Some((ip, ports)) = crate::transport::headers(dev, route) else {
-        return None;
-    };
+    let (ip, ports) = crate::transport::headers(dev, route)?;
     let src = match &w.inline {
         Some(data) => {
-            let Some(part) = data.get(off as usize..off as usize + bytes as usize) else {
-                return None;
-            };
+            let part = data.get(off as usize..off as usize + bytes as usize)?;
             Payload::Inline(part.to_vec())
         }
         None => {
-            let Some(runs) = gather::resolve(
+            let runs = gather::resolve(
                 &dev.objs.mkeys,
                 &dev.iommu,
                 (c.pd, c.qpn),
                 &w.sges,
                 u64::from(off),
                 bytes as usize,
-            ) else {
-                return None;
-            };
+            )?;
             Payload::Host(runs)
         }
     };
