@@ -23,6 +23,7 @@ mod engine;
 mod events;
 pub mod faults;
 mod firmware;
+pub mod frame;
 pub mod iommu;
 pub mod memory;
 pub mod mkey;
@@ -40,6 +41,9 @@ pub(crate) mod testkit;
 
 #[cfg(test)]
 mod e2e_tests;
+
+#[cfg(test)]
+mod frame_tests;
 
 pub use bypass_hw as hw;
 pub use device::{Device, MmioError};
