@@ -24,8 +24,13 @@ RUSTFLAGS="-C target-cpu=x86-64 -g" cargo bench -p bypass-driver --bench callgri
 bin="$(grep -o '"executable":"[^"]*callgrind_hot_path[^"]*"' "$CARGO_TARGET_DIR.build.json" | tail -1 | cut -d'"' -f4)"
 [ -x "$bin" ] || { echo "bench binary not found" >&2; exit 1; }
 
-out="$(mktemp -d)"
-trap 'rm -rf "$out"' EXIT
+# CALLGRIND_KEEP=dir keeps the callgrind outputs (post.out, poll.out) there for inspection.
+if [ -n "${CALLGRIND_KEEP:-}" ]; then
+  out="$CALLGRIND_KEEP"; mkdir -p "$out"
+else
+  out="$(mktemp -d)"
+  trap 'rm -rf "$out"' EXIT
+fi
 
 count() { # $1 = output file: the collected instruction total
   grep '^summary:' "$1" | awk '{print $2}'

@@ -313,6 +313,9 @@ pub struct SendLimits {
     pub sig_all: bool,
     /// `(qpn & 0xffffff) << 8`, the ctrl segment's `qpn_ds` without the DS count.
     pub qpn_shifted: u32,
+    /// The ctrl segment's `fm_ce_se` for each value of [`SendFlags`] (`sig_all` folded in),
+    /// so the data path looks it up instead of testing each flag.
+    pub fm_ce_se: [u8; 8],
 }
 
 impl SendLimits {
@@ -325,8 +328,40 @@ impl SendLimits {
             max_inline,
             sig_all,
             qpn_shifted: (qpn & 0x00ff_ffff) << 8,
+            fm_ce_se: [
+                fm_ce_se_of(sig_all, 0),
+                fm_ce_se_of(sig_all, 1),
+                fm_ce_se_of(sig_all, 2),
+                fm_ce_se_of(sig_all, 3),
+                fm_ce_se_of(sig_all, 4),
+                fm_ce_se_of(sig_all, 5),
+                fm_ce_se_of(sig_all, 6),
+                fm_ce_se_of(sig_all, 7),
+            ],
         }
     }
+
+    /// `fm_ce_se` of the ctrl segment for `flags` (rdma-core `_mlx5_post_send`).
+    #[inline(always)]
+    pub const fn fm_ce_se(&self, flags: SendFlags) -> u8 {
+        self.fm_ce_se[(flags.bits() & 7) as usize]
+    }
+}
+
+/// `fm_ce_se` for the [`SendFlags`] bits `flags` (rdma-core `_mlx5_post_send`: CQ_UPDATE when
+/// signaled or `sq_sig_all`, SOLICITED, FENCE).
+const fn fm_ce_se_of(sig_all: bool, flags: u8) -> u8 {
+    let mut f = 0u8;
+    if sig_all || flags & SendFlags::SIGNALED.bits() != 0 {
+        f |= MLX5_WQE_CTRL_CQ_UPDATE;
+    }
+    if flags & SendFlags::SOLICITED.bits() != 0 {
+        f |= MLX5_WQE_CTRL_SOLICITED;
+    }
+    if flags & SendFlags::FENCE.bits() != 0 {
+        f |= MLX5_WQE_CTRL_FENCE;
+    }
+    f
 }
 
 /// A WQE written to the ring: its size and the first 8 bytes of its ctrl segment (the
@@ -365,29 +400,6 @@ impl<'r> WqeOut<'r> {
             ring: &sq.ring,
             base,
             room,
-        }
-    }
-
-    /// Writes one 16-byte segment at WQE offset `off` as two 64-bit stores.
-    #[inline(always)]
-    fn put16(&self, off: usize, w: [u64; 2]) {
-        if off + 16 <= self.room {
-            let p = self
-                .ring
-                .base()
-                .as_ptr()
-                .wrapping_add(self.base + off)
-                .cast::<u64>();
-            // SAFETY: as in `put`: `base + off + 16 <= ring.len()`, inside the ring, valid for
-            // writes, not read by the device before the doorbell; unaligned stores, so the
-            // ring's alignment does not matter.
-            unsafe {
-                p.write_unaligned(w[0]);
-                p.add(1).write_unaligned(w[1]);
-            }
-        } else {
-            let b: [u8; 16] = zerocopy::transmute!(w);
-            self.ring.write(self.base + off, &b);
         }
     }
 
@@ -430,94 +442,144 @@ pub fn write_send(
     lim: &SendLimits,
     wr: &SendWr<'_>,
 ) -> Result<Written, PostError> {
-    if let (false, Payload::Sges(sges)) = (lim.ud, wr.payload) {
-        if let Some((raddr, imm)) = wr.op.rc_plain() {
-            return write_rc_sges(sq, shared, lim, wr, raddr, imm, sges);
-        }
+    match write_send_fast(sq, shared, lim, wr) {
+        Some(r) => r,
+        None => write_send_general(sq, shared, lim, wr),
     }
-    write_send_general(sq, shared, lim, wr)
+}
+
+/// The common case: an RC SEND, SEND_IMM, RDMA WRITE, WRITE_IMM or READ gathering an SGE list
+/// whose WQE does not cross the ring's end. `None` for every other request, which
+/// [`write_send`] (the general path) takes; nothing is written then.
+///
+/// Callers on the data path call this first and the general path only on `None`, each with its
+/// own doorbell, so the fast path's result stays in registers.
+#[inline(always)]
+pub fn write_send_fast(
+    sq: &mut SqRing,
+    shared: &WqShared,
+    lim: &SendLimits,
+    wr: &SendWr<'_>,
+) -> Option<Result<Written, PostError>> {
+    let (false, Payload::Sges(sges)) = (lim.ud, wr.payload) else {
+        return None;
+    };
+    let (opcode, raddr, imm) = match wr.op {
+        SendOp::Write { remote } => (WqeOpcode::RDMA_WRITE, Some(remote), 0),
+        SendOp::Send => (WqeOpcode::SEND, None, 0),
+        SendOp::SendImm { imm } => (WqeOpcode::SEND_IMM, None, imm),
+        SendOp::WriteImm { remote, imm } => (WqeOpcode::RDMA_WRITE_IMM, Some(remote), imm),
+        SendOp::Read { remote } => (WqeOpcode::RDMA_READ, Some(remote), 0),
+        SendOp::CompareSwap { .. } | SendOp::FetchAdd { .. } => return None,
+    };
+    write_rc_sges(sq, shared, lim, wr, opcode, raddr, imm, sges)
 }
 
 /// The common case on its own, so it compiles to straight-line code: an RC SEND, SEND_IMM,
 /// RDMA WRITE, WRITE_IMM or READ gathering an SGE list. Same checks, same bytes as
-/// [`write_send_general`] (ctrl, raddr for RDMA, one data segment per SGE).
+/// [`write_send_general`] (ctrl, raddr for RDMA, one data segment per SGE), written as
+/// 16-byte segments through one pointer checked once for the whole WQE. A WQE that would cross
+/// the ring's end goes to the general path (which wraps it segment by segment).
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 fn write_rc_sges(
     sq: &mut SqRing,
     shared: &WqShared,
     lim: &SendLimits,
     wr: &SendWr<'_>,
+    opcode: WqeOpcode,
     raddr: Option<RemoteAddr>,
     imm: u32,
     sges: &[Sge],
-) -> Result<Written, PostError> {
+) -> Option<Result<Written, PostError>> {
     if sges.len() > lim.max_sge {
-        return Err(too_many_sges(lim, sges.len()));
+        return Some(Err(too_many_sges(lim, sges.len())));
     }
     // ctrl + [raddr] + data; `max_sge` keeps this within MAX_WQE_DS (QpGeometry checks it,
     // and the general path's check is repeated here for a caller-built `SendLimits`).
     let ds = 1 + raddr.is_some() as usize + sges.len();
     if ds > MAX_WQE_DS as usize {
-        return Err(bad(
+        return Some(Err(bad(
             lim.qpn,
-            wr.op.opcode(),
+            opcode,
             "does not fit in one WQE (more than 63 16-byte segments): use fewer SGEs or less inline data",
-        ));
+        )));
     }
     let wqebbs = ds.div_ceil(4) as u32;
-    let free = sq.free(shared.sq_tail());
-    if wqebbs > free {
-        return Err(sq_full(lim.qpn, wqebbs, free));
+    // In use: `cur_post - tail` (at most `sq.wqebbs`; a larger value, from a bad tail, also
+    // refuses the post).
+    let tail = shared.sq_tail();
+    if sq.cur_post.wrapping_sub(tail).wrapping_add(wqebbs) > sq.wqebbs {
+        return Some(Err(sq_full(lim.qpn, wqebbs, sq.free(tail))));
     }
+    // `free >= wqebbs >= 1`, so the ring has at least one WQEBB and `wqebbs - 1` is its mask.
     let start = sq.cur_post;
-    let opmod_idx_opcode = ((start & 0xffff) << 8) | u32::from(wr.op.opcode().0);
+    let slot = start & (sq.wqebbs - 1);
+    if slot + wqebbs > sq.wqebbs {
+        return None;
+    }
+    let opmod_idx_opcode = ((start & 0xffff) << 8) | u32::from(opcode.0);
     let qpn_ds = lim.qpn_shifted | ds as u32;
     let ctrl = CtrlSeg {
         opmod_idx_opcode: U32::new(opmod_idx_opcode),
         qpn_ds: U32::new(qpn_ds),
         signature: 0,
         dci_stream_channel_id: U16::ZERO,
-        fm_ce_se: fm_ce_se(lim, wr.flags),
+        fm_ce_se: lim.fm_ce_se(wr.flags),
         imm: U32::new(imm),
     };
-    let out = WqeOut::new(sq, sq.offset_of(start), wqebbs);
-    out.put16(0, zerocopy::transmute!(ctrl));
-    let mut off = 16;
-    if let Some(r) = raddr {
-        out.put16(off, zerocopy::transmute!(RaddrSeg::new(r.addr, r.rkey)));
-        off += 16;
-    }
-    for s in sges {
-        out.put16(
-            off,
-            zerocopy::transmute!(DataSeg::new(s.length, s.lkey, s.addr)),
-        );
-        off += 16;
+    let p = sq.wqe_ptr(slot);
+    let mut seg = 0usize;
+    // SAFETY (each `put_seg` below): the WQE's `ds` segments lie in WQEBBs
+    // `slot..slot + wqebbs`, which are inside the ring (`slot + wqebbs <= sq.wqebbs`, checked
+    // above, and `SqRing::wqe_ptr`'s contract); they belong to this poster (the space check
+    // passed) and the device does not read them before the doorbell.
+    unsafe {
+        put_seg(p, seg, zerocopy::transmute!(ctrl));
+        seg += 1;
+        if let Some(r) = raddr {
+            put_seg(p, seg, zerocopy::transmute!(RaddrSeg::new(r.addr, r.rkey)));
+            seg += 1;
+        }
+        if let [s] = sges {
+            put_seg(
+                p,
+                seg,
+                zerocopy::transmute!(DataSeg::new(s.length, s.lkey, s.addr)),
+            );
+        } else {
+            for s in sges {
+                put_seg(
+                    p,
+                    seg,
+                    zerocopy::transmute!(DataSeg::new(s.length, s.lkey, s.addr)),
+                );
+                seg += 1;
+            }
+        }
     }
     sq.commit(shared, start, wqebbs, wr.wr_id);
-    Ok(Written {
+    Some(Ok(Written {
         start,
         ds: ds as u8,
         wqebbs,
         doorbell: (u64::from(opmod_idx_opcode) << 32) | u64::from(qpn_ds),
         inline: false,
-    })
+    }))
 }
 
-/// `fm_ce_se` of the ctrl segment (rdma-core `_mlx5_post_send`).
+/// Stores 16-byte segment number `seg` of the WQE at `p` as two 64-bit stores.
+///
+/// # Safety
+/// `p + 16 * seg .. + 16` must be inside the SQ ring, in a slot this poster owns.
 #[inline(always)]
-fn fm_ce_se(lim: &SendLimits, flags: SendFlags) -> u8 {
-    let mut f = 0u8;
-    if lim.sig_all || flags.contains(SendFlags::SIGNALED) {
-        f |= MLX5_WQE_CTRL_CQ_UPDATE;
+unsafe fn put_seg(p: *mut u64, seg: usize, w: [u64; 2]) {
+    // SAFETY: the caller guarantees the 16 bytes are inside the ring and ours; unaligned
+    // stores, so the ring's alignment does not matter.
+    unsafe {
+        p.add(2 * seg).write_unaligned(w[0]);
+        p.add(2 * seg + 1).write_unaligned(w[1]);
     }
-    if flags.contains(SendFlags::SOLICITED) {
-        f |= MLX5_WQE_CTRL_SOLICITED;
-    }
-    if flags.contains(SendFlags::FENCE) {
-        f |= MLX5_WQE_CTRL_FENCE;
-    }
-    f
 }
 
 #[cold]
@@ -535,9 +597,10 @@ fn sq_full(qpn: u32, need: u32, free: u32) -> PostError {
     PostError::SqFull { qpn, need, free }
 }
 
-/// Every other request (UD, inline, atomics).
+/// Every request (the fast path's are written the same way): UD, inline, atomics, and WQEs that
+/// cross the ring's end.
 #[inline(never)]
-fn write_send_general(
+pub fn write_send_general(
     sq: &mut SqRing,
     shared: &WqShared,
     lim: &SendLimits,
@@ -643,7 +706,7 @@ fn write_send_general(
 
     let start = sq.cur_post;
     let base = sq.offset_of(start);
-    let fm_ce_se = fm_ce_se(lim, wr.flags);
+    let fm_ce_se = lim.fm_ce_se(wr.flags);
     let opmod_idx_opcode = ((start & 0xffff) << 8) | u32::from(opcode.0);
     let qpn_ds = ((qpn & 0x00ff_ffff) << 8) | ds as u32;
     let ctrl = CtrlSeg {

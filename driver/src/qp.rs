@@ -25,7 +25,10 @@ use crate::dma::DmaBuf;
 use crate::error::{DriverError, Result};
 use crate::hca::Hca;
 use crate::pd::Pd;
-use crate::post::{PostError, RecvWr, SendLimits, SendWr, Written, write_recv, write_send};
+use crate::post::{
+    PostError, RecvWr, SendLimits, SendWr, Written, write_recv, write_send, write_send_fast,
+    write_send_general,
+};
 use crate::qp_attr::{
     CreateQpParams, Init2Rtr, QpCaps, QpGeometry, QpInfo, QpType, Rst2Init, Rtr2Rts, Rts2Rts,
     create_qp_input, destroy_qp_input, init2rtr_input, query_qp_input, rst2init_input,
@@ -242,6 +245,12 @@ impl Qp {
                 fix: "this is a driver bug: report it",
             });
         };
+        if sq_ring.base().as_ptr().addr() % 64 != 0 || sq_bytes % 64 != 0 {
+            return Err(DriverError::Unsupported {
+                what: "a send queue that does not start on a 64-byte boundary",
+                fix: "this is a driver bug: report it",
+            });
+        }
         let Some(sq_dbr) = dbr_ring.word32(4) else {
             return Err(DriverError::Unsupported {
                 what: "a doorbell record that is not 4-byte aligned",
@@ -409,7 +418,21 @@ impl Qp {
         if !self.can_send {
             return Err(self.not_ready());
         }
-        let w = write_send(&mut self.sq, &self.shared, &self.limits, wr)?;
+        match write_send_fast(&mut self.sq, &self.shared, &self.limits, wr) {
+            Some(Ok(w)) => {
+                self.ring_sq(1, &w);
+                Ok(())
+            }
+            Some(Err(e)) => Err(e),
+            None => self.post_send_general(wr),
+        }
+    }
+
+    /// [`Qp::post_send`] of a request the fast path does not take (UD, inline, atomics, a WQE
+    /// across the ring's end).
+    #[inline(never)]
+    fn post_send_general(&mut self, wr: &SendWr<'_>) -> core::result::Result<(), PostError> {
+        let w = write_send_general(&mut self.sq, &self.shared, &self.limits, wr)?;
         self.ring_sq(1, &w);
         Ok(())
     }
@@ -455,18 +478,22 @@ impl Qp {
         let reg = self.bfreg.doorbell_offset();
         if nreq == 1 && self.bfreg.use_blueflame_one(last.ds) {
             // rdma-core `mlx5_bf_copy`: the whole WQE, 64 bytes at a time, in order
-            // (`mmio_memcpy_x64`), wrapping at the end of the SQ.
-            for k in 0..last.wqebbs {
-                let off = self.sq.offset_of(last.start.wrapping_add(k));
-                // SAFETY: this WQE's blocks were written above and nothing writes them until
-                // their completion retires them (after this call returns).
-                match unsafe { self.sq.ring.block64(off) } {
-                    Some(block) => self.backend.write_bf(reg + 64 * u64::from(k), block),
-                    None => {
-                        let block = self.sq.ring.read_block64(off);
-                        self.backend.write_bf(reg + 64 * u64::from(k), &block);
-                    }
+            // (`mmio_memcpy_x64`), wrapping at the end of the SQ. `wqebbs >= 1`: a WQE was
+            // just written.
+            let (start, wqebbs) = (last.start, last.wqebbs);
+            let slot = start & (self.sq.wqebbs - 1);
+            if slot + wqebbs <= self.sq.wqebbs {
+                let p = self.sq.wqe_ptr(slot).cast::<[u64; 8]>();
+                for k in 0..wqebbs as usize {
+                    // SAFETY: WQEBBs `slot..slot + wqebbs` are inside the ring (checked just
+                    // above), 64-byte aligned (the SQ's start is, checked in `create`), and
+                    // were written by this post; nothing writes them until their completion
+                    // retires them, after this call returns.
+                    let block = unsafe { &*p.add(k) };
+                    self.backend.write_bf(reg + 64 * k as u64, block);
                 }
+            } else {
+                self.blueflame_wrapped(reg, start, wqebbs);
             }
         } else {
             self.backend.write64(reg, last.doorbell.to_be());
@@ -474,6 +501,17 @@ impl Qp {
         // Flush the write-combining buffer so this doorbell leaves before any later one.
         mmio_flush_writes();
         self.bfreg.toggle();
+    }
+
+    /// The BlueFlame copy of a WQE that continues at the start of the SQ (rare: only a
+    /// multi-WQEBB WQE at the ring's end).
+    #[cold]
+    fn blueflame_wrapped(&self, reg: u64, start: u32, wqebbs: u32) {
+        for k in 0..wqebbs {
+            let off = self.sq.offset_of(start.wrapping_add(k));
+            let block = self.sq.ring.read_block64(off);
+            self.backend.write_bf(reg + 64 * u64::from(k), &block);
+        }
     }
 
     /// Posts one receive work request: data segments, barrier, RQ doorbell record (no MMIO).
