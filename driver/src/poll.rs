@@ -430,10 +430,15 @@ impl QpTable {
         // SAFETY: the caller holds `busy` (the poller, between `try_acquire` and `release`),
         // so nobody replaces or mutates `slots` while this shared borrow lives.
         let slots = unsafe { &*self.slots.get() };
-        let mask = slots.len().wrapping_sub(1);
-        match slots.get(qpn as usize & mask) {
-            Some(s) if s.qpn == qpn => s.wq.as_deref(),
-            _ => Self::probe(slots, qpn),
+        let i = qpn as usize & slots.len().wrapping_sub(1);
+        debug_assert!(i < slots.len());
+        // SAFETY: `slots` always has a power-of-two length of at least 16 (`new`,
+        // `build_slots`), so `qpn & (len - 1) < len`.
+        let s = unsafe { slots.get_unchecked(i) };
+        if s.qpn == qpn {
+            s.wq.as_deref()
+        } else {
+            Self::probe(slots, qpn)
         }
     }
 

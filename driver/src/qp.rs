@@ -17,7 +17,6 @@ use bypass_hw::cmd::Opcode;
 use bypass_hw::cmd::pd_uar::{AllocUarIn, AllocUarOut, DeallocUarIn};
 use bypass_hw::cmd::qp::{CreateQpOut, QpState, QueryQpOut};
 
-use crate::backend::Backend;
 use crate::barrier::{mmio_flush_writes, mmio_wc_start, udma_to_device_barrier};
 use crate::cmdq::input;
 use crate::cq::{Cq, CqShared};
@@ -34,7 +33,7 @@ use crate::qp_attr::{
     create_qp_input, destroy_qp_input, init2rtr_input, query_qp_input, rst2init_input,
     rtr2rts_input, rts2rts_input, to_err_input, to_rst_input,
 };
-use crate::uar::{Bfreg, shut_up_bf};
+use crate::uar::{Bfreg, Mmio, shut_up_bf};
 use crate::wq::{RingPtr, RqRing, SqRing, Word32, WqShared};
 
 /// A UAR page of the QP's own (for a BlueFlame register nobody else rings).
@@ -137,7 +136,7 @@ pub struct Qp {
     shared: Arc<WqShared>,
     limits: SendLimits,
     bfreg: Bfreg,
-    backend: Arc<dyn Backend>,
+    mmio: Mmio,
     state: QpState,
     /// `state` is RTS, SQD or ERR: sends may be posted (kept with `state`).
     can_send: bool,
@@ -273,7 +272,7 @@ impl Qp {
             ),
             shared,
             bfreg,
-            backend: hca.backend().clone(),
+            mmio: Mmio::new(hca.backend().clone()),
             state: QpState::Rst,
             can_send: false,
             qp_type,
@@ -490,13 +489,13 @@ impl Qp {
                     // were written by this post; nothing writes them until their completion
                     // retires them, after this call returns.
                     let block = unsafe { &*p.add(k) };
-                    self.backend.write_bf(reg + 64 * k as u64, block);
+                    self.mmio.get().write_bf(reg + 64 * k as u64, block);
                 }
             } else {
                 self.blueflame_wrapped(reg, start, wqebbs);
             }
         } else {
-            self.backend.write64(reg, last.doorbell.to_be());
+            self.mmio.get().write64(reg, last.doorbell.to_be());
         }
         // Flush the write-combining buffer so this doorbell leaves before any later one.
         mmio_flush_writes();
@@ -510,7 +509,7 @@ impl Qp {
         for k in 0..wqebbs {
             let off = self.sq.offset_of(start.wrapping_add(k));
             let block = self.sq.ring.read_block64(off);
-            self.backend.write_bf(reg + 64 * u64::from(k), &block);
+            self.mmio.get().write_bf(reg + 64 * u64::from(k), &block);
         }
     }
 

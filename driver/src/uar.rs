@@ -15,10 +15,51 @@
 //! shared UAR page with 8-byte doorbells, which are single atomic stores and need no lock
 //! either.
 //!
-//! Owns: [`Bfreg`], [`shut_up_bf`]. Must not: allocate UAR pages (the QP does, `qp.rs`) or
+//! Owns: [`Bfreg`], [`shut_up_bf`], [`Mmio`] (the backend resolved once for the data path).
+//! Must not: allocate UAR pages (the QP does, `qp.rs`) or
 //! build WQEs.
 
+use core::ptr::NonNull;
+use std::sync::Arc;
+
 use bypass_hw::uar::{bf_buf_size, bfreg_offset, next_bf_offset, uar_bar_offset};
+
+use crate::backend::Backend;
+
+/// The device backend as the data path rings it: resolved once (at QP creation) to the
+/// backend object itself, so a doorbell is one indirect call through its vtable, not the
+/// `Arc<dyn Backend>` pointer arithmetic on every post. Holds the `Arc`, so the object lives
+/// as long as this handle.
+#[derive(Debug, Clone)]
+pub struct Mmio {
+    obj: NonNull<dyn Backend>,
+    _keep: Arc<dyn Backend>,
+}
+
+// SAFETY: `obj` points at the `dyn Backend` that `_keep` owns, and `Backend: Send + Sync`; the
+// handle only gives out `&dyn Backend`, exactly what sharing the `Arc` would.
+unsafe impl Send for Mmio {}
+// SAFETY: as for `Send`.
+unsafe impl Sync for Mmio {}
+
+impl Mmio {
+    /// The handle of `backend`.
+    pub fn new(backend: Arc<dyn Backend>) -> Self {
+        let obj = NonNull::from(&*backend);
+        Self {
+            obj,
+            _keep: backend,
+        }
+    }
+
+    /// The backend.
+    #[inline(always)]
+    pub fn get(&self) -> &dyn Backend {
+        // SAFETY: `obj` points into the allocation `_keep` holds, which lives at least as long
+        // as `self`; only shared references are ever made from it.
+        unsafe { self.obj.as_ref() }
+    }
+}
 
 /// The environment variable that turns BlueFlame off (rdma-core: `MLX5_SHUT_UP_BF`).
 pub const SHUT_UP_BF_ENV: &str = "BYPASS_SHUT_UP_BF";
