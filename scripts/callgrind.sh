@@ -11,6 +11,9 @@
 #   poll: --toggle-collect on bypass_measured_poll.
 # Targets: <= 60 per post, <= 40 per poll.
 #
+# A third run counts Cq::poll with a 16-entry array (one consumer-index update per call, as
+# ibv_poll_cq with a WC array), per CQE, for comparison with poll_one.
+#
 # Usage: scripts/callgrind.sh [rounds]   (64 posts and polls per round; default 32)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -50,13 +53,24 @@ valgrind --tool=callgrind --callgrind-out-file="$out/poll.out" --collect-atstart
   --toggle-collect='bypass_measured_poll' \
   "$bin" "$rounds" >/dev/null 2>"$out/poll.log"
 
+batch_counts="$("$bin" "$rounds" batch)"
+batch_cqes="$(echo "$batch_counts" | awk '{print $4}')"
+batch_calls="$(echo "$batch_counts" | awk '{print $6}')"
+valgrind --tool=callgrind --callgrind-out-file="$out/poll_batch.out" --collect-atstart=no \
+  --toggle-collect='bypass_measured_poll_batch' \
+  "$bin" "$rounds" batch >/dev/null 2>"$out/poll_batch.log"
+
 post_ir="$(count "$out/post.out")"
+batch_ir="$(count "$out/poll_batch.out")"
 poll_ir="$(count "$out/poll.out")"
 # Each round ends with one poll that finds the CQ empty; report full polls and empty ones
 # together (the empty poll is cheaper, so this slightly understates a full poll).
 awk -v p="$post_ir" -v n="$posts" -v q="$poll_ir" -v m="$polls" -v e="$empty" 'BEGIN {
   printf "post_send: %d instructions / %d posts = %.1f per post (target <= 60)\n", p, n, p / n;
   printf "poll:      %d instructions / %d polls (+%d empty) = %.1f per poll (target <= 40)\n", q, m, e, q / (m + e);
+}'
+awk -v b="$batch_ir" -v c="$batch_cqes" -v k="$batch_calls" 'BEGIN {
+  printf "poll x16:  %d instructions / %d CQEs in %d calls of Cq::poll(&mut [_; 16]) = %.1f per CQE (for comparison)\n", b, c, k, b / c;
 }'
 if [ -n "${CALLGRIND_ANNOTATE:-}" ]; then
   callgrind_annotate "$out/post.out" | head -${CALLGRIND_LINES:-40}

@@ -530,10 +530,10 @@ fn write_rc_sges(
     };
     let p = sq.wqe_ptr(slot);
     let mut seg = 0usize;
-    // SAFETY (each `put_seg` below): the WQE's `ds` segments lie in WQEBBs
-    // `slot..slot + wqebbs`, which are inside the ring (`slot + wqebbs <= sq.wqebbs`, checked
-    // above, and `SqRing::wqe_ptr`'s contract); they belong to this poster (the space check
-    // passed) and the device does not read them before the doorbell.
+    // SAFETY: each `put_seg` below writes one of the WQE's `ds` segments, which lie in WQEBBs
+    // `slot..slot + wqebbs`: inside the ring (`slot + wqebbs <= sq.wqebbs`, checked above, and
+    // `SqRing::wqe_ptr`'s contract); they belong to this poster (the space check passed) and
+    // the device does not read them before the doorbell.
     unsafe {
         put_seg(p, seg, zerocopy::transmute!(ctrl));
         seg += 1;

@@ -244,9 +244,11 @@ impl Qp {
                 fix: "this is a driver bug: report it",
             });
         };
-        if sq_ring.base().as_ptr().addr() % 64 != 0 || sq_bytes % 64 != 0 {
+        // The BlueFlame copy reads the SQ as `[u64; 8]` blocks (`ring_sq`); the RQ before it is
+        // a multiple of 16 bytes, so this holds for every geometry `QpGeometry` builds.
+        if !sq_ring.base().as_ptr().cast::<[u64; 8]>().is_aligned() || sq_bytes % 64 != 0 {
             return Err(DriverError::Unsupported {
-                what: "a send queue that does not start on a 64-byte boundary",
+                what: "a send queue that does not start on an 8-byte boundary",
                 fix: "this is a driver bug: report it",
             });
         }
@@ -485,7 +487,7 @@ impl Qp {
                 let p = self.sq.wqe_ptr(slot).cast::<[u64; 8]>();
                 for k in 0..wqebbs as usize {
                     // SAFETY: WQEBBs `slot..slot + wqebbs` are inside the ring (checked just
-                    // above), 64-byte aligned (the SQ's start is, checked in `create`), and
+                    // above), 8-byte aligned (the SQ's start is, checked in `create`), and
                     // were written by this post; nothing writes them until their completion
                     // retires them, after this call returns.
                     let block = unsafe { &*p.add(k) };
