@@ -857,6 +857,109 @@ mod tests {
     }
 
     #[test]
+    fn the_fast_path_writes_the_same_bytes_as_the_general_path() {
+        let remote = RemoteAddr {
+            addr: 0x1122_3344_5566_7788,
+            rkey: 0xabcd_ef01,
+        };
+        let ops = [
+            SendOp::Send,
+            SendOp::SendImm { imm: 0xdead_beef },
+            SendOp::Write { remote },
+            SendOp::WriteImm { remote, imm: 7 },
+            SendOp::Read { remote },
+        ];
+        let sges: Vec<Sge> = (0..4)
+            .map(|k| Sge {
+                addr: 0x1000 * (k + 1),
+                length: 100 + k as u32,
+                lkey: 0x50 + k as u32,
+            })
+            .collect();
+        for sig_all in [false, true] {
+            let lim = SendLimits::new(0x123, false, 4, 128, sig_all);
+            for op in ops {
+                for n in 0..=4 {
+                    for flags in 0..8u8 {
+                        let wr = SendWr {
+                            flags: SendFlags::from_bits_retain(flags),
+                            ..SendWr::new(0x99, op, &sges[..n])
+                        };
+                        let (mut ta, mut tb) = (TestRing::new(8 * 64), TestRing::new(8 * 64));
+                        let (mut a, mut b) = (SqRing::new(ta.ring()), SqRing::new(tb.ring()));
+                        let (sa, sb) = (WqShared::new(0x123, 8, 0), WqShared::new(0x123, 8, 0));
+                        // Start at WQEBB 5 of 8 so that 2-WQEBB WQEs still fit before the end.
+                        for (sq, sh) in [(&mut a, &sa), (&mut b, &sb)] {
+                            sq.commit(sh, 0, 5, 0);
+                            sh.complete_send(0);
+                        }
+                        let wa = write_send_fast(&mut a, &sa, &lim, &wr)
+                            .expect("the fast path takes RC SGE requests")
+                            .unwrap();
+                        let wb = write_send_general(&mut b, &sb, &lim, &wr).unwrap();
+                        assert_eq!(wa, wb, "{op:?} with {n} SGEs, flags {flags:#x}");
+                        assert_eq!(bytes(&a, 0, 8 * 64), bytes(&b, 0, 8 * 64));
+                        assert_eq!((a.cur_post, sa.complete_send(5)), (b.cur_post, 0x99));
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_fast_path_leaves_wrapping_wqes_ud_inline_and_atomics_to_the_general_path() {
+        let mut t = TestRing::new(4 * 64);
+        let mut sq = SqRing::new(t.ring());
+        let sh = WqShared::new(0x123, 4, 0);
+        sq.cur_post = 3;
+        sq.commit(&sh, 3, 0, 0);
+        sh.complete_send(3);
+        let sges = [Sge::default(); 4];
+        // 5 DS = 2 WQEBBs from the last block: it would cross the ring's end.
+        let wr = SendWr::new(1, SendOp::Send, &sges);
+        assert!(write_send_fast(&mut sq, &sh, &lim(false), &wr).is_none());
+        assert_eq!((sq.cur_post, bytes(&sq, 0, 256)), (3, vec![0; 256]));
+        assert!(
+            write_send_fast(&mut sq, &sh, &lim(true), &wr).is_none(),
+            "UD"
+        );
+        let inline = SendWr {
+            payload: Payload::Inline(&[1, 2, 3]),
+            ..SendWr::new(1, SendOp::Send, &[])
+        };
+        assert!(write_send_fast(&mut sq, &sh, &lim(false), &inline).is_none());
+        let fa = SendOp::FetchAdd {
+            remote: RemoteAddr::default(),
+            add: 1,
+        };
+        let one = [Sge {
+            length: 8,
+            ..Sge::default()
+        }];
+        let atomic = SendWr::new(1, fa, &one);
+        assert!(write_send_fast(&mut sq, &sh, &lim(false), &atomic).is_none());
+        assert_eq!(sq.cur_post, 3);
+        // The general path writes the wrapping WQE (`a_multi_wqebb_wqe_wraps_to_the_ring_start`).
+        assert_eq!(
+            write_send(&mut sq, &sh, &lim(false), &wr).unwrap().wqebbs,
+            2
+        );
+    }
+
+    #[test]
+    fn fm_ce_se_follows_the_flags_and_sq_sig_all() {
+        let quiet = SendLimits::new(1, false, 1, 0, false);
+        let all = SendLimits::new(1, false, 1, 0, true);
+        assert_eq!(quiet.fm_ce_se(SendFlags::empty()), 0);
+        assert_eq!(all.fm_ce_se(SendFlags::empty()), MLX5_WQE_CTRL_CQ_UPDATE);
+        assert_eq!(
+            quiet.fm_ce_se(SendFlags::SIGNALED | SendFlags::SOLICITED | SendFlags::FENCE),
+            MLX5_WQE_CTRL_CQ_UPDATE | MLX5_WQE_CTRL_SOLICITED | MLX5_WQE_CTRL_FENCE
+        );
+        assert_eq!(quiet.fm_ce_se(SendFlags::FENCE), MLX5_WQE_CTRL_FENCE);
+    }
+
+    #[test]
     fn a_multi_wqebb_wqe_wraps_to_the_ring_start() {
         let mut t = TestRing::new(4 * 64);
         let mut sq = SqRing::new(t.ring());
