@@ -368,8 +368,12 @@ const fn fm_ce_se_of(sig_all: bool, flags: u8) -> u8 {
 /// doorbell value).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Written {
-    /// WQEBB index of its first block.
+    /// WQEBB index of its first block (the producer counter, wrapping).
     pub start: u32,
+    /// Where its first block is in the ring: `start & (wqebbs in the ring - 1)`.
+    pub slot: u32,
+    /// True when the WQE continues at the start of the ring (its blocks are not contiguous).
+    pub wraps: bool,
     /// Size in 16-byte units.
     pub ds: u8,
     /// Size in WQEBBs.
@@ -464,13 +468,25 @@ pub fn write_send_fast(
     let (false, Payload::Sges(sges)) = (lim.ud, wr.payload) else {
         return None;
     };
-    let (opcode, raddr, imm) = match wr.op {
-        SendOp::Write { remote } => (WqeOpcode::RDMA_WRITE, Some(remote), 0),
-        SendOp::Send => (WqeOpcode::SEND, None, 0),
-        SendOp::SendImm { imm } => (WqeOpcode::SEND_IMM, None, imm),
-        SendOp::WriteImm { remote, imm } => (WqeOpcode::RDMA_WRITE_IMM, Some(remote), imm),
-        SendOp::Read { remote } => (WqeOpcode::RDMA_READ, Some(remote), 0),
+    // Two matches instead of one: the first is all constants (a table lookup), the second
+    // only reads the fields, so no per-opcode branch ends up on the path.
+    let opcode = match wr.op {
+        SendOp::Write { .. } => WqeOpcode::RDMA_WRITE,
+        SendOp::Send => WqeOpcode::SEND,
+        SendOp::SendImm { .. } => WqeOpcode::SEND_IMM,
+        SendOp::WriteImm { .. } => WqeOpcode::RDMA_WRITE_IMM,
+        SendOp::Read { .. } => WqeOpcode::RDMA_READ,
         SendOp::CompareSwap { .. } | SendOp::FetchAdd { .. } => return None,
+    };
+    let raddr = match wr.op {
+        SendOp::Write { remote } | SendOp::WriteImm { remote, .. } | SendOp::Read { remote } => {
+            Some(remote)
+        }
+        _ => None,
+    };
+    let imm = match wr.op {
+        SendOp::SendImm { imm } | SendOp::WriteImm { imm, .. } => imm,
+        _ => 0,
     };
     write_rc_sges(sq, shared, lim, wr, opcode, raddr, imm, sges)
 }
@@ -561,6 +577,8 @@ fn write_rc_sges(
     sq.commit(shared, start, wqebbs, wr.wr_id);
     Some(Ok(Written {
         start,
+        slot,
+        wraps: false,
         ds: ds as u8,
         wqebbs,
         doorbell: (u64::from(opmod_idx_opcode) << 32) | u64::from(qpn_ds),
@@ -756,8 +774,11 @@ pub fn write_send_general(
         }
     }
     sq.commit(shared, start, wqebbs, wr.wr_id);
+    let slot = start & (sq.wqebbs - 1);
     Ok(Written {
         start,
+        slot,
+        wraps: slot + wqebbs > sq.wqebbs,
         ds: ds as u8,
         wqebbs,
         doorbell: (u64::from(opmod_idx_opcode) << 32) | u64::from(qpn_ds),

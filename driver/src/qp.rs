@@ -481,20 +481,26 @@ impl Qp {
             // rdma-core `mlx5_bf_copy`: the whole WQE, 64 bytes at a time, in order
             // (`mmio_memcpy_x64`), wrapping at the end of the SQ. `wqebbs >= 1`: a WQE was
             // just written.
-            let (start, wqebbs) = (last.start, last.wqebbs);
-            let slot = start & (self.sq.wqebbs - 1);
-            if slot + wqebbs <= self.sq.wqebbs {
+            let (slot, wqebbs) = (last.slot, last.wqebbs);
+            if !last.wraps && slot + wqebbs <= self.sq.wqebbs {
                 let p = self.sq.wqe_ptr(slot).cast::<[u64; 8]>();
-                for k in 0..wqebbs as usize {
+                let mmio = self.mmio.get();
+                if wqebbs == 1 {
                     // SAFETY: WQEBBs `slot..slot + wqebbs` are inside the ring (checked just
                     // above), 8-byte aligned (the SQ's start is, checked in `create`), and
                     // were written by this post; nothing writes them until their completion
                     // retires them, after this call returns.
-                    let block = unsafe { &*p.add(k) };
-                    self.mmio.get().write_bf(reg + 64 * k as u64, block);
+                    let block = unsafe { &*p };
+                    mmio.write_bf(reg, block);
+                } else {
+                    for k in 0..wqebbs as usize {
+                        // SAFETY: as above, `k < wqebbs`.
+                        let block = unsafe { &*p.add(k) };
+                        mmio.write_bf(reg + 64 * k as u64, block);
+                    }
                 }
             } else {
-                self.blueflame_wrapped(reg, start, wqebbs);
+                self.blueflame_wrapped(reg, last.start, wqebbs);
             }
         } else {
             self.mmio.get().write64(reg, last.doorbell.to_be());

@@ -81,9 +81,11 @@ pub struct Bfreg {
     buf_size: usize,
     /// The half in use: 0 or `buf_size`.
     offset: usize,
-    /// Largest WQE (in 16-byte units) a lone post copies with BlueFlame: `buf_size / 16`,
-    /// precomputed so the data path tests `1 < ds <= bf_max_ds` only.
+    /// Largest WQE (in 16-byte units) a lone post copies with BlueFlame: `buf_size / 16`.
     bf_max_ds: u8,
+    /// `bf_max_ds - 1` (0 when it is below 2), so that the data path's `1 < ds <= bf_max_ds` is
+    /// the single unsigned comparison `ds - 2 < bf_span` (wrapping: `ds` of 0 or 1 wraps high).
+    bf_span: u8,
 }
 
 impl Bfreg {
@@ -111,6 +113,7 @@ impl Bfreg {
             buf_size,
             offset: 0,
             bf_max_ds: (buf_size / 16).min(u8::MAX as usize) as u8,
+            bf_span: ((buf_size / 16).min(u8::MAX as usize) as u8).saturating_sub(1),
         })
     }
 
@@ -146,7 +149,12 @@ impl Bfreg {
     /// [`bypass_hw::uar::would_use_blueflame`] with `nreq == 1`, from the precomputed limit).
     #[inline(always)]
     pub fn use_blueflame_one(&self, ds: u8) -> bool {
-        ds > 1 && ds <= self.bf_max_ds
+        ds.wrapping_sub(2) < self.bf_span
+    }
+
+    /// Largest WQE (in 16-byte units) a lone post copies with BlueFlame (0: never).
+    pub fn bf_max_ds(&self) -> u8 {
+        self.bf_max_ds
     }
     /// Switches to the other half (`bf->offset ^= bf->buf_size`).
     #[inline(always)]
@@ -178,6 +186,14 @@ mod tests {
         assert_eq!(b1.doorbell_offset(), 8 * 4096 + 0xb00);
         b1.toggle();
         assert_eq!(b1.doorbell_offset(), 8 * 4096 + 0xa00);
+        for ds in 0..=255u8 {
+            assert_eq!(
+                b1.use_blueflame_one(ds),
+                ds > 1 && ds <= 16,
+                "ds {ds}: rdma-core's 1 < ds <= buf_size / 16"
+            );
+            assert!(!b0.use_blueflame_one(ds));
+        }
         let off = Bfreg::new(8, 1, 512, false).unwrap();
         assert!(!off.use_blueflame(1, 3));
         assert!(Bfreg::new(8, 4, 512, true).is_err());
