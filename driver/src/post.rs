@@ -316,7 +316,14 @@ pub struct SendLimits {
     /// The ctrl segment's `fm_ce_se` for each value of [`SendFlags`] (`sig_all` folded in),
     /// so the data path looks it up instead of testing each flag.
     pub fm_ce_se: [u8; 8],
+    /// The most SGEs the fast path takes: `max_sge`, but at most [`FAST_MAX_SGE`], so that its
+    /// WQE (ctrl, raddr, one segment per SGE) always fits in `MAX_WQE_DS` without a check.
+    /// Private: only [`SendLimits::new`] sets it.
+    fast_max_sge: usize,
 }
+
+/// The most SGEs a WQE with ctrl and raddr segments holds: `MAX_WQE_DS - 2`.
+pub const FAST_MAX_SGE: usize = MAX_WQE_DS as usize - 2;
 
 impl SendLimits {
     /// The limits of QP `qpn` (precomputes [`SendLimits::qpn_shifted`]).
@@ -328,6 +335,11 @@ impl SendLimits {
             max_inline,
             sig_all,
             qpn_shifted: (qpn & 0x00ff_ffff) << 8,
+            fast_max_sge: if max_sge < FAST_MAX_SGE {
+                max_sge
+            } else {
+                FAST_MAX_SGE
+            },
             fm_ce_se: [
                 fm_ce_se_of(sig_all, 0),
                 fm_ce_se_of(sig_all, 1),
@@ -465,7 +477,23 @@ pub fn write_send_fast(
     lim: &SendLimits,
     wr: &SendWr<'_>,
 ) -> Option<Result<Written, PostError>> {
-    let (false, Payload::Sges(sges)) = (lim.ud, wr.payload) else {
+    if lim.ud {
+        return None;
+    }
+    write_send_fast_rc(sq, shared, lim, wr)
+}
+
+/// [`write_send_fast`] for a QP the caller knows is RC (`!lim.ud`; a UD QP's sends need the
+/// datagram segment, which only the general path writes).
+#[inline(always)]
+pub(crate) fn write_send_fast_rc(
+    sq: &mut SqRing,
+    shared: &WqShared,
+    lim: &SendLimits,
+    wr: &SendWr<'_>,
+) -> Option<Result<Written, PostError>> {
+    debug_assert!(!lim.ud);
+    let Payload::Sges(sges) = wr.payload else {
         return None;
     };
     // Two matches instead of one: the first is all constants (a table lookup), the second
@@ -478,7 +506,9 @@ pub fn write_send_fast(
         SendOp::Read { .. } => WqeOpcode::RDMA_READ,
         SendOp::CompareSwap { .. } | SendOp::FetchAdd { .. } => return None,
     };
-    let raddr = match wr.op {
+    // A reference, so the address and key are loaded where the segment is written, not kept
+    // in registers (or spilled) across the checks.
+    let raddr = match &wr.op {
         SendOp::Write { remote } | SendOp::WriteImm { remote, .. } | SendOp::Read { remote } => {
             Some(remote)
         }
@@ -504,24 +534,20 @@ fn write_rc_sges(
     lim: &SendLimits,
     wr: &SendWr<'_>,
     opcode: WqeOpcode,
-    raddr: Option<RemoteAddr>,
+    raddr: Option<&RemoteAddr>,
     imm: u32,
     sges: &[Sge],
 ) -> Option<Result<Written, PostError>> {
-    if sges.len() > lim.max_sge {
-        return Some(Err(too_many_sges(lim, sges.len())));
+    // More SGEs than the QP takes (or than fit with ctrl and raddr): the general path refuses
+    // them with the error that says which.
+    if sges.len() > lim.fast_max_sge {
+        return None;
     }
-    // ctrl + [raddr] + data; `max_sge` keeps this within MAX_WQE_DS (QpGeometry checks it,
-    // and the general path's check is repeated here for a caller-built `SendLimits`).
+    // ctrl + [raddr] + data: at most 2 + FAST_MAX_SGE = MAX_WQE_DS.
     let ds = 1 + raddr.is_some() as usize + sges.len();
-    if ds > MAX_WQE_DS as usize {
-        return Some(Err(bad(
-            lim.qpn,
-            opcode,
-            "does not fit in one WQE (more than 63 16-byte segments): use fewer SGEs or less inline data",
-        )));
-    }
-    let wqebbs = ds.div_ceil(4) as u32;
+    debug_assert!(ds <= MAX_WQE_DS as usize);
+    // `ds <= 63`: no overflow, and the same as `ds.div_ceil(4)` in two instructions.
+    let wqebbs = ((ds + 3) >> 2) as u32;
     // In use: `cur_post - tail` (at most `sq.wqebbs`; a larger value, from a bad tail, also
     // refuses the post).
     let tail = shared.sq_tail();
@@ -597,16 +623,6 @@ unsafe fn put_seg(p: *mut u64, seg: usize, w: [u64; 2]) {
     unsafe {
         p.add(2 * seg).write_unaligned(w[0]);
         p.add(2 * seg + 1).write_unaligned(w[1]);
-    }
-}
-
-#[cold]
-fn too_many_sges(lim: &SendLimits, got: usize) -> PostError {
-    PostError::TooManySges {
-        qpn: lim.qpn,
-        queue: "send",
-        got,
-        max: lim.max_sge,
     }
 }
 

@@ -25,7 +25,7 @@ use crate::error::{DriverError, Result};
 use crate::hca::Hca;
 use crate::pd::Pd;
 use crate::post::{
-    PostError, RecvWr, SendLimits, SendWr, Written, write_recv, write_send, write_send_fast,
+    PostError, RecvWr, SendLimits, SendWr, Written, write_recv, write_send, write_send_fast_rc,
     write_send_general,
 };
 use crate::qp_attr::{
@@ -140,6 +140,8 @@ pub struct Qp {
     state: QpState,
     /// `state` is RTS, SQD or ERR: sends may be posted (kept with `state`).
     can_send: bool,
+    /// `can_send` on an RC QP: `post_send` may try the fast path (one test for both).
+    rc_send: bool,
     qp_type: QpType,
     caps: QpCaps,
     res: QpResources,
@@ -277,6 +279,7 @@ impl Qp {
             mmio: Mmio::new(hca.backend().clone()),
             state: QpState::Rst,
             can_send: false,
+            rc_send: false,
             qp_type,
             caps: *caps,
             res,
@@ -330,6 +333,7 @@ impl Qp {
         tracing::debug!(qpn = self.res.qpn, op, to = to.name(), "modify QP");
         self.state = to;
         self.can_send = matches!(to, QpState::Rts | QpState::Err | QpState::Sqd);
+        self.rc_send = self.can_send && self.qp_type == QpType::Rc;
         Ok(())
     }
 
@@ -416,23 +420,26 @@ impl Qp {
     /// Posts one send work request and rings the doorbell (BlueFlame when it fits).
     #[inline]
     pub fn post_send(&mut self, wr: &SendWr<'_>) -> core::result::Result<(), PostError> {
-        if !self.can_send {
-            return Err(self.not_ready());
-        }
-        match write_send_fast(&mut self.sq, &self.shared, &self.limits, wr) {
-            Some(Ok(w)) => {
-                self.ring_sq(1, &w);
-                Ok(())
+        if self.rc_send {
+            match write_send_fast_rc(&mut self.sq, &self.shared, &self.limits, wr) {
+                Some(Ok(w)) => {
+                    self.ring_sq(1, &w);
+                    return Ok(());
+                }
+                Some(Err(e)) => return Err(e),
+                None => {}
             }
-            Some(Err(e)) => Err(e),
-            None => self.post_send_general(wr),
         }
+        self.post_send_general(wr)
     }
 
     /// [`Qp::post_send`] of a request the fast path does not take (UD, inline, atomics, a WQE
-    /// across the ring's end).
+    /// across the ring's end, too many SGEs), or on a QP that cannot send.
     #[inline(never)]
     fn post_send_general(&mut self, wr: &SendWr<'_>) -> core::result::Result<(), PostError> {
+        if !self.can_send {
+            return Err(self.not_ready());
+        }
         let w = write_send_general(&mut self.sq, &self.shared, &self.limits, wr)?;
         self.ring_sq(1, &w);
         Ok(())
