@@ -367,11 +367,13 @@ pub fn decode(cqe: &Cqe64) -> WorkCompletion {
     }
 }
 
-/// One slot of the QP table: a QPN (`EMPTY_QPN` when free) and its bookkeeping.
-#[derive(Debug, Clone, Default)]
+/// One slot of the QP table: a QPN (`EMPTY_QPN` when free) and its bookkeeping (for a free
+/// slot, the table's placeholder, never returned: no CQE carries `EMPTY_QPN`). Not an
+/// `Option`, so a hit needs no second test.
+#[derive(Debug, Clone)]
 struct Slot {
     qpn: u32,
-    wq: Option<Arc<WqShared>>,
+    wq: Arc<WqShared>,
 }
 
 /// No QPN has bit 24 or above set (QPNs are 24 bits), so this never matches a CQE's.
@@ -392,6 +394,8 @@ pub struct QpTable {
     /// The consumer index; only the holder of `busy` changes it.
     ci: AtomicU32,
     slots: core::cell::UnsafeCell<Box<[Slot]>>,
+    /// What free slots hold (an empty queue pair's bookkeeping under `EMPTY_QPN`).
+    placeholder: Arc<WqShared>,
 }
 
 // SAFETY: `slots` is read and written only by the holder of `busy` (acquired with `Acquire`,
@@ -408,10 +412,12 @@ impl Default for QpTable {
 impl QpTable {
     /// An empty table.
     pub fn new() -> Self {
+        let placeholder = Arc::new(WqShared::new(EMPTY_QPN, 0, 0));
         Self {
             busy: AtomicBool::new(false),
             ci: AtomicU32::new(0),
-            slots: core::cell::UnsafeCell::new(vec![Slot::empty(); 16].into_boxed_slice()),
+            slots: core::cell::UnsafeCell::new(build_slots(&[], &placeholder)),
+            placeholder,
         }
     }
 
@@ -427,12 +433,16 @@ impl QpTable {
     /// Adds a QP (no-op if its QPN is already there).
     pub fn attach(&self, wq: Arc<WqShared>) {
         self.with_slots(|slots| {
-            let mut all: Vec<Arc<WqShared>> = slots.iter().filter_map(|s| s.wq.clone()).collect();
+            let mut all: Vec<Arc<WqShared>> = slots
+                .iter()
+                .filter(|s| s.qpn != EMPTY_QPN)
+                .map(|s| s.wq.clone())
+                .collect();
             if all.iter().any(|w| w.qpn() == wq.qpn()) {
                 return;
             }
             all.push(wq);
-            *slots = build_slots(&all);
+            *slots = build_slots(&all, &self.placeholder);
         });
     }
 
@@ -441,10 +451,10 @@ impl QpTable {
         self.with_slots(|slots| {
             let all: Vec<Arc<WqShared>> = slots
                 .iter()
-                .filter_map(|s| s.wq.clone())
-                .filter(|w| w.qpn() != qpn)
+                .filter(|s| s.qpn != EMPTY_QPN && s.qpn != qpn)
+                .map(|s| s.wq.clone())
                 .collect();
-            *slots = build_slots(&all);
+            *slots = build_slots(&all, &self.placeholder);
         });
     }
 
@@ -460,7 +470,7 @@ impl QpTable {
         // `build_slots`), so `qpn & (len - 1) < len`.
         let s = unsafe { slots.get_unchecked(i) };
         if s.qpn == qpn {
-            s.wq.as_deref()
+            Some(&s.wq)
         } else {
             Self::probe(slots, qpn)
         }
@@ -473,7 +483,7 @@ impl QpTable {
         for k in 1..slots.len() {
             let s = slots.get((start + k) & mask)?;
             if s.qpn == qpn {
-                return s.wq.as_deref();
+                return Some(&s.wq);
             }
             if s.qpn == EMPTY_QPN {
                 return None;
@@ -575,20 +585,15 @@ impl QpTable {
     }
 }
 
-impl Slot {
-    const fn empty() -> Self {
-        Self {
-            qpn: EMPTY_QPN,
-            wq: None,
-        }
-    }
-}
-
 /// An open-addressed table of `wqs`: a power of two of at least 16 slots and at least twice
 /// as many as QPs, each QP at `qpn & mask` or the next free slot after it.
-fn build_slots(wqs: &[Arc<WqShared>]) -> Box<[Slot]> {
+fn build_slots(wqs: &[Arc<WqShared>], placeholder: &Arc<WqShared>) -> Box<[Slot]> {
     let n = (wqs.len() * 2).max(16).next_power_of_two();
-    let mut slots = vec![Slot::empty(); n];
+    let empty = Slot {
+        qpn: EMPTY_QPN,
+        wq: placeholder.clone(),
+    };
+    let mut slots = vec![empty; n];
     let mask = n - 1;
     for w in wqs {
         let start = w.qpn() as usize & mask;
@@ -597,7 +602,7 @@ fn build_slots(wqs: &[Arc<WqShared>]) -> Box<[Slot]> {
                 if s.qpn == EMPTY_QPN {
                     *s = Slot {
                         qpn: w.qpn(),
-                        wq: Some(w.clone()),
+                        wq: w.clone(),
                     };
                     break;
                 }
