@@ -3,13 +3,15 @@
 # path, counted by callgrind on the stepped sim.
 #
 # Builds driver/benches/callgrind_hot_path.rs for baseline x86-64 (valgrind 3.19 cannot decode
-# AVX-512), then runs it twice under callgrind:
+# AVX-512), then runs it under callgrind:
 #   post: --toggle-collect on bypass_measured_post, and on the sim backend's write64/write_bf,
 #         which are only ever called from inside it: entering them toggles collection off, so
 #         what is counted is the driver's work (WQE, barriers, DBR, the doorbell call itself)
 #         and not the simulated device behind the MMIO (on VFIO that is one store);
 #   poll: --toggle-collect on bypass_measured_poll.
-# Targets: <= 60 per post, <= 40 per poll.
+# Targets: <= 60 per post, <= 40 per poll. The sim's QP uses BlueFlame (1-SGE WRITE = 3 DS, one
+# 64-byte block): the counted post ends in one `write_bf` call (its argument setup and the call
+# are counted, its body is not).
 #
 # A third run counts Cq::poll with a 16-entry array (one consumer-index update per call, as
 # ibv_poll_cq with a WC array), per CQE, for comparison with poll_one.
