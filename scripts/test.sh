@@ -11,6 +11,10 @@
 #   scapy==2.8.0 (pip)   recomputes the ICRC of every packet we emit and builds packets
 #                        whose ICRC we must accept (hw/tests/roce_scapy.rs)
 #
+#   iproute2, nftables  two network namespaces joined by a veth pair with 5 % loss (netem, or an
+#                        nftables random-drop rule on kernels without netem) for the two-process
+#                        UDP test (tests/netns_udp_loss.rs; it needs root)
+#
 #   cargo-fuzz          (by scripts/fuzz.sh) short fuzz runs of the sim's command and WQE targets
 #   qemu-system-x86 (bookworm-backports), busybox-static, kmod, cpio, util-linux (setpriv,
 #                        prlimit) and a Debian guest kernel, by scripts/guest/build-guest.sh:
@@ -35,6 +39,8 @@ install_missing() {
     [ -f /usr/include/infiniband/mlx5dv.h ] || pkgs+=(libibverbs-dev)
     command -v tshark >/dev/null 2>&1 || pkgs+=(tshark)
     command -v python3 >/dev/null 2>&1 || pkgs+=(python3 python3-pip)
+    command -v ip >/dev/null 2>&1 || pkgs+=(iproute2)
+    command -v nft >/dev/null 2>&1 || pkgs+=(nftables)
     if [ ${#pkgs[@]} -gt 0 ]; then
         echo "scripts/test.sh: installing ${pkgs[*]}"
         as_root apt-get update

@@ -5,6 +5,7 @@
 //! Must not open devices or print: clap reports the errors as usage errors (exit code 2).
 
 use std::fmt;
+use std::net::{IpAddr, SocketAddr};
 use std::str::FromStr;
 
 /// Parses a byte value: decimal, or hex with `0x`.
@@ -43,6 +44,9 @@ pub enum DeviceSpec {
     Sim,
     /// A NIC bound to `vfio-pci`, named by its PCI address (`0000:3b:00.0`).
     Vfio(String),
+    /// One simulated NIC whose wire is a UDP socket bound to this address (`udp:ADDR[:PORT]`,
+    /// port 4791 by default; IPv6 as `udp:[ADDR]:PORT` or `udp:ADDR`).
+    Udp(SocketAddr),
 }
 
 impl FromStr for DeviceSpec {
@@ -52,12 +56,19 @@ impl FromStr for DeviceSpec {
         if s.eq_ignore_ascii_case("sim") {
             return Ok(Self::Sim);
         }
+        if let Some(rest) = s.strip_prefix("udp:") {
+            return parse_udp(rest).ok_or_else(|| {
+                format!(
+                    "{s:?} is not a UDP device: give udp:ADDR or udp:ADDR:PORT with ADDR an IP address of this host (e.g. udp:10.99.0.1, udp:127.0.0.1:4792, udp:[::1]:4791)"
+                )
+            });
+        }
         let addr = s.strip_prefix("vfio:").unwrap_or(s);
         if is_pci_address(addr) {
             return Ok(Self::Vfio(addr.to_owned()));
         }
         Err(format!(
-            "{s:?} is not a device: give `sim` (an in-process simulated NIC, the default) or the PCI address of a NIC bound to vfio-pci (e.g. 0000:3b:00.0)"
+            "{s:?} is not a device: give `sim` (an in-process simulated NIC, the default), `udp:ADDR[:PORT]` (a simulated NIC on a UDP socket) or the PCI address of a NIC bound to vfio-pci (e.g. 0000:3b:00.0)"
         ))
     }
 }
@@ -67,8 +78,20 @@ impl fmt::Display for DeviceSpec {
         match self {
             Self::Sim => f.write_str("sim"),
             Self::Vfio(addr) => write!(f, "vfio:{addr}"),
+            Self::Udp(addr) => write!(f, "udp:{addr}"),
         }
     }
+}
+
+/// `ADDR:PORT`, `[V6]:PORT`, or a bare address (port 4791).
+fn parse_udp(s: &str) -> Option<DeviceSpec> {
+    if let Ok(sa) = s.parse::<SocketAddr>() {
+        return Some(DeviceSpec::Udp(sa));
+    }
+    let bare = s.trim_start_matches('[').trim_end_matches(']');
+    bare.parse::<IpAddr>()
+        .ok()
+        .map(|ip| DeviceSpec::Udp(SocketAddr::new(ip, bypass_sim::link::udp::ROCE_PORT)))
 }
 
 /// `DDDD:BB:DD.F` (domain optional) with hex digits.
@@ -115,6 +138,28 @@ mod tests {
             Ok(DeviceSpec::Vfio("3b:00.1".into()))
         );
         assert!("mlx5_0".parse::<DeviceSpec>().is_err());
+        assert_eq!(
+            "udp:10.99.0.1".parse(),
+            Ok(DeviceSpec::Udp("10.99.0.1:4791".parse().unwrap()))
+        );
+        assert_eq!(
+            "udp:127.0.0.1:4792".parse(),
+            Ok(DeviceSpec::Udp("127.0.0.1:4792".parse().unwrap()))
+        );
+        assert_eq!(
+            "udp:[::1]:9".parse(),
+            Ok(DeviceSpec::Udp("[::1]:9".parse().unwrap()))
+        );
+        assert_eq!(
+            "udp:::1".parse(),
+            Ok(DeviceSpec::Udp("[::1]:4791".parse().unwrap()))
+        );
+        assert!(
+            "udp:nowhere"
+                .parse::<DeviceSpec>()
+                .unwrap_err()
+                .contains("udp:ADDR")
+        );
         assert!("0000:3b:00".parse::<DeviceSpec>().is_err());
     }
 

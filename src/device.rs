@@ -1,14 +1,18 @@
 //! Opening the device a command runs on, from `-d/--device`.
 //!
-//! Owns: the mapping from a [`DeviceSpec`] to an open driver object (today: devices on an
-//! in-process sim fabric) and the error a user sees when a backend is not available. Must not
-//! print, and must not know what a command does with the device.
+//! Owns: the mapping from a [`DeviceSpec`] to an open driver object (devices on an in-process
+//! sim fabric, or one sim NIC on a UDP link) and the error a user sees when a backend is not
+//! available. Must not print, and must not know what a command does with the device.
 
+use std::net::SocketAddr;
+use std::path::Path;
 use std::sync::Arc;
 
 use bypass_driver::backend::sim::SimFabric;
 use bypass_driver::{DriverError, Hca};
 use bypass_sim::Profile;
+use bypass_sim::link::udp::{LinkCounters, LinkError, UdpLink};
+use bypass_verbs::Context;
 
 use crate::args::DeviceSpec;
 
@@ -17,7 +21,7 @@ use crate::args::DeviceSpec;
 pub enum DeviceError {
     /// A VFIO device was asked for, and this build has no VFIO backend yet.
     #[error(
-        "device {0}: the VFIO backend is not part of this build yet, so real NICs cannot be opened: use -d sim (the default) for an in-process simulated ConnectX NIC"
+        "device {0}: the VFIO backend is not part of this build yet, so real NICs cannot be opened: use -d sim (the default) for an in-process simulated ConnectX NIC, or -d udp:ADDR for one on a UDP socket"
     )]
     VfioUnavailable(String),
     /// The driver failed to add or bring up the device.
@@ -29,21 +33,126 @@ pub enum DeviceError {
         #[source]
         source: DriverError,
     },
+    /// The verbs layer failed to open the device.
+    #[error("opening {device}: {source}")]
+    Verbs {
+        /// The device being opened.
+        device: String,
+        /// What the verbs layer reported.
+        #[source]
+        source: bypass_verbs::VerbsError,
+    },
+    /// The UDP link could not be set up.
+    #[error(transparent)]
+    Link(#[from] LinkError),
+    /// The pcap file could not be created.
+    #[error("could not create the pcap file {path}: {source}")]
+    Pcap {
+        /// The file.
+        path: String,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The command runs both of its endpoints in this process, which one UDP NIC cannot do.
+    #[error(
+        "{command} runs both endpoints in one process on -d sim; -d {device} is one NIC on a UDP socket: to talk to a peer over UDP run `bypass pingpong -d {device}` (or `bypass perf write-lat -d {device} [HOST]`) on both sides"
+    )]
+    InProcessOnly {
+        /// The command.
+        command: &'static str,
+        /// The device given.
+        device: String,
+    },
+    /// The command talks to a peer in another process, which `-d sim` cannot reach.
+    #[error(
+        "{command} talks to a peer process over the network, and -d {device} is in-process only: give -d udp:ADDR[:PORT] (a simulated NIC on a UDP socket bound to ADDR, e.g. -d udp:127.0.0.1 on one side and -d udp:127.0.0.2 on the other)"
+    )]
+    NeedsNetwork {
+        /// The command.
+        command: &'static str,
+        /// The device given.
+        device: String,
+    },
 }
 
 /// Opens one device of `spec` for control-path use (`devinfo`). A sim device lives on its own
-/// stepped fabric (deterministic; `seed` seeds it), which the returned `Hca` keeps alive.
+/// stepped fabric (deterministic; `seed` seeds it), which the returned `Hca` keeps alive; a
+/// UDP device on its own UDP fabric.
 pub fn open_hca(spec: &DeviceSpec, seed: u64) -> Result<Hca, DeviceError> {
+    let driver = |source| DeviceError::Driver {
+        device: spec.to_string(),
+        source,
+    };
     match spec {
         DeviceSpec::Vfio(addr) => Err(DeviceError::VfioUnavailable(addr.clone())),
         DeviceSpec::Sim => {
-            let driver = |source| DeviceError::Driver {
-                device: spec.to_string(),
-                source,
-            };
             let fabric = SimFabric::stepped(seed);
             let backend = fabric.add_device(Profile::with_id(1)).map_err(driver)?;
             Hca::open(backend as Arc<_>).map_err(driver)
+        }
+        DeviceSpec::Udp(addr) => {
+            let link = UdpLink::bind(*addr)?;
+            let profile = link.profile();
+            let fabric = SimFabric::udp(seed, link);
+            let backend = fabric.add_device(profile).map_err(driver)?;
+            Hca::open(backend as Arc<_>).map_err(driver)
+        }
+    }
+}
+
+/// One simulated NIC whose wire is a UDP socket, opened.
+pub struct NetDevice {
+    /// The open device.
+    pub ctx: Arc<Context>,
+    /// The address its link is bound to (GID index 0).
+    pub addr: SocketAddr,
+    /// What its link did.
+    pub link: Arc<LinkCounters>,
+}
+
+/// Opens the one device of a command that talks to a peer process (`pingpong`, the
+/// server/client forms of `perf`): `-d udp:ADDR[:PORT]`.
+/// `pcap`: record every packet the link sends and receives there.
+pub fn open_net(
+    spec: &DeviceSpec,
+    seed: u64,
+    command: &'static str,
+    pcap: Option<&Path>,
+) -> Result<NetDevice, DeviceError> {
+    match spec {
+        DeviceSpec::Vfio(addr) => Err(DeviceError::VfioUnavailable(addr.clone())),
+        DeviceSpec::Sim => Err(DeviceError::NeedsNetwork {
+            command,
+            device: spec.to_string(),
+        }),
+        DeviceSpec::Udp(addr) => {
+            let mut link = UdpLink::bind(*addr)?;
+            if let Some(path) = pcap {
+                link.record_pcap(path).map_err(|source| DeviceError::Pcap {
+                    path: path.display().to_string(),
+                    source,
+                })?;
+            }
+            let bound = link.local_addr();
+            let counters = link.counters();
+            let profile = link.profile();
+            let fabric = SimFabric::udp(seed, link);
+            let backend = fabric
+                .add_device(profile)
+                .map_err(|source| DeviceError::Driver {
+                    device: spec.to_string(),
+                    source,
+                })?;
+            let ctx = Context::new(backend).map_err(|source| DeviceError::Verbs {
+                device: spec.to_string(),
+                source,
+            })?;
+            Ok(NetDevice {
+                ctx,
+                addr: bound,
+                link: counters,
+            })
         }
     }
 }

@@ -10,6 +10,7 @@ mod devinfo;
 mod explain;
 mod perf;
 mod ping;
+mod pingpong;
 mod stats;
 
 use std::process::ExitCode;
@@ -41,6 +42,9 @@ enum Command {
     Devinfo(devinfo::DevinfoOpts),
     /// Connect two RC endpoints step by step and exchange a 1-byte SEND.
     Ping(ping::PingOpts),
+    /// ibv_rc_pingpong over a simulated NIC on a UDP socket (interoperable with the real
+    /// tool on a Linux rxe peer): server without HOST, client with it.
+    Pingpong(pingpong::PingpongOpts),
     /// Benchmarks in the style of perftest, and the baselines they are judged against.
     #[command(subcommand)]
     Perf(perf::PerfCommand),
@@ -55,6 +59,7 @@ fn main() -> ExitCode {
         }
         Command::Devinfo(opts) => devinfo::run(&opts).map_err(Into::into),
         Command::Ping(opts) => ping::run(&opts),
+        Command::Pingpong(opts) => pingpong::run(&opts).map_err(Into::into),
         Command::Perf(cmd) => perf::run(cmd).map_err(Into::into),
     };
     let result: Result<(), Box<dyn std::error::Error>> = result;

@@ -99,8 +99,16 @@ impl Steps {
 
 /// Runs the ping and prints every step.
 pub fn run(opts: &PingOpts) -> Result<(), Box<dyn std::error::Error>> {
-    if let DeviceSpec::Vfio(addr) = &opts.device {
-        return Err(DeviceError::VfioUnavailable(addr.clone()).into());
+    match &opts.device {
+        DeviceSpec::Vfio(addr) => return Err(DeviceError::VfioUnavailable(addr.clone()).into()),
+        DeviceSpec::Udp(_) => {
+            return Err(DeviceError::InProcessOnly {
+                command: "ping",
+                device: opts.device.to_string(),
+            }
+            .into());
+        }
+        DeviceSpec::Sim => {}
     }
     let timeout = Duration::from_millis(opts.timeout_ms);
     let mode = if opts.threaded { "threaded" } else { "stepped" };

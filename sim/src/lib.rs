@@ -13,6 +13,7 @@
 //!   object tables ([`objects`], [`table`], [`mkey`]) with the capabilities' limits.
 //! - `engine` + [`transport`]: the data path, RC and UD, as RoCEv2 packets.
 //! - [`ring`], `events`: CQ/EQ rings, completions, events, interrupts.
+//! - [`link`]: wires outside the stepped world (a UDP socket speaking RoCEv2 like rxe).
 //! - [`counters`], [`trace`]: what `rdma statistic` would show, and an optional event log.
 //! - [`faults`], [`pcap`]: seeded link faults for the stepped [`World`], and a pcap writer.
 
@@ -25,6 +26,7 @@ pub mod faults;
 mod firmware;
 pub mod frame;
 pub mod iommu;
+pub mod link;
 pub mod memory;
 pub mod mkey;
 pub mod objects;

@@ -10,6 +10,8 @@ mod bw;
 mod compare;
 mod lat;
 mod pair;
+mod remote;
+mod udp_compare;
 
 use std::time::Duration;
 
@@ -25,13 +27,19 @@ pub const MAX_SIZE: u64 = 1 << 23;
 /// The `perf` subcommands.
 #[derive(Subcommand)]
 pub enum PerfCommand {
-    /// RDMA WRITE ping-pong latency between two simulated NICs (like ib_write_lat).
+    /// RDMA WRITE ping-pong latency (like ib_write_lat): two simulated NICs in this process,
+    /// or, with -d udp:ADDR, one side of a two-process run (server without HOST).
     WriteLat(LatOpts),
-    /// RDMA WRITE streaming bandwidth between two simulated NICs (like ib_write_bw).
+    /// RDMA WRITE streaming bandwidth (like ib_write_bw): two simulated NICs in this process,
+    /// or, with -d udp:ADDR, one side of a two-process run (server without HOST).
     WriteBw(BwOpts),
     /// The sim against its baselines in one run: WRITE bandwidth vs memcpy, WRITE ping-pong
     /// round trip vs a TCP loopback busy-poll round trip; medians and ratios.
     Compare(compare::CompareOpts),
+    /// The UDP link against plain sockets in one run: 8-byte WRITE round trip vs a UDP
+    /// busy-poll ping-pong between the same two addresses, 1 MiB WRITE bandwidth vs TCP
+    /// loopback streaming; medians and ratios.
+    CompareUdp(udp_compare::UdpCompareOpts),
     /// Measure the baselines alone: memcpy bandwidth and a TCP loopback busy-poll ping-pong.
     Baselines(baselines::BaselineOpts),
 }
@@ -39,7 +47,8 @@ pub enum PerfCommand {
 /// Options every sim benchmark takes (perftest's names).
 #[derive(Args, Debug)]
 pub struct CommonOpts {
-    /// The device: `sim` (two simulated NICs on one fabric run by an engine thread).
+    /// The device: `sim` (two simulated NICs on one fabric run by an engine thread), or
+    /// `udp:ADDR[:PORT]` (one simulated NIC on a UDP socket; the peer is another process).
     #[arg(short = 'd', long, default_value = "sim")]
     pub device: DeviceSpec,
     /// Message size in bytes (K/M suffixes allowed).
@@ -58,6 +67,8 @@ pub struct CommonOpts {
 pub struct LatOpts {
     #[command(flatten)]
     common: CommonOpts,
+    #[command(flatten)]
+    net: remote::NetOpts,
     /// Iterations (round trips) per size; at least 5.
     #[arg(short = 'n', long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(5..))]
     iters: u64,
@@ -68,6 +79,8 @@ pub struct LatOpts {
 pub struct BwOpts {
     #[command(flatten)]
     common: CommonOpts,
+    #[command(flatten)]
+    net: remote::NetOpts,
     /// Messages per size; at least 5.
     #[arg(short = 'n', long, default_value_t = 5000, value_parser = clap::value_parser!(u64).range(5..))]
     iters: u64,
@@ -117,6 +130,29 @@ pub enum PerfError {
         /// What the rig looked like then: QP state, work outstanding, packets in flight.
         seen: String,
     },
+    /// The out-of-band exchange of a two-process run failed.
+    #[error("two-process run: {0}")]
+    Oob(String),
+    /// The two sides of a two-process run were started with different options.
+    #[error("two-process run: {0}")]
+    Mismatch(String),
+    /// The server's buffer did not hold the client's last WRITE.
+    #[error(
+        "data check failed at {size} bytes: byte {offset} is {got:#04x}, the last WRITE carried {expected:#04x} (data was lost, reordered or corrupted on the way)"
+    )]
+    DataCheck {
+        /// The message size.
+        size: u64,
+        /// The first bad byte.
+        offset: usize,
+        /// What the buffer holds.
+        got: u8,
+        /// What the last WRITE carried.
+        expected: u8,
+    },
+    /// A HOST was given for the in-process device.
+    #[error("{0}")]
+    Usage(String),
     /// A size or count does not fit this machine's address space.
     #[error("{size} is too large for this machine (sizes up to 8 MiB are supported)")]
     TooLarge {
@@ -131,6 +167,7 @@ pub fn run(cmd: PerfCommand) -> Result<(), PerfError> {
         PerfCommand::WriteLat(o) => run_lat(&o),
         PerfCommand::WriteBw(o) => run_bw(&o),
         PerfCommand::Compare(o) => compare::run(&o),
+        PerfCommand::CompareUdp(o) => udp_compare::run(&o),
         PerfCommand::Baselines(o) => baselines::run(&o),
     }
 }
@@ -154,19 +191,27 @@ fn check_sizes(c: &CommonOpts, sizes: &[u64]) -> Result<(), PerfError> {
     }
 }
 
-fn print_test_info(title: &str, c: &CommonOpts, lines: &[(&str, String)]) {
+fn print_test_info(title: &str, c: &CommonOpts, net: &remote::NetOpts, lines: &[(&str, String)]) {
     println!("{RESULT_LINE}");
     println!("                    {title}");
-    println!(
-        " Device          : {} (two simulated NICs, threaded fabric, seed {})",
-        c.device, c.seed
-    );
+    if matches!(c.device, DeviceSpec::Udp(_)) {
+        println!(" Device          : {}", remote::describe(c, net));
+    } else {
+        println!(
+            " Device          : {} (two simulated NICs, threaded fabric, seed {})",
+            c.device, c.seed
+        );
+    }
     println!(" Number of qps   : 1\t\tTransport type : IB");
     println!(" Connection type : RC\t\tUsing SRQ      : OFF");
     for (k, v) in lines {
         println!(" {k:<15} : {v}");
     }
-    println!(" Link type       : Ethernet (RoCEv2, in-process)");
+    if matches!(c.device, DeviceSpec::Udp(_)) {
+        println!(" Link type       : Ethernet (RoCEv2 over UDP)");
+    } else {
+        println!(" Link type       : Ethernet (RoCEv2, in-process)");
+    }
     println!("{RESULT_LINE}");
 }
 
@@ -174,15 +219,22 @@ fn run_lat(o: &LatOpts) -> Result<(), PerfError> {
     // perftest DEF_SIZE_LAT = 2.
     let sizes = sizes(&o.common, 2);
     check_sizes(&o.common, &sizes)?;
+    check_host(&o.common, &o.net)?;
     print_test_info(
         "RDMA_Write Latency Test",
         &o.common,
+        &o.net,
         &[
             ("TX depth", "1 (ping-pong)".into()),
             ("Max inline data", format!("{}[B]", pair::MAX_INLINE)),
         ],
     );
     println!("{LAT_HEADER}");
+    if matches!(o.common.device, DeviceSpec::Udp(_)) {
+        remote::write_lat(&o.common, &o.net, &sizes, o.iters, |r| println!("{r}"))?;
+        println!("{RESULT_LINE}");
+        return Ok(());
+    }
     for size in sizes {
         let r = lat::write_lat(o.common.seed, size, o.iters)?;
         println!("{r}");
@@ -195,6 +247,7 @@ fn run_bw(o: &BwOpts) -> Result<(), PerfError> {
     // perftest DEF_SIZE_BW = 65536.
     let sizes = sizes(&o.common, 65536);
     check_sizes(&o.common, &sizes)?;
+    check_host(&o.common, &o.net)?;
     let units = if o.report_gbits {
         BwUnits::GbitPerSec
     } else {
@@ -203,12 +256,16 @@ fn run_bw(o: &BwOpts) -> Result<(), PerfError> {
     print_test_info(
         "RDMA_Write BW Test",
         &o.common,
+        &o.net,
         &[
             ("TX depth", o.tx_depth.to_string()),
             ("CQ Moderation", o.cq_mod.to_string()),
             ("Max inline data", format!("{}[B]", pair::MAX_INLINE)),
         ],
     );
+    if matches!(o.common.device, DeviceSpec::Udp(_)) {
+        return run_bw_remote(o, &sizes, units);
+    }
     println!("{}", units.header());
     for size in sizes {
         let r = bw::write_bw(o.common.seed, size, o.iters, o.tx_depth, o.cq_mod, units)?;
@@ -216,4 +273,53 @@ fn run_bw(o: &BwOpts) -> Result<(), PerfError> {
     }
     println!("{RESULT_LINE}");
     Ok(())
+}
+
+/// A HOST only means something with a network device.
+fn check_host(c: &CommonOpts, net: &remote::NetOpts) -> Result<(), PerfError> {
+    match (&c.device, &net.host) {
+        (DeviceSpec::Sim, Some(h)) => Err(PerfError::Usage(format!(
+            "HOST {h} given with -d sim: the in-process form runs both NICs here; for a two-process run give both sides -d udp:ADDR (e.g. -d udp:127.0.0.2 here, -d udp:127.0.0.1 on the server)"
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// The two-process write-bw: the client prints the table, the server its data checks.
+fn run_bw_remote(o: &BwOpts, sizes: &[u64], units: BwUnits) -> Result<(), PerfError> {
+    let client = o.net.host.is_some();
+    if client {
+        println!("{}", units.header());
+    }
+    let mut failed = None;
+    remote::write_bw(
+        &o.common,
+        &o.net,
+        sizes,
+        o.iters,
+        o.tx_depth,
+        o.cq_mod,
+        units,
+        |row| match row {
+            remote::BwRow::Report(r) => println!("{r}"),
+            remote::BwRow::Checked { size, result } => match result {
+                None => println!(" {size} bytes: {} WRITEs received (no --check)", o.iters),
+                Some(Ok(())) => println!(
+                    " {size} bytes: data check ok (the buffer holds WRITE {} of {} exactly)",
+                    o.iters, o.iters
+                ),
+                Some(Err((offset, got, expected))) => {
+                    println!(" {size} bytes: data check FAILED at byte {offset}");
+                    failed.get_or_insert(PerfError::DataCheck {
+                        size,
+                        offset,
+                        got,
+                        expected,
+                    });
+                }
+            },
+        },
+    )?;
+    println!("{RESULT_LINE}");
+    failed.map_or(Ok(()), Err)
 }

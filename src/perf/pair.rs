@@ -97,7 +97,9 @@ impl Rig {
 }
 
 impl End {
-    fn new(ctx: &Arc<Context>, spec: RigSpec) -> Result<Self, VerbsError> {
+    /// One end on `ctx`: PD, CQ, a `spec.size` WRITE target, a pool and an RC QP (not
+    /// connected).
+    pub(super) fn new(ctx: &Arc<Context>, spec: RigSpec) -> Result<Self, VerbsError> {
         let pd = ctx.alloc_pd()?;
         let cq = Cq::new(ctx, spec.depth.saturating_mul(2).max(16))?;
         let target = pd.register(

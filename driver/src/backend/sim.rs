@@ -17,6 +17,8 @@
 //!   latency is 0; the engine thread only runs timers and packets still in flight. This is the
 //!   low-latency mode of `bypass perf` (no thread hand-off per message). The device itself is
 //!   unchanged: it still acts on doorbells in `Device::step`, which the fabric calls.
+//! - UDP ([`SimFabric::udp`]): threaded, with a real UDP socket as the wire (the engine loop
+//!   is `bypass_sim::link::udp::run_engine`).
 //!
 //! MMIO goes to `Device::mmio_read`/`mmio_write` with the bytes as they appear on the bus
 //! (`v.to_ne_bytes()` of what a `write_volatile` would store). A refused access is traced
@@ -152,6 +154,32 @@ impl SimFabric {
 
     /// A threaded fabric with `opts` (link model, inline doorbells).
     pub fn threaded_with(seed: u64, opts: FabricOptions) -> Self {
+        let inline = opts.inline_doorbells;
+        Self::with_engine(seed, opts, move |world, stop, start| {
+            engine_loop(world, stop, start, inline);
+        })
+    }
+
+    /// A threaded fabric whose wire is a UDP socket (`bypass_sim::link::udp`): its engine
+    /// thread steps the devices in real time and pumps their packets through `link`. Add the
+    /// device with `link.profile()` (its GID is the link's address) before moving the link in.
+    pub fn udp(seed: u64, link: bypass_sim::link::udp::UdpLink) -> Self {
+        Self::with_engine(
+            seed,
+            FabricOptions::default(),
+            move |world, stop, _start| {
+                bypass_sim::link::udp::run_engine(world, stop, link);
+            },
+        )
+    }
+
+    /// A threaded fabric whose engine thread runs `engine(world, stop, start)` until `stop`
+    /// is set (`start`: the instant virtual time 0 stands for).
+    fn with_engine(
+        seed: u64,
+        opts: FabricOptions,
+        engine: impl FnOnce(&Mutex<World>, &AtomicBool, Instant) + Send + 'static,
+    ) -> Self {
         let mut w = World::new(seed);
         w.set_link(opts.link);
         let world = Arc::new(Mutex::new(w));
@@ -162,7 +190,7 @@ impl SimFabric {
             let stop = stop.clone();
             std::thread::Builder::new()
                 .name("bypass-sim-engine".into())
-                .spawn(move || engine_loop(&world, &stop, start, opts.inline_doorbells))
+                .spawn(move || engine(&world, &stop, start))
         };
         let thread = match thread {
             Ok(t) => Some(t),

@@ -1,0 +1,757 @@
+//! A sim device whose wire is a real UDP socket: RoCEv2 through the host's IP stack, as Linux
+//! rxe sends it.
+//!
+//! Owns: [`UdpLink`] (the sockets: one bound to `ADDR:PORT` that receives, one per UDP source
+//! port that sends), its [`LinkCounters`], its optional pcap tee, [`recover_ipv4_id`] (the IP
+//! ID of rxe's packets, which a socket does not report), and [`run_engine`] (the loop an
+//! engine thread runs: step the devices in real time, send what they transmit, hand them what
+//! arrives). Must not:
+//! parse or build RoCE headers by hand (`bypass_hw::roce` does), or reach into a device beyond
+//! its public `step`/`set_time`/`take_tx`/`receive`/`next_deadline`.
+//!
+//! The wire, as rxe has it (Linux `drivers/infiniband/sw/rxe/rxe_net.c`):
+//! - The device builds the whole IP packet; the link sends only the UDP payload (BTH … ICRC)
+//!   to the destination GID's address. The kernel writes the IP and UDP headers again.
+//! - The ICRC covers the IP and UDP headers except TTL/TOS/flow label/checksums
+//!   (`rxe_icrc.c` `rxe_icrc_hdr`), so the UDP source port on the wire must be the one the
+//!   device chose (`rxe_qp.c`: `0xc000 + hash(qpn)`): a socket bound to that port sends it.
+//!   The IPv4 header the peer checks must be what the device hashed: DF set and IP ID 0, which
+//!   is what Linux sends on a socket with `IP_MTU_DISCOVER = IP_PMTUDISC_DO`
+//!   (`ip_select_ident`: DF datagrams of unconnected sockets get ID 0;
+//!   `../shared/qemu/README.md` measured it against rxe).
+//! - On receive the link rebuilds the IP + UDP header from what the socket saw: the sender's
+//!   address and port, our bound address, DF, ID 0, and destination port 4791 (what the
+//!   sender hashed, even when this link listens elsewhere for tests on one host). TTL, TOS
+//!   and the checksums are masked out of the ICRC, so their rebuilt values do not matter.
+//!   The device checks the ICRC as for any packet.
+//!
+//! - rxe sends a random IPv4 ID (`__ip_select_ident`) and hashes it into the ICRC; a UDP
+//!   socket cannot see it, so [`recover_ipv4_id`] solves for it from the ICRC.
+//!
+//! The receiving socket is bound to one address, so the destination address of every
+//! datagram it gets is that address (no `IP_PKTINFO` needed).
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{self, BufWriter};
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use bypass_hw::roce::ip::{DEFAULT_TTL, IPV4_HDR_LEN, UDP_HDR_LEN};
+use bypass_hw::roce::{IpSpec, Ipv4Spec, Ipv6Spec, ROCE_V2_UDP_DPORT, RocePacket, UdpPorts};
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use nix::sys::socket::{
+    AddressFamily, SockFlag, SockType, SockaddrStorage, bind, setsockopt, socket, sockopt,
+};
+
+use crate::pcap::PcapWriter;
+use crate::profile::Profile;
+use crate::world::World;
+
+/// The RoCEv2 UDP port (IANA 4791), the default a link listens on.
+pub const ROCE_PORT: u16 = ROCE_V2_UDP_DPORT;
+
+/// The largest UDP payload a link receives (a 4096-byte MTU packet is ~4.2 KiB; a UDP datagram
+/// can be up to 64 KiB).
+const MAX_DATAGRAM: usize = 65_536;
+
+/// How long the engine keeps spinning after the last thing it did before it sleeps in
+/// `poll` (a ping-pong never lets it sleep; an idle link costs no CPU).
+const SPIN: Duration = Duration::from_millis(5);
+
+/// How long the engine sleeps in `poll` at most when idle (doorbells do not wake it, so this
+/// bounds how late the first doorbell after an idle spell is seen).
+const IDLE_POLL_MS: u8 = 1;
+
+/// The receive buffer a link asks for: a window of 4 KiB packets as deep as a bandwidth
+/// test keeps in flight (the kernel's default, ~200 KiB, drops a burst of 64 KiB WRITEs
+/// and the transport has to go back N). `SO_RCVBUFFORCE` (CAP_NET_ADMIN) goes past
+/// `net.core.rmem_max`; without it the kernel caps `SO_RCVBUF` there.
+const RCVBUF: usize = 32 << 20;
+
+/// The most datagrams received per engine round before the devices run.
+const RX_BATCH: usize = 64;
+
+/// Why a link could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum LinkError {
+    /// A socket could not be created, configured or bound.
+    #[error(
+        "UDP link: {what} for {addr} failed: {source}; use an address of this host (`ip addr`), and a port no other process holds (Linux rxe holds 4791 on every address: give another port, e.g. udp:ADDR:4792, to both peers)"
+    )]
+    Socket {
+        /// What was being done.
+        what: &'static str,
+        /// The address.
+        addr: SocketAddr,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+    /// The address cannot carry RoCEv2.
+    #[error(
+        "UDP link: {addr} cannot be a RoCE address ({why}); give the unicast address of an interface of this host"
+    )]
+    BadAddress {
+        /// The address.
+        addr: IpAddr,
+        /// Why.
+        why: &'static str,
+    },
+}
+
+/// What a link did: packets and the reasons some were not sent or not delivered.
+#[derive(Debug, Default)]
+pub struct LinkCounters {
+    /// Datagrams sent.
+    pub tx_packets: AtomicU64,
+    /// UDP payload bytes sent.
+    pub tx_bytes: AtomicU64,
+    /// Datagrams received and handed to a device.
+    pub rx_packets: AtomicU64,
+    /// UDP payload bytes received.
+    pub rx_bytes: AtomicU64,
+    /// Sends the kernel refused (`EMSGSIZE`: the packet is larger than the route's MTU, lower
+    /// the path MTU; unreachable hosts; full socket buffers). The transport retransmits.
+    pub tx_errors: AtomicU64,
+    /// Packets the device sent that are not RoCEv2 over IP (dropped; a device bug).
+    pub tx_malformed: AtomicU64,
+    /// Packets whose UDP source port could not be bound, sent from the listening socket
+    /// instead (the peer will count an ICRC error for each).
+    pub tx_sport_fallbacks: AtomicU64,
+    /// IPv4 datagrams whose IP ID was not 0 (Linux rxe sends random ones) and was recovered
+    /// from the ICRC (see [`recover_ipv4_id`]).
+    pub rx_ip_id_recovered: AtomicU64,
+    /// Datagrams that could not be handed on (another address family, or the rebuilt header
+    /// did not fit).
+    pub rx_dropped: AtomicU64,
+}
+
+impl LinkCounters {
+    fn add(c: &AtomicU64, n: u64) {
+        c.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// A one-line summary (`tx 10 pkts / 1234 B, rx …`).
+    pub fn summary(&self) -> String {
+        let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        format!(
+            "tx {} pkts / {} B, rx {} pkts / {} B, tx errors {}, tx malformed {}, source-port fallbacks {}, rx IP IDs recovered {}, rx dropped {}",
+            g(&self.tx_packets),
+            g(&self.tx_bytes),
+            g(&self.rx_packets),
+            g(&self.rx_bytes),
+            g(&self.tx_errors),
+            g(&self.tx_malformed),
+            g(&self.tx_sport_fallbacks),
+            g(&self.rx_ip_id_recovered),
+            g(&self.rx_dropped)
+        )
+    }
+}
+
+/// One device's wire as UDP sockets on `ADDR:PORT`.
+#[derive(Debug)]
+pub struct UdpLink {
+    local: SocketAddr,
+    rx: UdpSocket,
+    /// Sending sockets by UDP source port (created when a port is first used).
+    tx: HashMap<u16, UdpSocket>,
+    buf: Vec<u8>,
+    counters: Arc<LinkCounters>,
+    /// Where every packet sent and received is recorded, when asked.
+    pcap: Option<PcapWriter<BufWriter<File>>>,
+}
+
+/// Sets `IP_MTU_DISCOVER` (or `IPV6_MTU_DISCOVER`) to "do": DF set, never fragment, and —
+/// for IPv4 — IP ID 0, the header the peer's ICRC check expects (see the module comment).
+fn set_pmtudisc_do(fd: &impl AsRawFd, v6: bool) -> io::Result<()> {
+    let (level, name, value) = if v6 {
+        (
+            libc::IPPROTO_IPV6,
+            libc::IPV6_MTU_DISCOVER,
+            libc::IPV6_PMTUDISC_DO,
+        )
+    } else {
+        (
+            libc::IPPROTO_IP,
+            libc::IP_MTU_DISCOVER,
+            libc::IP_PMTUDISC_DO,
+        )
+    };
+    let value: libc::c_int = value;
+    let len = libc::socklen_t::try_from(std::mem::size_of::<libc::c_int>())
+        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: `fd` is an open socket for the duration of the call (borrowed from its owner);
+    // the option value points at a live `c_int` and `len` is its size, as setsockopt(2) asks.
+    let r = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            level,
+            name,
+            (&raw const value).cast::<libc::c_void>(),
+            len,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// A non-blocking UDP socket bound to `addr` with `IP_PMTUDISC_DO`; `shared` adds
+/// `SO_REUSEADDR`/`SO_REUSEPORT` (sending sockets: two links on one host may send from the
+/// same source port; nobody sends to those ports).
+fn udp_socket(addr: SocketAddr, shared: bool) -> Result<UdpSocket, LinkError> {
+    let err = |what| {
+        move |e: nix::Error| LinkError::Socket {
+            what,
+            addr,
+            source: io::Error::from(e),
+        }
+    };
+    let family = if addr.is_ipv4() {
+        AddressFamily::Inet
+    } else {
+        AddressFamily::Inet6
+    };
+    let fd: OwnedFd = socket(
+        family,
+        SockType::Datagram,
+        SockFlag::SOCK_NONBLOCK | SockFlag::SOCK_CLOEXEC,
+        None,
+    )
+    .map_err(err("creating a UDP socket"))?;
+    if shared {
+        setsockopt(&fd, sockopt::ReuseAddr, &true).map_err(err("setting SO_REUSEADDR"))?;
+        setsockopt(&fd, sockopt::ReusePort, &true).map_err(err("setting SO_REUSEPORT"))?;
+    }
+    set_pmtudisc_do(&fd, addr.is_ipv6()).map_err(|source| LinkError::Socket {
+        what: "setting IP_MTU_DISCOVER = IP_PMTUDISC_DO",
+        addr,
+        source,
+    })?;
+    bind(fd.as_raw_fd(), &SockaddrStorage::from(addr)).map_err(err("binding"))?;
+    Ok(UdpSocket::from(fd))
+}
+
+impl UdpLink {
+    /// Binds the receiving socket to `local` (`ADDR:PORT`; the port is also where peers are
+    /// sent to, so every peer of a link must listen on the same port: 4791 normally).
+    pub fn bind(local: SocketAddr) -> Result<Self, LinkError> {
+        let ip = local.ip();
+        if ip.is_unspecified() || ip.is_multicast() {
+            return Err(LinkError::BadAddress {
+                addr: ip,
+                why: "it is not a unicast address of one interface",
+            });
+        }
+        let rx = udp_socket(local, false)?;
+        if setsockopt(&rx, sockopt::RcvBufForce, &RCVBUF).is_err() {
+            // Best effort: a smaller buffer only costs retransmissions under bursts.
+            let _ = setsockopt(&rx, sockopt::RcvBuf, &RCVBUF);
+        }
+        // Port 0 asks the kernel for one: report what it chose.
+        let local = rx.local_addr().map_err(|source| LinkError::Socket {
+            what: "reading the bound address",
+            addr: local,
+            source,
+        })?;
+        Ok(Self {
+            local,
+            rx,
+            tx: HashMap::new(),
+            buf: vec![0; MAX_DATAGRAM],
+            counters: Arc::new(LinkCounters::default()),
+            pcap: None,
+        })
+    }
+
+    /// Records every packet the link sends and receives (the IP packets as the device sent
+    /// them and as it is handed them, wall-clock timestamps) into a pcap file at `path`.
+    /// Wireshark/tshark decode them as RRoCE.
+    pub fn record_pcap(&mut self, path: &Path) -> io::Result<()> {
+        let f = File::create(path)?;
+        self.pcap = Some(PcapWriter::new(BufWriter::new(f))?);
+        Ok(())
+    }
+
+    fn tee(&mut self, packet: &[u8]) {
+        if let Some(w) = self.pcap.as_mut() {
+            let ts = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+            if w.write_packet(ts, packet).is_err() {
+                // A full disk must not stop the link: stop recording.
+                self.pcap = None;
+            }
+        }
+    }
+
+    /// The address the link receives on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    /// The link's counters (shared: keep a clone before moving the link into an engine).
+    pub fn counters(&self) -> Arc<LinkCounters> {
+        self.counters.clone()
+    }
+
+    /// The local address as a RoCEv2 GID (IPv4-mapped for IPv4), GID index 0 of the device.
+    pub fn gid(&self) -> [u8; 16] {
+        match self.local.ip() {
+            IpAddr::V4(v4) => Profile::ipv4_gid(v4.octets()),
+            IpAddr::V6(v6) => v6.octets(),
+        }
+    }
+
+    /// The profile of the device on this link: `Profile::with_id(1)` with the link's address
+    /// as its only GID.
+    pub fn profile(&self) -> Profile {
+        let mut p = Profile::with_id(1);
+        if let Some(port) = p.ports.first_mut() {
+            port.gids = vec![self.gid()];
+        }
+        p
+    }
+
+    /// Sends one packet a device transmitted (IP header through ICRC) as a UDP datagram from
+    /// the source port in its UDP header to its destination address. False if it was not sent
+    /// (counted; the transport recovers as from a loss).
+    pub fn send(&mut self, packet: &[u8]) -> bool {
+        let Ok(p) = RocePacket::parse(packet) else {
+            LinkCounters::add(&self.counters.tx_malformed, 1);
+            return false;
+        };
+        let dst = match p.ip() {
+            IpSpec::V4(v) => IpAddr::from(v.dst),
+            IpSpec::V6(v) => IpAddr::from(v.dst),
+        };
+        let to = SocketAddr::new(dst, self.local.port());
+        let sport = p.ports().src;
+        let payload = p.udp_payload();
+        self.tee(packet);
+        let sock = self.tx_socket(sport);
+        match sock.send_to(payload, to) {
+            Ok(n) => {
+                LinkCounters::add(&self.counters.tx_packets, 1);
+                LinkCounters::add(&self.counters.tx_bytes, n as u64);
+                true
+            }
+            Err(_) => {
+                LinkCounters::add(&self.counters.tx_errors, 1);
+                false
+            }
+        }
+    }
+
+    /// The socket that sends from UDP source port `sport` (bound on first use; the listening
+    /// socket when the port cannot be bound, counted).
+    fn tx_socket(&mut self, sport: u16) -> &UdpSocket {
+        if sport == self.local.port() {
+            return &self.rx;
+        }
+        if !self.tx.contains_key(&sport) {
+            match udp_socket(SocketAddr::new(self.local.ip(), sport), true) {
+                Ok(s) => {
+                    self.tx.insert(sport, s);
+                }
+                Err(_) => {
+                    LinkCounters::add(&self.counters.tx_sport_fallbacks, 1);
+                    return &self.rx;
+                }
+            }
+        }
+        self.tx.get(&sport).unwrap_or(&self.rx)
+    }
+
+    /// Receives one datagram if one is waiting and returns it as the IP packet the device
+    /// takes (headers rebuilt as the module comment says). `None` when nothing is waiting.
+    pub fn recv(&mut self) -> Option<Vec<u8>> {
+        loop {
+            let (n, from) = match self.rx.recv_from(&mut self.buf) {
+                Ok(r) => r,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                // WouldBlock, or an ICMP error reported on the socket: nothing to hand on.
+                Err(_) => return None,
+            };
+            match self.rebuild(n, from) {
+                Some(pkt) => {
+                    self.tee(&pkt);
+                    LinkCounters::add(&self.counters.rx_packets, 1);
+                    LinkCounters::add(&self.counters.rx_bytes, n as u64);
+                    return Some(pkt);
+                }
+                None => LinkCounters::add(&self.counters.rx_dropped, 1),
+            }
+        }
+    }
+
+    /// The IP packet of the `n`-byte UDP payload in `self.buf` that came from `from`.
+    fn rebuild(&self, n: usize, from: SocketAddr) -> Option<Vec<u8>> {
+        let payload = self.buf.get(..n)?;
+        let mut ip = match (from.ip(), self.local.ip()) {
+            (IpAddr::V4(src), IpAddr::V4(dst)) => IpSpec::V4(Ipv4Spec {
+                src: src.octets(),
+                dst: dst.octets(),
+                tos: 0,
+                ttl: DEFAULT_TTL,
+                id: 0,
+                dont_fragment: true,
+            }),
+            (IpAddr::V6(src), IpAddr::V6(dst)) => IpSpec::V6(Ipv6Spec {
+                src: src.octets(),
+                dst: dst.octets(),
+                traffic_class: 0,
+                flow_label: 0,
+                hop_limit: DEFAULT_TTL,
+            }),
+            _ => return None,
+        };
+        let ports = UdpPorts {
+            src: from.port(),
+            dst: ROCE_V2_UDP_DPORT,
+        };
+        if let IpSpec::V4(v4) = &mut ip {
+            // A packet whose ICRC no IP ID explains keeps ID 0: the device counts it as an
+            // ICRC error, as it should.
+            if let Some(id) = recover_ipv4_id(v4, ports, payload).filter(|&id| id != 0) {
+                v4.id = id;
+                LinkCounters::add(&self.counters.rx_ip_id_recovered, 1);
+            }
+        }
+        let hl = match ip {
+            IpSpec::V4(_) => IPV4_HDR_LEN,
+            IpSpec::V6(_) => bypass_hw::roce::ip::IPV6_HDR_LEN,
+        } + UDP_HDR_LEN;
+        let mut pkt = vec![0u8; hl + n];
+        let written = ip.write_ip_udp(ports, n, &mut pkt).ok()?;
+        pkt.get_mut(written..)?.copy_from_slice(payload);
+        Some(pkt)
+    }
+
+    /// Waits until a datagram is readable or `ms` milliseconds pass.
+    fn wait_readable(&self, ms: u8) {
+        let mut fds = [PollFd::new(self.rx.as_fd(), PollFlags::POLLIN)];
+        // EINTR or an error: the engine loop comes back here anyway.
+        let _ = poll(&mut fds, PollTimeout::from(ms));
+    }
+}
+
+/// The IPv4 ID the sender hashed into the ICRC of `payload`, which a UDP socket does not
+/// report: 0 when the packet checks with ID 0 (what a socket with `IP_PMTUDISC_DO` sends, so
+/// every bypass peer), else the one ID whose ICRC matches, or `None`.
+///
+/// Linux rxe fills the ID with `__ip_select_ident` (random) in `rxe_net.c`
+/// `prepare_ipv4_hdr` before `rxe_icrc_generate`, and `rxe_icrc.c` `rxe_icrc_hdr` does not
+/// mask it. The ICRC is a CRC-32, affine in its input, so `icrc(id) ^ icrc(0)` is linear in
+/// the 16 bits of `id`: the ID follows from the 16 single-bit differences by Gaussian
+/// elimination over GF(2) (17 CRCs, only for packets that fail with ID 0). Such packets keep
+/// 16 of the ICRC's 32 bits of protection against corruption.
+pub fn recover_ipv4_id(ip: &Ipv4Spec, ports: UdpPorts, payload: &[u8]) -> Option<u16> {
+    let want = bypass_hw::roce::icrc::wire_value(payload)?;
+    let crc = |id: u16| {
+        bypass_hw::roce::icrc::compute_udp_payload(
+            &IpSpec::V4(Ipv4Spec { id, ..*ip }),
+            ports,
+            payload,
+        )
+        .ok()
+    };
+    let c0 = crc(0)?;
+    if c0 == want {
+        return Some(0);
+    }
+    // basis[b]: a combination (its CRC difference, its ID bits) whose highest set bit is b.
+    let mut basis: [Option<(u32, u16)>; 32] = [None; 32];
+    for k in 0..16 {
+        let (mut v, mut m) = (crc(1 << k)? ^ c0, 1u16 << k);
+        for b in (0..32).rev() {
+            if v >> b & 1 == 0 {
+                continue;
+            }
+            match basis.get(b).copied().flatten() {
+                Some((bv, bm)) => {
+                    v ^= bv;
+                    m ^= bm;
+                }
+                None => {
+                    if let Some(slot) = basis.get_mut(b) {
+                        *slot = Some((v, m));
+                    }
+                    break;
+                }
+            }
+        }
+    }
+    let (mut t, mut id) = (want ^ c0, 0u16);
+    for b in (0..32).rev() {
+        if t >> b & 1 == 1 {
+            let (bv, bm) = basis.get(b).copied().flatten()?;
+            t ^= bv;
+            id ^= bm;
+        }
+    }
+    (t == 0).then_some(id)
+}
+
+fn lock(world: &Mutex<World>) -> MutexGuard<'_, World> {
+    world.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The most device steps of one engine round (a livelocking device cannot hold the lock).
+const MAX_STEPS_PER_ROUND: usize = 100_000;
+
+/// The engine thread of a UDP fabric: until `stop`, runs the world's devices in real time
+/// (device time = ns since the engine started), sends what they transmit through `link` and
+/// hands them what it receives (to the device that owns the destination GID, else device 0).
+/// Spins while there is work and for a short while after; sleeps in `poll` on the socket when
+/// idle. Socket calls happen with the world unlocked.
+pub fn run_engine(world: &Mutex<World>, stop: &AtomicBool, mut link: UdpLink) {
+    let start = Instant::now();
+    let mut last_work = Instant::now();
+    let mut inbound: Vec<Vec<u8>> = Vec::with_capacity(RX_BATCH);
+    let mut outbound: Vec<Vec<u8>> = Vec::new();
+    while !stop.load(Ordering::Acquire) {
+        while inbound.len() < RX_BATCH {
+            match link.recv() {
+                Some(p) => inbound.push(p),
+                None => break,
+            }
+        }
+        let mut busy = !inbound.is_empty();
+        {
+            let mut w = lock(world);
+            let now = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
+            let n = w.len();
+            for id in 0..n {
+                w.device(id).set_time(now);
+            }
+            for pkt in inbound.drain(..) {
+                let owner = RocePacket::parse(&pkt).ok().and_then(|p| {
+                    let (_, dgid) = p.ip().gids();
+                    (0..n).find(|&id| {
+                        w.device(id)
+                            .profile()
+                            .ports
+                            .iter()
+                            .any(|port| port.gids.contains(&dgid))
+                    })
+                });
+                if n > 0 {
+                    w.device(owner.unwrap_or(0)).receive(pkt);
+                }
+            }
+            for _ in 0..MAX_STEPS_PER_ROUND {
+                let mut progress = false;
+                for id in 0..n {
+                    progress |= w.device(id).step();
+                }
+                if !progress {
+                    break;
+                }
+                busy = true;
+            }
+            for id in 0..n {
+                while let Some(p) = w.device(id).take_tx() {
+                    outbound.push(p);
+                }
+            }
+        }
+        for p in outbound.drain(..) {
+            busy = true;
+            link.send(&p);
+        }
+        if busy {
+            last_work = Instant::now();
+        } else if last_work.elapsed() > SPIN {
+            link.wait_readable(IDLE_POLL_MS);
+        } else {
+            // Spinning, but other threads (the application's, on few cores) may need the CPU
+            // to produce the next doorbell: give it away rather than burn the slice.
+            std::thread::yield_now();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bypass_hw::roce::{BthFields, BthOpcode, DEFAULT_PKEY, ExtFields, PacketSpec, emit};
+    use std::net::Ipv4Addr;
+
+    fn packet(src: [u8; 4], dst: [u8; 4], sport: u16) -> Vec<u8> {
+        let spec = PacketSpec {
+            ip: IpSpec::from_gids(&Profile::ipv4_gid(src), &Profile::ipv4_gid(dst)).unwrap(),
+            ports: UdpPorts {
+                src: sport,
+                dst: ROCE_V2_UDP_DPORT,
+            },
+            bth: BthFields {
+                opcode: BthOpcode::RC_SEND_ONLY,
+                pkey: DEFAULT_PKEY,
+                dest_qp: 0x11,
+                psn: 7,
+                ..Default::default()
+            },
+            ext: ExtFields::default(),
+            payload: b"hello rxe",
+        };
+        let mut buf = vec![0u8; spec.packet_len().unwrap()];
+        emit(&spec, &mut buf).unwrap();
+        buf
+    }
+
+    fn link(last: u8) -> UdpLink {
+        UdpLink::bind(SocketAddr::new(Ipv4Addr::new(127, 0, 0, last).into(), 0)).unwrap()
+    }
+
+    fn recv_wait(l: &mut UdpLink) -> Vec<u8> {
+        for _ in 0..2000 {
+            if let Some(p) = l.recv() {
+                return p;
+            }
+            l.wait_readable(1);
+        }
+        panic!("nothing arrived on {}", l.local_addr());
+    }
+
+    #[test]
+    fn a_packet_crosses_the_socket_with_its_source_port_and_a_valid_icrc() {
+        let mut b = link(2);
+        // The sender must send to b's port: bind it to the same one.
+        let mut a = UdpLink::bind(SocketAddr::new(
+            Ipv4Addr::new(127, 0, 0, 1).into(),
+            b.local_addr().port(),
+        ))
+        .unwrap();
+        let sent = packet([127, 0, 0, 1], [127, 0, 0, 2], 0xc123);
+        assert!(a.send(&sent));
+        let got = recv_wait(&mut b);
+        assert_eq!(got, sent, "the rebuilt packet is the one the device built");
+        let p = RocePacket::parse(&got).unwrap();
+        assert!(p.icrc_ok());
+        assert_eq!(p.ports().src, 0xc123);
+        assert_eq!(a.counters().tx_packets.load(Ordering::Relaxed), 1);
+        assert_eq!(b.counters().rx_packets.load(Ordering::Relaxed), 1);
+    }
+
+    #[test]
+    fn a_packet_from_another_source_port_fails_the_icrc_as_rxe_would() {
+        let mut b = link(2);
+        let mut a = UdpLink::bind(SocketAddr::new(
+            Ipv4Addr::new(127, 0, 0, 1).into(),
+            b.local_addr().port(),
+        ))
+        .unwrap();
+        // Built for source port 0xc001 but sent from 0xc002: the ICRC covers the port.
+        let mut sent = packet([127, 0, 0, 1], [127, 0, 0, 2], 0xc001);
+        let p = RocePacket::parse(&sent).unwrap();
+        let payload = p.udp_payload().to_vec();
+        let hl = sent.len() - payload.len();
+        sent.truncate(hl);
+        let s = a.tx_socket(0xc002);
+        s.send_to(&payload, b.local_addr()).unwrap();
+        let got = recv_wait(&mut b);
+        assert!(!RocePacket::parse(&got).unwrap().icrc_ok());
+    }
+
+    /// Sends `packet`'s UDP payload to `to` from a socket bound to its UDP source port.
+    fn send_raw(from: &mut UdpLink, packet: &[u8], to: SocketAddr) {
+        let p = RocePacket::parse(packet).unwrap();
+        let payload = p.udp_payload().to_vec();
+        from.tx_socket(p.ports().src).send_to(&payload, to).unwrap();
+    }
+
+    #[test]
+    fn a_random_ipv4_id_like_rxe_sends_is_recovered_from_the_icrc() {
+        let mut b = link(2);
+        let mut a = link(1);
+        let mut sent = packet([127, 0, 0, 1], [127, 0, 0, 2], 0xc0aa);
+        // What rxe does: a random IP ID, hashed into the ICRC.
+        let p = RocePacket::parse(&sent).unwrap();
+        let IpSpec::V4(mut v4) = *p.ip() else {
+            unreachable!()
+        };
+        v4.id = 0xbeef;
+        let ports = p.ports();
+        let mut payload = p.udp_payload().to_vec();
+        let icrc =
+            bypass_hw::roce::icrc::compute_udp_payload(&IpSpec::V4(v4), ports, &payload).unwrap();
+        let n = payload.len();
+        payload[n - 4..].copy_from_slice(&icrc.to_le_bytes());
+        IpSpec::V4(v4).write_ip_udp(ports, n, &mut sent).unwrap();
+        let hl = sent.len() - n;
+        sent[hl..].copy_from_slice(&payload);
+        send_raw(&mut a, &sent, b.local_addr());
+        let got = recv_wait(&mut b);
+        assert_eq!(got, sent, "the rebuilt header carries ID 0xbeef");
+        assert!(RocePacket::parse(&got).unwrap().icrc_ok());
+        assert_eq!(b.counters().rx_ip_id_recovered.load(Ordering::Relaxed), 1);
+
+        // A corrupted payload is explained by no ID: it keeps ID 0 and fails the ICRC.
+        payload[20] ^= 0x40;
+        sent[hl..].copy_from_slice(&payload);
+        send_raw(&mut a, &sent, b.local_addr());
+        let got = recv_wait(&mut b);
+        assert!(!RocePacket::parse(&got).unwrap().icrc_ok());
+    }
+
+    #[test]
+    fn the_device_profile_carries_the_link_address_as_gid_0() {
+        let l = link(3);
+        assert_eq!(
+            l.profile().ports[0].gids,
+            vec![Profile::ipv4_gid([127, 0, 0, 3])]
+        );
+    }
+
+    #[test]
+    fn unspecified_addresses_are_refused_with_a_reason() {
+        let e = UdpLink::bind("0.0.0.0:4791".parse().unwrap()).unwrap_err();
+        assert!(e.to_string().contains("unicast"), "{e}");
+    }
+
+    #[test]
+    fn ipv6_packets_cross_the_socket_too() {
+        let Ok(mut b) = UdpLink::bind("[::1]:0".parse().unwrap()) else {
+            // Hosts without IPv6 on loopback cannot run this; every other test still runs.
+            return;
+        };
+        let mut a = UdpLink::bind(SocketAddr::new("::1".parse().unwrap(), 0)).unwrap();
+        let g = b.gid();
+        let spec = PacketSpec {
+            ip: IpSpec::from_gids(&g, &g).unwrap(),
+            ports: UdpPorts {
+                src: 0xc0de,
+                dst: ROCE_V2_UDP_DPORT,
+            },
+            bth: BthFields {
+                opcode: BthOpcode::RC_SEND_ONLY,
+                pkey: DEFAULT_PKEY,
+                dest_qp: 0x11,
+                psn: 1,
+                ..Default::default()
+            },
+            ext: ExtFields::default(),
+            payload: b"v6",
+        };
+        let mut buf = vec![0u8; spec.packet_len().unwrap()];
+        emit(&spec, &mut buf).unwrap();
+        // a's port differs from b's: send straight to b's socket from the 0xc0de socket.
+        let payload = RocePacket::parse(&buf).unwrap().udp_payload().to_vec();
+        a.tx_socket(0xc0de)
+            .send_to(&payload, b.local_addr())
+            .unwrap();
+        let got = recv_wait(&mut b);
+        assert_eq!(got, buf);
+        assert!(RocePacket::parse(&got).unwrap().icrc_ok());
+    }
+}

@@ -1,0 +1,344 @@
+//! `bypass perf compare-udp`: the UDP link measured against plain sockets in one run, as
+//! medians and ratios, with the project's targets.
+//!
+//! Owns: the two comparisons and their baselines: an 8-byte RDMA WRITE round trip between two
+//! simulated NICs on UDP sockets (127.0.0.1 and 127.0.0.2 by default, one engine thread each)
+//! against a plain UDP busy-poll ping-pong between the same two `ADDR:PORT`s (bound first,
+//! released, then taken by the links); and 1 MiB RDMA WRITE streaming bandwidth over those
+//! links against TCP loopback streaming throughput (1 MiB writes). Must not print tables
+//! (the verdict lines only) or touch the device outside the verbs API.
+//!
+//! Medians: round trips: of per-iteration round-trip times; bandwidth: of whole runs
+//! (`--runs`), each `iters` WRITEs from first post to last completion.
+
+use std::io::{Read, Write};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::time::{Duration, Instant};
+
+use clap::Args;
+
+use super::PerfError;
+use super::lat::WARMUP;
+use super::pair::{End, RigSpec, WriteSpec};
+use super::remote::{spin_yield, wait_yield};
+use crate::args::{DeviceSpec, parse_size};
+use crate::baseline::elapsed_ns;
+use crate::device::{NetDevice, open_net};
+use crate::stats::median;
+
+/// Target: UDP WRITE round trip at most this multiple of the plain UDP ping-pong's.
+pub const RTT_TARGET: f64 = 1.25;
+/// Target: UDP WRITE bandwidth at least this multiple of TCP loopback streaming.
+pub const BW_TARGET: f64 = 1.0;
+
+/// Options of `bypass perf compare-udp`.
+#[derive(Args, Debug)]
+pub struct UdpCompareOpts {
+    /// Address of the first NIC (and of the first socket of the baselines).
+    #[arg(long, default_value = "127.0.0.1")]
+    pub addr_a: IpAddr,
+    /// Address of the second NIC.
+    #[arg(long, default_value = "127.0.0.2")]
+    pub addr_b: IpAddr,
+    /// Message size of the round-trip comparison.
+    #[arg(long, default_value = "8", value_parser = parse_size)]
+    pub lat_size: u64,
+    /// Message size of the bandwidth comparison.
+    #[arg(long, default_value = "1M", value_parser = parse_size)]
+    pub bw_size: u64,
+    /// Round trips measured (after a warm-up).
+    #[arg(short = 'n', long, default_value_t = 2000, value_parser = clap::value_parser!(u64).range(50..))]
+    pub iters: u64,
+    /// WRITEs per bandwidth run.
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(8..))]
+    pub bw_iters: u64,
+    /// Bandwidth runs (the median is reported).
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub runs: u32,
+    /// WRITEs outstanding in the bandwidth runs.
+    #[arg(short = 't', long = "tx-depth", default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub tx_depth: u32,
+}
+
+fn io(step: &'static str) -> impl Fn(std::io::Error) -> PerfError {
+    move |e| PerfError::Oob(format!("baseline: {step}: {e}"))
+}
+
+/// A UDP port free on both addresses now (the kernel picks one on `a`; `b` is checked).
+fn free_port(a: IpAddr, b: IpAddr) -> Result<u16, PerfError> {
+    for _ in 0..32 {
+        let sa = UdpSocket::bind((a, 0)).map_err(io("binding a UDP port"))?;
+        let port = sa.local_addr().map_err(io("local_addr"))?.port();
+        if UdpSocket::bind((b, port)).is_ok() {
+            return Ok(port);
+        }
+    }
+    Err(PerfError::Oob(format!(
+        "no UDP port free on both {a} and {b}"
+    )))
+}
+
+/// Plain UDP busy-poll ping-pong between `a` and `b` (non-blocking sockets, both spinning,
+/// yielding between polls like the sim's engine and `bypass pingpong`): the round-trip times
+/// in ns.
+fn udp_pingpong_rtts(
+    a: SocketAddr,
+    b: SocketAddr,
+    size: usize,
+    iters: usize,
+) -> Result<Vec<u64>, PerfError> {
+    let sa = UdpSocket::bind(a).map_err(io("binding the first socket"))?;
+    let sb = UdpSocket::bind(b).map_err(io("binding the second socket"))?;
+    sa.set_nonblocking(true).map_err(io("non-blocking"))?;
+    sb.set_nonblocking(true).map_err(io("non-blocking"))?;
+    let total = iters + WARMUP;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let echo = std::thread::spawn(move || {
+        let mut buf = vec![0u8; size.max(1)];
+        let mut n = 0;
+        while n < total && Instant::now() < deadline {
+            if let Ok((len, from)) = sb.recv_from(&mut buf) {
+                let _ = sb.send_to(buf.get(..len).unwrap_or(&[]), from);
+                n += 1;
+            } else {
+                // Busy-poll as the sim's engine does: yield the core between polls, so
+                // that on a machine with few cores the two spinning threads take turns.
+                std::thread::yield_now();
+            }
+        }
+    });
+    let msg = vec![0x5au8; size.max(1)];
+    let mut reply = vec![0u8; size.max(1)];
+    let mut rtts = Vec::with_capacity(iters);
+    for i in 0..total {
+        let t0 = Instant::now();
+        sa.send_to(&msg, b).map_err(io("send"))?;
+        loop {
+            match sa.recv_from(&mut reply) {
+                Ok(_) => break,
+                Err(_) if Instant::now() < deadline => std::thread::yield_now(),
+                Err(e) => return Err(io("the echo never answered")(e)),
+            }
+        }
+        if i >= WARMUP {
+            rtts.push(elapsed_ns(t0));
+        }
+    }
+    let _ = echo.join();
+    Ok(rtts)
+}
+
+/// TCP loopback streaming: `runs` times, `count` writes of `chunk` bytes into a socket a
+/// reader thread drains; the bytes per second of each run.
+fn tcp_stream_rates(chunk: usize, count: usize, runs: u32) -> Result<Vec<f64>, PerfError> {
+    let mut rates = Vec::new();
+    for _ in 0..runs {
+        let l = TcpListener::bind("127.0.0.1:0").map_err(io("TCP bind"))?;
+        let addr = l.local_addr().map_err(io("TCP local_addr"))?;
+        let total = chunk * count;
+        let reader = std::thread::spawn(move || -> std::io::Result<usize> {
+            let (mut s, _) = l.accept()?;
+            let mut buf = vec![0u8; 1 << 20];
+            let mut got = 0;
+            while got < total {
+                let n = s.read(&mut buf)?;
+                if n == 0 {
+                    break;
+                }
+                got += n;
+            }
+            s.write_all(b"k")?;
+            Ok(got)
+        });
+        let mut s = TcpStream::connect(addr).map_err(io("TCP connect"))?;
+        let data = vec![0x5au8; chunk];
+        let t0 = Instant::now();
+        for _ in 0..count {
+            s.write_all(&data).map_err(io("TCP write"))?;
+        }
+        let mut k = [0u8; 1];
+        s.read_exact(&mut k).map_err(io("TCP reader's ack"))?;
+        let secs = t0.elapsed().as_secs_f64();
+        let _ = reader.join();
+        rates.push(total as f64 / secs);
+    }
+    Ok(rates)
+}
+
+/// Two simulated NICs on UDP links, their ends connected.
+struct UdpPair {
+    a: End,
+    b: End,
+    max_inline: usize,
+    devs: [NetDevice; 2],
+}
+
+impl UdpPair {
+    fn new(a: SocketAddr, b: SocketAddr, size: usize, depth: u32) -> Result<Self, PerfError> {
+        let da = open_net(&DeviceSpec::Udp(a), 1, "perf compare-udp", None)?;
+        let db = open_net(&DeviceSpec::Udp(b), 2, "perf compare-udp", None)?;
+        let spec = RigSpec {
+            seed: 1,
+            size,
+            depth,
+        };
+        let mut ea = End::new(&da.ctx, spec)?;
+        let mut eb = End::new(&db.ctx, spec)?;
+        let (pa, pb) = (ea.qp.endpoint()?, eb.qp.endpoint()?);
+        ea.qp.connect(&pb)?;
+        eb.qp.connect(&pa)?;
+        let max_inline = ea.qp.options().caps.max_inline_data as usize;
+        Ok(Self {
+            a: ea,
+            b: eb,
+            max_inline,
+            devs: [da, db],
+        })
+    }
+
+    fn write_spec(&self, to_b: bool, size: u64) -> Result<WriteSpec, PerfError> {
+        let target = if to_b { &self.b.target } else { &self.a.target };
+        Ok(WriteSpec {
+            remote: target
+                .remote()
+                .slice(0, size)
+                .ok_or(PerfError::TooLarge { size })?,
+            size: usize::try_from(size).map_err(|_| PerfError::TooLarge { size })?,
+            max_inline: self.max_inline,
+        })
+    }
+}
+
+/// The WRITE ping-pong (both ends in this thread, as `lat`): round-trip times in ns.
+fn write_rtts(p: &mut UdpPair, size: u64, iters: usize) -> Result<Vec<u64>, PerfError> {
+    let (ab, ba) = (p.write_spec(true, size)?, p.write_spec(false, size)?);
+    let bytes = ab.size;
+    let mut rtts = Vec::with_capacity(iters);
+    let (mut oa, mut ob) = (0u32, 0u32);
+    for i in 0..(iters + WARMUP) {
+        let tag = (i % 255) as u8 + 1;
+        let t0 = Instant::now();
+        reap(&mut p.a, &mut oa)?;
+        p.a.post_write(&ab, tag, true, i as u64)?;
+        oa += 1;
+        spin_yield(&p.b, bytes, tag)?;
+        reap(&mut p.b, &mut ob)?;
+        p.b.post_write(&ba, tag, true, i as u64)?;
+        ob += 1;
+        spin_yield(&p.a, bytes, tag)?;
+        if i >= WARMUP {
+            rtts.push(elapsed_ns(t0));
+        }
+    }
+    // Reap every completion, so that the next phase's wr_ids are not confused with these.
+    for (end, out) in [(&mut p.a, &mut oa), (&mut p.b, &mut ob)] {
+        while *out > 0 {
+            let (n, _) = wait_yield(end)?;
+            *out = out.saturating_sub(n as u32);
+        }
+    }
+    Ok(rtts)
+}
+
+fn reap(end: &mut End, outstanding: &mut u32) -> Result<(), PerfError> {
+    let (n, _) = end.drain()?;
+    *outstanding = outstanding.saturating_sub(n as u32);
+    while *outstanding >= 4 {
+        let (n, _) = wait_yield(end)?;
+        *outstanding = outstanding.saturating_sub(n as u32);
+    }
+    Ok(())
+}
+
+/// One bandwidth run a → b: `iters` WRITEs of `size`, `depth` outstanding, each signalled
+/// every `depth / 2`; bytes per second from the first post to the last completion.
+fn write_bw_rate(p: &mut UdpPair, size: u64, iters: usize, depth: u32) -> Result<f64, PerfError> {
+    let w = p.write_spec(true, size)?;
+    let cq_mod = (depth / 2).max(1) as usize;
+    let (mut scnt, mut ccnt) = (0usize, 0usize);
+    let t0 = Instant::now();
+    while ccnt < iters {
+        while scnt < iters && scnt - ccnt < depth as usize {
+            let signaled = (scnt + 1) % cq_mod == 0 || scnt + 1 == iters;
+            p.a.post_write(&w, 1, signaled, scnt as u64)?;
+            scnt += 1;
+        }
+        let (_, last) = wait_yield(&mut p.a)?;
+        if let Some(last) = last {
+            ccnt = ccnt.max((last as usize + 1).min(iters));
+        }
+    }
+    Ok(size as f64 * iters as f64 / t0.elapsed().as_secs_f64())
+}
+
+/// Runs both comparisons and prints medians, ratios and verdicts.
+pub fn run(o: &UdpCompareOpts) -> Result<(), PerfError> {
+    let n = usize::try_from(o.iters).unwrap_or(usize::MAX);
+    let lat_size =
+        usize::try_from(o.lat_size).map_err(|_| PerfError::TooLarge { size: o.lat_size })?;
+    let bw_size =
+        usize::try_from(o.bw_size).map_err(|_| PerfError::TooLarge { size: o.bw_size })?;
+    let port = free_port(o.addr_a, o.addr_b)?;
+    let (a, b) = (
+        SocketAddr::new(o.addr_a, port),
+        SocketAddr::new(o.addr_b, port),
+    );
+    println!("bypass perf compare-udp: {a} <-> {b} (same run; medians)");
+
+    let udp = udp_pingpong_rtts(a, b, lat_size, n)?;
+    let udp_rtt = median_us(&udp);
+    let tcp = tcp_stream_rates(bw_size, usize::try_from(o.bw_iters).unwrap_or(200), o.runs)?;
+    let tcp_bw = median(&tcp).unwrap_or(0.0) / f64::from(1u32 << 20);
+
+    let depth = super::bw::effective_depth(o.bw_size, o.tx_depth, 1).0;
+    let mut pair = UdpPair::new(a, b, bw_size.max(lat_size), depth)?;
+    let rdma = write_rtts(&mut pair, o.lat_size, n)?;
+    let rdma_rtt = median_us(&rdma);
+    let mut rates = Vec::new();
+    for _ in 0..o.runs {
+        rates.push(write_bw_rate(
+            &mut pair,
+            o.bw_size,
+            usize::try_from(o.bw_iters).unwrap_or(200),
+            depth,
+        )?);
+    }
+    let rdma_bw = median(&rates).unwrap_or(0.0) / f64::from(1u32 << 20);
+
+    let rtt_ratio = rdma_rtt / udp_rtt;
+    let bw_ratio = rdma_bw / tcp_bw;
+    let verdict = |ok: bool| if ok { "met" } else { "MISSED" };
+    println!(
+        " {}-byte RDMA WRITE round trip over UDP : {rdma_rtt:10.2} us",
+        o.lat_size
+    );
+    println!(
+        " {}-byte UDP busy-poll ping-pong         : {udp_rtt:10.2} us",
+        o.lat_size
+    );
+    println!(
+        " round-trip ratio                      : {rtt_ratio:10.2} x  (target <= {RTT_TARGET}: {})",
+        verdict(rtt_ratio <= RTT_TARGET)
+    );
+    println!(
+        " {} B RDMA WRITE bandwidth over UDP  : {rdma_bw:10.1} MiB/s (depth {depth}, median of {} runs)",
+        o.bw_size, o.runs
+    );
+    println!(
+        " TCP loopback streaming ({} B writes): {tcp_bw:10.1} MiB/s",
+        o.bw_size
+    );
+    println!(
+        " bandwidth ratio                       : {bw_ratio:10.2} x  (target >= {BW_TARGET}: {})",
+        verdict(bw_ratio >= BW_TARGET)
+    );
+    for d in &pair.devs {
+        println!(" link {}: {}", d.addr, d.link.summary());
+    }
+    Ok(())
+}
+
+fn median_us(ns: &[u64]) -> f64 {
+    let v: Vec<f64> = ns.iter().map(|&x| x as f64 / 1000.0).collect();
+    median(&v).unwrap_or(0.0)
+}

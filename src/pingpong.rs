@@ -1,0 +1,370 @@
+//! `bypass pingpong`: rdma-core's `ibv_rc_pingpong`, on a simulated NIC whose wire is a UDP
+//! socket, interoperable with the real tool on a Linux rxe (or any RoCEv2) peer.
+//!
+//! Owns: the command's options, its out-of-band exchange as a server (the client side is
+//! `bypass_verbs::exchange::exchange_pingpong_as_client`), the ping-pong loop and its output.
+//! Must not build WQEs or touch the device except through the verbs API.
+//!
+//! The protocol follows rdma-core `libibverbs/examples/rc_pingpong.c`:
+//! - Both sides post `rx_depth` receives, then swap `"%04x:%06x:%06x:%s"` (lid:qpn:psn:gid,
+//!   `pp_client_exch_dest` / `pp_server_exch_dest`) over TCP port `-p` (18515). The server
+//!   reads the client's message, connects its QP (INIT → RTR → RTS) *before* answering, so
+//!   the client's first SEND finds it ready; the client answers the server's message with
+//!   `"done"` and connects after.
+//! - The client posts the first SEND. Each side keeps `pending` = {SEND, RECV}: when both of
+//!   its last SEND and a RECV completed, it posts the next SEND (`parse_single_wc`). Receives
+//!   are refilled when one or fewer are left. It stops after `iters` SENDs and `iters` RECVs.
+//! - Output: the local and remote address lines, then `bytes` (= size × iters × 2) and the
+//!   usec/iter line, with the same formats.
+//! - QP attributes: path MTU `-m` (default 1024), RTR/RTS as `pp_connect_ctx` (timeout 14,
+//!   retry 7, RNR retry 7); the PSN is random (`lrand48() & 0xffffff`).
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+use bypass_verbs::exchange::{PINGPONG_MSG_LEN, exchange_pingpong_as_client};
+use bypass_verbs::wr::{RecvWr, SendOp, SendWr};
+use bypass_verbs::{Completion, Cq, Mtu, QpBuilder, QpEndpoint, VerbsError};
+use clap::Args;
+
+use crate::args::{DeviceSpec, parse_size};
+use crate::device::{DeviceError, open_net};
+
+/// `PINGPONG_SEND_WRID` of rc_pingpong.
+const SEND_WRID: u64 = 1;
+/// `PINGPONG_RECV_WRID` of rc_pingpong.
+const RECV_WRID: u64 = 2;
+/// The byte rc_pingpong fills its buffer with (`memset(ctx->buf, 0x7b, size)`).
+const FILL: u8 = 0x7b;
+/// How long the exchange and each wait for a completion may take.
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Options of `bypass pingpong` (`ibv_rc_pingpong`'s, where they apply).
+#[derive(Args, Debug)]
+pub struct PingpongOpts {
+    /// The server to connect to; without it, this side is the server and waits for a client.
+    pub host: Option<String>,
+    /// TCP port of the out-of-band exchange.
+    #[arg(short = 'p', long, default_value_t = 18515)]
+    pub port: u16,
+    /// The device: `udp:ADDR[:PORT]` (a simulated NIC on a UDP socket bound to ADDR).
+    #[arg(
+        short = 'd',
+        long = "ib-dev",
+        visible_alias = "device",
+        default_value = "sim"
+    )]
+    pub device: DeviceSpec,
+    /// The port of the device (the sim NIC has one: 1).
+    #[arg(short = 'i', long = "ib-port", default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=1))]
+    pub ib_port: u8,
+    /// Size of each message (K/M suffixes allowed).
+    #[arg(short = 's', long, default_value = "4096", value_parser = parse_size)]
+    pub size: u64,
+    /// Path MTU: 256, 512, 1024, 2048 or 4096.
+    #[arg(short = 'm', long, default_value_t = 1024)]
+    pub mtu: u32,
+    /// Receives kept posted.
+    #[arg(short = 'r', long = "rx-depth", default_value_t = 500, value_parser = clap::value_parser!(u32).range(2..=8192))]
+    pub rx_depth: u32,
+    /// Exchanges (each: one SEND each way).
+    #[arg(short = 'n', long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..))]
+    pub iters: u32,
+    /// Service level (accepted for compatibility; RoCEv2 on the sim does not use it).
+    #[arg(short = 'l', long, default_value_t = 0)]
+    pub sl: u8,
+    /// Sleep on CQ events (the completion interrupt) instead of busy-polling.
+    #[arg(short = 'e', long)]
+    pub events: bool,
+    /// Local GID index (the device on a UDP link has one GID: index 0, its address).
+    #[arg(short = 'g', long = "gid-idx", default_value_t = 0)]
+    pub gid_idx: u8,
+    /// Check every received message: its length and that it is rc_pingpong's fill (0x7b).
+    #[arg(short = 'c', long)]
+    pub chk: bool,
+    /// Record every packet the UDP link sends and receives in this pcap file.
+    #[arg(long, value_name = "FILE")]
+    pub pcap: Option<std::path::PathBuf>,
+    /// Seed of the simulated NIC's fabric.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+}
+
+/// Why a pingpong failed.
+#[derive(Debug, thiserror::Error)]
+pub enum PingpongError {
+    /// The device could not be opened.
+    #[error(transparent)]
+    Device(#[from] DeviceError),
+    /// A verbs call failed.
+    #[error(transparent)]
+    Verbs(#[from] VerbsError),
+    /// The exchange failed.
+    #[error(transparent)]
+    Exchange(#[from] bypass_verbs::exchange::ExchangeError),
+    /// An option is out of range.
+    #[error("{0}")]
+    Usage(String),
+    /// The server's side of the exchange failed.
+    #[error("out-of-band exchange (server, port {port}) failed while {step}: {source}")]
+    Server {
+        /// The TCP port.
+        port: u16,
+        /// What it was doing.
+        step: &'static str,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The client's message did not parse.
+    #[error("the client's ibv_rc_pingpong message is malformed: {0}")]
+    BadMessage(String),
+    /// A completion came back with an error.
+    #[error(
+        "Failed status {status} for wr_id {wr_id} (after {scnt} sends and {rcnt} receives): the peer stopped answering or refused the QP; read its output"
+    )]
+    Completion {
+        /// The status with its explanation.
+        status: String,
+        /// The work request.
+        wr_id: u64,
+        /// SENDs completed.
+        scnt: u32,
+        /// RECVs completed.
+        rcnt: u32,
+    },
+    /// Nothing completed for too long.
+    #[error(
+        "no completion for {0:?} (after {1} sends and {2} receives): the peer is gone or its packets do not reach this host (check the address, the UDP port and the firewall)"
+    )]
+    Stalled(Duration, u32, u32),
+    /// A message was not what the peer sent.
+    #[error("receive {n}: {why}")]
+    BadData {
+        /// Which receive.
+        n: u32,
+        /// What was wrong.
+        why: String,
+    },
+}
+
+/// A PSN as rc_pingpong draws it (`lrand48() & 0xffffff`): from the clock and the pid.
+fn random_psn() -> u32 {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let x = (t ^ u64::from(std::process::id()).rotate_left(32)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    ((x >> 40) as u32) & 0x00ff_ffff
+}
+
+/// The address line (`"  local address:  LID 0x%04x, QPN 0x%06x, PSN 0x%06x, GID %s"`),
+/// the GID written as `inet_ntop(AF_INET6)` does.
+fn address_line(label: &str, ep: &QpEndpoint) -> String {
+    format!(
+        "  {label} LID 0x{:04x}, QPN 0x{:06x}, PSN 0x{:06x}, GID {}",
+        ep.lid,
+        ep.qpn,
+        ep.psn,
+        ep.gid.to_ipv6()
+    )
+}
+
+/// Runs `bypass pingpong`.
+pub fn run(o: &PingpongOpts) -> Result<(), PingpongError> {
+    let mtu = Mtu::from_bytes(o.mtu).ok_or_else(|| {
+        PingpongError::Usage(format!(
+            "-m {}: the path MTU is one of 256, 512, 1024, 2048, 4096",
+            o.mtu
+        ))
+    })?;
+    if o.gid_idx != 0 {
+        return Err(PingpongError::Usage(format!(
+            "-g {}: this device has one GID, index 0 (its UDP address); the peer's index is the peer's business",
+            o.gid_idx
+        )));
+    }
+    let size = usize::try_from(o.size)
+        .ok()
+        .filter(|&s| s > 0 && s <= 1 << 30)
+        .ok_or_else(|| PingpongError::Usage(format!("-s {}: give 1 byte to 1 GiB", o.size)))?;
+    let dev = open_net(&o.device, o.seed, "pingpong", o.pcap.as_deref())?;
+    let ctx = dev.ctx;
+    let pd = ctx.alloc_pd()?;
+    let mut cq = Cq::new(&ctx, o.rx_depth + 1)?;
+    // Receives, plus one SEND buffer in flight and one being filled.
+    let pool = pd.create_pool(size, o.rx_depth as usize + 2)?;
+    let mut qp = QpBuilder::rc(&pd, &cq, &cq)
+        .max_send_wr(2)
+        .max_recv_wr(o.rx_depth)
+        .max_send_sge(1)
+        .max_recv_sge(1)
+        .psn(random_psn())
+        .build()?;
+    // pp_init_ctx: the QP goes to INIT before the receives are posted.
+    qp.modify_to_init()?;
+    let mut routs = 0u32;
+    for _ in 0..o.rx_depth {
+        qp.post_recv(RecvWr::new(RECV_WRID, pool.lease(size)?))?;
+        routs += 1;
+    }
+    let mut local = qp.endpoint()?;
+    local.mtu = mtu;
+    println!("{}", address_line("local address: ", &local));
+
+    let remote = match &o.host {
+        Some(host) => {
+            let remote =
+                exchange_pingpong_as_client((host.as_str(), o.port), &local, mtu, TIMEOUT)?;
+            qp.modify_to_rtr(&remote)?;
+            qp.modify_to_rts()?;
+            remote
+        }
+        None => serve_exchange(o.port, &local, mtu, |remote| {
+            qp.modify_to_rtr(remote)?;
+            qp.modify_to_rts()
+        })?,
+    };
+    println!("{}", address_line("remote address:", &remote));
+
+    let mut pending = RECV_WRID;
+    let send = |qp: &mut bypass_verbs::Qp| -> Result<(), VerbsError> {
+        let mut lease = pool.lease(size)?;
+        lease.as_mut_slice().fill(FILL);
+        qp.post_send(SendWr::new(SEND_WRID, SendOp::Send).sge(lease))
+    };
+    if o.host.is_some() {
+        send(&mut qp)?;
+        pending |= SEND_WRID;
+    }
+    let start = Instant::now();
+    let (mut scnt, mut rcnt) = (0u32, 0u32);
+    let mut last = Instant::now();
+    while rcnt < o.iters || scnt < o.iters {
+        let c = if o.events {
+            cq.wait(Duration::from_millis(100))?
+        } else {
+            cq.poll_one()
+        };
+        let Some(c) = c else {
+            if last.elapsed() > TIMEOUT {
+                return Err(PingpongError::Stalled(TIMEOUT, scnt, rcnt));
+            }
+            // Busy-poll, but let the engine thread run when cores are few.
+            std::thread::yield_now();
+            continue;
+        };
+        last = Instant::now();
+        let wr_id = c.wr_id();
+        check_ok(&c, scnt, rcnt)?;
+        match wr_id {
+            SEND_WRID => {
+                scnt += 1;
+                qp.reclaim(c)?;
+            }
+            _ => {
+                let len = c.byte_len() as usize;
+                let lease = qp.reclaim_lease(c)?;
+                if o.chk {
+                    check_data(lease.as_ref().map(|l| l.as_slice()), len, size, rcnt)?;
+                }
+                routs -= 1;
+                // Refill (rc_pingpong: when one or fewer are left); reuse the buffer.
+                if let Some(l) = lease {
+                    qp.post_recv(RecvWr::new(RECV_WRID, l))?;
+                    routs += 1;
+                }
+                while routs < o.rx_depth && routs <= 1 {
+                    qp.post_recv(RecvWr::new(RECV_WRID, pool.lease(size)?))?;
+                    routs += 1;
+                }
+                rcnt += 1;
+            }
+        }
+        pending &= !wr_id;
+        if scnt < o.iters && pending == 0 {
+            send(&mut qp)?;
+            pending = RECV_WRID | SEND_WRID;
+        }
+    }
+    let usec = start.elapsed().as_secs_f64() * 1e6;
+    let bytes = o.size * u64::from(o.iters) * 2;
+    println!(
+        "{bytes} bytes in {:.2} seconds = {:.2} Mbit/sec",
+        usec / 1e6,
+        bytes as f64 * 8.0 / usec
+    );
+    println!(
+        "{} iters in {:.2} seconds = {:.2} usec/iter",
+        o.iters,
+        usec / 1e6,
+        usec / f64::from(o.iters)
+    );
+    // Let the last ACKs leave before the device goes away (rc_pingpong tears down at once
+    // too; the peer has already counted its completions).
+    std::thread::sleep(Duration::from_millis(20));
+    eprintln!("link {}: {}", dev.addr, dev.link.summary());
+    drop((qp, cq, pool, pd));
+    Ok(())
+}
+
+fn check_ok(c: &Completion, scnt: u32, rcnt: u32) -> Result<(), PingpongError> {
+    if c.is_ok() {
+        return Ok(());
+    }
+    Err(PingpongError::Completion {
+        status: c.status().to_string(),
+        wr_id: c.wr_id(),
+        scnt,
+        rcnt,
+    })
+}
+
+fn check_data(got: Option<&[u8]>, len: usize, size: usize, n: u32) -> Result<(), PingpongError> {
+    let bad = |why: String| Err(PingpongError::BadData { n, why });
+    if len != size {
+        return bad(format!("{len} bytes arrived, the message size is {size}"));
+    }
+    match got.and_then(|b| b.get(..len)) {
+        Some(b) => match b.iter().position(|&x| x != FILL) {
+            None => Ok(()),
+            Some(i) => bad(format!("byte {i} is {:#04x}, not {FILL:#04x}", b[i])),
+        },
+        None => bad("the receive buffer did not come back".into()),
+    }
+}
+
+/// The server's side of the exchange, as `pp_server_exch_dest`: accept one client, read its
+/// message, `connect` to it, send ours, read its `"done"`.
+fn serve_exchange(
+    port: u16,
+    local: &QpEndpoint,
+    mtu: Mtu,
+    connect: impl FnOnce(&QpEndpoint) -> Result<(), VerbsError>,
+) -> Result<QpEndpoint, PingpongError> {
+    let err = |step| move |source| PingpongError::Server { port, step, source };
+    let listener = TcpListener::bind(("::", port))
+        .or_else(|_| TcpListener::bind(("0.0.0.0", port)))
+        .map_err(err(
+            "listening (is another pingpong server running on this port?)",
+        ))?;
+    let (mut s, _): (TcpStream, _) = listener.accept().map_err(err("accepting the client"))?;
+    s.set_read_timeout(Some(TIMEOUT))
+        .map_err(err("setting a timeout"))?;
+    let mut msg = [0u8; PINGPONG_MSG_LEN];
+    s.read_exact(&mut msg)
+        .map_err(err("reading the client's address"))?;
+    let text = std::str::from_utf8(&msg)
+        .map_err(|_| PingpongError::BadMessage("it is not text".into()))?;
+    let remote = QpEndpoint::parse_pingpong(text, mtu)
+        .map_err(|e| PingpongError::BadMessage(e.to_string()))?;
+    connect(&remote)?;
+    let mut out = [0u8; PINGPONG_MSG_LEN];
+    for (d, b) in out.iter_mut().zip(local.to_string().bytes()) {
+        *d = b;
+    }
+    s.write_all(&out).map_err(err("sending our address"))?;
+    // "done" plus its NUL; a client that closes instead is tolerated, as rc_pingpong does.
+    let mut done = [0u8; 5];
+    let _ = s.read(&mut done);
+    Ok(remote)
+}
