@@ -3,13 +3,18 @@
 # path, counted by callgrind on the stepped sim.
 #
 # Builds driver/benches/callgrind_hot_path.rs for baseline x86-64 (valgrind 3.19 cannot decode
-# AVX-512), then runs it twice under callgrind:
+# AVX-512), then runs it under callgrind:
 #   post: --toggle-collect on bypass_measured_post, and on the sim backend's write64/write_bf,
 #         which are only ever called from inside it: entering them toggles collection off, so
 #         what is counted is the driver's work (WQE, barriers, DBR, the doorbell call itself)
 #         and not the simulated device behind the MMIO (on VFIO that is one store);
 #   poll: --toggle-collect on bypass_measured_poll.
-# Targets: <= 60 per post, <= 40 per poll.
+# Targets: <= 60 per post, <= 40 per poll. The sim's QP uses BlueFlame (1-SGE WRITE = 3 DS, one
+# 64-byte block): the counted post ends in one `write_bf` call (its argument setup and the call
+# are counted, its body is not).
+#
+# A third run counts Cq::poll with a 16-entry array (one consumer-index update per call, as
+# ibv_poll_cq with a WC array), per CQE, for comparison with poll_one.
 #
 # Usage: scripts/callgrind.sh [rounds]   (64 posts and polls per round; default 32)
 set -euo pipefail
@@ -24,8 +29,13 @@ RUSTFLAGS="-C target-cpu=x86-64 -g" cargo bench -p bypass-driver --bench callgri
 bin="$(grep -o '"executable":"[^"]*callgrind_hot_path[^"]*"' "$CARGO_TARGET_DIR.build.json" | tail -1 | cut -d'"' -f4)"
 [ -x "$bin" ] || { echo "bench binary not found" >&2; exit 1; }
 
-out="$(mktemp -d)"
-trap 'rm -rf "$out"' EXIT
+# CALLGRIND_KEEP=dir keeps the callgrind outputs (post.out, poll.out) there for inspection.
+if [ -n "${CALLGRIND_KEEP:-}" ]; then
+  out="$CALLGRIND_KEEP"; mkdir -p "$out"
+else
+  out="$(mktemp -d)"
+  trap 'rm -rf "$out"' EXIT
+fi
 
 count() { # $1 = output file: the collected instruction total
   grep '^summary:' "$1" | awk '{print $2}'
@@ -45,13 +55,24 @@ valgrind --tool=callgrind --callgrind-out-file="$out/poll.out" --collect-atstart
   --toggle-collect='bypass_measured_poll' \
   "$bin" "$rounds" >/dev/null 2>"$out/poll.log"
 
+batch_counts="$("$bin" "$rounds" batch)"
+batch_cqes="$(echo "$batch_counts" | awk '{print $4}')"
+batch_calls="$(echo "$batch_counts" | awk '{print $6}')"
+valgrind --tool=callgrind --callgrind-out-file="$out/poll_batch.out" --collect-atstart=no \
+  --toggle-collect='bypass_measured_poll_batch' \
+  "$bin" "$rounds" batch >/dev/null 2>"$out/poll_batch.log"
+
 post_ir="$(count "$out/post.out")"
+batch_ir="$(count "$out/poll_batch.out")"
 poll_ir="$(count "$out/poll.out")"
 # Each round ends with one poll that finds the CQ empty; report full polls and empty ones
 # together (the empty poll is cheaper, so this slightly understates a full poll).
 awk -v p="$post_ir" -v n="$posts" -v q="$poll_ir" -v m="$polls" -v e="$empty" 'BEGIN {
   printf "post_send: %d instructions / %d posts = %.1f per post (target <= 60)\n", p, n, p / n;
   printf "poll:      %d instructions / %d polls (+%d empty) = %.1f per poll (target <= 40)\n", q, m, e, q / (m + e);
+}'
+awk -v b="$batch_ir" -v c="$batch_cqes" -v k="$batch_calls" 'BEGIN {
+  printf "poll x16:  %d instructions / %d CQEs in %d calls of Cq::poll(&mut [_; 16]) = %.1f per CQE (for comparison)\n", b, c, k, b / c;
 }'
 if [ -n "${CALLGRIND_ANNOTATE:-}" ]; then
   callgrind_annotate "$out/post.out" | head -${CALLGRIND_LINES:-40}

@@ -123,28 +123,45 @@ impl DmaRegion {
     /// numbers and how to raise it), [`DriverError::Mlock`], [`DriverError::Mmap`],
     /// [`DriverError::BadDmaLength`].
     pub fn new(len: usize) -> Result<Self> {
+        Self::alloc(len, true)
+    }
+
+    /// Like [`DmaRegion::new`] but without `mlock`: for a backend whose DMA mapping pins the
+    /// pages itself ([`Backend::pins_on_map`]), which checks `RLIMIT_MEMLOCK` when it maps.
+    ///
+    /// Errors: [`DriverError::Mmap`], [`DriverError::BadDmaLength`].
+    pub fn new_unlocked(len: usize) -> Result<Self> {
+        Self::alloc(len, false)
+    }
+
+    fn alloc(len: usize, lock: bool) -> Result<Self> {
         let rounded = len
             .checked_next_multiple_of(PAGE_SIZE)
             .filter(|&r| r > 0 && r <= MAX_DMA_LEN)
             .ok_or(DriverError::BadDmaLength { len })?;
-        MemlockState::current().check(rounded as u64)?;
+        if lock {
+            MemlockState::current().check(rounded as u64)?;
+        }
         let mut map =
             MmapMut::map_anon(rounded).map_err(|source| DriverError::Mmap { len, source })?;
         let ptr = NonNull::new(map.as_mut_ptr()).ok_or(DriverError::Mmap {
             len,
             source: std::io::Error::other("mmap returned a null pointer"),
         })?;
-        // SAFETY: ptr..ptr+rounded is the live anonymous mapping just created, owned by `map`.
-        let locked = unsafe { nix::sys::mman::mlock(ptr.cast::<c_void>(), rounded) };
-        locked.map_err(|source| DriverError::Mlock {
-            len: rounded,
-            source,
-        })?;
+        if lock {
+            // SAFETY: ptr..ptr+rounded is the live anonymous mapping just created, owned by
+            // `map`.
+            let locked = unsafe { nix::sys::mman::mlock(ptr.cast::<c_void>(), rounded) };
+            locked.map_err(|source| DriverError::Mlock {
+                len: rounded,
+                source,
+            })?;
+        }
         Ok(Self {
             _map: map,
             ptr,
             len: rounded,
-            locked: true,
+            locked: lock,
         })
     }
 
@@ -329,7 +346,12 @@ impl DmaMapper {
 
     /// Like [`DmaMapper::alloc`] with an explicit IOVA alignment (a power of two).
     pub fn alloc_aligned(self: &Arc<Self>, len: usize, align: u64) -> Result<DmaBuf> {
-        let region = Arc::new(DmaRegion::new(len)?);
+        let region = if self.backend.pins_on_map() {
+            DmaRegion::new_unlocked(len)?
+        } else {
+            DmaRegion::new(len)?
+        };
+        let region = Arc::new(region);
         let rlen = region.len();
         let iova = self
             .iova

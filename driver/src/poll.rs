@@ -98,31 +98,27 @@ bitflags::bitflags! {
     }
 }
 
-/// One completion: the `wr_id` and the CQE words the accessors decode from (lazily: polling
-/// copies five words and decodes only what finding the `wr_id` needs). A plain `Copy` value of
-/// 32 bytes: nothing in it borrows the CQ.
+/// One completion: the `wr_id` and the CQE bytes the accessors decode from (lazily: polling
+/// copies two 16-byte blocks and one word, and decodes only what finding the `wr_id` needs).
+/// A plain `Copy` value of 48 bytes: nothing in it borrows the CQ.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub struct WorkCompletion {
     wr_id: u64,
-    /// CQE bytes 56..64 as stored (`sop_drop_qpn`, `wqe_counter`, `signature`, `op_own`),
-    /// read as one little-endian `u64`.
-    tail: u64,
-    /// `flags_rqpn` (bytes 24..28), big-endian as stored.
+    /// CQE bytes 0x20..0x30 as two little-endian words: `srqn_uidx`, `imm_inval_pkey` (bytes
+    /// 4..8), the `app` fields, `byte_cnt` (bytes 12..16).
+    mid: [u64; 2],
+    /// CQE bytes 0x30..0x40 as two little-endian words: `timestamp` (of an error CQE:
+    /// `vendor_err_synd` at byte 6, `syndrome` at 7), then `sop_drop_qpn`, `wqe_counter`,
+    /// `signature`, `op_own`.
+    hi: [u64; 2],
+    /// `flags_rqpn` (CQE bytes 0x18..0x1c), big-endian as stored.
     flags_rqpn: u32,
-    /// `imm_inval_pkey` (bytes 36..40), big-endian as stored.
-    imm: u32,
-    /// `byte_cnt` (bytes 44..48), big-endian as stored.
-    byte_cnt: u32,
-    /// Bytes 54..56 as stored: `vendor_err_synd`, `syndrome` of an error CQE.
-    err: u16,
 }
 
 /// Byte offsets in the 64-byte CQE (`struct mlx5_cqe64` / `mlx5_err_cqe`, mlx5dv.h).
 const OFF_FLAGS_RQPN: usize = 0x18;
-const OFF_IMM: usize = 0x24;
-const OFF_BYTE_CNT: usize = 0x2c;
-const OFF_ERR: usize = 0x36;
-const OFF_TAIL: usize = 0x38;
+const OFF_MID: usize = 0x20;
+const OFF_HI: usize = 0x30;
 
 impl WorkCompletion {
     /// The `wr_id` of the work request (for a send: the one `wqe_counter` names, which also
@@ -132,9 +128,41 @@ impl WorkCompletion {
         self.wr_id
     }
 
+    /// CQE bytes 0x38..0x40 (`sop_drop_qpn`, `wqe_counter`, `signature`, `op_own`) as one
+    /// little-endian word (so a big-endian field in it reads back with `swap_bytes`, on any
+    /// host).
+    #[inline(always)]
+    const fn tail(&self) -> u64 {
+        self.hi[1]
+    }
+
+    /// CQE bytes 0x36..0x38 (`vendor_err_synd`, `syndrome` of an error CQE), little-endian.
+    #[inline(always)]
+    const fn err(&self) -> u16 {
+        (self.hi[0] >> 48) as u16
+    }
+
+    /// `imm_inval_pkey` (host order).
+    #[inline(always)]
+    const fn imm_raw(&self) -> u32 {
+        ((self.mid[0] >> 32) as u32).swap_bytes()
+    }
+
+    /// `byte_cnt` (host order).
+    #[inline(always)]
+    const fn byte_cnt(&self) -> u32 {
+        ((self.mid[1] >> 32) as u32).swap_bytes()
+    }
+
+    /// `flags_rqpn` (host order).
+    #[inline(always)]
+    const fn flags_rqpn(&self) -> u32 {
+        u32::from_be(self.flags_rqpn)
+    }
+
     #[inline(always)]
     const fn op_own(&self) -> u8 {
-        (self.tail >> 56) as u8
+        (self.hi[1] >> 56) as u8
     }
 
     #[inline(always)]
@@ -145,7 +173,7 @@ impl WorkCompletion {
     /// `sop_drop_qpn` / `s_wqe_opcode_qpn`: WQE opcode in 31:24, QPN in 23:0.
     #[inline(always)]
     const fn sop_drop_qpn(&self) -> u32 {
-        u32::from_be(self.tail as u32)
+        (self.tail() as u32).swap_bytes()
     }
 
     #[inline(always)]
@@ -170,7 +198,7 @@ impl WorkCompletion {
     /// Success, or the syndrome.
     pub const fn status(&self) -> WcStatus {
         if self.is_error() {
-            WcStatus::Error(CqeSyndrome((self.err >> 8) as u8))
+            WcStatus::Error(CqeSyndrome((self.err() >> 8) as u8))
         } else {
             WcStatus::Success
         }
@@ -201,14 +229,14 @@ impl WorkCompletion {
     pub const fn byte_len(&self) -> u32 {
         match self.cqe_opcode() {
             CqeOpcode::REQ => match send_opcode(self.wqe_opcode()).0 {
-                WcOpcode::RdmaRead => u32::from_be(self.byte_cnt),
+                WcOpcode::RdmaRead => self.byte_cnt(),
                 WcOpcode::CompSwap | WcOpcode::FetchAdd => 8,
                 _ => 0,
             },
             CqeOpcode::RESP_WR_IMM
             | CqeOpcode::RESP_SEND
             | CqeOpcode::RESP_SEND_IMM
-            | CqeOpcode::RESP_SEND_INV => u32::from_be(self.byte_cnt),
+            | CqeOpcode::RESP_SEND_INV => self.byte_cnt(),
             _ => 0,
         }
     }
@@ -218,7 +246,7 @@ impl WorkCompletion {
     pub const fn imm(&self) -> u32 {
         match self.cqe_opcode() {
             CqeOpcode::RESP_WR_IMM | CqeOpcode::RESP_SEND_IMM | CqeOpcode::RESP_SEND_INV => {
-                u32::from_be(self.imm)
+                self.imm_raw()
             }
             _ => 0,
         }
@@ -236,7 +264,7 @@ impl WorkCompletion {
             CqeOpcode::RESP_WR_IMM
             | CqeOpcode::RESP_SEND
             | CqeOpcode::RESP_SEND_IMM
-            | CqeOpcode::RESP_SEND_INV => u32::from_be(self.flags_rqpn) & 0x00ff_ffff,
+            | CqeOpcode::RESP_SEND_INV => self.flags_rqpn() & 0x00ff_ffff,
             _ => 0,
         }
     }
@@ -244,7 +272,7 @@ impl WorkCompletion {
     /// The WQE index the CQE carries (`wqe_counter`: the send WQE's first WQEBB).
     #[inline]
     pub const fn wqe_index(&self) -> u16 {
-        u16::from_be((self.tail >> 32) as u16)
+        ((self.tail() >> 32) as u16).swap_bytes()
     }
 
     /// Flags.
@@ -266,7 +294,7 @@ impl WorkCompletion {
                     _ => {}
                 }
                 // `g = (flags_rqpn >> 28) & 3` (rdma-core `handle_responder`).
-                if (u32::from_be(self.flags_rqpn) >> 28) & 3 != 0 {
+                if (self.flags_rqpn() >> 28) & 3 != 0 {
                     f |= WcFlags::GRH.bits();
                 }
                 if self.op_own() & 0x2 != 0 {
@@ -281,7 +309,7 @@ impl WorkCompletion {
 
     /// The vendor syndrome of an error completion (0 otherwise).
     pub const fn vendor_err(&self) -> u8 {
-        if self.is_error() { self.err as u8 } else { 0 }
+        if self.is_error() { self.err() as u8 } else { 0 }
     }
 }
 
@@ -320,34 +348,32 @@ const fn send_opcode(op: WqeOpcode) -> (WcOpcode, bool) {
 #[inline]
 pub fn decode(cqe: &Cqe64) -> WorkCompletion {
     let b = cqe.as_bytes();
-    let w32 = |o: usize| {
-        b.get(o..o + 4)
-            .and_then(|s| <[u8; 4]>::try_from(s).ok())
-            .map_or(0, u32::from_ne_bytes)
+    // Constant ranges inside the 64-byte CQE: the `get`s never fail and compile to plain loads.
+    let w64 = |o: usize| {
+        b.get(o..o + 8)
+            .and_then(|s| <[u8; 8]>::try_from(s).ok())
+            .map_or(0, u64::from_le_bytes)
     };
-    let err = b
-        .get(OFF_ERR..OFF_ERR + 2)
-        .and_then(|s| <[u8; 2]>::try_from(s).ok())
-        .map_or(0, u16::from_le_bytes);
-    let tail = b
-        .get(OFF_TAIL..OFF_TAIL + 8)
-        .and_then(|s| <[u8; 8]>::try_from(s).ok())
-        .map_or(0, u64::from_le_bytes);
+    let block = |o: usize| [w64(o), w64(o + 8)];
+    let flags_rqpn = b
+        .get(OFF_FLAGS_RQPN..OFF_FLAGS_RQPN + 4)
+        .and_then(|s| <[u8; 4]>::try_from(s).ok())
+        .map_or(0, u32::from_ne_bytes);
     WorkCompletion {
         wr_id: 0,
-        tail,
-        flags_rqpn: w32(OFF_FLAGS_RQPN),
-        imm: w32(OFF_IMM),
-        byte_cnt: w32(OFF_BYTE_CNT),
-        err,
+        mid: block(OFF_MID),
+        hi: block(OFF_HI),
+        flags_rqpn,
     }
 }
 
-/// One slot of the QP table: a QPN (`EMPTY_QPN` when free) and its bookkeeping.
-#[derive(Debug, Clone, Default)]
+/// One slot of the QP table: a QPN (`EMPTY_QPN` when free) and its bookkeeping (for a free
+/// slot, the table's placeholder, never returned: no CQE carries `EMPTY_QPN`). Not an
+/// `Option`, so a hit needs no second test.
+#[derive(Debug, Clone)]
 struct Slot {
     qpn: u32,
-    wq: Option<Arc<WqShared>>,
+    wq: Arc<WqShared>,
 }
 
 /// No QPN has bit 24 or above set (QPNs are 24 bits), so this never matches a CQE's.
@@ -368,6 +394,8 @@ pub struct QpTable {
     /// The consumer index; only the holder of `busy` changes it.
     ci: AtomicU32,
     slots: core::cell::UnsafeCell<Box<[Slot]>>,
+    /// What free slots hold (an empty queue pair's bookkeeping under `EMPTY_QPN`).
+    placeholder: Arc<WqShared>,
 }
 
 // SAFETY: `slots` is read and written only by the holder of `busy` (acquired with `Acquire`,
@@ -384,10 +412,12 @@ impl Default for QpTable {
 impl QpTable {
     /// An empty table.
     pub fn new() -> Self {
+        let placeholder = Arc::new(WqShared::new(EMPTY_QPN, 0, 0));
         Self {
             busy: AtomicBool::new(false),
             ci: AtomicU32::new(0),
-            slots: core::cell::UnsafeCell::new(vec![Slot::empty(); 16].into_boxed_slice()),
+            slots: core::cell::UnsafeCell::new(build_slots(&[], &placeholder)),
+            placeholder,
         }
     }
 
@@ -403,12 +433,16 @@ impl QpTable {
     /// Adds a QP (no-op if its QPN is already there).
     pub fn attach(&self, wq: Arc<WqShared>) {
         self.with_slots(|slots| {
-            let mut all: Vec<Arc<WqShared>> = slots.iter().filter_map(|s| s.wq.clone()).collect();
+            let mut all: Vec<Arc<WqShared>> = slots
+                .iter()
+                .filter(|s| s.qpn != EMPTY_QPN)
+                .map(|s| s.wq.clone())
+                .collect();
             if all.iter().any(|w| w.qpn() == wq.qpn()) {
                 return;
             }
             all.push(wq);
-            *slots = build_slots(&all);
+            *slots = build_slots(&all, &self.placeholder);
         });
     }
 
@@ -417,10 +451,10 @@ impl QpTable {
         self.with_slots(|slots| {
             let all: Vec<Arc<WqShared>> = slots
                 .iter()
-                .filter_map(|s| s.wq.clone())
-                .filter(|w| w.qpn() != qpn)
+                .filter(|s| s.qpn != EMPTY_QPN && s.qpn != qpn)
+                .map(|s| s.wq.clone())
                 .collect();
-            *slots = build_slots(&all);
+            *slots = build_slots(&all, &self.placeholder);
         });
     }
 
@@ -430,10 +464,15 @@ impl QpTable {
         // SAFETY: the caller holds `busy` (the poller, between `try_acquire` and `release`),
         // so nobody replaces or mutates `slots` while this shared borrow lives.
         let slots = unsafe { &*self.slots.get() };
-        let mask = slots.len().wrapping_sub(1);
-        match slots.get(qpn as usize & mask) {
-            Some(s) if s.qpn == qpn => s.wq.as_deref(),
-            _ => Self::probe(slots, qpn),
+        let i = qpn as usize & slots.len().wrapping_sub(1);
+        debug_assert!(i < slots.len());
+        // SAFETY: `slots` always has a power-of-two length of at least 16 (`new`,
+        // `build_slots`), so `qpn & (len - 1) < len`.
+        let s = unsafe { slots.get_unchecked(i) };
+        if s.qpn == qpn {
+            Some(&s.wq)
+        } else {
+            Self::probe(slots, qpn)
         }
     }
 
@@ -444,7 +483,7 @@ impl QpTable {
         for k in 1..slots.len() {
             let s = slots.get((start + k) & mask)?;
             if s.qpn == qpn {
-                return s.wq.as_deref();
+                return Some(&s.wq);
             }
             if s.qpn == EMPTY_QPN {
                 return None;
@@ -546,20 +585,15 @@ impl QpTable {
     }
 }
 
-impl Slot {
-    const fn empty() -> Self {
-        Self {
-            qpn: EMPTY_QPN,
-            wq: None,
-        }
-    }
-}
-
 /// An open-addressed table of `wqs`: a power of two of at least 16 slots and at least twice
 /// as many as QPs, each QP at `qpn & mask` or the next free slot after it.
-fn build_slots(wqs: &[Arc<WqShared>]) -> Box<[Slot]> {
+fn build_slots(wqs: &[Arc<WqShared>], placeholder: &Arc<WqShared>) -> Box<[Slot]> {
     let n = (wqs.len() * 2).max(16).next_power_of_two();
-    let mut slots = vec![Slot::empty(); n];
+    let empty = Slot {
+        qpn: EMPTY_QPN,
+        wq: placeholder.clone(),
+    };
+    let mut slots = vec![empty; n];
     let mask = n - 1;
     for w in wqs {
         let start = w.qpn() as usize & mask;
@@ -568,7 +602,7 @@ fn build_slots(wqs: &[Arc<WqShared>]) -> Box<[Slot]> {
                 if s.qpn == EMPTY_QPN {
                     *s = Slot {
                         qpn: w.qpn(),
-                        wq: Some(w.clone()),
+                        wq: w.clone(),
                     };
                     break;
                 }

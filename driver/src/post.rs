@@ -313,7 +313,17 @@ pub struct SendLimits {
     pub sig_all: bool,
     /// `(qpn & 0xffffff) << 8`, the ctrl segment's `qpn_ds` without the DS count.
     pub qpn_shifted: u32,
+    /// The ctrl segment's `fm_ce_se` for each value of [`SendFlags`] (`sig_all` folded in),
+    /// so the data path looks it up instead of testing each flag.
+    pub fm_ce_se: [u8; 8],
+    /// The most SGEs the fast path takes: `max_sge`, but at most [`FAST_MAX_SGE`], so that its
+    /// WQE (ctrl, raddr, one segment per SGE) always fits in `MAX_WQE_DS` without a check.
+    /// Private: only [`SendLimits::new`] sets it.
+    fast_max_sge: usize,
 }
+
+/// The most SGEs a WQE with ctrl and raddr segments holds: `MAX_WQE_DS - 2`.
+pub const FAST_MAX_SGE: usize = MAX_WQE_DS as usize - 2;
 
 impl SendLimits {
     /// The limits of QP `qpn` (precomputes [`SendLimits::qpn_shifted`]).
@@ -325,16 +335,57 @@ impl SendLimits {
             max_inline,
             sig_all,
             qpn_shifted: (qpn & 0x00ff_ffff) << 8,
+            fast_max_sge: if max_sge < FAST_MAX_SGE {
+                max_sge
+            } else {
+                FAST_MAX_SGE
+            },
+            fm_ce_se: [
+                fm_ce_se_of(sig_all, 0),
+                fm_ce_se_of(sig_all, 1),
+                fm_ce_se_of(sig_all, 2),
+                fm_ce_se_of(sig_all, 3),
+                fm_ce_se_of(sig_all, 4),
+                fm_ce_se_of(sig_all, 5),
+                fm_ce_se_of(sig_all, 6),
+                fm_ce_se_of(sig_all, 7),
+            ],
         }
     }
+
+    /// `fm_ce_se` of the ctrl segment for `flags` (rdma-core `_mlx5_post_send`).
+    #[inline(always)]
+    pub const fn fm_ce_se(&self, flags: SendFlags) -> u8 {
+        self.fm_ce_se[(flags.bits() & 7) as usize]
+    }
+}
+
+/// `fm_ce_se` for the [`SendFlags`] bits `flags` (rdma-core `_mlx5_post_send`: CQ_UPDATE when
+/// signaled or `sq_sig_all`, SOLICITED, FENCE).
+const fn fm_ce_se_of(sig_all: bool, flags: u8) -> u8 {
+    let mut f = 0u8;
+    if sig_all || flags & SendFlags::SIGNALED.bits() != 0 {
+        f |= MLX5_WQE_CTRL_CQ_UPDATE;
+    }
+    if flags & SendFlags::SOLICITED.bits() != 0 {
+        f |= MLX5_WQE_CTRL_SOLICITED;
+    }
+    if flags & SendFlags::FENCE.bits() != 0 {
+        f |= MLX5_WQE_CTRL_FENCE;
+    }
+    f
 }
 
 /// A WQE written to the ring: its size and the first 8 bytes of its ctrl segment (the
 /// doorbell value).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Written {
-    /// WQEBB index of its first block.
+    /// WQEBB index of its first block (the producer counter, wrapping).
     pub start: u32,
+    /// Where its first block is in the ring: `start & (wqebbs in the ring - 1)`.
+    pub slot: u32,
+    /// True when the WQE continues at the start of the ring (its blocks are not contiguous).
+    pub wraps: bool,
     /// Size in 16-byte units.
     pub ds: u8,
     /// Size in WQEBBs.
@@ -365,29 +416,6 @@ impl<'r> WqeOut<'r> {
             ring: &sq.ring,
             base,
             room,
-        }
-    }
-
-    /// Writes one 16-byte segment at WQE offset `off` as two 64-bit stores.
-    #[inline(always)]
-    fn put16(&self, off: usize, w: [u64; 2]) {
-        if off + 16 <= self.room {
-            let p = self
-                .ring
-                .base()
-                .as_ptr()
-                .wrapping_add(self.base + off)
-                .cast::<u64>();
-            // SAFETY: as in `put`: `base + off + 16 <= ring.len()`, inside the ring, valid for
-            // writes, not read by the device before the doorbell; unaligned stores, so the
-            // ring's alignment does not matter.
-            unsafe {
-                p.write_unaligned(w[0]);
-                p.add(1).write_unaligned(w[1]);
-            }
-        } else {
-            let b: [u8; 16] = zerocopy::transmute!(w);
-            self.ring.write(self.base + off, &b);
         }
     }
 
@@ -430,103 +458,171 @@ pub fn write_send(
     lim: &SendLimits,
     wr: &SendWr<'_>,
 ) -> Result<Written, PostError> {
-    if let (false, Payload::Sges(sges)) = (lim.ud, wr.payload) {
-        if let Some((raddr, imm)) = wr.op.rc_plain() {
-            return write_rc_sges(sq, shared, lim, wr, raddr, imm, sges);
-        }
+    match write_send_fast(sq, shared, lim, wr) {
+        Some(r) => r,
+        None => write_send_general(sq, shared, lim, wr),
     }
-    write_send_general(sq, shared, lim, wr)
+}
+
+/// The common case: an RC SEND, SEND_IMM, RDMA WRITE, WRITE_IMM or READ gathering an SGE list
+/// whose WQE does not cross the ring's end. `None` for every other request, which
+/// [`write_send`] (the general path) takes; nothing is written then.
+///
+/// Callers on the data path call this first and the general path only on `None`, each with its
+/// own doorbell, so the fast path's result stays in registers.
+#[inline(always)]
+pub fn write_send_fast(
+    sq: &mut SqRing,
+    shared: &WqShared,
+    lim: &SendLimits,
+    wr: &SendWr<'_>,
+) -> Option<Result<Written, PostError>> {
+    if lim.ud {
+        return None;
+    }
+    write_send_fast_rc(sq, shared, lim, wr)
+}
+
+/// [`write_send_fast`] for a QP the caller knows is RC (`!lim.ud`; a UD QP's sends need the
+/// datagram segment, which only the general path writes).
+#[inline(always)]
+pub(crate) fn write_send_fast_rc(
+    sq: &mut SqRing,
+    shared: &WqShared,
+    lim: &SendLimits,
+    wr: &SendWr<'_>,
+) -> Option<Result<Written, PostError>> {
+    debug_assert!(!lim.ud);
+    let Payload::Sges(sges) = wr.payload else {
+        return None;
+    };
+    // Two matches instead of one: the first is all constants (a table lookup), the second
+    // only reads the fields, so no per-opcode branch ends up on the path.
+    let opcode = match wr.op {
+        SendOp::Write { .. } => WqeOpcode::RDMA_WRITE,
+        SendOp::Send => WqeOpcode::SEND,
+        SendOp::SendImm { .. } => WqeOpcode::SEND_IMM,
+        SendOp::WriteImm { .. } => WqeOpcode::RDMA_WRITE_IMM,
+        SendOp::Read { .. } => WqeOpcode::RDMA_READ,
+        SendOp::CompareSwap { .. } | SendOp::FetchAdd { .. } => return None,
+    };
+    // A reference, so the address and key are loaded where the segment is written, not kept
+    // in registers (or spilled) across the checks.
+    let raddr = match &wr.op {
+        SendOp::Write { remote } | SendOp::WriteImm { remote, .. } | SendOp::Read { remote } => {
+            Some(remote)
+        }
+        _ => None,
+    };
+    let imm = match wr.op {
+        SendOp::SendImm { imm } | SendOp::WriteImm { imm, .. } => imm,
+        _ => 0,
+    };
+    write_rc_sges(sq, shared, lim, wr, opcode, raddr, imm, sges)
 }
 
 /// The common case on its own, so it compiles to straight-line code: an RC SEND, SEND_IMM,
 /// RDMA WRITE, WRITE_IMM or READ gathering an SGE list. Same checks, same bytes as
-/// [`write_send_general`] (ctrl, raddr for RDMA, one data segment per SGE).
+/// [`write_send_general`] (ctrl, raddr for RDMA, one data segment per SGE), written as
+/// 16-byte segments through one pointer checked once for the whole WQE. A WQE that would cross
+/// the ring's end goes to the general path (which wraps it segment by segment).
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 fn write_rc_sges(
     sq: &mut SqRing,
     shared: &WqShared,
     lim: &SendLimits,
     wr: &SendWr<'_>,
-    raddr: Option<RemoteAddr>,
+    opcode: WqeOpcode,
+    raddr: Option<&RemoteAddr>,
     imm: u32,
     sges: &[Sge],
-) -> Result<Written, PostError> {
-    if sges.len() > lim.max_sge {
-        return Err(too_many_sges(lim, sges.len()));
+) -> Option<Result<Written, PostError>> {
+    // More SGEs than the QP takes (or than fit with ctrl and raddr): the general path refuses
+    // them with the error that says which.
+    if sges.len() > lim.fast_max_sge {
+        return None;
     }
-    // ctrl + [raddr] + data; `max_sge` keeps this within MAX_WQE_DS (QpGeometry checks it,
-    // and the general path's check is repeated here for a caller-built `SendLimits`).
+    // ctrl + [raddr] + data: at most 2 + FAST_MAX_SGE = MAX_WQE_DS.
     let ds = 1 + raddr.is_some() as usize + sges.len();
-    if ds > MAX_WQE_DS as usize {
-        return Err(bad(
-            lim.qpn,
-            wr.op.opcode(),
-            "does not fit in one WQE (more than 63 16-byte segments): use fewer SGEs or less inline data",
-        ));
+    debug_assert!(ds <= MAX_WQE_DS as usize);
+    // `ds <= 63`: no overflow, and the same as `ds.div_ceil(4)` in two instructions.
+    let wqebbs = ((ds + 3) >> 2) as u32;
+    // In use: `cur_post - tail` (at most `sq.wqebbs`; a larger value, from a bad tail, also
+    // refuses the post).
+    let tail = shared.sq_tail();
+    if sq.cur_post.wrapping_sub(tail).wrapping_add(wqebbs) > sq.wqebbs {
+        return Some(Err(sq_full(lim.qpn, wqebbs, sq.free(tail))));
     }
-    let wqebbs = ds.div_ceil(4) as u32;
-    let free = sq.free(shared.sq_tail());
-    if wqebbs > free {
-        return Err(sq_full(lim.qpn, wqebbs, free));
-    }
+    // `free >= wqebbs >= 1`, so the ring has at least one WQEBB and `wqebbs - 1` is its mask.
     let start = sq.cur_post;
-    let opmod_idx_opcode = ((start & 0xffff) << 8) | u32::from(wr.op.opcode().0);
+    let slot = start & (sq.wqebbs - 1);
+    if slot + wqebbs > sq.wqebbs {
+        return None;
+    }
+    let opmod_idx_opcode = ((start & 0xffff) << 8) | u32::from(opcode.0);
     let qpn_ds = lim.qpn_shifted | ds as u32;
     let ctrl = CtrlSeg {
         opmod_idx_opcode: U32::new(opmod_idx_opcode),
         qpn_ds: U32::new(qpn_ds),
         signature: 0,
         dci_stream_channel_id: U16::ZERO,
-        fm_ce_se: fm_ce_se(lim, wr.flags),
+        fm_ce_se: lim.fm_ce_se(wr.flags),
         imm: U32::new(imm),
     };
-    let out = WqeOut::new(sq, sq.offset_of(start), wqebbs);
-    out.put16(0, zerocopy::transmute!(ctrl));
-    let mut off = 16;
-    if let Some(r) = raddr {
-        out.put16(off, zerocopy::transmute!(RaddrSeg::new(r.addr, r.rkey)));
-        off += 16;
-    }
-    for s in sges {
-        out.put16(
-            off,
-            zerocopy::transmute!(DataSeg::new(s.length, s.lkey, s.addr)),
-        );
-        off += 16;
+    let p = sq.wqe_ptr(slot);
+    let mut seg = 0usize;
+    // SAFETY: each `put_seg` below writes one of the WQE's `ds` segments, which lie in WQEBBs
+    // `slot..slot + wqebbs`: inside the ring (`slot + wqebbs <= sq.wqebbs`, checked above, and
+    // `SqRing::wqe_ptr`'s contract); they belong to this poster (the space check passed) and
+    // the device does not read them before the doorbell.
+    unsafe {
+        put_seg(p, seg, zerocopy::transmute!(ctrl));
+        seg += 1;
+        if let Some(r) = raddr {
+            put_seg(p, seg, zerocopy::transmute!(RaddrSeg::new(r.addr, r.rkey)));
+            seg += 1;
+        }
+        if let [s] = sges {
+            put_seg(
+                p,
+                seg,
+                zerocopy::transmute!(DataSeg::new(s.length, s.lkey, s.addr)),
+            );
+        } else {
+            for s in sges {
+                put_seg(
+                    p,
+                    seg,
+                    zerocopy::transmute!(DataSeg::new(s.length, s.lkey, s.addr)),
+                );
+                seg += 1;
+            }
+        }
     }
     sq.commit(shared, start, wqebbs, wr.wr_id);
-    Ok(Written {
+    Some(Ok(Written {
         start,
+        slot,
+        wraps: false,
         ds: ds as u8,
         wqebbs,
         doorbell: (u64::from(opmod_idx_opcode) << 32) | u64::from(qpn_ds),
         inline: false,
-    })
+    }))
 }
 
-/// `fm_ce_se` of the ctrl segment (rdma-core `_mlx5_post_send`).
+/// Stores 16-byte segment number `seg` of the WQE at `p` as two 64-bit stores.
+///
+/// # Safety
+/// `p + 16 * seg .. + 16` must be inside the SQ ring, in a slot this poster owns.
 #[inline(always)]
-fn fm_ce_se(lim: &SendLimits, flags: SendFlags) -> u8 {
-    let mut f = 0u8;
-    if lim.sig_all || flags.contains(SendFlags::SIGNALED) {
-        f |= MLX5_WQE_CTRL_CQ_UPDATE;
-    }
-    if flags.contains(SendFlags::SOLICITED) {
-        f |= MLX5_WQE_CTRL_SOLICITED;
-    }
-    if flags.contains(SendFlags::FENCE) {
-        f |= MLX5_WQE_CTRL_FENCE;
-    }
-    f
-}
-
-#[cold]
-fn too_many_sges(lim: &SendLimits, got: usize) -> PostError {
-    PostError::TooManySges {
-        qpn: lim.qpn,
-        queue: "send",
-        got,
-        max: lim.max_sge,
+unsafe fn put_seg(p: *mut u64, seg: usize, w: [u64; 2]) {
+    // SAFETY: the caller guarantees the 16 bytes are inside the ring and ours; unaligned
+    // stores, so the ring's alignment does not matter.
+    unsafe {
+        p.add(2 * seg).write_unaligned(w[0]);
+        p.add(2 * seg + 1).write_unaligned(w[1]);
     }
 }
 
@@ -535,9 +631,10 @@ fn sq_full(qpn: u32, need: u32, free: u32) -> PostError {
     PostError::SqFull { qpn, need, free }
 }
 
-/// Every other request (UD, inline, atomics).
+/// Every request (the fast path's are written the same way): UD, inline, atomics, and WQEs that
+/// cross the ring's end.
 #[inline(never)]
-fn write_send_general(
+pub fn write_send_general(
     sq: &mut SqRing,
     shared: &WqShared,
     lim: &SendLimits,
@@ -643,7 +740,7 @@ fn write_send_general(
 
     let start = sq.cur_post;
     let base = sq.offset_of(start);
-    let fm_ce_se = fm_ce_se(lim, wr.flags);
+    let fm_ce_se = lim.fm_ce_se(wr.flags);
     let opmod_idx_opcode = ((start & 0xffff) << 8) | u32::from(opcode.0);
     let qpn_ds = ((qpn & 0x00ff_ffff) << 8) | ds as u32;
     let ctrl = CtrlSeg {
@@ -693,8 +790,11 @@ fn write_send_general(
         }
     }
     sq.commit(shared, start, wqebbs, wr.wr_id);
+    let slot = start & (sq.wqebbs - 1);
     Ok(Written {
         start,
+        slot,
+        wraps: slot + wqebbs > sq.wqebbs,
         ds: ds as u8,
         wqebbs,
         doorbell: (u64::from(opmod_idx_opcode) << 32) | u64::from(qpn_ds),
@@ -791,6 +891,109 @@ mod tests {
         assert_eq!((d.addr(), d.byte_count(), d.lkey()), (0x1000, 64, 0x77));
         assert_eq!(sq.cur_post, 1);
         assert_eq!(sh.complete_send(0), 9);
+    }
+
+    #[test]
+    fn the_fast_path_writes_the_same_bytes_as_the_general_path() {
+        let remote = RemoteAddr {
+            addr: 0x1122_3344_5566_7788,
+            rkey: 0xabcd_ef01,
+        };
+        let ops = [
+            SendOp::Send,
+            SendOp::SendImm { imm: 0xdead_beef },
+            SendOp::Write { remote },
+            SendOp::WriteImm { remote, imm: 7 },
+            SendOp::Read { remote },
+        ];
+        let sges: Vec<Sge> = (0..4)
+            .map(|k| Sge {
+                addr: 0x1000 * (k + 1),
+                length: 100 + k as u32,
+                lkey: 0x50 + k as u32,
+            })
+            .collect();
+        for sig_all in [false, true] {
+            let lim = SendLimits::new(0x123, false, 4, 128, sig_all);
+            for op in ops {
+                for n in 0..=4 {
+                    for flags in 0..8u8 {
+                        let wr = SendWr {
+                            flags: SendFlags::from_bits_retain(flags),
+                            ..SendWr::new(0x99, op, &sges[..n])
+                        };
+                        let (mut ta, mut tb) = (TestRing::new(8 * 64), TestRing::new(8 * 64));
+                        let (mut a, mut b) = (SqRing::new(ta.ring()), SqRing::new(tb.ring()));
+                        let (sa, sb) = (WqShared::new(0x123, 8, 0), WqShared::new(0x123, 8, 0));
+                        // Start at WQEBB 5 of 8 so that 2-WQEBB WQEs still fit before the end.
+                        for (sq, sh) in [(&mut a, &sa), (&mut b, &sb)] {
+                            sq.commit(sh, 0, 5, 0);
+                            sh.complete_send(0);
+                        }
+                        let wa = write_send_fast(&mut a, &sa, &lim, &wr)
+                            .expect("the fast path takes RC SGE requests")
+                            .unwrap();
+                        let wb = write_send_general(&mut b, &sb, &lim, &wr).unwrap();
+                        assert_eq!(wa, wb, "{op:?} with {n} SGEs, flags {flags:#x}");
+                        assert_eq!(bytes(&a, 0, 8 * 64), bytes(&b, 0, 8 * 64));
+                        assert_eq!((a.cur_post, sa.complete_send(5)), (b.cur_post, 0x99));
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_fast_path_leaves_wrapping_wqes_ud_inline_and_atomics_to_the_general_path() {
+        let mut t = TestRing::new(4 * 64);
+        let mut sq = SqRing::new(t.ring());
+        let sh = WqShared::new(0x123, 4, 0);
+        sq.cur_post = 3;
+        sq.commit(&sh, 3, 0, 0);
+        sh.complete_send(3);
+        let sges = [Sge::default(); 4];
+        // 5 DS = 2 WQEBBs from the last block: it would cross the ring's end.
+        let wr = SendWr::new(1, SendOp::Send, &sges);
+        assert!(write_send_fast(&mut sq, &sh, &lim(false), &wr).is_none());
+        assert_eq!((sq.cur_post, bytes(&sq, 0, 256)), (3, vec![0; 256]));
+        assert!(
+            write_send_fast(&mut sq, &sh, &lim(true), &wr).is_none(),
+            "UD"
+        );
+        let inline = SendWr {
+            payload: Payload::Inline(&[1, 2, 3]),
+            ..SendWr::new(1, SendOp::Send, &[])
+        };
+        assert!(write_send_fast(&mut sq, &sh, &lim(false), &inline).is_none());
+        let fa = SendOp::FetchAdd {
+            remote: RemoteAddr::default(),
+            add: 1,
+        };
+        let one = [Sge {
+            length: 8,
+            ..Sge::default()
+        }];
+        let atomic = SendWr::new(1, fa, &one);
+        assert!(write_send_fast(&mut sq, &sh, &lim(false), &atomic).is_none());
+        assert_eq!(sq.cur_post, 3);
+        // The general path writes the wrapping WQE (`a_multi_wqebb_wqe_wraps_to_the_ring_start`).
+        assert_eq!(
+            write_send(&mut sq, &sh, &lim(false), &wr).unwrap().wqebbs,
+            2
+        );
+    }
+
+    #[test]
+    fn fm_ce_se_follows_the_flags_and_sq_sig_all() {
+        let quiet = SendLimits::new(1, false, 1, 0, false);
+        let all = SendLimits::new(1, false, 1, 0, true);
+        assert_eq!(quiet.fm_ce_se(SendFlags::empty()), 0);
+        assert_eq!(all.fm_ce_se(SendFlags::empty()), MLX5_WQE_CTRL_CQ_UPDATE);
+        assert_eq!(
+            quiet.fm_ce_se(SendFlags::SIGNALED | SendFlags::SOLICITED | SendFlags::FENCE),
+            MLX5_WQE_CTRL_CQ_UPDATE | MLX5_WQE_CTRL_SOLICITED | MLX5_WQE_CTRL_FENCE
+        );
+        assert_eq!(quiet.fm_ce_se(SendFlags::FENCE), MLX5_WQE_CTRL_FENCE);
     }
 
     #[test]

@@ -17,7 +17,6 @@ use bypass_hw::cmd::Opcode;
 use bypass_hw::cmd::pd_uar::{AllocUarIn, AllocUarOut, DeallocUarIn};
 use bypass_hw::cmd::qp::{CreateQpOut, QpState, QueryQpOut};
 
-use crate::backend::Backend;
 use crate::barrier::{mmio_flush_writes, mmio_wc_start, udma_to_device_barrier};
 use crate::cmdq::input;
 use crate::cq::{Cq, CqShared};
@@ -25,13 +24,16 @@ use crate::dma::DmaBuf;
 use crate::error::{DriverError, Result};
 use crate::hca::Hca;
 use crate::pd::Pd;
-use crate::post::{PostError, RecvWr, SendLimits, SendWr, Written, write_recv, write_send};
+use crate::post::{
+    PostError, RecvWr, SendLimits, SendWr, Written, write_recv, write_send, write_send_fast_rc,
+    write_send_general,
+};
 use crate::qp_attr::{
     CreateQpParams, Init2Rtr, QpCaps, QpGeometry, QpInfo, QpType, Rst2Init, Rtr2Rts, Rts2Rts,
     create_qp_input, destroy_qp_input, init2rtr_input, query_qp_input, rst2init_input,
     rtr2rts_input, rts2rts_input, to_err_input, to_rst_input,
 };
-use crate::uar::{Bfreg, shut_up_bf};
+use crate::uar::{Bfreg, Mmio, shut_up_bf};
 use crate::wq::{RingPtr, RqRing, SqRing, Word32, WqShared};
 
 /// A UAR page of the QP's own (for a BlueFlame register nobody else rings).
@@ -134,10 +136,12 @@ pub struct Qp {
     shared: Arc<WqShared>,
     limits: SendLimits,
     bfreg: Bfreg,
-    backend: Arc<dyn Backend>,
+    mmio: Mmio,
     state: QpState,
     /// `state` is RTS, SQD or ERR: sends may be posted (kept with `state`).
     can_send: bool,
+    /// `can_send` on an RC QP: `post_send` may try the fast path (one test for both).
+    rc_send: bool,
     qp_type: QpType,
     caps: QpCaps,
     res: QpResources,
@@ -242,6 +246,14 @@ impl Qp {
                 fix: "this is a driver bug: report it",
             });
         };
+        // The BlueFlame copy reads the SQ as `[u64; 8]` blocks (`ring_sq`); the RQ before it is
+        // a multiple of 16 bytes, so this holds for every geometry `QpGeometry` builds.
+        if !sq_ring.base().as_ptr().cast::<[u64; 8]>().is_aligned() || sq_bytes % 64 != 0 {
+            return Err(DriverError::Unsupported {
+                what: "a send queue that does not start on an 8-byte boundary",
+                fix: "this is a driver bug: report it",
+            });
+        }
         let Some(sq_dbr) = dbr_ring.word32(4) else {
             return Err(DriverError::Unsupported {
                 what: "a doorbell record that is not 4-byte aligned",
@@ -264,9 +276,10 @@ impl Qp {
             ),
             shared,
             bfreg,
-            backend: hca.backend().clone(),
+            mmio: Mmio::new(hca.backend().clone()),
             state: QpState::Rst,
             can_send: false,
+            rc_send: false,
             qp_type,
             caps: *caps,
             res,
@@ -320,6 +333,7 @@ impl Qp {
         tracing::debug!(qpn = self.res.qpn, op, to = to.name(), "modify QP");
         self.state = to;
         self.can_send = matches!(to, QpState::Rts | QpState::Err | QpState::Sqd);
+        self.rc_send = self.can_send && self.qp_type == QpType::Rc;
         Ok(())
     }
 
@@ -406,10 +420,27 @@ impl Qp {
     /// Posts one send work request and rings the doorbell (BlueFlame when it fits).
     #[inline]
     pub fn post_send(&mut self, wr: &SendWr<'_>) -> core::result::Result<(), PostError> {
+        if self.rc_send {
+            match write_send_fast_rc(&mut self.sq, &self.shared, &self.limits, wr) {
+                Some(Ok(w)) => {
+                    self.ring_sq(1, &w);
+                    return Ok(());
+                }
+                Some(Err(e)) => return Err(e),
+                None => {}
+            }
+        }
+        self.post_send_general(wr)
+    }
+
+    /// [`Qp::post_send`] of a request the fast path does not take (UD, inline, atomics, a WQE
+    /// across the ring's end, too many SGEs), or on a QP that cannot send.
+    #[inline(never)]
+    fn post_send_general(&mut self, wr: &SendWr<'_>) -> core::result::Result<(), PostError> {
         if !self.can_send {
             return Err(self.not_ready());
         }
-        let w = write_send(&mut self.sq, &self.shared, &self.limits, wr)?;
+        let w = write_send_general(&mut self.sq, &self.shared, &self.limits, wr)?;
         self.ring_sq(1, &w);
         Ok(())
     }
@@ -455,25 +486,46 @@ impl Qp {
         let reg = self.bfreg.doorbell_offset();
         if nreq == 1 && self.bfreg.use_blueflame_one(last.ds) {
             // rdma-core `mlx5_bf_copy`: the whole WQE, 64 bytes at a time, in order
-            // (`mmio_memcpy_x64`), wrapping at the end of the SQ.
-            for k in 0..last.wqebbs {
-                let off = self.sq.offset_of(last.start.wrapping_add(k));
-                // SAFETY: this WQE's blocks were written above and nothing writes them until
-                // their completion retires them (after this call returns).
-                match unsafe { self.sq.ring.block64(off) } {
-                    Some(block) => self.backend.write_bf(reg + 64 * u64::from(k), block),
-                    None => {
-                        let block = self.sq.ring.read_block64(off);
-                        self.backend.write_bf(reg + 64 * u64::from(k), &block);
+            // (`mmio_memcpy_x64`), wrapping at the end of the SQ. `wqebbs >= 1`: a WQE was
+            // just written.
+            let (slot, wqebbs) = (last.slot, last.wqebbs);
+            if !last.wraps && slot + wqebbs <= self.sq.wqebbs {
+                let p = self.sq.wqe_ptr(slot).cast::<[u64; 8]>();
+                let mmio = self.mmio.get();
+                if wqebbs == 1 {
+                    // SAFETY: WQEBBs `slot..slot + wqebbs` are inside the ring (checked just
+                    // above), 8-byte aligned (the SQ's start is, checked in `create`), and
+                    // were written by this post; nothing writes them until their completion
+                    // retires them, after this call returns.
+                    let block = unsafe { &*p };
+                    mmio.write_bf(reg, block);
+                } else {
+                    for k in 0..wqebbs as usize {
+                        // SAFETY: as above, `k < wqebbs`.
+                        let block = unsafe { &*p.add(k) };
+                        mmio.write_bf(reg + 64 * k as u64, block);
                     }
                 }
+            } else {
+                self.blueflame_wrapped(reg, last.start, wqebbs);
             }
         } else {
-            self.backend.write64(reg, last.doorbell.to_be());
+            self.mmio.get().write64(reg, last.doorbell.to_be());
         }
         // Flush the write-combining buffer so this doorbell leaves before any later one.
         mmio_flush_writes();
         self.bfreg.toggle();
+    }
+
+    /// The BlueFlame copy of a WQE that continues at the start of the SQ (rare: only a
+    /// multi-WQEBB WQE at the ring's end).
+    #[cold]
+    fn blueflame_wrapped(&self, reg: u64, start: u32, wqebbs: u32) {
+        for k in 0..wqebbs {
+            let off = self.sq.offset_of(start.wrapping_add(k));
+            let block = self.sq.ring.read_block64(off);
+            self.mmio.get().write_bf(reg + 64 * u64::from(k), &block);
+        }
     }
 
     /// Posts one receive work request: data segments, barrier, RQ doorbell record (no MMIO).

@@ -15,10 +15,51 @@
 //! shared UAR page with 8-byte doorbells, which are single atomic stores and need no lock
 //! either.
 //!
-//! Owns: [`Bfreg`], [`shut_up_bf`]. Must not: allocate UAR pages (the QP does, `qp.rs`) or
+//! Owns: [`Bfreg`], [`shut_up_bf`], [`Mmio`] (the backend resolved once for the data path).
+//! Must not: allocate UAR pages (the QP does, `qp.rs`) or
 //! build WQEs.
 
+use core::ptr::NonNull;
+use std::sync::Arc;
+
 use bypass_hw::uar::{bf_buf_size, bfreg_offset, next_bf_offset, uar_bar_offset};
+
+use crate::backend::Backend;
+
+/// The device backend as the data path rings it: resolved once (at QP creation) to the
+/// backend object itself, so a doorbell is one indirect call through its vtable, not the
+/// `Arc<dyn Backend>` pointer arithmetic on every post. Holds the `Arc`, so the object lives
+/// as long as this handle.
+#[derive(Debug, Clone)]
+pub struct Mmio {
+    obj: NonNull<dyn Backend>,
+    _keep: Arc<dyn Backend>,
+}
+
+// SAFETY: `obj` points at the `dyn Backend` that `_keep` owns, and `Backend: Send + Sync`; the
+// handle only gives out `&dyn Backend`, exactly what sharing the `Arc` would.
+unsafe impl Send for Mmio {}
+// SAFETY: as for `Send`.
+unsafe impl Sync for Mmio {}
+
+impl Mmio {
+    /// The handle of `backend`.
+    pub fn new(backend: Arc<dyn Backend>) -> Self {
+        let obj = NonNull::from(&*backend);
+        Self {
+            obj,
+            _keep: backend,
+        }
+    }
+
+    /// The backend.
+    #[inline(always)]
+    pub fn get(&self) -> &dyn Backend {
+        // SAFETY: `obj` points into the allocation `_keep` holds, which lives at least as long
+        // as `self`; only shared references are ever made from it.
+        unsafe { self.obj.as_ref() }
+    }
+}
 
 /// The environment variable that turns BlueFlame off (rdma-core: `MLX5_SHUT_UP_BF`).
 pub const SHUT_UP_BF_ENV: &str = "BYPASS_SHUT_UP_BF";
@@ -40,9 +81,11 @@ pub struct Bfreg {
     buf_size: usize,
     /// The half in use: 0 or `buf_size`.
     offset: usize,
-    /// Largest WQE (in 16-byte units) a lone post copies with BlueFlame: `buf_size / 16`,
-    /// precomputed so the data path tests `1 < ds <= bf_max_ds` only.
+    /// Largest WQE (in 16-byte units) a lone post copies with BlueFlame: `buf_size / 16`.
     bf_max_ds: u8,
+    /// `bf_max_ds - 1` (0 when it is below 2), so that the data path's `1 < ds <= bf_max_ds` is
+    /// the single unsigned comparison `ds - 2 < bf_span` (wrapping: `ds` of 0 or 1 wraps high).
+    bf_span: u8,
 }
 
 impl Bfreg {
@@ -70,6 +113,7 @@ impl Bfreg {
             buf_size,
             offset: 0,
             bf_max_ds: (buf_size / 16).min(u8::MAX as usize) as u8,
+            bf_span: ((buf_size / 16).min(u8::MAX as usize) as u8).saturating_sub(1),
         })
     }
 
@@ -105,7 +149,12 @@ impl Bfreg {
     /// [`bypass_hw::uar::would_use_blueflame`] with `nreq == 1`, from the precomputed limit).
     #[inline(always)]
     pub fn use_blueflame_one(&self, ds: u8) -> bool {
-        ds > 1 && ds <= self.bf_max_ds
+        ds.wrapping_sub(2) < self.bf_span
+    }
+
+    /// Largest WQE (in 16-byte units) a lone post copies with BlueFlame (0: never).
+    pub fn bf_max_ds(&self) -> u8 {
+        self.bf_max_ds
     }
     /// Switches to the other half (`bf->offset ^= bf->buf_size`).
     #[inline(always)]
@@ -137,6 +186,14 @@ mod tests {
         assert_eq!(b1.doorbell_offset(), 8 * 4096 + 0xb00);
         b1.toggle();
         assert_eq!(b1.doorbell_offset(), 8 * 4096 + 0xa00);
+        for ds in 0..=255u8 {
+            assert_eq!(
+                b1.use_blueflame_one(ds),
+                ds > 1 && ds <= 16,
+                "ds {ds}: rdma-core's 1 < ds <= buf_size / 16"
+            );
+            assert!(!b0.use_blueflame_one(ds));
+        }
         let off = Bfreg::new(8, 1, 512, false).unwrap();
         assert!(!off.use_blueflame(1, 3));
         assert!(Bfreg::new(8, 4, 512, true).is_err());

@@ -244,10 +244,16 @@ struct SqSlot {
 pub struct WqShared {
     qpn: u32,
     /// Per SQ slot: the `wr_id`, and `cur_post` just after the WQE that starts at this slot
-    /// (rdma-core keeps `wqe_head`); one array, so one bounds check per completion.
+    /// (rdma-core keeps `wqe_head`); one array, so one lookup per completion. Its length is a
+    /// power of two (at least 1) fixed at creation, so `index & sq_mask` is always in bounds.
     sq_slots: Box<[SqSlot]>,
+    /// `sq_slots.len() - 1`.
+    sq_mask: u32,
     sq_tail: AtomicU32,
+    /// Per RQ slot: the `wr_id`; a power of two (at least 1) long, like `sq_slots`.
     rq_wrid: Box<[AtomicU64]>,
+    /// `rq_wrid.len() - 1`.
+    rq_mask: u32,
     rq_tail: AtomicU32,
 }
 
@@ -255,14 +261,39 @@ impl WqShared {
     /// Bookkeeping for QP `qpn` with `sq_wqebbs` send slots and `rq_wqes` receive slots (powers
     /// of two, or 0 for a missing queue).
     pub fn new(qpn: u32, sq_wqebbs: u32, rq_wqes: u32) -> Self {
-        let zeros64 = |n: u32| (0..n).map(|_| AtomicU64::new(0)).collect();
+        // At least one slot, a power of two: the masks below then keep every index in bounds
+        // (a missing queue never completes anything, so its single slot is never read).
+        let sq_len = sq_wqebbs.max(1).next_power_of_two();
+        let rq_len = rq_wqes.max(1).next_power_of_two();
         Self {
             qpn,
-            sq_slots: (0..sq_wqebbs).map(|_| SqSlot::default()).collect(),
+            sq_slots: (0..sq_len).map(|_| SqSlot::default()).collect(),
+            sq_mask: sq_len - 1,
             sq_tail: AtomicU32::new(0),
-            rq_wrid: zeros64(rq_wqes),
+            rq_wrid: (0..rq_len).map(|_| AtomicU64::new(0)).collect(),
+            rq_mask: rq_len - 1,
             rq_tail: AtomicU32::new(0),
         }
+    }
+
+    /// The SQ slot of WQEBB `index` (masked, so always in bounds).
+    #[inline(always)]
+    fn sq_slot(&self, index: u32) -> &SqSlot {
+        let i = (index & self.sq_mask) as usize;
+        debug_assert!(i < self.sq_slots.len());
+        // SAFETY: `sq_slots.len() == sq_mask + 1` (a power of two, set in `new` and never
+        // changed), so `index & sq_mask < sq_slots.len()`.
+        unsafe { self.sq_slots.get_unchecked(i) }
+    }
+
+    /// The RQ slot of receive WQE `index` (masked, so always in bounds).
+    #[inline(always)]
+    fn rq_slot(&self, index: u32) -> &AtomicU64 {
+        let i = (index & self.rq_mask) as usize;
+        debug_assert!(i < self.rq_wrid.len());
+        // SAFETY: `rq_wrid.len() == rq_mask + 1` (set in `new`, never changed), so
+        // `index & rq_mask < rq_wrid.len()`.
+        unsafe { self.rq_wrid.get_unchecked(i) }
     }
 
     /// The QP number.
@@ -276,10 +307,7 @@ impl WqShared {
     /// wrid[idx]; sq.tail = wqe_head[idx] + 1`).
     #[inline(always)]
     pub fn complete_send(&self, wqe_counter: u16) -> u64 {
-        let slot = usize::from(wqe_counter) & self.sq_slots.len().wrapping_sub(1);
-        let Some(s) = self.sq_slots.get(slot) else {
-            return 0;
-        };
+        let s = self.sq_slot(u32::from(wqe_counter));
         let wr_id = s.wr_id.load(Ordering::Relaxed);
         self.sq_tail
             .store(s.next.load(Ordering::Relaxed), Ordering::Release);
@@ -291,13 +319,18 @@ impl WqShared {
     #[inline(always)]
     pub fn complete_recv(&self) -> u64 {
         let tail = self.rq_tail.load(Ordering::Relaxed);
-        let slot = tail as usize & self.rq_wrid.len().wrapping_sub(1);
-        let wr_id = self
-            .rq_wrid
-            .get(slot)
-            .map_or(0, |w| w.load(Ordering::Relaxed));
+        let wr_id = self.rq_slot(tail).load(Ordering::Relaxed);
         self.rq_tail.store(tail.wrapping_add(1), Ordering::Release);
         wr_id
+    }
+
+    /// Records the send WQE that starts at WQEBB `start`: its `wr_id`, and `next`, the producer
+    /// counter just after it (what its completion moves the tail to).
+    #[inline(always)]
+    pub fn record_send(&self, start: u32, next: u32, wr_id: u64) {
+        let s = self.sq_slot(start);
+        s.wr_id.store(wr_id, Ordering::Relaxed);
+        s.next.store(next, Ordering::Relaxed);
     }
 
     /// Starts over after a reset to RST: every counter back to 0.
@@ -354,16 +387,24 @@ impl SqRing {
         ((index & (self.wqebbs - 1)) as usize) << 6
     }
 
+    /// The address of WQEBB `slot` (`slot < wqebbs` for an address inside the ring: the ring
+    /// holds `wqebbs * 64` bytes, [`SqRing::new`]). Computing it is safe; storing through it
+    /// is the caller's `unsafe`.
+    #[inline(always)]
+    pub fn wqe_ptr(&self, slot: u32) -> *mut u64 {
+        self.ring
+            .base()
+            .as_ptr()
+            .wrapping_add((slot as usize) << 6)
+            .cast()
+    }
+
     /// Records the `wr_id` and end of the WQE starting at `start` of `wqebbs` blocks, and
     /// advances `cur_post` past it.
     #[inline(always)]
     pub fn commit(&mut self, shared: &WqShared, start: u32, wqebbs: u32, wr_id: u64) {
         let next = start.wrapping_add(wqebbs);
-        let slot = (start & (self.wqebbs - 1)) as usize;
-        if let Some(SqSlot { wr_id: w, next: n }) = shared.sq_slots.get(slot) {
-            w.store(wr_id, Ordering::Relaxed);
-            n.store(next, Ordering::Relaxed);
-        }
+        shared.record_send(start, next, wr_id);
         self.cur_post = next;
     }
 }
@@ -407,10 +448,7 @@ impl RqRing {
     /// Records the `wr_id` of the WQE at `head` and advances `head`.
     #[inline(always)]
     pub fn commit(&mut self, shared: &WqShared, wr_id: u64) {
-        let slot = (self.head & (self.wqes - 1)) as usize;
-        if let Some(w) = shared.rq_wrid.get(slot) {
-            w.store(wr_id, Ordering::Relaxed);
-        }
+        shared.rq_slot(self.head).store(wr_id, Ordering::Relaxed);
         self.head = self.head.wrapping_add(1);
     }
 }

@@ -25,6 +25,7 @@ use bypass_hw::uar;
 
 use crate::counters::Counters;
 use crate::firmware::Firmware;
+use crate::frame::Frame;
 use crate::iommu::Iommu;
 use crate::objects::Objects;
 use crate::profile::Profile;
@@ -142,10 +143,16 @@ pub struct Device {
     pub(crate) fw: Firmware,
     /// Object tables.
     pub(crate) objs: Objects,
-    /// Packets that arrived from the wire, not yet processed (IP header through ICRC).
-    pub(crate) rx: VecDeque<Vec<u8>>,
-    /// Packets the device has sent, for the wire to take (IP header through ICRC).
-    pub(crate) tx: VecDeque<Vec<u8>>,
+    /// Packets that arrived from the wire, not yet processed.
+    pub(crate) rx: VecDeque<Frame>,
+    /// Packets the device has sent, for the wire to take.
+    pub(crate) tx: VecDeque<Frame>,
+    /// The link takes bursts (`crate::frame`): in-process, and nothing needs the bytes.
+    pub(crate) fast_tx: bool,
+    /// The last timer/resume scan did something (so the next step scans again).
+    scan_progressed: bool,
+    /// Packet headers of the last route used (`transport::headers`).
+    pub(crate) headers_cache: Option<crate::transport::HeadersCache>,
     /// Device time in nanoseconds (virtual in stepped mode).
     pub(crate) now: u64,
     irq: Option<Box<dyn FnMut(u16) + Send>>,
@@ -198,6 +205,9 @@ impl Device {
             bf_partial: Vec::new(),
             rx: VecDeque::new(),
             tx: VecDeque::new(),
+            fast_tx: false,
+            scan_progressed: false,
+            headers_cache: None,
             now: 0,
             irq: None,
             irq_count: vec![0; vectors],
@@ -543,17 +553,39 @@ impl Device {
     /// then expired transport timers. Returns true if anything happened (a stepped world calls
     /// it until every device returns false).
     pub fn step(&mut self) -> bool {
+        self.step_inner(true)
+    }
+
+    /// [`Device::step`] for the later rounds of a run to idle: the scans of every QP for
+    /// expired timers and held-back work (`transport::run_timers`, `transport::resume`) run
+    /// only if this step took a doorbell or a packet, or the last scan did something. A scan
+    /// runs its QPs to a fixpoint, so repeating it with no new input, at the same time, changes
+    /// nothing: skipping it keeps an exchange of a few packets from rescanning every QP of
+    /// every device at each round.
+    pub(crate) fn step_again(&mut self) -> bool {
+        self.step_inner(false)
+    }
+
+    fn step_inner(&mut self, force_scan: bool) -> bool {
         let mut progress = false;
         while let Some(db) = self.doorbells.pop_front() {
             progress = true;
             self.ring(db);
         }
-        while let Some(pkt) = self.rx.pop_front() {
+        while let Some(frame) = self.rx.pop_front() {
             progress = true;
-            crate::transport::receive(self, &pkt);
+            match frame {
+                Frame::Wire(pkt) => crate::transport::receive(self, &pkt),
+                Frame::Burst(b) => crate::transport::receive_burst(self, &b),
+                Frame::Ack(a) => crate::transport::receive_ack(self, &a),
+            }
         }
-        progress |= crate::transport::run_timers(self);
-        progress |= crate::transport::resume(self);
+        if force_scan || progress || self.scan_progressed {
+            let mut scanned = crate::transport::run_timers(self);
+            scanned |= crate::transport::resume(self);
+            self.scan_progressed = scanned;
+            progress |= scanned;
+        }
         progress
     }
 
@@ -565,12 +597,48 @@ impl Device {
     /// Hands a packet from the wire to the device (IP header through ICRC). It is processed by
     /// the next [`Device::step`].
     pub fn receive(&mut self, packet: Vec<u8>) {
-        self.rx.push_back(packet);
+        self.rx.push_back(Frame::Wire(packet));
     }
 
-    /// Takes the next packet the device sent, if any (IP header through ICRC).
+    /// Takes the next packet the device sent, if any (IP header through ICRC). A burst the
+    /// device queued for an in-process link is segmented into its wire packets first.
     pub fn take_tx(&mut self) -> Option<Vec<u8>> {
+        match self.tx.pop_front()? {
+            Frame::Wire(bytes) => Some(bytes),
+            Frame::Ack(a) => a.to_wire(),
+            Frame::Burst(b) => {
+                let mut pkts = b.segment().into_iter();
+                let first = pkts.next();
+                for p in pkts.rev() {
+                    self.tx.push_front(Frame::Wire(p));
+                }
+                first
+            }
+        }
+    }
+
+    /// Takes the next frame the device sent (a packet, or a burst if the link said it takes
+    /// them: [`Device::set_fast_tx`]).
+    pub fn take_frame(&mut self) -> Option<Frame> {
         self.tx.pop_front()
+    }
+
+    /// Hands a frame from an in-process link to the device; processed by the next
+    /// [`Device::step`] as the packets it stands for.
+    pub fn receive_frame(&mut self, frame: Frame) {
+        self.rx.push_back(frame);
+    }
+
+    /// Says whether the link this device sends on takes bursts: in-process, in order, and
+    /// nobody needs the bytes (no trace, no faults, no jitter). Off by default: a device
+    /// outside a [`crate::World`] sends only wire packets.
+    pub fn set_fast_tx(&mut self, on: bool) {
+        self.fast_tx = on;
+    }
+
+    /// Packets queued for the wire and not yet taken.
+    pub(crate) fn tx_queued(&self) -> u64 {
+        self.tx.iter().map(Frame::packets).sum()
     }
 
     fn ring(&mut self, db: Doorbell) {

@@ -125,6 +125,26 @@ pub enum MapError {
     },
 }
 
+/// A run of host memory an IOVA range resolved to ([`Iommu::resolve`]).
+#[derive(Clone)]
+pub(crate) struct HostRun {
+    /// The buffer.
+    pub mem: Arc<dyn HostMemory>,
+    /// Offset in it.
+    pub off: usize,
+    /// Bytes.
+    pub len: usize,
+}
+
+impl std::fmt::Debug for HostRun {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostRun")
+            .field("off", &self.off)
+            .field("len", &self.len)
+            .finish_non_exhaustive()
+    }
+}
+
 struct Mapping {
     len: usize,
     mem: Arc<dyn HostMemory>,
@@ -308,6 +328,38 @@ impl Iommu {
     /// Writes a big-endian u32.
     pub fn write_be32(&mut self, iova: u64, v: u32) -> Result<(), DmaFault> {
         self.write(iova, &v.to_be_bytes())
+    }
+
+    /// The host memory behind `iova..iova + len` as (buffer, offset, length) runs, if the
+    /// whole range is mapped for `dir`; `None` (counting nothing) otherwise. For the
+    /// in-process link's single-copy path (`crate::frame`): the caller falls back to
+    /// [`Iommu::read`]/[`Iommu::write`], which count and report the fault.
+    pub(crate) fn resolve(
+        &self,
+        iova: u64,
+        len: usize,
+        dir: Dir,
+        out: &mut Vec<HostRun>,
+    ) -> Option<()> {
+        self.walk(iova, len, dir)?;
+        let mut done = 0;
+        while done < len {
+            let (mem, off, n) = self.segment(iova.checked_add(done as u64)?, len - done)?;
+            // Runs that continue the previous one in the same buffer merge (one copy, not one
+            // per page).
+            match out.last_mut() {
+                Some(last) if Arc::ptr_eq(&last.mem, mem) && last.off + last.len == off => {
+                    last.len += n;
+                }
+                _ => out.push(HostRun {
+                    mem: mem.clone(),
+                    off,
+                    len: n,
+                }),
+            }
+            done += n;
+        }
+        Some(())
     }
 
     /// Checks that the whole range is covered by mappings allowing `dir`; `Some(())` if so.

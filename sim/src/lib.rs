@@ -24,6 +24,7 @@ mod engine;
 mod events;
 pub mod faults;
 mod firmware;
+pub mod frame;
 pub mod iommu;
 pub mod link;
 pub mod memory;
@@ -42,6 +43,9 @@ pub(crate) mod testkit;
 
 #[cfg(test)]
 mod e2e_tests;
+
+#[cfg(test)]
+mod frame_tests;
 
 pub use bypass_hw as hw;
 pub use device::{Device, MmioError};

@@ -65,6 +65,32 @@ pub unsafe trait HostMemory: Send + Sync {
     }
 }
 
+/// Copies `len` bytes from `src` at `src_off` to `dst` at `dst_off` (one device-side DMA
+/// copy between two host buffers, which may be the same one). Returns false, copying
+/// nothing, if either range is outside its buffer.
+pub fn copy_between(
+    src: &dyn HostMemory,
+    src_off: usize,
+    dst: &dyn HostMemory,
+    dst_off: usize,
+    len: usize,
+) -> bool {
+    if !in_bounds(src_off, len, src.len()) || !in_bounds(dst_off, len, dst.len()) {
+        return false;
+    }
+    // SAFETY: both ranges are inside their buffers (checked above), which the trait contract
+    // keeps valid for raw reads and writes; `ptr::copy` allows the ranges to overlap (a WRITE
+    // from a buffer into itself).
+    unsafe {
+        std::ptr::copy(
+            src.base().as_ptr().add(src_off),
+            dst.base().as_ptr().add(dst_off),
+            len,
+        )
+    };
+    true
+}
+
 fn in_bounds(offset: usize, len: usize, total: usize) -> bool {
     offset.checked_add(len).is_some_and(|end| end <= total)
 }

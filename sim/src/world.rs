@@ -6,18 +6,25 @@
 //! (devices by id, packets by arrival time then send order), so the same seed gives the same
 //! run, bit for bit. Must not: read the wall clock or spawn threads.
 //!
+//! On an in-process link a device may send a burst of WRITE packets whose payload is still in
+//! its memory (`crate::frame`): one copy at delivery instead of three plus two ICRC passes.
+//! The world allows it only while nothing needs the bytes ([`World::set_fast_path`], no
+//! jitter, no device tracing, no faults, no pcap tee); what is delivered, and every counter,
+//! is what the same packets sent one by one give.
+//!
 //! The RNG is the only source of randomness in a run (link jitter and the seeded link faults
-//! of [`crate::faults`], applied where a packet enters flight). A failing test prints `World::seed()`; building a
+//! of [`crate::faults`], applied where a packet enters flight). A failing test prints
+//! `World::seed()`; building a
 //! world with that seed replays the run.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 
-use bypass_hw::roce::RocePacket;
 use rand_chacha::ChaCha8Rng;
 use rand_core::{RngCore, SeedableRng};
 
 use crate::device::Device;
 use crate::faults::{FaultPlan, FaultStats, Faults};
+use crate::frame::Frame;
 use crate::pcap::PcapWriter;
 use crate::profile::Profile;
 
@@ -57,8 +64,16 @@ pub struct NetStats {
 pub struct World {
     devices: Vec<Device>,
     link: LinkConfig,
-    /// In flight: (arrival time, send sequence) → (destination device, packet).
-    in_flight: BTreeMap<(u64, u64), (usize, Vec<u8>)>,
+    /// In flight: (arrival time, send sequence) → (destination device, packet or burst).
+    in_flight: BTreeMap<(u64, u64), (usize, Frame)>,
+    /// Frames due at the current time (a zero-latency link), in send order: they arrive after
+    /// everything in `in_flight` that is due by now, all of which was sent before them. Kept
+    /// apart so that a zero-latency exchange does not churn the map.
+    due_now: VecDeque<(usize, Frame)>,
+    /// Packets in flight (a burst counts its packets).
+    in_flight_packets: u64,
+    /// Devices may send bursts when nothing needs the bytes.
+    fast_path: bool,
     seq: u64,
     now: u64,
     seed: u64,
@@ -104,6 +119,9 @@ impl World {
             devices: Vec::new(),
             link: LinkConfig::default(),
             in_flight: BTreeMap::new(),
+            due_now: VecDeque::new(),
+            in_flight_packets: 0,
+            fast_path: true,
             seq: 0,
             now: 0,
             seed,
@@ -171,6 +189,23 @@ impl World {
         self.link = link;
     }
 
+    /// Allows (the default) or forbids bursts on the in-process link. With it off every
+    /// packet is built, ICRC'd, parsed and checked as bytes (the reference the fast path is
+    /// tested against).
+    pub fn set_fast_path(&mut self, on: bool) {
+        self.fast_path = on;
+    }
+
+    /// True if devices may send bursts now: allowed, nothing needs the bytes (no faults, no
+    /// pcap tee: [`World::wants_bytes`]), no jitter (packets of a burst cannot be reordered),
+    /// and no device records a trace (the trace shows every packet's bytes).
+    fn fast_now(&self) -> bool {
+        self.fast_path
+            && !self.wants_bytes()
+            && self.link.jitter_ns == 0
+            && self.devices.iter().all(|d| !d.trace.enabled())
+    }
+
     /// Adds a device; returns its id (its index).
     pub fn add_device(&mut self, profile: Profile) -> usize {
         let mut d = Device::new(profile);
@@ -209,17 +244,19 @@ impl World {
 
     /// Packets in flight.
     pub fn in_flight(&self) -> usize {
-        self.in_flight.len()
+        usize::try_from(self.in_flight_packets).unwrap_or(usize::MAX)
     }
 
     /// Steps every device and delivers every packet due now, until nothing happens; virtual
     /// time does not move. Returns the number of rounds.
     pub fn run_until_idle(&mut self) -> Result<usize, Livelock> {
+        let fast = self.fast_now();
         for round in 0..MAX_STEPS {
             let mut progress = false;
             for d in &mut self.devices {
+                d.set_fast_tx(fast);
                 d.set_time(self.now);
-                progress |= d.step();
+                progress |= if round == 0 { d.step() } else { d.step_again() };
             }
             progress |= self.collect_tx();
             progress |= self.deliver_due();
@@ -265,7 +302,11 @@ impl World {
 
     /// The next time something is due: a packet arrival or a device timer.
     pub fn next_event(&self) -> Option<u64> {
-        let arrival = self.in_flight.keys().next().map(|&(t, _)| t);
+        let arrival = if self.due_now.is_empty() {
+            self.in_flight.keys().next().map(|&(t, _)| t)
+        } else {
+            Some(self.now)
+        };
         let timers = self.devices.iter().filter_map(Device::next_deadline).min();
         match (arrival, timers) {
             (Some(a), Some(b)) => Some(a.min(b)),
@@ -277,10 +318,17 @@ impl World {
     fn collect_tx(&mut self) -> bool {
         let mut any = false;
         for src in 0..self.devices.len() {
-            while let Some(pkt) = self.devices[src].take_tx() {
+            while let Some(frame) = self.devices[src].take_frame() {
                 any = true;
-                let Some(dst) = self.route(&pkt) else {
-                    self.stats.unroutable += 1;
+                if !matches!(frame, Frame::Wire(_)) && !self.fast_now() {
+                    // Sent before the link started needing the bytes: segment it.
+                    for pkt in frame.into_wire().into_iter().rev() {
+                        self.devices[src].tx.push_front(Frame::Wire(pkt));
+                    }
+                    continue;
+                }
+                let Some(dst) = self.route(&frame) else {
+                    self.stats.unroutable += frame.packets();
                     continue;
                 };
                 let jitter = if self.link.jitter_ns == 0 {
@@ -289,7 +337,12 @@ impl World {
                     self.rng.next_u64() % (self.link.jitter_ns + 1)
                 };
                 let at = self.now + self.link.latency_ns + jitter;
-                self.enter_flight(src, dst, at, pkt);
+                match frame {
+                    Frame::Wire(pkt) if self.faults.is_active() => {
+                        self.enter_flight(src, dst, at, pkt);
+                    }
+                    frame => self.put_in_flight(dst, at, frame),
+                }
             }
         }
         any
@@ -305,12 +358,21 @@ impl World {
         fate.corrupt(&mut pkt);
         let at = at.saturating_add(fate.extra_ns);
         if let Some(gap) = fate.duplicate_after {
-            self.seq += 1;
-            self.in_flight
-                .insert((at.saturating_add(gap), self.seq), (dst, pkt.clone()));
+            self.put_in_flight(dst, at.saturating_add(gap), Frame::Wire(pkt.clone()));
         }
+        self.put_in_flight(dst, at, Frame::Wire(pkt));
+    }
+
+    /// Queues `frame` to arrive at `dst` at `at`: on the zero-latency lane if it is due now,
+    /// else in the time-ordered map.
+    fn put_in_flight(&mut self, dst: usize, at: u64, frame: Frame) {
         self.seq += 1;
-        self.in_flight.insert((at, self.seq), (dst, pkt));
+        self.in_flight_packets += frame.packets();
+        if at <= self.now {
+            self.due_now.push_back((dst, frame));
+        } else {
+            self.in_flight.insert((at, self.seq), (dst, frame));
+        }
     }
 
     /// Writes `pkt` into the pcap tee at the current time.
@@ -324,30 +386,43 @@ impl World {
     }
 
     /// The device that owns the packet's destination address.
-    fn route(&self, pkt: &[u8]) -> Option<usize> {
-        let parsed = RocePacket::parse(pkt).ok()?;
-        let (_, dgid) = parsed.ip().gids();
+    fn route(&self, frame: &Frame) -> Option<usize> {
+        let dgid = frame.dgid()?;
         self.devices
             .iter()
             .position(|d| d.profile().ports.iter().any(|p| p.gids.contains(&dgid)))
     }
 
-    /// Hands every packet whose arrival time has come to its device.
+    /// Hands every packet whose arrival time has come to its device, in (arrival time, send
+    /// order): the map's due entries, then the zero-latency lane.
     fn deliver_due(&mut self) -> bool {
         let mut any = false;
         while let Some(entry) = self.in_flight.first_entry() {
             if entry.key().0 > self.now {
                 break;
             }
-            let (dst, pkt) = entry.remove();
-            self.stats.delivered += 1;
-            self.tee(&pkt);
-            if let Some(d) = self.devices.get_mut(dst) {
-                d.receive(pkt);
-                any = true;
-            }
+            let (dst, frame) = entry.remove();
+            any |= self.deliver(dst, frame);
+        }
+        while let Some((dst, frame)) = self.due_now.pop_front() {
+            any |= self.deliver(dst, frame);
         }
         any
+    }
+
+    fn deliver(&mut self, dst: usize, frame: Frame) -> bool {
+        if let Frame::Wire(pkt) = &frame {
+            self.tee(pkt);
+        }
+        self.stats.delivered += frame.packets();
+        self.in_flight_packets = self.in_flight_packets.saturating_sub(frame.packets());
+        match self.devices.get_mut(dst) {
+            Some(d) => {
+                d.receive_frame(frame);
+                true
+            }
+            None => false,
+        }
     }
 }
 
@@ -356,6 +431,7 @@ mod tests {
     use super::*;
     use crate::objects::AddressPath;
     use crate::transport::{Route, send};
+    use bypass_hw::roce::RocePacket;
     use bypass_hw::roce::ext::Aeth;
     use bypass_hw::roce::{BthFields, BthOpcode, DEFAULT_PKEY, ExtFields};
     use bypass_hw::syndrome::AethSyndrome;
@@ -432,6 +508,27 @@ mod tests {
         assert!(w.settle(1_000_000).unwrap());
         assert_eq!(w.stats().unroutable, 1);
         assert_eq!(w.now(), 1_000);
+    }
+
+    #[test]
+    fn a_zero_latency_link_delivers_in_send_order_within_the_same_run() {
+        let mut w = World::new(3);
+        w.set_link(LinkConfig {
+            latency_ns: 0,
+            jitter_ns: 0,
+        });
+        let a = w.add_device(Profile::with_id(1));
+        let b = w.add_device(Profile::with_id(2));
+        w.device(b).trace.set_enabled(true);
+        let gid_b = Profile::with_id(2).ports[0].gids[0];
+        for psn in [9, 3, 7] {
+            send_ack(&mut w, a, gid_b, psn);
+        }
+        w.run_until_idle().unwrap();
+        assert_eq!(w.in_flight(), 0);
+        assert_eq!(w.next_event(), None);
+        assert_eq!((w.now(), w.stats().delivered), (0, 3));
+        assert_eq!(rx_psns(&mut w, b), [9, 3, 7]);
     }
 
     fn jittery_run(seed: u64) -> Vec<u32> {

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bypass_verbs::driver::backend::sim::SimFabric;
+use bypass_verbs::driver::backend::sim::{FabricOptions, SimFabric};
 use bypass_verbs::driver::mr::MkeyAccess;
 use bypass_verbs::wr::{SendOp, SendWr};
 use bypass_verbs::{Context, Cq, MemoryPool, Mr, Pd, Qp, QpBuilder, RemoteBuffer, VerbsError};
@@ -75,9 +75,10 @@ pub struct RigSpec {
 }
 
 impl Rig {
-    /// Builds the rig on a threaded fabric and connects the QPs.
+    /// Builds the rig on a threaded fabric (zero-latency link, doorbells acted on in the
+    /// posting thread) and connects the QPs.
     pub fn new(spec: RigSpec) -> Result<Self, PerfError> {
-        let fabric = SimFabric::threaded(spec.seed);
+        let fabric = SimFabric::threaded_with(spec.seed, FabricOptions::low_latency());
         let a = Context::open_sim(&fabric, 1)?;
         let b = Context::open_sim(&fabric, 2)?;
         let mut a = End::new(&a, spec)?;

@@ -116,6 +116,14 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// returns the device can no longer reach the memory.
     fn unmap_dma(&self, iova: u64, len: usize) -> Result<(), DriverError>;
 
+    /// True when [`Backend::map_dma`] pins the memory itself and charges it to
+    /// `RLIMIT_MEMLOCK` (VFIO type1: `vfio_iommu_type1.c` `vfio_pin_pages_remote` →
+    /// `vfio_lock_acct`). The driver then does not `mlock` the regions it maps: the pin keeps
+    /// them resident, and an mlock as well would charge the limit twice.
+    fn pins_on_map(&self) -> bool {
+        false
+    }
+
     /// Number of MSI-X vectors (each has an eventfd). A VFIO device without MSI-X offers its
     /// MSI vectors here instead.
     fn irq_vectors(&self) -> u16;

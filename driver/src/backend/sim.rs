@@ -10,6 +10,13 @@
 //! - Threaded ([`SimFabric::threaded`]): an engine thread runs the world continuously,
 //!   advancing virtual time with real elapsed time; MMIO writes wake it. It is stopped and
 //!   joined when the last handle to the fabric drops.
+//! - Threaded with inline doorbells ([`SimFabric::threaded_with`] and
+//!   [`FabricOptions::inline_doorbells`]): an MMIO write that latches a doorbell runs the
+//!   world until idle in the writer's thread (virtual time first catches up with the wall
+//!   clock), so a post reaches the peer's memory before `post_send` returns when the link
+//!   latency is 0; the engine thread only runs timers and packets still in flight. This is the
+//!   low-latency mode of `bypass perf` (no thread hand-off per message). The device itself is
+//!   unchanged: it still acts on doorbells in `Device::step`, which the fabric calls.
 //! - UDP ([`SimFabric::udp`]): threaded, with a real UDP socket as the wire (the engine loop
 //!   is `bypass_sim::link::udp::run_engine`).
 //!
@@ -25,7 +32,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use bypass_sim::iommu::Perm;
-use bypass_sim::{Device, Profile, World};
+use bypass_sim::{Device, LinkConfig, Profile, World};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::eventfd::{EfdFlags, EventFd};
 
@@ -44,8 +51,44 @@ struct Engine {
     thread: Option<JoinHandle<()>>,
 }
 
+/// How a threaded fabric runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FabricOptions {
+    /// The link between the devices.
+    pub link: LinkConfig,
+    /// Run the world in the caller's thread when an MMIO write latches a doorbell.
+    pub inline_doorbells: bool,
+}
+
+impl Default for FabricOptions {
+    /// The default link (1 µs), doorbells handed to the engine thread.
+    fn default() -> Self {
+        Self {
+            link: LinkConfig::default(),
+            inline_doorbells: false,
+        }
+    }
+}
+
+impl FabricOptions {
+    /// The fastest in-process setting: a zero-latency link and inline doorbells.
+    pub fn low_latency() -> Self {
+        Self {
+            link: LinkConfig {
+                latency_ns: 0,
+                jitter_ns: 0,
+            },
+            inline_doorbells: true,
+        }
+    }
+}
+
 struct FabricInner {
     world: Arc<Mutex<World>>,
+    /// Virtual time zero of a threaded fabric (virtual time follows the wall clock from it).
+    start: Instant,
+    /// Run the world in the MMIO writer's thread when a doorbell latches.
+    inline_doorbells: bool,
     engine: Mutex<Option<Engine>>,
     /// World errors (livelock) seen by progress() or the engine.
     errors: AtomicU64,
@@ -95,6 +138,8 @@ impl SimFabric {
         Self {
             inner: Arc::new(FabricInner {
                 world: Arc::new(Mutex::new(World::new(seed))),
+                start: Instant::now(),
+                inline_doorbells: false,
                 engine: Mutex::new(None),
                 errors: AtomicU64::new(0),
             }),
@@ -104,31 +149,48 @@ impl SimFabric {
 
     /// A fabric run by an engine thread in real time (virtual time follows the wall clock).
     pub fn threaded(seed: u64) -> Self {
-        Self::with_engine(seed, engine_loop)
+        Self::threaded_with(seed, FabricOptions::default())
+    }
+
+    /// A threaded fabric with `opts` (link model, inline doorbells).
+    pub fn threaded_with(seed: u64, opts: FabricOptions) -> Self {
+        let inline = opts.inline_doorbells;
+        Self::with_engine(seed, opts, move |world, stop, start| {
+            engine_loop(world, stop, start, inline);
+        })
     }
 
     /// A threaded fabric whose wire is a UDP socket (`bypass_sim::link::udp`): its engine
     /// thread steps the devices in real time and pumps their packets through `link`. Add the
     /// device with `link.profile()` (its GID is the link's address) before moving the link in.
     pub fn udp(seed: u64, link: bypass_sim::link::udp::UdpLink) -> Self {
-        Self::with_engine(seed, move |world, stop| {
-            bypass_sim::link::udp::run_engine(world, stop, link);
-        })
+        Self::with_engine(
+            seed,
+            FabricOptions::default(),
+            move |world, stop, _start| {
+                bypass_sim::link::udp::run_engine(world, stop, link);
+            },
+        )
     }
 
-    /// A threaded fabric whose engine thread runs `engine(world, stop)` until `stop` is set.
+    /// A threaded fabric whose engine thread runs `engine(world, stop, start)` until `stop`
+    /// is set (`start`: the instant virtual time 0 stands for).
     fn with_engine(
         seed: u64,
-        engine: impl FnOnce(&Mutex<World>, &AtomicBool) + Send + 'static,
+        opts: FabricOptions,
+        engine: impl FnOnce(&Mutex<World>, &AtomicBool, Instant) + Send + 'static,
     ) -> Self {
-        let world = Arc::new(Mutex::new(World::new(seed)));
+        let mut w = World::new(seed);
+        w.set_link(opts.link);
+        let world = Arc::new(Mutex::new(w));
         let stop = Arc::new(AtomicBool::new(false));
+        let start = Instant::now();
         let thread = {
             let world = world.clone();
             let stop = stop.clone();
             std::thread::Builder::new()
                 .name("bypass-sim-engine".into())
-                .spawn(move || engine(&world, &stop))
+                .spawn(move || engine(&world, &stop, start))
         };
         let thread = match thread {
             Ok(t) => Some(t),
@@ -140,6 +202,8 @@ impl SimFabric {
         Self {
             inner: Arc::new(FabricInner {
                 world,
+                start,
+                inline_doorbells: opts.inline_doorbells,
                 engine: Mutex::new(Some(Engine { stop, thread })),
                 errors: AtomicU64::new(0),
             }),
@@ -253,19 +317,55 @@ impl SimFabric {
     }
 }
 
-fn engine_loop(world: &Mutex<World>, stop: &AtomicBool) {
-    let start = Instant::now();
+/// Advances `w` to the wall-clock time since `start` (a threaded fabric's virtual time),
+/// running everything due on the way.
+fn catch_up(w: &mut World, start: Instant) -> std::result::Result<(), bypass_sim::world::Livelock> {
+    let real = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
+    let dt = real.saturating_sub(w.now());
+    w.advance(dt)
+}
+
+/// What an inline doorbell runs: the world until idle at its current virtual time, and the
+/// catch-up with the wall clock only if an event (timer, arrival) has become due meanwhile
+/// (the engine thread moves idle time forward; doing it here too would cost every post).
+/// Returns true if something is left for later (a packet in flight, a timer pending): the
+/// engine thread must be woken for it.
+fn run_inline(
+    w: &mut World,
+    start: Instant,
+) -> std::result::Result<bool, bypass_sim::world::Livelock> {
+    w.run_until_idle()?;
+    let Some(t) = w.next_event() else {
+        return Ok(w.in_flight() > 0);
+    };
+    let real = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
+    if t <= real {
+        catch_up(w, start)?;
+        return Ok(w.in_flight() > 0 || w.next_event().is_some());
+    }
+    Ok(true)
+}
+
+/// The engine thread. With inline doorbells it never waits for the world: the thread that
+/// holds it is running it already, and a blocked engine would make that thread's unlock a
+/// futex wake (a system call on the posting path); it tries again after its idle sleep.
+fn engine_loop(world: &Mutex<World>, stop: &AtomicBool, start: Instant, inline: bool) {
     while !stop.load(Ordering::Acquire) {
-        let busy = {
-            let mut w = lock(world);
-            let real = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
-            let dt = real.saturating_sub(w.now());
-            let r = w.advance(dt);
-            if let Err(e) = r {
+        let guard = if inline {
+            match world.try_lock() {
+                Ok(g) => Some(g),
+                Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+                Err(std::sync::TryLockError::WouldBlock) => None,
+            }
+        } else {
+            Some(lock(world))
+        };
+        let busy = guard.is_some_and(|mut w| {
+            if let Err(e) = catch_up(&mut w, start) {
                 tracing::error!(error = %e, "the simulated world livelocked");
             }
             w.in_flight() > 0
-        };
+        });
         if !busy {
             std::thread::park_timeout(ENGINE_IDLE);
         }
@@ -307,15 +407,32 @@ impl SimBackend {
     }
 
     fn mmio_write(&self, off: u64, bytes: &[u8]) {
-        let r = {
-            let mut world = lock(&self.fabric.inner.world);
-            world.device(self.id).mmio_write(off, bytes)
+        let inner = &self.fabric.inner;
+        let (r, handed_off) = {
+            let mut world = lock(&inner.world);
+            let r = world.device(self.id).mmio_write(off, bytes);
+            if inner.inline_doorbells && world.device(self.id).pending_doorbells() > 0 {
+                // Inline doorbells: the device acts on it now, in this thread, and so does
+                // everything it sets off on a zero-latency link.
+                match run_inline(&mut world, inner.start) {
+                    Ok(pending) => (r, pending),
+                    Err(e) => {
+                        inner.errors.fetch_add(1, Ordering::Relaxed);
+                        tracing::error!(error = %e, "the simulated world livelocked");
+                        (r, true)
+                    }
+                }
+            } else {
+                (r, true)
+            }
         };
         if let Err(e) = r {
             self.mmio_errors.fetch_add(1, Ordering::Relaxed);
             tracing::warn!(device = self.id, offset = off, error = %e, "MMIO write refused");
         }
-        self.fabric.wake_engine();
+        if handed_off {
+            self.fabric.wake_engine();
+        }
     }
 }
 

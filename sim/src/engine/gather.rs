@@ -14,7 +14,7 @@
 
 use bypass_hw::syndrome::CqeSyndrome;
 
-use crate::iommu::{DmaFault, Iommu};
+use crate::iommu::{Dir, DmaFault, HostRun, Iommu};
 use crate::mkey::{Mkey, Need};
 use crate::table::Table;
 
@@ -142,4 +142,56 @@ pub(crate) fn scatter(
         Need::LocalWrite,
         |iova, r| iommu.write(iova, &data[r]),
     )
+}
+
+/// The host memory behind `len` bytes of the message from offset `off` (Need::LocalRead), for
+/// a burst that carries its payload by reference (`crate::frame`). `None` if any key check or
+/// the IOMMU would refuse: the caller then takes the per-packet path, which reports it.
+pub(crate) fn resolve(
+    mkeys: &Table<Mkey>,
+    iommu: &Iommu,
+    (pd, qpn): (u32, u32),
+    sges: &[Sge],
+    off: u64,
+    len: usize,
+) -> Option<Vec<HostRun>> {
+    let mut iovas = IovaRuns::default();
+    walk(
+        mkeys,
+        (pd, qpn),
+        sges,
+        off,
+        len,
+        Need::LocalRead,
+        |iova, r| {
+            iovas.push(iova, r.len() as u64);
+            Ok(())
+        },
+    )
+    .ok()?;
+    iovas.resolve(iommu, Dir::Read)
+}
+
+/// IOVA runs with contiguous neighbours merged (an mkey translates page by page; the IOMMU is
+/// asked once per contiguous range).
+#[derive(Debug, Default)]
+pub(crate) struct IovaRuns(Vec<(u64, u64)>);
+
+impl IovaRuns {
+    /// Appends `n` bytes at `iova`, extending the last run if it ends there.
+    pub(crate) fn push(&mut self, iova: u64, n: u64) {
+        match self.0.last_mut() {
+            Some((start, len)) if start.checked_add(*len) == Some(iova) => *len += n,
+            _ => self.0.push((iova, n)),
+        }
+    }
+
+    /// The host memory behind every run, if the IOMMU allows `dir` on all of them.
+    pub(crate) fn resolve(&self, iommu: &Iommu, dir: Dir) -> Option<Vec<HostRun>> {
+        let mut out = Vec::new();
+        for &(iova, n) in &self.0 {
+            iommu.resolve(iova, usize::try_from(n).ok()?, dir, &mut out)?;
+        }
+        Some(out)
+    }
 }

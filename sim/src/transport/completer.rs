@@ -13,7 +13,7 @@
 //! unacknowledged one, or past the last one sent, is stale and ignored.
 
 use bypass_hw::roce::opcode::{Position, psn_add, psn_diff};
-use bypass_hw::roce::{BthOpcode, RocePacket};
+use bypass_hw::roce::{Aeth, BthOpcode, RocePacket};
 use bypass_hw::syndrome::{AethKind, CqeSyndrome};
 use bypass_hw::wqe::WqeOpcode;
 
@@ -32,28 +32,50 @@ enum Acked {
 
 /// A response packet for QP `qpn`.
 pub(crate) fn handle_response(dev: &mut Device, qpn: u32, pkt: &RocePacket<'_>) {
+    respond_to(dev, qpn, pkt.bth().psn(), |dev, c, req, psn| {
+        match pkt.opcode() {
+            BthOpcode::RC_ACKNOWLEDGE => {
+                if let Some(aeth) = pkt.aeth() {
+                    on_ack(dev, c, req, aeth, psn);
+                }
+            }
+            BthOpcode::RC_ATOMIC_ACKNOWLEDGE => on_atomic_ack(dev, c, req, pkt, psn),
+            BthOpcode::RC_RDMA_READ_RESPONSE_FIRST
+            | BthOpcode::RC_RDMA_READ_RESPONSE_MIDDLE
+            | BthOpcode::RC_RDMA_READ_RESPONSE_LAST
+            | BthOpcode::RC_RDMA_READ_RESPONSE_ONLY => on_read_response(dev, c, req, pkt, psn),
+            _ => {}
+        }
+    });
+}
+
+/// An ACKNOWLEDGE that came as a structured frame on the in-process link
+/// (`crate::frame::AckFrame`): what [`handle_response`] does with the same packet.
+pub(crate) fn handle_ack(dev: &mut Device, qpn: u32, psn: u32, aeth: &Aeth) {
+    respond_to(dev, qpn, psn, |dev, c, req, psn| {
+        on_ack(dev, c, req, aeth, psn)
+    });
+}
+
+/// Takes the requester state of `qpn`, lets `f` act on a response with PSN `psn` unless it is
+/// stale, then completes what is ready and lets the requester send again.
+fn respond_to(
+    dev: &mut Device,
+    qpn: u32,
+    psn: u32,
+    f: impl FnOnce(&mut Device, &Ctx, &mut ReqState, u32),
+) {
     let Some(c) = requester::ctx(dev, qpn) else {
         return;
     };
     let Some(mut req) = requester::take(dev, qpn) else {
         return;
     };
-    let psn = pkt.bth().psn();
     // Only PSNs in [una - 1, max_psn) can answer something still outstanding; older ones are
     // duplicates (rxe re-ACKs duplicates at `ack_psn - 1`), newer ones answer nothing sent.
     let stale = psn_diff(psn, req.una) < -1 || psn_diff(psn, req.max_psn) >= 0;
     if !stale {
-        match pkt.opcode() {
-            BthOpcode::RC_ACKNOWLEDGE => on_ack(dev, &c, &mut req, pkt, psn),
-            BthOpcode::RC_ATOMIC_ACKNOWLEDGE => on_atomic_ack(dev, &c, &mut req, pkt, psn),
-            BthOpcode::RC_RDMA_READ_RESPONSE_FIRST
-            | BthOpcode::RC_RDMA_READ_RESPONSE_MIDDLE
-            | BthOpcode::RC_RDMA_READ_RESPONSE_LAST
-            | BthOpcode::RC_RDMA_READ_RESPONSE_ONLY => {
-                on_read_response(dev, &c, &mut req, pkt, psn)
-            }
-            _ => {}
-        }
+        f(dev, &c, &mut req, psn);
     }
     let to_err = requester::complete_ready(dev, &c, &mut req);
     requester::restore(dev, qpn, req, to_err);
@@ -169,10 +191,7 @@ fn fail_at(req: &mut ReqState, psn: u32, synd: CqeSyndrome) {
 }
 
 /// ACKNOWLEDGE: an ACK, an RNR NAK or a NAK.
-fn on_ack(dev: &mut Device, c: &Ctx, req: &mut ReqState, pkt: &RocePacket<'_>, psn: u32) {
-    let Some(aeth) = pkt.aeth() else {
-        return;
-    };
+fn on_ack(dev: &mut Device, c: &Ctx, req: &mut ReqState, aeth: &Aeth, psn: u32) {
     match aeth.syndrome().kind() {
         AethKind::Ack(_) => {
             if let Acked::Lost(p) = ack_through(dev, c, req, psn) {

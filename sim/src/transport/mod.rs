@@ -25,6 +25,7 @@ pub use requester::ReqState;
 pub use responder::RespState;
 
 use crate::device::Device;
+use crate::frame::{AckFrame, Burst, Frame};
 use crate::objects::AddressPath;
 use crate::trace::TraceEvent;
 
@@ -76,6 +77,59 @@ pub(crate) fn receive(dev: &mut Device, bytes: &[u8]) {
     }
 }
 
+/// Processes a burst from an in-process link: applied at once when it is the plain case
+/// (the responder's checks all pass for every packet, see `responder::burst`), else segmented
+/// and processed packet by packet, so every outcome is the per-packet path's.
+pub(crate) fn receive_burst(dev: &mut Device, b: &Burst) {
+    if !dev.trace.enabled() && burst_reaches_qp(dev, b) && responder::burst::apply(dev, b) {
+        return;
+    }
+    for pkt in b.segment() {
+        receive(dev, &pkt);
+    }
+}
+
+/// Processes an ACKNOWLEDGE from an in-process link as `receive` processes its bytes (which
+/// always parse and pass the ICRC check): counted, the address and QP checked, handed to the
+/// completer. With a trace to record, it goes through `receive` as bytes.
+pub(crate) fn receive_ack(dev: &mut Device, a: &AckFrame) {
+    if dev.trace.enabled() {
+        if let Some(bytes) = a.to_wire() {
+            receive(dev, &bytes);
+        }
+        return;
+    }
+    dev.counters.port_rcv_packets += 1;
+    dev.counters.port_rcv_data += a.wire_len;
+    if !reaches_rc_qp(dev, &a.ip, a.dest_qp) {
+        dev.counters.rx_discards += 1;
+        return;
+    }
+    completer::handle_ack(dev, a.dest_qp, a.psn, &a.aeth);
+}
+
+/// The checks `receive` makes before the responder, for a burst: ours, an RC QP in a state
+/// that takes packets.
+fn burst_reaches_qp(dev: &Device, b: &Burst) -> bool {
+    reaches_rc_qp(dev, &b.ip, b.dest_qp)
+}
+
+/// True if the destination address is ours and `qpn` is an RC QP in a state that takes
+/// packets (the checks of `receive`, rxe `check_addr`/`check_type_state`).
+fn reaches_rc_qp(dev: &Device, ip: &IpSpec, qpn: u32) -> bool {
+    let (_, dgid) = ip.gids();
+    if !dev.profile.ports.iter().any(|p| p.gids.contains(&dgid)) {
+        return false;
+    }
+    dev.objs.qps.get(qpn).is_some_and(|qp| {
+        qp.st == st::RC
+            && matches!(
+                qp.state,
+                QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::SqDraining | QpState::Sqer
+            )
+    })
+}
+
 /// Where a packet goes: the local GID index and port, and the remote end.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Route<'a> {
@@ -87,29 +141,46 @@ pub(crate) struct Route<'a> {
     pub src_qpn: u32,
 }
 
-/// Builds a RoCEv2 packet for `route` and queues it on the wire. Returns false (counting a
-/// discard) if the route names a GID the port does not have or mixes IPv4 and IPv6.
-pub(crate) fn send(
-    dev: &mut Device,
-    route: Route<'_>,
-    bth: BthFields,
-    ext: ExtFields,
-    payload: &[u8],
-) -> bool {
+/// The IP header and UDP ports of a packet on `route`, or `None` if the route names a GID the
+/// port does not have or mixes IPv4 and IPv6 (rxe `prepare_ipv4_hdr`/`prepare_ipv6_hdr`,
+/// `rxe_udp_sport`).
+pub(crate) fn headers(dev: &mut Device, route: Route<'_>) -> Option<(IpSpec, UdpPorts)> {
+    // One entry per device: a QP sends on the same path packet after packet (the profile's
+    // GID table never changes, so the route alone decides the headers).
+    if let Some(h) = &dev.headers_cache {
+        if h.port == route.port && h.src_qpn == route.src_qpn && h.path == *route.path {
+            return Some((h.ip, h.ports));
+        }
+    }
+    let made = build_headers(dev, route)?;
+    dev.headers_cache = Some(HeadersCache {
+        port: route.port,
+        src_qpn: route.src_qpn,
+        path: route.path.clone(),
+        ip: made.0,
+        ports: made.1,
+    });
+    Some(made)
+}
+
+/// The last route [`headers`] built headers for, and the headers.
+#[derive(Debug, Clone)]
+pub(crate) struct HeadersCache {
+    port: u8,
+    src_qpn: u32,
+    path: AddressPath,
+    ip: IpSpec,
+    ports: UdpPorts,
+}
+
+fn build_headers(dev: &Device, route: Route<'_>) -> Option<(IpSpec, UdpPorts)> {
     let sgid = dev
         .profile
         .ports
         .get(usize::from(route.port.max(1)) - 1)
         .and_then(|p| p.gids.get(usize::from(route.path.src_addr_index)))
-        .copied();
-    let Some(sgid) = sgid else {
-        dev.counters.rx_discards += 1;
-        return false;
-    };
-    let Ok(mut ip) = IpSpec::from_gids(&sgid, &route.path.rgid) else {
-        dev.counters.rx_discards += 1;
-        return false;
-    };
+        .copied()?;
+    let mut ip = IpSpec::from_gids(&sgid, &route.path.rgid).ok()?;
     let hop_limit = if route.path.hop_limit == 0 {
         64
     } else {
@@ -131,12 +202,31 @@ pub(crate) fn send(
     } else {
         rxe_udp_sport(route.src_qpn)
     };
-    let spec = PacketSpec {
+    Some((
         ip,
-        ports: UdpPorts {
+        UdpPorts {
             src,
             dst: ROCE_V2_UDP_DPORT,
         },
+    ))
+}
+
+/// Builds a RoCEv2 packet for `route` and queues it on the wire. Returns false (counting a
+/// discard) if the route names a GID the port does not have or mixes IPv4 and IPv6.
+pub(crate) fn send(
+    dev: &mut Device,
+    route: Route<'_>,
+    bth: BthFields,
+    ext: ExtFields,
+    payload: &[u8],
+) -> bool {
+    let Some((ip, ports)) = headers(dev, route) else {
+        dev.counters.rx_discards += 1;
+        return false;
+    };
+    let spec = PacketSpec {
+        ip,
+        ports,
         bth,
         ext,
         payload,
@@ -156,7 +246,7 @@ pub(crate) fn send(
         tx: true,
         bytes: buf.clone(),
     });
-    dev.tx.push_back(buf);
+    dev.tx.push_back(Frame::Wire(buf));
     true
 }
 

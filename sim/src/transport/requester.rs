@@ -33,6 +33,7 @@ use crate::device::Device;
 use crate::engine::cqe;
 use crate::engine::gather;
 use crate::engine::wqe::{Fence, SendWqe};
+use crate::frame::{Burst, Frame, Payload, packet_at};
 use crate::mkey::Need;
 use crate::objects::AddressPath;
 use crate::transport::Route;
@@ -508,6 +509,30 @@ fn payload(
 /// One RC packet of `wqes[cur]`.
 fn send_rc(dev: &mut Device, c: &Ctx, req: &mut ReqState) -> Result<(), CqeSyndrome> {
     let cur = req.cur;
+    if dev.fast_tx
+        && req
+            .wqes
+            .get(cur)
+            .is_some_and(|w| w.opcode == WqeOpcode::RDMA_WRITE)
+    {
+        // The WQE is lent out of the queue for the burst (no copy of its buffers), and put
+        // back before the queue moves on.
+        if let Some(slot) = req.wqes.get_mut(cur) {
+            let w = std::mem::replace(slot, SendWqe::bare(slot.index, slot.opcode, slot.wqebbs));
+            let sent = send_burst(dev, c, req, &w);
+            if let Some(slot) = req.wqes.get_mut(cur) {
+                *slot = w;
+            }
+            match sent {
+                Some(true) => {
+                    finish_wqe(req, cur);
+                    return Ok(());
+                }
+                Some(false) => return Ok(()),
+                None => {}
+            }
+        }
+    }
     let Some(w) = req.wqes.get(cur).cloned() else {
         return Ok(());
     };
@@ -600,6 +625,122 @@ fn send_rc(dev: &mut Device, c: &Ctx, req: &mut ReqState) -> Result<(), CqeSyndr
         }
     }
     Ok(())
+}
+
+/// Sends the rest of RDMA WRITE `w` (as much as the window allows) as one burst on an
+/// in-process link (`crate::frame`): the same packets, PSNs, AckReq bits, counters and timer
+/// as [`send_rc`] one packet at a time, the payload left in place for the responder to copy
+/// once. Returns whether the burst ends the message (the caller then finishes the WQE), or
+/// `None` (nothing changed) when the per-packet path must run instead: an empty
+/// message, a route the port cannot take, or a local key or mapping that would refuse (the
+/// per-packet path reports those). Inline data travels in the burst itself.
+fn send_burst(dev: &mut Device, c: &Ctx, req: &mut ReqState, w: &SendWqe) -> Option<bool> {
+    let mtu = c.mtu;
+    let off = req.cur_pkt.saturating_mul(mtu).min(w.len);
+    let left = w.len - off;
+    let window = u32::try_from(MAX_UNACKED_PSNS - psn_diff(req.psn, req.una)).unwrap_or(0);
+    let count = left.div_ceil(mtu).min(window);
+    if left == 0 || count == 0 {
+        return None;
+    }
+    let bytes = u64::from(count)
+        .saturating_mul(u64::from(mtu))
+        .min(u64::from(left));
+    let route = Route {
+        port: c.path.port,
+        path: &c.path,
+        src_qpn: c.qpn,
+    };
+    let (ip, ports) = crate::transport::headers(dev, route)?;
+    let src = match &w.inline {
+        Some(data) => {
+            let part = data.get(off as usize..off as usize + bytes as usize)?;
+            Payload::Inline(part.to_vec())
+        }
+        None => {
+            let runs = gather::resolve(
+                &dev.objs.mkeys,
+                &dev.iommu,
+                (c.pd, c.qpn),
+                &w.sges,
+                u64::from(off),
+                bytes as usize,
+            )?;
+            Payload::Host(runs)
+        }
+    };
+    let mut burst = Burst {
+        ip,
+        ports,
+        dest_qp: c.remote_qpn,
+        first_psn: req.psn,
+        count,
+        mtu,
+        msg_off: off,
+        msg_len: w.len,
+        raddr: w.raddr,
+        rkey: w.rkey,
+        ack_req: Vec::new(),
+        wire_len: 0,
+        src,
+    };
+    // What `emit` and `transport::send` do for each of the packets, in closed form.
+    let first_psn = req.psn;
+    let ends = packet_at(off, w.len, mtu, count - 1).3;
+    // Packets below `max_psn` are retransmissions; the rest move it.
+    let behind =
+        u32::try_from(psn_diff(req.max_psn, first_psn).clamp(0, count as i32)).unwrap_or(0);
+    if behind > 0 {
+        count_retransmits(dev, c.qpn, u64::from(behind));
+    }
+    if behind < count {
+        req.max_psn = psn_add(first_psn, count);
+    }
+    // AckReq every MAX_PKT_PER_ACK packets since the last one that had it, and on the last
+    // packet of the message; `noack` counts the packets since.
+    let mut ack_req = vec![false; count as usize];
+    let mut at = (MAX_PKT_PER_ACK - 1).saturating_sub(req.noack) as usize;
+    let mut last_ack = None;
+    while let Some(slot) = ack_req.get_mut(at) {
+        *slot = true;
+        last_ack = Some(at as u32);
+        at += MAX_PKT_PER_ACK as usize;
+    }
+    if ends {
+        if let Some(slot) = ack_req.last_mut() {
+            *slot = true;
+        }
+        last_ack = Some(count - 1);
+    }
+    req.noack = match last_ack {
+        Some(k) => count - 1 - k,
+        None => req.noack + count,
+    };
+    burst.ack_req = ack_req;
+    // Only the first packet (RETH) and the last (shorter) can differ from the middle ones.
+    let mut wire = burst.packet_len(0);
+    if count > 1 {
+        wire += burst.packet_len(count - 1);
+    }
+    if count > 2 {
+        wire += u64::from(count - 2) * burst.packet_len(1);
+    }
+    burst.wire_len = wire;
+    dev.counters.port_xmit_packets += u64::from(count);
+    dev.counters.port_xmit_data += wire;
+    if req.ack_deadline.is_none() {
+        req.ack_deadline = c.ack_timeout.map(|t| dev.now.saturating_add(t));
+    }
+    req.psn = psn_add(first_psn, count);
+    if !ends {
+        req.cur_pkt += count;
+    }
+    dev.tx.push_back(Frame::Burst(Box::new(burst)));
+    Some(ends)
+}
+
+fn count_retransmits(dev: &mut Device, qpn: u32, n: u64) {
+    count(dev, qpn, |k| k.retransmits += n);
 }
 
 /// The last packet of `wqes[cur]` went out: on to the next WQE.
@@ -752,13 +893,18 @@ pub(crate) fn run_timers(dev: &mut Device) -> bool {
 /// Continues held-back sending: fetches WQEs posted before the QP reached RTS, and sends what
 /// the window and limits now allow. True if a packet went out.
 pub(crate) fn resume(dev: &mut Device) -> bool {
-    let qpns: Vec<(u32, bool)> = dev
+    // A QP with no fetched WQE and nothing left to fetch has nothing to resume (`pump` would
+    // find no WQE and stall): skipping it keeps an idle device's step free of work.
+    let mut qpns = dev
         .objs
         .qps
         .iter()
-        .filter(|(_, qp)| qp.state == QpState::Rts)
-        .map(|(n, qp)| (n, qp.req.fresh))
-        .collect();
+        .filter(|(_, qp)| qp.state == QpState::Rts && (qp.req.fresh || !qp.req.wqes.is_empty()))
+        .map(|(n, qp)| (n, qp.req.fresh));
+    let Some(first) = qpns.next() else {
+        return false;
+    };
+    let qpns: Vec<(u32, bool)> = std::iter::once(first).chain(qpns).collect();
     let mut sent = false;
     for (qpn, fresh) in qpns {
         if fresh {

@@ -18,6 +18,7 @@
 //! the rest of both queues), as rxe `do_class_ac_error` + `RESPST_ERROR` do.
 
 pub(crate) mod ack;
+pub(crate) mod burst;
 mod rdma;
 pub(crate) mod rq;
 mod send;

@@ -521,8 +521,9 @@ impl Backend for VfioBackend {
             ));
         }
         // type1 pins the pages and charges them to RLIMIT_MEMLOCK (vfio_iommu_type1.c
-        // vfio_pin_pages_remote -> vfio_lock_acct), on top of the driver's own mlock: check
-        // first so the error states the numbers instead of a bare ENOMEM.
+        // vfio_pin_pages_remote -> vfio_lock_acct); the driver does not mlock regions it maps
+        // here (pins_on_map), so this is the only charge. Check first so the error states
+        // the numbers instead of a bare ENOMEM.
         MemlockState::current().check(len as u64)?;
         let container = self.container.as_ref();
         // SAFETY: region.as_ptr()..+len is a live anonymous mapping that `region` owns; the
@@ -547,6 +548,10 @@ impl Backend for VfioBackend {
             .unwrap_or_else(PoisonError::into_inner)
             .insert(iova, (len, region));
         Ok(())
+    }
+
+    fn pins_on_map(&self) -> bool {
+        true
     }
 
     fn unmap_dma(&self, iova: u64, len: usize) -> Result<()> {

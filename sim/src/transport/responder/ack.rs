@@ -13,7 +13,8 @@ use bypass_hw::roce::{Aeth, BthFields, BthOpcode, DEFAULT_PKEY, ExtFields};
 use bypass_hw::syndrome::AethSyndrome;
 
 use crate::device::Device;
-use crate::transport::{Route, send};
+use crate::frame::{AckFrame, Frame};
+use crate::transport::{Route, headers, send};
 
 /// Sends a response packet of `opcode` with PSN `psn` from QP `qpn` to its remote QP.
 /// Returns false if it could not be sent (no such QP, bad path).
@@ -41,6 +42,29 @@ pub(crate) fn respond(
         path: &path,
         src_qpn: qpn,
     };
+    if let (true, BthOpcode::RC_ACKNOWLEDGE, Some(aeth), true) = (
+        dev.fast_tx && !dev.trace.enabled(),
+        opcode,
+        ext.aeth,
+        payload.is_empty(),
+    ) {
+        // The in-process link carries an ACKNOWLEDGE as its fields (`crate::frame`).
+        if let Some((ip, ports)) = headers(dev, route) {
+            let spec = AckFrame::spec(ip, ports, bth.dest_qp, bth.psn, aeth);
+            let wire_len = spec.packet_len().map_or(0, |l| l as u64);
+            dev.counters.port_xmit_packets += 1;
+            dev.counters.port_xmit_data += wire_len;
+            dev.tx.push_back(Frame::Ack(AckFrame {
+                ip,
+                ports,
+                dest_qp: bth.dest_qp,
+                psn: bth.psn,
+                aeth,
+                wire_len,
+            }));
+            return true;
+        }
+    }
     send(dev, route, bth, ext, payload)
 }
 

@@ -95,17 +95,17 @@ impl RemoteError {
 }
 
 /// Largest message the QP accepts (`log_msg_max`, at most 2^31 on mlx5).
-fn max_msg(dev: &Device, qpn: u32) -> u64 {
+pub(super) fn max_msg(dev: &Device, qpn: u32) -> u64 {
     let log = dev.objs.qps.get(qpn).map_or(31, |q| q.attrs.log_msg_max);
     1u64 << log.min(31)
 }
 
-fn pd(dev: &Device, qpn: u32) -> u32 {
+pub(super) fn pd(dev: &Device, qpn: u32) -> u32 {
     dev.objs.qps.get(qpn).map_or(0, |q| q.pd)
 }
 
 /// Checks that `rkey` grants `need` on `[va, va + len)` to QP `qpn`.
-fn check_rkey(dev: &Device, qpn: u32, rkey: u32, va: u64, len: u64, need: Need) -> bool {
+pub(super) fn check_rkey(dev: &Device, qpn: u32, rkey: u32, va: u64, len: u64, need: Need) -> bool {
     let pd = pd(dev, qpn);
     mkey(&dev.objs, rkey).is_some_and(|k| k.translate(pd, qpn, va, len, need).is_ok())
 }
@@ -162,7 +162,7 @@ fn read_remote(
 fn taken(dev: &Device) -> u64 {
     dev.counters
         .port_xmit_packets
-        .saturating_sub(dev.tx.len() as u64)
+        .saturating_sub(dev.tx_queued())
 }
 
 fn ring_cap(dev: &Device, qpn: u32) -> usize {

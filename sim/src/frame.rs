@@ -1,0 +1,320 @@
+//! What a device hands to the link and takes from it: wire bytes, a burst of consecutive RC
+//! RDMA WRITE packets of one message whose payload is still in the sender's memory, or an
+//! ACKNOWLEDGE as its fields.
+//!
+//! Owns: [`Frame`] and [`Burst`], and the segmentation of a burst into the exact wire packets
+//! the per-packet path would have sent (headers, AckReq bits, RETH on the first packet of the
+//! message, pad, ICRC). Must not: decide transport semantics (the requester builds bursts, the
+//! responder applies them or, when anything differs from the plain case, segments them and
+//! takes the packets one by one).
+//!
+//! Why a burst may carry its payload by reference: a NIC reads the source buffer by DMA when
+//! it transmits, and RC semantics forbid the application to change it before the WRITE
+//! completes; reading it at delivery (one copy, source → destination) is what a transmit at
+//! that instant would have sent. A retransmission builds a new burst and reads it again, as
+//! hardware does. Anything that needs the bytes (the trace, a jittery or lossy link, the UDP
+//! link through `Device::take_tx`) gets them segmented here, ICRC included.
+
+use std::sync::Arc;
+
+use bypass_hw::roce::opcode::psn_add;
+use bypass_hw::roce::{
+    Aeth, BthFields, BthOpcode, DEFAULT_PKEY, ExtFields, IpSpec, PacketSpec, Reth, RocePacket,
+    UdpPorts, emit,
+};
+
+use crate::iommu::HostRun;
+use crate::memory::HostMemory;
+
+/// The largest path MTU: a burst's packets carry at most this many payload bytes.
+const MAX_MTU: usize = 4096;
+
+/// Zeroes standing in for a payload when only a packet's length is wanted.
+static ZEROS: [u8; MAX_MTU] = [0; MAX_MTU];
+
+/// A packet or a run of packets on its way between two devices.
+#[derive(Debug)]
+pub enum Frame {
+    /// One packet, IP header through ICRC.
+    Wire(Vec<u8>),
+    /// Consecutive packets of one RDMA WRITE, payload by reference.
+    Burst(Box<Burst>),
+    /// An ACKNOWLEDGE (ACK, RNR NAK or NAK) as its fields.
+    Ack(AckFrame),
+}
+
+impl Frame {
+    /// The packets this frame stands for.
+    pub fn packets(&self) -> u64 {
+        match self {
+            Self::Wire(_) | Self::Ack(_) => 1,
+            Self::Burst(b) => u64::from(b.count),
+        }
+    }
+
+    /// The destination GID (`None` for bytes that do not parse as a RoCEv2 packet).
+    pub fn dgid(&self) -> Option<[u8; 16]> {
+        match self {
+            Self::Wire(bytes) => RocePacket::parse(bytes).ok().map(|p| p.ip().gids().1),
+            Self::Burst(b) => Some(b.ip.gids().1),
+            Self::Ack(a) => Some(a.ip.gids().1),
+        }
+    }
+
+    /// The wire packets, in order (a burst is segmented and its payload read now).
+    pub fn into_wire(self) -> Vec<Vec<u8>> {
+        match self {
+            Self::Wire(bytes) => vec![bytes],
+            Self::Burst(b) => b.segment(),
+            Self::Ack(a) => a.to_wire().into_iter().collect(),
+        }
+    }
+}
+
+/// An ACKNOWLEDGE packet as its fields: what the responder would emit, without the bytes.
+#[derive(Debug, Clone, Copy)]
+pub struct AckFrame {
+    pub(crate) ip: IpSpec,
+    pub(crate) ports: UdpPorts,
+    /// Destination QPN.
+    pub(crate) dest_qp: u32,
+    /// The PSN it acknowledges (or NAKs).
+    pub(crate) psn: u32,
+    /// Syndrome and MSN.
+    pub(crate) aeth: Aeth,
+    /// Its length on the wire.
+    pub(crate) wire_len: u64,
+}
+
+impl AckFrame {
+    /// The packet's spec, exactly as `responder::ack::respond` builds it.
+    pub(crate) fn spec(
+        ip: IpSpec,
+        ports: UdpPorts,
+        dest_qp: u32,
+        psn: u32,
+        aeth: Aeth,
+    ) -> PacketSpec<'static> {
+        PacketSpec {
+            ip,
+            ports,
+            bth: BthFields {
+                opcode: BthOpcode::RC_ACKNOWLEDGE,
+                pkey: DEFAULT_PKEY,
+                dest_qp,
+                psn,
+                ..BthFields::default()
+            },
+            ext: ExtFields {
+                aeth: Some(aeth),
+                ..ExtFields::default()
+            },
+            payload: &[],
+        }
+    }
+
+    /// The wire bytes (`None` only if the spec cannot be emitted, which a frame the device
+    /// built never is).
+    pub fn to_wire(&self) -> Option<Vec<u8>> {
+        let spec = Self::spec(self.ip, self.ports, self.dest_qp, self.psn, self.aeth);
+        let mut buf = vec![0u8; spec.packet_len().ok()?];
+        emit(&spec, &mut buf).ok()?;
+        Some(buf)
+    }
+}
+
+/// Packets `first_psn .. first_psn + count` of one RC RDMA WRITE (no immediate), as the
+/// requester would have sent them one by one.
+#[derive(Debug, Clone)]
+pub struct Burst {
+    pub(crate) ip: IpSpec,
+    pub(crate) ports: UdpPorts,
+    /// Destination QPN.
+    pub(crate) dest_qp: u32,
+    /// PSN of the first packet.
+    pub(crate) first_psn: u32,
+    /// Packets.
+    pub(crate) count: u32,
+    /// Path MTU the message was cut at.
+    pub(crate) mtu: u32,
+    /// Message offset of the first packet's first byte (a multiple of `mtu`).
+    pub(crate) msg_off: u32,
+    /// The message's length (RETH DMA length).
+    pub(crate) msg_len: u32,
+    /// RETH virtual address and rkey.
+    pub(crate) raddr: u64,
+    pub(crate) rkey: u32,
+    /// AckReq of each packet.
+    pub(crate) ack_req: Vec<bool>,
+    /// Wire bytes of all the packets (IP header through ICRC).
+    pub(crate) wire_len: u64,
+    /// The payload.
+    pub(crate) src: Payload,
+}
+
+/// Where a burst's payload is.
+#[derive(Debug, Clone)]
+pub(crate) enum Payload {
+    /// In the sender's host memory (gathered from its SGEs; read at delivery).
+    Host(Vec<HostRun>),
+    /// Inline data the WQE carried (already in the device).
+    Inline(Vec<u8>),
+}
+
+/// Payload bytes and position of packet `i` of a message cut at `mtu`, starting at `msg_off`.
+pub(crate) fn packet_at(msg_off: u32, msg_len: u32, mtu: u32, i: u32) -> (u32, u32, bool, bool) {
+    let off = msg_off.saturating_add(i.saturating_mul(mtu)).min(msg_len);
+    let n = (msg_len - off).min(mtu);
+    (off, n, off == 0, off + n >= msg_len)
+}
+
+/// The opcode of a WRITE packet by position (IBTA table 38; rxe `next_opcode`).
+pub(crate) fn write_opcode(first: bool, last: bool) -> BthOpcode {
+    match (first, last) {
+        (true, true) => BthOpcode::RC_RDMA_WRITE_ONLY,
+        (true, false) => BthOpcode::RC_RDMA_WRITE_FIRST,
+        (false, false) => BthOpcode::RC_RDMA_WRITE_MIDDLE,
+        (false, true) => BthOpcode::RC_RDMA_WRITE_LAST,
+    }
+}
+
+impl Burst {
+    /// Packet `i`'s spec with `payload` (its bytes, or zeroes of its length).
+    fn spec<'a>(&self, i: u32, ack_req: bool, payload: &'a [u8]) -> PacketSpec<'a> {
+        let (_, _, first, last) = packet_at(self.msg_off, self.msg_len, self.mtu, i);
+        PacketSpec {
+            ip: self.ip,
+            ports: self.ports,
+            bth: BthFields {
+                opcode: write_opcode(first, last),
+                pkey: DEFAULT_PKEY,
+                dest_qp: self.dest_qp,
+                ack_req,
+                psn: psn_add(self.first_psn, i),
+                ..BthFields::default()
+            },
+            ext: ExtFields {
+                reth: first.then(|| Reth::new(self.raddr, self.rkey, self.msg_len)),
+                ..ExtFields::default()
+            },
+            payload,
+        }
+    }
+
+    /// Wire length of packet `i` (what the per-packet path counts in `port_xmit_data`).
+    pub(crate) fn packet_len(&self, i: u32) -> u64 {
+        let (_, n, _, _) = packet_at(self.msg_off, self.msg_len, self.mtu, i);
+        let zeros = ZEROS.get(..n as usize).unwrap_or(&[]);
+        self.spec(i, false, zeros)
+            .packet_len()
+            .map_or(0, |l| l as u64)
+    }
+
+    /// Payload bytes the burst carries.
+    pub(crate) fn bytes(&self) -> usize {
+        match &self.src {
+            Payload::Host(runs) => runs.iter().map(|r| r.len).sum(),
+            Payload::Inline(bytes) => bytes.len(),
+        }
+    }
+
+    /// Reads `len` payload bytes from burst offset `at` into a new buffer (the DMA read a
+    /// transmit does). `None` if the runs are shorter (cannot happen for a burst the requester
+    /// built).
+    fn read(&self, mut at: usize, len: usize) -> Option<Vec<u8>> {
+        let runs = match &self.src {
+            Payload::Host(runs) => runs,
+            Payload::Inline(bytes) => {
+                return bytes.get(at..at.checked_add(len)?).map(<[u8]>::to_vec);
+            }
+        };
+        let mut out = vec![0u8; len];
+        let mut done = 0;
+        for r in runs {
+            if done == len {
+                break;
+            }
+            if at >= r.len {
+                at -= r.len;
+                continue;
+            }
+            let n = (r.len - at).min(len - done);
+            if !r.mem.read_at(r.off + at, out.get_mut(done..done + n)?) {
+                return None;
+            }
+            done += n;
+            at = 0;
+        }
+        (done == len).then_some(out)
+    }
+
+    /// The exact wire packets the per-packet path would have sent.
+    pub fn segment(&self) -> Vec<Vec<u8>> {
+        let mut out = Vec::with_capacity(self.count as usize);
+        for i in 0..self.count {
+            let (off, n, _, _) = packet_at(self.msg_off, self.msg_len, self.mtu, i);
+            let at = (off - self.msg_off) as usize;
+            let Some(payload) = self.read(at, n as usize) else {
+                break;
+            };
+            let ack = self.ack_req.get(i as usize).copied().unwrap_or(false);
+            let spec = self.spec(i, ack, &payload);
+            let Ok(len) = spec.packet_len() else {
+                break;
+            };
+            let mut buf = vec![0u8; len];
+            if emit(&spec, &mut buf).is_err() {
+                break;
+            }
+            out.push(buf);
+        }
+        out
+    }
+}
+
+/// Copies the burst's payload into the destination runs, in order (the one copy of the
+/// single-copy path). False if the lengths differ or a run is out of its buffer.
+pub(crate) fn copy_payload(src: &Payload, dst: &[HostRun]) -> bool {
+    match src {
+        Payload::Host(runs) => copy_runs(runs, dst),
+        Payload::Inline(bytes) => {
+            let mut at = 0usize;
+            for d in dst {
+                let Some(chunk) = bytes.get(at..at + d.len) else {
+                    return false;
+                };
+                if !d.mem.write_at(d.off, chunk) {
+                    return false;
+                }
+                at += d.len;
+            }
+            at == bytes.len()
+        }
+    }
+}
+
+/// Copies host runs into host runs, in order.
+fn copy_runs(src: &[HostRun], dst: &[HostRun]) -> bool {
+    let (mut si, mut so) = (0usize, 0usize);
+    for d in dst {
+        let mut dn = 0usize;
+        while dn < d.len {
+            let Some(s) = src.get(si) else {
+                return false;
+            };
+            if so >= s.len {
+                si += 1;
+                so = 0;
+                continue;
+            }
+            let n = (s.len - so).min(d.len - dn);
+            let mem_s: &Arc<dyn HostMemory> = &s.mem;
+            if !crate::memory::copy_between(&**mem_s, s.off + so, &*d.mem, d.off + dn, n) {
+                return false;
+            }
+            so += n;
+            dn += n;
+        }
+    }
+    true
+}

@@ -1,0 +1,358 @@
+//! The in-process link's bursts (`crate::frame`) against the byte path: the same workload
+//! gives the same memory, CQEs, counters, PSNs and QP states whether the packets travel as
+//! bytes (built, ICRC'd, parsed, checked) or as bursts applied with one copy; a burst taken as
+//! bytes is exactly the byte path's packets; a packet lost out of a segmented burst is
+//! recovered by the usual go-back-N.
+
+use bypass_hw::cmd::qp::QpState;
+use bypass_hw::roce::RocePacket;
+use bypass_hw::wqe::WqeOpcode;
+
+use crate::counters::Counters;
+use crate::testkit::{Host, HostCq, HostMr, HostQp, Pair, RC, Wqe};
+
+/// MR size on each side.
+const MR_LEN: usize = 256 << 10;
+
+struct Conn {
+    p: Pair,
+    a_cq: HostCq,
+    b_cq: HostCq,
+    a_qp: HostQp,
+    b_qp: HostQp,
+    a_mr: HostMr,
+    b_mr: HostMr,
+    /// A region of b without REMOTE_WRITE.
+    b_ro: HostMr,
+}
+
+fn connect(mtu: u32) -> Conn {
+    let mut p = Pair::new();
+    let a_cq = p.a.cq(6);
+    let b_cq = p.b.cq(6);
+    let a_qp = p.a.qp(RC, &a_cq, &a_cq, 6, 6);
+    let b_qp = p.b.qp(RC, &b_cq, &b_cq, 6, 6);
+    let a_mr = p.a.mr(MR_LEN, Host::all_access());
+    let b_mr = p.b.mr(MR_LEN, Host::all_access());
+    let mut ro = Host::all_access();
+    ro.remote_write = false;
+    let b_ro = p.b.mr(16 << 10, ro);
+    let (ga, gb) = (p.a.gid(), p.b.gid());
+    p.a.make_rts(&a_qp, b_qp.qpn, gb, mtu, 0x00ff_ff80, 0x20);
+    p.b.make_rts(&b_qp, a_qp.qpn, ga, mtu, 0x20, 0x00ff_ff80);
+    p.a.write(a_mr.off, &source());
+    Conn {
+        p,
+        a_cq,
+        b_cq,
+        a_qp,
+        b_qp,
+        a_mr,
+        b_mr,
+        b_ro,
+    }
+}
+
+/// One WRITE: length, source offset, destination offset, and whether it targets the region
+/// without REMOTE_WRITE.
+#[derive(Debug, Clone, Copy)]
+struct W {
+    len: u32,
+    src: u64,
+    dst: u64,
+    read_only_target: bool,
+    /// The payload goes inline in the WQE (`src` then indexes [`source`]).
+    inline: bool,
+}
+
+const fn w(len: u32, src: u64, dst: u64) -> W {
+    W {
+        len,
+        src,
+        dst,
+        read_only_target: false,
+        inline: false,
+    }
+}
+
+/// What a's MR holds, and what inline WRITEs carry.
+fn source() -> Vec<u8> {
+    (0..MR_LEN)
+        .map(|i| (i as u8).wrapping_mul(13).wrapping_add((i >> 8) as u8))
+        .collect()
+}
+
+fn post(c: &mut Conn, writes: &[W]) {
+    let data = source();
+    for x in writes {
+        let target = if x.read_only_target { c.b_ro } else { c.b_mr };
+        let wqe = Wqe::new(WqeOpcode::RDMA_WRITE, c.a_qp.sq_pi, c.a_qp.qpn)
+            .raddr(target.va + x.dst, target.key);
+        let wqe = if x.inline {
+            let (at, n) = (x.src as usize, x.len as usize);
+            wqe.inline(&data[at..at + n])
+        } else {
+            wqe.data(c.a_mr.key, c.a_mr.va + x.src, x.len)
+        }
+        .finish();
+        c.p.a.post_send(&mut c.a_qp, &wqe);
+    }
+}
+
+/// Everything a workload leaves behind that the two paths must agree on.
+#[derive(Debug, PartialEq, Eq)]
+struct Outcome {
+    b_mem: Vec<u8>,
+    a_cqes: Vec<[u8; 64]>,
+    b_cqes: Vec<[u8; 64]>,
+    a_counters: Counters,
+    b_counters: Counters,
+    a_qp_counters: Counters,
+    b_qp_counters: Counters,
+    a_next_psn: u32,
+    a_una: u32,
+    b_epsn: u32,
+    b_msn: u32,
+    states: (QpState, QpState),
+}
+
+fn outcome(c: &mut Conn) -> Outcome {
+    let mut a_cqes = Vec::new();
+    while let Some(e) = c.p.a.poll(&mut c.a_cq) {
+        a_cqes.push(e);
+    }
+    let mut b_cqes = Vec::new();
+    while let Some(e) = c.p.b.poll(&mut c.b_cq) {
+        b_cqes.push(e);
+    }
+    let aq = c.p.a.dev.objs.qps.get(c.a_qp.qpn).expect("qp a");
+    let bq = c.p.b.dev.objs.qps.get(c.b_qp.qpn).expect("qp b");
+    Outcome {
+        b_mem: c.p.b.read(c.b_mr.off, MR_LEN),
+        a_cqes,
+        b_cqes,
+        a_counters: c.p.a.dev.counters.clone(),
+        b_counters: c.p.b.dev.counters.clone(),
+        a_qp_counters: aq.counters.clone(),
+        b_qp_counters: bq.counters.clone(),
+        a_next_psn: aq.req.psn,
+        a_una: aq.req.una,
+        b_epsn: bq.resp.epsn,
+        b_msn: bq.resp.msn,
+        states: (aq.state, bq.state),
+    }
+}
+
+/// Runs `writes` at `mtu` over bytes and over bursts; returns both outcomes and the frames and
+/// packets the burst run carried.
+fn both_paths(mtu: u32, writes: &[W]) -> (Outcome, Outcome, (usize, u64)) {
+    let mut bytes = connect(mtu);
+    post(&mut bytes, writes);
+    let carried = bytes.p.run();
+    let by_bytes = outcome(&mut bytes);
+
+    let mut fast = connect(mtu);
+    post(&mut fast, writes);
+    let (frames, packets) = fast.p.run_frames();
+    assert_eq!(packets, carried as u64, "the same packets, counted");
+    (by_bytes, outcome(&mut fast), (frames, packets))
+}
+
+#[test]
+fn writes_over_bursts_leave_the_same_memory_cqes_counters_and_psns_as_over_bytes() {
+    // 60 000 bytes at MTU 256 is 235 packets: more than the 128-PSN window (two bursts and an
+    // ACK in between), with AckReq every 64 packets; the PSNs wrap past 2^24. Later WRITEs
+    // overwrite parts of earlier ones, in order.
+    let writes = [
+        w(60_000, 0, 0),
+        w(1, 70_000, 70_000),
+        w(3000, 100, 80_001),
+        w(256, 4096, 90_000),
+        w(512, 5000, 91_000),
+        w(100_000, 8, 120_000),
+        // 100 then 200 packets: the second starts with a burst cut by the window mid-way
+        // between AckReqs, so the next burst starts with packets already counted since one.
+        w(25_600, 0, 222_000),
+        w(51_200, 0, 200_000),
+    ];
+    let (bytes, fast, (frames, packets)) = both_paths(256, &writes);
+    assert_eq!(fast, bytes);
+    assert!(
+        frames * 10 < packets as usize,
+        "bursts were used: {frames} frames for {packets} packets"
+    );
+    assert_eq!(fast.a_cqes.len(), writes.len());
+    assert!(
+        fast.a_cqes.iter().all(|c| c[63] >> 4 == 0),
+        "every WRITE completed successfully"
+    );
+    assert_eq!(fast.b_counters.rx_write_requests, writes.len() as u64);
+    assert_eq!(fast.states, (QpState::Rts, QpState::Rts));
+}
+
+#[test]
+fn a_write_the_responder_refuses_fails_the_same_way_over_bursts() {
+    // The second WRITE targets a region without REMOTE_WRITE: NAK remote access, the
+    // requester's WQE fails, both QPs go to ERR and the third WRITE is flushed.
+    let writes = [
+        w(5000, 0, 0),
+        W {
+            read_only_target: true,
+            ..w(9000, 0, 0)
+        },
+        w(700, 0, 10_000),
+    ];
+    let (bytes, fast, _) = both_paths(1024, &writes);
+    assert_eq!(fast, bytes);
+    assert_eq!(fast.states.0, QpState::Err);
+    assert_eq!(fast.b_counters.resp_remote_access_errors, 1);
+}
+
+#[test]
+fn a_burst_taken_as_bytes_is_exactly_the_packets_of_the_byte_path() {
+    let writes = [w(20_000, 3, 5), w(4096, 0, 40_000), w(10, 0, 50_000)];
+    let mut bytes = connect(1024);
+    post(&mut bytes, &writes);
+    bytes.p.a.dev.step();
+    let expected: Vec<Vec<u8>> = std::iter::from_fn(|| bytes.p.a.dev.take_tx()).collect();
+
+    let mut fast = connect(1024);
+    fast.p.a.dev.set_fast_tx(true);
+    post(&mut fast, &writes);
+    fast.p.a.dev.step();
+    assert_eq!(fast.p.a.dev.tx.len(), 3, "one burst per WRITE");
+    let got: Vec<Vec<u8>> = std::iter::from_fn(|| fast.p.a.dev.take_tx()).collect();
+    assert_eq!(got.len(), 20 + 4 + 1);
+    assert_eq!(got, expected);
+    assert!(got.iter().all(|p| RocePacket::parse(p).unwrap().icrc_ok()));
+}
+
+#[test]
+fn a_packet_lost_from_a_segmented_burst_is_resent_and_the_write_completes() {
+    let mut c = connect(1024);
+    c.p.a.dev.set_fast_tx(true);
+    post(&mut c, &[w(16_384, 0, 0)]);
+    c.p.a.dev.step();
+    // The link segments the burst and loses its sixth packet.
+    let mut n = 0;
+    while let Some(p) = c.p.a.dev.take_tx() {
+        n += 1;
+        if n != 6 {
+            c.p.b.dev.receive(p);
+        }
+    }
+    assert_eq!(n, 16);
+    // The responder NAKs the gap; the requester goes back to PSN 5 and resends (as a burst
+    // again, on the in-process link).
+    c.p.run_frames();
+    let o = outcome(&mut c);
+    assert_eq!(
+        o.b_mem[..16_384],
+        c.p.a.read(c.a_mr.off, 16_384)[..],
+        "the message landed whole"
+    );
+    assert_eq!(o.a_cqes.len(), 1);
+    assert_eq!(o.a_cqes[0][63] >> 4, 0, "a success CQE (opcode REQ)");
+    assert_eq!(o.b_counters.out_of_sequence, 1);
+    assert_eq!(o.a_counters.packet_seq_err, 1);
+    assert_eq!(o.a_counters.retransmits, 11, "PSNs 5..16 again");
+    assert_eq!(o.b_counters.rx_write_requests, 1);
+    assert_eq!(o.states, (QpState::Rts, QpState::Rts));
+}
+
+#[test]
+fn a_duplicated_burst_is_taken_once_and_answered_as_duplicates_are() {
+    let writes = [w(8192, 0, 0)];
+    let mut bytes = connect(1024);
+    post(&mut bytes, &writes);
+    bytes.p.a.dev.step();
+    let pkts: Vec<Vec<u8>> = std::iter::from_fn(|| bytes.p.a.dev.take_tx()).collect();
+    for p in pkts.iter().chain(&pkts) {
+        bytes.p.b.dev.receive(p.clone());
+    }
+    bytes.p.run();
+    let by_bytes = outcome(&mut bytes);
+
+    let mut fast = connect(1024);
+    fast.p.a.dev.set_fast_tx(true);
+    post(&mut fast, &writes);
+    fast.p.a.dev.step();
+    let Some(crate::frame::Frame::Burst(b)) = fast.p.a.dev.take_frame() else {
+        panic!("a burst");
+    };
+    fast.p
+        .b
+        .dev
+        .receive_frame(crate::frame::Frame::Burst(b.clone()));
+    fast.p.b.dev.receive_frame(crate::frame::Frame::Burst(b));
+    fast.p.run_frames();
+    let by_bursts = outcome(&mut fast);
+    assert_eq!(by_bursts, by_bytes);
+    assert_eq!(by_bursts.b_counters.duplicate_request, 8);
+}
+
+#[test]
+fn inline_writes_over_bursts_match_bytes_and_carry_their_data() {
+    let inline = |len, src, dst| W {
+        inline: true,
+        ..w(len, src, dst)
+    };
+    // 8 bytes (the ping-pong's message), one MTU of 256 exactly, and 700 bytes over three
+    // packets, among gathered WRITEs.
+    let writes = [
+        inline(8, 1, 0),
+        w(3000, 0, 100),
+        inline(256, 40, 5000),
+        inline(700, 9, 6000),
+    ];
+    let (bytes, fast, (frames, packets)) = both_paths(256, &writes);
+    assert_eq!(fast, bytes);
+    assert!((frames as u64) < packets, "bursts were used");
+    let data = source();
+    assert_eq!(fast.b_mem[..8], data[1..9]);
+    assert_eq!(fast.b_mem[6000..6700], data[9..709]);
+    assert!(fast.a_cqes.iter().all(|c| c[63] >> 4 == 0));
+}
+
+#[test]
+fn acknowledgements_taken_as_bytes_are_exactly_the_byte_paths() {
+    // 20 000 bytes at MTU 256 is 79 packets: an ACK at the 64th (AckReq by count) and one at
+    // the last; then a WRITE to the read-only region draws a NAK remote access.
+    let writes = [
+        w(20_000, 0, 0),
+        W {
+            read_only_target: true,
+            ..w(100, 0, 0)
+        },
+    ];
+    let responses = |fast: bool| {
+        let mut c = connect(256);
+        post(&mut c, &writes);
+        c.p.a.dev.step();
+        let pkts: Vec<Vec<u8>> = std::iter::from_fn(|| c.p.a.dev.take_tx()).collect();
+        c.p.b.dev.set_fast_tx(fast);
+        for p in pkts {
+            c.p.b.dev.receive(p);
+        }
+        c.p.b.dev.step();
+        let acks =
+            c.p.b
+                .dev
+                .tx
+                .iter()
+                .filter(|f| matches!(f, crate::frame::Frame::Ack(_)))
+                .count();
+        let bytes: Vec<Vec<u8>> = std::iter::from_fn(|| c.p.b.dev.take_tx()).collect();
+        (acks, bytes, c.p.b.dev.counters.clone())
+    };
+    let (frames, by_frames, fast_counters) = responses(true);
+    let (none, by_bytes, counters) = responses(false);
+    assert_eq!((frames, none), (3, 0), "the fast side queued ACK frames");
+    assert_eq!(by_frames, by_bytes);
+    assert_eq!(fast_counters, counters);
+    let psns: Vec<u32> = by_bytes
+        .iter()
+        .map(|p| RocePacket::parse(p).unwrap().bth().psn())
+        .collect();
+    assert_eq!(psns, [0x00ff_ffbf, 0x00ff_ffce, 0x00ff_ffcf]);
+}

@@ -1,0 +1,131 @@
+//! A burst of RDMA WRITE packets (`crate::frame::Burst`) applied at once: one copy from the
+//! sender's memory to ours, the expected PSN moved past every packet, the ACKs the packets'
+//! AckReq bits ask for.
+//!
+//! Owns: deciding whether a burst is the plain case, and applying it. Must not: apply anything
+//! unless every check every packet would pass is known to pass first. When one would not
+//! (PSN not the expected one, a message in progress that does not match, another MTU, a key
+//! or mapping that refuses, a trace to record), [`apply`] returns false having changed
+//! nothing, and the caller processes the segmented packets one by one, so every error, NAK
+//! and counter is the per-packet path's.
+//!
+//! The checks are those `rc_request` → `check_and_execute` → `rdma::write` make for each
+//! packet (rxe `rxe_resp.c` `check_psn`, `check_op_seq`, `check_op_valid`, `check_length`,
+//! `check_rkey`, `write_data_in`, `acknowledge`), for packets the requester built by
+//! construction right in length, pad and opcode sequence.
+
+use bypass_hw::roce::opcode::{psn_add, psn_diff};
+use bypass_hw::syndrome::AethSyndrome;
+
+use super::rdma::{check_rkey, max_msg, pd};
+use super::rq::mkey;
+use super::{Msg, ack, comm_est, count, mtu};
+use crate::device::Device;
+use crate::engine::gather::IovaRuns;
+use crate::frame::{Burst, copy_payload, packet_at};
+use crate::iommu::{Dir, HostRun};
+use crate::mkey::Need;
+
+/// Applies `b` to its QP if it is the plain case; false (nothing changed) otherwise.
+pub(crate) fn apply(dev: &mut Device, b: &Burst) -> bool {
+    let qpn = b.dest_qp;
+    let Some(dst) = plain(dev, b) else {
+        return false;
+    };
+    if !copy_payload(&b.src, &dst) {
+        return false;
+    }
+    dev.counters.port_rcv_packets += u64::from(b.count);
+    dev.counters.port_rcv_data += b.wire_len;
+    comm_est(dev, qpn);
+    if let Some(qp) = dev.objs.qps.get_mut(qpn) {
+        qp.resp.nak_sent = false;
+    }
+    // The state after each packet matters only where something observes it: the ACKs (their
+    // AETH carries the MSN) and the end of the burst. Packets in between only move it along.
+    let end = b.count.saturating_sub(1);
+    let marks = b
+        .ack_req
+        .iter()
+        .enumerate()
+        .filter_map(|(i, &ack)| ack.then_some(i as u32))
+        .filter(|&i| i != end)
+        .chain(std::iter::once(end));
+    for i in marks {
+        let psn = psn_add(b.first_psn, i);
+        let (off, n, _, last) = packet_at(b.msg_off, b.msg_len, b.mtu, i);
+        let Some(qp) = dev.objs.qps.get_mut(qpn) else {
+            return true;
+        };
+        qp.resp.epsn = psn_add(psn, 1);
+        if last {
+            qp.resp.msg = Msg::Idle;
+            qp.resp.msn = qp.resp.msn.wrapping_add(1);
+            count(dev, qpn, |c| &mut c.rx_write_requests);
+        } else {
+            qp.resp.msg = Msg::Write {
+                va: b.raddr,
+                rkey: b.rkey,
+                total: b.msg_len,
+                done: off + n,
+            };
+        }
+        if b.ack_req.get(i as usize).copied().unwrap_or(false) {
+            ack::send_ack(dev, qpn, AethSyndrome::ACK_UNLIMITED, psn);
+        }
+    }
+    true
+}
+
+/// The destination's host memory if every packet of `b` would pass the responder's checks.
+fn plain(dev: &Device, b: &Burst) -> Option<Vec<HostRun>> {
+    let qpn = b.dest_qp;
+    let qp = dev.objs.qps.get(qpn)?;
+    let starts = b.msg_off == 0;
+    let in_order = psn_diff(b.first_psn, qp.resp.epsn) == 0;
+    let seq_ok = match qp.resp.msg {
+        Msg::Idle => starts,
+        Msg::Write {
+            va,
+            rkey,
+            total,
+            done,
+        } => !starts && va == b.raddr && rkey == b.rkey && total == b.msg_len && done == b.msg_off,
+        Msg::Send { .. } => false,
+    };
+    let bytes = b.bytes();
+    let sized = b.count > 0
+        && b.msg_len > 0
+        && b.mtu == mtu(dev, qpn)
+        && u64::from(b.msg_len) <= max_msg(dev, qpn)
+        && bytes as u64 <= u64::from(b.msg_len - b.msg_off);
+    if !(in_order && seq_ok && qp.attrs.rwe && sized) {
+        return None;
+    }
+    // The whole message's range is checked at its first packet; when the burst is the whole
+    // message, the translation below is that same check.
+    let whole = starts && bytes as u64 == u64::from(b.msg_len);
+    if starts
+        && !whole
+        && !check_rkey(
+            dev,
+            qpn,
+            b.rkey,
+            b.raddr,
+            u64::from(b.msg_len),
+            Need::RemoteWrite,
+        )
+    {
+        return None;
+    }
+    let key = mkey(&dev.objs, b.rkey)?;
+    let va = b.raddr.wrapping_add(u64::from(b.msg_off));
+    let runs = key
+        .translate(pd(dev, qpn), qpn, va, bytes as u64, Need::RemoteWrite)
+        .ok()?;
+    let mut iovas = IovaRuns::default();
+    for (iova, n) in runs {
+        iovas.push(iova, n);
+    }
+    iovas.resolve(&dev.iommu, Dir::Write)
+}
