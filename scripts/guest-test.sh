@@ -20,7 +20,8 @@
 # (exchanges per run, default 100), RXE_KEEP=1 (keep the logs and pcap),
 # RXE_RUNS (the runs to do, e.g. "3 9"; default all 12), RXE_PCAP_RUN (the run recorded, default 2),
 # RXE_RUN_TIMEOUT (seconds one run may take on either side, default 120),
-# RXE_PROFILE (release or debug: the bypass build, default release), RXE_NETNS / RXE_TAP (default bypass-rxe / bprxe0).
+# RXE_PROFILE (release or debug: the bypass build, default release), RXE_NETNS / RXE_TAP (default bypass-rxe / bprxe0),
+# RXE_ATTEMPTS (default 3: an attempt failed only by retransmissions with no loss is repeated).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 GUEST="$ROOT/scripts/guest"
@@ -191,7 +192,7 @@ rxe_interop() {
   (cd "$ROOT" && exec setsid "$GUEST/run-guest.sh" --net "tap:$RXE_NETNS:$RXE_TAP" --timeout "${GUEST_TIMEOUT:-900}" \
      -- bash "$GUEST/jobs/rxe-interop.sh" "$SYNC" "$SYNC/plan") > "$SYNC/guest.out" 2>&1 &
   GUEST_PID=$!
-  local N ROLE SIZE MTU ITERS PORT hrc pcap_opt fail=0
+  local N ROLE SIZE MTU ITERS PORT hrc pcap_opt fail=0 cfail=0
   local -a PP
   while read -r N ROLE SIZE MTU ITERS PORT TMO; do
     PP=(ip netns exec "$RXE_NETNS" timeout "$TMO" "$CLI" pingpong -d "udp:$HOST_IP" -c
@@ -253,7 +254,7 @@ rxe_interop() {
           if (c["sent_pkts"] != rcvd) { print "guest-test: rxe sent " c["sent_pkts"] " packets, bypass received " rcvd; bad = 1 }
           exit bad
         }' "$SYNC/rxe-hw-counters" >&2; then
-      fail=1
+      cfail=1
       echo "guest-test: retransmissions with no packet lost and no sequence error mean a side's 67 ms retransmit timer (ibv_rc_pingpong's timeout 14) fired before the ACK came, or rxe's timer left from an earlier message fired (rxe_req.c arms it and never stops it); the pcaps say which:" >&2
       rxe_explain_retransmissions >&2
     fi
@@ -265,6 +266,7 @@ rxe_interop() {
   elif grep -q "^$RXE_PCAP_RUN " "$SYNC/plan"; then
     echo "guest-test: run $RXE_PCAP_RUN wrote no pcap" >&2; fail=1
   fi
+  [ "$fail" = 0 ] && [ "$cfail" = 1 ] && fail=3
   echo "guest-test: rxe $([ "$fail" = 0 ] && echo passed || echo FAILED) in $(( $(date +%s) - start )) s"
   return "$fail"
 }
@@ -287,7 +289,24 @@ case "$MODE" in
     exit "$rc"
     ;;
   rxe)
-    rxe_interop
+    # One attempt is strict: every run exits 0, the pcap checks pass and rxe's counters show no
+    # retransmission. A TCG guest on a busy host can stall for longer than rxe's or bypass's
+    # 67 ms retransmit timer, and rxe's timer is never stopped (rxe_req.c), so an attempt whose
+    # only failure is a retransmission with no packet lost (exit 3, explained from the pcaps
+    # above) is repeated, up to RXE_ATTEMPTS (default 3) in all. Any other failure — a run
+    # that does not exit 0, a packet count that differs (an ICRC drop), a bad pcap — fails at
+    # once.
+    attempts=${RXE_ATTEMPTS:-3}
+    for attempt in $(seq 1 "$attempts"); do
+      rc=0
+      (rxe_interop) || rc=$?
+      if [ "$rc" = 3 ] && [ "$attempt" -lt "$attempts" ]; then
+        echo "guest-test: rxe attempt $attempt of $attempts: every run passed but rxe's counters show retransmissions with no packet lost (above); again"
+        continue
+      fi
+      [ "$rc" = 3 ] && rc=1
+      exit "$rc"
+    done
     ;;
   *)
     sed -n '2,22p' "$0" >&2
