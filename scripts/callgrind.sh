@@ -19,7 +19,9 @@
 # Then the specialised paths (rdma-core's extended API), same counting:
 #   post_write: Qp::post_write(wr_id, sge, remote, flags) (ibv_wr_start/rdma_write/set_sge/complete);
 #   poll ext:   Cq::start_poll, wr_id + status read, guard dropped (ibv_start_poll/end_poll);
-#   poll ext x16: start_poll + next_poll up to 16 CQEs, one end_poll.
+#   poll ext x16: start_poll + next_poll up to 16 CQEs, one end_poll;
+#   post_write x64: a WriteBatch of 64 WRITEs, one doorbell (ibv_wr_start, 64 x rdma_write +
+#                   set_sge, ibv_wr_complete), per WQE.
 #
 # Usage: scripts/callgrind.sh [rounds]   (64 posts and polls per round; default 32)
 set -euo pipefail
@@ -82,6 +84,13 @@ valgrind --tool=callgrind --callgrind-out-file="$out/poll_ext.out" --collect-ats
 eb_counts="$("$bin" "$rounds" ext-batch)"
 eb_cqes="$(echo "$eb_counts" | awk '{print $4}')"
 eb_calls="$(echo "$eb_counts" | awk '{print $6}')"
+eb_posts="$(echo "$eb_counts" | awk '{print $2}')"
+eb_batches="$(echo "$eb_counts" | awk '{print $8}')"
+valgrind --tool=callgrind --callgrind-out-file="$out/post_write_batch.out" --collect-atstart=no \
+  --toggle-collect='bypass_measured_post_write_batch' \
+  --toggle-collect='*SimBackend as bypass_driver::backend::Backend>::write64*' \
+  --toggle-collect='*SimBackend as bypass_driver::backend::Backend>::write_bf*' \
+  "$bin" "$rounds" ext-batch >/dev/null 2>"$out/post_write_batch.log"
 valgrind --tool=callgrind --callgrind-out-file="$out/poll_ext_batch.out" --collect-atstart=no \
   --toggle-collect='bypass_measured_poll_ext_batch' \
   "$bin" "$rounds" ext-batch >/dev/null 2>"$out/poll_ext_batch.log"
@@ -101,11 +110,15 @@ awk -v b="$batch_ir" -v c="$batch_cqes" -v k="$batch_calls" 'BEGIN {
 pw_ir="$(count "$out/post_write.out")"
 pe_ir="$(count "$out/poll_ext.out")"
 eb_ir="$(count "$out/poll_ext_batch.out")"
+pb_ir="$(count "$out/post_write_batch.out")"
 awk -v p="$pw_ir" -v n="$ext_posts" -v q="$pe_ir" -v m="$ext_polls" -v e="$ext_empty" \
     -v b="$eb_ir" -v c="$eb_cqes" -v k="$eb_calls" 'BEGIN {
   printf "post_write:    %d instructions / %d posts = %.1f per post (target <= 60)\n", p, n, p / n;
   printf "poll ext:      %d instructions / %d polls (+%d empty) = %.1f per poll (target <= 40)\n", q, m, e, q / (m + e);
   printf "poll ext x16:  %d instructions / %d CQEs in %d start_poll calls = %.1f per CQE\n", b, c, k, b / c;
+}'
+awk -v p="$pb_ir" -v n="$eb_posts" -v k="$eb_batches" 'BEGIN {
+  printf "post_write x64: %d instructions / %d WRITEs in %d WriteBatches (one doorbell each) = %.1f per WQE\n", p, n, k, p / n;
 }'
 if [ -n "${CALLGRIND_ANNOTATE:-}" ]; then
   callgrind_annotate "$out/post.out" | head -${CALLGRIND_LINES:-40}

@@ -8,7 +8,8 @@
 //! `ibv_poll_cq` with a WC array) instead of one at a time. With `ext`, the specialised paths
 //! (rdma-core's extended API): posts through `bypass_measured_post_write` (`Qp::post_write`)
 //! and polls through `bypass_measured_poll_ext` (`Cq::start_poll`, reading `wr_id` and status,
-//! ending the poll); `ext-batch` polls up to 16 per `start_poll` with `next_poll`
+//! ending the poll); `ext-batch` posts 64 WRITEs per `WriteBatch` (one doorbell,
+//! `bypass_measured_post_write_batch`) and polls up to 16 per `start_poll` with `next_poll`
 //! (`bypass_measured_poll_ext_batch`).
 
 mod common;
@@ -53,6 +54,30 @@ pub fn bypass_measured_post_write(
     flags: SendFlags,
 ) -> Result<(), PostError> {
     qp.post_write(wr_id, *local, *remote, flags)
+}
+
+/// `n` RDMA WRITEs in one `WriteBatch` (one doorbell; the measured function of `ext-batch`).
+#[inline(never)]
+#[unsafe(no_mangle)]
+pub fn bypass_measured_post_write_batch(
+    qp: &mut Qp,
+    local: &Sge,
+    remote: &RemoteAddr,
+    n: usize,
+) -> usize {
+    let Ok(mut b) = qp.write_batch() else {
+        return 0;
+    };
+    let mut posted = 0;
+    for k in 0..n {
+        if b.write(k as u64, *local, *remote, SendFlags::SIGNALED)
+            .is_err()
+        {
+            break;
+        }
+        posted += 1;
+    }
+    posted
 }
 
 /// One extended poll of one CQE: `start_poll`, the `wr_id` and status, `end_poll` (the
@@ -106,17 +131,26 @@ fn main() {
         let mut out = [(0u64, false); 16];
         let (mut calls, mut empty) = (0usize, 0usize);
         for _ in 0..rounds {
-            for _ in 0..BATCH {
-                let r = bypass_measured_post_write(
+            if mode == "ext" {
+                for _ in 0..BATCH {
+                    let r = bypass_measured_post_write(
+                        &mut a.qp,
+                        black_box(7),
+                        black_box(&local),
+                        black_box(&remote),
+                        black_box(SendFlags::SIGNALED),
+                    );
+                    if r.is_ok() {
+                        posts += 1;
+                    }
+                }
+            } else {
+                posts += bypass_measured_post_write_batch(
                     &mut a.qp,
-                    black_box(7),
                     black_box(&local),
                     black_box(&remote),
-                    black_box(SendFlags::SIGNALED),
+                    black_box(BATCH),
                 );
-                if r.is_ok() {
-                    posts += 1;
-                }
             }
             settle(&f);
             if mode == "ext" {
@@ -138,7 +172,7 @@ fn main() {
         if mode == "ext" {
             println!("posts {posts} polls {polls} empty_polls {empty}");
         } else {
-            println!("posts {posts} cqes {polls} calls {calls}");
+            println!("posts {posts} cqes {polls} calls {calls} batches {rounds}");
         }
         return;
     }

@@ -29,7 +29,9 @@ use crate::post::{
     write_send_general,
 };
 use crate::post::{RemoteAddr, SendFlags, Sge};
-use crate::post_write::{WRITE_DS, WriteTemplate, sq_full, write_rdma_write};
+use crate::post_write::{WRITE_DS, WriteTemplate, WriteWqe, sq_full, write_rdma_write};
+
+mod batch;
 use crate::qp_attr::{
     CreateQpParams, Init2Rtr, QpCaps, QpGeometry, QpInfo, QpType, Rst2Init, Rtr2Rts, Rts2Rts,
     create_qp_input, destroy_qp_input, init2rtr_input, query_qp_input, rst2init_input,
@@ -37,6 +39,7 @@ use crate::qp_attr::{
 };
 use crate::uar::{Bfreg, Mmio, shut_up_bf};
 use crate::wq::{RingPtr, RqRing, SqRing, Word32, WqShared};
+pub use batch::WriteBatch;
 
 /// A UAR page of the QP's own (for a BlueFlame register nobody else rings).
 #[derive(Debug)]
@@ -492,7 +495,18 @@ impl Qp {
         ) else {
             return Err(sq_full(&self.sq, &self.shared, self.res.qpn));
         };
-        // The WQE must be in memory before the device can learn it exists.
+        self.ring_write(w, self.write_bf);
+        Ok(())
+    }
+
+    /// The doorbell after [`Qp::post_write`] or a [`WriteBatch`] whose last WQE is `last`,
+    /// exactly as rdma-core `post_send_db` / `mlx5_send_wr_complete`: WQE stores →
+    /// `udma_to_device_barrier` → DBR → `mmio_wc_start` → the BlueFlame copy of `last` (`bf`:
+    /// a lone one-WQEBB WQE on a BlueFlame register) or its 8-byte doorbell →
+    /// `mmio_flush_writes`.
+    #[inline(always)]
+    fn ring_write(&mut self, last: WriteWqe, bf: bool) {
+        // The WQEs must be in memory before the device can learn they exist.
         udma_to_device_barrier();
         self.sq_dbr.write_be(self.sq.cur_post & 0xffff);
         // The doorbell record must be visible before the doorbell.
@@ -502,18 +516,17 @@ impl Qp {
         // doorbell call rather than after it, so nothing of `self` stays live across the call:
         // only the next post reads it, and it is this poster's alone (`&mut self`).
         self.bfreg.toggle();
-        if self.write_bf {
-            let p = self.sq.wqe_ptr(w.slot).cast::<[u64; 8]>();
-            // SAFETY: WQEBB `w.slot` (< `sq.wqebbs`) is inside the ring and 8-byte aligned (the
-            // SQ's start is, checked in `create`), and was written by this post; nothing writes
-            // it until its completion retires it, after this call returns.
+        if bf {
+            let p = self.sq.wqe_ptr(last.slot).cast::<[u64; 8]>();
+            // SAFETY: WQEBB `last.slot` (< `sq.wqebbs`) is inside the ring and 8-byte aligned
+            // (the SQ's start is, checked in `create`), and was written by this post; nothing
+            // writes it until its completion retires it, after this call returns.
             self.mmio.get().write_bf(reg, unsafe { &*p });
         } else {
-            self.mmio.get().write64(reg, w.doorbell);
+            self.mmio.get().write64(reg, last.doorbell);
         }
         // Flush the write-combining buffer so this doorbell leaves before any later one.
         mmio_flush_writes();
-        Ok(())
     }
 
     /// [`Qp::post_write`] on a QP that cannot take it (not RC, not able to send, no send

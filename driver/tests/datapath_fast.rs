@@ -259,3 +259,83 @@ fn post_write_refuses_what_post_send_refuses() {
     assert_eq!(u.qp.post_send(&wr).unwrap_err(), e);
     assert_eq!(u.qp.sq_cur_post(), 0);
 }
+
+#[test]
+fn a_write_batch_rings_one_doorbell_and_a_lone_write_goes_by_blueflame() {
+    let (f, mut a, b) = pair(16, QpType::Rc, true);
+    a.write(0, b"batched!");
+    let sge = a.mr.sge(0, 8);
+    a.trace(true);
+    let mut batch = a.qp.write_batch().unwrap();
+    for k in 0..5u64 {
+        batch
+            .write(k, sge, remote_of(&b, 8 * k), SendFlags::SIGNALED)
+            .unwrap();
+    }
+    assert_eq!(batch.len(), 5);
+    batch.complete();
+    let w = a.uar_writes();
+    assert_eq!(w.len(), 1, "one doorbell for the batch");
+    assert_eq!(
+        w[0].1,
+        a.qp.wqe_bytes(4)[..8].to_vec(),
+        "the last WQE's 8-byte doorbell"
+    );
+    // A batch of one is a lone WQE: BlueFlame, as post_write.
+    let mut one = a.qp.write_batch().unwrap();
+    one.write(5, sge, remote_of(&b, 40), SendFlags::SIGNALED)
+        .unwrap();
+    drop(one);
+    let w = a.uar_writes();
+    assert_eq!(w.len(), 2);
+    assert_eq!(w[1].1, a.qp.wqe_bytes(5).to_vec());
+    // An empty batch rings nothing.
+    a.qp.write_batch().unwrap().complete();
+    assert_eq!(a.uar_writes().len(), 2);
+    settle(&f);
+    for k in 0..6 {
+        assert_eq!(b.read(8 * k, 8), b"batched!");
+    }
+    let got = drain_ext(&mut a);
+    assert_eq!(
+        got.iter().map(|w| w.wr_id()).collect::<Vec<_>>(),
+        [0, 1, 2, 3, 4, 5]
+    );
+}
+
+#[test]
+fn a_full_queue_stops_a_batch_and_what_was_written_is_still_rung() {
+    let (f, mut a, b) = pair(17, QpType::Rc, true);
+    let depth = a.qp.sq_wqebbs();
+    let sge = a.mr.sge(0, 8);
+    let mut batch = a.qp.write_batch().unwrap();
+    let mut k = 0u64;
+    let e = loop {
+        match batch.write(k, sge, remote_of(&b, 0), SendFlags::SIGNALED) {
+            Ok(()) => k += 1,
+            Err(e) => break e,
+        }
+    };
+    assert_eq!(k, u64::from(depth));
+    assert!(
+        matches!(
+            e,
+            PostError::SqFull {
+                need: 1,
+                free: 0,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    drop(batch);
+    settle(&f);
+    assert_eq!(drain_ext(&mut a).len(), depth as usize);
+    // Not ready: no batch.
+    let g = fabric(18);
+    let mut c = Side::new(&g, 1, QpType::Rc, true);
+    assert!(matches!(
+        c.qp.write_batch().unwrap_err(),
+        PostError::BadState { .. }
+    ));
+}
