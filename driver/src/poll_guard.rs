@@ -23,6 +23,9 @@ use crate::poll::{
 /// the CQ waits for it, so keep it short) and the CQEs it walked over stay software's: the
 /// consumer index is published when it drops ([`CqPollGuard::end_poll`]).
 ///
+/// Leaking it (`mem::forget`) keeps the CQ held: later polls find nothing and a QP destroy or
+/// reset on this CQ waits forever. Let it drop.
+///
 /// Every CQE it reaches is retired at once (its `wr_id` looked up, the QP's SQ or RQ tail
 /// moved), as [`CqPoller::poll_one`] does; the other fields are read from the CQE when asked.
 #[derive(Debug)]

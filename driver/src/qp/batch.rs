@@ -14,7 +14,8 @@ use super::Qp;
 
 /// RDMA WRITEs written to the SQ but not yet announced: [`WriteBatch::write`] adds one,
 /// [`WriteBatch::complete`] (or dropping the batch) rings one doorbell for all of them. Holds
-/// the QP (`&mut`), so nothing else posts in between.
+/// the QP (`&mut`), so nothing else posts in between. A batch leaked with `mem::forget` rings
+/// nothing: its WQEs stay written and counted, and the QP's next doorbell announces them.
 #[derive(Debug)]
 pub struct WriteBatch<'a> {
     qp: &'a mut Qp,
