@@ -16,6 +16,13 @@
 # A third run counts Cq::poll with a 16-entry array (one consumer-index update per call, as
 # ibv_poll_cq with a WC array), per CQE, for comparison with poll_one.
 #
+# Then the specialised paths (rdma-core's extended API), same counting:
+#   post_write: Qp::post_write(wr_id, sge, remote, flags) (ibv_wr_start/rdma_write/set_sge/complete);
+#   poll ext:   Cq::start_poll, wr_id + status read, guard dropped (ibv_start_poll/end_poll);
+#   poll ext x16: start_poll + next_poll up to 16 CQEs, one end_poll;
+#   post_write x64: a WriteBatch of 64 WRITEs, one doorbell (ibv_wr_start, 64 x rdma_write +
+#                   set_sge, ibv_wr_complete), per WQE.
+#
 # Usage: scripts/callgrind.sh [rounds]   (64 posts and polls per round; default 32)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -62,6 +69,32 @@ valgrind --tool=callgrind --callgrind-out-file="$out/poll_batch.out" --collect-a
   --toggle-collect='bypass_measured_poll_batch' \
   "$bin" "$rounds" batch >/dev/null 2>"$out/poll_batch.log"
 
+ext_counts="$("$bin" "$rounds" ext)"
+ext_posts="$(echo "$ext_counts" | awk '{print $2}')"
+ext_polls="$(echo "$ext_counts" | awk '{print $4}')"
+ext_empty="$(echo "$ext_counts" | awk '{print $6}')"
+valgrind --tool=callgrind --callgrind-out-file="$out/post_write.out" --collect-atstart=no \
+  --toggle-collect='bypass_measured_post_write' \
+  --toggle-collect='*SimBackend as bypass_driver::backend::Backend>::write64*' \
+  --toggle-collect='*SimBackend as bypass_driver::backend::Backend>::write_bf*' \
+  "$bin" "$rounds" ext >/dev/null 2>"$out/post_write.log"
+valgrind --tool=callgrind --callgrind-out-file="$out/poll_ext.out" --collect-atstart=no \
+  --toggle-collect='bypass_measured_poll_ext' \
+  "$bin" "$rounds" ext >/dev/null 2>"$out/poll_ext.log"
+eb_counts="$("$bin" "$rounds" ext-batch)"
+eb_cqes="$(echo "$eb_counts" | awk '{print $4}')"
+eb_calls="$(echo "$eb_counts" | awk '{print $6}')"
+eb_posts="$(echo "$eb_counts" | awk '{print $2}')"
+eb_batches="$(echo "$eb_counts" | awk '{print $8}')"
+valgrind --tool=callgrind --callgrind-out-file="$out/post_write_batch.out" --collect-atstart=no \
+  --toggle-collect='bypass_measured_post_write_batch' \
+  --toggle-collect='*SimBackend as bypass_driver::backend::Backend>::write64*' \
+  --toggle-collect='*SimBackend as bypass_driver::backend::Backend>::write_bf*' \
+  "$bin" "$rounds" ext-batch >/dev/null 2>"$out/post_write_batch.log"
+valgrind --tool=callgrind --callgrind-out-file="$out/poll_ext_batch.out" --collect-atstart=no \
+  --toggle-collect='bypass_measured_poll_ext_batch' \
+  "$bin" "$rounds" ext-batch >/dev/null 2>"$out/poll_ext_batch.log"
+
 post_ir="$(count "$out/post.out")"
 batch_ir="$(count "$out/poll_batch.out")"
 poll_ir="$(count "$out/poll.out")"
@@ -74,7 +107,22 @@ awk -v p="$post_ir" -v n="$posts" -v q="$poll_ir" -v m="$polls" -v e="$empty" 'B
 awk -v b="$batch_ir" -v c="$batch_cqes" -v k="$batch_calls" 'BEGIN {
   printf "poll x16:  %d instructions / %d CQEs in %d calls of Cq::poll(&mut [_; 16]) = %.1f per CQE (for comparison)\n", b, c, k, b / c;
 }'
+pw_ir="$(count "$out/post_write.out")"
+pe_ir="$(count "$out/poll_ext.out")"
+eb_ir="$(count "$out/poll_ext_batch.out")"
+pb_ir="$(count "$out/post_write_batch.out")"
+awk -v p="$pw_ir" -v n="$ext_posts" -v q="$pe_ir" -v m="$ext_polls" -v e="$ext_empty" \
+    -v b="$eb_ir" -v c="$eb_cqes" -v k="$eb_calls" 'BEGIN {
+  printf "post_write:    %d instructions / %d posts = %.1f per post (target <= 60)\n", p, n, p / n;
+  printf "poll ext:      %d instructions / %d polls (+%d empty) = %.1f per poll (target <= 40)\n", q, m, e, q / (m + e);
+  printf "poll ext x16:  %d instructions / %d CQEs in %d start_poll calls = %.1f per CQE\n", b, c, k, b / c;
+}'
+awk -v p="$pb_ir" -v n="$eb_posts" -v k="$eb_batches" 'BEGIN {
+  printf "post_write x64: %d instructions / %d WRITEs in %d WriteBatches (one doorbell each) = %.1f per WQE\n", p, n, k, p / n;
+}'
 if [ -n "${CALLGRIND_ANNOTATE:-}" ]; then
   callgrind_annotate "$out/post.out" | head -${CALLGRIND_LINES:-40}
   callgrind_annotate "$out/poll.out" | head -${CALLGRIND_LINES:-40}
+  callgrind_annotate "$out/post_write.out" | head -${CALLGRIND_LINES:-40}
+  callgrind_annotate "$out/poll_ext.out" | head -${CALLGRIND_LINES:-40}
 fi

@@ -2,10 +2,15 @@
 //! functions that callgrind's `--toggle-collect` can isolate, on the stepped sim (the device
 //! runs between rounds, outside both functions).
 //!
-//! Usage: `callgrind_hot_path [rounds] [batch]`; prints how many posts and polls it made. With
-//! `batch`, completions are polled 16 at a time through `bypass_measured_poll_batch`
-//! (`Cq::poll`, one consumer-index update per call, as `ibv_poll_cq` with a WC array) instead
-//! of one at a time.
+//! Usage: `callgrind_hot_path [rounds] [batch|ext|ext-batch]`; prints how many posts and polls
+//! it made. With `batch`, completions are polled 16 at a time through
+//! `bypass_measured_poll_batch` (`Cq::poll`, one consumer-index update per call, as
+//! `ibv_poll_cq` with a WC array) instead of one at a time. With `ext`, the specialised paths
+//! (rdma-core's extended API): posts through `bypass_measured_post_write` (`Qp::post_write`)
+//! and polls through `bypass_measured_poll_ext` (`Cq::start_poll`, reading `wr_id` and status,
+//! ending the poll); `ext-batch` posts 64 WRITEs per `WriteBatch` (one doorbell,
+//! `bypass_measured_post_write_batch`) and polls up to 16 per `start_poll` with `next_poll`
+//! (`bypass_measured_poll_ext_batch`).
 
 mod common;
 
@@ -13,7 +18,7 @@ use std::hint::black_box;
 
 use bypass_driver::cq::Cq;
 use bypass_driver::poll::{WorkCompletion, decode};
-use bypass_driver::post::{PostError, RemoteAddr, SendOp, SendWr};
+use bypass_driver::post::{PostError, RemoteAddr, SendFlags, SendOp, SendWr, Sge};
 use bypass_driver::qp::Qp;
 use common::{settle, setup};
 
@@ -38,6 +43,71 @@ pub fn bypass_measured_poll_batch(cq: &mut Cq, out: &mut [WorkCompletion]) -> us
     cq.poll(out)
 }
 
+/// One `post_write` of a 1-SGE RDMA WRITE (the measured function of the `ext` modes).
+#[inline(never)]
+#[unsafe(no_mangle)]
+pub fn bypass_measured_post_write(
+    qp: &mut Qp,
+    wr_id: u64,
+    local: &Sge,
+    remote: &RemoteAddr,
+    flags: SendFlags,
+) -> Result<(), PostError> {
+    qp.post_write(wr_id, *local, *remote, flags)
+}
+
+/// `n` RDMA WRITEs in one `WriteBatch` (one doorbell; the measured function of `ext-batch`).
+#[inline(never)]
+#[unsafe(no_mangle)]
+pub fn bypass_measured_post_write_batch(
+    qp: &mut Qp,
+    local: &Sge,
+    remote: &RemoteAddr,
+    n: usize,
+) -> usize {
+    let Ok(mut b) = qp.write_batch() else {
+        return 0;
+    };
+    let mut posted = 0;
+    for k in 0..n {
+        if b.write(k as u64, *local, *remote, SendFlags::SIGNALED)
+            .is_err()
+        {
+            break;
+        }
+        posted += 1;
+    }
+    posted
+}
+
+/// One extended poll of one CQE: `start_poll`, the `wr_id` and status, `end_poll` (the
+/// measured function of the `ext` mode).
+#[inline(never)]
+#[unsafe(no_mangle)]
+pub fn bypass_measured_poll_ext(cq: &mut Cq) -> Option<(u64, bool)> {
+    let p = cq.start_poll()?;
+    Some((p.wr_id(), p.is_ok()))
+}
+
+/// One extended poll of up to `out.len()` CQEs: `start_poll`, `next_poll` until empty or full,
+/// each CQE's `wr_id` and status, one `end_poll` (the measured function of `ext-batch`).
+#[inline(never)]
+#[unsafe(no_mangle)]
+pub fn bypass_measured_poll_ext_batch(cq: &mut Cq, out: &mut [(u64, bool)]) -> usize {
+    let Some(mut p) = cq.start_poll() else {
+        return 0;
+    };
+    let mut n = 0;
+    for slot in out.iter_mut() {
+        if n > 0 && !p.next_poll() {
+            break;
+        }
+        *slot = (p.wr_id(), p.is_ok());
+        n += 1;
+    }
+    n
+}
+
 const BATCH: usize = 64;
 
 fn main() {
@@ -52,9 +122,60 @@ fn main() {
         rkey: b.mr.rkey(),
     };
     let wr = SendWr::new(7, SendOp::Write { remote }, &sge);
-    let batch = std::env::args().nth(2).is_some_and(|a| a == "batch");
     let mut wcs = [decode(&zerocopy::FromZeros::new_zeroed()); 16];
     let (mut posts, mut polls) = (0usize, 0usize);
+    let mode = std::env::args().nth(2).unwrap_or_default();
+    let batch = mode == "batch";
+    if mode == "ext" || mode == "ext-batch" {
+        let local = sge[0];
+        let mut out = [(0u64, false); 16];
+        let (mut calls, mut empty) = (0usize, 0usize);
+        for _ in 0..rounds {
+            if mode == "ext" {
+                for _ in 0..BATCH {
+                    let r = bypass_measured_post_write(
+                        &mut a.qp,
+                        black_box(7),
+                        black_box(&local),
+                        black_box(&remote),
+                        black_box(SendFlags::SIGNALED),
+                    );
+                    if r.is_ok() {
+                        posts += 1;
+                    }
+                }
+            } else {
+                posts += bypass_measured_post_write_batch(
+                    &mut a.qp,
+                    black_box(&local),
+                    black_box(&remote),
+                    black_box(BATCH),
+                );
+            }
+            settle(&f);
+            if mode == "ext" {
+                while bypass_measured_poll_ext(&mut a.cq).is_some() {
+                    polls += 1;
+                }
+                empty += 1;
+            } else {
+                loop {
+                    calls += 1;
+                    let n = bypass_measured_poll_ext_batch(&mut a.cq, &mut out);
+                    if n == 0 {
+                        break;
+                    }
+                    polls += n;
+                }
+            }
+        }
+        if mode == "ext" {
+            println!("posts {posts} polls {polls} empty_polls {empty}");
+        } else {
+            println!("posts {posts} cqes {polls} calls {calls} batches {rounds}");
+        }
+        return;
+    }
     if batch {
         let mut calls = 0usize;
         for _ in 0..rounds {

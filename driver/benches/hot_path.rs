@@ -1,5 +1,7 @@
 //! Criterion benchmarks of the data path on the stepped sim: `post_send` of a 1-SGE RDMA
-//! WRITE, and `poll_one` of one CQE. The simulated device runs outside the measured sections
+//! WRITE and `poll_one` of one CQE, and the specialised paths beside them (rdma-core's
+//! extended API): `post_write` of the same WRITE, and `start_poll` reading one CQE's `wr_id`
+//! and status. The simulated device runs outside the measured sections
 //! (between batches), so the numbers are the driver's own cost plus the backend's doorbell
 //! call.
 
@@ -8,7 +10,7 @@ mod common;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use bypass_driver::post::{RemoteAddr, SendOp, SendWr};
+use bypass_driver::post::{RemoteAddr, SendFlags, SendOp, SendWr};
 use common::{settle, setup};
 use criterion::{Criterion, criterion_group, criterion_main};
 
@@ -53,6 +55,52 @@ fn bench(c: &mut Criterion) {
                 let t = Instant::now();
                 for _ in 0..n {
                     black_box(a.cq.poll_one()).expect("cqe");
+                }
+                total += t.elapsed();
+                left -= n;
+            }
+            total
+        })
+    });
+    let local = sge[0];
+    c.bench_function("post_write rdma_write 1 sge (stepped sim)", |bn| {
+        bn.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            let mut left = iters;
+            while left > 0 {
+                let n = left.min(BATCH);
+                let t = Instant::now();
+                for _ in 0..n {
+                    black_box(a.qp.post_write(
+                        black_box(7),
+                        black_box(local),
+                        black_box(remote),
+                        black_box(SendFlags::SIGNALED),
+                    ))
+                    .expect("post");
+                }
+                total += t.elapsed();
+                settle(&f);
+                while a.cq.poll_one().is_some() {}
+                left -= n;
+            }
+            total
+        })
+    });
+    c.bench_function("start_poll 1 cqe (stepped sim)", |bn| {
+        bn.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            let mut left = iters;
+            while left > 0 {
+                let n = left.min(BATCH);
+                for _ in 0..n {
+                    a.qp.post_send(&wr).expect("post");
+                }
+                settle(&f);
+                let t = Instant::now();
+                for _ in 0..n {
+                    let p = a.cq.start_poll().expect("cqe");
+                    black_box((p.wr_id(), p.is_ok()));
                 }
                 total += t.elapsed();
                 left -= n;

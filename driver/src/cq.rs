@@ -24,6 +24,7 @@ use crate::dma::DmaBuf;
 use crate::error::{DriverError, Result};
 use crate::hca::Hca;
 use crate::poll::{CqPoller, QpTable, WorkCompletion};
+use crate::poll_guard::CqPollGuard;
 use crate::wq::RingPtr;
 
 /// The `op_own` every CQE starts with: opcode INVALID, owner 1 (as the raw test driver and
@@ -240,6 +241,14 @@ impl Cq {
     #[inline]
     pub fn poll_one(&mut self) -> Option<WorkCompletion> {
         self.poller.poll_one()
+    }
+
+    /// Starts an extended poll (rdma-core `ibv_start_poll`): the oldest completion, its
+    /// fields read on demand, more with [`CqPollGuard::next_poll`], the consumer index
+    /// published once when the guard drops. `None`: nothing ready.
+    #[inline(always)]
+    pub fn start_poll(&mut self) -> Option<CqPollGuard<'_>> {
+        self.poller.start_poll()
     }
 
     /// Polls one completion with its raw CQE bytes (research access).

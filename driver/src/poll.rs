@@ -128,6 +128,13 @@ impl WorkCompletion {
         self.wr_id
     }
 
+    /// The same completion with `wr_id` set (the lazy poll's full decode).
+    #[inline(always)]
+    pub(crate) const fn with_wr_id(mut self, wr_id: u64) -> Self {
+        self.wr_id = wr_id;
+        self
+    }
+
     /// CQE bytes 0x38..0x40 (`sop_drop_qpn`, `wqe_counter`, `signature`, `op_own`) as one
     /// little-endian word (so a big-endian field in it reads back with `swap_bytes`, on any
     /// host).
@@ -392,7 +399,7 @@ const EMPTY_QPN: u32 = u32::MAX;
 pub struct QpTable {
     busy: AtomicBool,
     /// The consumer index; only the holder of `busy` changes it.
-    ci: AtomicU32,
+    pub(crate) ci: AtomicU32,
     slots: core::cell::UnsafeCell<Box<[Slot]>>,
     /// What free slots hold (an empty queue pair's bookkeeping under `EMPTY_QPN`).
     placeholder: Arc<WqShared>,
@@ -458,6 +465,31 @@ impl QpTable {
         });
     }
 
+    /// The bookkeeping of QP `qpn` if it sits in its home slot (`qpn & mask`, where it is
+    /// unless another QP took that slot first); `None` otherwise, and [`QpTable::lookup`]
+    /// then probes. The caller must hold `busy`.
+    #[inline(always)]
+    pub(crate) fn lookup_home(&self, qpn: u32) -> Option<&WqShared> {
+        // SAFETY: the caller holds `busy` (the poller, between `try_acquire` and `release`),
+        // so nobody replaces or mutates `slots` while this shared borrow lives.
+        let slots = unsafe { &*self.slots.get() };
+        let i = qpn as usize & slots.len().wrapping_sub(1);
+        debug_assert!(i < slots.len());
+        // SAFETY: `slots` always has a power-of-two length of at least 16 (`new`,
+        // `build_slots`), so `qpn & (len - 1) < len`.
+        let s = unsafe { slots.get_unchecked(i) };
+        (s.qpn == qpn).then_some(&*s.wq)
+    }
+
+    /// Fills the completion's `wr_id` and retires its WQE(s) in its QP's bookkeeping (nothing
+    /// if no QP of that number reports here). The caller must hold `busy`.
+    #[inline(always)]
+    pub(crate) fn retire(&self, wc: &mut WorkCompletion) {
+        if let Some(w) = self.lookup(wc.qpn()) {
+            wc.wr_id = retire_on(w, wc);
+        }
+    }
+
     /// The bookkeeping of QP `qpn`. The caller must hold `busy`.
     #[inline(always)]
     fn lookup(&self, qpn: u32) -> Option<&WqShared> {
@@ -505,12 +537,12 @@ impl QpTable {
 
     /// Takes the consumer side if free (the poller: never waits).
     #[inline(always)]
-    fn try_acquire(&self) -> bool {
+    pub(crate) fn try_acquire(&self) -> bool {
         !self.busy.swap(true, Ordering::Acquire)
     }
 
     #[inline(always)]
-    fn release(&self) {
+    pub(crate) fn release(&self) {
         self.busy.store(false, Ordering::Release);
     }
 
@@ -612,6 +644,19 @@ fn build_slots(wqs: &[Arc<WqShared>], placeholder: &Arc<WqShared>) -> Box<[Slot]
     slots.into_boxed_slice()
 }
 
+/// Retires the WQE(s) `wc` completes in QP bookkeeping `w` and returns the `wr_id`: a receive
+/// CQE the RQ's oldest WQE, a send CQE every SQ WQE up to the one `wqe_counter` names.
+#[inline(always)]
+pub(crate) fn retire_on(w: &WqShared, wc: &WorkCompletion) -> u64 {
+    // A successful requester CQE (opcode 0: the top nibble of the word is 0) first, the
+    // common case, with one comparison; then the table test of the other opcodes.
+    if wc.tail() >> 60 == 0 || !wc.is_recv_cqe() {
+        w.complete_send(wc.wqe_index())
+    } else {
+        w.complete_recv()
+    }
+}
+
 /// The consumer side of a CQ ring: consumer index, the owner-bit rule, the doorbell record.
 #[derive(Debug)]
 pub struct CqPoller {
@@ -619,13 +664,15 @@ pub struct CqPoller {
     nent: u32,
     cqe_size: usize,
     dbr: RingPtr,
-    table: Arc<QpTable>,
+    pub(crate) table: Arc<QpTable>,
     // Precomputed in `new`, which checks the geometry once so that the hot path needs no
     // per-access bounds checks: the 64-byte CQE of slot 0 (the second half of a 128-byte CQE),
     // log2 of the CQE size, and the doorbell record's CI word (4-byte aligned, checked).
     cqe0: NonNull<u8>,
     shift: u32,
     dbr_ci: NonNull<u32>,
+    /// `nent - 1`.
+    mask: u32,
 }
 
 // SAFETY: the pointers are addresses inside `ring` and `dbr` (which are `Send` and `Sync`, see
@@ -671,6 +718,7 @@ impl CqPoller {
             cqe0,
             shift,
             dbr_ci,
+            mask: nent - 1,
         })
     }
 
@@ -704,11 +752,11 @@ impl CqPoller {
     /// The CQE at the consumer index if software owns it (rdma-core `get_sw_cqe`), after the
     /// `udma_from_device_barrier` that keeps its other fields from being read early.
     #[inline(always)]
-    fn next_cqe(&self, ci: u32) -> Option<&Cqe64> {
-        let slot = (ci & (self.nent - 1)) as usize;
-        // SAFETY: `slot < nent` and `nent << shift <= ring.len()` (checked in `new`), so the 64
-        // bytes at `cqe0 + (slot << shift)` are inside the ring, which stays mapped while
-        // `self` lives.
+    pub(crate) fn next_cqe(&self, ci: u32) -> Option<&Cqe64> {
+        let slot = (ci & self.mask) as usize;
+        // SAFETY: `slot < nent` (`mask == nent - 1`, `nent` a power of two) and
+        // `nent << shift <= ring.len()` (checked in `new`), so the 64 bytes at
+        // `cqe0 + (slot << shift)` are inside the ring, which stays mapped while `self` lives.
         let p = unsafe { self.cqe0.add(slot << self.shift) };
         // SAFETY: inside the ring (above); volatile: the device writes it concurrently.
         let op_own = unsafe { p.add(63).read_volatile() };
@@ -725,21 +773,13 @@ impl CqPoller {
 
     /// Fills the completion's `wr_id` and retires its WQE(s) in the QP's bookkeeping.
     #[inline(always)]
-    fn retire(&mut self, wc: &mut WorkCompletion) {
-        let recv = wc.is_recv_cqe();
-        let index = wc.wqe_index();
-        if let Some(w) = self.table.lookup(wc.qpn()) {
-            wc.wr_id = if recv {
-                w.complete_recv()
-            } else {
-                w.complete_send(index)
-            };
-        }
+    pub(crate) fn retire(&mut self, wc: &mut WorkCompletion) {
+        self.table.retire(wc);
     }
 
     /// Publishes the consumer index in the doorbell record (rdma-core `update_cons_index`).
     #[inline(always)]
-    fn publish_ci(&self, ci: u32) {
+    pub(crate) fn publish_ci(&self, ci: u32) {
         self.table.ci.store(ci, Ordering::Relaxed);
         // Keep the CQE reads above from being moved after the store that gives the entries
         // back to the device (a compiler fence on x86-64, whose loads are not reordered with
@@ -1004,5 +1044,129 @@ mod tests {
         );
         assert_eq!(raw, *c.as_bytes());
         assert_eq!(f.poller.cqe_bytes(0), raw);
+    }
+
+    /// Fills a fixture with the same mix of CQEs: sends and receives of QP 9, a send of QP 25
+    /// (same home slot as 9 in a 16-slot table: found by probing), an error CQE, and a CQE of
+    /// a QPN nobody attached. Returns the QPs' bookkeeping.
+    fn mixed(f: &Fixture) -> (Arc<WqShared>, Arc<WqShared>, Vec<(TestRing, TestRing)>) {
+        let (a, b) = (
+            Arc::new(WqShared::new(9, 8, 4)),
+            Arc::new(WqShared::new(25, 8, 4)),
+        );
+        f.table.attach(a.clone());
+        f.table.attach(b.clone());
+        let mut keep = Vec::new();
+        for (sh, id) in [(&a, 0xa0u64), (&b, 0xb0)] {
+            let (mut sqm, mut rqm) = (TestRing::new(8 * 64), TestRing::new(4 * 64));
+            let mut sq = SqRing::new(sqm.ring());
+            sq.commit(sh, 0, 1, id);
+            sq.commit(sh, 1, 2, id + 1);
+            let mut rq = RqRing::new(rqm.ring(), 64);
+            rq.commit(sh, id + 2);
+            keep.push((sqm, rqm));
+        }
+        put(f, 0, &req(9, 0, WqeOpcode::RDMA_WRITE, false));
+        put(f, 1, &req(25, 1, WqeOpcode::SEND_IMM, false));
+        let mut r = Cqe64::new_zeroed();
+        r.sop_drop_qpn.set(9);
+        r.flags_rqpn.set((2 << 28) | 0x77);
+        r.byte_cnt.set(100);
+        r.imm_inval_pkey.set(0x1234);
+        r.op_own = make_op_own(CqeOpcode::RESP_WR_IMM, 0, true, false);
+        put(f, 2, &r);
+        let mut e = ErrCqe::new_zeroed();
+        e.syndrome = CqeSyndrome::REMOTE_ACCESS_ERR.0;
+        e.vendor_err_synd = 0x88;
+        e.s_wqe_opcode_qpn
+            .set((u32::from(WqeOpcode::RDMA_READ.0) << 24) | 9);
+        e.wqe_counter.set(1);
+        e.op_own = make_op_own(CqeOpcode::REQ_ERR, 0, false, false);
+        put(f, 3, &zerocopy::transmute!(e));
+        put(f, 4, &req(0x77, 3, WqeOpcode::SEND, false));
+        (a, b, keep)
+    }
+
+    #[test]
+    fn the_extended_poll_reads_the_same_completions_as_poll_one() {
+        let (mut fa, mut fb) = (fixture(8), fixture(8));
+        let (a1, b1, _k1) = mixed(&fa);
+        let (a2, b2, _k2) = mixed(&fb);
+        let mut want = Vec::new();
+        while let Some(wc) = fa.poller.poll_one() {
+            want.push(wc);
+        }
+        assert_eq!(want.len(), 5);
+        let mut got = Vec::new();
+        {
+            let mut p = fb.poller.start_poll().expect("five CQEs are ready");
+            loop {
+                let wc = p.completion();
+                // Each lazy accessor reads what the full decode does.
+                assert_eq!(
+                    (p.wr_id(), p.status(), p.is_ok(), p.opcode(), p.byte_len()),
+                    (
+                        wc.wr_id(),
+                        wc.status(),
+                        wc.is_ok(),
+                        wc.opcode(),
+                        wc.byte_len()
+                    )
+                );
+                assert_eq!(
+                    (p.imm(), p.qpn(), p.src_qp(), p.flags(), p.wqe_index()),
+                    (wc.imm(), wc.qpn(), wc.src_qp(), wc.flags(), wc.wqe_index())
+                );
+                assert_eq!(p.vendor_err(), wc.vendor_err());
+                got.push(wc);
+                if !p.next_poll() {
+                    break;
+                }
+            }
+            assert_eq!(
+                p.wr_id(),
+                got[4].wr_id(),
+                "an empty next_poll keeps the last one"
+            );
+            p.end_poll();
+        }
+        assert_eq!(got, want);
+        assert_eq!(
+            got.iter().map(|w| w.wr_id()).collect::<Vec<_>>(),
+            [0xa0, 0xb1, 0xa2, 0xa1, 0],
+            "the colliding QP is found by probing; an unknown QPN has no wr_id"
+        );
+        for (x, y) in [(&a1, &a2), (&b1, &b2)] {
+            assert_eq!((x.sq_tail(), x.rq_tail()), (y.sq_tail(), y.rq_tail()));
+        }
+        let (mut ca, mut cb) = ([0u8; 4], [0u8; 4]);
+        fa.poller.dbr.read(0, &mut ca);
+        fb.poller.dbr.read(0, &mut cb);
+        assert_eq!((u32::from_be_bytes(cb), fb.poller.consumer_index()), (5, 5));
+        assert_eq!(ca, cb);
+        assert!(fb.poller.start_poll().is_none(), "nothing more");
+    }
+
+    #[test]
+    fn the_extended_poll_publishes_the_consumer_index_when_it_ends() {
+        let mut f = fixture(4);
+        put(&f, 0, &req(5, 0, WqeOpcode::SEND, false));
+        put(&f, 1, &req(5, 1, WqeOpcode::SEND, false));
+        {
+            let mut p = f.poller.start_poll().unwrap();
+            assert!(p.next_poll());
+            assert!(!p.next_poll());
+        }
+        assert_eq!(f.poller.consumer_index(), 2);
+        // One CQE, guard dropped without next_poll: the index moves by one.
+        put(&f, 2, &req(5, 2, WqeOpcode::SEND, false));
+        assert_eq!(f.poller.start_poll().unwrap().wqe_index(), 2);
+        assert_eq!(f.poller.consumer_index(), 3);
+        // While a QP destroy or reset holds the consumer side, the poll takes nothing.
+        put(&f, 3, &req(5, 3, WqeOpcode::SEND, false));
+        assert!(f.table.try_acquire());
+        assert!(f.poller.start_poll().is_none());
+        f.table.release();
+        assert_eq!(f.poller.start_poll().unwrap().wqe_index(), 3);
     }
 }

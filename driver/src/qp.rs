@@ -28,6 +28,10 @@ use crate::post::{
     PostError, RecvWr, SendLimits, SendWr, Written, write_recv, write_send, write_send_fast_rc,
     write_send_general,
 };
+use crate::post::{RemoteAddr, SendFlags, Sge};
+use crate::post_write::{WRITE_DS, WriteTemplate, WriteWqe, sq_full, write_rdma_write};
+
+mod batch;
 use crate::qp_attr::{
     CreateQpParams, Init2Rtr, QpCaps, QpGeometry, QpInfo, QpType, Rst2Init, Rtr2Rts, Rts2Rts,
     create_qp_input, destroy_qp_input, init2rtr_input, query_qp_input, rst2init_input,
@@ -35,6 +39,7 @@ use crate::qp_attr::{
 };
 use crate::uar::{Bfreg, Mmio, shut_up_bf};
 use crate::wq::{RingPtr, RqRing, SqRing, Word32, WqShared};
+pub use batch::WriteBatch;
 
 /// A UAR page of the QP's own (for a BlueFlame register nobody else rings).
 #[derive(Debug)]
@@ -142,6 +147,12 @@ pub struct Qp {
     can_send: bool,
     /// `can_send` on an RC QP: `post_send` may try the fast path (one test for both).
     rc_send: bool,
+    /// `rc_send` with `max_send_sge >= 1`: [`Qp::post_write`] may post (one test for all).
+    write_ok: bool,
+    /// [`Qp::post_write`]'s ctrl words, precomputed.
+    write_tpl: WriteTemplate,
+    /// A lone RDMA WRITE WQE (3 DS) goes by BlueFlame on this QP's register.
+    write_bf: bool,
     qp_type: QpType,
     caps: QpCaps,
     res: QpResources,
@@ -262,24 +273,28 @@ impl Qp {
         };
         send_cq.shared().table().attach(shared.clone());
         recv_cq.shared().table().attach(shared.clone());
+        let limits = SendLimits::new(
+            qpn,
+            qp_type == QpType::Ud,
+            caps.max_send_sge as usize,
+            g.max_inline,
+            caps.sq_sig_all,
+        );
         Ok(Self {
             sq: SqRing::new(sq_ring),
             rq: RqRing::new(rq_ring, 16 << g.log_rq_stride),
             sq_dbr,
             dbr: dbr_ring,
-            limits: SendLimits::new(
-                qpn,
-                qp_type == QpType::Ud,
-                caps.max_send_sge as usize,
-                g.max_inline,
-                caps.sq_sig_all,
-            ),
+            limits,
+            write_tpl: WriteTemplate::new(&limits),
+            write_bf: bfreg.use_blueflame_one(WRITE_DS),
             shared,
             bfreg,
             mmio: Mmio::new(hca.backend().clone()),
             state: QpState::Rst,
             can_send: false,
             rc_send: false,
+            write_ok: false,
             qp_type,
             caps: *caps,
             res,
@@ -334,6 +349,7 @@ impl Qp {
         self.state = to;
         self.can_send = matches!(to, QpState::Rts | QpState::Err | QpState::Sqd);
         self.rc_send = self.can_send && self.qp_type == QpType::Rc;
+        self.write_ok = self.rc_send && self.limits.max_sge >= 1;
         Ok(())
     }
 
@@ -443,6 +459,92 @@ impl Qp {
         let w = write_send_general(&mut self.sq, &self.shared, &self.limits, wr)?;
         self.ring_sq(1, &w);
         Ok(())
+    }
+
+    /// Posts a signaled-or-not RDMA WRITE of `local` (one SGE) to `remote` and rings the
+    /// doorbell: the same WQE, bookkeeping, errors and doorbell as [`Qp::post_send`] of
+    /// `SendWr { wr_id, op: SendOp::Write { remote }, payload: Payload::Sges(&[local]), flags,
+    /// ud: None }`, written from per-QP precomputed ctrl words (rdma-core's extended post API:
+    /// `ibv_wr_start` → `ibv_wr_rdma_write` → `ibv_wr_set_sge` → `ibv_wr_complete`, one WQE).
+    ///
+    /// Checks: the QP is RC, in RTS/SQD/ERR and takes at least one send SGE (one test; else
+    /// the general path refuses the request with the error that says which), and the SQ has
+    /// a free WQEBB ([`PostError::SqFull`]). The doorbell follows rdma-core `post_send_db` /
+    /// `mlx5_send_wr_complete`: WQE stores → `udma_to_device_barrier` → DBR →
+    /// `mmio_wc_start` → BlueFlame copy (3 DS fits every BlueFlame half) or 8-byte doorbell
+    /// → `mmio_flush_writes`.
+    #[inline]
+    pub fn post_write(
+        &mut self,
+        wr_id: u64,
+        local: Sge,
+        remote: RemoteAddr,
+        flags: SendFlags,
+    ) -> core::result::Result<(), PostError> {
+        if !self.write_ok {
+            return self.post_write_refused(wr_id, local, remote, flags);
+        }
+        let Some(w) = write_rdma_write(
+            &mut self.sq,
+            &self.shared,
+            &self.write_tpl,
+            wr_id,
+            &local,
+            &remote,
+            flags,
+        ) else {
+            return Err(sq_full(&self.sq, &self.shared, self.res.qpn));
+        };
+        self.ring_write(w, self.write_bf);
+        Ok(())
+    }
+
+    /// The doorbell after [`Qp::post_write`] or a [`WriteBatch`] whose last WQE is `last`,
+    /// exactly as rdma-core `post_send_db` / `mlx5_send_wr_complete`: WQE stores →
+    /// `udma_to_device_barrier` → DBR → `mmio_wc_start` → the BlueFlame copy of `last` (`bf`:
+    /// a lone one-WQEBB WQE on a BlueFlame register) or its 8-byte doorbell →
+    /// `mmio_flush_writes`.
+    #[inline(always)]
+    fn ring_write(&mut self, last: WriteWqe, bf: bool) {
+        // The WQEs must be in memory before the device can learn they exist.
+        udma_to_device_barrier();
+        self.sq_dbr.write_be(self.sq.cur_post & 0xffff);
+        // The doorbell record must be visible before the doorbell.
+        mmio_wc_start();
+        let reg = self.bfreg.doorbell_offset();
+        // The next post rings the other half (`bf->offset ^= bf->buf_size`); toggled before the
+        // doorbell call rather than after it, so nothing of `self` stays live across the call:
+        // only the next post reads it, and it is this poster's alone (`&mut self`).
+        self.bfreg.toggle();
+        if bf {
+            let p = self.sq.wqe_ptr(last.slot).cast::<[u64; 8]>();
+            // SAFETY: WQEBB `last.slot` (< `sq.wqebbs`) is inside the ring and 8-byte aligned
+            // (the SQ's start is, checked in `create`), and was written by this post; nothing
+            // writes it until its completion retires it, after this call returns.
+            self.mmio.get().write_bf(reg, unsafe { &*p });
+        } else {
+            self.mmio.get().write64(reg, last.doorbell);
+        }
+        // Flush the write-combining buffer so this doorbell leaves before any later one.
+        mmio_flush_writes();
+    }
+
+    /// [`Qp::post_write`] on a QP that cannot take it (not RC, not able to send, no send
+    /// SGE): the general path, which refuses it with the error that names the reason.
+    #[cold]
+    #[inline(never)]
+    fn post_write_refused(
+        &mut self,
+        wr_id: u64,
+        local: Sge,
+        remote: RemoteAddr,
+        flags: SendFlags,
+    ) -> core::result::Result<(), PostError> {
+        let sges = [local];
+        self.post_send_general(&SendWr {
+            flags,
+            ..SendWr::new(wr_id, crate::post::SendOp::Write { remote }, &sges)
+        })
     }
 
     /// Posts a list of send work requests with one doorbell (never BlueFlame, as rdma-core

@@ -22,7 +22,7 @@
 use core::ptr::NonNull;
 use std::sync::Arc;
 
-use bypass_hw::uar::{bf_buf_size, bfreg_offset, next_bf_offset, uar_bar_offset};
+use bypass_hw::uar::{bf_buf_size, bfreg_offset, uar_bar_offset};
 
 use crate::backend::Backend;
 
@@ -75,12 +75,14 @@ pub fn shut_up_bf() -> bool {
 pub struct Bfreg {
     uar_index: u32,
     index: usize,
-    /// BAR0 offset of the register's first half.
-    reg: u64,
+    /// BAR0 offset of the half the next doorbell goes to: `reg + offset` in rdma-core's terms
+    /// (the register's first half plus the half in use, 0 or `buf_size`).
+    cur: u64,
+    /// `reg ^ (reg + buf_size)`: `cur ^= flip` moves `cur` to the other half
+    /// (`bf->offset ^= bf->buf_size`) in one operation, whatever the register's alignment.
+    flip: u64,
     /// Bytes per half (0 for bfreg 0, or when BlueFlame is off).
     buf_size: usize,
-    /// The half in use: 0 or `buf_size`.
-    offset: usize,
     /// Largest WQE (in 16-byte units) a lone post copies with BlueFlame: `buf_size / 16`.
     bf_max_ds: u8,
     /// `bf_max_ds - 1` (0 when it is below 2), so that the data path's `1 < ds <= bf_max_ds` is
@@ -109,9 +111,9 @@ impl Bfreg {
         Ok(Self {
             uar_index,
             index,
-            reg,
+            cur: reg,
+            flip: reg ^ (reg + buf_size as u64),
             buf_size,
-            offset: 0,
             bf_max_ds: (buf_size / 16).min(u8::MAX as usize) as u8,
             bf_span: ((buf_size / 16).min(u8::MAX as usize) as u8).saturating_sub(1),
         })
@@ -135,7 +137,7 @@ impl Bfreg {
     /// BAR0 offset of the half the next doorbell goes to.
     #[inline(always)]
     pub fn doorbell_offset(&self) -> u64 {
-        self.reg + self.offset as u64
+        self.cur
     }
 
     /// Whether a lone WQE of `ds` segments goes by BlueFlame (rdma-core `post_send_db`, with
@@ -159,7 +161,7 @@ impl Bfreg {
     /// Switches to the other half (`bf->offset ^= bf->buf_size`).
     #[inline(always)]
     pub fn toggle(&mut self) {
-        self.offset = next_bf_offset(self.offset, self.buf_size);
+        self.cur ^= self.flip;
     }
 }
 

@@ -3,7 +3,7 @@
 
 mod datapath_util;
 
-use bypass_driver::post::{RemoteAddr, SendOp, SendWr};
+use bypass_driver::post::{RemoteAddr, SendFlags, SendOp, SendWr};
 use bypass_driver::qp_attr::QpType;
 use datapath_util::*;
 
@@ -22,7 +22,15 @@ fn shut_up_bf_keeps_8_byte_doorbells() {
     };
     a.qp.post_send(&SendWr::new(1, SendOp::Write { remote }, &s))
         .unwrap();
-    assert!(a.uar_writes().iter().all(|(_, d)| d.len() == 8));
+    // The specialised post rings the same 8-byte doorbell: its first 8 WQE bytes.
+    a.qp.post_write(2, s[0], remote, SendFlags::SIGNALED)
+        .unwrap();
+    let w = a.uar_writes();
+    assert_eq!(w.len(), 2);
+    assert!(w.iter().all(|(_, d)| d.len() == 8));
+    assert_eq!(w[1].1, a.qp.wqe_bytes(1)[..8].to_vec());
+    assert_eq!(w[0].0, w[1].0, "bfreg 0 has no second half");
     settle(&f);
-    assert_eq!(a.drain(1)[0].wr_id(), 1);
+    let wcs = a.drain(2);
+    assert_eq!((wcs[0].wr_id(), wcs[1].wr_id()), (1, 2));
 }

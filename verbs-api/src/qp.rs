@@ -493,7 +493,14 @@ impl Qp {
         let dwr = self.lower(&wr, &mut sges)?;
         let start = self.inner.sq_cur_post();
         let seq = self.send_cq.now();
-        self.inner.post_send(&dwr)?;
+        match (dwr.op, dwr.payload, dwr.ud) {
+            // A one-SGE RDMA WRITE takes the driver's specialised post (same WQE, same errors,
+            // fewer instructions: `bypass_driver::qp::Qp::post_write`).
+            (post::SendOp::Write { remote }, Payload::Sges([one]), None) => {
+                self.inner.post_write(dwr.wr_id, *one, remote, dwr.flags)?
+            }
+            _ => self.inner.post_send(&dwr)?,
+        }
         let n = self.inner.sq_cur_post().wrapping_sub(start);
         self.sq.park(start, n, wr.sges, seq);
         self.last_send = Some((start, n));
