@@ -109,25 +109,41 @@ struct Rig {
 /// Two NICs, one RC QP each, connected at `mtu`, the requester sending from `psn`, with
 /// `retry_cnt` transport retries.
 fn rig(seed: u64, mtu: Mtu, psn: u32, retry_cnt: u8) -> Rig {
+    build_rig(seed, Some(mtu), Some(psn), None, retry_cnt)
+}
+
+/// The rig of [`rig`] with what is not given left at the QP's defaults; `timeout` is the
+/// requester's ACK timeout code.
+fn build_rig(
+    seed: u64,
+    mtu: Option<Mtu>,
+    psn: Option<u32>,
+    timeout: Option<u8>,
+    retry_cnt: u8,
+) -> Rig {
     let pair = Context::sim_pair(seed).expect("two sim NICs");
     let (a, b) = (side(pair.a), side(pair.b));
-    let mut qa = QpBuilder::rc(&a._pd, &a.cq, &a.cq)
-        .max_send_wr(64)
-        .psn(psn)
-        .build()
-        .expect("QP a");
+    let mut qa = QpBuilder::rc(&a._pd, &a.cq, &a.cq).max_send_wr(64);
+    if let Some(psn) = psn {
+        qa = qa.psn(psn);
+    }
+    let mut qa = qa.build().expect("QP a");
     let mut qb = QpBuilder::rc(&b._pd, &b.cq, &b.cq)
         .max_recv_wr(64)
         .build()
         .expect("QP b");
     let (mut ea, mut eb) = (qa.endpoint().unwrap(), qb.endpoint().unwrap());
-    ea.mtu = mtu;
-    eb.mtu = mtu;
+    if let Some(mtu) = mtu {
+        ea.mtu = mtu;
+        eb.mtu = mtu;
+    }
     qa.modify_to_init().unwrap();
     qa.modify_to_rtr(&eb).unwrap();
+    let base = bypass_verbs::driver::qp_attr::Rtr2Rts::new(qa.psn());
     let rts = bypass_verbs::driver::qp_attr::Rtr2Rts {
+        timeout: timeout.unwrap_or(base.timeout),
         retry_cnt,
-        ..bypass_verbs::driver::qp_attr::Rtr2Rts::new(qa.psn())
+        ..base
     };
     qa.modify_to_rts_with(&rts).unwrap();
     qb.connect(&ea).expect("connect b");
@@ -660,27 +676,7 @@ fn a_cut_link_ends_in_retry_exceeded_then_flushes_the_rest() {
 
 /// A rig whose requester has ACK timeout code `timeout` and `retry_cnt` retries.
 fn timed_rig(seed: u64, timeout: u8, retry_cnt: u8) -> Rig {
-    let pair = Context::sim_pair(seed).expect("two sim NICs");
-    let (a, b) = (side(pair.a), side(pair.b));
-    let mut qa = QpBuilder::rc(&a._pd, &a.cq, &a.cq).build().expect("QP a");
-    let mut qb = QpBuilder::rc(&b._pd, &b.cq, &b.cq).build().expect("QP b");
-    let (ea, eb) = (qa.endpoint().unwrap(), qb.endpoint().unwrap());
-    qa.modify_to_init().unwrap();
-    qa.modify_to_rtr(&eb).unwrap();
-    let rts = bypass_verbs::driver::qp_attr::Rtr2Rts {
-        timeout,
-        retry_cnt,
-        ..bypass_verbs::driver::qp_attr::Rtr2Rts::new(qa.psn())
-    };
-    qa.modify_to_rts_with(&rts).unwrap();
-    qb.connect(&ea).expect("connect b");
-    Rig {
-        fabric: pair.fabric,
-        a,
-        b,
-        qa,
-        qb,
-    }
+    build_rig(seed, None, None, Some(timeout), retry_cnt)
 }
 
 fn counters(r: &Rig, side_a: bool) -> Counters {
