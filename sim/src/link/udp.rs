@@ -150,6 +150,8 @@ pub struct LinkCounters {
     pub tx_gso_sends: AtomicU64,
     /// Coalesced receives (`UDP_GRO`): several packets in one `recvmsg`.
     pub rx_gro_reads: AtomicU64,
+    /// Packets received and dropped on purpose ([`UdpLink::drop_incoming_every`]).
+    pub rx_injected_drops: AtomicU64,
 }
 
 impl LinkCounters {
@@ -161,7 +163,7 @@ impl LinkCounters {
     pub fn summary(&self) -> String {
         let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
         format!(
-            "tx {} pkts / {} B in {} segmented sends, rx {} pkts / {} B in {} coalesced reads, tx errors {}, tx malformed {}, source-port fallbacks {}, rx IP IDs recovered {}, rx dropped {}",
+            "tx {} pkts / {} B in {} segmented sends, rx {} pkts / {} B in {} coalesced reads, tx errors {}, tx malformed {}, source-port fallbacks {}, rx IP IDs recovered {}, rx dropped {}, rx dropped on purpose {}",
             g(&self.tx_packets),
             g(&self.tx_bytes),
             g(&self.tx_gso_sends),
@@ -172,7 +174,8 @@ impl LinkCounters {
             g(&self.tx_malformed),
             g(&self.tx_sport_fallbacks),
             g(&self.rx_ip_id_recovered),
-            g(&self.rx_dropped)
+            g(&self.rx_dropped),
+            g(&self.rx_injected_drops)
         )
     }
 }
@@ -192,6 +195,11 @@ pub struct UdpLink {
     gso: bool,
     /// Packets received and not yet taken by [`UdpLink::recv`].
     pending: VecDeque<Vec<u8>>,
+    /// How the ICRC changes with the IPv4 ID, by payload length.
+    deltas: IdDeltas,
+    /// Drop every n-th packet received (0: none), and how many were received so far.
+    drop_every: u64,
+    rx_seen: u64,
     counters: Arc<LinkCounters>,
     /// Where every packet sent and received is recorded, when asked.
     pcap: Option<PcapWriter<BufWriter<File>>>,
@@ -302,6 +310,9 @@ impl UdpLink {
             cmsg: nix::cmsg_space!(libc::c_int),
             gso: true,
             pending: VecDeque::new(),
+            deltas: IdDeltas::default(),
+            drop_every: 0,
+            rx_seen: 0,
             counters: Arc::new(LinkCounters::default()),
             pcap: None,
         })
@@ -326,6 +337,13 @@ impl UdpLink {
                 self.pcap = None;
             }
         }
+    }
+
+    /// Drops every `n`-th packet the link receives (0: none), counted in
+    /// `rx_injected_drops`: a lossy wire for tests of loss recovery on a real socket (a
+    /// packet inside a `UDP_GRO` train can be hit, which `tc netem` cannot do).
+    pub fn drop_incoming_every(&mut self, n: u64) {
+        self.drop_every = n;
     }
 
     /// The address the link receives on.
@@ -422,7 +440,10 @@ impl UdpLink {
             return;
         };
         for (k, p) in train.iter_mut().enumerate() {
-            if k > 0 && restamp_ipv4_id(p, u16::try_from(k).unwrap_or(u16::MAX)).is_none() {
+            if k > 0
+                && restamp_ipv4_id(p, u16::try_from(k).unwrap_or(u16::MAX), &mut self.deltas)
+                    .is_none()
+            {
                 LinkCounters::add(&self.counters.tx_malformed, 1);
             }
         }
@@ -521,8 +542,20 @@ impl UdpLink {
                 LinkCounters::add(&self.counters.rx_gro_reads, 1);
             }
             for (k, payload) in data.chunks(seg).enumerate() {
+                self.rx_seen += 1;
+                if self.drop_every > 0 && self.rx_seen % self.drop_every == 0 {
+                    LinkCounters::add(&self.counters.rx_injected_drops, 1);
+                    continue;
+                }
                 let hint = u16::try_from(k).unwrap_or(0);
-                match rebuild(&self.counters, self.local, payload, from, hint) {
+                match rebuild(
+                    &self.counters,
+                    &mut self.deltas,
+                    self.local,
+                    payload,
+                    from,
+                    hint,
+                ) {
                     Some(pkt) => {
                         LinkCounters::add(&self.counters.rx_packets, 1);
                         LinkCounters::add(&self.counters.rx_bytes, payload.len() as u64);
@@ -646,9 +679,10 @@ fn train_len(packets: &[Vec<u8>]) -> usize {
     n
 }
 
-/// Gives an IPv4 packet the IP ID `id` (header checksum too) and the ICRC that goes with it;
-/// IPv6 packets (no ID) are left as they are. `None` if the packet does not parse.
-fn restamp_ipv4_id(packet: &mut [u8], id: u16) -> Option<()> {
+/// Gives an IPv4 packet built with IP ID 0 the IP ID `id` (header checksum too) and the ICRC
+/// that goes with it (`icrc(0) ^ delta(id)`, see [`IdDeltas`]); IPv6 packets (no ID) are left
+/// as they are. `None` if the packet does not parse.
+fn restamp_ipv4_id(packet: &mut [u8], id: u16, deltas: &mut IdDeltas) -> Option<()> {
     let (v4, ports, n) = {
         let p = RocePacket::parse(packet).ok()?;
         let IpSpec::V4(v4) = *p.ip() else {
@@ -656,11 +690,12 @@ fn restamp_ipv4_id(packet: &mut [u8], id: u16) -> Option<()> {
         };
         (v4, p.ports(), p.udp_payload().len())
     };
-    let ip = IpSpec::V4(Ipv4Spec { id, ..v4 });
-    ip.write_ip_udp(ports, n, packet).ok()?;
-    let hl = packet.len().checked_sub(n)?;
-    let icrc = bypass_hw::roce::icrc::compute_udp_payload(&ip, ports, packet.get(hl..)?).ok()?;
+    let delta = deltas.delta(n, id ^ v4.id)?;
+    IpSpec::V4(Ipv4Spec { id, ..v4 })
+        .write_ip_udp(ports, n, packet)
+        .ok()?;
     let tail = packet.len().checked_sub(4)?;
+    let icrc = bypass_hw::roce::icrc::wire_value(packet.get(tail..)?)? ^ delta;
     packet.get_mut(tail..)?.copy_from_slice(&icrc.to_le_bytes());
     Some(())
 }
@@ -679,6 +714,7 @@ fn socket_addr(s: &SockaddrStorage) -> Option<SocketAddr> {
 /// segment of a bypass peer's train), else 0 or the one [`recover_ipv4_id`] finds.
 fn rebuild(
     counters: &LinkCounters,
+    deltas: &mut IdDeltas,
     local: SocketAddr,
     payload: &[u8],
     from: SocketAddr,
@@ -707,17 +743,24 @@ fn rebuild(
         dst: ROCE_V2_UDP_DPORT,
     };
     if let IpSpec::V4(v4) = &mut ip {
-        let hinted = Ipv4Spec { id: hint, ..*v4 };
-        if hint != 0
-            && bypass_hw::roce::icrc::check_udp_payload(&IpSpec::V4(hinted), ports, payload)
-                == Ok(true)
-        {
-            v4.id = hint;
-        } else if let Some(id) = recover_ipv4_id(v4, ports, payload).filter(|&id| id != 0) {
-            // A packet whose ICRC no IP ID explains keeps ID 0: the device counts it as an
-            // ICRC error, as it should.
-            v4.id = id;
-            LinkCounters::add(&counters.rx_ip_id_recovered, 1);
+        // One pass over the packet (its ICRC with ID 0); the hint and, failing it, any other
+        // ID are then checked by XOR (see `IdDeltas`). A packet whose ICRC no ID explains
+        // keeps ID 0: the device counts it as an ICRC error, as it should.
+        let want = bypass_hw::roce::icrc::wire_value(payload);
+        let c0 = bypass_hw::roce::icrc::compute_udp_payload(&IpSpec::V4(*v4), ports, payload);
+        if let (Some(want), Ok(c0)) = (want, c0) {
+            if want != c0 {
+                let n = payload.len();
+                if hint != 0 && deltas.delta(n, hint).is_some_and(|d| c0 ^ d == want) {
+                    v4.id = hint;
+                } else if let Some(id) = deltas
+                    .bits(n)
+                    .and_then(|bits| solve_ipv4_id(want ^ c0, &bits))
+                {
+                    v4.id = id;
+                    LinkCounters::add(&counters.rx_ip_id_recovered, 1);
+                }
+            }
         }
     }
     let mut hdr = [0u8; bypass_hw::roce::ip::IPV6_HDR_LEN + UDP_HDR_LEN];
@@ -752,10 +795,20 @@ pub fn recover_ipv4_id(ip: &Ipv4Spec, ports: UdpPorts, payload: &[u8]) -> Option
     if c0 == want {
         return Some(0);
     }
+    let mut deltas = [0u32; 16];
+    for (k, d) in deltas.iter_mut().enumerate() {
+        *d = crc(1 << k)? ^ c0;
+    }
+    solve_ipv4_id(want ^ c0, &deltas)
+}
+
+/// The ID whose ICRC difference from ID 0 is `diff`, given the differences of the 16 single
+/// bits (`deltas[k]`: ID `1 << k`), by Gaussian elimination over GF(2); `None` if none is.
+fn solve_ipv4_id(diff: u32, deltas: &[u32; 16]) -> Option<u16> {
     // basis[b]: a combination (its CRC difference, its ID bits) whose highest set bit is b.
     let mut basis: [Option<(u32, u16)>; 32] = [None; 32];
-    for k in 0..16 {
-        let (mut v, mut m) = (crc(1 << k)? ^ c0, 1u16 << k);
+    for (k, &d) in deltas.iter().enumerate() {
+        let (mut v, mut m) = (d, 1u16 << k);
         for b in (0..32).rev() {
             if v >> b & 1 == 0 {
                 continue;
@@ -774,7 +827,7 @@ pub fn recover_ipv4_id(ip: &Ipv4Spec, ports: UdpPorts, payload: &[u8]) -> Option
             }
         }
     }
-    let (mut t, mut id) = (want ^ c0, 0u16);
+    let (mut t, mut id) = (diff, 0u16);
     for b in (0..32).rev() {
         if t >> b & 1 == 1 {
             let (bv, bm) = basis.get(b).copied().flatten()?;
@@ -783,6 +836,70 @@ pub fn recover_ipv4_id(ip: &Ipv4Spec, ports: UdpPorts, payload: &[u8]) -> Option
         }
     }
     (t == 0).then_some(id)
+}
+
+/// The most UDP payload lengths [`IdDeltas`] remembers (a link sees a handful: full-MTU
+/// packets, ACKs, the tails of messages).
+const ID_DELTA_LENGTHS: usize = 256;
+
+/// How the ICRC of an IPv4 RoCE packet changes with its IP ID, by UDP payload length.
+///
+/// The ICRC is a CRC-32: for messages of one length it is affine in their bits, so
+/// `icrc(id) = icrc(0) ^ delta(id)`, and `delta` is linear in `id` and depends on nothing but
+/// the length (the ID is at the same place in every IPv4 header, and every other field is the
+/// same in both messages). Sixteen CRCs of a zero message per length give `delta` of each
+/// bit; after that, re-stamping a segment's ID ([`UdpLink::send_batch`]) or trying a hinted ID
+/// on receipt costs an XOR instead of a pass over the packet.
+#[derive(Debug, Default)]
+struct IdDeltas {
+    by_len: HashMap<usize, [u32; 16]>,
+    zeros: Vec<u8>,
+}
+
+impl IdDeltas {
+    /// `delta` of each ID bit for UDP payloads of `len` bytes.
+    fn bits(&mut self, len: usize) -> Option<[u32; 16]> {
+        if let Some(d) = self.by_len.get(&len) {
+            return Some(*d);
+        }
+        if self.by_len.len() >= ID_DELTA_LENGTHS {
+            self.by_len.clear();
+        }
+        if self.zeros.len() < len {
+            self.zeros.resize(len, 0);
+        }
+        let payload = self.zeros.get(..len)?;
+        let ports = UdpPorts { src: 0, dst: 0 };
+        let crc = |id: u16| {
+            let ip = IpSpec::V4(Ipv4Spec {
+                src: [0; 4],
+                dst: [0; 4],
+                tos: 0,
+                ttl: 0,
+                id,
+                dont_fragment: true,
+            });
+            bypass_hw::roce::icrc::compute_udp_payload(&ip, ports, payload).ok()
+        };
+        let c0 = crc(0)?;
+        let mut d = [0u32; 16];
+        for (k, v) in d.iter_mut().enumerate() {
+            *v = crc(1 << k)? ^ c0;
+        }
+        self.by_len.insert(len, d);
+        Some(d)
+    }
+
+    /// `delta(id)` for UDP payloads of `len` bytes.
+    fn delta(&mut self, len: usize, id: u16) -> Option<u32> {
+        let bits = self.bits(len)?;
+        Some(
+            bits.iter()
+                .enumerate()
+                .filter(|&(k, _)| id >> k & 1 == 1)
+                .fold(0, |acc, (_, &d)| acc ^ d),
+        )
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -1108,6 +1225,137 @@ mod tests {
         send_raw(&mut a, &sent, b.local_addr());
         let got = recv_wait(&mut b);
         assert!(!RocePacket::parse(&got).unwrap().icrc_ok());
+    }
+
+    /// A packet of `len` payload bytes from 127.0.0.1 to 127.0.0.2, PSN `psn`.
+    fn sized(psn: u32, len: usize, sport: u16) -> Vec<u8> {
+        let data: Vec<u8> = (0..len).map(|i| (i * 31 + psn as usize) as u8).collect();
+        let spec = PacketSpec {
+            ip: IpSpec::from_gids(
+                &Profile::ipv4_gid([127, 0, 0, 1]),
+                &Profile::ipv4_gid([127, 0, 0, 2]),
+            )
+            .unwrap(),
+            ports: UdpPorts {
+                src: sport,
+                dst: ROCE_V2_UDP_DPORT,
+            },
+            bth: BthFields {
+                opcode: BthOpcode::RC_RDMA_WRITE_MIDDLE,
+                pkey: DEFAULT_PKEY,
+                dest_qp: 0x11,
+                psn,
+                ..Default::default()
+            },
+            ext: ExtFields::default(),
+            payload: &data,
+        };
+        let mut buf = vec![0u8; spec.packet_len().unwrap()];
+        emit(&spec, &mut buf).unwrap();
+        buf
+    }
+
+    /// `packet` with IPv4 ID `id`, header checksum and ICRC recomputed from scratch.
+    fn with_id(packet: &[u8], id: u16) -> Vec<u8> {
+        let p = RocePacket::parse(packet).unwrap();
+        let IpSpec::V4(v4) = *p.ip() else {
+            unreachable!()
+        };
+        let ip = IpSpec::V4(Ipv4Spec { id, ..v4 });
+        let ports = p.ports();
+        let mut payload = p.udp_payload().to_vec();
+        let icrc = bypass_hw::roce::icrc::compute_udp_payload(&ip, ports, &payload).unwrap();
+        let n = payload.len();
+        payload[n - 4..].copy_from_slice(&icrc.to_le_bytes());
+        let mut out = packet.to_vec();
+        ip.write_ip_udp(ports, n, &mut out).unwrap();
+        let hl = out.len() - n;
+        out[hl..].copy_from_slice(&payload);
+        out
+    }
+
+    #[test]
+    fn restamping_the_ip_id_by_delta_gives_the_icrc_a_full_pass_computes() {
+        let mut d = IdDeltas::default();
+        for len in [0usize, 1, 8, 255, 1024, 4096] {
+            let p = sized(3, len, 0xc001);
+            for id in [1u16, 2, 7, 63, 0x8001, 0xffff] {
+                let mut q = p.clone();
+                restamp_ipv4_id(&mut q, id, &mut d).unwrap();
+                assert_eq!(q, with_id(&p, id), "len {len} id {id}");
+                assert!(RocePacket::parse(&q).unwrap().icrc_ok());
+            }
+        }
+    }
+
+    #[test]
+    fn a_segmented_train_arrives_as_exactly_the_datagrams_sent_one_by_one() {
+        let mut b = link(2);
+        let mut a = UdpLink::bind(SocketAddr::new(
+            Ipv4Addr::new(127, 0, 0, 1).into(),
+            b.local_addr().port(),
+        ))
+        .unwrap();
+        // Five full packets, a shorter last one, then one to another source port (a
+        // second send), then an ACK-sized one for the first port again (a third).
+        let mut sent: Vec<Vec<u8>> = (0..5).map(|i| sized(i, 1024, 0xc123)).collect();
+        sent.push(sized(5, 100, 0xc123));
+        sent.push(sized(6, 1024, 0xc124));
+        sent.push(sized(7, 4, 0xc123));
+        let expected: Vec<Vec<u8>> = sent
+            .iter()
+            .enumerate()
+            .map(|(i, p)| with_id(p, if i < 6 { i as u16 } else { 0 }))
+            .collect();
+        let mut batch = sent.clone();
+        a.send_batch(&mut batch);
+        assert!(batch.is_empty());
+        let got: Vec<Vec<u8>> = (0..expected.len()).map(|_| recv_wait(&mut b)).collect();
+        // Datagrams from two source sockets may interleave: compare per source port, in order.
+        for sport in [0xc123u16, 0xc124] {
+            let of = |v: &[Vec<u8>]| -> Vec<Vec<u8>> {
+                v.iter()
+                    .filter(|p| RocePacket::parse(p).unwrap().ports().src == sport)
+                    .cloned()
+                    .collect()
+            };
+            assert_eq!(of(&got), of(&expected), "source port {sport:#x}");
+        }
+        for p in &got {
+            assert!(RocePacket::parse(p).unwrap().icrc_ok());
+        }
+        let c = a.counters();
+        assert_eq!(c.tx_packets.load(Ordering::Relaxed), 8);
+        assert_eq!(
+            c.tx_gso_sends.load(Ordering::Relaxed),
+            1,
+            "one train of six"
+        );
+        let c = b.counters();
+        assert_eq!(c.rx_packets.load(Ordering::Relaxed), 8);
+        assert_eq!(
+            c.rx_ip_id_recovered.load(Ordering::Relaxed),
+            0,
+            "a train's IDs are known from the segment index, not solved for"
+        );
+    }
+
+    #[test]
+    fn every_nth_received_packet_is_dropped_when_asked() {
+        let mut b = link(2);
+        b.drop_incoming_every(3);
+        let mut a = UdpLink::bind(SocketAddr::new(
+            Ipv4Addr::new(127, 0, 0, 1).into(),
+            b.local_addr().port(),
+        ))
+        .unwrap();
+        let mut batch: Vec<Vec<u8>> = (0..6).map(|i| sized(i, 512, 0xc200)).collect();
+        a.send_batch(&mut batch);
+        let got: Vec<u32> = (0..4)
+            .map(|_| RocePacket::parse(&recv_wait(&mut b)).unwrap().bth().psn())
+            .collect();
+        assert_eq!(got, vec![0, 1, 3, 4]);
+        assert_eq!(b.counters().rx_injected_drops.load(Ordering::Relaxed), 2);
     }
 
     #[test]
