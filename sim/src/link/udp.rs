@@ -936,6 +936,8 @@ struct PumpState {
     link: UdpLink,
     inbound: Vec<Vec<u8>>,
     outbound: Vec<Vec<u8>>,
+    /// `outbound` holds ACKs kept back by the last round (sent by the next, whatever it is).
+    held: bool,
 }
 
 /// A [`UdpLink`] as the wire of a fabric whose world is moved by whichever thread needs it:
@@ -977,6 +979,7 @@ impl UdpWire {
                 link,
                 inbound: Vec::with_capacity(RX_BATCH * 2),
                 outbound: Vec::new(),
+                held: false,
             }),
             poller,
             start: Instant::now(),
@@ -1008,6 +1011,7 @@ impl UdpWire {
             link,
             inbound,
             outbound,
+            held,
         } = &mut *g;
         if by != Pumper::Doorbell {
             link.recv_batch(inbound, RX_BATCH);
@@ -1057,12 +1061,14 @@ impl UdpWire {
         }
         busy |= !outbound.is_empty();
         let received = busy && by == Pumper::App && !outbound.is_empty();
-        if received && outbound.iter().all(|p| is_ack(p)) {
-            // Only ACKs, in a wait loop that just took packets: hold them for the next round
-            // (the application's reply, rung as a doorbell a moment later, carries them in
-            // the same send; any other round sends them), as a NIC coalesces ACKs.
+        if received && !*held && outbound.iter().all(|p| is_ack(p)) {
+            // Only ACKs, in a wait loop that just took packets: hold them for one round (the
+            // application's reply, rung as a doorbell a moment later, carries them in the
+            // same send; the next round of any kind sends them), as a NIC coalesces ACKs.
+            *held = true;
             return busy;
         }
+        *held = false;
         if outbound.len() > 1 {
             // ACKs last (stable: each kind keeps its order; requests and ACKs are separate
             // PSN streams), so that a reply and the ACKs held for it form one train: the
