@@ -541,6 +541,10 @@ impl UdpLink {
             if seg < n {
                 LinkCounters::add(&self.counters.rx_gro_reads, 1);
             }
+            // A read well short of a full train most likely emptied the socket (a peer's
+            // burst fits one train): hand it on rather than pay for a read that finds
+            // nothing (the next round reads again). Full trains mean a stream: read on.
+            let drained = n < GSO_MAX_BYTES / 2;
             for (k, payload) in data.chunks(seg).enumerate() {
                 self.rx_seen += 1;
                 if self.drop_every > 0 && self.rx_seen % self.drop_every == 0 {
@@ -563,6 +567,9 @@ impl UdpLink {
                     }
                     None => LinkCounters::add(&self.counters.rx_dropped, 1),
                 }
+            }
+            if drained {
+                break;
             }
         }
         if self.pcap.is_some() {
