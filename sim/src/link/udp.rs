@@ -934,7 +934,8 @@ pub enum Pumper {
     /// An application thread's wait loop: reads the socket, steps, sends; skips the round
     /// if another thread is running one.
     App,
-    /// The fabric's engine thread: as `App`, and does not count as the application pumping.
+    /// The fabric's engine thread: as `App`, and does not count as an application thread
+    /// pumping (neither does `Doorbell`).
     Engine,
 }
 
@@ -1004,7 +1005,9 @@ impl UdpWire {
     /// transmit. True if anything moved. [`Pumper::App`] and [`Pumper::Engine`] return false
     /// at once when another thread is running a round.
     pub fn pump(&self, world: &Mutex<World>, by: Pumper) -> bool {
-        if by != Pumper::Engine {
+        if by == Pumper::App {
+            // Only a wait loop reads the socket: a doorbell alone (a CQ armed before a
+            // blocking wait, say) must not keep the engine off it.
             self.app_pumped.store(self.now_ns(), Ordering::Relaxed);
         }
         let mut g = match by {
