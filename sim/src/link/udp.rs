@@ -2,12 +2,20 @@
 //! rxe sends it.
 //!
 //! Owns: [`UdpLink`] (the sockets: one bound to `ADDR:PORT` that receives, one per UDP source
-//! port that sends), its [`LinkCounters`], its optional pcap tee, [`recover_ipv4_id`] (the IP
-//! ID of rxe's packets, which a socket does not report), and [`run_engine`] (the loop an
-//! engine thread runs: step the devices in real time, send what they transmit, hand them what
-//! arrives). Must not:
+//! port that sends; segmented sends and coalesced reads), its [`LinkCounters`], its optional
+//! pcap tee, [`recover_ipv4_id`] (the IP ID of rxe's packets, which a socket does not report),
+//! and [`UdpWire`] (the link shared by the threads that move a fabric's world: the posting
+//! thread, the application's wait loops and an engine thread; see its doc). Must not:
 //! parse or build RoCE headers by hand (`bypass_hw::roce` does), or reach into a device beyond
 //! its public `step`/`set_time`/`take_tx`/`receive`/`next_deadline`.
+//!
+//! Fast path: a train of packets to one peer goes out in one `sendmsg` with `UDP_SEGMENT`
+//! and, with `UDP_GRO` on the receiving socket, comes in with one `recvmsg` (on loopback the
+//! train is never cut at all). Packets are received into one reused buffer and rebuilt
+//! without zero-filling; each costs one ICRC pass in the link (the IPv4 ID is then found by
+//! XOR, see `IdDeltas`). Sockets stay unconnected: a connected UDP socket numbers its IPv4
+//! IDs from a random per-socket counter (`ip_select_ident_segs`), which the peer's ICRC
+//! check could not predict.
 //!
 //! The wire, as rxe has it (Linux `drivers/infiniband/sw/rxe/rxe_net.c`):
 //! - The device builds the whole IP packet; the link sends only the UDP payload (BTH … ICRC)
@@ -403,7 +411,7 @@ impl UdpLink {
     /// empties it. A run of consecutive packets to one peer from one source port whose UDP
     /// payloads are equally long (the last may be shorter) goes out as one segmented send
     /// (`UDP_SEGMENT`, Linux `udp_send_skb`): one system call and one trip through the IP
-    /// stack for up to [`GSO_MAX_SEGS`] packets; the kernel cuts the train into exactly the
+    /// stack for up to 64 packets; the kernel cuts the train into exactly the
     /// datagrams [`UdpLink::send`] would have sent one by one (on loopback, and to a socket
     /// with `UDP_GRO`, it is not even cut: the receiver reads the train whole).
     ///
@@ -1090,7 +1098,7 @@ impl UdpWire {
     }
 
     /// The engine thread of a UDP fabric, until `stop`. While an application thread pumps
-    /// (within the last [`APP_PUMPING`]) it only runs a round every millisecond (timers:
+    /// (within the last 2 ms) it only runs a round every millisecond (timers:
     /// retransmission, RNR retry) and leaves the socket alone; otherwise it pumps the link
     /// itself, spinning while there is work and for a short while after, then sleeping in
     /// `poll` on the socket.
