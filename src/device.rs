@@ -94,7 +94,7 @@ pub fn open_hca(spec: &DeviceSpec, seed: u64) -> Result<Hca, DeviceError> {
         DeviceSpec::Udp(addr) => {
             let link = UdpLink::bind(*addr)?;
             let profile = link.profile();
-            let fabric = SimFabric::udp(seed, link);
+            let fabric = SimFabric::udp(seed, link)?;
             let backend = fabric.add_device(profile).map_err(driver)?;
             Hca::open(backend as Arc<_>).map_err(driver)
         }
@@ -137,7 +137,7 @@ pub fn open_net(
             let bound = link.local_addr();
             let counters = link.counters();
             let profile = link.profile();
-            let fabric = SimFabric::udp(seed, link);
+            let fabric = SimFabric::udp(seed, link)?;
             let backend = fabric
                 .add_device(profile)
                 .map_err(|source| DeviceError::Driver {

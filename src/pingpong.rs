@@ -249,7 +249,11 @@ pub fn run(o: &PingpongOpts) -> Result<(), PingpongError> {
             if last.elapsed() > TIMEOUT {
                 return Err(PingpongError::Stalled(TIMEOUT, scnt, rcnt));
             }
-            // Busy-poll, but let the engine thread run when cores are few.
+            // Busy-poll: pump the link in this thread (read the socket, run the NIC, send
+            // what it answers), and let other threads have the core when cores are few.
+            if !o.events {
+                ctx.progress();
+            }
             std::thread::yield_now();
             continue;
         };

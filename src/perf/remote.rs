@@ -390,13 +390,17 @@ fn check_buffer(
     )
 }
 
-/// Waits until the last byte of `end`'s first `size` bytes is `tag`, yielding the core between
-/// reads (the NIC's engine thread spins too, and cores may be few).
+/// Waits until the last byte of `end`'s first `size` bytes is `tag`, pumping the device
+/// (`Context::progress`: on a UDP device, this thread reads the socket and runs the NIC) and
+/// yielding the core between reads (cores may be few).
 pub(super) fn spin_yield(end: &End, size: usize, tag: u8) -> Result<(), PerfError> {
     let off = size.saturating_sub(1);
     let mut b = [0u8; 1];
     let t0 = Instant::now();
     loop {
+        // Pump the link in this thread first (a UDP device: read the socket, run the NIC,
+        // send what it answers): what the peer sent is usually waiting already.
+        end.ctx.progress();
         end.target.read(off, &mut b)?;
         if b[0] == tag {
             return Ok(());
@@ -412,12 +416,16 @@ pub(super) fn spin_yield(end: &End, size: usize, tag: u8) -> Result<(), PerfErro
     }
 }
 
-/// [`End::wait_some`], yielding the core between polls (the NIC's engine thread needs it
-/// when cores are few: a profile of the UDP bandwidth run showed the spinning poller taking a
-/// third of the samples from the engines).
+/// [`End::wait_some`], pumping the device and yielding the core between polls (as
+/// [`spin_yield`]).
 pub(super) fn wait_yield(end: &mut End) -> Result<(usize, Option<u64>), PerfError> {
     let t0 = Instant::now();
     loop {
+        let got = end.drain()?;
+        if got.0 > 0 {
+            return Ok(got);
+        }
+        end.ctx.progress();
         let got = end.drain()?;
         if got.0 > 0 {
             return Ok(got);

@@ -17,8 +17,8 @@
 //!   latency is 0; the engine thread only runs timers and packets still in flight. This is the
 //!   low-latency mode of `bypass perf` (no thread hand-off per message). The device itself is
 //!   unchanged: it still acts on doorbells in `Device::step`, which the fabric calls.
-//! - UDP ([`SimFabric::udp`]): threaded, with a real UDP socket as the wire (the engine loop
-//!   is `bypass_sim::link::udp::run_engine`).
+//! - UDP ([`SimFabric::udp`], in `sim/udp.rs`): a real UDP socket as the wire; doorbells
+//!   and `progress()` pump it in the caller's thread, the engine thread runs timers.
 //!
 //! MMIO goes to `Device::mmio_read`/`mmio_write` with the bytes as they appear on the bus
 //! (`v.to_ne_bytes()` of what a `write_volatile` would store). A refused access is traced
@@ -39,6 +39,8 @@ use nix::sys::eventfd::{EfdFlags, EventFd};
 use super::{Backend, IovaRange, Progress};
 use crate::dma::DmaRegion;
 use crate::error::{DriverError, Result};
+
+mod udp;
 
 /// How long the engine thread sleeps when the world is idle (it is woken by MMIO writes).
 const ENGINE_IDLE: Duration = Duration::from_micros(200);
@@ -92,6 +94,8 @@ struct FabricInner {
     engine: Mutex<Option<Engine>>,
     /// World errors (livelock) seen by progress() or the engine.
     errors: AtomicU64,
+    /// The UDP fabric's wire (`sim/udp.rs`), pumped by doorbells and `progress()`.
+    wire: Option<Arc<bypass_sim::link::udp::UdpWire>>,
 }
 
 impl Drop for FabricInner {
@@ -142,6 +146,7 @@ impl SimFabric {
                 inline_doorbells: false,
                 engine: Mutex::new(None),
                 errors: AtomicU64::new(0),
+                wire: None,
             }),
             threaded: false,
         }
@@ -155,22 +160,9 @@ impl SimFabric {
     /// A threaded fabric with `opts` (link model, inline doorbells).
     pub fn threaded_with(seed: u64, opts: FabricOptions) -> Self {
         let inline = opts.inline_doorbells;
-        Self::with_engine(seed, opts, move |world, stop, start| {
+        Self::with_engine(seed, opts, None, move |world, stop, start| {
             engine_loop(world, stop, start, inline);
         })
-    }
-
-    /// A threaded fabric whose wire is a UDP socket (`bypass_sim::link::udp`): its engine
-    /// thread steps the devices in real time and pumps their packets through `link`. Add the
-    /// device with `link.profile()` (its GID is the link's address) before moving the link in.
-    pub fn udp(seed: u64, link: bypass_sim::link::udp::UdpLink) -> Self {
-        Self::with_engine(
-            seed,
-            FabricOptions::default(),
-            move |world, stop, _start| {
-                bypass_sim::link::udp::run_engine(world, stop, link);
-            },
-        )
     }
 
     /// A threaded fabric whose engine thread runs `engine(world, stop, start)` until `stop`
@@ -178,6 +170,7 @@ impl SimFabric {
     fn with_engine(
         seed: u64,
         opts: FabricOptions,
+        wire: Option<Arc<bypass_sim::link::udp::UdpWire>>,
         engine: impl FnOnce(&Mutex<World>, &AtomicBool, Instant) + Send + 'static,
     ) -> Self {
         let mut w = World::new(seed);
@@ -206,6 +199,7 @@ impl SimFabric {
                 inline_doorbells: opts.inline_doorbells,
                 engine: Mutex::new(Some(Engine { stop, thread })),
                 errors: AtomicU64::new(0),
+                wire,
             }),
             threaded: true,
         }
@@ -295,6 +289,7 @@ impl SimFabric {
     /// Stepped: runs to idle, then advances to the next event and runs to idle again.
     fn step(&self) -> Progress {
         if self.threaded {
+            self.pump(bypass_sim::link::udp::Pumper::App);
             return Progress::Running;
         }
         let mut world = lock(&self.inner.world);
@@ -411,7 +406,15 @@ impl SimBackend {
         let (r, handed_off) = {
             let mut world = lock(&inner.world);
             let r = world.device(self.id).mmio_write(off, bytes);
-            if inner.inline_doorbells && world.device(self.id).pending_doorbells() > 0 {
+            if self.fabric.has_wire() {
+                // UDP: the device acts on a doorbell in this thread (see `sim/udp.rs`).
+                let rang = world.device(self.id).pending_doorbells() > 0;
+                drop(world);
+                if rang {
+                    self.fabric.pump(bypass_sim::link::udp::Pumper::Doorbell);
+                }
+                (r, false)
+            } else if inner.inline_doorbells && world.device(self.id).pending_doorbells() > 0 {
                 // Inline doorbells: the device acts on it now, in this thread, and so does
                 // everything it sets off on a zero-latency link.
                 match run_inline(&mut world, inner.start) {

@@ -1,72 +1,110 @@
-//! Recovering the IPv4 ID a RoCEv2 sender hashed into the ICRC, which a UDP socket does not
-//! report, with the linear algebra done once per packet length.
+//! How the ICRC of an IPv4 RoCEv2 packet depends on its IP ID: re-stamping an ID by XOR, and
+//! recovering the ID a sender hashed into the ICRC, which a UDP socket does not report — with
+//! the linear algebra done once per packet length.
 //!
-//! Owns: [`Ipv4IdSolver`] (per-length elimination bases). Must not: touch sockets or rebuild
-//! headers (the UDP link, `udp.rs`, does both and asks this module for the ID only).
+//! Owns: [`Ipv4IdSolver`] (per-length single-bit differences and elimination bases). Must
+//! not: touch sockets or rebuild headers (the UDP link, `udp.rs`, does both and asks this
+//! module for deltas and IDs only).
 //!
 //! Linux rxe fills the ID with `__ip_select_ident` (random) in `rxe_net.c`
 //! `prepare_ipv4_hdr` before `rxe_icrc_generate`, and `rxe_icrc.c` `rxe_icrc_hdr` does not
-//! mask it. The ICRC is a CRC-32, affine in its input: for two inputs of the same length,
-//! `crc(a) ^ crc(b)` depends only on `a ^ b`. So `icrc(id) ^ icrc(0)` is linear in the 16
-//! bits of `id`, and its 16 single-bit differences depend on the packet's length alone, not
-//! on its addresses, ports or payload. They are computed (16 CRCs) and reduced to an
-//! elimination basis over GF(2) the first time a length is seen; every later packet of that
-//! length costs one CRC (the one with ID 0) and 32 XOR steps. Against rxe every packet
-//! needs this (its IDs are random), so the cache turns 17 CRCs of every received packet into
-//! one: measured in `scripts/guest-test.sh rxe`, where 17 CRCs per 1 KiB packet in a debug
-//! build delayed ACKs past rxe's 67 ms retransmit timer.
+//! mask it; the kernel numbers the segments of a `UDP_SEGMENT` train 0, 1, 2, ...
+//! (`inet_gso_segment`). The ICRC is a CRC-32, affine in its input: for two inputs of the same
+//! length, `crc(a) ^ crc(b)` depends only on `a ^ b`. So `icrc(id) = icrc(0) ^ delta(id)`,
+//! where `delta` is linear in the 16 bits of `id` and its 16 single-bit values depend on the
+//! packet's length alone, not on its addresses, ports or payload. They are computed (16 CRCs
+//! of a zero message) and reduced to an elimination basis over GF(2) the first time a length
+//! is seen; after that, re-stamping a segment's ID costs an XOR, and recovering a received
+//! packet's ID one CRC (the one with ID 0) and 32 XOR steps. Against rxe every packet needs
+//! the recovery (its IDs are random): measured in `scripts/guest-test.sh rxe`, 17 CRCs per
+//! 1 KiB packet in a debug build delayed ACKs past rxe's 67 ms retransmit timer.
 
 use std::collections::HashMap;
 
 use bypass_hw::roce::icrc;
 use bypass_hw::roce::{IpSpec, Ipv4Spec, UdpPorts};
 
-/// The most packet lengths whose bases are kept (a full cache is emptied and refilled;
-/// a flow has a handful of lengths: MTU-sized packets, ACKs and each message's last packet).
+/// The most packet lengths kept (a full cache is emptied and refilled; a flow has a handful of
+/// lengths: MTU-sized packets, ACKs and each message's last packet).
 const MAX_LENGTHS: usize = 64;
 
 /// For each bit `b` of the CRC difference, the combination whose highest set bit is `b`:
 /// (its CRC difference, the ID bits that make it).
 type Basis = [Option<(u32, u16)>; 32];
 
-/// Finds the IPv4 ID of received RoCEv2 packets from their ICRC, caching the per-length
-/// elimination basis (see the module comment).
+/// What one UDP payload length needs: `delta` of each ID bit, and their elimination basis.
+#[derive(Debug, Clone, Copy)]
+struct PerLength {
+    bits: [u32; 16],
+    basis: Basis,
+}
+
+/// The ICRC's dependence on the IPv4 ID, by UDP payload length (see the module comment).
 #[derive(Debug, Default)]
 pub struct Ipv4IdSolver {
-    bases: HashMap<usize, Basis>,
+    by_len: HashMap<usize, PerLength>,
+    zeros: Vec<u8>,
     built: u64,
 }
 
 impl Ipv4IdSolver {
-    /// A solver with no basis yet.
+    /// A solver with nothing computed yet.
     pub fn new() -> Self {
         Self::default()
     }
 
-    /// The IPv4 ID the sender hashed into the ICRC of `payload` (the UDP payload, BTH …
-    /// ICRC) sent with header `ip` (its `id` ignored) and `ports`: 0 when the packet checks
-    /// with ID 0 (what a socket with `IP_PMTUDISC_DO` sends, so every bypass peer), else the
-    /// one ID whose ICRC matches, or `None` when no ID explains the ICRC (a corrupted packet;
-    /// such packets keep 16 of the ICRC's 32 bits of protection against corruption).
-    pub fn recover(&mut self, ip: &Ipv4Spec, ports: UdpPorts, payload: &[u8]) -> Option<u16> {
-        let want = icrc::wire_value(payload)?;
-        let c0 = crc_with_id(ip, ports, payload, 0)?;
-        if c0 == want {
-            return Some(0);
+    /// The single-bit deltas and basis of UDP payloads of `len` bytes (computed on first use).
+    fn per_length(&mut self, len: usize) -> Option<PerLength> {
+        if let Some(p) = self.by_len.get(&len) {
+            return Some(*p);
         }
-        let basis = match self.bases.get(&payload.len()) {
-            Some(b) => *b,
-            None => {
-                let b = build_basis(ip, ports, payload, c0)?;
-                if self.bases.len() >= MAX_LENGTHS {
-                    self.bases.clear();
-                }
-                self.bases.insert(payload.len(), b);
-                self.built += 1;
-                b
-            }
+        if self.zeros.len() < len {
+            self.zeros.resize(len, 0);
+        }
+        let payload = self.zeros.get(..len)?;
+        let ports = UdpPorts { src: 0, dst: 0 };
+        let zero = Ipv4Spec {
+            src: [0; 4],
+            dst: [0; 4],
+            tos: 0,
+            ttl: 0,
+            id: 0,
+            dont_fragment: true,
         };
-        let (mut t, mut id) = (want ^ c0, 0u16);
+        let c0 = crc_with_id(&zero, ports, payload, 0)?;
+        let mut bits = [0u32; 16];
+        for (k, v) in bits.iter_mut().enumerate() {
+            *v = crc_with_id(&zero, ports, payload, 1 << k)? ^ c0;
+        }
+        let p = PerLength {
+            bits,
+            basis: basis_of(&bits),
+        };
+        if self.by_len.len() >= MAX_LENGTHS {
+            self.by_len.clear();
+        }
+        self.by_len.insert(len, p);
+        self.built += 1;
+        Some(p)
+    }
+
+    /// `delta(id)` for UDP payloads of `len` bytes: what XOR turns the ICRC of ID 0 into the
+    /// ICRC of ID `id`.
+    pub fn delta(&mut self, len: usize, id: u16) -> Option<u32> {
+        let p = self.per_length(len)?;
+        Some(
+            p.bits
+                .iter()
+                .enumerate()
+                .filter(|&(k, _)| id >> k & 1 == 1)
+                .fold(0, |acc, (_, &d)| acc ^ d),
+        )
+    }
+
+    /// The ID whose `delta` is `diff` for UDP payloads of `len` bytes, if one is.
+    pub fn solve(&mut self, len: usize, diff: u32) -> Option<u16> {
+        let basis = self.per_length(len)?.basis;
+        let (mut t, mut id) = (diff, 0u16);
         for b in (0..32).rev() {
             if t >> b & 1 == 1 {
                 let (bv, bm) = basis.get(b).copied().flatten()?;
@@ -77,8 +115,22 @@ impl Ipv4IdSolver {
         (t == 0).then_some(id)
     }
 
-    /// How many bases were computed (one per packet length seen, again after the cache was
-    /// emptied): what the cache saves is every other packet's 16 CRCs.
+    /// The IPv4 ID the sender hashed into the ICRC of `payload` (the UDP payload, BTH …
+    /// ICRC) sent with header `ip` (its `id` ignored) and `ports`: 0 when the packet checks
+    /// with ID 0 (what a socket with `IP_PMTUDISC_DO` sends), else the one ID whose ICRC
+    /// matches, or `None` when no ID explains the ICRC (a corrupted packet; such packets keep
+    /// 16 of the ICRC's 32 bits of protection against corruption).
+    pub fn recover(&mut self, ip: &Ipv4Spec, ports: UdpPorts, payload: &[u8]) -> Option<u16> {
+        let want = icrc::wire_value(payload)?;
+        let c0 = crc_with_id(ip, ports, payload, 0)?;
+        if c0 == want {
+            return Some(0);
+        }
+        self.solve(payload.len(), want ^ c0)
+    }
+
+    /// How many lengths were computed (again after the cache was emptied): what the cache
+    /// saves is every other packet's 16 CRCs.
     pub fn bases_built(&self) -> u64 {
         self.built
     }
@@ -88,11 +140,11 @@ fn crc_with_id(ip: &Ipv4Spec, ports: UdpPorts, payload: &[u8], id: u16) -> Optio
     icrc::compute_udp_payload(&IpSpec::V4(Ipv4Spec { id, ..*ip }), ports, payload).ok()
 }
 
-/// Gaussian elimination of the 16 single-bit differences `icrc(1 << k) ^ icrc(0)`.
-fn build_basis(ip: &Ipv4Spec, ports: UdpPorts, payload: &[u8], c0: u32) -> Option<Basis> {
+/// Gaussian elimination of the 16 single-bit differences.
+fn basis_of(bits: &[u32; 16]) -> Basis {
     let mut basis: Basis = [None; 32];
-    for k in 0..16 {
-        let (mut v, mut m) = (crc_with_id(ip, ports, payload, 1 << k)? ^ c0, 1u16 << k);
+    for (k, &d) in bits.iter().enumerate() {
+        let (mut v, mut m) = (d, 1u16 << k);
         for b in (0..32).rev() {
             if v >> b & 1 == 0 {
                 continue;
@@ -111,7 +163,7 @@ fn build_basis(ip: &Ipv4Spec, ports: UdpPorts, payload: &[u8], c0: u32) -> Optio
             }
         }
     }
-    Some(basis)
+    basis
 }
 
 #[cfg(test)]
@@ -168,7 +220,7 @@ mod tests {
         let mut s = Ipv4IdSolver::new();
         let (ip, ports, p) = rxe_payload([10, 99, 0, 2], 0, 64, 3);
         assert_eq!(s.recover(&ip, ports, &p), Some(0));
-        assert_eq!(s.bases_built(), 0);
+        assert_eq!(s.bases_built(), 0, "ID 0 needs no per-length work");
         let (ip, ports, mut p) = rxe_payload([10, 99, 0, 2], 0x7777, 64, 3);
         p[20] ^= 0x40;
         // A flipped payload bit is explained by no ID: 16 of 32 CRC bits still catch it.
@@ -183,6 +235,6 @@ mod tests {
             assert_eq!(s.recover(&ip, ports, &p), Some(len as u16), "length {len}");
         }
         assert_eq!(s.bases_built(), MAX_LENGTHS as u64 + 1);
-        assert!(s.bases.len() <= MAX_LENGTHS);
+        assert!(s.by_len.len() <= MAX_LENGTHS);
     }
 }

@@ -2,12 +2,20 @@
 //! rxe sends it.
 //!
 //! Owns: [`UdpLink`] (the sockets: one bound to `ADDR:PORT` that receives, one per UDP source
-//! port that sends), its [`LinkCounters`], its optional pcap tee, [`recover_ipv4_id`] (the IP
-//! ID of rxe's packets, which a socket does not report), and [`run_engine`] (the loop an
-//! engine thread runs: step the devices in real time, send what they transmit, hand them what
-//! arrives). Must not:
+//! port that sends; segmented sends and coalesced reads), its [`LinkCounters`], its optional
+//! pcap tee, [`recover_ipv4_id`] (the IP ID of rxe's packets, which a socket does not report),
+//! and [`UdpWire`] (the link shared by the threads that move a fabric's world: the posting
+//! thread, the application's wait loops and an engine thread; see its doc). Must not:
 //! parse or build RoCE headers by hand (`bypass_hw::roce` does), or reach into a device beyond
 //! its public `step`/`set_time`/`take_tx`/`receive`/`next_deadline`.
+//!
+//! Fast path: a train of packets to one peer goes out in one `sendmsg` with `UDP_SEGMENT`
+//! and, with `UDP_GRO` on the receiving socket, comes in with one `recvmsg` (on loopback the
+//! train is never cut at all). Packets are received into one reused buffer and rebuilt
+//! without zero-filling; each costs one ICRC pass in the link (the IPv4 ID is then found by
+//! XOR, see `Ipv4IdSolver`). Sockets stay unconnected: a connected UDP socket numbers its IPv4
+//! IDs from a random per-socket counter (`ip_select_ident_segs`), which the peer's ICRC
+//! check could not predict.
 //!
 //! The wire, as rxe has it (Linux `drivers/infiniband/sw/rxe/rxe_net.c`):
 //! - The device builds the whole IP packet; the link sends only the UDP payload (BTH … ICRC)
@@ -31,9 +39,9 @@
 //! The receiving socket is bound to one address, so the destination address of every
 //! datagram it gets is that address (no `IP_PKTINFO` needed).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::fs::File;
-use std::io::{self, BufWriter};
+use std::io::{self, BufWriter, IoSlice, IoSliceMut};
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::Path;
@@ -42,11 +50,14 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use bypass_hw::roce::ip::{DEFAULT_TTL, IPV4_HDR_LEN, UDP_HDR_LEN};
-use bypass_hw::roce::{IpSpec, Ipv4Spec, Ipv6Spec, ROCE_V2_UDP_DPORT, RocePacket, UdpPorts};
+use bypass_hw::roce::ip::{DEFAULT_TTL, UDP_HDR_LEN};
+use bypass_hw::roce::{
+    BthOpcode, IpSpec, Ipv4Spec, Ipv6Spec, ROCE_V2_UDP_DPORT, RocePacket, UdpPorts,
+};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::socket::{
-    AddressFamily, SockFlag, SockType, SockaddrStorage, bind, setsockopt, socket, sockopt,
+    AddressFamily, ControlMessage, ControlMessageOwned, MsgFlags, SockFlag, SockType,
+    SockaddrStorage, bind, recvmsg, sendmsg, setsockopt, socket, sockopt,
 };
 
 use crate::link::ipv4_id::Ipv4IdSolver;
@@ -61,13 +72,19 @@ pub const ROCE_PORT: u16 = ROCE_V2_UDP_DPORT;
 /// can be up to 64 KiB).
 const MAX_DATAGRAM: usize = 65_536;
 
-/// How long the engine keeps spinning after the last thing it did before it sleeps in
-/// `poll` (a ping-pong never lets it sleep; an idle link costs no CPU).
+/// How long the engine thread keeps spinning after the last thing it did before it sleeps in
+/// `poll` (only while no application thread pumps the link; an idle link costs no CPU).
 const SPIN: Duration = Duration::from_millis(5);
 
-/// How long the engine sleeps in `poll` at most when idle (doorbells do not wake it, so this
-/// bounds how late the first doorbell after an idle spell is seen).
+/// How long the engine sleeps in `poll` at most when idle (bounds how late a timer, or the
+/// first doorbell of a fabric whose doorbells are not acted on inline, is seen).
 const IDLE_POLL_MS: u8 = 1;
+
+/// An application thread that pumped the link less than this long ago is taken to be
+/// pumping it still: the engine thread then leaves the socket alone (a thread blocked in
+/// `poll` on it would be woken by every datagram, a wake-up and a context switch the sender
+/// pays for on every packet) and only runs timers, once per [`IDLE_POLL_MS`].
+const APP_PUMPING: Duration = Duration::from_millis(2);
 
 /// The receive buffer a link asks for: a window of 4 KiB packets as deep as a bandwidth
 /// test keeps in flight (the kernel's default, ~200 KiB, drops a burst of 64 KiB WRITEs
@@ -75,8 +92,15 @@ const IDLE_POLL_MS: u8 = 1;
 /// `net.core.rmem_max`; without it the kernel caps `SO_RCVBUF` there.
 const RCVBUF: usize = 32 << 20;
 
-/// The most datagrams received per engine round before the devices run.
+/// The most datagrams received per pump round before the devices run.
 const RX_BATCH: usize = 64;
+
+/// The most UDP payload bytes one segmented (`UDP_SEGMENT`) send carries: an IPv4 datagram
+/// holds at most 65,507 bytes of UDP payload (the kernel refuses more with `EMSGSIZE`).
+const GSO_MAX_BYTES: usize = 65_000;
+
+/// The most segments in one segmented send (Linux `UDP_MAX_SEGMENTS`, 64 before 6.9).
+const GSO_MAX_SEGS: usize = 64;
 
 /// Why a link could not be set up.
 #[derive(Debug, thiserror::Error)]
@@ -131,6 +155,12 @@ pub struct LinkCounters {
     /// Datagrams that could not be handed on (another address family, or the rebuilt header
     /// did not fit).
     pub rx_dropped: AtomicU64,
+    /// Segmented sends (`UDP_SEGMENT`): several packets to one peer in one `sendmsg`.
+    pub tx_gso_sends: AtomicU64,
+    /// Coalesced receives (`UDP_GRO`): several packets in one `recvmsg`.
+    pub rx_gro_reads: AtomicU64,
+    /// Packets received and dropped on purpose ([`UdpLink::drop_incoming_every`]).
+    pub rx_injected_drops: AtomicU64,
 }
 
 impl LinkCounters {
@@ -142,16 +172,19 @@ impl LinkCounters {
     pub fn summary(&self) -> String {
         let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
         format!(
-            "tx {} pkts / {} B, rx {} pkts / {} B, tx errors {}, tx malformed {}, source-port fallbacks {}, rx IP IDs recovered {}, rx dropped {}",
+            "tx {} pkts / {} B in {} segmented sends, rx {} pkts / {} B in {} coalesced reads, tx errors {}, tx malformed {}, source-port fallbacks {}, rx IP IDs recovered {}, rx dropped {}, rx dropped on purpose {}",
             g(&self.tx_packets),
             g(&self.tx_bytes),
+            g(&self.tx_gso_sends),
             g(&self.rx_packets),
             g(&self.rx_bytes),
+            g(&self.rx_gro_reads),
             g(&self.tx_errors),
             g(&self.tx_malformed),
             g(&self.tx_sport_fallbacks),
             g(&self.rx_ip_id_recovered),
-            g(&self.rx_dropped)
+            g(&self.rx_dropped),
+            g(&self.rx_injected_drops)
         )
     }
 }
@@ -163,12 +196,22 @@ pub struct UdpLink {
     rx: UdpSocket,
     /// Sending sockets by UDP source port (created when a port is first used).
     tx: HashMap<u16, UdpSocket>,
+    /// The receive buffer (one datagram, or one `UDP_GRO` train of them), reused.
     buf: Vec<u8>,
+    /// The control-message buffer of `recvmsg` (the `UDP_GRO` segment size), reused.
+    cmsg: Vec<u8>,
+    /// Send segmented trains (`UDP_SEGMENT`); cleared when the kernel refuses one.
+    gso: bool,
+    /// Packets received and not yet taken by [`UdpLink::recv`].
+    pending: VecDeque<Vec<u8>>,
+    /// How the ICRC changes with the IPv4 ID, by payload length.
+    deltas: Ipv4IdSolver,
+    /// Drop every n-th packet received (0: none), and how many were received so far.
+    drop_every: u64,
+    rx_seen: u64,
     counters: Arc<LinkCounters>,
     /// Where every packet sent and received is recorded, when asked.
     pcap: Option<PcapWriter<BufWriter<File>>>,
-    /// Recovers the IPv4 ID of received packets (one basis per packet length).
-    ip_ids: Ipv4IdSolver,
 }
 
 /// Sets `IP_MTU_DISCOVER` (or `IPV6_MTU_DISCOVER`) to "do": DF set, never fragment, and —
@@ -260,6 +303,8 @@ impl UdpLink {
             // Best effort: a smaller buffer only costs retransmissions under bursts.
             let _ = setsockopt(&rx, sockopt::RcvBuf, &RCVBUF);
         }
+        // Best effort: without UDP_GRO (kernels before 5.0) every datagram is read alone.
+        let _ = setsockopt(&rx, sockopt::UdpGroSegment, &true);
         // Port 0 asks the kernel for one: report what it chose.
         let local = rx.local_addr().map_err(|source| LinkError::Socket {
             what: "reading the bound address",
@@ -271,9 +316,14 @@ impl UdpLink {
             rx,
             tx: HashMap::new(),
             buf: vec![0; MAX_DATAGRAM],
+            cmsg: nix::cmsg_space!(libc::c_int),
+            gso: true,
+            pending: VecDeque::new(),
+            deltas: Ipv4IdSolver::new(),
+            drop_every: 0,
+            rx_seen: 0,
             counters: Arc::new(LinkCounters::default()),
             pcap: None,
-            ip_ids: Ipv4IdSolver::new(),
         })
     }
 
@@ -296,6 +346,13 @@ impl UdpLink {
                 self.pcap = None;
             }
         }
+    }
+
+    /// Drops every `n`-th packet the link receives (0: none), counted in
+    /// `rx_injected_drops`: a lossy wire for tests of loss recovery on a real socket (a
+    /// packet inside a `UDP_GRO` train can be hit, which `tc netem` cannot do).
+    pub fn drop_incoming_every(&mut self, n: u64) {
+        self.drop_every = n;
     }
 
     /// The address the link receives on.
@@ -330,19 +387,14 @@ impl UdpLink {
     /// the source port in its UDP header to its destination address. False if it was not sent
     /// (counted; the transport recovers as from a loss).
     pub fn send(&mut self, packet: &[u8]) -> bool {
-        let Ok(p) = RocePacket::parse(packet) else {
+        let Some(w) = wire_of(packet) else {
             LinkCounters::add(&self.counters.tx_malformed, 1);
             return false;
         };
-        let dst = match p.ip() {
-            IpSpec::V4(v) => IpAddr::from(v.dst),
-            IpSpec::V6(v) => IpAddr::from(v.dst),
-        };
-        let to = SocketAddr::new(dst, self.local.port());
-        let sport = p.ports().src;
-        let payload = p.udp_payload();
+        let to = SocketAddr::new(w.dst, self.local.port());
         self.tee(packet);
-        let sock = self.tx_socket(sport);
+        let payload = packet.get(w.header_len..).unwrap_or(&[]);
+        let sock = self.tx_socket(w.sport);
         match sock.send_to(payload, to) {
             Ok(n) => {
                 LinkCounters::add(&self.counters.tx_packets, 1);
@@ -352,6 +404,99 @@ impl UdpLink {
             Err(_) => {
                 LinkCounters::add(&self.counters.tx_errors, 1);
                 false
+            }
+        }
+    }
+
+    /// Sends every packet of `packets` (IP header through ICRC, as the device built them) and
+    /// empties it. A run of consecutive packets to one peer from one source port whose UDP
+    /// payloads are equally long (the last may be shorter) goes out as one segmented send
+    /// (`UDP_SEGMENT`, Linux `udp_send_skb`): one system call and one trip through the IP
+    /// stack for up to 64 packets; the kernel cuts the train into exactly the
+    /// datagrams [`UdpLink::send`] would have sent one by one (on loopback, and to a socket
+    /// with `UDP_GRO`, it is not even cut: the receiver reads the train whole).
+    ///
+    /// The IPv4 ID of segment `k` of a train is `k`, not 0: segmentation
+    /// (`net/ipv4/af_inet.c` `inet_gso_segment`) numbers the segments up from the first's
+    /// ID (0: an unconnected socket with DF, `include/net/ip.h` `ip_select_ident_segs`),
+    /// and the ICRC covers the ID, so segment `k` is re-stamped with ID `k` and its ICRC
+    /// recomputed before it is sent (the pcap shows the header as sent).
+    pub fn send_batch(&mut self, packets: &mut Vec<Vec<u8>>) {
+        let mut i = 0;
+        while let Some(rest) = packets.get_mut(i..) {
+            if rest.is_empty() {
+                break;
+            }
+            let n = if self.gso { train_len(rest) } else { 1 };
+            match rest.get_mut(..n) {
+                Some(train) if n > 1 => self.send_train(train),
+                _ => {
+                    if let Some(p) = rest.first() {
+                        self.send(p);
+                    }
+                }
+            }
+            i += n.max(1);
+        }
+        packets.clear();
+    }
+
+    /// Sends `train` (2 or more packets [`train_len`] grouped) as one segmented send.
+    fn send_train(&mut self, train: &mut [Vec<u8>]) {
+        let n = train.len() as u64;
+        let Some(first) = train.first().and_then(|p| wire_of(p)) else {
+            LinkCounters::add(&self.counters.tx_malformed, n);
+            return;
+        };
+        for (k, p) in train.iter_mut().enumerate() {
+            if k > 0
+                && restamp_ipv4_id(p, u16::try_from(k).unwrap_or(u16::MAX), &mut self.deltas)
+                    .is_none()
+            {
+                LinkCounters::add(&self.counters.tx_malformed, 1);
+            }
+        }
+        for p in train.iter() {
+            self.tee(p);
+        }
+        let mut iov = [IoSlice::new(&[]); GSO_MAX_SEGS];
+        for (slot, p) in iov.iter_mut().zip(train.iter()) {
+            *slot = IoSlice::new(p.get(first.header_len..).unwrap_or(&[]));
+        }
+        let segs = iov.get(..train.len()).unwrap_or(&[]);
+        let Ok(seg) = u16::try_from(first.payload_len) else {
+            LinkCounters::add(&self.counters.tx_errors, n);
+            return;
+        };
+        let to = SockaddrStorage::from(SocketAddr::new(first.dst, self.local.port()));
+        let fd = self.tx_socket(first.sport).as_raw_fd();
+        let cmsg = [ControlMessage::UdpGsoSegments(&seg)];
+        let r = loop {
+            match sendmsg(fd, segs, &cmsg, MsgFlags::empty(), Some(&to)) {
+                Err(nix::errno::Errno::EINTR) => continue,
+                r => break r,
+            }
+        };
+        match r {
+            Ok(bytes) => {
+                LinkCounters::add(&self.counters.tx_packets, n);
+                LinkCounters::add(&self.counters.tx_bytes, bytes as u64);
+                LinkCounters::add(&self.counters.tx_gso_sends, 1);
+            }
+            Err(e) => {
+                // A kernel or route without UDP segmentation (EINVAL, EOPNOTSUPP, EIO): send
+                // one datagram at a time from now on. The train is lost either way; the
+                // transport retransmits it.
+                if matches!(
+                    e,
+                    nix::errno::Errno::EINVAL
+                        | nix::errno::Errno::EOPNOTSUPP
+                        | nix::errno::Errno::EIO
+                        | nix::errno::Errno::ENOPROTOOPT
+                ) {
+                    self.gso = false;
+                }
+                LinkCounters::add(&self.counters.tx_errors, n);
             }
         }
     }
@@ -376,81 +521,267 @@ impl UdpLink {
         self.tx.get(&sport).unwrap_or(&self.rx)
     }
 
-    /// Receives one datagram if one is waiting and returns it as the IP packet the device
+    /// Receives one packet if one is waiting and returns it as the IP packet the device
     /// takes (headers rebuilt as the module comment says). `None` when nothing is waiting.
     pub fn recv(&mut self) -> Option<Vec<u8>> {
+        if self.pending.is_empty() {
+            let mut got = Vec::new();
+            self.recv_batch(&mut got, RX_BATCH);
+            self.pending.extend(got);
+        }
+        self.pending.pop_front()
+    }
+
+    /// Receives what is waiting, up to about `max` packets, appending each to `out` as the IP
+    /// packet the device takes; returns how many were appended. A `UDP_GRO` read (a train of
+    /// equal-size datagrams from one sender, `udp_gro_receive`) is cut at the segment size the
+    /// kernel reports, and segment `k` is first tried with IPv4 ID `k` (what
+    /// [`UdpLink::send_batch`] stamps), so that a bypass peer's trains need no ID recovery.
+    pub fn recv_batch(&mut self, out: &mut Vec<Vec<u8>>, max: usize) -> usize {
+        let before = out.len();
+        while out.len() - before < max {
+            let Some((n, from, seg)) = self.read_one() else {
+                break;
+            };
+            let Some(data) = self.buf.get(..n) else {
+                break;
+            };
+            let seg = if seg == 0 { n.max(1) } else { seg };
+            if seg < n {
+                LinkCounters::add(&self.counters.rx_gro_reads, 1);
+            }
+            // A read well short of a full train most likely emptied the socket (a peer's
+            // burst fits one train): hand it on rather than pay for a read that finds
+            // nothing (the next round reads again). Full trains mean a stream: read on.
+            let drained = n < GSO_MAX_BYTES / 2;
+            for (k, payload) in data.chunks(seg).enumerate() {
+                self.rx_seen += 1;
+                if self.drop_every > 0 && self.rx_seen % self.drop_every == 0 {
+                    LinkCounters::add(&self.counters.rx_injected_drops, 1);
+                    continue;
+                }
+                let hint = u16::try_from(k).unwrap_or(0);
+                match rebuild(
+                    &self.counters,
+                    &mut self.deltas,
+                    self.local,
+                    payload,
+                    from,
+                    hint,
+                ) {
+                    Some(pkt) => {
+                        LinkCounters::add(&self.counters.rx_packets, 1);
+                        LinkCounters::add(&self.counters.rx_bytes, payload.len() as u64);
+                        out.push(pkt);
+                    }
+                    None => LinkCounters::add(&self.counters.rx_dropped, 1),
+                }
+            }
+            if drained {
+                break;
+            }
+        }
+        if self.pcap.is_some() {
+            for i in before..out.len() {
+                if let Some(p) = out.get(i) {
+                    let p = p.clone();
+                    self.tee(&p);
+                }
+            }
+        }
+        out.len() - before
+    }
+
+    /// Reads one datagram (or `UDP_GRO` train) into `self.buf`: its length, sender and segment
+    /// size (0: not a train). `None` when nothing is waiting.
+    fn read_one(&mut self) -> Option<(usize, SocketAddr, usize)> {
         loop {
-            let (n, from) = match self.rx.recv_from(&mut self.buf) {
-                Ok(r) => r,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                // WouldBlock, or an ICMP error reported on the socket: nothing to hand on.
+            let mut iov = [IoSliceMut::new(&mut self.buf)];
+            let r = recvmsg::<SockaddrStorage>(
+                self.rx.as_raw_fd(),
+                &mut iov,
+                Some(&mut self.cmsg),
+                MsgFlags::MSG_DONTWAIT,
+            );
+            let m = match r {
+                Ok(m) => m,
+                Err(nix::errno::Errno::EINTR) => continue,
+                // EAGAIN, or an ICMP error reported on the socket: nothing to hand on.
                 Err(_) => return None,
             };
-            match self.rebuild(n, from) {
-                Some(pkt) => {
-                    self.tee(&pkt);
-                    LinkCounters::add(&self.counters.rx_packets, 1);
-                    LinkCounters::add(&self.counters.rx_bytes, n as u64);
-                    return Some(pkt);
+            let mut seg = 0;
+            if let Ok(cmsgs) = m.cmsgs() {
+                for c in cmsgs {
+                    if let ControlMessageOwned::UdpGroSegments(s) = c {
+                        seg = usize::try_from(s).unwrap_or(0);
+                    }
                 }
+            }
+            let from = m.address.as_ref().and_then(socket_addr);
+            let n = m.bytes;
+            match from {
+                Some(from) => return Some((n, from, seg)),
                 None => LinkCounters::add(&self.counters.rx_dropped, 1),
             }
         }
     }
 
-    /// The IP packet of the `n`-byte UDP payload in `self.buf` that came from `from`.
-    fn rebuild(&mut self, n: usize, from: SocketAddr) -> Option<Vec<u8>> {
-        let payload = self.buf.get(..n)?;
-        let mut ip = match (from.ip(), self.local.ip()) {
-            (IpAddr::V4(src), IpAddr::V4(dst)) => IpSpec::V4(Ipv4Spec {
-                src: src.octets(),
-                dst: dst.octets(),
-                tos: 0,
-                ttl: DEFAULT_TTL,
-                id: 0,
-                dont_fragment: true,
-            }),
-            (IpAddr::V6(src), IpAddr::V6(dst)) => IpSpec::V6(Ipv6Spec {
-                src: src.octets(),
-                dst: dst.octets(),
-                traffic_class: 0,
-                flow_label: 0,
-                hop_limit: DEFAULT_TTL,
-            }),
-            _ => return None,
-        };
-        let ports = UdpPorts {
-            src: from.port(),
-            dst: ROCE_V2_UDP_DPORT,
-        };
-        if let IpSpec::V4(v4) = &mut ip {
-            // A packet whose ICRC no IP ID explains keeps ID 0: the device counts it as an
-            // ICRC error, as it should.
-            if let Some(id) = self
-                .ip_ids
-                .recover(v4, ports, payload)
-                .filter(|&id| id != 0)
-            {
-                v4.id = id;
-                LinkCounters::add(&self.counters.rx_ip_id_recovered, 1);
-            }
-        }
-        let hl = match ip {
-            IpSpec::V4(_) => IPV4_HDR_LEN,
-            IpSpec::V6(_) => bypass_hw::roce::ip::IPV6_HDR_LEN,
-        } + UDP_HDR_LEN;
-        let mut pkt = vec![0u8; hl + n];
-        let written = ip.write_ip_udp(ports, n, &mut pkt).ok()?;
-        pkt.get_mut(written..)?.copy_from_slice(payload);
-        Some(pkt)
-    }
-
     /// Waits until a datagram is readable or `ms` milliseconds pass.
+    #[cfg(test)]
     fn wait_readable(&self, ms: u8) {
         let mut fds = [PollFd::new(self.rx.as_fd(), PollFlags::POLLIN)];
-        // EINTR or an error: the engine loop comes back here anyway.
+        // EINTR or an error: the caller comes back here anyway.
         let _ = poll(&mut fds, PollTimeout::from(ms));
     }
+}
+
+/// True for an RC ACK (or NAK): BTH opcode `RC_ACKNOWLEDGE`.
+fn is_ack(packet: &[u8]) -> bool {
+    RocePacket::parse(packet).is_ok_and(|p| p.opcode() == BthOpcode::RC_ACKNOWLEDGE)
+}
+
+/// Where a packet goes on the wire and how it is laid out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct WireOf {
+    dst: IpAddr,
+    sport: u16,
+    /// Bytes of IP + UDP header before the UDP payload.
+    header_len: usize,
+    /// Bytes of UDP payload (BTH … ICRC).
+    payload_len: usize,
+}
+
+/// The destination, source port and layout of a device's packet, if it is RoCEv2 over IP.
+fn wire_of(packet: &[u8]) -> Option<WireOf> {
+    let p = RocePacket::parse(packet).ok()?;
+    let dst = match p.ip() {
+        IpSpec::V4(v) => IpAddr::from(v.dst),
+        IpSpec::V6(v) => IpAddr::from(v.dst),
+    };
+    let payload_len = p.udp_payload().len();
+    Some(WireOf {
+        dst,
+        sport: p.ports().src,
+        header_len: packet.len().checked_sub(payload_len)?,
+        payload_len,
+    })
+}
+
+/// How many packets from the front of `packets` form one segmented send: the same peer and
+/// source port, equal UDP payload lengths except a shorter last one, at most
+/// [`GSO_MAX_SEGS`] packets and [`GSO_MAX_BYTES`] bytes. 1 when the first cannot lead one.
+fn train_len(packets: &[Vec<u8>]) -> usize {
+    let Some(first) = packets.first().and_then(|p| wire_of(p)) else {
+        return 1;
+    };
+    let (mut n, mut bytes) = (1usize, first.payload_len);
+    for p in packets.iter().skip(1) {
+        let Some(w) = wire_of(p) else { break };
+        if n >= GSO_MAX_SEGS
+            || w.dst != first.dst
+            || w.sport != first.sport
+            || w.header_len != first.header_len
+            || w.payload_len > first.payload_len
+            || bytes + w.payload_len > GSO_MAX_BYTES
+        {
+            break;
+        }
+        n += 1;
+        bytes += w.payload_len;
+        if w.payload_len < first.payload_len {
+            break;
+        }
+    }
+    n
+}
+
+/// Gives an IPv4 packet built with IP ID 0 the IP ID `id` (header checksum too) and the ICRC
+/// that goes with it (`icrc(0) ^ delta(id)`, see [`Ipv4IdSolver`]); IPv6 packets (no ID) are left
+/// as they are. `None` if the packet does not parse.
+fn restamp_ipv4_id(packet: &mut [u8], id: u16, deltas: &mut Ipv4IdSolver) -> Option<()> {
+    let (v4, ports, n) = {
+        let p = RocePacket::parse(packet).ok()?;
+        let IpSpec::V4(v4) = *p.ip() else {
+            return Some(());
+        };
+        (v4, p.ports(), p.udp_payload().len())
+    };
+    let delta = deltas.delta(n, id ^ v4.id)?;
+    IpSpec::V4(Ipv4Spec { id, ..v4 })
+        .write_ip_udp(ports, n, packet)
+        .ok()?;
+    let tail = packet.len().checked_sub(4)?;
+    let icrc = bypass_hw::roce::icrc::wire_value(packet.get(tail..)?)? ^ delta;
+    packet.get_mut(tail..)?.copy_from_slice(&icrc.to_le_bytes());
+    Some(())
+}
+
+/// The socket address of a `recvmsg` sender.
+fn socket_addr(s: &SockaddrStorage) -> Option<SocketAddr> {
+    if let Some(v4) = s.as_sockaddr_in() {
+        return Some(SocketAddr::V4(std::net::SocketAddrV4::from(*v4)));
+    }
+    s.as_sockaddr_in6()
+        .map(|v6| SocketAddr::V6(std::net::SocketAddrV6::from(*v6)))
+}
+
+/// The IP packet of UDP payload `payload` that came from `from` to `local` (headers rebuilt
+/// as the module comment says). IPv4: the ID is `hint` if the ICRC checks with it (a
+/// segment of a bypass peer's train), else 0 or the one [`recover_ipv4_id`] finds.
+fn rebuild(
+    counters: &LinkCounters,
+    deltas: &mut Ipv4IdSolver,
+    local: SocketAddr,
+    payload: &[u8],
+    from: SocketAddr,
+    hint: u16,
+) -> Option<Vec<u8>> {
+    let mut ip = match (from.ip(), local.ip()) {
+        (IpAddr::V4(src), IpAddr::V4(dst)) => IpSpec::V4(Ipv4Spec {
+            src: src.octets(),
+            dst: dst.octets(),
+            tos: 0,
+            ttl: DEFAULT_TTL,
+            id: 0,
+            dont_fragment: true,
+        }),
+        (IpAddr::V6(src), IpAddr::V6(dst)) => IpSpec::V6(Ipv6Spec {
+            src: src.octets(),
+            dst: dst.octets(),
+            traffic_class: 0,
+            flow_label: 0,
+            hop_limit: DEFAULT_TTL,
+        }),
+        _ => return None,
+    };
+    let ports = UdpPorts {
+        src: from.port(),
+        dst: ROCE_V2_UDP_DPORT,
+    };
+    if let IpSpec::V4(v4) = &mut ip {
+        // One pass over the packet (its ICRC with ID 0); the hint and, failing it, any other
+        // ID are then checked by XOR (see `Ipv4IdSolver`). A packet whose ICRC no ID explains
+        // keeps ID 0: the device counts it as an ICRC error, as it should.
+        let want = bypass_hw::roce::icrc::wire_value(payload);
+        let c0 = bypass_hw::roce::icrc::compute_udp_payload(&IpSpec::V4(*v4), ports, payload);
+        if let (Some(want), Ok(c0)) = (want, c0) {
+            if want != c0 {
+                let n = payload.len();
+                if hint != 0 && deltas.delta(n, hint).is_some_and(|d| c0 ^ d == want) {
+                    v4.id = hint;
+                } else if let Some(id) = deltas.solve(n, want ^ c0) {
+                    v4.id = id;
+                    LinkCounters::add(&counters.rx_ip_id_recovered, 1);
+                }
+            }
+        }
+    }
+    let mut hdr = [0u8; bypass_hw::roce::ip::IPV6_HDR_LEN + UDP_HDR_LEN];
+    let written = ip.write_ip_udp(ports, payload.len(), &mut hdr).ok()?;
+    let mut pkt = Vec::with_capacity(written + payload.len());
+    pkt.extend_from_slice(hdr.get(..written)?);
+    pkt.extend_from_slice(payload);
+    Some(pkt)
 }
 
 /// The IPv4 ID the sender hashed into the ICRC of `payload`, which a UDP socket does not
@@ -468,49 +799,146 @@ pub fn recover_ipv4_id(ip: &Ipv4Spec, ports: UdpPorts, payload: &[u8]) -> Option
     Ipv4IdSolver::new().recover(ip, ports, payload)
 }
 
-fn lock(world: &Mutex<World>) -> MutexGuard<'_, World> {
-    world.lock().unwrap_or_else(PoisonError::into_inner)
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// The most device steps of one engine round (a livelocking device cannot hold the lock).
+fn try_lock<T>(m: &Mutex<T>) -> Option<MutexGuard<'_, T>> {
+    match m.try_lock() {
+        Ok(g) => Some(g),
+        Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+        Err(std::sync::TryLockError::WouldBlock) => None,
+    }
+}
+
+/// The most device steps of one pump round (a livelocking device cannot hold the lock).
 const MAX_STEPS_PER_ROUND: usize = 100_000;
 
-/// The engine thread of a UDP fabric: until `stop`, runs the world's devices in real time
-/// (device time = ns since the engine started), sends what they transmit through `link` and
-/// hands them what it receives (to the device that owns the destination GID, else device 0).
-/// Spins while there is work and for a short while after; sleeps in `poll` on the socket when
-/// idle. Socket calls happen with the world unlocked.
-pub fn run_engine(world: &Mutex<World>, stop: &AtomicBool, mut link: UdpLink) {
-    let start = Instant::now();
-    let mut last_work = Instant::now();
-    let mut inbound: Vec<Vec<u8>> = Vec::with_capacity(RX_BATCH);
-    let mut outbound: Vec<Vec<u8>> = Vec::new();
-    while !stop.load(Ordering::Acquire) {
-        while inbound.len() < RX_BATCH {
-            match link.recv() {
-                Some(p) => inbound.push(p),
-                None => break,
-            }
+/// Who runs a pump round ([`UdpWire::pump`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pumper {
+    /// A thread that just rang a doorbell: waits for the link if another thread holds it
+    /// (the doorbell must not wait for the engine's next round), steps the devices and sends
+    /// what they transmit; does not read the socket (its wait loop will).
+    Doorbell,
+    /// An application thread's wait loop: reads the socket, steps, sends; skips the round
+    /// if another thread is running one.
+    App,
+    /// The fabric's engine thread: as `App`, and does not count as an application thread
+    /// pumping (neither does `Doorbell`).
+    Engine,
+}
+
+/// The link's working buffers, reused round after round.
+struct PumpState {
+    link: UdpLink,
+    inbound: Vec<Vec<u8>>,
+    outbound: Vec<Vec<u8>>,
+    /// `outbound` holds ACKs kept back by the last round (sent by the next, whatever it is).
+    held: bool,
+}
+
+/// A [`UdpLink`] as the wire of a fabric whose world is moved by whichever thread needs it:
+/// the thread that rang a doorbell sends its packets itself ([`Pumper::Doorbell`]), an
+/// application's wait loop reads the socket and runs the device ([`Pumper::App`]), and the
+/// fabric's engine thread ([`UdpWire::run_engine`]) runs timers, and everything when no
+/// application thread pumps. A ping-pong between two processes is then one busy thread per
+/// process, as with plain sockets: no hand-off to an engine thread, no engine competing for
+/// the core. Socket calls happen with the world unlocked; the link is locked before the
+/// world, never after.
+pub struct UdpWire {
+    state: Mutex<PumpState>,
+    /// A second handle on the receiving socket, for the engine to `poll` without the lock.
+    poller: UdpSocket,
+    /// Device time 0.
+    start: Instant,
+    /// When an application thread last pumped (ns since `start`).
+    app_pumped: AtomicU64,
+}
+
+impl std::fmt::Debug for UdpWire {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UdpWire")
+            .field("local", &self.poller.local_addr().ok())
+            .finish_non_exhaustive()
+    }
+}
+
+impl UdpWire {
+    /// Wraps `link` (device time starts now).
+    pub fn new(link: UdpLink) -> Result<Self, LinkError> {
+        let poller = link.rx.try_clone().map_err(|source| LinkError::Socket {
+            what: "duplicating the receiving socket",
+            addr: link.local,
+            source,
+        })?;
+        Ok(Self {
+            state: Mutex::new(PumpState {
+                link,
+                inbound: Vec::with_capacity(RX_BATCH * 2),
+                outbound: Vec::new(),
+                held: false,
+            }),
+            poller,
+            start: Instant::now(),
+            app_pumped: AtomicU64::new(0),
+        })
+    }
+
+    fn now_ns(&self) -> u64 {
+        u64::try_from(self.start.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    /// One round: read what waits on the socket (not for [`Pumper::Doorbell`]), hand it to
+    /// the device that owns its destination GID (else device 0), step the devices at the
+    /// current device time (ns since [`UdpWire::new`]) until idle, and send what they
+    /// transmit. True if anything moved. [`Pumper::App`] and [`Pumper::Engine`] return false
+    /// at once when another thread is running a round.
+    pub fn pump(&self, world: &Mutex<World>, by: Pumper) -> bool {
+        if by == Pumper::App {
+            // Only a wait loop reads the socket: a doorbell alone (a CQ armed before a
+            // blocking wait, say) must not keep the engine off it.
+            self.app_pumped.store(self.now_ns(), Ordering::Relaxed);
+        }
+        let mut g = match by {
+            Pumper::Doorbell => lock(&self.state),
+            Pumper::App | Pumper::Engine => match try_lock(&self.state) {
+                Some(g) => g,
+                None => return false,
+            },
+        };
+        let PumpState {
+            link,
+            inbound,
+            outbound,
+            held,
+        } = &mut *g;
+        if by != Pumper::Doorbell {
+            link.recv_batch(inbound, RX_BATCH);
         }
         let mut busy = !inbound.is_empty();
         {
             let mut w = lock(world);
-            let now = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
+            let now = self.now_ns();
             let n = w.len();
             for id in 0..n {
                 w.device(id).set_time(now);
             }
             for pkt in inbound.drain(..) {
-                let owner = RocePacket::parse(&pkt).ok().and_then(|p| {
-                    let (_, dgid) = p.ip().gids();
-                    (0..n).find(|&id| {
-                        w.device(id)
-                            .profile()
-                            .ports
-                            .iter()
-                            .any(|port| port.gids.contains(&dgid))
+                let owner = if n > 1 {
+                    RocePacket::parse(&pkt).ok().and_then(|p| {
+                        let (_, dgid) = p.ip().gids();
+                        (0..n).find(|&id| {
+                            w.device(id)
+                                .profile()
+                                .ports
+                                .iter()
+                                .any(|port| port.gids.contains(&dgid))
+                        })
                     })
-                });
+                } else {
+                    None
+                };
                 if n > 0 {
                     w.device(owner.unwrap_or(0)).receive(pkt);
                 }
@@ -531,18 +959,53 @@ pub fn run_engine(world: &Mutex<World>, stop: &AtomicBool, mut link: UdpLink) {
                 }
             }
         }
-        for p in outbound.drain(..) {
-            busy = true;
-            link.send(&p);
+        busy |= !outbound.is_empty();
+        let received = busy && by == Pumper::App && !outbound.is_empty();
+        if received && !*held && outbound.iter().all(|p| is_ack(p)) {
+            // Only ACKs, in a wait loop that just took packets: hold them for one round (the
+            // application's reply, rung as a doorbell a moment later, carries them in the
+            // same send; the next round of any kind sends them), as a NIC coalesces ACKs.
+            *held = true;
+            return busy;
         }
-        if busy {
-            last_work = Instant::now();
-        } else if last_work.elapsed() > SPIN {
-            link.wait_readable(IDLE_POLL_MS);
-        } else {
-            // Spinning, but other threads (the application's, on few cores) may need the CPU
-            // to produce the next doorbell: give it away rather than burn the slice.
-            std::thread::yield_now();
+        *held = false;
+        if outbound.len() > 1 {
+            // ACKs last (stable: each kind keeps its order; requests and ACKs are separate
+            // PSN streams), so that a reply and the ACKs held for it form one train: the
+            // shorter ACK may be the last segment of a segmented send.
+            outbound.sort_by_key(|p| is_ack(p));
+        }
+        link.send_batch(outbound);
+        busy
+    }
+
+    /// The engine thread of a UDP fabric, until `stop`. While an application thread pumps
+    /// (within the last 2 ms) it only runs a round every millisecond (timers:
+    /// retransmission, RNR retry) and leaves the socket alone; otherwise it pumps the link
+    /// itself, spinning while there is work and for a short while after, then sleeping in
+    /// `poll` on the socket.
+    pub fn run_engine(&self, world: &Mutex<World>, stop: &AtomicBool) {
+        let mut last_work = Instant::now();
+        while !stop.load(Ordering::Acquire) {
+            let since_app = self
+                .now_ns()
+                .saturating_sub(self.app_pumped.load(Ordering::Relaxed));
+            if since_app < APP_PUMPING.as_nanos() as u64 {
+                std::thread::sleep(Duration::from_millis(u64::from(IDLE_POLL_MS)));
+                self.pump(world, Pumper::Engine);
+                continue;
+            }
+            if self.pump(world, Pumper::Engine) {
+                last_work = Instant::now();
+            } else if last_work.elapsed() > SPIN {
+                let mut fds = [PollFd::new(self.poller.as_fd(), PollFlags::POLLIN)];
+                // EINTR or an error: the loop comes back here anyway.
+                let _ = poll(&mut fds, PollTimeout::from(IDLE_POLL_MS));
+            } else {
+                // Spinning, but other threads (the application's, on few cores) may need the
+                // CPU: give it away rather than burn the slice.
+                std::thread::yield_now();
+            }
         }
     }
 }
@@ -668,6 +1131,137 @@ mod tests {
         send_raw(&mut a, &sent, b.local_addr());
         let got = recv_wait(&mut b);
         assert!(!RocePacket::parse(&got).unwrap().icrc_ok());
+    }
+
+    /// A packet of `len` payload bytes from 127.0.0.1 to 127.0.0.2, PSN `psn`.
+    fn sized(psn: u32, len: usize, sport: u16) -> Vec<u8> {
+        let data: Vec<u8> = (0..len).map(|i| (i * 31 + psn as usize) as u8).collect();
+        let spec = PacketSpec {
+            ip: IpSpec::from_gids(
+                &Profile::ipv4_gid([127, 0, 0, 1]),
+                &Profile::ipv4_gid([127, 0, 0, 2]),
+            )
+            .unwrap(),
+            ports: UdpPorts {
+                src: sport,
+                dst: ROCE_V2_UDP_DPORT,
+            },
+            bth: BthFields {
+                opcode: BthOpcode::RC_RDMA_WRITE_MIDDLE,
+                pkey: DEFAULT_PKEY,
+                dest_qp: 0x11,
+                psn,
+                ..Default::default()
+            },
+            ext: ExtFields::default(),
+            payload: &data,
+        };
+        let mut buf = vec![0u8; spec.packet_len().unwrap()];
+        emit(&spec, &mut buf).unwrap();
+        buf
+    }
+
+    /// `packet` with IPv4 ID `id`, header checksum and ICRC recomputed from scratch.
+    fn with_id(packet: &[u8], id: u16) -> Vec<u8> {
+        let p = RocePacket::parse(packet).unwrap();
+        let IpSpec::V4(v4) = *p.ip() else {
+            unreachable!()
+        };
+        let ip = IpSpec::V4(Ipv4Spec { id, ..v4 });
+        let ports = p.ports();
+        let mut payload = p.udp_payload().to_vec();
+        let icrc = bypass_hw::roce::icrc::compute_udp_payload(&ip, ports, &payload).unwrap();
+        let n = payload.len();
+        payload[n - 4..].copy_from_slice(&icrc.to_le_bytes());
+        let mut out = packet.to_vec();
+        ip.write_ip_udp(ports, n, &mut out).unwrap();
+        let hl = out.len() - n;
+        out[hl..].copy_from_slice(&payload);
+        out
+    }
+
+    #[test]
+    fn restamping_the_ip_id_by_delta_gives_the_icrc_a_full_pass_computes() {
+        let mut d = Ipv4IdSolver::new();
+        for len in [0usize, 1, 8, 255, 1024, 4096] {
+            let p = sized(3, len, 0xc001);
+            for id in [1u16, 2, 7, 63, 0x8001, 0xffff] {
+                let mut q = p.clone();
+                restamp_ipv4_id(&mut q, id, &mut d).unwrap();
+                assert_eq!(q, with_id(&p, id), "len {len} id {id}");
+                assert!(RocePacket::parse(&q).unwrap().icrc_ok());
+            }
+        }
+    }
+
+    #[test]
+    fn a_segmented_train_arrives_as_exactly_the_datagrams_sent_one_by_one() {
+        let mut b = link(2);
+        let mut a = UdpLink::bind(SocketAddr::new(
+            Ipv4Addr::new(127, 0, 0, 1).into(),
+            b.local_addr().port(),
+        ))
+        .unwrap();
+        // Five full packets, a shorter last one, then one to another source port (a
+        // second send), then an ACK-sized one for the first port again (a third).
+        let mut sent: Vec<Vec<u8>> = (0..5).map(|i| sized(i, 1024, 0xc123)).collect();
+        sent.push(sized(5, 100, 0xc123));
+        sent.push(sized(6, 1024, 0xc124));
+        sent.push(sized(7, 4, 0xc123));
+        let expected: Vec<Vec<u8>> = sent
+            .iter()
+            .enumerate()
+            .map(|(i, p)| with_id(p, if i < 6 { i as u16 } else { 0 }))
+            .collect();
+        let mut batch = sent.clone();
+        a.send_batch(&mut batch);
+        assert!(batch.is_empty());
+        let got: Vec<Vec<u8>> = (0..expected.len()).map(|_| recv_wait(&mut b)).collect();
+        // Datagrams from two source sockets may interleave: compare per source port, in order.
+        for sport in [0xc123u16, 0xc124] {
+            let of = |v: &[Vec<u8>]| -> Vec<Vec<u8>> {
+                v.iter()
+                    .filter(|p| RocePacket::parse(p).unwrap().ports().src == sport)
+                    .cloned()
+                    .collect()
+            };
+            assert_eq!(of(&got), of(&expected), "source port {sport:#x}");
+        }
+        for p in &got {
+            assert!(RocePacket::parse(p).unwrap().icrc_ok());
+        }
+        let c = a.counters();
+        assert_eq!(c.tx_packets.load(Ordering::Relaxed), 8);
+        assert_eq!(
+            c.tx_gso_sends.load(Ordering::Relaxed),
+            1,
+            "one train of six"
+        );
+        let c = b.counters();
+        assert_eq!(c.rx_packets.load(Ordering::Relaxed), 8);
+        assert_eq!(
+            c.rx_ip_id_recovered.load(Ordering::Relaxed),
+            0,
+            "a train's IDs are known from the segment index, not solved for"
+        );
+    }
+
+    #[test]
+    fn every_nth_received_packet_is_dropped_when_asked() {
+        let mut b = link(2);
+        b.drop_incoming_every(3);
+        let mut a = UdpLink::bind(SocketAddr::new(
+            Ipv4Addr::new(127, 0, 0, 1).into(),
+            b.local_addr().port(),
+        ))
+        .unwrap();
+        let mut batch: Vec<Vec<u8>> = (0..6).map(|i| sized(i, 512, 0xc200)).collect();
+        a.send_batch(&mut batch);
+        let got: Vec<u32> = (0..4)
+            .map(|_| RocePacket::parse(&recv_wait(&mut b)).unwrap().bth().psn())
+            .collect();
+        assert_eq!(got, vec![0, 1, 3, 4]);
+        assert_eq!(b.counters().rx_injected_drops.load(Ordering::Relaxed), 2);
     }
 
     #[test]

@@ -1,0 +1,47 @@
+//! The UDP fabric: one sim device whose wire is a real UDP socket
+//! (`bypass_sim::link::udp::UdpWire`).
+//!
+//! Owns: [`SimFabric::udp`] and how the fabric's threads share the wire: a doorbell is acted on
+//! in the thread that rang it (the device steps and its packets are sent before the MMIO write
+//! returns), [`Backend::progress`](super::Backend::progress) runs a pump round in the
+//! caller's thread (driver wait loops and the `bypass` busy-poll loops call it), and the
+//! engine thread runs timers, and the link whenever no application thread pumps it. Must not:
+//! touch sockets or packets itself (the sim's link does), or change how the in-process
+//! fabrics run.
+
+use std::sync::Arc;
+
+use bypass_sim::link::udp::{LinkError, Pumper, UdpLink, UdpWire};
+
+use super::{FabricOptions, SimFabric};
+
+impl SimFabric {
+    /// A threaded fabric whose wire is a UDP socket: doorbells are acted on in the thread
+    /// that rings them, `progress()` pumps the link in the caller's thread, and an engine
+    /// thread runs timers (and everything when nobody pumps). Add the device with
+    /// `link.profile()` (its GID is the link's address) before moving the link in.
+    pub fn udp(seed: u64, link: UdpLink) -> Result<Self, LinkError> {
+        let wire = Arc::new(UdpWire::new(link)?);
+        let engine_wire = wire.clone();
+        Ok(Self::with_engine(
+            seed,
+            FabricOptions::default(),
+            Some(wire),
+            move |world, stop, _start| engine_wire.run_engine(world, stop),
+        ))
+    }
+
+    /// One pump round of a UDP fabric in the caller's thread; false (nothing done) on other
+    /// fabrics.
+    pub(super) fn pump(&self, by: Pumper) -> bool {
+        self.inner
+            .wire
+            .as_ref()
+            .is_some_and(|w| w.pump(&self.inner.world, by))
+    }
+
+    /// True for a UDP fabric.
+    pub(super) fn has_wire(&self) -> bool {
+        self.inner.wire.is_some()
+    }
+}

@@ -1,0 +1,109 @@
+//! Two simulated NICs on real UDP sockets in this process (127.0.0.1 and 127.0.0.2): a 1 MiB
+//! RDMA WRITE goes out as segmented sends (`UDP_SEGMENT` trains) and arrives as coalesced
+//! reads (`UDP_GRO`); the receiving link drops every 97th packet it reads, so packets inside
+//! trains are lost; the RC transport must still deliver every byte, and the WRITE complete
+//! successfully. Both devices are pumped by this thread (`Context::progress`), as the
+//! busy-poll loops of `bypass perf` and `bypass pingpong` do.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use bypass_sim::link::udp::{LinkCounters, UdpLink};
+use bypass_verbs::driver::backend::sim::SimFabric;
+use bypass_verbs::{Access, Context, Cq, QpBuilder, SendOp, SendWr};
+
+/// How long the transfer may take before the test reports it stuck (a bound, not a speed
+/// check).
+const STALL: Duration = Duration::from_secs(60);
+
+/// A UDP port free on both addresses.
+fn free_port(a: IpAddr, b: IpAddr) -> u16 {
+    for _ in 0..64 {
+        let s = UdpSocket::bind((a, 0)).expect("bind a UDP port");
+        let port = s.local_addr().unwrap().port();
+        if UdpSocket::bind((b, port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no UDP port free on both {a} and {b}");
+}
+
+fn open(addr: SocketAddr, seed: u64, drop_every: u64) -> (Arc<Context>, Arc<LinkCounters>) {
+    let mut link = UdpLink::bind(addr).expect("bind the link");
+    link.drop_incoming_every(drop_every);
+    let counters = link.counters();
+    let profile = link.profile();
+    let fabric = SimFabric::udp(seed, link).expect("UDP fabric");
+    let backend = fabric.add_device(profile).expect("add the device");
+    (Context::new(backend).expect("open the device"), counters)
+}
+
+#[test]
+fn a_megabyte_write_over_udp_trains_survives_packets_lost_inside_them() {
+    let (ia, ib): (IpAddr, IpAddr) = (
+        Ipv4Addr::new(127, 0, 0, 1).into(),
+        Ipv4Addr::new(127, 0, 0, 2).into(),
+    );
+    let port = free_port(ia, ib);
+    let (ca, la) = open(SocketAddr::new(ia, port), 1, 0);
+    let (cb, lb) = open(SocketAddr::new(ib, port), 2, 97);
+    let (pa, pb) = (ca.alloc_pd().expect("PD a"), cb.alloc_pd().expect("PD b"));
+    let mut cqa = Cq::new(&ca, 16).expect("CQ a");
+    let cqb = Cq::new(&cb, 16).expect("CQ b");
+    const LEN: usize = 1 << 20;
+    let target = pb
+        .register(LEN, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+        .expect("MR b");
+    let pool = pa.create_pool(LEN, 2).expect("pool a");
+    let mut a = QpBuilder::rc(&pa, &cqa, &cqa).build().expect("QP a");
+    let mut b = QpBuilder::rc(&pb, &cqb, &cqb).build().expect("QP b");
+    let (ea, eb) = (a.endpoint().expect("ep a"), b.endpoint().expect("ep b"));
+    a.connect(&eb).expect("connect a");
+    b.connect(&ea).expect("connect b");
+
+    let data: Vec<u8> = (0..LEN).map(|i| (i * 13 + i / 4093) as u8).collect();
+    let mut lease = pool.lease(LEN).expect("lease");
+    lease.as_mut_slice().copy_from_slice(&data);
+    let remote = target.remote().slice(0, LEN as u64).expect("slice");
+    a.post_send(SendWr::new(5, SendOp::Write(remote)).sge(lease))
+        .expect("post the WRITE");
+
+    let t0 = Instant::now();
+    let c = loop {
+        if let Some(c) = cqa.poll_one() {
+            break c;
+        }
+        ca.progress();
+        cb.progress();
+        assert!(
+            t0.elapsed() < STALL,
+            "no completion after {STALL:?}: link a {}; link b {}",
+            la.summary(),
+            lb.summary()
+        );
+        std::thread::yield_now();
+    };
+    assert!(c.is_ok(), "{c}");
+    assert_eq!(c.wr_id(), 5);
+    let mut got = vec![0u8; LEN];
+    target.read(0, &mut got).expect("read MR b");
+    assert!(got == data, "the WRITE's bytes differ at the receiver");
+    assert!(
+        la.tx_gso_sends.load(Ordering::Relaxed) > 0,
+        "the WRITE went out as segmented sends: {}",
+        la.summary()
+    );
+    assert!(
+        lb.rx_injected_drops.load(Ordering::Relaxed) > 0,
+        "packets were lost on the way: {}",
+        lb.summary()
+    );
+    assert_eq!(
+        lb.rx_ip_id_recovered.load(Ordering::Relaxed),
+        0,
+        "{}",
+        lb.summary()
+    );
+}
