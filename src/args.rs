@@ -73,6 +73,23 @@ impl FromStr for DeviceSpec {
     }
 }
 
+impl DeviceSpec {
+    /// True for a device that talks to peers in other processes (`udp:`, `vfio:`), false for
+    /// the in-process pair of `sim`.
+    pub fn is_network(&self) -> bool {
+        matches!(self, Self::Udp(_) | Self::Vfio(_))
+    }
+
+    /// What kind of NIC it is, in words.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Sim => "in-process simulated NIC",
+            Self::Vfio(_) => "NIC bound to vfio-pci",
+            Self::Udp(_) => "simulated NIC on a UDP socket",
+        }
+    }
+}
+
 impl fmt::Display for DeviceSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

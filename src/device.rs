@@ -8,7 +8,9 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
 
+use bypass_driver::backend::Backend;
 use bypass_driver::backend::sim::SimFabric;
+use bypass_driver::backend::vfio::{VfioBackend, VfioError};
 use bypass_driver::{DriverError, Hca};
 use bypass_sim::Profile;
 use bypass_sim::link::udp::{LinkCounters, LinkError, UdpLink};
@@ -19,11 +21,9 @@ use crate::args::DeviceSpec;
 /// Why a device could not be opened.
 #[derive(Debug, thiserror::Error)]
 pub enum DeviceError {
-    /// A VFIO device was asked for, and this build has no VFIO backend yet.
-    #[error(
-        "device {0}: the VFIO backend is not part of this build yet, so real NICs cannot be opened: use -d sim (the default) for an in-process simulated ConnectX NIC, or -d udp:ADDR for one on a UDP socket"
-    )]
-    VfioUnavailable(String),
+    /// The VFIO device could not be opened (not bound to vfio-pci, IOMMU group, memlock, ...).
+    #[error(transparent)]
+    Vfio(#[from] VfioError),
     /// The driver failed to add or bring up the device.
     #[error("opening {device}: {source}")]
     Driver {
@@ -56,7 +56,7 @@ pub enum DeviceError {
     },
     /// The command runs both of its endpoints in this process, which one UDP NIC cannot do.
     #[error(
-        "{command} runs both endpoints in one process on -d sim; -d {device} is one NIC on a UDP socket: to talk to a peer over UDP run `bypass pingpong -d {device}` (or `bypass perf write-lat -d {device} [HOST]`) on both sides"
+        "{command} runs both endpoints in one process on -d sim; -d {device} is one NIC: to talk to a peer run `bypass pingpong -d {device}` (or `bypass perf write-lat -d {device} [HOST]`) on both sides"
     )]
     InProcessOnly {
         /// The command.
@@ -85,7 +85,10 @@ pub fn open_hca(spec: &DeviceSpec, seed: u64) -> Result<Hca, DeviceError> {
         source,
     };
     match spec {
-        DeviceSpec::Vfio(addr) => Err(DeviceError::VfioUnavailable(addr.clone())),
+        DeviceSpec::Vfio(addr) => {
+            let backend = VfioBackend::open(addr)?;
+            Hca::open(backend as Arc<dyn Backend>).map_err(driver)
+        }
         DeviceSpec::Sim => {
             let fabric = SimFabric::stepped(seed);
             let backend = fabric.add_device(Profile::with_id(1)).map_err(driver)?;
@@ -105,10 +108,18 @@ pub fn open_hca(spec: &DeviceSpec, seed: u64) -> Result<Hca, DeviceError> {
 pub struct NetDevice {
     /// The open device.
     pub ctx: Arc<Context>,
-    /// The address its link is bound to (GID index 0).
-    pub addr: SocketAddr,
-    /// What its link did.
-    pub link: Arc<LinkCounters>,
+    /// The address its UDP link is bound to (GID index 0); `None` for a real NIC.
+    pub addr: Option<SocketAddr>,
+    /// What its UDP link did; `None` for a real NIC.
+    pub link: Option<Arc<LinkCounters>>,
+}
+
+impl NetDevice {
+    /// `link ADDR: counters` for a NIC on a UDP link, `None` for a real NIC.
+    pub fn link_summary(&self) -> Option<String> {
+        let (addr, link) = (self.addr?, self.link.as_ref()?);
+        Some(format!("link {addr}: {}", link.summary()))
+    }
 }
 
 /// Opens the one device of a command that talks to a peer process (`pingpong`, the
@@ -121,7 +132,20 @@ pub fn open_net(
     pcap: Option<&Path>,
 ) -> Result<NetDevice, DeviceError> {
     match spec {
-        DeviceSpec::Vfio(addr) => Err(DeviceError::VfioUnavailable(addr.clone())),
+        DeviceSpec::Vfio(addr) => {
+            // A real NIC: its wire is its own port; no link counters to report.
+            let backend = VfioBackend::open(addr)?;
+            let ctx =
+                Context::new(backend as Arc<dyn Backend>).map_err(|source| DeviceError::Verbs {
+                    device: spec.to_string(),
+                    source,
+                })?;
+            Ok(NetDevice {
+                ctx,
+                addr: None,
+                link: None,
+            })
+        }
         DeviceSpec::Sim => Err(DeviceError::NeedsNetwork {
             command,
             device: spec.to_string(),
@@ -150,8 +174,8 @@ pub fn open_net(
             })?;
             Ok(NetDevice {
                 ctx,
-                addr: bound,
-                link: counters,
+                addr: Some(bound),
+                link: Some(counters),
             })
         }
     }

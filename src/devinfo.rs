@@ -41,8 +41,9 @@ pub enum DevinfoError {
 /// Options of `bypass devinfo`.
 #[derive(Args, Debug)]
 pub struct DevinfoOpts {
-    /// The device: `sim` (an in-process simulated ConnectX NIC) or a PCI address of a NIC
-    /// bound to vfio-pci.
+    /// The device: `sim` (an in-process simulated ConnectX NIC), `udp:ADDR[:PORT]` (a
+    /// simulated NIC on a UDP socket) or `vfio:BDF` / a PCI address of a NIC bound to vfio-pci
+    /// (shown as `--vfio BDF` shows it).
     #[arg(short = 'd', long, default_value = "sim")]
     pub device: DeviceSpec,
     /// Seed of the simulated fabric.
@@ -57,6 +58,9 @@ pub struct DevinfoOpts {
 /// Opens the device, prints its summary and closes it (teardown returns every page).
 pub fn run(opts: &DevinfoOpts) -> Result<(), DevinfoError> {
     if let Some(bdf) = &opts.vfio {
+        return run_vfio(bdf);
+    }
+    if let DeviceSpec::Vfio(bdf) = &opts.device {
         return run_vfio(bdf);
     }
     let hca = open_hca(&opts.device, opts.seed)?;

@@ -100,8 +100,7 @@ impl Steps {
 /// Runs the ping and prints every step.
 pub fn run(opts: &PingOpts) -> Result<(), Box<dyn std::error::Error>> {
     match &opts.device {
-        DeviceSpec::Vfio(addr) => return Err(DeviceError::VfioUnavailable(addr.clone()).into()),
-        DeviceSpec::Udp(_) => {
+        DeviceSpec::Vfio(_) | DeviceSpec::Udp(_) => {
             return Err(DeviceError::InProcessOnly {
                 command: "ping",
                 device: opts.device.to_string(),

@@ -188,7 +188,7 @@ pub fn run(o: &PingpongOpts) -> Result<(), PingpongError> {
         .filter(|&s| s > 0 && s <= 1 << 30)
         .ok_or_else(|| PingpongError::Usage(format!("-s {}: give 1 byte to 1 GiB", o.size)))?;
     let dev = open_net(&o.device, o.seed, "pingpong", o.pcap.as_deref())?;
-    let ctx = dev.ctx;
+    let ctx = dev.ctx.clone();
     let pd = ctx.alloc_pd()?;
     let mut cq = Cq::new(&ctx, o.rx_depth + 1)?;
     // Receives, plus one SEND buffer in flight and one being filled.
@@ -306,7 +306,9 @@ pub fn run(o: &PingpongOpts) -> Result<(), PingpongError> {
     // Let the last ACKs leave before the device goes away (rc_pingpong tears down at once
     // too; the peer has already counted its completions).
     std::thread::sleep(Duration::from_millis(20));
-    eprintln!("link {}: {}", dev.addr, dev.link.summary());
+    if let Some(line) = dev.link_summary() {
+        eprintln!("{line}");
+    }
     drop((qp, cq, pool, pd));
     Ok(())
 }

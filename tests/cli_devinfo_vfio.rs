@@ -22,3 +22,30 @@ fn devinfo_vfio_names_a_missing_device() {
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("there is no PCI device 0000:ff:1f.7"), "{err}");
 }
+
+#[test]
+fn commands_that_talk_to_a_peer_open_a_vfio_device_and_name_what_is_missing() {
+    for args in [
+        &["pingpong", "-d", "vfio:0000:ff:1f.7"][..],
+        &["perf", "write-lat", "-d", "0000:ff:1f.7"][..],
+        &["perf", "write-bw", "-d", "0000:ff:1f.7", "127.0.0.1"][..],
+    ] {
+        let (code, _, err) = bypass(args);
+        assert_eq!(code, 1, "{args:?}: {err}");
+        assert!(
+            err.contains("there is no PCI device 0000:ff:1f.7"),
+            "{args:?}: {err}"
+        );
+    }
+}
+
+#[test]
+fn ping_on_one_vfio_nic_says_to_run_pingpong_on_both_sides() {
+    let (code, _, err) = bypass(&["ping", "-d", "0000:ff:1f.7"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("runs both endpoints in one process")
+            && err.contains("bypass pingpong -d vfio:0000:ff:1f.7"),
+        "{err}"
+    );
+}

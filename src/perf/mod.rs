@@ -181,10 +181,7 @@ fn sizes(c: &CommonOpts, default: u64) -> Vec<u64> {
     }
 }
 
-fn check_sizes(c: &CommonOpts, sizes: &[u64]) -> Result<(), PerfError> {
-    if let DeviceSpec::Vfio(addr) = &c.device {
-        return Err(DeviceError::VfioUnavailable(addr.clone()).into());
-    }
+fn check_sizes(sizes: &[u64]) -> Result<(), PerfError> {
     match sizes.iter().find(|&&s| s == 0 || s > MAX_SIZE) {
         Some(&size) => Err(PerfError::TooLarge { size }),
         None => Ok(()),
@@ -194,7 +191,7 @@ fn check_sizes(c: &CommonOpts, sizes: &[u64]) -> Result<(), PerfError> {
 fn print_test_info(title: &str, c: &CommonOpts, net: &remote::NetOpts, lines: &[(&str, String)]) {
     println!("{RESULT_LINE}");
     println!("                    {title}");
-    if matches!(c.device, DeviceSpec::Udp(_)) {
+    if c.device.is_network() {
         println!(" Device          : {}", remote::describe(c, net));
     } else {
         println!(
@@ -207,7 +204,7 @@ fn print_test_info(title: &str, c: &CommonOpts, net: &remote::NetOpts, lines: &[
     for (k, v) in lines {
         println!(" {k:<15} : {v}");
     }
-    if matches!(c.device, DeviceSpec::Udp(_)) {
+    if c.device.is_network() {
         println!(" Link type       : Ethernet (RoCEv2 over UDP)");
     } else {
         println!(" Link type       : Ethernet (RoCEv2, in-process)");
@@ -218,7 +215,7 @@ fn print_test_info(title: &str, c: &CommonOpts, net: &remote::NetOpts, lines: &[
 fn run_lat(o: &LatOpts) -> Result<(), PerfError> {
     // perftest DEF_SIZE_LAT = 2.
     let sizes = sizes(&o.common, 2);
-    check_sizes(&o.common, &sizes)?;
+    check_sizes(&sizes)?;
     check_host(&o.common, &o.net)?;
     print_test_info(
         "RDMA_Write Latency Test",
@@ -230,7 +227,7 @@ fn run_lat(o: &LatOpts) -> Result<(), PerfError> {
         ],
     );
     println!("{LAT_HEADER}");
-    if matches!(o.common.device, DeviceSpec::Udp(_)) {
+    if o.common.device.is_network() {
         remote::write_lat(&o.common, &o.net, &sizes, o.iters, |r| println!("{r}"))?;
         println!("{RESULT_LINE}");
         return Ok(());
@@ -246,7 +243,7 @@ fn run_lat(o: &LatOpts) -> Result<(), PerfError> {
 fn run_bw(o: &BwOpts) -> Result<(), PerfError> {
     // perftest DEF_SIZE_BW = 65536.
     let sizes = sizes(&o.common, 65536);
-    check_sizes(&o.common, &sizes)?;
+    check_sizes(&sizes)?;
     check_host(&o.common, &o.net)?;
     let units = if o.report_gbits {
         BwUnits::GbitPerSec
@@ -263,7 +260,7 @@ fn run_bw(o: &BwOpts) -> Result<(), PerfError> {
             ("Max inline data", format!("{}[B]", pair::MAX_INLINE)),
         ],
     );
-    if matches!(o.common.device, DeviceSpec::Udp(_)) {
+    if o.common.device.is_network() {
         return run_bw_remote(o, &sizes, units);
     }
     println!("{}", units.header());

@@ -161,7 +161,9 @@ impl Side {
 
     /// A one-line account of the link, for stderr.
     fn link_summary(&self) -> String {
-        format!("link {}: {}", self.dev.addr, self.dev.link.summary())
+        self.dev
+            .link_summary()
+            .unwrap_or_else(|| "no link counters (a real NIC)".to_owned())
     }
 }
 
@@ -169,12 +171,16 @@ impl Side {
 pub fn describe(c: &super::CommonOpts, net: &NetOpts) -> String {
     match &net.host {
         Some(h) => format!(
-            "{} (simulated NIC on a UDP socket), client of {h}:{}",
-            c.device, net.port
+            "{} ({}), client of {h}:{}",
+            c.device,
+            c.device.kind(),
+            net.port
         ),
         None => format!(
-            "{} (simulated NIC on a UDP socket), server on TCP port {}",
-            c.device, net.port
+            "{} ({}), server on TCP port {}",
+            c.device,
+            c.device.kind(),
+            net.port
         ),
     }
 }

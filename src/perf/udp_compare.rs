@@ -333,7 +333,9 @@ pub fn run(o: &UdpCompareOpts) -> Result<(), PerfError> {
         verdict(bw_ratio >= BW_TARGET)
     );
     for d in &pair.devs {
-        println!(" link {}: {}", d.addr, d.link.summary());
+        if let Some(line) = d.link_summary() {
+            println!(" {line}");
+        }
     }
     Ok(())
 }
