@@ -33,7 +33,8 @@ ensure_guest() {
   local kver
   kver=$(cat "$LAB/default-kver" 2>/dev/null || true)
   if command -v qemu-system-x86_64 >/dev/null && [ -n "$kver" ] \
-     && [ -f "$LAB/kernel/$kver/boot/vmlinuz-$kver" ] && [ -f "$LAB/initramfs-$kver.cpio.gz" ]; then
+     && [ -f "$LAB/kernel/$kver/boot/vmlinuz-$kver" ] && [ -f "$LAB/initramfs-$kver.cpio.gz" ] \
+     && [ "$(cat "$LAB/initramfs-$kver.stamp" 2>/dev/null)" = "$(sha256sum "$GUEST/build-guest.sh" | cut -d' ' -f1)" ]; then
     return 0
   fi
   echo "guest-test: preparing the guest under $LAB"
