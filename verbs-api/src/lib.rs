@@ -139,6 +139,7 @@ mod outstanding;
 pub mod pd;
 pub mod pool;
 pub mod qp;
+pub mod shared;
 pub mod wr;
 
 pub use context::{Context, SimPair};
@@ -152,4 +153,5 @@ pub use mr::Mr;
 pub use pd::Pd;
 pub use pool::{Lease, MemoryPool};
 pub use qp::{Qp, QpAccess, QpBuilder, QpCaps, QpOptions};
+pub use shared::SharedLease;
 pub use wr::{RecvWr, SendOp, SendWr, UdDest};
