@@ -146,10 +146,24 @@ impl Iterator for Runs<'_> {
         let idx = usize::try_from((self.at >> shift) - (self.key.start >> shift)).ok()?;
         // translate() checked that every page of the range has an MTT entry.
         let page = self.key.mtt.get(idx)? & !(psize - 1);
-        let n = (psize - (self.at & (psize - 1))).min(self.end - self.at);
-        let run = (page + (self.at & (psize - 1)), n);
+        let mut n = (psize - (self.at & (psize - 1))).min(self.end - self.at);
+        let run_start = page + (self.at & (psize - 1));
+        // Pages whose MTT entries continue the run physically extend it: one run per
+        // contiguous IOVA range, so a large access is translated (and later resolved by the
+        // IOMMU) once per range rather than once per page.
+        let mut next_page = page.wrapping_add(psize);
+        let mut k = idx + 1;
+        while self.at + n < self.end {
+            let Some(e) = self.key.mtt.get(k) else { break };
+            if e & !(psize - 1) != next_page {
+                break;
+            }
+            n += psize.min(self.end - (self.at + n));
+            next_page = next_page.wrapping_add(psize);
+            k += 1;
+        }
         self.at += n;
-        Some(run)
+        Some((run_start, n))
     }
 }
 
@@ -174,6 +188,24 @@ mod tests {
             // Pages of 0x7f00_0000_0000.., ..1000, ..2000 at these IOVAs (with MTT flags set).
             mtt: vec![0x50_0000 | 3, 0x90_0000 | 3, 0x30_0000 | 3],
         }
+    }
+
+    #[test]
+    fn physically_contiguous_pages_make_one_run() {
+        let mut k = key();
+        // Pages 0 and 1 contiguous, page 2 elsewhere.
+        k.mtt = vec![0x50_0000 | 3, 0x50_1000 | 3, 0x90_0000 | 3];
+        let runs: Vec<_> = k
+            .translate(5, 7, 0x7f00_0000_0800, 0x1810, Need::LocalRead)
+            .unwrap()
+            .collect();
+        assert_eq!(runs, vec![(0x50_0800, 0x1800), (0x90_0000, 0x10)]);
+        // A range ending inside the contiguous part stops there.
+        let runs: Vec<_> = k
+            .translate(5, 7, 0x7f00_0000_0ff0, 0x20, Need::LocalRead)
+            .unwrap()
+            .collect();
+        assert_eq!(runs, vec![(0x50_0ff0, 0x20)]);
     }
 
     #[test]
