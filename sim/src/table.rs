@@ -80,6 +80,11 @@ impl<T> Table<T> {
         self.items.iter().map(|(k, v)| (*k, v))
     }
 
+    /// Objects numbered `n` or above, in number order.
+    pub fn iter_from(&self, n: u32) -> impl Iterator<Item = (u32, &T)> {
+        self.items.range(n..).map(|(k, v)| (*k, v))
+    }
+
     /// Objects in number order, writable.
     pub fn iter_mut(&mut self) -> impl Iterator<Item = (u32, &mut T)> {
         self.items.iter_mut().map(|(k, v)| (*k, v))

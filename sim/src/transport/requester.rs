@@ -841,10 +841,7 @@ pub(crate) fn run_timers(dev: &mut Device) -> bool {
         .objs
         .qps
         .iter()
-        .filter(|(_, qp)| {
-            qp.req.rnr_wait.is_some_and(|(t, _)| t <= now)
-                || qp.req.ack_deadline.is_some_and(|t| t <= now)
-        })
+        .filter(|(_, qp)| timer_due(qp, now))
         .map(|(n, _)| n)
         .collect();
     let mut any = false;
@@ -894,19 +891,21 @@ pub(crate) fn run_timers(dev: &mut Device) -> bool {
 /// the window and limits now allow. True if a packet went out.
 pub(crate) fn resume(dev: &mut Device) -> bool {
     // A QP with no fetched WQE and nothing left to fetch has nothing to resume (`pump` would
-    // find no WQE and stall): skipping it keeps an idle device's step free of work.
-    let mut qpns = dev
-        .objs
-        .qps
-        .iter()
-        .filter(|(_, qp)| qp.state == QpState::Rts && (qp.req.fresh || !qp.req.wqes.is_empty()))
-        .map(|(n, qp)| (n, qp.req.fresh));
-    let Some(first) = qpns.next() else {
-        return false;
-    };
-    let qpns: Vec<(u32, bool)> = std::iter::once(first).chain(qpns).collect();
+    // find no WQE and stall): skipping it keeps an idle device's step free of work. The QPs
+    // are visited in number order by a cursor (no list is collected: a scan allocates
+    // nothing), each looked up after the previous one ran, as a collected list would be.
+    let mut from = 0u32;
     let mut sent = false;
-    for (qpn, fresh) in qpns {
+    loop {
+        let next = dev
+            .objs
+            .qps
+            .iter_from(from)
+            .find(|(_, qp)| has_work(qp))
+            .map(|(n, qp)| (n, qp.req.fresh));
+        let Some((qpn, fresh)) = next else {
+            return sent;
+        };
         if fresh {
             if let Some(qp) = dev.objs.qps.get_mut(qpn) {
                 qp.req.fresh = false;
@@ -914,8 +913,22 @@ pub(crate) fn resume(dev: &mut Device) -> bool {
             crate::engine::fetch(dev, qpn, None);
         }
         sent |= pump(dev, qpn);
+        let Some(after) = qpn.checked_add(1) else {
+            return sent;
+        };
+        from = after;
     }
-    sent
+}
+
+/// Whether `qp` has a retransmit or RNR timer expired by `now` (what `run_timers` acts on).
+pub(crate) fn timer_due(qp: &crate::objects::Qp, now: u64) -> bool {
+    qp.req.rnr_wait.is_some_and(|(t, _)| t <= now) || qp.req.ack_deadline.is_some_and(|t| t <= now)
+}
+
+/// Whether `qp` has sending `resume` would continue: in RTS with a fetched WQE or a doorbell
+/// not yet acted on.
+pub(crate) fn has_work(qp: &crate::objects::Qp) -> bool {
+    qp.state == QpState::Rts && (qp.req.fresh || !qp.req.wqes.is_empty())
 }
 
 /// The earliest pending timer.
