@@ -639,7 +639,8 @@ fn send_burst(dev: &mut Device, c: &Ctx, req: &mut ReqState, w: &SendWqe) -> Opt
     let off = req.cur_pkt.saturating_mul(mtu).min(w.len);
     let left = w.len - off;
     let window = u32::try_from(MAX_UNACKED_PSNS - psn_diff(req.psn, req.una)).unwrap_or(0);
-    let count = left.div_ceil(mtu).min(window);
+    // At most 128 packets (the window; also the width of `Burst::ack_req`).
+    let count = left.div_ceil(mtu).min(window).min(u128::BITS);
     if left == 0 || count == 0 {
         return None;
     }
@@ -680,7 +681,7 @@ fn send_burst(dev: &mut Device, c: &Ctx, req: &mut ReqState, w: &SendWqe) -> Opt
         msg_len: w.len,
         raddr: w.raddr,
         rkey: w.rkey,
-        ack_req: Vec::new(),
+        ack_req: 0,
         wire_len: 0,
         src,
     };
@@ -698,18 +699,17 @@ fn send_burst(dev: &mut Device, c: &Ctx, req: &mut ReqState, w: &SendWqe) -> Opt
     }
     // AckReq every MAX_PKT_PER_ACK packets since the last one that had it, and on the last
     // packet of the message; `noack` counts the packets since.
-    let mut ack_req = vec![false; count as usize];
-    let mut at = (MAX_PKT_PER_ACK - 1).saturating_sub(req.noack) as usize;
+    // `count` is at most the window (MAX_UNACKED_PSNS = 128 packets), so the bits fit a u128.
+    let mut ack_req = 0u128;
+    let mut at = (MAX_PKT_PER_ACK - 1).saturating_sub(req.noack);
     let mut last_ack = None;
-    while let Some(slot) = ack_req.get_mut(at) {
-        *slot = true;
-        last_ack = Some(at as u32);
-        at += MAX_PKT_PER_ACK as usize;
+    while at < count {
+        ack_req |= 1u128.checked_shl(at).unwrap_or(0);
+        last_ack = Some(at);
+        at += MAX_PKT_PER_ACK;
     }
     if ends {
-        if let Some(slot) = ack_req.last_mut() {
-            *slot = true;
-        }
+        ack_req |= 1u128.checked_shl(count - 1).unwrap_or(0);
         last_ack = Some(count - 1);
     }
     req.noack = match last_ack {
