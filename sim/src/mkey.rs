@@ -151,16 +151,17 @@ impl Iterator for Runs<'_> {
         // Pages whose MTT entries continue the run physically extend it: one run per
         // contiguous IOVA range, so a large access is translated (and later resolved by the
         // IOMMU) once per range rather than once per page.
-        let mut next_page = page.wrapping_add(psize);
-        let mut k = idx + 1;
-        while self.at + n < self.end {
-            let Some(e) = self.key.mtt.get(k) else { break };
-            if e & !(psize - 1) != next_page {
-                break;
-            }
-            n += psize.min(self.end - (self.at + n));
-            next_page = next_page.wrapping_add(psize);
-            k += 1;
+        let rest = self.end - (self.at + n);
+        if rest > 0 {
+            let more = usize::try_from(rest.div_ceil(psize)).unwrap_or(usize::MAX);
+            let tail = self.key.mtt.get(idx + 1..).unwrap_or(&[]);
+            let tail = tail.get(..more.min(tail.len())).unwrap_or(&[]);
+            let contiguous = tail
+                .iter()
+                .zip(1u64..)
+                .take_while(|&(e, j)| e & !(psize - 1) == page.wrapping_add(j << shift))
+                .count() as u64;
+            n += contiguous.saturating_mul(psize).min(rest);
         }
         self.at += n;
         Some((run_start, n))
