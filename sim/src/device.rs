@@ -557,7 +557,7 @@ impl Device {
     }
 
     /// [`Device::step`] for the later rounds of a run to idle: the scans of every QP for
-    /// expired timers and held-back work (`transport::run_timers`, `transport::resume`) run
+    /// expired timers and held-back work (`transport::scan`) run
     /// only if this step took a doorbell or a packet, or the last scan did something. A scan
     /// runs its QPs to a fixpoint, so repeating it with no new input, at the same time, changes
     /// nothing: skipping it keeps an exchange of a few packets from rescanning every QP of
@@ -581,8 +581,7 @@ impl Device {
             }
         }
         if force_scan || progress || self.scan_progressed {
-            let mut scanned = crate::transport::run_timers(self);
-            scanned |= crate::transport::resume(self);
+            let scanned = crate::transport::scan(self);
             self.scan_progressed = scanned;
             progress |= scanned;
         }

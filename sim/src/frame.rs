@@ -144,8 +144,9 @@ pub struct Burst {
     /// RETH virtual address and rkey.
     pub(crate) raddr: u64,
     pub(crate) rkey: u32,
-    /// AckReq of each packet.
-    pub(crate) ack_req: Vec<bool>,
+    /// AckReq of each packet: bit `i` for packet `i` (a burst holds at most the requester's
+    /// window of 128 packets, `requester::MAX_UNACKED_PSNS`, so the bits fit; no allocation).
+    pub(crate) ack_req: u128,
     /// Wire bytes of all the packets (IP header through ICRC).
     pub(crate) wire_len: u64,
     /// The payload.
@@ -179,6 +180,13 @@ pub(crate) fn write_opcode(first: bool, last: bool) -> BthOpcode {
 }
 
 impl Burst {
+    /// Whether packet `i` has AckReq set.
+    pub(crate) fn acks(&self, i: u32) -> bool {
+        1u128
+            .checked_shl(i)
+            .is_some_and(|bit| self.ack_req & bit != 0)
+    }
+
     /// Packet `i`'s spec with `payload` (its bytes, or zeroes of its length).
     fn spec<'a>(&self, i: u32, ack_req: bool, payload: &'a [u8]) -> PacketSpec<'a> {
         let (_, _, first, last) = packet_at(self.msg_off, self.msg_len, self.mtu, i);
@@ -257,7 +265,7 @@ impl Burst {
             let Some(payload) = self.read(at, n as usize) else {
                 break;
             };
-            let ack = self.ack_req.get(i as usize).copied().unwrap_or(false);
+            let ack = self.acks(i);
             let spec = self.spec(i, ack, &payload);
             let Ok(len) = spec.packet_len() else {
                 break;

@@ -273,6 +273,14 @@ impl Iommu {
             len: dst.len(),
             dir: Dir::Read,
         };
+        if let Some((mem, off)) = self.within_one(iova, dst.len(), Dir::Read) {
+            // The common case: one mapping holds the whole range (one lookup).
+            if mem.read_at(off, dst) {
+                return Ok(());
+            }
+            self.faults += 1;
+            return Err(fault);
+        }
         if self.walk(iova, dst.len(), Dir::Read).is_none() {
             self.faults += 1;
             return Err(fault);
@@ -299,6 +307,14 @@ impl Iommu {
             len: src.len(),
             dir: Dir::Write,
         };
+        if let Some((mem, off)) = self.within_one(iova, src.len(), Dir::Write) {
+            // The common case: one mapping holds the whole range (one lookup).
+            if mem.write_at(off, src) {
+                return Ok(());
+            }
+            self.faults += 1;
+            return Err(fault);
+        }
         if self.walk(iova, src.len(), Dir::Write).is_none() {
             self.faults += 1;
             return Err(fault);
@@ -360,6 +376,23 @@ impl Iommu {
             done += n;
         }
         Some(())
+    }
+
+    /// The host memory and offset behind `iova..iova + len` if one mapping allowing `dir`
+    /// holds the whole range (what [`Iommu::walk`] and [`Iommu::segment`] would find, in one
+    /// lookup); `None` if the range spans mappings or is not allowed (the caller then takes
+    /// the general path, which decides).
+    fn within_one(&self, iova: u64, len: usize, dir: Dir) -> Option<(&Arc<dyn HostMemory>, usize)> {
+        let (&start, m) = self.maps.range(..=iova).next_back()?;
+        let within = usize::try_from(iova - start).ok()?;
+        let ok = match dir {
+            Dir::Read => m.perm.read,
+            Dir::Write => m.perm.write,
+        };
+        if !ok || within >= m.len || len > m.len - within {
+            return None;
+        }
+        Some((&m.mem, m.offset.checked_add(within)?))
     }
 
     /// Checks that the whole range is covered by mappings allowing `dir`; `Some(())` if so.

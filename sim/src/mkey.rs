@@ -146,10 +146,25 @@ impl Iterator for Runs<'_> {
         let idx = usize::try_from((self.at >> shift) - (self.key.start >> shift)).ok()?;
         // translate() checked that every page of the range has an MTT entry.
         let page = self.key.mtt.get(idx)? & !(psize - 1);
-        let n = (psize - (self.at & (psize - 1))).min(self.end - self.at);
-        let run = (page + (self.at & (psize - 1)), n);
+        let mut n = (psize - (self.at & (psize - 1))).min(self.end - self.at);
+        let run_start = page + (self.at & (psize - 1));
+        // Pages whose MTT entries continue the run physically extend it: one run per
+        // contiguous IOVA range, so a large access is translated (and later resolved by the
+        // IOMMU) once per range rather than once per page.
+        let rest = self.end - (self.at + n);
+        if rest > 0 {
+            let more = usize::try_from(rest.div_ceil(psize)).unwrap_or(usize::MAX);
+            let tail = self.key.mtt.get(idx + 1..).unwrap_or(&[]);
+            let tail = tail.get(..more.min(tail.len())).unwrap_or(&[]);
+            let contiguous = tail
+                .iter()
+                .zip(1u64..)
+                .take_while(|&(e, j)| e & !(psize - 1) == page.wrapping_add(j << shift))
+                .count() as u64;
+            n += contiguous.saturating_mul(psize).min(rest);
+        }
         self.at += n;
-        Some(run)
+        Some((run_start, n))
     }
 }
 
@@ -174,6 +189,24 @@ mod tests {
             // Pages of 0x7f00_0000_0000.., ..1000, ..2000 at these IOVAs (with MTT flags set).
             mtt: vec![0x50_0000 | 3, 0x90_0000 | 3, 0x30_0000 | 3],
         }
+    }
+
+    #[test]
+    fn physically_contiguous_pages_make_one_run() {
+        let mut k = key();
+        // Pages 0 and 1 contiguous, page 2 elsewhere.
+        k.mtt = vec![0x50_0000 | 3, 0x50_1000 | 3, 0x90_0000 | 3];
+        let runs: Vec<_> = k
+            .translate(5, 7, 0x7f00_0000_0800, 0x1810, Need::LocalRead)
+            .unwrap()
+            .collect();
+        assert_eq!(runs, vec![(0x50_0800, 0x1800), (0x90_0000, 0x10)]);
+        // A range ending inside the contiguous part stops there.
+        let runs: Vec<_> = k
+            .translate(5, 7, 0x7f00_0000_0ff0, 0x20, Need::LocalRead)
+            .unwrap()
+            .collect();
+        assert_eq!(runs, vec![(0x50_0ff0, 0x20)]);
     }
 
     #[test]

@@ -2,13 +2,18 @@
 //!
 //! Owns: [`Table`], number allocation (lowest free number from a base, like firmware handing
 //! out QPNs/CQNs), lookup, and removal. Must not: know what the objects are.
-
-use std::collections::BTreeMap;
+//!
+//! Numbers are handed out lowest-free-first, so the live numbers stay dense: the table is a
+//! vector indexed by `number - base` (a lookup on the data path is one bounds check, not a
+//! tree search), trimmed when its highest objects go.
 
 /// Numbered objects of one kind.
 #[derive(Debug, Clone)]
 pub struct Table<T> {
-    items: BTreeMap<u32, T>,
+    /// Slot `i` holds the object numbered `base + i`.
+    slots: Vec<Option<T>>,
+    /// Objects present.
+    count: usize,
     base: u32,
     capacity: u32,
     limit: u32,
@@ -19,75 +24,110 @@ impl<T> Table<T> {
     /// below `limit` (exclusive; e.g. 1 << 24 for a 24-bit QPN).
     pub fn new(base: u32, capacity: u32, limit: u32) -> Self {
         Self {
-            items: BTreeMap::new(),
+            slots: Vec::new(),
+            count: 0,
             base,
             capacity,
             limit,
         }
     }
 
+    /// The slot index of number `n`, if `n` is at or above the base.
+    fn index(&self, n: u32) -> Option<usize> {
+        usize::try_from(n.checked_sub(self.base)?).ok()
+    }
+
     /// Inserts `make(number)` under the lowest free number; `None` when full.
     pub fn insert_with(&mut self, make: impl FnOnce(u32) -> T) -> Option<u32> {
-        if self.items.len() as u64 >= u64::from(self.capacity) {
+        if self.count as u64 >= u64::from(self.capacity) {
             return None;
         }
-        let mut n = self.base;
-        for &k in self.items.keys() {
-            if k > n {
-                break;
-            }
-            n = k + 1;
-        }
+        let i = self
+            .slots
+            .iter()
+            .position(Option::is_none)
+            .unwrap_or(self.slots.len());
+        let n = u32::try_from(i).ok()?.checked_add(self.base)?;
         if n >= self.limit {
             return None;
         }
-        self.items.insert(n, make(n));
+        let item = Some(make(n));
+        match self.slots.get_mut(i) {
+            Some(slot) => *slot = item,
+            None => self.slots.push(item),
+        }
+        self.count += 1;
         Some(n)
     }
 
     /// The object numbered `n`.
+    #[inline]
     pub fn get(&self, n: u32) -> Option<&T> {
-        self.items.get(&n)
+        self.slots.get(self.index(n)?)?.as_ref()
     }
 
     /// The object numbered `n`, writable.
+    #[inline]
     pub fn get_mut(&mut self, n: u32) -> Option<&mut T> {
-        self.items.get_mut(&n)
+        let i = self.index(n)?;
+        self.slots.get_mut(i)?.as_mut()
     }
 
     /// Removes and returns the object numbered `n`.
     pub fn remove(&mut self, n: u32) -> Option<T> {
-        self.items.remove(&n)
+        let i = self.index(n)?;
+        let item = self.slots.get_mut(i)?.take()?;
+        self.count -= 1;
+        while matches!(self.slots.last(), Some(None)) {
+            self.slots.pop();
+        }
+        Some(item)
     }
 
     /// True if `n` names an object.
     pub fn contains(&self, n: u32) -> bool {
-        self.items.contains_key(&n)
+        self.get(n).is_some()
     }
 
     /// Number of objects.
     pub fn len(&self) -> usize {
-        self.items.len()
+        self.count
     }
 
     /// True if empty.
     pub fn is_empty(&self) -> bool {
-        self.items.is_empty()
+        self.count == 0
     }
 
     /// Objects in number order.
     pub fn iter(&self) -> impl Iterator<Item = (u32, &T)> {
-        self.items.iter().map(|(k, v)| (*k, v))
+        self.iter_from(self.base)
+    }
+
+    /// Objects numbered `n` or above, in number order.
+    pub fn iter_from(&self, n: u32) -> impl Iterator<Item = (u32, &T)> {
+        let base = self.base;
+        let skip = n.saturating_sub(base) as usize;
+        self.slots
+            .iter()
+            .enumerate()
+            .skip(skip)
+            .filter_map(move |(i, s)| Some((base.wrapping_add(i as u32), s.as_ref()?)))
     }
 
     /// Objects in number order, writable.
     pub fn iter_mut(&mut self) -> impl Iterator<Item = (u32, &mut T)> {
-        self.items.iter_mut().map(|(k, v)| (*k, v))
+        let base = self.base;
+        self.slots
+            .iter_mut()
+            .enumerate()
+            .filter_map(move |(i, s)| Some((base.wrapping_add(i as u32), s.as_mut()?)))
     }
 
     /// Removes every object.
     pub fn clear(&mut self) {
-        self.items.clear();
+        self.slots.clear();
+        self.count = 0;
     }
 }
 
@@ -108,5 +148,41 @@ mod tests {
         small.insert_with(|_| ());
         small.insert_with(|_| ());
         assert_eq!(small.insert_with(|_| ()), None, "limit");
+    }
+
+    #[test]
+    fn lookups_iteration_and_removal_follow_the_numbers() {
+        let mut t = Table::new(2, 10, 100);
+        for _ in 0..4 {
+            t.insert_with(|n| n * 10);
+        }
+        assert_eq!(
+            (t.get(1), t.get(2), t.get(5), t.get(6)),
+            (None, Some(&20), Some(&50), None)
+        );
+        assert_eq!(t.remove(3), Some(30));
+        assert_eq!(t.remove(3), None);
+        assert!(!t.contains(3));
+        assert_eq!(t.len(), 3);
+        let all: Vec<_> = t.iter().map(|(n, v)| (n, *v)).collect();
+        assert_eq!(all, vec![(2, 20), (4, 40), (5, 50)]);
+        let tail: Vec<_> = t.iter_from(3).map(|(n, _)| n).collect();
+        assert_eq!(tail, vec![4, 5]);
+        if let Some(v) = t.get_mut(4) {
+            *v = 41;
+        }
+        for (_, v) in t.iter_mut() {
+            *v += 1;
+        }
+        assert_eq!(t.get(4), Some(&42));
+        assert_eq!(t.remove(5), Some(51));
+        assert_eq!(t.remove(4), Some(42));
+        assert_eq!(
+            t.insert_with(|n| n),
+            Some(3),
+            "the lowest free number again"
+        );
+        t.clear();
+        assert!(t.is_empty() && t.get(2).is_none());
     }
 }

@@ -1,12 +1,7 @@
 //! `bypass perf baselines`: the yardsticks on their own: memcpy bandwidth and TCP loopback
 //! busy-poll latency, printed in perftest's tables.
 //!
-//! Owns: the options and output of that subcommand, and the cache-matched memcpy variant
-//! `perf compare` reports beside the plain one ([`memcpy_rotating_times`]). Must not touch
-//! devices.
-
-use std::hint::black_box;
-use std::time::Instant;
+//! Owns: the options and output of that subcommand. Must not touch devices.
 
 use clap::Args;
 
@@ -74,23 +69,4 @@ pub fn back_to_back(durations_ns: &[u64]) -> (Vec<u64>, Vec<u64>) {
         completed.push(now);
     }
     (posted, completed)
-}
-
-/// Per-copy times (ns) of `iters` copies of `size` bytes into one destination from `sources`
-/// different source buffers in turn: the memory a WRITE stream with `sources` buffers in
-/// flight reads (the sim rig leases a buffer per outstanding WRITE), where the plain memcpy
-/// baseline rereads one cache-hot buffer.
-pub fn memcpy_rotating_times(size: usize, sources: usize, iters: usize) -> Vec<u64> {
-    let srcs: Vec<Vec<u8>> = (0..sources.max(1))
-        .map(|k| (0..size).map(|i| (i + k) as u8).collect())
-        .collect();
-    let mut dst = vec![0u8; size];
-    let mut times = Vec::with_capacity(iters);
-    for src in srcs.iter().cycle().take(iters) {
-        let t0 = Instant::now();
-        dst.copy_from_slice(black_box(src));
-        black_box(&mut dst);
-        times.push(crate::baseline::elapsed_ns(t0));
-    }
-    times
 }

@@ -6,7 +6,8 @@
 //! The loop follows perftest `run_iter_bw` (src/perftest_resources.c): keep up to `tx_depth`
 //! WRITEs outstanding, signal every `cq_mod`-th (and the last), stamp `tposted[i]` at each
 //! post and `tcompleted[j]` when the signalled completion covering `j` is polled. Every
-//! WRITE targets the same remote buffer, as perftest does.
+//! WRITE reads the same local buffer and targets the same remote buffer, as perftest does
+//! (a [`bypass_verbs::SharedLease`] posted by every WRITE; inline below the inline size).
 
 use std::time::Instant;
 
@@ -84,6 +85,14 @@ pub fn write_bw_times(
         size: bytes,
         max_inline: rig.max_inline,
     };
+    // One source for every WRITE too large to inline, frozen so all may read it at once.
+    let src = if bytes > w.max_inline {
+        let mut l = rig.a.pool.lease(bytes)?;
+        l.as_mut_slice().fill(0x5a);
+        Some(l.freeze())
+    } else {
+        None
+    };
     let mut posted = vec![0u64; n];
     let mut completed = vec![0u64; n];
     let (mut scnt, mut ccnt) = (0usize, 0usize);
@@ -96,7 +105,10 @@ pub fn write_bw_times(
             if let Some(p) = posted.get_mut(scnt) {
                 *p = elapsed_ns(t0);
             }
-            a.post_write(&w, (scnt % 255) as u8 + 1, signaled, scnt as u64)?;
+            match &src {
+                Some(src) => a.post_write_shared(&w, src, signaled, scnt as u64)?,
+                None => a.post_write(&w, (scnt % 255) as u8 + 1, signaled, scnt as u64)?,
+            }
             scnt += 1;
         }
         let (_, last) = a.wait_some()?;

@@ -11,7 +11,9 @@ use std::time::{Duration, Instant};
 use bypass_verbs::driver::backend::sim::{FabricOptions, SimFabric};
 use bypass_verbs::driver::mr::MkeyAccess;
 use bypass_verbs::wr::{SendOp, SendWr};
-use bypass_verbs::{Context, Cq, MemoryPool, Mr, Pd, Qp, QpBuilder, RemoteBuffer, VerbsError};
+use bypass_verbs::{
+    Context, Cq, MemoryPool, Mr, Pd, Qp, QpBuilder, RemoteBuffer, SharedLease, VerbsError,
+};
 
 use super::PerfError;
 
@@ -147,6 +149,21 @@ impl End {
             }
             SendWr::new(wr_id, op).sge(lease)
         };
+        let wr = if signaled { wr } else { wr.unsignaled() };
+        self.qp.post_send(wr)
+    }
+
+    /// Posts one RDMA WRITE of all of `src` to `w.remote`, from the one shared source buffer
+    /// every WRITE of a bandwidth run reads (perftest `ib_write_bw` posts every WRITE from the
+    /// same local buffer): one atomic increment, no lease per WRITE.
+    pub fn post_write_shared(
+        &mut self,
+        w: &WriteSpec,
+        src: &SharedLease,
+        signaled: bool,
+        wr_id: u64,
+    ) -> Result<(), VerbsError> {
+        let wr = SendWr::new(wr_id, SendOp::Write(w.remote)).sge(src.clone());
         let wr = if signaled { wr } else { wr.unsignaled() };
         self.qp.post_send(wr)
     }

@@ -215,6 +215,14 @@ pub enum VerbsError {
         /// Receives outstanding.
         recvs: u32,
     },
+    /// A shared (frozen) lease was given where the NIC would write into it.
+    #[error(
+        "a shared lease cannot be the local buffer of {op}: the NIC writes there, and other work requests or handles may be reading it; post a plain Lease (SharedLease::try_unfreeze gives it back once every other handle is gone)"
+    )]
+    SharedBufferWritten {
+        /// The operation ("a receive", "an RDMA READ", "an atomic").
+        op: &'static str,
+    },
     /// The sim convenience constructors were asked for on a context that is not a sim.
     #[error("{what} needs a sim device: open the context with Context::open_sim / sim_pair")]
     NotSim {

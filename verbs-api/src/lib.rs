@@ -83,6 +83,14 @@
 //!    read and written through copies that use raw pointers only (as `vm-memory` treats guest
 //!    memory). The pool registers its region for local access only.
 //!
+//! 7. **Shared sources.** [`Lease::freeze`] turns a lease into a [`SharedLease`]: read-only,
+//!    `Clone` (one atomic count, no allocation per clone), postable by many SENDs and WRITEs
+//!    at once — the NIC only reads a gather list, as perftest `ib_write_bw` posts every WRITE
+//!    from one buffer. No `&mut` to its bytes exists while any clone lives, including the
+//!    clones parked in QPs by posted requests; [`SharedLease::try_unfreeze`] gives the
+//!    writable lease back only to the last handle. Receives, READs and atomics, where the NIC
+//!    writes, refuse it ([`VerbsError::SharedBufferWritten`]).
+//!
 //! What the compiler refuses, in tests:
 //!
 //! A lease moved into a work request cannot be touched afterwards:
@@ -116,6 +124,13 @@
 //!     let again = c.clone(); // no Clone: refused (E0599)
 //! }
 //! ```
+//! A shared lease cannot be written:
+//! ```compile_fail,E0599
+//! use bypass_verbs::SharedLease;
+//! fn misuse(s: SharedLease) {
+//!     s.as_mut_slice()[0] = 1; // read-only while shared: refused (E0599)
+//! }
+//! ```
 //! A slice borrowed from a lease cannot outlive the lease being moved into a request:
 //! ```compile_fail,E0505
 //! use bypass_verbs::{Lease, wr::RecvWr};
@@ -139,6 +154,7 @@ mod outstanding;
 pub mod pd;
 pub mod pool;
 pub mod qp;
+pub mod shared;
 pub mod wr;
 
 pub use context::{Context, SimPair};
@@ -152,4 +168,5 @@ pub use mr::Mr;
 pub use pd::Pd;
 pub use pool::{Lease, MemoryPool};
 pub use qp::{Qp, QpAccess, QpBuilder, QpCaps, QpOptions};
+pub use shared::SharedLease;
 pub use wr::{RecvWr, SendOp, SendWr, UdDest};

@@ -71,6 +71,16 @@ pub(crate) fn send_op(wr: &SendWr<'_>) -> Result<post::SendOp, VerbsError> {
         Some(d) => d.len() as u64,
         None => wr.sges.total_len(),
     };
+    if wr.sges.any_shared() {
+        let op = match wr.op {
+            SendOp::Read(_) => Some("an RDMA READ"),
+            SendOp::CompareSwap { .. } | SendOp::FetchAdd { .. } => Some("an atomic"),
+            _ => None,
+        };
+        if let Some(op) = op {
+            return Err(VerbsError::SharedBufferWritten { op });
+        }
+    }
     Ok(match wr.op {
         SendOp::Send => post::SendOp::Send,
         SendOp::SendImm(imm) => post::SendOp::SendImm { imm },
@@ -189,6 +199,27 @@ mod tests {
         assert!(send_op(&fa(R, 4)).is_err());
         let odd = RemoteBuffer { addr: 0x2004, ..R };
         assert!(send_op(&fa(odd, 8)).is_err());
+    }
+
+    #[test]
+    fn a_shared_lease_is_a_source_only() {
+        let p = pool();
+        let s = p.lease(8).unwrap().freeze();
+        let w = SendWr::new(1, SendOp::Write(R)).sge(s.clone());
+        assert!(matches!(send_op(&w), Ok(post::SendOp::Write { .. })));
+        assert!(send_op(&SendWr::new(1, SendOp::Send).sge(s.clone())).is_ok());
+        let r = SendWr::new(1, SendOp::Read(R)).sge(s.clone());
+        let err = send_op(&r).unwrap_err();
+        assert!(matches!(err, VerbsError::SharedBufferWritten { .. }));
+        assert!(err.to_string().contains("try_unfreeze"), "{err}");
+        let fa = SendWr::new(1, SendOp::FetchAdd { remote: R, add: 1 }).sge(s.clone());
+        assert!(matches!(
+            send_op(&fa),
+            Err(VerbsError::SharedBufferWritten { op: "an atomic" })
+        ));
+        assert_eq!(s.handles(), 4, "each live request holds a clone");
+        drop((w, r, fa));
+        assert_eq!(s.handles(), 1);
     }
 
     #[test]

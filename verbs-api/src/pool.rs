@@ -237,6 +237,12 @@ impl Lease {
         self.pool.mem.lkey()
     }
 
+    /// Freezes the lease into a [`crate::SharedLease`]: read-only, cloneable, postable as the
+    /// source of many SENDs/WRITEs at once (see `shared`). Allocates once (the shared count).
+    pub fn freeze(self) -> crate::shared::SharedLease {
+        crate::shared::SharedLease::new(self)
+    }
+
     /// Which chunk this is (for research and tests).
     pub fn chunk_index(&self) -> usize {
         self.index

@@ -546,6 +546,9 @@ impl Qp {
         if self.cached_state() == QpState::Reset {
             return Err(VerbsError::RecvInReset { qpn: self.qpn() });
         }
+        if wr.sges.any_shared() {
+            return Err(VerbsError::SharedBufferWritten { op: "a receive" });
+        }
         let (sges, n) = lower::sges(&wr.sges)?;
         let max = self.opts.caps.max_recv_sge as usize;
         if n > max {
@@ -571,6 +574,9 @@ impl Qp {
         let max = self.opts.caps.max_recv_sge as usize;
         let mut sges = [([Sge::default(); MAX_SGES], 0usize); N];
         for (wr, s) in wrs.iter().zip(sges.iter_mut()) {
+            if wr.sges.any_shared() {
+                return Err(VerbsError::SharedBufferWritten { op: "a receive" });
+            }
             *s = lower::sges(&wr.sges)?;
             if s.1 > max {
                 return Err(VerbsError::TooManySges { sges: s.1, max });

@@ -10,6 +10,7 @@
 pub use crate::driver::post::UdDest;
 use crate::endpoint::RemoteBuffer;
 use crate::pool::Lease;
+use crate::shared::SharedLease;
 
 /// The most scatter/gather entries one safe work request carries (the list is a fixed array,
 /// so posting allocates nothing). The QP's own `max_send_sge`/`max_recv_sge` may be lower.
@@ -20,6 +21,9 @@ pub const MAX_SGES: usize = 4;
 pub enum LocalBuf {
     /// A pool lease: all `len()` bytes of it.
     Lease(Lease),
+    /// A frozen lease other work requests may read at the same time: SEND/WRITE sources
+    /// only (refused where the NIC writes: receives, READ and atomic results).
+    Shared(SharedLease),
 }
 
 impl LocalBuf {
@@ -27,6 +31,7 @@ impl LocalBuf {
     pub fn addr(&self) -> u64 {
         match self {
             LocalBuf::Lease(l) => l.iova(),
+            LocalBuf::Shared(s) => s.iova(),
         }
     }
 
@@ -34,6 +39,7 @@ impl LocalBuf {
     pub fn len(&self) -> usize {
         match self {
             LocalBuf::Lease(l) => l.len(),
+            LocalBuf::Shared(s) => s.len(),
         }
     }
 
@@ -46,6 +52,7 @@ impl LocalBuf {
     pub fn lkey(&self) -> u32 {
         match self {
             LocalBuf::Lease(l) => l.lkey(),
+            LocalBuf::Shared(s) => s.lkey(),
         }
     }
 
@@ -53,7 +60,19 @@ impl LocalBuf {
     pub fn into_lease(self) -> Option<Lease> {
         match self {
             LocalBuf::Lease(l) => Some(l),
+            LocalBuf::Shared(_) => None,
         }
+    }
+
+    /// Whether the NIC may only read this buffer (a [`SharedLease`]).
+    pub fn is_shared(&self) -> bool {
+        matches!(self, LocalBuf::Shared(_))
+    }
+}
+
+impl From<SharedLease> for LocalBuf {
+    fn from(s: SharedLease) -> Self {
+        LocalBuf::Shared(s)
     }
 }
 
@@ -124,6 +143,11 @@ impl SgeList {
     /// The buffers, in order.
     pub fn iter(&self) -> impl Iterator<Item = &LocalBuf> {
         self.bufs.iter().flatten()
+    }
+
+    /// Whether any buffer is shared (read-only for the NIC).
+    pub fn any_shared(&self) -> bool {
+        self.iter().any(LocalBuf::is_shared)
     }
 
     /// The total length of all buffers.

@@ -323,8 +323,9 @@ fn catch_up(w: &mut World, start: Instant) -> std::result::Result<(), bypass_sim
 /// What an inline doorbell runs: the world until idle at its current virtual time, and the
 /// catch-up with the wall clock only if an event (timer, arrival) has become due meanwhile
 /// (the engine thread moves idle time forward; doing it here too would cost every post).
-/// Returns true if something is left for later (a packet in flight, a timer pending): the
-/// engine thread must be woken for it.
+/// Returns true if the engine thread must be woken: a packet is in flight, or time was
+/// caught up and an event is still pending. A timer that is not due yet needs no wake (the
+/// engine checks the world every `ENGINE_IDLE` anyway).
 fn run_inline(
     w: &mut World,
     start: Instant,
@@ -338,7 +339,12 @@ fn run_inline(
         catch_up(w, start)?;
         return Ok(w.in_flight() > 0 || w.next_event().is_some());
     }
-    Ok(true)
+    // Only a future event is pending (a retransmit timer of WRITEs in flight, say). The
+    // engine looks at the world at least every ENGINE_IDLE whatever happens, and a woken
+    // engine would find nothing due and park for that long again: waking it changes nothing
+    // but costs this thread a futex wake and, on a loaded machine, the engine thread's
+    // competition for the core. Packets in flight (a link with latency) do need it now.
+    Ok(w.in_flight() > 0)
 }
 
 /// The engine thread. With inline doorbells it never waits for the world: the thread that

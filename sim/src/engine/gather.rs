@@ -173,25 +173,54 @@ pub(crate) fn resolve(
 }
 
 /// IOVA runs with contiguous neighbours merged (an mkey translates page by page; the IOMMU is
-/// asked once per contiguous range).
+/// asked once per contiguous range). The first run is kept inline: the usual access (one
+/// contiguous range) allocates nothing here.
 #[derive(Debug, Default)]
-pub(crate) struct IovaRuns(Vec<(u64, u64)>);
+pub(crate) struct IovaRuns {
+    first: Option<(u64, u64)>,
+    rest: Vec<(u64, u64)>,
+}
 
 impl IovaRuns {
     /// Appends `n` bytes at `iova`, extending the last run if it ends there.
     pub(crate) fn push(&mut self, iova: u64, n: u64) {
-        match self.0.last_mut() {
+        if self.first.is_none() {
+            self.first = Some((iova, n));
+            return;
+        }
+        let last = match self.rest.last_mut() {
+            Some(r) => Some(r),
+            None => self.first.as_mut(),
+        };
+        match last {
             Some((start, len)) if start.checked_add(*len) == Some(iova) => *len += n,
-            _ => self.0.push((iova, n)),
+            _ => self.rest.push((iova, n)),
         }
     }
 
     /// The host memory behind every run, if the IOMMU allows `dir` on all of them.
     pub(crate) fn resolve(&self, iommu: &Iommu, dir: Dir) -> Option<Vec<HostRun>> {
-        let mut out = Vec::new();
-        for &(iova, n) in &self.0 {
+        let mut out = Vec::with_capacity(1 + self.rest.len());
+        for &(iova, n) in self.first.iter().chain(self.rest.iter()) {
             iommu.resolve(iova, usize::try_from(n).ok()?, dir, &mut out)?;
         }
         Some(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::IovaRuns;
+
+    #[test]
+    fn iova_runs_merge_contiguous_neighbours_in_order() {
+        let mut r = IovaRuns::default();
+        r.push(0x1000, 0x800);
+        r.push(0x1800, 0x800);
+        assert_eq!((r.first, r.rest.len()), (Some((0x1000, 0x1000)), 0));
+        r.push(0x9000, 0x10);
+        r.push(0x9010, 0x10);
+        r.push(0x1000, 0x10);
+        assert_eq!(r.rest, vec![(0x9000, 0x20), (0x1000, 0x10)]);
     }
 }

@@ -107,7 +107,13 @@ pub(crate) fn fetch(dev: &mut Device, qpn: u32, bf: Option<Vec<u8>>) {
             .map(|(c, _)| u32::from(c.wqe_index()))
     });
     let mut bf = bf;
-    let mut fetched = Vec::new();
+    // Fetched WQEs go straight onto the QP's queue (no list per doorbell); `sq_ci` is
+    // written once at the end.
+    let push = |dev: &mut Device, w: SendWqe| {
+        if let Some(qp) = dev.objs.qps.get_mut(qpn) {
+            qp.req.wqes.push_back(w);
+        }
+    };
     while remaining != 0 {
         let mine = if bf_index == Some(ci) {
             bf.take()
@@ -132,7 +138,7 @@ pub(crate) fn fetch(dev: &mut Device, qpn: u32, bf: Option<Vec<u8>>) {
                 let mut w = SendWqe::bare(ci as u16, WqeOpcode::NOP, 1);
                 w.error = Some(CqeSyndrome::LOCAL_PROT_ERR);
                 ci = (ci + 1) & 0xffff;
-                fetched.push(w);
+                push(dev, w);
                 break;
             }
         };
@@ -142,11 +148,10 @@ pub(crate) fn fetch(dev: &mut Device, qpn: u32, bf: Option<Vec<u8>>) {
         }
         remaining -= wqebbs;
         ci = (ci + wqebbs) & 0xffff;
-        fetched.push(w);
+        push(dev, w);
     }
     if let Some(qp) = dev.objs.qps.get_mut(qpn) {
         qp.sq_ci = ci;
-        qp.req.wqes.extend(fetched);
     }
 }
 
@@ -176,7 +181,8 @@ fn read_wqe(
         .map(|(c, _)| u32::from(wqe::wqebbs(&c)))
         .unwrap_or(1)
         .min(sq_wqebbs);
-    let mut bytes = first.to_vec();
+    let mut bytes = Vec::with_capacity(nbb as usize * MLX5_SEND_WQE_BB);
+    bytes.extend_from_slice(&first);
     for i in 1..nbb {
         let at = i as usize * MLX5_SEND_WQE_BB;
         match bf.as_deref().and_then(|b| b.get(at..at + MLX5_SEND_WQE_BB)) {

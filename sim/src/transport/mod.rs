@@ -250,17 +250,35 @@ pub(crate) fn send(
     true
 }
 
-/// Runs every transport timer that has expired by device time. True if any did.
-pub(crate) fn run_timers(dev: &mut Device) -> bool {
-    requester::run_timers(dev)
-}
-
-/// Lets QPs whose sending was held back (window full, waiting for a fence) continue, and
-/// flushes receives posted to QPs in ERR. True if any packet went out or completion was
-/// written.
-pub(crate) fn resume(dev: &mut Device) -> bool {
-    let sent = requester::resume(dev);
-    responder::resume(dev) | sent
+/// The periodic scan of a device step: runs every transport timer that has expired by device
+/// time, lets QPs whose sending was held back (window full, waiting for a fence, freshly rung)
+/// continue, and flushes receives posted to QPs in ERR. True if any timer ran, packet went out
+/// or completion was written.
+///
+/// One pass over the QPs first says which of the three can have work; those that cannot are
+/// skipped (each is a no-op when its QPs do not qualify: `requester::run_timers` acts only on
+/// expired timers, `requester::resume` only on RTS QPs with work, `responder::resume` only on
+/// QPs in ERR — and the requester's two are the only ones here that can move a QP to ERR, so
+/// the responder's runs after them whenever they ran).
+pub(crate) fn scan(dev: &mut Device) -> bool {
+    let now = dev.now;
+    let (mut timers, mut resumable, mut in_err) = (false, false, false);
+    for (_, qp) in dev.objs.qps.iter() {
+        timers |= requester::timer_due(qp, now);
+        resumable |= requester::has_work(qp);
+        in_err |= qp.state == QpState::Err;
+    }
+    let mut any = false;
+    if timers {
+        any |= requester::run_timers(dev);
+    }
+    if timers || resumable {
+        any |= requester::resume(dev);
+    }
+    if timers || resumable || in_err {
+        any |= responder::resume(dev);
+    }
+    any
 }
 
 /// The earliest pending timer.

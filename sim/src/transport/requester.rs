@@ -639,7 +639,8 @@ fn send_burst(dev: &mut Device, c: &Ctx, req: &mut ReqState, w: &SendWqe) -> Opt
     let off = req.cur_pkt.saturating_mul(mtu).min(w.len);
     let left = w.len - off;
     let window = u32::try_from(MAX_UNACKED_PSNS - psn_diff(req.psn, req.una)).unwrap_or(0);
-    let count = left.div_ceil(mtu).min(window);
+    // At most 128 packets (the window; also the width of `Burst::ack_req`).
+    let count = left.div_ceil(mtu).min(window).min(u128::BITS);
     if left == 0 || count == 0 {
         return None;
     }
@@ -680,7 +681,7 @@ fn send_burst(dev: &mut Device, c: &Ctx, req: &mut ReqState, w: &SendWqe) -> Opt
         msg_len: w.len,
         raddr: w.raddr,
         rkey: w.rkey,
-        ack_req: Vec::new(),
+        ack_req: 0,
         wire_len: 0,
         src,
     };
@@ -698,18 +699,17 @@ fn send_burst(dev: &mut Device, c: &Ctx, req: &mut ReqState, w: &SendWqe) -> Opt
     }
     // AckReq every MAX_PKT_PER_ACK packets since the last one that had it, and on the last
     // packet of the message; `noack` counts the packets since.
-    let mut ack_req = vec![false; count as usize];
-    let mut at = (MAX_PKT_PER_ACK - 1).saturating_sub(req.noack) as usize;
+    // `count` is at most the window (MAX_UNACKED_PSNS = 128 packets), so the bits fit a u128.
+    let mut ack_req = 0u128;
+    let mut at = (MAX_PKT_PER_ACK - 1).saturating_sub(req.noack);
     let mut last_ack = None;
-    while let Some(slot) = ack_req.get_mut(at) {
-        *slot = true;
-        last_ack = Some(at as u32);
-        at += MAX_PKT_PER_ACK as usize;
+    while at < count {
+        ack_req |= 1u128.checked_shl(at).unwrap_or(0);
+        last_ack = Some(at);
+        at += MAX_PKT_PER_ACK;
     }
     if ends {
-        if let Some(slot) = ack_req.last_mut() {
-            *slot = true;
-        }
+        ack_req |= 1u128.checked_shl(count - 1).unwrap_or(0);
         last_ack = Some(count - 1);
     }
     req.noack = match last_ack {
@@ -841,10 +841,7 @@ pub(crate) fn run_timers(dev: &mut Device) -> bool {
         .objs
         .qps
         .iter()
-        .filter(|(_, qp)| {
-            qp.req.rnr_wait.is_some_and(|(t, _)| t <= now)
-                || qp.req.ack_deadline.is_some_and(|t| t <= now)
-        })
+        .filter(|(_, qp)| timer_due(qp, now))
         .map(|(n, _)| n)
         .collect();
     let mut any = false;
@@ -894,19 +891,21 @@ pub(crate) fn run_timers(dev: &mut Device) -> bool {
 /// the window and limits now allow. True if a packet went out.
 pub(crate) fn resume(dev: &mut Device) -> bool {
     // A QP with no fetched WQE and nothing left to fetch has nothing to resume (`pump` would
-    // find no WQE and stall): skipping it keeps an idle device's step free of work.
-    let mut qpns = dev
-        .objs
-        .qps
-        .iter()
-        .filter(|(_, qp)| qp.state == QpState::Rts && (qp.req.fresh || !qp.req.wqes.is_empty()))
-        .map(|(n, qp)| (n, qp.req.fresh));
-    let Some(first) = qpns.next() else {
-        return false;
-    };
-    let qpns: Vec<(u32, bool)> = std::iter::once(first).chain(qpns).collect();
+    // find no WQE and stall): skipping it keeps an idle device's step free of work. The QPs
+    // are visited in number order by a cursor (no list is collected: a scan allocates
+    // nothing), each looked up after the previous one ran, as a collected list would be.
+    let mut from = 0u32;
     let mut sent = false;
-    for (qpn, fresh) in qpns {
+    loop {
+        let next = dev
+            .objs
+            .qps
+            .iter_from(from)
+            .find(|(_, qp)| has_work(qp))
+            .map(|(n, qp)| (n, qp.req.fresh));
+        let Some((qpn, fresh)) = next else {
+            return sent;
+        };
         if fresh {
             if let Some(qp) = dev.objs.qps.get_mut(qpn) {
                 qp.req.fresh = false;
@@ -914,8 +913,22 @@ pub(crate) fn resume(dev: &mut Device) -> bool {
             crate::engine::fetch(dev, qpn, None);
         }
         sent |= pump(dev, qpn);
+        let Some(after) = qpn.checked_add(1) else {
+            return sent;
+        };
+        from = after;
     }
-    sent
+}
+
+/// Whether `qp` has a retransmit or RNR timer expired by `now` (what `run_timers` acts on).
+pub(crate) fn timer_due(qp: &crate::objects::Qp, now: u64) -> bool {
+    qp.req.rnr_wait.is_some_and(|(t, _)| t <= now) || qp.req.ack_deadline.is_some_and(|t| t <= now)
+}
+
+/// Whether `qp` has sending `resume` would continue: in RTS with a fetched WQE or a doorbell
+/// not yet acted on.
+pub(crate) fn has_work(qp: &crate::objects::Qp) -> bool {
+    qp.state == QpState::Rts && (qp.req.fresh || !qp.req.wqes.is_empty())
 }
 
 /// The earliest pending timer.

@@ -44,13 +44,17 @@ pub(crate) fn apply(dev: &mut Device, b: &Burst) -> bool {
     // The state after each packet matters only where something observes it: the ACKs (their
     // AETH carries the MSN) and the end of the burst. Packets in between only move it along.
     let end = b.count.saturating_sub(1);
-    let marks = b
-        .ack_req
-        .iter()
-        .enumerate()
-        .filter_map(|(i, &ack)| ack.then_some(i as u32))
-        .filter(|&i| i != end)
-        .chain(std::iter::once(end));
+    // The set AckReq bits, lowest first, then the end (visited once).
+    let mut bits = b.ack_req & !1u128.checked_shl(end).unwrap_or(0);
+    let marks = std::iter::from_fn(move || {
+        (bits != 0).then(|| {
+            let i = bits.trailing_zeros();
+            bits &= bits - 1;
+            i
+        })
+    })
+    .filter(|&i| i < end)
+    .chain(std::iter::once(end));
     for i in marks {
         let psn = psn_add(b.first_psn, i);
         let (off, n, _, last) = packet_at(b.msg_off, b.msg_len, b.mtu, i);
@@ -70,7 +74,7 @@ pub(crate) fn apply(dev: &mut Device, b: &Burst) -> bool {
                 done: off + n,
             };
         }
-        if b.ack_req.get(i as usize).copied().unwrap_or(false) {
+        if b.acks(i) {
             ack::send_ack(dev, qpn, AethSyndrome::ACK_UNLIMITED, psn);
         }
     }
