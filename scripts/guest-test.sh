@@ -17,11 +17,11 @@
 # runs the binary there and exits with its exit code: non-zero when any guest test fails or the
 # guest does not come up.
 # Env: LAB (default /var/tmp/bypass-guest), GUEST_TIMEOUT (default 900 s); rxe: RXE_ITERS
-# (exchanges per run, default 100), RXE_KEEP=1 (keep the logs and pcap),
+# (exchanges per run, default 50), RXE_KEEP=1 (keep the logs and pcap),
 # RXE_RUNS (the runs to do, e.g. "3 9"; default all 12), RXE_PCAP_RUN (the run recorded, default 2),
 # RXE_RUN_TIMEOUT (seconds one run may take on either side, default 120),
 # RXE_PROFILE (release or debug: the bypass build, default release), RXE_NETNS / RXE_TAP (default bypass-rxe / bprxe0),
-# RXE_ATTEMPTS (default 3: an attempt failed only by retransmissions with no loss is repeated).
+# RXE_ATTEMPTS (default 5: an attempt failed only by retransmissions with no loss is repeated).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 GUEST="$ROOT/scripts/guest"
@@ -57,7 +57,7 @@ for l in sys.stdin:
 }
 
 # --- rxe: the guest's ibv_rc_pingpong (Linux Soft-RoCE) against bypass pingpong -------------
-RXE_NETNS=${RXE_NETNS:-bypass-rxe}; RXE_TAP=${RXE_TAP:-bprxe0}; RXE_ITERS=${RXE_ITERS:-100}
+RXE_NETNS=${RXE_NETNS:-bypass-rxe}; RXE_TAP=${RXE_TAP:-bprxe0}; RXE_ITERS=${RXE_ITERS:-50}
 RXE_PCAP_RUN=${RXE_PCAP_RUN:-2}; RXE_RUN_TIMEOUT=${RXE_RUN_TIMEOUT:-120}
 HOST_IP=10.99.0.1; GUEST_IP=10.99.0.2
 
@@ -294,10 +294,10 @@ case "$MODE" in
     # retransmission. A TCG guest on a busy host can stall for longer than rxe's or bypass's
     # 67 ms retransmit timer, and rxe's timer is never stopped (rxe_req.c), so an attempt whose
     # only failure is a retransmission with no packet lost (exit 3, explained from the pcaps
-    # above) is repeated, up to RXE_ATTEMPTS (default 3) in all. Any other failure — a run
+    # above) is repeated, up to RXE_ATTEMPTS (default 5) in all. Any other failure — a run
     # that does not exit 0, a packet count that differs (an ICRC drop), a bad pcap — fails at
     # once.
-    attempts=${RXE_ATTEMPTS:-3}
+    attempts=${RXE_ATTEMPTS:-5}
     for attempt in $(seq 1 "$attempts"); do
       rc=0
       (rxe_interop) || rc=$?
