@@ -19,8 +19,7 @@ use bypass_sim::faults::{FaultPlan, FaultStats, Rate};
 use bypass_verbs::driver::backend::sim::SimFabric;
 use bypass_verbs::wr::{RecvWr, SendOp, SendWr};
 use bypass_verbs::{
-    Access, Completion, Context, Cq, MemoryPool, Mr, Mtu, Pd, Qp, QpBuilder, QpState, WcOpcode,
-    WcStatus,
+    Completion, Context, MemoryPool, Mtu, Qp, QpBuilder, QpState, WcOpcode, WcStatus,
 };
 
 /// Largest message.
@@ -68,34 +67,12 @@ fn read_source() -> Vec<u8> {
     (0..READ_LEN).map(|i| (i * 13 + i / 256) as u8).collect()
 }
 
-struct Side {
-    ctx: Arc<Context>,
-    _pd: Pd,
-    cq: Cq,
-    pool: MemoryPool,
-    mr: Mr,
-}
+#[path = "verbs_support.rs"]
+mod verbs_support;
+use verbs_support::Side;
 
 fn side(ctx: Arc<Context>) -> Side {
-    let pd = ctx.alloc_pd().expect("ALLOC_PD");
-    let cq = Cq::new(&ctx, 256).expect("CREATE_CQ");
-    let pool = pd.create_pool(MAX_MSG, 64).expect("pool");
-    let mr = pd
-        .register(
-            MR_LEN,
-            Access::LOCAL_WRITE
-                | Access::REMOTE_WRITE
-                | Access::REMOTE_READ
-                | Access::REMOTE_ATOMIC,
-        )
-        .expect("MR");
-    Side {
-        ctx,
-        _pd: pd,
-        cq,
-        pool,
-        mr,
-    }
+    verbs_support::side_sized(ctx, MAX_MSG, 64, MR_LEN)
 }
 
 struct Rig {
@@ -123,12 +100,12 @@ fn build_rig(
 ) -> Rig {
     let pair = Context::sim_pair(seed).expect("two sim NICs");
     let (a, b) = (side(pair.a), side(pair.b));
-    let mut qa = QpBuilder::rc(&a._pd, &a.cq, &a.cq).max_send_wr(64);
+    let mut qa = QpBuilder::rc(&a.pd, &a.cq, &a.cq).max_send_wr(64);
     if let Some(psn) = psn {
         qa = qa.psn(psn);
     }
     let mut qa = qa.build().expect("QP a");
-    let mut qb = QpBuilder::rc(&b._pd, &b.cq, &b.cq)
+    let mut qb = QpBuilder::rc(&b.pd, &b.cq, &b.cq)
         .max_recv_wr(64)
         .build()
         .expect("QP b");
@@ -640,11 +617,7 @@ fn a_cut_link_ends_in_retry_exceeded_then_flushes_the_rest() {
         r.qa.post_send(SendWr::new(seq, SendOp::Send).sge(lease(&r.a.pool, &payload(seq, 3000))))
             .unwrap();
     }
-    let first =
-        r.a.cq
-            .wait(Duration::from_secs(60))
-            .unwrap()
-            .expect("a completion");
+    let first = wait_on(&mut r.a.cq, 60, "a completion");
     let status = format!("{}", first.status());
     if first.wr_id() != 0 || !status.contains("RETRY_EXC") || status.contains("RNR") {
         fail(seed, setting, format!("first completion {first}"));
@@ -677,6 +650,26 @@ fn a_cut_link_ends_in_retry_exceeded_then_flushes_the_rest() {
 /// A rig whose requester has ACK timeout code `timeout` and `retry_cnt` retries.
 fn timed_rig(seed: u64, timeout: u8, retry_cnt: u8) -> Rig {
     build_rig(seed, None, None, Some(timeout), retry_cnt)
+}
+
+/// The next completion on `cq` within `secs` seconds (of wall time; the stepped world moves
+/// virtual time as fast as it can); `what` names it in the failure.
+fn wait_on(cq: &mut bypass_verbs::Cq, secs: u64, what: &str) -> Completion {
+    cq.wait(Duration::from_secs(secs))
+        .unwrap()
+        .unwrap_or_else(|| panic!("no {what} within {secs} s"))
+}
+
+/// Drops the first packet device b sends from now on.
+fn lose_first_packet_of_b(r: &Rig) {
+    use bypass_sim::faults::{Fault, Trigger};
+    let b_id = r.b.ctx.sim().unwrap().id();
+    r.fabric.with_world(|w| {
+        w.set_faults_from(
+            b_id,
+            Some(FaultPlan::default().with(Trigger::Packet(0), Fault::Drop)),
+        )
+    });
 }
 
 fn counters(r: &Rig, side_a: bool) -> Counters {
@@ -728,57 +721,34 @@ fn retry_cnt_7_retries_for_ever_and_recovers_when_the_link_comes_back() {
         .unwrap();
     r.qa.post_send(SendWr::new(1, SendOp::Send).sge(lease(&r.a.pool, b"late")))
         .unwrap();
-    let c =
-        r.a.cq
-            .wait(Duration::from_secs(60))
-            .unwrap()
-            .expect("a completion");
+    let c = wait_on(&mut r.a.cq, 60, "a completion");
     assert!(c.is_ok(), "{c}");
     let k = counters(&r, true);
     assert!(k.local_ack_timeout_err >= 20, "{k:?}");
     assert_eq!(k.retry_exceeded_err, 0);
-    let rc =
-        r.b.cq
-            .wait(Duration::from_secs(1))
-            .unwrap()
-            .expect("the receive");
+    let rc = wait_on(&mut r.b.cq, 1, "the receive");
     assert!(rc.is_ok() && rc.byte_len() == 4, "{rc}");
     assert!(r.b.cq.poll_one().is_none(), "delivered once");
 }
 
 #[test]
 fn a_lost_ack_makes_a_duplicate_that_is_acked_again_and_delivered_once() {
-    use bypass_sim::faults::{Fault, Trigger};
     let mut r = timed_rig(seed(), 10, 3);
-    let b_id = r.b.ctx.sim().unwrap().id();
     // b's first packet (the ACK of the SEND) is lost.
-    r.fabric.with_world(|w| {
-        w.set_faults_from(
-            b_id,
-            Some(FaultPlan::default().with(Trigger::Packet(0), Fault::Drop)),
-        )
-    });
+    lose_first_packet_of_b(&r);
     r.qb.post_recv(RecvWr::new(1, r.b.pool.lease(64).unwrap()))
         .unwrap();
     r.qb.post_recv(RecvWr::new(2, r.b.pool.lease(64).unwrap()))
         .unwrap();
     r.qa.post_send(SendWr::new(1, SendOp::Send).sge(lease(&r.a.pool, b"once")))
         .unwrap();
-    let c =
-        r.a.cq
-            .wait(Duration::from_secs(60))
-            .unwrap()
-            .expect("a completion");
+    let c = wait_on(&mut r.a.cq, 60, "a completion");
     assert!(c.is_ok(), "{c}");
     let (ka, kb) = (counters(&r, true), counters(&r, false));
     assert_eq!(ka.local_ack_timeout_err, 1);
     assert_eq!(ka.retransmits, 1);
     assert_eq!(kb.duplicate_request, 1, "{kb:?}");
-    let rc =
-        r.b.cq
-            .wait(Duration::from_secs(1))
-            .unwrap()
-            .expect("the receive");
+    let rc = wait_on(&mut r.b.cq, 1, "the receive");
     assert_eq!(rc.wr_id(), 1);
     assert!(
         r.b.cq.poll_one().is_none(),
@@ -788,26 +758,16 @@ fn a_lost_ack_makes_a_duplicate_that_is_acked_again_and_delivered_once() {
 
 #[test]
 fn a_lost_atomic_ack_replays_the_saved_result_without_executing_twice() {
-    use bypass_sim::faults::{Fault, Trigger};
     let mut r = timed_rig(seed(), 10, 3);
     r.b.mr.write_u64_be(ATOMIC_OFF, 100).unwrap();
-    let b_id = r.b.ctx.sim().unwrap().id();
-    r.fabric.with_world(|w| {
-        w.set_faults_from(
-            b_id,
-            Some(FaultPlan::default().with(Trigger::Packet(0), Fault::Drop)),
-        )
-    });
+    // b's first packet (the atomic's ACK, with the original value) is lost.
+    lose_first_packet_of_b(&r);
     let remote = r.b.mr.remote().slice(ATOMIC_OFF as u64, 8).unwrap();
     r.qa.post_send(
         SendWr::new(1, SendOp::FetchAdd { remote, add: 5 }).sge(r.a.pool.lease(8).unwrap()),
     )
     .unwrap();
-    let c =
-        r.a.cq
-            .wait(Duration::from_secs(60))
-            .unwrap()
-            .expect("a completion");
+    let c = wait_on(&mut r.a.cq, 60, "a completion");
     assert!(c.is_ok(), "{c}");
     let old = r.qa.reclaim_lease(c).unwrap().unwrap();
     assert_eq!(u64::from_be_bytes(old.as_slice().try_into().unwrap()), 100);
@@ -869,8 +829,8 @@ fn the_requester_keeps_at_most_max_rd_atomic_reads_and_atomics_outstanding() {
     // READ waits for the first one's response.
     let pair = Context::sim_pair(seed()).expect("two sim NICs");
     let (mut a, b) = (side(pair.a), side(pair.b));
-    let mut qa = QpBuilder::rc(&a._pd, &a.cq, &a.cq).build().unwrap();
-    let mut qb = QpBuilder::rc(&b._pd, &b.cq, &b.cq).build().unwrap();
+    let mut qa = QpBuilder::rc(&a.pd, &a.cq, &a.cq).build().unwrap();
+    let mut qb = QpBuilder::rc(&b.pd, &b.cq, &b.cq).build().unwrap();
     let (ea, eb) = (qa.endpoint().unwrap(), qb.endpoint().unwrap());
     qa.modify_to_init().unwrap();
     qa.modify_to_rtr(&eb).unwrap();

@@ -17,7 +17,7 @@ pub struct Side {
     pub pd: Pd,
     pub cq: Cq,
     pub pool: MemoryPool,
-    /// 4 KiB a peer may read, write and run atomics on.
+    /// Memory a peer may read, write and run atomics on (4 KiB in [`rig`]).
     pub mr: Mr,
 }
 
@@ -31,12 +31,18 @@ pub struct Rig {
 pub const WAIT: Duration = Duration::from_secs(2);
 
 fn side(ctx: Arc<Context>) -> Side {
+    side_sized(ctx, 4096, 32, 4096)
+}
+
+/// One NIC's objects: a 256-entry CQ, a pool of `slots` buffers of `slot` bytes, and an MR of
+/// `mr_len` bytes a peer may read, write and run atomics on.
+pub fn side_sized(ctx: Arc<Context>, slot: usize, slots: usize, mr_len: usize) -> Side {
     let pd = ctx.alloc_pd().expect("ALLOC_PD");
     let cq = Cq::new(&ctx, 256).expect("CREATE_CQ");
-    let pool = pd.create_pool(4096, 32).expect("pool");
+    let pool = pd.create_pool(slot, slots).expect("pool");
     let mr = pd
         .register(
-            4096,
+            mr_len,
             Access::LOCAL_WRITE
                 | Access::REMOTE_WRITE
                 | Access::REMOTE_READ
