@@ -16,7 +16,7 @@ use core::sync::atomic::{Ordering, compiler_fence};
 use bypass_hw::wqe::{CtrlSeg, DataSeg, RaddrSeg, WqeOpcode};
 use zerocopy::byteorder::big_endian::{U16, U32};
 
-use crate::post::{PostError, RemoteAddr, SendFlags, SendLimits, Sge};
+use crate::post::{RemoteAddr, SendFlags, SendLimits, Sge};
 use crate::wq::{SqRing, WqShared};
 
 /// Segments of a one-SGE RDMA WRITE: ctrl, raddr, data.
@@ -99,7 +99,7 @@ pub struct WriteWqe {
 /// Same bytes and bookkeeping as [`crate::post::write_send`] of the equivalent [`crate::post::SendWr`].
 ///
 /// Checks: the SQ has a free WQEBB (`cur_post - tail < wqebbs`); `None` if not, with nothing
-/// written (the caller reports [`PostError::SqFull`], see [`sq_full`]). A one-WQEBB WQE never crosses the ring's end, and its slot is
+/// written (the caller reports [`crate::post_refused::Refusal::SqFull`]). A one-WQEBB WQE never crosses the ring's end, and its slot is
 /// `cur_post & (wqebbs - 1)`, so no other bounds check is needed. The caller checks the QP's
 /// state and type (RC, able to send, `max_send_sge >= 1`).
 #[inline(always)]
@@ -148,22 +148,12 @@ pub fn write_rdma_write(
     })
 }
 
-/// The error of a post [`write_rdma_write`] refused for want of space: the one the general
-/// path gives for a one-WQEBB WQE.
-#[cold]
-#[inline(never)]
-pub fn sq_full(sq: &SqRing, shared: &WqShared, qpn: u32) -> PostError {
-    PostError::SqFull {
-        qpn,
-        need: 1,
-        free: sq.free(shared.sq_tail()),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::post::PostError;
     use crate::post::{SendOp, SendWr, write_send, write_send_general};
+    use crate::post_refused::{PostRefused, Refusal};
     use crate::wq::tests::TestRing;
 
     fn bytes(sq: &SqRing, n: usize) -> Vec<u8> {
@@ -232,15 +222,12 @@ mod tests {
         write_rdma_write(&mut sq, &sh, &tpl, 2, &l, &r, f).unwrap();
         let before = bytes(&sq, 128);
         assert_eq!(write_rdma_write(&mut sq, &sh, &tpl, 3, &l, &r, f), None);
-        let e = sq_full(&sq, &sh, 0x12);
         assert_eq!(
-            e,
-            PostError::SqFull {
-                qpn: 0x12,
-                need: 1,
-                free: 0
-            }
+            sq.free(sh.sq_tail()),
+            0,
+            "what PostRefused's SqFull reports"
         );
+        let e = PostError::from(PostRefused::new(0x12, Refusal::SqFull));
         assert_eq!((bytes(&sq, 128), sq.cur_post), (before, 2));
         // The general path refuses it the same way.
         let one = [l];

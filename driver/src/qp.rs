@@ -29,7 +29,8 @@ use crate::post::{
     write_send_general,
 };
 use crate::post::{RemoteAddr, SendFlags, Sge};
-use crate::post_write::{WRITE_DS, WriteTemplate, WriteWqe, sq_full, write_rdma_write};
+use crate::post_refused::{NOT_READY_FIX, PostRefused, Refusal};
+use crate::post_write::{WRITE_DS, WriteTemplate, WriteWqe, write_rdma_write};
 
 mod batch;
 use crate::qp_attr::{
@@ -429,7 +430,7 @@ impl Qp {
         PostError::BadState {
             qpn: self.res.qpn,
             state: self.state.name(),
-            fix: "move it to RTS first (rst2init, init2rtr, rtr2rts)",
+            fix: NOT_READY_FIX,
         }
     }
 
@@ -468,8 +469,9 @@ impl Qp {
     /// `ibv_wr_start` → `ibv_wr_rdma_write` → `ibv_wr_set_sge` → `ibv_wr_complete`, one WQE).
     ///
     /// Checks: the QP is RC, in RTS/SQD/ERR and takes at least one send SGE (one test; else
-    /// the general path refuses the request with the error that says which), and the SQ has
-    /// a free WQEBB ([`PostError::SqFull`]). The doorbell follows rdma-core `post_send_db` /
+    /// the refusal that says which), and the SQ has a free WQEBB ([`Refusal::SqFull`]). The
+    /// error is the 8-byte [`PostRefused`] (returned in a register); `PostError::from` it is
+    /// the error [`Qp::post_send`] gives for the same request. The doorbell follows rdma-core `post_send_db` /
     /// `mlx5_send_wr_complete`: WQE stores → `udma_to_device_barrier` → DBR →
     /// `mmio_wc_start` → BlueFlame copy (3 DS fits every BlueFlame half) or 8-byte doorbell
     /// → `mmio_flush_writes`.
@@ -480,9 +482,9 @@ impl Qp {
         local: Sge,
         remote: RemoteAddr,
         flags: SendFlags,
-    ) -> core::result::Result<(), PostError> {
+    ) -> core::result::Result<(), PostRefused> {
         if !self.write_ok {
-            return self.post_write_refused(wr_id, local, remote, flags);
+            return Err(self.write_refusal());
         }
         let Some(w) = write_rdma_write(
             &mut self.sq,
@@ -493,7 +495,7 @@ impl Qp {
             &remote,
             flags,
         ) else {
-            return Err(sq_full(&self.sq, &self.shared, self.res.qpn));
+            return Err(PostRefused::new(self.res.qpn, Refusal::SqFull));
         };
         self.ring_write(w, self.write_bf);
         Ok(())
@@ -529,22 +531,22 @@ impl Qp {
         mmio_flush_writes();
     }
 
-    /// [`Qp::post_write`] on a QP that cannot take it (not RC, not able to send, no send
-    /// SGE): the general path, which refuses it with the error that names the reason.
+    /// Why [`Qp::post_write`] refuses on this QP (`write_ok` false: not able to send, UD, or no
+    /// send SGE), in the order the general path checks them (`Qp::post_send_general`, then
+    /// `post::write_send_general`: state, UD, SGE count), so that `PostError::from` it is the
+    /// error `post_send` gives for the same WRITE. `QpType` has only RC and UD, so an RC QP
+    /// that can send and takes an SGE is `write_ok`.
     #[cold]
     #[inline(never)]
-    fn post_write_refused(
-        &mut self,
-        wr_id: u64,
-        local: Sge,
-        remote: RemoteAddr,
-        flags: SendFlags,
-    ) -> core::result::Result<(), PostError> {
-        let sges = [local];
-        self.post_send_general(&SendWr {
-            flags,
-            ..SendWr::new(wr_id, crate::post::SendOp::Write { remote }, &sges)
-        })
+    fn write_refusal(&self) -> PostRefused {
+        let why = if !self.can_send {
+            Refusal::BadState(self.state)
+        } else if self.limits.ud {
+            Refusal::UdWrite
+        } else {
+            Refusal::NoSendSge
+        };
+        PostRefused::new(self.res.qpn, why)
     }
 
     /// Posts a list of send work requests with one doorbell (never BlueFlame, as rdma-core
