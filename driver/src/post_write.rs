@@ -98,7 +98,8 @@ pub struct WriteWqe {
 /// records `wr_id` and advances `cur_post`; the doorbell record and doorbell are the caller's.
 /// Same bytes and bookkeeping as [`crate::post::write_send`] of the equivalent [`crate::post::SendWr`].
 ///
-/// Checks: the SQ has a free WQEBB (`cur_post - tail < wqebbs`); `None` if not, with nothing
+/// Checks: the SQ has a free WQEBB ([`SqRing::reserve_one`]: `cur_post - tail < wqebbs`, the
+/// tail read only when the credits it left run out); `None` if not, with nothing
 /// written (the caller reports [`crate::post_refused::Refusal::SqFull`]). A one-WQEBB WQE never crosses the ring's end, and its slot is
 /// `cur_post & (wqebbs - 1)`, so no other bounds check is needed. The caller checks the QP's
 /// state and type (RC, able to send, `max_send_sge >= 1`).
@@ -113,13 +114,38 @@ pub fn write_rdma_write(
     remote: &RemoteAddr,
     flags: SendFlags,
 ) -> Option<WriteWqe> {
-    let start = sq.cur_post;
-    let tail = shared.sq_tail();
-    // In use: `cur_post - tail`; a full ring (or a bad tail past it) refuses the post.
-    if start.wrapping_sub(tail) >= sq.wqebbs {
+    // A free WQEBB (from the credits, or in use `cur_post - tail < wqebbs` when they ran out);
+    // a full ring (or a bad tail past `cur_post`) refuses the post.
+    if !sq.reserve_one(shared) {
         return None;
     }
-    // `wqebbs > in use >= 0`: at least one WQEBB, so `wqebbs - 1` is the ring's mask.
+    Some(write_rdma_write_reserved(
+        sq, shared, tpl, wr_id, local, remote, flags,
+    ))
+}
+
+/// [`write_rdma_write`] of a WQEBB already reserved ([`SqRing::reserve_one`] or
+/// [`SqRing::take_credit`] returned true, and nothing moved `cur_post` since): writes the WQE,
+/// records `wr_id`, advances `cur_post`.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub fn write_rdma_write_reserved(
+    sq: &mut SqRing,
+    shared: &WqShared,
+    tpl: &WriteTemplate,
+    wr_id: u64,
+    local: &Sge,
+    remote: &RemoteAddr,
+    flags: SendFlags,
+) -> WriteWqe {
+    let start = sq.cur_post;
+    // The bookkeeping first, so that `wr_id` and the `WqShared` pointer are dead before the
+    // WQE's words are computed (fewer values live at once: no callee-saved registers). Nobody
+    // reads it before the doorbell: the poller retires this slot only on a CQE for it.
+    sq.commit_reserved(shared, start, wr_id);
+    compiler_fence(Ordering::Release);
+    // `wqebbs` is a power of two, at least 1 (one WQEBB is reserved), so `wqebbs - 1` is the
+    // ring's mask.
     let slot = start & (sq.wqebbs - 1);
     let p = sq.wqe_ptr(slot);
     // SAFETY: `slot < wqebbs`, so the 48 bytes at `p` lie in WQEBB `slot`, inside the ring
@@ -141,11 +167,10 @@ pub fn write_rdma_write(
         p.add(4).write_unaligned(d0);
         p.add(5).write_unaligned(d1);
     }
-    sq.commit(shared, start, 1, wr_id);
-    Some(WriteWqe {
+    WriteWqe {
         slot,
         doorbell: tpl.ctrl(start, flags)[0],
-    })
+    }
 }
 
 #[cfg(test)]

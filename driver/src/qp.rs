@@ -30,7 +30,9 @@ use crate::post::{
 };
 use crate::post::{RemoteAddr, SendFlags, Sge};
 use crate::post_refused::{NOT_READY_FIX, PostRefused, Refusal};
-use crate::post_write::{WRITE_DS, WriteTemplate, WriteWqe, write_rdma_write};
+use crate::post_write::{
+    WRITE_DS, WriteTemplate, WriteWqe, write_rdma_write, write_rdma_write_reserved,
+};
 
 mod batch;
 use crate::qp_attr::{
@@ -351,6 +353,10 @@ impl Qp {
         self.can_send = matches!(to, QpState::Rts | QpState::Err | QpState::Sqd);
         self.rc_send = self.can_send && self.qp_type == QpType::Rc;
         self.write_ok = self.rc_send && self.limits.max_sge >= 1;
+        if !self.write_ok {
+            // `post_write`'s one-test fast path relies on it: no credits without `write_ok`.
+            self.sq.forget_credits();
+        }
         Ok(())
     }
 
@@ -392,7 +398,7 @@ impl Qp {
         let i = to_rst_input(self.res.qpn);
         self.modify("2RST", i, QpState::Rst)?;
         clean_cqs(&self.res.send_cq, &self.res.recv_cq, self.res.qpn);
-        self.sq.cur_post = 0;
+        self.sq.reset();
         self.rq.head = 0;
         self.shared.reset();
         self.dbr.write_be32(0, 0);
@@ -483,6 +489,37 @@ impl Qp {
         remote: RemoteAddr,
         flags: SendFlags,
     ) -> core::result::Result<(), PostRefused> {
+        // One test for both checks: the SQ's credits are non-zero only on a QP that takes
+        // `post_write` (`write_ok`: they are refilled only by the write paths, after that
+        // check, and dropped whenever `modify` clears it), and each is a WQEBB known free.
+        if !self.sq.take_credit() {
+            return self.post_write_slow(wr_id, &local, remote, flags);
+        }
+        let w = write_rdma_write_reserved(
+            &mut self.sq,
+            &self.shared,
+            &self.write_tpl,
+            wr_id,
+            &local,
+            &remote,
+            flags,
+        );
+        self.ring_write(w, self.write_bf);
+        Ok(())
+    }
+
+    /// [`Qp::post_write`] out of credits (once per `wqebbs` posts at most while completions
+    /// keep up, or on a QP that cannot take it): the checks in full, out of line (a tail call,
+    /// so the fast path keeps nothing live across a call).
+    #[cold]
+    #[inline(never)]
+    fn post_write_slow(
+        &mut self,
+        wr_id: u64,
+        local: &Sge,
+        remote: RemoteAddr,
+        flags: SendFlags,
+    ) -> core::result::Result<(), PostRefused> {
         if !self.write_ok {
             return Err(self.write_refusal());
         }
@@ -491,7 +528,7 @@ impl Qp {
             &self.shared,
             &self.write_tpl,
             wr_id,
-            &local,
+            local,
             &remote,
             flags,
         ) else {
