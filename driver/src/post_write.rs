@@ -28,7 +28,8 @@ pub const WRITE_DS: u8 = 3;
 /// [`SendFlags`] (`sq_sig_all` folded in). Only the WQE index in word 0 changes per post.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WriteTemplate {
-    /// Word 0 with `opmod_idx_opcode` zero (its bytes 4..8 are `qpn_ds`).
+    /// Word 0 with the WQE index zero: `opmod_idx_opcode = MLX5_OPCODE_RDMA_WRITE` (bytes
+    /// 0..4), `qpn_ds` (bytes 4..8).
     ctrl0: u64,
     /// Word 1 for each `SendFlags` value (`flags.bits() & 7`).
     ctrl1: [u64; 8],
@@ -39,7 +40,7 @@ impl WriteTemplate {
     pub fn new(lim: &SendLimits) -> Self {
         let ctrl = |fm_ce_se: u8| -> [u64; 2] {
             zerocopy::transmute!(CtrlSeg {
-                opmod_idx_opcode: U32::ZERO,
+                opmod_idx_opcode: U32::new(u32::from(WqeOpcode::RDMA_WRITE.0)),
                 qpn_ds: U32::new(lim.qpn_shifted | u32::from(WRITE_DS)),
                 signature: 0,
                 dci_stream_channel_id: U16::ZERO,
@@ -62,13 +63,16 @@ impl WriteTemplate {
     /// MLX5_OPCODE_RDMA_WRITE`; `qpn_ds`, `fm_ce_se` from the template).
     #[inline(always)]
     pub fn ctrl(&self, start: u32, flags: SendFlags) -> [u64; 2] {
-        let idx = U32::new(((start & 0xffff) << 8) | u32::from(WqeOpcode::RDMA_WRITE.0));
-        let [a, b, c, d] = idx.to_bytes();
+        // `opmod_idx_opcode` big-endian: byte 0 `opmod` (0), bytes 1..3 the 16-bit index
+        // (big-endian), byte 3 the opcode (in `ctrl0`).
+        #[cfg(target_endian = "little")]
+        // Memory bytes 1, 2 are bits 8..24 of the word: `hi << 8 | lo << 16`, which is the
+        // byte-swapped index shifted right by 8 (one `bswap`, one shift).
+        let idx = u64::from((start & 0xffff).swap_bytes() >> 8);
+        #[cfg(target_endian = "big")]
+        let idx = u64::from(start & 0xffff) << 40;
         // `& 7`: in bounds for any bits, so this is one masked load.
-        [
-            self.ctrl0 | u64::from_ne_bytes([a, b, c, d, 0, 0, 0, 0]),
-            self.ctrl1[usize::from(flags.bits() & 7)],
-        ]
+        [self.ctrl0 | idx, self.ctrl1[usize::from(flags.bits() & 7)]]
     }
 
     /// The remote-address segment (rdma-core `set_raddr_seg`) in memory order.
@@ -81,7 +85,22 @@ impl WriteTemplate {
     /// order.
     #[inline(always)]
     pub fn data(local: &Sge) -> [u64; 2] {
-        zerocopy::transmute!(DataSeg::new(local.length, local.lkey, local.addr))
+        #[cfg(target_endian = "little")]
+        {
+            // Word 0 is `byte_count` then `lkey`, each big-endian: the byte swap of
+            // `byte_count << 32 | lkey`, i.e. of `lkey << 32 | byte_count` rotated by 32 (a
+            // form the compiler turns into one 64-bit load, `bswap`, `ror` when the two fields
+            // are adjacent). `post_write_writes_the_same_wqe_and_bookkeeping_as_the_general_path`
+            // checks the bytes against `DataSeg`.
+            let w0 = (u64::from(local.lkey) << 32 | u64::from(local.length))
+                .swap_bytes()
+                .rotate_right(32);
+            [w0, local.addr.to_be()]
+        }
+        #[cfg(target_endian = "big")]
+        {
+            zerocopy::transmute!(DataSeg::new(local.length, local.lkey, local.addr))
+        }
     }
 }
 

@@ -504,7 +504,7 @@ impl Qp {
             &remote,
             flags,
         );
-        self.ring_write(w, self.write_bf);
+        self.ring_write(w, true);
         Ok(())
     }
 
@@ -520,6 +520,8 @@ impl Qp {
         remote: RemoteAddr,
         flags: SendFlags,
     ) -> core::result::Result<(), PostRefused> {
+        // The failed `take_credit` left the count negative: settle it first.
+        self.sq.forget_credits();
         if !self.write_ok {
             return Err(self.write_refusal());
         }
@@ -534,17 +536,18 @@ impl Qp {
         ) else {
             return Err(PostRefused::new(self.res.qpn, Refusal::SqFull));
         };
-        self.ring_write(w, self.write_bf);
+        self.ring_write(w, true);
         Ok(())
     }
 
     /// The doorbell after [`Qp::post_write`] or a [`WriteBatch`] whose last WQE is `last`,
     /// exactly as rdma-core `post_send_db` / `mlx5_send_wr_complete`: WQE stores →
-    /// `udma_to_device_barrier` → DBR → `mmio_wc_start` → the BlueFlame copy of `last` (`bf`:
-    /// a lone one-WQEBB WQE on a BlueFlame register) or its 8-byte doorbell →
+    /// `udma_to_device_barrier` → DBR → `mmio_wc_start` → the BlueFlame copy of `last` (`lone`,
+    /// the only WQE of the post, on a QP whose register takes a one-WQEBB WQE by BlueFlame:
+    /// `write_bf`) or its 8-byte doorbell →
     /// `mmio_flush_writes`.
     #[inline(always)]
-    fn ring_write(&mut self, last: WriteWqe, bf: bool) {
+    fn ring_write(&mut self, last: WriteWqe, lone: bool) {
         // The WQEs must be in memory before the device can learn they exist.
         udma_to_device_barrier();
         self.sq_dbr.write_be(self.sq.cur_post & 0xffff);
@@ -555,7 +558,8 @@ impl Qp {
         // doorbell call rather than after it, so nothing of `self` stays live across the call:
         // only the next post reads it, and it is this poster's alone (`&mut self`).
         self.bfreg.toggle();
-        if bf {
+        // Read here, after the fences, so that it is not held in a register across them.
+        if lone && self.write_bf {
             let p = self.sq.wqe_ptr(last.slot).cast::<[u64; 8]>();
             // SAFETY: WQEBB `last.slot` (< `sq.wqebbs`) is inside the ring and 8-byte aligned
             // (the SQ's start is, checked in `create`), and was written by this post; nothing

@@ -369,8 +369,10 @@ pub struct SqRing {
     /// WQEs complete in order), so a WQEBB [`SqRing::reserve_one`] takes from it is one whose
     /// completion software has already seen. Refilled from the tail only when it runs out
     /// (rdma-core `mlx5_wq_overflow` reads `wq->tail` on every post; the tail only grows, so
-    /// reading it less often only ever refuses more, never less, until the refill).
-    credits: u32,
+    /// reading it less often only ever refuses more, never less, until the refill). Negative
+    /// only just after a failed [`SqRing::take_credit`], which the caller follows with
+    /// [`SqRing::reserve_one`] or [`SqRing::forget_credits`]; every reader treats it as 0.
+    credits: i32,
 }
 
 impl SqRing {
@@ -390,26 +392,23 @@ impl SqRing {
     /// credits last; the published tail is read only when they run out.
     #[inline(always)]
     pub fn reserve_one(&mut self, shared: &WqShared) -> bool {
-        match self.credits.checked_sub(1) {
-            Some(c) => {
-                self.credits = c;
-                true
-            }
-            None => self.refill_one(shared),
+        if self.credits > 0 {
+            self.credits -= 1;
+            true
+        } else {
+            self.refill_one(shared)
         }
     }
 
     /// [`SqRing::reserve_one`] without the refill: true (and one credit taken) while credits
-    /// last, false when they ran out (then use [`SqRing::reserve_one`], out of line).
+    /// last, false when they ran out; then the caller must use [`SqRing::reserve_one`] (out of
+    /// line) or [`SqRing::forget_credits`] before anything else (the failed decrement left
+    /// the count negative). The decrement is unconditional, so this is one read-modify-write
+    /// and a sign test.
     #[inline(always)]
     pub fn take_credit(&mut self) -> bool {
-        match self.credits.checked_sub(1) {
-            Some(c) => {
-                self.credits = c;
-                true
-            }
-            None => false,
-        }
+        self.credits = self.credits.wrapping_sub(1);
+        self.credits >= 0
     }
 
     /// [`SqRing::reserve_one`] out of credits: the space rule against the published tail (in
@@ -420,9 +419,12 @@ impl SqRing {
     fn refill_one(&mut self, shared: &WqShared) -> bool {
         let in_use = self.cur_post.wrapping_sub(shared.sq_tail());
         if in_use >= self.wqebbs {
+            self.credits = 0;
             return false;
         }
-        self.credits = self.wqebbs - in_use - 1;
+        // `wqebbs - in_use - 1 < wqebbs`, and `wqebbs` (a ring's WQEBBs) is far below
+        // `i32::MAX`; saturate anyway rather than trust it.
+        self.credits = i32::try_from(self.wqebbs - in_use - 1).unwrap_or(i32::MAX);
         true
     }
 
@@ -480,7 +482,8 @@ impl SqRing {
         self.cur_post = next;
         // These WQEBBs were checked against the tail, not taken from the credits: the credits
         // must not count them as free any more.
-        self.credits = self.credits.saturating_sub(wqebbs);
+        let used = i32::try_from(wqebbs).unwrap_or(i32::MAX);
+        self.credits = self.credits.max(0).saturating_sub(used).max(0);
     }
 }
 

@@ -97,8 +97,7 @@ impl Drop for WriteBatch<'_> {
     fn drop(&mut self) {
         if self.n > 0 {
             // rdma-core `post_send_db`: BlueFlame only for a lone WQE.
-            let bf = self.n == 1 && self.qp.write_bf;
-            self.qp.ring_write(self.last, bf);
+            self.qp.ring_write(self.last, self.n == 1);
         }
     }
 }
