@@ -13,7 +13,7 @@
 
 use core::sync::atomic::{Ordering, compiler_fence};
 
-use bypass_hw::wqe::{CtrlSeg, DataSeg, RaddrSeg, WqeOpcode};
+use bypass_hw::wqe::{CtrlSeg, RaddrSeg, WqeOpcode};
 use zerocopy::byteorder::big_endian::{U16, U32};
 
 use crate::post::{RemoteAddr, SendFlags, SendLimits, Sge};
@@ -99,7 +99,11 @@ impl WriteTemplate {
         }
         #[cfg(target_endian = "big")]
         {
-            zerocopy::transmute!(DataSeg::new(local.length, local.lkey, local.addr))
+            zerocopy::transmute!(bypass_hw::wqe::DataSeg::new(
+                local.length,
+                local.lkey,
+                local.addr
+            ))
         }
     }
 }
@@ -251,6 +255,20 @@ mod tests {
                     assert_eq!(sa.sq_tail(), sb.sq_tail());
                 }
             }
+        }
+    }
+
+    #[test]
+    fn the_data_segment_words_are_the_hw_data_segment() {
+        for (addr, length, lkey) in [
+            (0x1122_3344_5566_7788u64, 0x0102_0304u32, 0xa0b0_c0d0u32),
+            (0, 0, 0),
+            (u64::MAX, u32::MAX, 1),
+        ] {
+            let want: [u64; 2] =
+                zerocopy::transmute!(bypass_hw::wqe::DataSeg::new(length, lkey, addr));
+            let local = Sge { addr, length, lkey };
+            assert_eq!(WriteTemplate::data(&local), want);
         }
     }
 
