@@ -481,9 +481,9 @@ impl SqRing {
         shared.record_send(start, next, wr_id);
         self.cur_post = next;
         // These WQEBBs were checked against the tail, not taken from the credits: the credits
-        // must not count them as free any more.
-        let used = i32::try_from(wqebbs).unwrap_or(i32::MAX);
-        self.credits = self.credits.max(0).saturating_sub(used).max(0);
+        // must not count them as free any more. Dropping them all is one store (the general
+        // path's cost stays as it was); the next `reserve_one` reads the tail again.
+        self.credits = 0;
     }
 }
 
@@ -608,9 +608,11 @@ pub(crate) mod tests {
         assert!(!sq.take_credit());
         assert!(sq.reserve_one(&shared));
         sq.commit_reserved(&shared, 0, 10);
-        // A general-path post of two WQEBBs checked against the tail: the credits lose them.
+        // A general-path post of two WQEBBs checked against the tail: the credits are dropped,
+        // and the refill finds the one WQEBB left.
         sq.commit(&shared, 1, 2, 11);
-        assert!(sq.take_credit(), "one WQEBB left");
+        assert!(!sq.take_credit());
+        assert!(sq.reserve_one(&shared), "one WQEBB left");
         sq.commit_reserved(&shared, 3, 12);
         assert_eq!(sq.free(shared.sq_tail()), 0);
         assert!(
