@@ -17,7 +17,11 @@
 # ibv_poll_cq with a WC array), per CQE, for comparison with poll_one.
 #
 # Then the specialised paths (rdma-core's extended API), same counting:
-#   post_write: Qp::post_write(wr_id, sge, remote, flags) (ibv_wr_start/rdma_write/set_sge/complete);
+#   post_write: Qp::post_write(wr_id, sge, remote, flags) (ibv_wr_start/rdma_write/set_sge/complete),
+#               the SGE and remote address passed by value as an application passes them; its
+#               error is the 8-byte PostRefused, returned in registers. The SQ-space test takes
+#               a credit (one decrement); the published tail is read once per refill, which the
+#               count includes, amortised;
 #   poll ext:   Cq::start_poll, wr_id + status read, guard dropped (ibv_start_poll/end_poll);
 #   poll ext x16: start_poll + next_poll up to 16 CQEs, one end_poll;
 #   post_write x64: a WriteBatch of 64 WRITEs, one doorbell (ibv_wr_start, 64 x rdma_write +

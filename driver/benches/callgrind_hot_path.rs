@@ -19,6 +19,7 @@ use std::hint::black_box;
 use bypass_driver::cq::Cq;
 use bypass_driver::poll::{WorkCompletion, decode};
 use bypass_driver::post::{PostError, RemoteAddr, SendFlags, SendOp, SendWr, Sge};
+use bypass_driver::post_refused::PostRefused;
 use bypass_driver::qp::Qp;
 use common::{settle, setup};
 
@@ -49,11 +50,11 @@ pub fn bypass_measured_poll_batch(cq: &mut Cq, out: &mut [WorkCompletion]) -> us
 pub fn bypass_measured_post_write(
     qp: &mut Qp,
     wr_id: u64,
-    local: &Sge,
-    remote: &RemoteAddr,
+    local: Sge,
+    remote: RemoteAddr,
     flags: SendFlags,
-) -> Result<(), PostError> {
-    qp.post_write(wr_id, *local, *remote, flags)
+) -> Result<(), PostRefused> {
+    qp.post_write(wr_id, local, remote, flags)
 }
 
 /// `n` RDMA WRITEs in one `WriteBatch` (one doorbell; the measured function of `ext-batch`).
@@ -136,8 +137,8 @@ fn main() {
                     let r = bypass_measured_post_write(
                         &mut a.qp,
                         black_box(7),
-                        black_box(&local),
-                        black_box(&remote),
+                        black_box(local),
+                        black_box(remote),
                         black_box(SendFlags::SIGNALED),
                     );
                     if r.is_ok() {

@@ -35,6 +35,7 @@ pub mod pd;
 pub mod poll;
 pub mod poll_guard;
 pub mod post;
+pub mod post_refused;
 pub mod post_write;
 pub mod qp;
 pub mod qp_attr;

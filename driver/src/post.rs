@@ -298,6 +298,10 @@ pub enum PostError {
     },
 }
 
+/// [`PostError::BadRequest`]'s reason for an RDMA or atomic request on a UD QP.
+pub(crate) const UD_RDMA_WHY: &str =
+    "is not available on a UD QP (UD carries SEND and SEND_IMM only): use an RC QP";
+
 /// The limits a QP's send path checks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SendLimits {
@@ -659,11 +663,7 @@ pub fn write_send_general(
         SendOp::FetchAdd { remote, add } => (Some(remote), Some(AtomicSeg::fetch_add(add)), 0),
     };
     if lim.ud && raddr.is_some() {
-        return Err(bad(
-            qpn,
-            opcode,
-            "is not available on a UD QP (UD carries SEND and SEND_IMM only): use an RC QP",
-        ));
+        return Err(bad(qpn, opcode, UD_RDMA_WHY));
     }
     let ud = match (lim.ud, wr.ud) {
         (true, Some(d)) => Some(d),

@@ -13,10 +13,10 @@
 
 use core::sync::atomic::{Ordering, compiler_fence};
 
-use bypass_hw::wqe::{CtrlSeg, DataSeg, RaddrSeg, WqeOpcode};
+use bypass_hw::wqe::{CtrlSeg, RaddrSeg, WqeOpcode};
 use zerocopy::byteorder::big_endian::{U16, U32};
 
-use crate::post::{PostError, RemoteAddr, SendFlags, SendLimits, Sge};
+use crate::post::{RemoteAddr, SendFlags, SendLimits, Sge};
 use crate::wq::{SqRing, WqShared};
 
 /// Segments of a one-SGE RDMA WRITE: ctrl, raddr, data.
@@ -28,7 +28,8 @@ pub const WRITE_DS: u8 = 3;
 /// [`SendFlags`] (`sq_sig_all` folded in). Only the WQE index in word 0 changes per post.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WriteTemplate {
-    /// Word 0 with `opmod_idx_opcode` zero (its bytes 4..8 are `qpn_ds`).
+    /// Word 0 with the WQE index zero: `opmod_idx_opcode = MLX5_OPCODE_RDMA_WRITE` (bytes
+    /// 0..4), `qpn_ds` (bytes 4..8).
     ctrl0: u64,
     /// Word 1 for each `SendFlags` value (`flags.bits() & 7`).
     ctrl1: [u64; 8],
@@ -39,7 +40,7 @@ impl WriteTemplate {
     pub fn new(lim: &SendLimits) -> Self {
         let ctrl = |fm_ce_se: u8| -> [u64; 2] {
             zerocopy::transmute!(CtrlSeg {
-                opmod_idx_opcode: U32::ZERO,
+                opmod_idx_opcode: U32::new(u32::from(WqeOpcode::RDMA_WRITE.0)),
                 qpn_ds: U32::new(lim.qpn_shifted | u32::from(WRITE_DS)),
                 signature: 0,
                 dci_stream_channel_id: U16::ZERO,
@@ -62,13 +63,16 @@ impl WriteTemplate {
     /// MLX5_OPCODE_RDMA_WRITE`; `qpn_ds`, `fm_ce_se` from the template).
     #[inline(always)]
     pub fn ctrl(&self, start: u32, flags: SendFlags) -> [u64; 2] {
-        let idx = U32::new(((start & 0xffff) << 8) | u32::from(WqeOpcode::RDMA_WRITE.0));
-        let [a, b, c, d] = idx.to_bytes();
+        // `opmod_idx_opcode` big-endian: byte 0 `opmod` (0), bytes 1..3 the 16-bit index
+        // (big-endian), byte 3 the opcode (in `ctrl0`).
+        #[cfg(target_endian = "little")]
+        // Memory bytes 1, 2 are bits 8..24 of the word: `hi << 8 | lo << 16`, which is the
+        // byte-swapped index shifted right by 8 (one `bswap`, one shift).
+        let idx = u64::from((start & 0xffff).swap_bytes() >> 8);
+        #[cfg(target_endian = "big")]
+        let idx = u64::from(start & 0xffff) << 40;
         // `& 7`: in bounds for any bits, so this is one masked load.
-        [
-            self.ctrl0 | u64::from_ne_bytes([a, b, c, d, 0, 0, 0, 0]),
-            self.ctrl1[usize::from(flags.bits() & 7)],
-        ]
+        [self.ctrl0 | idx, self.ctrl1[usize::from(flags.bits() & 7)]]
     }
 
     /// The remote-address segment (rdma-core `set_raddr_seg`) in memory order.
@@ -81,7 +85,26 @@ impl WriteTemplate {
     /// order.
     #[inline(always)]
     pub fn data(local: &Sge) -> [u64; 2] {
-        zerocopy::transmute!(DataSeg::new(local.length, local.lkey, local.addr))
+        #[cfg(target_endian = "little")]
+        {
+            // Word 0 is `byte_count` then `lkey`, each big-endian: the byte swap of
+            // `byte_count << 32 | lkey`, i.e. of `lkey << 32 | byte_count` rotated by 32 (a
+            // form the compiler turns into one 64-bit load, `bswap`, `ror` when the two fields
+            // are adjacent). `post_write_writes_the_same_wqe_and_bookkeeping_as_the_general_path`
+            // checks the bytes against `DataSeg`.
+            let w0 = (u64::from(local.lkey) << 32 | u64::from(local.length))
+                .swap_bytes()
+                .rotate_right(32);
+            [w0, local.addr.to_be()]
+        }
+        #[cfg(target_endian = "big")]
+        {
+            zerocopy::transmute!(bypass_hw::wqe::DataSeg::new(
+                local.length,
+                local.lkey,
+                local.addr
+            ))
+        }
     }
 }
 
@@ -98,8 +121,9 @@ pub struct WriteWqe {
 /// records `wr_id` and advances `cur_post`; the doorbell record and doorbell are the caller's.
 /// Same bytes and bookkeeping as [`crate::post::write_send`] of the equivalent [`crate::post::SendWr`].
 ///
-/// Checks: the SQ has a free WQEBB (`cur_post - tail < wqebbs`); `None` if not, with nothing
-/// written (the caller reports [`PostError::SqFull`], see [`sq_full`]). A one-WQEBB WQE never crosses the ring's end, and its slot is
+/// Checks: the SQ has a free WQEBB ([`SqRing::reserve_one`]: `cur_post - tail < wqebbs`, the
+/// tail read only when the credits it left run out); `None` if not, with nothing
+/// written (the caller reports [`crate::post_refused::Refusal::SqFull`]). A one-WQEBB WQE never crosses the ring's end, and its slot is
 /// `cur_post & (wqebbs - 1)`, so no other bounds check is needed. The caller checks the QP's
 /// state and type (RC, able to send, `max_send_sge >= 1`).
 #[inline(always)]
@@ -113,13 +137,38 @@ pub fn write_rdma_write(
     remote: &RemoteAddr,
     flags: SendFlags,
 ) -> Option<WriteWqe> {
-    let start = sq.cur_post;
-    let tail = shared.sq_tail();
-    // In use: `cur_post - tail`; a full ring (or a bad tail past it) refuses the post.
-    if start.wrapping_sub(tail) >= sq.wqebbs {
+    // A free WQEBB (from the credits, or in use `cur_post - tail < wqebbs` when they ran out);
+    // a full ring (or a bad tail past `cur_post`) refuses the post.
+    if !sq.reserve_one(shared) {
         return None;
     }
-    // `wqebbs > in use >= 0`: at least one WQEBB, so `wqebbs - 1` is the ring's mask.
+    Some(write_rdma_write_reserved(
+        sq, shared, tpl, wr_id, local, remote, flags,
+    ))
+}
+
+/// [`write_rdma_write`] of a WQEBB already reserved ([`SqRing::reserve_one`] or
+/// [`SqRing::take_credit`] returned true, and nothing moved `cur_post` since): writes the WQE,
+/// records `wr_id`, advances `cur_post`.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub fn write_rdma_write_reserved(
+    sq: &mut SqRing,
+    shared: &WqShared,
+    tpl: &WriteTemplate,
+    wr_id: u64,
+    local: &Sge,
+    remote: &RemoteAddr,
+    flags: SendFlags,
+) -> WriteWqe {
+    let start = sq.cur_post;
+    // The bookkeeping first, so that `wr_id` and the `WqShared` pointer are dead before the
+    // WQE's words are computed (fewer values live at once: no callee-saved registers). Nobody
+    // reads it before the doorbell: the poller retires this slot only on a CQE for it.
+    sq.commit_reserved(shared, start, wr_id);
+    compiler_fence(Ordering::Release);
+    // `wqebbs` is a power of two, at least 1 (one WQEBB is reserved), so `wqebbs - 1` is the
+    // ring's mask.
     let slot = start & (sq.wqebbs - 1);
     let p = sq.wqe_ptr(slot);
     // SAFETY: `slot < wqebbs`, so the 48 bytes at `p` lie in WQEBB `slot`, inside the ring
@@ -141,29 +190,18 @@ pub fn write_rdma_write(
         p.add(4).write_unaligned(d0);
         p.add(5).write_unaligned(d1);
     }
-    sq.commit(shared, start, 1, wr_id);
-    Some(WriteWqe {
+    WriteWqe {
         slot,
         doorbell: tpl.ctrl(start, flags)[0],
-    })
-}
-
-/// The error of a post [`write_rdma_write`] refused for want of space: the one the general
-/// path gives for a one-WQEBB WQE.
-#[cold]
-#[inline(never)]
-pub fn sq_full(sq: &SqRing, shared: &WqShared, qpn: u32) -> PostError {
-    PostError::SqFull {
-        qpn,
-        need: 1,
-        free: sq.free(shared.sq_tail()),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::post::PostError;
     use crate::post::{SendOp, SendWr, write_send, write_send_general};
+    use crate::post_refused::{PostRefused, Refusal};
     use crate::wq::tests::TestRing;
 
     fn bytes(sq: &SqRing, n: usize) -> Vec<u8> {
@@ -221,6 +259,20 @@ mod tests {
     }
 
     #[test]
+    fn the_data_segment_words_are_the_hw_data_segment() {
+        for (addr, length, lkey) in [
+            (0x1122_3344_5566_7788u64, 0x0102_0304u32, 0xa0b0_c0d0u32),
+            (0, 0, 0),
+            (u64::MAX, u32::MAX, 1),
+        ] {
+            let want: [u64; 2] =
+                zerocopy::transmute!(bypass_hw::wqe::DataSeg::new(length, lkey, addr));
+            let local = Sge { addr, length, lkey };
+            assert_eq!(WriteTemplate::data(&local), want);
+        }
+    }
+
+    #[test]
     fn post_write_refuses_a_full_queue_without_writing() {
         let lim = SendLimits::new(0x12, false, 1, 0, false);
         let tpl = WriteTemplate::new(&lim);
@@ -232,15 +284,12 @@ mod tests {
         write_rdma_write(&mut sq, &sh, &tpl, 2, &l, &r, f).unwrap();
         let before = bytes(&sq, 128);
         assert_eq!(write_rdma_write(&mut sq, &sh, &tpl, 3, &l, &r, f), None);
-        let e = sq_full(&sq, &sh, 0x12);
         assert_eq!(
-            e,
-            PostError::SqFull {
-                qpn: 0x12,
-                need: 1,
-                free: 0
-            }
+            sq.free(sh.sq_tail()),
+            0,
+            "what PostRefused's SqFull reports"
         );
+        let e = PostError::from(PostRefused::new(0x12, Refusal::SqFull));
         assert_eq!((bytes(&sq, 128), sq.cur_post), (before, 2));
         // The general path refuses it the same way.
         let one = [l];

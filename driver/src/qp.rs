@@ -29,7 +29,10 @@ use crate::post::{
     write_send_general,
 };
 use crate::post::{RemoteAddr, SendFlags, Sge};
-use crate::post_write::{WRITE_DS, WriteTemplate, WriteWqe, sq_full, write_rdma_write};
+use crate::post_refused::{NOT_READY_FIX, PostRefused, Refusal};
+use crate::post_write::{
+    WRITE_DS, WriteTemplate, WriteWqe, write_rdma_write, write_rdma_write_reserved,
+};
 
 mod batch;
 use crate::qp_attr::{
@@ -350,6 +353,10 @@ impl Qp {
         self.can_send = matches!(to, QpState::Rts | QpState::Err | QpState::Sqd);
         self.rc_send = self.can_send && self.qp_type == QpType::Rc;
         self.write_ok = self.rc_send && self.limits.max_sge >= 1;
+        if !self.write_ok {
+            // `post_write`'s one-test fast path relies on it: no credits without `write_ok`.
+            self.sq.forget_credits();
+        }
         Ok(())
     }
 
@@ -391,7 +398,7 @@ impl Qp {
         let i = to_rst_input(self.res.qpn);
         self.modify("2RST", i, QpState::Rst)?;
         clean_cqs(&self.res.send_cq, &self.res.recv_cq, self.res.qpn);
-        self.sq.cur_post = 0;
+        self.sq.reset();
         self.rq.head = 0;
         self.shared.reset();
         self.dbr.write_be32(0, 0);
@@ -429,7 +436,7 @@ impl Qp {
         PostError::BadState {
             qpn: self.res.qpn,
             state: self.state.name(),
-            fix: "move it to RTS first (rst2init, init2rtr, rtr2rts)",
+            fix: NOT_READY_FIX,
         }
     }
 
@@ -468,8 +475,9 @@ impl Qp {
     /// `ibv_wr_start` → `ibv_wr_rdma_write` → `ibv_wr_set_sge` → `ibv_wr_complete`, one WQE).
     ///
     /// Checks: the QP is RC, in RTS/SQD/ERR and takes at least one send SGE (one test; else
-    /// the general path refuses the request with the error that says which), and the SQ has
-    /// a free WQEBB ([`PostError::SqFull`]). The doorbell follows rdma-core `post_send_db` /
+    /// the refusal that says which), and the SQ has a free WQEBB ([`Refusal::SqFull`]). The
+    /// error is the 8-byte [`PostRefused`] (returned in a register); `PostError::from` it is
+    /// the error [`Qp::post_send`] gives for the same request. The doorbell follows rdma-core `post_send_db` /
     /// `mlx5_send_wr_complete`: WQE stores → `udma_to_device_barrier` → DBR →
     /// `mmio_wc_start` → BlueFlame copy (3 DS fits every BlueFlame half) or 8-byte doorbell
     /// → `mmio_flush_writes`.
@@ -480,11 +488,14 @@ impl Qp {
         local: Sge,
         remote: RemoteAddr,
         flags: SendFlags,
-    ) -> core::result::Result<(), PostError> {
-        if !self.write_ok {
-            return self.post_write_refused(wr_id, local, remote, flags);
+    ) -> core::result::Result<(), PostRefused> {
+        // One test for both checks: the SQ's credits are non-zero only on a QP that takes
+        // `post_write` (`write_ok`: they are refilled only by the write paths, after that
+        // check, and dropped whenever `modify` clears it), and each is a WQEBB known free.
+        if !self.sq.take_credit() {
+            return self.post_write_slow(wr_id, &local, remote, flags);
         }
-        let Some(w) = write_rdma_write(
+        let w = write_rdma_write_reserved(
             &mut self.sq,
             &self.shared,
             &self.write_tpl,
@@ -492,20 +503,51 @@ impl Qp {
             &local,
             &remote,
             flags,
+        );
+        self.ring_write(w, true);
+        Ok(())
+    }
+
+    /// [`Qp::post_write`] out of credits (once per `wqebbs` posts at most while completions
+    /// keep up, or on a QP that cannot take it): the checks in full, out of line (a tail call,
+    /// so the fast path keeps nothing live across a call).
+    #[cold]
+    #[inline(never)]
+    fn post_write_slow(
+        &mut self,
+        wr_id: u64,
+        local: &Sge,
+        remote: RemoteAddr,
+        flags: SendFlags,
+    ) -> core::result::Result<(), PostRefused> {
+        // The failed `take_credit` left the count negative: settle it first.
+        self.sq.forget_credits();
+        if !self.write_ok {
+            return Err(self.write_refusal());
+        }
+        let Some(w) = write_rdma_write(
+            &mut self.sq,
+            &self.shared,
+            &self.write_tpl,
+            wr_id,
+            local,
+            &remote,
+            flags,
         ) else {
-            return Err(sq_full(&self.sq, &self.shared, self.res.qpn));
+            return Err(PostRefused::new(self.res.qpn, Refusal::SqFull));
         };
-        self.ring_write(w, self.write_bf);
+        self.ring_write(w, true);
         Ok(())
     }
 
     /// The doorbell after [`Qp::post_write`] or a [`WriteBatch`] whose last WQE is `last`,
     /// exactly as rdma-core `post_send_db` / `mlx5_send_wr_complete`: WQE stores →
-    /// `udma_to_device_barrier` → DBR → `mmio_wc_start` → the BlueFlame copy of `last` (`bf`:
-    /// a lone one-WQEBB WQE on a BlueFlame register) or its 8-byte doorbell →
+    /// `udma_to_device_barrier` → DBR → `mmio_wc_start` → the BlueFlame copy of `last` (`lone`,
+    /// the only WQE of the post, on a QP whose register takes a one-WQEBB WQE by BlueFlame:
+    /// `write_bf`) or its 8-byte doorbell →
     /// `mmio_flush_writes`.
     #[inline(always)]
-    fn ring_write(&mut self, last: WriteWqe, bf: bool) {
+    fn ring_write(&mut self, last: WriteWqe, lone: bool) {
         // The WQEs must be in memory before the device can learn they exist.
         udma_to_device_barrier();
         self.sq_dbr.write_be(self.sq.cur_post & 0xffff);
@@ -516,7 +558,8 @@ impl Qp {
         // doorbell call rather than after it, so nothing of `self` stays live across the call:
         // only the next post reads it, and it is this poster's alone (`&mut self`).
         self.bfreg.toggle();
-        if bf {
+        // Read here, after the fences, so that it is not held in a register across them.
+        if lone && self.write_bf {
             let p = self.sq.wqe_ptr(last.slot).cast::<[u64; 8]>();
             // SAFETY: WQEBB `last.slot` (< `sq.wqebbs`) is inside the ring and 8-byte aligned
             // (the SQ's start is, checked in `create`), and was written by this post; nothing
@@ -529,22 +572,22 @@ impl Qp {
         mmio_flush_writes();
     }
 
-    /// [`Qp::post_write`] on a QP that cannot take it (not RC, not able to send, no send
-    /// SGE): the general path, which refuses it with the error that names the reason.
+    /// Why [`Qp::post_write`] refuses on this QP (`write_ok` false: not able to send, UD, or no
+    /// send SGE), in the order the general path checks them (`Qp::post_send_general`, then
+    /// `post::write_send_general`: state, UD, SGE count), so that `PostError::from` it is the
+    /// error `post_send` gives for the same WRITE. `QpType` has only RC and UD, so an RC QP
+    /// that can send and takes an SGE is `write_ok`.
     #[cold]
     #[inline(never)]
-    fn post_write_refused(
-        &mut self,
-        wr_id: u64,
-        local: Sge,
-        remote: RemoteAddr,
-        flags: SendFlags,
-    ) -> core::result::Result<(), PostError> {
-        let sges = [local];
-        self.post_send_general(&SendWr {
-            flags,
-            ..SendWr::new(wr_id, crate::post::SendOp::Write { remote }, &sges)
-        })
+    fn write_refusal(&self) -> PostRefused {
+        let why = if !self.can_send {
+            Refusal::BadState(self.state)
+        } else if self.limits.ud {
+            Refusal::UdWrite
+        } else {
+            Refusal::NoSendSge
+        };
+        PostRefused::new(self.res.qpn, why)
     }
 
     /// Posts a list of send work requests with one doorbell (never BlueFlame, as rdma-core

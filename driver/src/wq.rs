@@ -360,8 +360,19 @@ pub struct SqRing {
     pub ring: RingPtr,
     /// WQEBBs in the ring (a power of two).
     pub wqebbs: u32,
-    /// WQEBBs produced so far (rdma-core `sq.cur_post`), wrapping.
+    /// WQEBBs produced so far (rdma-core `sq.cur_post`), wrapping. Code that moves it other
+    /// than through [`SqRing::commit`], [`SqRing::reserve_one`] + [`SqRing::commit_reserved`]
+    /// or [`SqRing::reset`] must call [`SqRing::forget_credits`].
     pub cur_post: u32,
+    /// WQEBBs known free without reading the published tail: at most `wqebbs - (cur_post -
+    /// tail)` for the tail the poller has published (it only moves forward between resets:
+    /// WQEs complete in order), so a WQEBB [`SqRing::reserve_one`] takes from it is one whose
+    /// completion software has already seen. Refilled from the tail only when it runs out
+    /// (rdma-core `mlx5_wq_overflow` reads `wq->tail` on every post; the tail only grows, so
+    /// reading it less often only ever refuses more, never less, until the refill). Negative
+    /// only just after a failed [`SqRing::take_credit`], which the caller follows with
+    /// [`SqRing::reserve_one`] or [`SqRing::forget_credits`]; every reader treats it as 0.
+    credits: i32,
 }
 
 impl SqRing {
@@ -372,7 +383,70 @@ impl SqRing {
             ring,
             wqebbs,
             cur_post: 0,
+            credits: 0,
         }
+    }
+
+    /// Takes the WQEBB at `cur_post` for a one-WQEBB WQE: true if it is free (then write it
+    /// and [`SqRing::commit_reserved`] it), false if the ring is full. One decrement while
+    /// credits last; the published tail is read only when they run out.
+    #[inline(always)]
+    pub fn reserve_one(&mut self, shared: &WqShared) -> bool {
+        if self.credits > 0 {
+            self.credits -= 1;
+            true
+        } else {
+            self.refill_one(shared)
+        }
+    }
+
+    /// [`SqRing::reserve_one`] without the refill: true (and one credit taken) while credits
+    /// last, false when they ran out; then the caller must use [`SqRing::reserve_one`] (out of
+    /// line) or [`SqRing::forget_credits`] before anything else (the failed decrement left
+    /// the count negative). The decrement is unconditional, so this is one read-modify-write
+    /// and a sign test.
+    #[inline(always)]
+    pub fn take_credit(&mut self) -> bool {
+        self.credits = self.credits.wrapping_sub(1);
+        self.credits >= 0
+    }
+
+    /// [`SqRing::reserve_one`] out of credits: the space rule against the published tail (in
+    /// use `cur_post - tail`; a full ring, or a bad tail past `cur_post`, refuses), and the
+    /// credits left after this WQEBB.
+    #[cold]
+    #[inline(never)]
+    fn refill_one(&mut self, shared: &WqShared) -> bool {
+        let in_use = self.cur_post.wrapping_sub(shared.sq_tail());
+        if in_use >= self.wqebbs {
+            self.credits = 0;
+            return false;
+        }
+        // `wqebbs - in_use - 1 < wqebbs`, and `wqebbs` (a ring's WQEBBs) is far below
+        // `i32::MAX`; saturate anyway rather than trust it.
+        self.credits = i32::try_from(self.wqebbs - in_use - 1).unwrap_or(i32::MAX);
+        true
+    }
+
+    /// Records the one-WQEBB WQE at `start` (== `cur_post`, reserved with
+    /// [`SqRing::reserve_one`]) and advances `cur_post` past it.
+    #[inline(always)]
+    pub fn commit_reserved(&mut self, shared: &WqShared, start: u32, wr_id: u64) {
+        let next = start.wrapping_add(1);
+        shared.record_send(start, next, wr_id);
+        self.cur_post = next;
+    }
+
+    /// Drops the credits (the next [`SqRing::reserve_one`] reads the tail): for code that
+    /// moves `cur_post` by hand.
+    pub fn forget_credits(&mut self) {
+        self.credits = 0;
+    }
+
+    /// Starts over after a reset to RST (with [`WqShared::reset`]): `cur_post` 0, no credits.
+    pub fn reset(&mut self) {
+        self.cur_post = 0;
+        self.credits = 0;
     }
 
     /// WQEBBs free, given the tail the poller published.
@@ -406,6 +480,10 @@ impl SqRing {
         let next = start.wrapping_add(wqebbs);
         shared.record_send(start, next, wr_id);
         self.cur_post = next;
+        // These WQEBBs were checked against the tail, not taken from the credits: the credits
+        // must not count them as free any more. Dropping them all is one store (the general
+        // path's cost stays as it was); the next `reserve_one` reads the tail again.
+        self.credits = 0;
     }
 }
 
@@ -519,6 +597,44 @@ pub(crate) mod tests {
         s2.sq_tail.store(u32::MAX - 1, Ordering::Relaxed);
         assert_eq!(sq.free(s2.sq_tail()), 3);
         assert_eq!(sq.offset_of(5), 64);
+    }
+
+    #[test]
+    fn sq_credits_never_cover_a_wqebb_the_tail_has_not_freed() {
+        let mut t = TestRing::new(4 * 64);
+        let shared = WqShared::new(7, 4, 0);
+        let mut sq = SqRing::new(t.ring());
+        // No credits yet: the fast test fails and the refill reads the tail (4 free).
+        assert!(!sq.take_credit());
+        assert!(sq.reserve_one(&shared));
+        sq.commit_reserved(&shared, 0, 10);
+        // A general-path post of two WQEBBs checked against the tail: the credits are dropped,
+        // and the refill finds the one WQEBB left.
+        sq.commit(&shared, 1, 2, 11);
+        assert!(!sq.take_credit());
+        assert!(sq.reserve_one(&shared), "one WQEBB left");
+        sq.commit_reserved(&shared, 3, 12);
+        assert_eq!(sq.free(shared.sq_tail()), 0);
+        assert!(
+            !sq.take_credit() && !sq.reserve_one(&shared),
+            "full: refused"
+        );
+        // A completion frees the first three; the refill sees them.
+        shared.complete_send(1);
+        assert!(!sq.take_credit());
+        for start in 4..7 {
+            assert!(sq.reserve_one(&shared));
+            sq.commit_reserved(&shared, start, u64::from(start));
+        }
+        assert!(!sq.reserve_one(&shared));
+        // A reset drops them: after it the tail is read again.
+        sq.reset();
+        shared.reset();
+        assert!(!sq.take_credit());
+        assert!(sq.reserve_one(&shared));
+        // A QP that moves `cur_post` by hand forgets them.
+        sq.forget_credits();
+        assert!(!sq.take_credit());
     }
 
     #[test]

@@ -185,9 +185,10 @@ fn post_write_laps_the_ring_and_refuses_a_full_queue() {
         }
         // Full: refused with the general path's error, nothing written.
         let before = a.qp.sq_cur_post();
-        let e =
+        let e = PostError::from(
             a.qp.post_write(999, sge, remote_of(&b, 0), SendFlags::SIGNALED)
-                .unwrap_err();
+                .unwrap_err(),
+        );
         assert_eq!(
             e,
             PostError::SqFull {
@@ -237,16 +238,18 @@ fn post_write_refuses_what_post_send_refuses() {
         &one,
     );
     // RST: not ready.
-    let e =
+    let e = PostError::from(
         a.qp.post_write(1, sge, remote_of(&b, 0), SendFlags::SIGNALED)
-            .unwrap_err();
+            .unwrap_err(),
+    );
     assert!(matches!(e, PostError::BadState { .. }), "{e}");
     assert_eq!(a.qp.post_send(&wr).unwrap_err(), e);
     // UD: RDMA WRITE is not a UD operation.
     let (_f, mut u, v) = pair(14, QpType::Ud, true);
-    let e =
+    let e = PostError::from(
         u.qp.post_write(1, u.mr.sge(0, 8), remote_of(&v, 0), SendFlags::SIGNALED)
-            .unwrap_err();
+            .unwrap_err(),
+    );
     assert!(matches!(e, PostError::BadRequest { .. }), "{e}");
     let one = [u.mr.sge(0, 8)];
     let wr = SendWr::new(
@@ -313,7 +316,7 @@ fn a_full_queue_stops_a_batch_and_what_was_written_is_still_rung() {
     let e = loop {
         match batch.write(k, sge, remote_of(&b, 0), SendFlags::SIGNALED) {
             Ok(()) => k += 1,
-            Err(e) => break e,
+            Err(e) => break PostError::from(e),
         }
     };
     assert_eq!(k, u64::from(depth));

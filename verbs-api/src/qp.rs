@@ -496,9 +496,10 @@ impl Qp {
         match (dwr.op, dwr.payload, dwr.ud) {
             // A one-SGE RDMA WRITE takes the driver's specialised post (same WQE, same errors,
             // fewer instructions: `bypass_driver::qp::Qp::post_write`).
-            (post::SendOp::Write { remote }, Payload::Sges([one]), None) => {
-                self.inner.post_write(dwr.wr_id, *one, remote, dwr.flags)?
-            }
+            (post::SendOp::Write { remote }, Payload::Sges([one]), None) => self
+                .inner
+                .post_write(dwr.wr_id, *one, remote, dwr.flags)
+                .map_err(post::PostError::from)?,
             _ => self.inner.post_send(&dwr)?,
         }
         let n = self.inner.sq_cur_post().wrapping_sub(start);

@@ -8,7 +8,8 @@
 //! than through [`Qp`]'s doorbell sequence.
 
 use crate::post::{PostError, RemoteAddr, SendFlags, Sge};
-use crate::post_write::{WriteWqe, sq_full, write_rdma_write};
+use crate::post_refused::{PostRefused, Refusal};
+use crate::post_write::{WriteWqe, write_rdma_write};
 
 use super::Qp;
 
@@ -32,7 +33,7 @@ impl Qp {
     #[inline]
     pub fn write_batch(&mut self) -> Result<WriteBatch<'_>, PostError> {
         if !self.write_ok {
-            return Err(self.write_batch_refused());
+            return Err(self.write_refusal().into());
         }
         Ok(WriteBatch {
             qp: self,
@@ -43,29 +44,12 @@ impl Qp {
             },
         })
     }
-
-    /// Why [`Qp::write_batch`] refused: the general path's answer for an RDMA WRITE here.
-    #[cold]
-    #[inline(never)]
-    fn write_batch_refused(&mut self) -> PostError {
-        match self.post_write_refused(0, Sge::default(), RemoteAddr::default(), SendFlags::empty())
-        {
-            Err(e) => e,
-            // Unreachable (`write_ok` is false only where the general path refuses too); if it
-            // ever posted, that WQE is a valid zero-length WRITE and is rung already.
-            Ok(()) => PostError::BadState {
-                qpn: self.res.qpn,
-                state: self.state.name(),
-                fix: "report this: write_batch and post_write disagree",
-            },
-        }
-    }
 }
 
 impl WriteBatch<'_> {
     /// Writes an RDMA WRITE of `local` to `remote` (rdma-core `ibv_wr_rdma_write` +
     /// `ibv_wr_set_sge`): the same WQE as [`Qp::post_write`], not yet visible to the NIC.
-    /// [`PostError::SqFull`] when the SQ has no free WQEBB (the WQEs written before stay in
+    /// [`Refusal::SqFull`] when the SQ has no free WQEBB (the WQEs written before stay in
     /// the batch; complete it, poll, and go on).
     #[inline]
     pub fn write(
@@ -74,7 +58,7 @@ impl WriteBatch<'_> {
         local: Sge,
         remote: RemoteAddr,
         flags: SendFlags,
-    ) -> Result<(), PostError> {
+    ) -> Result<(), PostRefused> {
         let q = &mut *self.qp;
         let Some(w) = write_rdma_write(
             &mut q.sq,
@@ -85,7 +69,7 @@ impl WriteBatch<'_> {
             &remote,
             flags,
         ) else {
-            return Err(sq_full(&q.sq, &q.shared, q.res.qpn));
+            return Err(PostRefused::new(q.res.qpn, Refusal::SqFull));
         };
         self.last = w;
         self.n += 1;
@@ -113,8 +97,7 @@ impl Drop for WriteBatch<'_> {
     fn drop(&mut self) {
         if self.n > 0 {
             // rdma-core `post_send_db`: BlueFlame only for a lone WQE.
-            let bf = self.n == 1 && self.qp.write_bf;
-            self.qp.ring_write(self.last, bf);
+            self.qp.ring_write(self.last, self.n == 1);
         }
     }
 }
