@@ -57,47 +57,43 @@ posts="$(echo "$counts" | awk '{print $2}')"
 polls="$(echo "$counts" | awk '{print $4}')"
 empty="$(echo "$counts" | awk '{print $6}')"
 
-valgrind --tool=callgrind --callgrind-out-file="$out/post.out" --collect-atstart=no \
-  --toggle-collect='bypass_measured_post' \
-  --toggle-collect='*SimBackend as bypass_driver::backend::Backend>::write64*' \
-  --toggle-collect='*SimBackend as bypass_driver::backend::Backend>::write_bf*' \
-  "$bin" "$rounds" >/dev/null 2>"$out/post.log"
-valgrind --tool=callgrind --callgrind-out-file="$out/poll.out" --collect-atstart=no \
-  --toggle-collect='bypass_measured_poll' \
-  "$bin" "$rounds" >/dev/null 2>"$out/poll.log"
+# cg post|poll NAME FUNCTION [MODE]: runs the bench (in MODE) under callgrind counting only
+# FUNCTION, into $out/NAME.out. For a post, the sim backend's write64/write_bf are toggled off
+# too: entered only from inside FUNCTION, they switch collection off while the simulated device
+# handles the doorbell (on VFIO that is the stores themselves).
+cg() {
+  local kind=$1 name=$2 fn=$3 mode=${4:-}
+  local sim=()
+  if [ "$kind" = post ]; then
+    sim=(--toggle-collect='*SimBackend as bypass_driver::backend::Backend>::write64*'
+         --toggle-collect='*SimBackend as bypass_driver::backend::Backend>::write_bf*')
+  fi
+  # shellcheck disable=SC2086 # MODE is one word or nothing
+  valgrind --tool=callgrind --callgrind-out-file="$out/$name.out" --collect-atstart=no \
+    --toggle-collect="$fn" "${sim[@]}" "$bin" "$rounds" $mode >/dev/null 2>"$out/$name.log"
+}
+
+cg post post bypass_measured_post
+cg poll poll bypass_measured_poll
 
 batch_counts="$("$bin" "$rounds" batch)"
 batch_cqes="$(echo "$batch_counts" | awk '{print $4}')"
 batch_calls="$(echo "$batch_counts" | awk '{print $6}')"
-valgrind --tool=callgrind --callgrind-out-file="$out/poll_batch.out" --collect-atstart=no \
-  --toggle-collect='bypass_measured_poll_batch' \
-  "$bin" "$rounds" batch >/dev/null 2>"$out/poll_batch.log"
+cg poll poll_batch bypass_measured_poll_batch batch
 
 ext_counts="$("$bin" "$rounds" ext)"
 ext_posts="$(echo "$ext_counts" | awk '{print $2}')"
 ext_polls="$(echo "$ext_counts" | awk '{print $4}')"
 ext_empty="$(echo "$ext_counts" | awk '{print $6}')"
-valgrind --tool=callgrind --callgrind-out-file="$out/post_write.out" --collect-atstart=no \
-  --toggle-collect='bypass_measured_post_write' \
-  --toggle-collect='*SimBackend as bypass_driver::backend::Backend>::write64*' \
-  --toggle-collect='*SimBackend as bypass_driver::backend::Backend>::write_bf*' \
-  "$bin" "$rounds" ext >/dev/null 2>"$out/post_write.log"
-valgrind --tool=callgrind --callgrind-out-file="$out/poll_ext.out" --collect-atstart=no \
-  --toggle-collect='bypass_measured_poll_ext' \
-  "$bin" "$rounds" ext >/dev/null 2>"$out/poll_ext.log"
+cg post post_write bypass_measured_post_write ext
+cg poll poll_ext bypass_measured_poll_ext ext
 eb_counts="$("$bin" "$rounds" ext-batch)"
 eb_cqes="$(echo "$eb_counts" | awk '{print $4}')"
 eb_calls="$(echo "$eb_counts" | awk '{print $6}')"
 eb_posts="$(echo "$eb_counts" | awk '{print $2}')"
 eb_batches="$(echo "$eb_counts" | awk '{print $8}')"
-valgrind --tool=callgrind --callgrind-out-file="$out/post_write_batch.out" --collect-atstart=no \
-  --toggle-collect='bypass_measured_post_write_batch' \
-  --toggle-collect='*SimBackend as bypass_driver::backend::Backend>::write64*' \
-  --toggle-collect='*SimBackend as bypass_driver::backend::Backend>::write_bf*' \
-  "$bin" "$rounds" ext-batch >/dev/null 2>"$out/post_write_batch.log"
-valgrind --tool=callgrind --callgrind-out-file="$out/poll_ext_batch.out" --collect-atstart=no \
-  --toggle-collect='bypass_measured_poll_ext_batch' \
-  "$bin" "$rounds" ext-batch >/dev/null 2>"$out/poll_ext_batch.log"
+cg post post_write_batch bypass_measured_post_write_batch ext-batch
+cg poll poll_ext_batch bypass_measured_poll_ext_batch ext-batch
 
 post_ir="$(count "$out/post.out")"
 batch_ir="$(count "$out/poll_batch.out")"
