@@ -10,6 +10,7 @@ mod common;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
+use bypass_driver::backend::sim::SimFabric;
 use bypass_driver::post::{RemoteAddr, SendFlags, SendOp, SendWr};
 use common::{settle, setup};
 use criterion::{Criterion, criterion_group, criterion_main};
@@ -24,51 +25,36 @@ fn bench(c: &mut Criterion) {
         rkey: b.mr.rkey(),
     };
     let wr = SendWr::new(7, SendOp::Write { remote }, &sge);
+    let local = sge[0];
     c.bench_function("post_send rdma_write 1 sge (stepped sim)", |bn| {
         bn.iter_custom(|iters| {
-            let mut total = Duration::ZERO;
-            let mut left = iters;
-            while left > 0 {
-                let n = left.min(BATCH);
+            batched(iters, |n| {
                 let t = Instant::now();
                 for _ in 0..n {
                     black_box(a.qp.post_send(black_box(&wr))).expect("post");
                 }
-                total += t.elapsed();
+                let d = t.elapsed();
                 settle(&f);
                 while a.cq.poll_one().is_some() {}
-                left -= n;
-            }
-            total
+                d
+            })
         })
     });
     c.bench_function("poll_one 1 cqe (stepped sim)", |bn| {
         bn.iter_custom(|iters| {
-            let mut total = Duration::ZERO;
-            let mut left = iters;
-            while left > 0 {
-                let n = left.min(BATCH);
-                for _ in 0..n {
-                    a.qp.post_send(&wr).expect("post");
-                }
-                settle(&f);
+            batched(iters, |n| {
+                fill(&mut a.qp, &wr, n, &f);
                 let t = Instant::now();
                 for _ in 0..n {
                     black_box(a.cq.poll_one()).expect("cqe");
                 }
-                total += t.elapsed();
-                left -= n;
-            }
-            total
+                t.elapsed()
+            })
         })
     });
-    let local = sge[0];
     c.bench_function("post_write rdma_write 1 sge (stepped sim)", |bn| {
         bn.iter_custom(|iters| {
-            let mut total = Duration::ZERO;
-            let mut left = iters;
-            while left > 0 {
-                let n = left.min(BATCH);
+            batched(iters, |n| {
                 let t = Instant::now();
                 for _ in 0..n {
                     black_box(a.qp.post_write(
@@ -79,35 +65,47 @@ fn bench(c: &mut Criterion) {
                     ))
                     .expect("post");
                 }
-                total += t.elapsed();
+                let d = t.elapsed();
                 settle(&f);
                 while a.cq.poll_one().is_some() {}
-                left -= n;
-            }
-            total
+                d
+            })
         })
     });
     c.bench_function("start_poll 1 cqe (stepped sim)", |bn| {
         bn.iter_custom(|iters| {
-            let mut total = Duration::ZERO;
-            let mut left = iters;
-            while left > 0 {
-                let n = left.min(BATCH);
-                for _ in 0..n {
-                    a.qp.post_send(&wr).expect("post");
-                }
-                settle(&f);
+            batched(iters, |n| {
+                fill(&mut a.qp, &wr, n, &f);
                 let t = Instant::now();
                 for _ in 0..n {
                     let p = a.cq.start_poll().expect("cqe");
                     black_box((p.wr_id(), p.is_ok()));
                 }
-                total += t.elapsed();
-                left -= n;
-            }
-            total
+                t.elapsed()
+            })
         })
     });
+}
+
+/// Runs `iters` operations in batches of at most [`BATCH`] (the send queue's depth):
+/// `batch(n)` does `n` of them and returns the time of its measured part only.
+fn batched(iters: u64, mut batch: impl FnMut(u64) -> Duration) -> Duration {
+    let mut total = Duration::ZERO;
+    let mut left = iters;
+    while left > 0 {
+        let n = left.min(BATCH);
+        total += batch(n);
+        left -= n;
+    }
+    total
+}
+
+/// Posts `n` WRITEs and lets the device complete them: `n` CQEs to poll.
+fn fill(qp: &mut bypass_driver::qp::Qp, wr: &SendWr<'_>, n: u64, f: &SimFabric) {
+    for _ in 0..n {
+        qp.post_send(wr).expect("post");
+    }
+    settle(f);
 }
 
 /// The benchmark group (criterion's macros generate undocumented items).
