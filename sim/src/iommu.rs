@@ -16,6 +16,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use crate::memory::{HostMemory, PAGE_SIZE};
 
@@ -157,6 +158,61 @@ struct Mapping {
 pub struct Iommu {
     maps: BTreeMap<u64, Mapping>,
     faults: u64,
+    /// The mappings of the last few lookups, so that an access inside one costs a compare and
+    /// a key lookup instead of a tree range search (a ping-pong touches the same four or so:
+    /// SQ ring, doorbell record, CQ ring, buffer).
+    recent: Recent,
+}
+
+/// Slots of [`Recent`].
+const RECENT: usize = 4;
+
+/// The `start..end` IOVA ranges of recently used mappings (empty slot: `start > end`).
+/// Atomics (relaxed: plain loads and stores) rather than `Cell`, so that lookups through
+/// `&Iommu` can fill it and the IOMMU stays `Sync`; it is only a hint, checked against the
+/// map on every hit.
+struct Recent {
+    start: [AtomicU64; RECENT],
+    end: [AtomicU64; RECENT],
+    next: AtomicUsize,
+}
+
+impl Default for Recent {
+    fn default() -> Self {
+        Self {
+            start: std::array::from_fn(|_| AtomicU64::new(u64::MAX)),
+            end: std::array::from_fn(|_| AtomicU64::new(0)),
+            next: AtomicUsize::new(0),
+        }
+    }
+}
+
+impl Recent {
+    /// The start of a remembered mapping holding `iova`.
+    fn find(&self, iova: u64) -> Option<u64> {
+        (0..RECENT).find_map(|i| {
+            let s = self.start[i].load(Ordering::Relaxed);
+            (s <= iova && iova < self.end[i].load(Ordering::Relaxed)).then_some(s)
+        })
+    }
+
+    /// Remembers the mapping `start..end`, replacing the oldest slot.
+    fn remember(&self, start: u64, end: u64) {
+        let i = self.next.fetch_add(1, Ordering::Relaxed) % RECENT;
+        // An empty slot first (start > end matches nothing), so a half-written slot never
+        // names a range.
+        self.start[i].store(u64::MAX, Ordering::Relaxed);
+        self.end[i].store(end, Ordering::Relaxed);
+        self.start[i].store(start, Ordering::Relaxed);
+    }
+
+    /// Forgets everything (a mapping went away).
+    fn clear(&self) {
+        for i in 0..RECENT {
+            self.start[i].store(u64::MAX, Ordering::Relaxed);
+            self.end[i].store(0, Ordering::Relaxed);
+        }
+    }
 }
 
 impl std::fmt::Debug for Iommu {
@@ -250,6 +306,7 @@ impl Iommu {
             inside.push(start);
         }
         let mut total = 0;
+        self.recent.clear();
         for start in inside {
             total += self.maps.remove(&start).map_or(0, |m| m.len);
         }
@@ -383,7 +440,7 @@ impl Iommu {
     /// lookup); `None` if the range spans mappings or is not allowed (the caller then takes
     /// the general path, which decides).
     fn within_one(&self, iova: u64, len: usize, dir: Dir) -> Option<(&Arc<dyn HostMemory>, usize)> {
-        let (&start, m) = self.maps.range(..=iova).next_back()?;
+        let (start, m) = self.lookup(iova)?;
         let within = usize::try_from(iova - start).ok()?;
         let ok = match dir {
             Dir::Read => m.perm.read,
@@ -395,12 +452,31 @@ impl Iommu {
         Some((&m.mem, m.offset.checked_add(within)?))
     }
 
+    /// The mapping that starts last at or before `iova` (the only one that can hold it), as
+    /// the tree's range search finds it; a recently used mapping that holds `iova` is found
+    /// by a compare and a key lookup.
+    fn lookup(&self, iova: u64) -> Option<(u64, &Mapping)> {
+        if let Some(start) = self.recent.find(iova) {
+            if let Some(m) = self.maps.get(&start) {
+                if iova < start.saturating_add(m.len as u64) {
+                    return Some((start, m));
+                }
+            }
+        }
+        let (&start, m) = self.maps.range(..=iova).next_back()?;
+        let end = start.saturating_add(m.len as u64);
+        if iova < end {
+            self.recent.remember(start, end);
+        }
+        Some((start, m))
+    }
+
     /// Checks that the whole range is covered by mappings allowing `dir`; `Some(())` if so.
     fn walk(&self, iova: u64, len: usize, dir: Dir) -> Option<()> {
         let end = iova.checked_add(len as u64)?;
         let mut at = iova;
         while at < end || (len == 0 && at == iova) {
-            let (&start, m) = self.maps.range(..=at).next_back()?;
+            let (start, m) = self.lookup(at)?;
             let m_end = start + m.len as u64;
             let ok = match dir {
                 Dir::Read => m.perm.read,
@@ -420,7 +496,7 @@ impl Iommu {
     /// The host memory behind `iova`, the offset in it, and how many of `len` bytes are
     /// contiguous there.
     fn segment(&self, iova: u64, len: usize) -> Option<(&Arc<dyn HostMemory>, usize, usize)> {
-        let (&start, m) = self.maps.range(..=iova).next_back()?;
+        let (start, m) = self.lookup(iova)?;
         let within = usize::try_from(iova - start).ok()?;
         if within >= m.len {
             return None;
@@ -541,5 +617,49 @@ mod tests {
         io.map(0x10000, m, 0, PAGE_SIZE, Perm::RW).unwrap();
         io.unmap(0x10000, PAGE_SIZE).unwrap();
         assert!(io.write(0x10000, &[1]).is_err());
+    }
+
+    #[test]
+    fn an_access_after_a_remap_reaches_the_new_buffer_not_a_remembered_one() {
+        let (old, new) = (mem(2), mem(1));
+        let mut io = Iommu::new();
+        io.map(0x10000, old.clone(), 0, 2 * PAGE_SIZE, Perm::RW)
+            .unwrap();
+        // Used: remembered as a recent mapping.
+        io.write(0x10010, &[1]).unwrap();
+        io.write(0x11010, &[2]).unwrap();
+        io.unmap(0x10000, 2 * PAGE_SIZE).unwrap();
+        assert!(io.read(0x11010, &mut [0]).is_err(), "unmapped: faults");
+        io.map(0x10000, new.clone(), 0, PAGE_SIZE, Perm::RO)
+            .unwrap();
+        io.read(0x10010, &mut [0]).unwrap();
+        assert!(
+            io.write(0x10010, &[3]).is_err(),
+            "the new mapping is read-only"
+        );
+        assert!(
+            io.read(0x11010, &mut [0]).is_err(),
+            "beyond the new mapping"
+        );
+        assert_eq!(old.to_vec(0x10, 1).unwrap(), vec![1]);
+        assert_eq!(new.to_vec(0x10, 1).unwrap(), vec![0]);
+        assert_eq!(io.faults(), 3);
+    }
+
+    #[test]
+    fn more_mappings_in_use_than_remembered_each_reach_their_own_buffer() {
+        let bufs: Vec<_> = (0..(RECENT + 3)).map(|_| mem(1)).collect();
+        let mut io = Iommu::new();
+        for (i, b) in bufs.iter().enumerate() {
+            io.map(0x10000 * (i as u64 + 1), b.clone(), 0, PAGE_SIZE, Perm::RW)
+                .unwrap();
+        }
+        for round in 0..3u8 {
+            for (i, b) in bufs.iter().enumerate() {
+                io.write(0x10000 * (i as u64 + 1) + 8, &[round + i as u8])
+                    .unwrap();
+                assert_eq!(b.to_vec(8, 1).unwrap(), vec![round + i as u8]);
+            }
+        }
     }
 }

@@ -181,6 +181,15 @@ fn read_wqe(
         .map(|(c, _)| u32::from(wqe::wqebbs(&c)))
         .unwrap_or(1)
         .min(sq_wqebbs);
+    let whole = nbb as usize * MLX5_SEND_WQE_BB;
+    let bf = match bf {
+        // BlueFlame carried the whole WQE: its bytes are the WQE (no copy).
+        Some(mut b) if b.len() >= whole => {
+            b.truncate(whole);
+            return Ok(b);
+        }
+        partial => partial,
+    };
     let mut bytes = Vec::with_capacity(nbb as usize * MLX5_SEND_WQE_BB);
     bytes.extend_from_slice(&first);
     for i in 1..nbb {
