@@ -16,7 +16,6 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use crate::memory::{HostMemory, PAGE_SIZE};
 
@@ -158,60 +157,59 @@ struct Mapping {
 pub struct Iommu {
     maps: BTreeMap<u64, Mapping>,
     faults: u64,
-    /// The mappings of the last few lookups, so that an access inside one costs a compare and
-    /// a key lookup instead of a tree range search (a ping-pong touches the same four or so:
-    /// SQ ring, doorbell record, CQ ring, buffer).
+    /// The mappings of the last few accesses.
     recent: Recent,
 }
 
 /// Slots of [`Recent`].
 const RECENT: usize = 4;
 
-/// The `start..end` IOVA ranges of recently used mappings (empty slot: `start > end`).
-/// Atomics (relaxed: plain loads and stores) rather than `Cell`, so that lookups through
-/// `&Iommu` can fill it and the IOMMU stays `Sync`; it is only a hint, checked against the
-/// map on every hit.
-struct Recent {
-    start: [AtomicU64; RECENT],
-    end: [AtomicU64; RECENT],
-    next: AtomicUsize,
+/// A mapping an access went through lately: its IOVA range, buffer and rights.
+struct Cached {
+    start: u64,
+    end: u64,
+    mem: Arc<dyn HostMemory>,
+    offset: usize,
+    perm: Perm,
 }
 
-impl Default for Recent {
-    fn default() -> Self {
-        Self {
-            start: std::array::from_fn(|_| AtomicU64::new(u64::MAX)),
-            end: std::array::from_fn(|_| AtomicU64::new(0)),
-            next: AtomicUsize::new(0),
-        }
-    }
+/// The last few mappings accesses went through (a ping-pong touches about four: SQ ring,
+/// doorbell record, CQ ring, buffer), so that an access inside one costs a compare, not a
+/// tree search. Emptied whenever a mapping goes away.
+#[derive(Default)]
+struct Recent {
+    slots: [Option<Cached>; RECENT],
+    next: usize,
 }
 
 impl Recent {
-    /// The start of a remembered mapping holding `iova`.
-    fn find(&self, iova: u64) -> Option<u64> {
-        (0..RECENT).find_map(|i| {
-            let s = self.start[i].load(Ordering::Relaxed);
-            (s <= iova && iova < self.end[i].load(Ordering::Relaxed)).then_some(s)
+    /// The buffer and offset behind `iova..iova + len` if a remembered mapping holds the
+    /// whole range and allows `dir`.
+    fn hit(&self, iova: u64, len: usize, dir: Dir) -> Option<(&Arc<dyn HostMemory>, usize)> {
+        self.slots.iter().flatten().find_map(|c| {
+            let ok = match dir {
+                Dir::Read => c.perm.read,
+                Dir::Write => c.perm.write,
+            };
+            let within = iova.checked_sub(c.start)?;
+            let room = c.end.checked_sub(iova)?;
+            (ok && room > 0 && len as u64 <= room)
+                .then(|| Some((&c.mem, c.offset.checked_add(usize::try_from(within).ok()?)?)))
+                .flatten()
         })
     }
 
-    /// Remembers the mapping `start..end`, replacing the oldest slot.
-    fn remember(&self, start: u64, end: u64) {
-        let i = self.next.fetch_add(1, Ordering::Relaxed) % RECENT;
-        // An empty slot first (start > end matches nothing), so a half-written slot never
-        // names a range.
-        self.start[i].store(u64::MAX, Ordering::Relaxed);
-        self.end[i].store(end, Ordering::Relaxed);
-        self.start[i].store(start, Ordering::Relaxed);
+    /// Remembers `c`, replacing the oldest slot.
+    fn remember(&mut self, c: Cached) {
+        if let Some(slot) = self.slots.get_mut(self.next % RECENT) {
+            *slot = Some(c);
+        }
+        self.next = self.next.wrapping_add(1);
     }
 
     /// Forgets everything (a mapping went away).
-    fn clear(&self) {
-        for i in 0..RECENT {
-            self.start[i].store(u64::MAX, Ordering::Relaxed);
-            self.end[i].store(0, Ordering::Relaxed);
-        }
+    fn clear(&mut self) {
+        self.slots = Default::default();
     }
 }
 
@@ -331,7 +329,7 @@ impl Iommu {
             dir: Dir::Read,
         };
         if let Some((mem, off)) = self.within_one(iova, dst.len(), Dir::Read) {
-            // The common case: one mapping holds the whole range (one lookup).
+            // The common case: one mapping holds the whole range (one lookup, or none).
             if mem.read_at(off, dst) {
                 return Ok(());
             }
@@ -365,7 +363,7 @@ impl Iommu {
             dir: Dir::Write,
         };
         if let Some((mem, off)) = self.within_one(iova, src.len(), Dir::Write) {
-            // The common case: one mapping holds the whole range (one lookup).
+            // The common case: one mapping holds the whole range (one lookup, or none).
             if mem.write_at(off, src) {
                 return Ok(());
             }
@@ -408,12 +406,26 @@ impl Iommu {
     /// in-process link's single-copy path (`crate::frame`): the caller falls back to
     /// [`Iommu::read`]/[`Iommu::write`], which count and report the fault.
     pub(crate) fn resolve(
-        &self,
+        &mut self,
         iova: u64,
         len: usize,
         dir: Dir,
         out: &mut Vec<HostRun>,
     ) -> Option<()> {
+        if let Some((mem, off)) = self.within_one(iova, len, dir).filter(|_| len > 0) {
+            // One mapping holds the whole range: one run.
+            match out.last_mut() {
+                Some(last) if Arc::ptr_eq(&last.mem, mem) && last.off + last.len == off => {
+                    last.len += len;
+                }
+                _ => out.push(HostRun {
+                    mem: mem.clone(),
+                    off,
+                    len,
+                }),
+            }
+            return Some(());
+        }
         self.walk(iova, len, dir)?;
         let mut done = 0;
         while done < len {
@@ -439,36 +451,32 @@ impl Iommu {
     /// holds the whole range (what [`Iommu::walk`] and [`Iommu::segment`] would find, in one
     /// lookup); `None` if the range spans mappings or is not allowed (the caller then takes
     /// the general path, which decides).
-    fn within_one(&self, iova: u64, len: usize, dir: Dir) -> Option<(&Arc<dyn HostMemory>, usize)> {
-        let (start, m) = self.lookup(iova)?;
-        let within = usize::try_from(iova - start).ok()?;
-        let ok = match dir {
-            Dir::Read => m.perm.read,
-            Dir::Write => m.perm.write,
-        };
-        if !ok || within >= m.len || len > m.len - within {
-            return None;
-        }
-        Some((&m.mem, m.offset.checked_add(within)?))
-    }
-
-    /// The mapping that starts last at or before `iova` (the only one that can hold it), as
-    /// the tree's range search finds it; a recently used mapping that holds `iova` is found
-    /// by a compare and a key lookup.
-    fn lookup(&self, iova: u64) -> Option<(u64, &Mapping)> {
-        if let Some(start) = self.recent.find(iova) {
-            if let Some(m) = self.maps.get(&start) {
-                if iova < start.saturating_add(m.len as u64) {
-                    return Some((start, m));
-                }
+    fn within_one(
+        &mut self,
+        iova: u64,
+        len: usize,
+        dir: Dir,
+    ) -> Option<(&Arc<dyn HostMemory>, usize)> {
+        if self.recent.hit(iova, len, dir).is_none() {
+            let (&start, m) = self.maps.range(..=iova).next_back()?;
+            let within = usize::try_from(iova - start).ok()?;
+            let ok = match dir {
+                Dir::Read => m.perm.read,
+                Dir::Write => m.perm.write,
+            };
+            if !ok || within >= m.len || len > m.len - within {
+                return None;
             }
+            let c = Cached {
+                start,
+                end: start.checked_add(m.len as u64)?,
+                mem: m.mem.clone(),
+                offset: m.offset,
+                perm: m.perm,
+            };
+            self.recent.remember(c);
         }
-        let (&start, m) = self.maps.range(..=iova).next_back()?;
-        let end = start.saturating_add(m.len as u64);
-        if iova < end {
-            self.recent.remember(start, end);
-        }
-        Some((start, m))
+        self.recent.hit(iova, len, dir)
     }
 
     /// Checks that the whole range is covered by mappings allowing `dir`; `Some(())` if so.
@@ -476,7 +484,7 @@ impl Iommu {
         let end = iova.checked_add(len as u64)?;
         let mut at = iova;
         while at < end || (len == 0 && at == iova) {
-            let (start, m) = self.lookup(at)?;
+            let (&start, m) = self.maps.range(..=at).next_back()?;
             let m_end = start + m.len as u64;
             let ok = match dir {
                 Dir::Read => m.perm.read,
@@ -496,7 +504,7 @@ impl Iommu {
     /// The host memory behind `iova`, the offset in it, and how many of `len` bytes are
     /// contiguous there.
     fn segment(&self, iova: u64, len: usize) -> Option<(&Arc<dyn HostMemory>, usize, usize)> {
-        let (start, m) = self.lookup(iova)?;
+        let (&start, m) = self.maps.range(..=iova).next_back()?;
         let within = usize::try_from(iova - start).ok()?;
         if within >= m.len {
             return None;

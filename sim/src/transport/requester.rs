@@ -661,7 +661,7 @@ fn send_burst(dev: &mut Device, c: &Ctx, req: &mut ReqState, w: &SendWqe) -> Opt
         None => {
             let runs = gather::resolve(
                 &dev.objs.mkeys,
-                &dev.iommu,
+                &mut dev.iommu,
                 (c.pd, c.qpn),
                 &w.sges,
                 u64::from(off),
