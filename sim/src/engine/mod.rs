@@ -128,7 +128,12 @@ pub(crate) fn fetch(dev: &mut Device, qpn: u32, bf: Option<Vec<u8>>) {
                     qpn,
                     bytes: bytes.clone(),
                 });
-                wqe::parse(&bytes, ci as u16, &lim)
+                let w = wqe::parse(&bytes, ci as u16, &lim);
+                if bytes.capacity() > dev.bf_spare.capacity() {
+                    // The next BlueFlame write fills this buffer again.
+                    dev.bf_spare = bytes;
+                }
+                w
             }
             Err(f) => {
                 // The WQE could not be read: it completes with the local protection error

@@ -925,10 +925,21 @@ pub(crate) fn timer_due(qp: &crate::objects::Qp, now: u64) -> bool {
     qp.req.rnr_wait.is_some_and(|(t, _)| t <= now) || qp.req.ack_deadline.is_some_and(|t| t <= now)
 }
 
-/// Whether `qp` has sending `resume` would continue: in RTS with a fetched WQE or a doorbell
-/// not yet acted on.
+/// Whether `qp` has sending `resume` would continue: in RTS with a doorbell not yet acted on,
+/// or a fetched WQE `pump` could act on.
+///
+/// A QP whose every fetched WQE went out and whose oldest one still waits for its ACK (the
+/// usual state between a WRITE and its ACK) has none: `pump` would find nothing to send
+/// (`cur` is past the queue) and nothing to complete (`complete_ready` stops at a head that
+/// is started, not done and not failed, and leaves the timer alone while it is outstanding).
 pub(crate) fn has_work(qp: &crate::objects::Qp) -> bool {
-    qp.state == QpState::Rts && (qp.req.fresh || !qp.req.wqes.is_empty())
+    let req = &qp.req;
+    let waiting = req.cur >= req.wqes.len()
+        && req
+            .wqes
+            .front()
+            .is_some_and(|w| w.started && !w.done && w.error.is_none());
+    qp.state == QpState::Rts && (req.fresh || (!req.wqes.is_empty() && !waiting))
 }
 
 /// The earliest pending timer.
