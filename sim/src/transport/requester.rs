@@ -654,9 +654,11 @@ fn send_burst(dev: &mut Device, c: &Ctx, req: &mut ReqState, w: &SendWqe) -> Opt
     };
     let (ip, ports) = crate::transport::headers(dev, route)?;
     let src = match &w.inline {
+        // The whole inline payload (the usual case): shared, not copied.
+        Some(data) if off == 0 && bytes as usize == data.len() => Payload::Inline(data.clone()),
         Some(data) => {
             let part = data.get(off as usize..off as usize + bytes as usize)?;
-            Payload::Inline(part.to_vec())
+            Payload::Inline(std::sync::Arc::from(part))
         }
         None => {
             let runs = gather::resolve(
