@@ -448,6 +448,21 @@ impl World {
 }
 
 #[cfg(test)]
+impl World {
+    /// A world of devices a test set up by hand (`crate::testkit`), at time zero.
+    pub(crate) fn with_devices(seed: u64, devices: Vec<Device>) -> Self {
+        let mut w = Self::new(seed);
+        w.devices = devices;
+        w
+    }
+
+    /// The devices, handed back to the test.
+    pub(crate) fn into_devices(self) -> Vec<Device> {
+        self.devices
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use crate::objects::AddressPath;
