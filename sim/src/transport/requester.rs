@@ -683,7 +683,7 @@ fn send_burst(dev: &mut Device, c: &Ctx, req: &mut ReqState, w: &BurstMsg<'_>) -
                 &dev.objs.mkeys,
                 &mut dev.iommu,
                 (c.pd, c.qpn),
-                &w.sges,
+                w.sges,
                 u64::from(off),
                 bytes as usize,
             )?;
