@@ -139,6 +139,9 @@ pub struct Device {
     /// registers (QPs of different threads) may interleave, as on hardware where each half of
     /// each bfreg is a separate write-combining buffer.
     bf_partial: Vec<BfPartial>,
+    /// The buffer of the last BlueFlame WQE the engine finished with, reused by the next
+    /// (no allocation per BlueFlame post).
+    pub(crate) bf_spare: Vec<u8>,
     /// Firmware state: bring-up stage, pages.
     pub(crate) fw: Firmware,
     /// Object tables.
@@ -203,6 +206,7 @@ impl Device {
             iseg: img,
             doorbells: VecDeque::new(),
             bf_partial: Vec::new(),
+            bf_spare: Vec::new(),
             rx: VecDeque::new(),
             tx: VecDeque::new(),
             fast_tx: false,
@@ -489,10 +493,13 @@ impl Device {
                         MmioError::NotARegister { offset },
                     ));
                 }
+                let mut bytes = std::mem::take(&mut self.bf_spare);
+                bytes.clear();
+                bytes.extend_from_slice(data);
                 self.bf_partial.push(BfPartial {
                     half: base,
                     offset,
-                    bytes: data.to_vec(),
+                    bytes,
                     need,
                 });
                 self.finish_bf(page, base);

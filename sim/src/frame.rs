@@ -158,8 +158,8 @@ pub struct Burst {
 pub(crate) enum Payload {
     /// In the sender's host memory (gathered from its SGEs; read at delivery).
     Host(Vec<HostRun>),
-    /// Inline data the WQE carried (already in the device).
-    Inline(Vec<u8>),
+    /// Inline data the WQE carried (already in the device; shared with the WQE).
+    Inline(Arc<[u8]>),
 }
 
 /// Payload bytes and position of packet `i` of a message cut at `mtu`, starting at `msg_off`.

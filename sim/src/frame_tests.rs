@@ -356,3 +356,73 @@ fn acknowledgements_taken_as_bytes_are_exactly_the_byte_paths() {
         .collect();
     assert_eq!(psns, [0x00ff_ffbf, 0x00ff_ffce, 0x00ff_ffcf]);
 }
+
+/// Runs `writes` at `mtu` with both devices in a [`crate::World`] on a zero-latency link
+/// (`fast`: bursts, each frame handed straight to its device; else every packet as bytes).
+/// Returns the outcome and the packets the world delivered.
+fn via_world(mtu: u32, writes: &[W], fast: bool) -> (Outcome, u64) {
+    use crate::device::Device;
+    use crate::profile::Profile;
+    use crate::world::{LinkConfig, World};
+    let mut c = connect(mtu);
+    post(&mut c, writes);
+    let spare = || Device::new(Profile::with_id(9));
+    let a = std::mem::replace(&mut c.p.a.dev, spare());
+    let b = std::mem::replace(&mut c.p.b.dev, spare());
+    let mut world = World::with_devices(5, vec![a, b]);
+    world.set_link(LinkConfig {
+        latency_ns: 0,
+        jitter_ns: 0,
+    });
+    world.set_fast_path(fast);
+    assert!(world.settle(1_000_000_000).unwrap(), "the world went quiet");
+    let delivered = world.stats().delivered;
+    let mut devices = world.into_devices().into_iter();
+    c.p.a.dev = devices.next().unwrap();
+    c.p.b.dev = devices.next().unwrap();
+    (outcome(&mut c), delivered)
+}
+
+#[test]
+fn a_world_handing_frames_straight_to_devices_leaves_what_the_byte_path_leaves() {
+    let inline = |len, src, dst| W {
+        inline: true,
+        ..w(len, src, dst)
+    };
+    // Inline and gathered WRITEs, one over the 128-PSN window (several bursts and ACKs), then
+    // one the responder refuses (NAK, both QPs to ERR, the last one flushed).
+    let writes = [
+        inline(8, 1, 0),
+        w(40_000, 0, 100),
+        inline(300, 9, 50_000),
+        w(8, 3, 60_000),
+        W {
+            read_only_target: true,
+            ..w(64, 0, 0)
+        },
+        w(8, 0, 70_000),
+    ];
+    let (bytes, carried) = via_world(256, &writes, false);
+    let (fast, delivered) = via_world(256, &writes, true);
+    assert_eq!(fast, bytes);
+    assert_eq!(delivered, carried, "the same packets, counted");
+    let mut pair = connect(256);
+    post(&mut pair, &writes);
+    pair.p.run();
+    assert_eq!(
+        fast,
+        outcome(&mut pair),
+        "what two devices stepped by hand leave"
+    );
+    assert_eq!(
+        fast.a_cqes.len(),
+        writes.len(),
+        "four, then the error, then the flush"
+    );
+    assert!(
+        fast.a_cqes[..4].iter().all(|c| c[63] >> 4 == 0),
+        "four successes"
+    );
+    assert_eq!(fast.states.0, QpState::Err);
+    assert_eq!(fast.b_mem[..8], source()[1..9]);
+}

@@ -157,6 +157,60 @@ struct Mapping {
 pub struct Iommu {
     maps: BTreeMap<u64, Mapping>,
     faults: u64,
+    /// The mappings of the last few accesses.
+    recent: Recent,
+}
+
+/// Slots of [`Recent`].
+const RECENT: usize = 4;
+
+/// A mapping an access went through lately: its IOVA range, buffer and rights.
+struct Cached {
+    start: u64,
+    end: u64,
+    mem: Arc<dyn HostMemory>,
+    offset: usize,
+    perm: Perm,
+}
+
+/// The last few mappings accesses went through (a ping-pong touches about four: SQ ring,
+/// doorbell record, CQ ring, buffer), so that an access inside one costs a compare, not a
+/// tree search. Emptied whenever a mapping goes away.
+#[derive(Default)]
+struct Recent {
+    slots: [Option<Cached>; RECENT],
+    next: usize,
+}
+
+impl Recent {
+    /// The buffer and offset behind `iova..iova + len` if a remembered mapping holds the
+    /// whole range and allows `dir`.
+    fn hit(&self, iova: u64, len: usize, dir: Dir) -> Option<(&Arc<dyn HostMemory>, usize)> {
+        self.slots.iter().flatten().find_map(|c| {
+            let ok = match dir {
+                Dir::Read => c.perm.read,
+                Dir::Write => c.perm.write,
+            };
+            let within = iova.checked_sub(c.start)?;
+            let room = c.end.checked_sub(iova)?;
+            (ok && room > 0 && len as u64 <= room)
+                .then(|| Some((&c.mem, c.offset.checked_add(usize::try_from(within).ok()?)?)))
+                .flatten()
+        })
+    }
+
+    /// Remembers `c`, replacing the oldest slot.
+    fn remember(&mut self, c: Cached) {
+        if let Some(slot) = self.slots.get_mut(self.next % RECENT) {
+            *slot = Some(c);
+        }
+        self.next = self.next.wrapping_add(1);
+    }
+
+    /// Forgets everything (a mapping went away).
+    fn clear(&mut self) {
+        self.slots = Default::default();
+    }
 }
 
 impl std::fmt::Debug for Iommu {
@@ -250,6 +304,7 @@ impl Iommu {
             inside.push(start);
         }
         let mut total = 0;
+        self.recent.clear();
         for start in inside {
             total += self.maps.remove(&start).map_or(0, |m| m.len);
         }
@@ -274,7 +329,7 @@ impl Iommu {
             dir: Dir::Read,
         };
         if let Some((mem, off)) = self.within_one(iova, dst.len(), Dir::Read) {
-            // The common case: one mapping holds the whole range (one lookup).
+            // The common case: one mapping holds the whole range (one lookup, or none).
             if mem.read_at(off, dst) {
                 return Ok(());
             }
@@ -308,7 +363,7 @@ impl Iommu {
             dir: Dir::Write,
         };
         if let Some((mem, off)) = self.within_one(iova, src.len(), Dir::Write) {
-            // The common case: one mapping holds the whole range (one lookup).
+            // The common case: one mapping holds the whole range (one lookup, or none).
             if mem.write_at(off, src) {
                 return Ok(());
             }
@@ -351,12 +406,26 @@ impl Iommu {
     /// in-process link's single-copy path (`crate::frame`): the caller falls back to
     /// [`Iommu::read`]/[`Iommu::write`], which count and report the fault.
     pub(crate) fn resolve(
-        &self,
+        &mut self,
         iova: u64,
         len: usize,
         dir: Dir,
         out: &mut Vec<HostRun>,
     ) -> Option<()> {
+        if let Some((mem, off)) = self.within_one(iova, len, dir).filter(|_| len > 0) {
+            // One mapping holds the whole range: one run.
+            match out.last_mut() {
+                Some(last) if Arc::ptr_eq(&last.mem, mem) && last.off + last.len == off => {
+                    last.len += len;
+                }
+                _ => out.push(HostRun {
+                    mem: mem.clone(),
+                    off,
+                    len,
+                }),
+            }
+            return Some(());
+        }
         self.walk(iova, len, dir)?;
         let mut done = 0;
         while done < len {
@@ -382,17 +451,32 @@ impl Iommu {
     /// holds the whole range (what [`Iommu::walk`] and [`Iommu::segment`] would find, in one
     /// lookup); `None` if the range spans mappings or is not allowed (the caller then takes
     /// the general path, which decides).
-    fn within_one(&self, iova: u64, len: usize, dir: Dir) -> Option<(&Arc<dyn HostMemory>, usize)> {
-        let (&start, m) = self.maps.range(..=iova).next_back()?;
-        let within = usize::try_from(iova - start).ok()?;
-        let ok = match dir {
-            Dir::Read => m.perm.read,
-            Dir::Write => m.perm.write,
-        };
-        if !ok || within >= m.len || len > m.len - within {
-            return None;
+    fn within_one(
+        &mut self,
+        iova: u64,
+        len: usize,
+        dir: Dir,
+    ) -> Option<(&Arc<dyn HostMemory>, usize)> {
+        if self.recent.hit(iova, len, dir).is_none() {
+            let (&start, m) = self.maps.range(..=iova).next_back()?;
+            let within = usize::try_from(iova - start).ok()?;
+            let ok = match dir {
+                Dir::Read => m.perm.read,
+                Dir::Write => m.perm.write,
+            };
+            if !ok || within >= m.len || len > m.len - within {
+                return None;
+            }
+            let c = Cached {
+                start,
+                end: start.checked_add(m.len as u64)?,
+                mem: m.mem.clone(),
+                offset: m.offset,
+                perm: m.perm,
+            };
+            self.recent.remember(c);
         }
-        Some((&m.mem, m.offset.checked_add(within)?))
+        self.recent.hit(iova, len, dir)
     }
 
     /// Checks that the whole range is covered by mappings allowing `dir`; `Some(())` if so.
@@ -541,5 +625,49 @@ mod tests {
         io.map(0x10000, m, 0, PAGE_SIZE, Perm::RW).unwrap();
         io.unmap(0x10000, PAGE_SIZE).unwrap();
         assert!(io.write(0x10000, &[1]).is_err());
+    }
+
+    #[test]
+    fn an_access_after_a_remap_reaches_the_new_buffer_not_a_remembered_one() {
+        let (old, new) = (mem(2), mem(1));
+        let mut io = Iommu::new();
+        io.map(0x10000, old.clone(), 0, 2 * PAGE_SIZE, Perm::RW)
+            .unwrap();
+        // Used: remembered as a recent mapping.
+        io.write(0x10010, &[1]).unwrap();
+        io.write(0x11010, &[2]).unwrap();
+        io.unmap(0x10000, 2 * PAGE_SIZE).unwrap();
+        assert!(io.read(0x11010, &mut [0]).is_err(), "unmapped: faults");
+        io.map(0x10000, new.clone(), 0, PAGE_SIZE, Perm::RO)
+            .unwrap();
+        io.read(0x10010, &mut [0]).unwrap();
+        assert!(
+            io.write(0x10010, &[3]).is_err(),
+            "the new mapping is read-only"
+        );
+        assert!(
+            io.read(0x11010, &mut [0]).is_err(),
+            "beyond the new mapping"
+        );
+        assert_eq!(old.to_vec(0x10, 1).unwrap(), vec![1]);
+        assert_eq!(new.to_vec(0x10, 1).unwrap(), vec![0]);
+        assert_eq!(io.faults(), 3);
+    }
+
+    #[test]
+    fn more_mappings_in_use_than_remembered_each_reach_their_own_buffer() {
+        let bufs: Vec<_> = (0..(RECENT + 3)).map(|_| mem(1)).collect();
+        let mut io = Iommu::new();
+        for (i, b) in bufs.iter().enumerate() {
+            io.map(0x10000 * (i as u64 + 1), b.clone(), 0, PAGE_SIZE, Perm::RW)
+                .unwrap();
+        }
+        for round in 0..3u8 {
+            for (i, b) in bufs.iter().enumerate() {
+                io.write(0x10000 * (i as u64 + 1) + 8, &[round + i as u8])
+                    .unwrap();
+                assert_eq!(b.to_vec(8, 1).unwrap(), vec![round + i as u8]);
+            }
+        }
     }
 }

@@ -149,7 +149,7 @@ pub(crate) fn scatter(
 /// the IOMMU would refuse: the caller then takes the per-packet path, which reports it.
 pub(crate) fn resolve(
     mkeys: &Table<Mkey>,
-    iommu: &Iommu,
+    iommu: &mut Iommu,
     (pd, qpn): (u32, u32),
     sges: &[Sge],
     off: u64,
@@ -199,7 +199,7 @@ impl IovaRuns {
     }
 
     /// The host memory behind every run, if the IOMMU allows `dir` on all of them.
-    pub(crate) fn resolve(&self, iommu: &Iommu, dir: Dir) -> Option<Vec<HostRun>> {
+    pub(crate) fn resolve(&self, iommu: &mut Iommu, dir: Dir) -> Option<Vec<HostRun>> {
         let mut out = Vec::with_capacity(1 + self.rest.len());
         for &(iova, n) in self.first.iter().chain(self.rest.iter()) {
             iommu.resolve(iova, usize::try_from(n).ok()?, dir, &mut out)?;

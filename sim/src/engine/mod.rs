@@ -128,7 +128,12 @@ pub(crate) fn fetch(dev: &mut Device, qpn: u32, bf: Option<Vec<u8>>) {
                     qpn,
                     bytes: bytes.clone(),
                 });
-                wqe::parse(&bytes, ci as u16, &lim)
+                let w = wqe::parse(&bytes, ci as u16, &lim);
+                if bytes.capacity() > dev.bf_spare.capacity() {
+                    // The next BlueFlame write fills this buffer again.
+                    dev.bf_spare = bytes;
+                }
+                w
             }
             Err(f) => {
                 // The WQE could not be read: it completes with the local protection error
@@ -181,6 +186,15 @@ fn read_wqe(
         .map(|(c, _)| u32::from(wqe::wqebbs(&c)))
         .unwrap_or(1)
         .min(sq_wqebbs);
+    let whole = nbb as usize * MLX5_SEND_WQE_BB;
+    let bf = match bf {
+        // BlueFlame carried the whole WQE: its bytes are the WQE (no copy).
+        Some(mut b) if b.len() >= whole => {
+            b.truncate(whole);
+            return Ok(b);
+        }
+        partial => partial,
+    };
     let mut bytes = Vec::with_capacity(nbb as usize * MLX5_SEND_WQE_BB);
     bytes.extend_from_slice(&first);
     for i in 1..nbb {

@@ -79,7 +79,9 @@ fn respond_to(
     }
     let to_err = requester::complete_ready(dev, &c, &mut req);
     requester::restore(dev, qpn, req, to_err);
-    if !to_err {
+    // Skipped when it would do nothing: every WQE completed or still waiting for its ACK
+    // (`requester::has_work`).
+    if !to_err && dev.objs.qps.get(qpn).is_some_and(requester::has_work) {
         requester::pump(dev, qpn);
     }
 }

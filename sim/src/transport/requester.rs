@@ -515,13 +515,22 @@ fn send_rc(dev: &mut Device, c: &Ctx, req: &mut ReqState) -> Result<(), CqeSyndr
             .get(cur)
             .is_some_and(|w| w.opcode == WqeOpcode::RDMA_WRITE)
     {
-        // The WQE is lent out of the queue for the burst (no copy of its buffers), and put
-        // back before the queue moves on.
+        // The WQE's buffers are lent out of the queue for the burst (no copy of them, no
+        // move of the whole WQE), and put back before the queue moves on.
         if let Some(slot) = req.wqes.get_mut(cur) {
-            let w = std::mem::replace(slot, SendWqe::bare(slot.index, slot.opcode, slot.wqebbs));
-            let sent = send_burst(dev, c, req, &w);
+            let sges = std::mem::take(&mut slot.sges);
+            let inline = slot.inline.take();
+            let msg = BurstMsg {
+                len: slot.len,
+                raddr: slot.raddr,
+                rkey: slot.rkey,
+                inline: inline.as_ref(),
+                sges: &sges,
+            };
+            let sent = send_burst(dev, c, req, &msg);
             if let Some(slot) = req.wqes.get_mut(cur) {
-                *slot = w;
+                slot.sges = sges;
+                slot.inline = inline;
             }
             match sent {
                 Some(true) => {
@@ -634,7 +643,16 @@ fn send_rc(dev: &mut Device, c: &Ctx, req: &mut ReqState) -> Result<(), CqeSyndr
 /// `None` (nothing changed) when the per-packet path must run instead: an empty
 /// message, a route the port cannot take, or a local key or mapping that would refuse (the
 /// per-packet path reports those). Inline data travels in the burst itself.
-fn send_burst(dev: &mut Device, c: &Ctx, req: &mut ReqState, w: &SendWqe) -> Option<bool> {
+/// What [`send_burst`] needs of the WRITE WQE it sends.
+struct BurstMsg<'a> {
+    len: u32,
+    raddr: u64,
+    rkey: u32,
+    inline: Option<&'a std::sync::Arc<[u8]>>,
+    sges: &'a [crate::engine::wqe::Sge],
+}
+
+fn send_burst(dev: &mut Device, c: &Ctx, req: &mut ReqState, w: &BurstMsg<'_>) -> Option<bool> {
     let mtu = c.mtu;
     let off = req.cur_pkt.saturating_mul(mtu).min(w.len);
     let left = w.len - off;
@@ -653,17 +671,19 @@ fn send_burst(dev: &mut Device, c: &Ctx, req: &mut ReqState, w: &SendWqe) -> Opt
         src_qpn: c.qpn,
     };
     let (ip, ports) = crate::transport::headers(dev, route)?;
-    let src = match &w.inline {
+    let src = match w.inline {
+        // The whole inline payload (the usual case): shared, not copied.
+        Some(data) if off == 0 && bytes as usize == data.len() => Payload::Inline(data.clone()),
         Some(data) => {
             let part = data.get(off as usize..off as usize + bytes as usize)?;
-            Payload::Inline(part.to_vec())
+            Payload::Inline(std::sync::Arc::from(part))
         }
         None => {
             let runs = gather::resolve(
                 &dev.objs.mkeys,
-                &dev.iommu,
+                &mut dev.iommu,
                 (c.pd, c.qpn),
-                &w.sges,
+                w.sges,
                 u64::from(off),
                 bytes as usize,
             )?;
@@ -925,10 +945,21 @@ pub(crate) fn timer_due(qp: &crate::objects::Qp, now: u64) -> bool {
     qp.req.rnr_wait.is_some_and(|(t, _)| t <= now) || qp.req.ack_deadline.is_some_and(|t| t <= now)
 }
 
-/// Whether `qp` has sending `resume` would continue: in RTS with a fetched WQE or a doorbell
-/// not yet acted on.
+/// Whether `qp` has sending `resume` would continue: in RTS with a doorbell not yet acted on,
+/// or a fetched WQE `pump` could act on.
+///
+/// A QP whose every fetched WQE went out and whose oldest one still waits for its ACK (the
+/// usual state between a WRITE and its ACK) has none: `pump` would find nothing to send
+/// (`cur` is past the queue) and nothing to complete (`complete_ready` stops at a head that
+/// is started, not done and not failed, and leaves the timer alone while it is outstanding).
 pub(crate) fn has_work(qp: &crate::objects::Qp) -> bool {
-    qp.state == QpState::Rts && (qp.req.fresh || !qp.req.wqes.is_empty())
+    let req = &qp.req;
+    let waiting = req.cur >= req.wqes.len()
+        && req
+            .wqes
+            .front()
+            .is_some_and(|w| w.started && !w.done && w.error.is_none());
+    qp.state == QpState::Rts && (req.fresh || (!req.wqes.is_empty() && !waiting))
 }
 
 /// The earliest pending timer.

@@ -82,7 +82,7 @@ pub(crate) fn apply(dev: &mut Device, b: &Burst) -> bool {
 }
 
 /// The destination's host memory if every packet of `b` would pass the responder's checks.
-fn plain(dev: &Device, b: &Burst) -> Option<Vec<HostRun>> {
+fn plain(dev: &mut Device, b: &Burst) -> Option<Vec<HostRun>> {
     let qpn = b.dest_qp;
     let qp = dev.objs.qps.get(qpn)?;
     let starts = b.msg_off == 0;
@@ -131,5 +131,5 @@ fn plain(dev: &Device, b: &Burst) -> Option<Vec<HostRun>> {
     for (iova, n) in runs {
         iovas.push(iova, n);
     }
-    iovas.resolve(&dev.iommu, Dir::Write)
+    iovas.resolve(&mut dev.iommu, Dir::Write)
 }
