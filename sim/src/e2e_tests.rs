@@ -11,40 +11,14 @@ use bypass_hw::wqe::{
     AtomicSeg, DgramParams, MLX5_WQE_CTRL_CQ_UPDATE, MLX5_WQE_CTRL_SOLICITED, WqeOpcode,
 };
 
-use crate::testkit::{Host, HostCq, HostMr, HostQp, Pair, RC, UD, Wqe};
+use crate::testkit::{Host, Pair, RcConn, UD, Wqe};
 use bypass_hw::cmd::qp::QpState;
 
-struct Conn {
-    p: Pair,
-    a_cq: HostCq,
-    b_cq: HostCq,
-    a_qp: HostQp,
-    b_qp: HostQp,
-    a_mr: HostMr,
-    b_mr: HostMr,
-}
+type Conn = RcConn;
 
 /// Two RC QPs connected at `mtu`, each with its own CQ and a 64 KiB MR with every right.
 fn connect(mtu: u32) -> Conn {
-    let mut p = Pair::new();
-    let a_cq = p.a.cq(6);
-    let b_cq = p.b.cq(6);
-    let a_qp = p.a.qp(RC, &a_cq, &a_cq, 6, 6);
-    let b_qp = p.b.qp(RC, &b_cq, &b_cq, 6, 6);
-    let a_mr = p.a.mr(64 << 10, Host::all_access());
-    let b_mr = p.b.mr(64 << 10, Host::all_access());
-    let (ga, gb) = (p.a.gid(), p.b.gid());
-    p.a.make_rts(&a_qp, b_qp.qpn, gb, mtu, 0x10, 0x20);
-    p.b.make_rts(&b_qp, a_qp.qpn, ga, mtu, 0x20, 0x10);
-    Conn {
-        p,
-        a_cq,
-        b_cq,
-        a_qp,
-        b_qp,
-        a_mr,
-        b_mr,
-    }
+    RcConn::new(mtu, 64 << 10, 0x10, 0x20)
 }
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {

@@ -9,48 +9,39 @@ use bypass_hw::roce::RocePacket;
 use bypass_hw::wqe::WqeOpcode;
 
 use crate::counters::Counters;
-use crate::testkit::{Host, HostCq, HostMr, HostQp, Pair, RC, Wqe};
+use crate::testkit::{Host, HostMr, RcConn, Wqe};
 
 /// MR size on each side.
 const MR_LEN: usize = 256 << 10;
 
+/// The connection of [`RcConn`] plus a region of b without REMOTE_WRITE.
 struct Conn {
-    p: Pair,
-    a_cq: HostCq,
-    b_cq: HostCq,
-    a_qp: HostQp,
-    b_qp: HostQp,
-    a_mr: HostMr,
-    b_mr: HostMr,
+    rc: RcConn,
     /// A region of b without REMOTE_WRITE.
     b_ro: HostMr,
 }
 
+impl std::ops::Deref for Conn {
+    type Target = RcConn;
+    fn deref(&self) -> &RcConn {
+        &self.rc
+    }
+}
+
+impl std::ops::DerefMut for Conn {
+    fn deref_mut(&mut self) -> &mut RcConn {
+        &mut self.rc
+    }
+}
+
 fn connect(mtu: u32) -> Conn {
-    let mut p = Pair::new();
-    let a_cq = p.a.cq(6);
-    let b_cq = p.b.cq(6);
-    let a_qp = p.a.qp(RC, &a_cq, &a_cq, 6, 6);
-    let b_qp = p.b.qp(RC, &b_cq, &b_cq, 6, 6);
-    let a_mr = p.a.mr(MR_LEN, Host::all_access());
-    let b_mr = p.b.mr(MR_LEN, Host::all_access());
+    // a starts near the 24-bit PSN wrap.
+    let mut rc = RcConn::new(mtu, MR_LEN, 0x00ff_ff80, 0x20);
     let mut ro = Host::all_access();
     ro.remote_write = false;
-    let b_ro = p.b.mr(16 << 10, ro);
-    let (ga, gb) = (p.a.gid(), p.b.gid());
-    p.a.make_rts(&a_qp, b_qp.qpn, gb, mtu, 0x00ff_ff80, 0x20);
-    p.b.make_rts(&b_qp, a_qp.qpn, ga, mtu, 0x20, 0x00ff_ff80);
-    p.a.write(a_mr.off, &source());
-    Conn {
-        p,
-        a_cq,
-        b_cq,
-        a_qp,
-        b_qp,
-        a_mr,
-        b_mr,
-        b_ro,
-    }
+    let b_ro = rc.p.b.mr(16 << 10, ro);
+    rc.p.a.write(rc.a_mr.off, &source());
+    Conn { rc, b_ro }
 }
 
 /// One WRITE: length, source offset, destination offset, and whether it targets the region
@@ -95,7 +86,8 @@ fn post(c: &mut Conn, writes: &[W]) {
             wqe.data(c.a_mr.key, c.a_mr.va + x.src, x.len)
         }
         .finish();
-        c.p.a.post_send(&mut c.a_qp, &wqe);
+        let rc = &mut c.rc;
+        rc.p.a.post_send(&mut rc.a_qp, &wqe);
     }
 }
 
@@ -117,12 +109,13 @@ struct Outcome {
 }
 
 fn outcome(c: &mut Conn) -> Outcome {
+    let rc = &mut c.rc;
     let mut a_cqes = Vec::new();
-    while let Some(e) = c.p.a.poll(&mut c.a_cq) {
+    while let Some(e) = rc.p.a.poll(&mut rc.a_cq) {
         a_cqes.push(e);
     }
     let mut b_cqes = Vec::new();
-    while let Some(e) = c.p.b.poll(&mut c.b_cq) {
+    while let Some(e) = rc.p.b.poll(&mut rc.b_cq) {
         b_cqes.push(e);
     }
     let aq = c.p.a.dev.objs.qps.get(c.a_qp.qpn).expect("qp a");

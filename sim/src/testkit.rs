@@ -485,6 +485,43 @@ pub struct Pair {
     pub b: Host,
 }
 
+/// Two RC QPs connected on a [`Pair`]: each side has its own CQ (2^6 entries), a QP (2^6 sends
+/// and receives) and an MR with every right.
+pub struct RcConn {
+    pub p: Pair,
+    pub a_cq: HostCq,
+    pub b_cq: HostCq,
+    pub a_qp: HostQp,
+    pub b_qp: HostQp,
+    pub a_mr: HostMr,
+    pub b_mr: HostMr,
+}
+
+impl RcConn {
+    /// Connects at `mtu` with MRs of `mr_len` bytes; a sends from PSN `psn_a`, b from `psn_b`.
+    pub fn new(mtu: u32, mr_len: usize, psn_a: u32, psn_b: u32) -> Self {
+        let mut p = Pair::new();
+        let a_cq = p.a.cq(6);
+        let b_cq = p.b.cq(6);
+        let a_qp = p.a.qp(RC, &a_cq, &a_cq, 6, 6);
+        let b_qp = p.b.qp(RC, &b_cq, &b_cq, 6, 6);
+        let a_mr = p.a.mr(mr_len, Host::all_access());
+        let b_mr = p.b.mr(mr_len, Host::all_access());
+        let (ga, gb) = (p.a.gid(), p.b.gid());
+        p.a.make_rts(&a_qp, b_qp.qpn, gb, mtu, psn_a, psn_b);
+        p.b.make_rts(&b_qp, a_qp.qpn, ga, mtu, psn_b, psn_a);
+        Self {
+            p,
+            a_cq,
+            b_cq,
+            a_qp,
+            b_qp,
+            a_mr,
+            b_mr,
+        }
+    }
+}
+
 impl Pair {
     pub fn new() -> Self {
         Self {
