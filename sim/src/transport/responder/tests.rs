@@ -826,17 +826,21 @@ fn misaligned_atomic_is_an_invalid_request() {
     assert_nak(&mut r, 0x61, psn(0));
 }
 
+/// A 16-byte READ request with PSN `n` from the start of the responder's MR.
+fn read(r: &Rig, n: u32) -> Req<'static> {
+    Req {
+        op: BthOpcode::RC_RDMA_READ_REQUEST,
+        psn: psn(n),
+        ext: r.reth(0, 16),
+        ..Default::default()
+    }
+}
+
 #[test]
 fn more_reads_than_responder_resources_outstanding_is_an_invalid_request() {
     // Two resources; responses that have left the device free theirs.
     let mut r = Rig::rc(1024);
     r.attrs().log_rra_max = 1;
-    let read = |r: &Rig, n| Req {
-        op: BthOpcode::RC_RDMA_READ_REQUEST,
-        psn: psn(n),
-        ext: r.reth(0, 16),
-        ..Default::default()
-    };
     for n in 0..4 {
         let q = read(&r, n);
         r.inject(q);
@@ -866,12 +870,6 @@ fn a_replayed_read_does_not_hold_its_resource_against_new_reads() {
     // like too many (the requester only counts new ones against max_rd_atomic).
     let mut r = Rig::rc(1024);
     r.attrs().log_rra_max = 1;
-    let read = |r: &Rig, n| Req {
-        op: BthOpcode::RC_RDMA_READ_REQUEST,
-        psn: psn(n),
-        ext: r.reth(0, 16),
-        ..Default::default()
-    };
     for n in 0..2 {
         let q = read(&r, n);
         r.inject(q);
