@@ -37,6 +37,11 @@ static ZEROS: [u8; MAX_MTU] = [0; MAX_MTU];
 pub enum Frame {
     /// One packet, IP header through ICRC.
     Wire(Vec<u8>),
+    /// One packet from the UDP link, IP header through ICRC, whose ICRC the link has already
+    /// checked (it computes it anyway, to find the IPv4 ID the socket does not report: see
+    /// `link::udp`); the device does not compute it a second time. Only
+    /// [`crate::Device::receive_icrc_checked`] makes one.
+    WireChecked(Vec<u8>),
     /// Consecutive packets of one RDMA WRITE, payload by reference.
     Burst(Box<Burst>),
     /// An ACKNOWLEDGE (ACK, RNR NAK or NAK) as its fields.
@@ -47,7 +52,7 @@ impl Frame {
     /// The packets this frame stands for.
     pub fn packets(&self) -> u64 {
         match self {
-            Self::Wire(_) | Self::Ack(_) => 1,
+            Self::Wire(_) | Self::WireChecked(_) | Self::Ack(_) => 1,
             Self::Burst(b) => u64::from(b.count),
         }
     }
@@ -55,7 +60,9 @@ impl Frame {
     /// The destination GID (`None` for bytes that do not parse as a RoCEv2 packet).
     pub fn dgid(&self) -> Option<[u8; 16]> {
         match self {
-            Self::Wire(bytes) => RocePacket::parse(bytes).ok().map(|p| p.ip().gids().1),
+            Self::Wire(bytes) | Self::WireChecked(bytes) => {
+                RocePacket::parse(bytes).ok().map(|p| p.ip().gids().1)
+            }
             Self::Burst(b) => Some(b.ip.gids().1),
             Self::Ack(a) => Some(a.ip.gids().1),
         }
@@ -64,7 +71,7 @@ impl Frame {
     /// The wire packets, in order (a burst is segmented and its payload read now).
     pub fn into_wire(self) -> Vec<Vec<u8>> {
         match self {
-            Self::Wire(bytes) => vec![bytes],
+            Self::Wire(bytes) | Self::WireChecked(bytes) => vec![bytes],
             Self::Burst(b) => b.segment(),
             Self::Ack(a) => a.to_wire().into_iter().collect(),
         }

@@ -102,6 +102,17 @@ const GSO_MAX_BYTES: usize = 65_000;
 /// The most segments in one segmented send (Linux `UDP_MAX_SEGMENTS`, 64 before 6.9).
 const GSO_MAX_SEGS: usize = 64;
 
+/// A packet the link received, as the device takes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Received {
+    /// The IP packet (headers rebuilt, see the module comment), IP header through ICRC.
+    pub packet: Vec<u8>,
+    /// The link computed the ICRC (to find the IPv4 ID) and it matches `packet`: hand it to
+    /// `Device::receive_icrc_checked`, which does not compute it again. False: hand it to
+    /// `Device::receive`, which checks it.
+    pub icrc_checked: bool,
+}
+
 /// Why a link could not be set up.
 #[derive(Debug, thiserror::Error)]
 pub enum LinkError {
@@ -527,7 +538,7 @@ impl UdpLink {
         if self.pending.is_empty() {
             let mut got = Vec::new();
             self.recv_batch(&mut got, RX_BATCH);
-            self.pending.extend(got);
+            self.pending.extend(got.into_iter().map(|r| r.packet));
         }
         self.pending.pop_front()
     }
@@ -537,7 +548,7 @@ impl UdpLink {
     /// equal-size datagrams from one sender, `udp_gro_receive`) is cut at the segment size the
     /// kernel reports, and segment `k` is first tried with IPv4 ID `k` (what
     /// [`UdpLink::send_batch`] stamps), so that a bypass peer's trains need no ID recovery.
-    pub fn recv_batch(&mut self, out: &mut Vec<Vec<u8>>, max: usize) -> usize {
+    pub fn recv_batch(&mut self, out: &mut Vec<Received>, max: usize) -> usize {
         let before = out.len();
         while out.len() - before < max {
             let Some((n, from, seg)) = self.read_one() else {
@@ -569,10 +580,13 @@ impl UdpLink {
                     from,
                     hint,
                 ) {
-                    Some(pkt) => {
+                    Some((packet, icrc_checked)) => {
                         LinkCounters::add(&self.counters.rx_packets, 1);
                         LinkCounters::add(&self.counters.rx_bytes, payload.len() as u64);
-                        out.push(pkt);
+                        out.push(Received {
+                            packet,
+                            icrc_checked,
+                        });
                     }
                     None => LinkCounters::add(&self.counters.rx_dropped, 1),
                 }
@@ -583,8 +597,8 @@ impl UdpLink {
         }
         if self.pcap.is_some() {
             for i in before..out.len() {
-                if let Some(p) = out.get(i) {
-                    let p = p.clone();
+                if let Some(r) = out.get(i) {
+                    let p = r.packet.clone();
                     self.tee(&p);
                 }
             }
@@ -727,7 +741,10 @@ fn socket_addr(s: &SockaddrStorage) -> Option<SocketAddr> {
 
 /// The IP packet of UDP payload `payload` that came from `from` to `local` (headers rebuilt
 /// as the module comment says). IPv4: the ID is `hint` if the ICRC checks with it (a
-/// segment of a bypass peer's train), else 0 or the one [`recover_ipv4_id`] finds.
+/// segment of a bypass peer's train), else 0 or the one [`recover_ipv4_id`] finds. The flag
+/// says the ICRC was computed here and matches the rebuilt packet (IPv4 with an ID that
+/// explains it), so the device need not compute it again; false (IPv6, or an ICRC no ID
+/// explains) leaves the check to the device.
 fn rebuild(
     counters: &LinkCounters,
     deltas: &mut Ipv4IdSolver,
@@ -735,7 +752,7 @@ fn rebuild(
     payload: &[u8],
     from: SocketAddr,
     hint: u16,
-) -> Option<Vec<u8>> {
+) -> Option<(Vec<u8>, bool)> {
     let mut ip = match (from.ip(), local.ip()) {
         (IpAddr::V4(src), IpAddr::V4(dst)) => IpSpec::V4(Ipv4Spec {
             src: src.octets(),
@@ -758,6 +775,7 @@ fn rebuild(
         src: from.port(),
         dst: ROCE_V2_UDP_DPORT,
     };
+    let mut checked = false;
     if let IpSpec::V4(v4) = &mut ip {
         // One pass over the packet (its ICRC with ID 0); the hint and, failing it, any other
         // ID are then checked by XOR (see `Ipv4IdSolver`). A packet whose ICRC no ID explains
@@ -765,12 +783,16 @@ fn rebuild(
         let want = bypass_hw::roce::icrc::wire_value(payload);
         let c0 = bypass_hw::roce::icrc::compute_udp_payload(&IpSpec::V4(*v4), ports, payload);
         if let (Some(want), Ok(c0)) = (want, c0) {
-            if want != c0 {
+            if want == c0 {
+                checked = true;
+            } else {
                 let n = payload.len();
                 if hint != 0 && deltas.delta(n, hint).is_some_and(|d| c0 ^ d == want) {
                     v4.id = hint;
+                    checked = true;
                 } else if let Some(id) = deltas.solve(n, want ^ c0) {
                     v4.id = id;
+                    checked = true;
                     LinkCounters::add(&counters.rx_ip_id_recovered, 1);
                 }
             }
@@ -781,7 +803,7 @@ fn rebuild(
     let mut pkt = Vec::with_capacity(written + payload.len());
     pkt.extend_from_slice(hdr.get(..written)?);
     pkt.extend_from_slice(payload);
-    Some(pkt)
+    Some((pkt, checked))
 }
 
 /// The IPv4 ID the sender hashed into the ICRC of `payload`, which a UDP socket does not
@@ -832,7 +854,7 @@ pub enum Pumper {
 /// The link's working buffers, reused round after round.
 struct PumpState {
     link: UdpLink,
-    inbound: Vec<Vec<u8>>,
+    inbound: Vec<Received>,
     outbound: Vec<Vec<u8>>,
     /// `outbound` holds ACKs kept back by the last round (sent by the next, whatever it is).
     held: bool,
@@ -924,7 +946,11 @@ impl UdpWire {
             for id in 0..n {
                 w.device(id).set_time(now);
             }
-            for pkt in inbound.drain(..) {
+            for Received {
+                packet: pkt,
+                icrc_checked,
+            } in inbound.drain(..)
+            {
                 let owner = if n > 1 {
                     RocePacket::parse(&pkt).ok().and_then(|p| {
                         let (_, dgid) = p.ip().gids();
@@ -940,7 +966,12 @@ impl UdpWire {
                     None
                 };
                 if n > 0 {
-                    w.device(owner.unwrap_or(0)).receive(pkt);
+                    let dev = w.device(owner.unwrap_or(0));
+                    if icrc_checked {
+                        dev.receive_icrc_checked(pkt);
+                    } else {
+                        dev.receive(pkt);
+                    }
                 }
             }
             for _ in 0..MAX_STEPS_PER_ROUND {
@@ -1244,6 +1275,40 @@ mod tests {
             0,
             "a train's IDs are known from the segment index, not solved for"
         );
+    }
+
+    #[test]
+    fn only_packets_whose_icrc_the_link_matched_are_marked_checked() {
+        let mut b = link(2);
+        let mut a = UdpLink::bind(SocketAddr::new(
+            Ipv4Addr::new(127, 0, 0, 1).into(),
+            b.local_addr().port(),
+        ))
+        .unwrap();
+        let good = sized(1, 256, 0xc300);
+        let mut bad = sized(2, 256, 0xc300);
+        bad[60] ^= 0x01;
+        assert!(a.send(&good));
+        assert!(a.send(&bad));
+        let mut got = Vec::new();
+        for _ in 0..2000 {
+            b.recv_batch(&mut got, RX_BATCH);
+            if got.len() >= 2 {
+                break;
+            }
+            b.wait_readable(1);
+        }
+        assert_eq!(got.len(), 2);
+        assert!(
+            got[0].icrc_checked,
+            "a good packet's ICRC is computed once, here"
+        );
+        assert!(RocePacket::parse(&got[0].packet).unwrap().icrc_ok());
+        assert!(
+            !got[1].icrc_checked,
+            "a corrupted one is left to the device's check"
+        );
+        assert!(!RocePacket::parse(&got[1].packet).unwrap().icrc_ok());
     }
 
     #[test]
