@@ -60,6 +60,7 @@ use nix::sys::socket::{
     SockaddrStorage, bind, recvmsg, sendmsg, setsockopt, socket, sockopt,
 };
 
+use crate::frame::Frame;
 use crate::link::ipv4_id::Ipv4IdSolver;
 use crate::pcap::PcapWriter;
 use crate::profile::Profile;
@@ -433,6 +434,13 @@ impl UdpLink {
     /// and the ICRC covers the ID, so segment `k` is re-stamped with ID `k` and its ICRC
     /// recomputed before it is sent (the pcap shows the header as sent).
     pub fn send_batch(&mut self, packets: &mut Vec<Vec<u8>>) {
+        self.send_all(packets);
+        packets.clear();
+    }
+
+    /// As [`UdpLink::send_batch`], leaving the packets in `packets` (the caller reuses their
+    /// buffers).
+    fn send_all(&mut self, packets: &mut [Vec<u8>]) {
         let mut i = 0;
         while let Some(rest) = packets.get_mut(i..) {
             if rest.is_empty() {
@@ -449,7 +457,6 @@ impl UdpLink {
             }
             i += n.max(1);
         }
-        packets.clear();
     }
 
     /// Sends `train` (2 or more packets [`train_len`] grouped) as one segmented send.
@@ -858,7 +865,13 @@ struct PumpState {
     outbound: Vec<Vec<u8>>,
     /// `outbound` holds ACKs kept back by the last round (sent by the next, whatever it is).
     held: bool,
+    /// Buffers of packets already sent, for the next packets built (at most
+    /// [`SPARE_BUFFERS`]).
+    spare: Vec<Vec<u8>>,
 }
+
+/// The most sent-packet buffers a link keeps for reuse (two full segmented sends).
+const SPARE_BUFFERS: usize = 2 * GSO_MAX_SEGS;
 
 /// A [`UdpLink`] as the wire of a fabric whose world is moved by whichever thread needs it:
 /// the thread that rang a doorbell sends its packets itself ([`Pumper::Doorbell`]), an
@@ -900,6 +913,7 @@ impl UdpWire {
                 inbound: Vec::with_capacity(RX_BATCH * 2),
                 outbound: Vec::new(),
                 held: false,
+                spare: Vec::with_capacity(SPARE_BUFFERS),
             }),
             poller,
             start: Instant::now(),
@@ -934,6 +948,7 @@ impl UdpWire {
             inbound,
             outbound,
             held,
+            spare,
         } = &mut *g;
         if by != Pumper::Doorbell {
             link.recv_batch(inbound, RX_BATCH);
@@ -944,7 +959,12 @@ impl UdpWire {
             let now = self.now_ns();
             let n = w.len();
             for id in 0..n {
-                w.device(id).set_time(now);
+                let dev = w.device(id);
+                dev.set_time(now);
+                // Bursts and ACK frames, segmented below straight into recycled buffers;
+                // a device that records a trace wants its packets as bytes.
+                let fast = !dev.trace.enabled();
+                dev.set_fast_tx(fast);
             }
             for Received {
                 packet: pkt,
@@ -985,8 +1005,20 @@ impl UdpWire {
                 busy = true;
             }
             for id in 0..n {
-                while let Some(p) = w.device(id).take_tx() {
-                    outbound.push(p);
+                let dev = w.device(id);
+                while let Some(frame) = dev.take_frame() {
+                    match frame {
+                        Frame::Wire(p) | Frame::WireChecked(p) => outbound.push(p),
+                        Frame::Ack(a) => {
+                            let mut buf = spare.pop().unwrap_or_default();
+                            if a.to_wire_into(&mut buf) {
+                                outbound.push(buf);
+                            }
+                        }
+                        // Read from the sender's memory now, as a NIC reads it when it
+                        // transmits (`crate::frame`): one copy into the packet.
+                        Frame::Burst(b) => b.segment_into(outbound, spare),
+                    }
                 }
             }
         }
@@ -1006,7 +1038,15 @@ impl UdpWire {
             // shorter ACK may be the last segment of a segmented send.
             outbound.sort_by_key(|p| is_ack(p));
         }
-        link.send_batch(outbound);
+        link.send_all(outbound);
+        // The sent packets' buffers build the next round's (no allocation per packet).
+        for p in outbound.drain(..) {
+            if spare.len() >= SPARE_BUFFERS {
+                break;
+            }
+            spare.push(p);
+        }
+        outbound.clear();
         busy
     }
 
