@@ -7,13 +7,18 @@
 //! and [`UdpWire`] (the link shared by the threads that move a fabric's world: the posting
 //! thread, the application's wait loops and an engine thread; see its doc). Must not:
 //! parse or build RoCE headers by hand (`bypass_hw::roce` does), or reach into a device beyond
-//! its public `step`/`set_time`/`take_tx`/`receive`/`next_deadline`.
+//! its public `step`/`set_time`/`set_fast_tx`/`take_frame`/`receive`/`receive_icrc_checked`/
+//! `next_deadline` (and whether it records a trace).
 //!
 //! Fast path: a train of packets to one peer goes out in one `sendmsg` with `UDP_SEGMENT`
 //! and, with `UDP_GRO` on the receiving socket, comes in with one `recvmsg` (on loopback the
 //! train is never cut at all). Packets are received into one reused buffer and rebuilt
 //! without zero-filling; each costs one ICRC pass in the link (the IPv4 ID is then found by
-//! XOR, see `Ipv4IdSolver`). Sockets stay unconnected: a connected UDP socket numbers its IPv4
+//! XOR, see `Ipv4IdSolver`) and none in the device, which takes a packet the link matched
+//! through `Device::receive_icrc_checked`. On transmit the link takes the device's frames
+//! (`Device::set_fast_tx`): a burst of WRITE packets is segmented (`Burst::segment_into`)
+//! into the buffers of packets already sent, its payload read from the sender's memory as a
+//! NIC's DMA read would be, one ICRC pass per packet, no allocation or zero fill. Sockets stay unconnected: a connected UDP socket numbers its IPv4
 //! IDs from a random per-socket counter (`ip_select_ident_segs`), which the peer's ICRC
 //! check could not predict.
 //!
