@@ -582,7 +582,8 @@ impl Device {
         while let Some(frame) = self.rx.pop_front() {
             progress = true;
             match frame {
-                Frame::Wire(pkt) => crate::transport::receive(self, &pkt),
+                Frame::Wire(pkt) => crate::transport::receive(self, &pkt, false),
+                Frame::WireChecked(pkt) => crate::transport::receive(self, &pkt, true),
                 Frame::Burst(b) => crate::transport::receive_burst(self, &b),
                 Frame::Ack(a) => crate::transport::receive_ack(self, &a),
             }
@@ -606,11 +607,19 @@ impl Device {
         self.rx.push_back(Frame::Wire(packet));
     }
 
+    /// As [`Device::receive`], for a packet whose ICRC the link has already checked and found
+    /// right (the UDP link computes it to recover the IPv4 ID): every other receive check is
+    /// made, the ICRC is not computed again. A link must hand a packet whose ICRC it did not
+    /// check, or found wrong, to [`Device::receive`].
+    pub fn receive_icrc_checked(&mut self, packet: Vec<u8>) {
+        self.rx.push_back(Frame::WireChecked(packet));
+    }
+
     /// Takes the next packet the device sent, if any (IP header through ICRC). A burst the
     /// device queued for an in-process link is segmented into its wire packets first.
     pub fn take_tx(&mut self) -> Option<Vec<u8>> {
         match self.tx.pop_front()? {
-            Frame::Wire(bytes) => Some(bytes),
+            Frame::Wire(bytes) | Frame::WireChecked(bytes) => Some(bytes),
             Frame::Ack(a) => a.to_wire(),
             Frame::Burst(b) => {
                 let mut pkts = b.segment().into_iter();

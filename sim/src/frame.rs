@@ -37,6 +37,11 @@ static ZEROS: [u8; MAX_MTU] = [0; MAX_MTU];
 pub enum Frame {
     /// One packet, IP header through ICRC.
     Wire(Vec<u8>),
+    /// One packet from the UDP link, IP header through ICRC, whose ICRC the link has already
+    /// checked (it computes it anyway, to find the IPv4 ID the socket does not report: see
+    /// `link::udp`); the device does not compute it a second time. Only
+    /// [`crate::Device::receive_icrc_checked`] makes one.
+    WireChecked(Vec<u8>),
     /// Consecutive packets of one RDMA WRITE, payload by reference.
     Burst(Box<Burst>),
     /// An ACKNOWLEDGE (ACK, RNR NAK or NAK) as its fields.
@@ -47,7 +52,7 @@ impl Frame {
     /// The packets this frame stands for.
     pub fn packets(&self) -> u64 {
         match self {
-            Self::Wire(_) | Self::Ack(_) => 1,
+            Self::Wire(_) | Self::WireChecked(_) | Self::Ack(_) => 1,
             Self::Burst(b) => u64::from(b.count),
         }
     }
@@ -55,7 +60,9 @@ impl Frame {
     /// The destination GID (`None` for bytes that do not parse as a RoCEv2 packet).
     pub fn dgid(&self) -> Option<[u8; 16]> {
         match self {
-            Self::Wire(bytes) => RocePacket::parse(bytes).ok().map(|p| p.ip().gids().1),
+            Self::Wire(bytes) | Self::WireChecked(bytes) => {
+                RocePacket::parse(bytes).ok().map(|p| p.ip().gids().1)
+            }
             Self::Burst(b) => Some(b.ip.gids().1),
             Self::Ack(a) => Some(a.ip.gids().1),
         }
@@ -64,7 +71,7 @@ impl Frame {
     /// The wire packets, in order (a burst is segmented and its payload read now).
     pub fn into_wire(self) -> Vec<Vec<u8>> {
         match self {
-            Self::Wire(bytes) => vec![bytes],
+            Self::Wire(bytes) | Self::WireChecked(bytes) => vec![bytes],
             Self::Burst(b) => b.segment(),
             Self::Ack(a) => a.to_wire().into_iter().collect(),
         }
@@ -116,10 +123,20 @@ impl AckFrame {
     /// The wire bytes (`None` only if the spec cannot be emitted, which a frame the device
     /// built never is).
     pub fn to_wire(&self) -> Option<Vec<u8>> {
+        let mut buf = Vec::new();
+        self.to_wire_into(&mut buf).then_some(buf)
+    }
+
+    /// The wire bytes, written into `buf` (resized to the packet; a reused buffer is not
+    /// zero-filled first, `emit` writes every byte). False only if the spec cannot be
+    /// emitted, which a frame the device built never is.
+    pub fn to_wire_into(&self, buf: &mut Vec<u8>) -> bool {
         let spec = Self::spec(self.ip, self.ports, self.dest_qp, self.psn, self.aeth);
-        let mut buf = vec![0u8; spec.packet_len().ok()?];
-        emit(&spec, &mut buf).ok()?;
-        Some(buf)
+        let Ok(len) = spec.packet_len() else {
+            return false;
+        };
+        buf.resize(len, 0);
+        emit(&spec, buf).is_ok()
     }
 }
 
@@ -226,17 +243,21 @@ impl Burst {
         }
     }
 
-    /// Reads `len` payload bytes from burst offset `at` into a new buffer (the DMA read a
-    /// transmit does). `None` if the runs are shorter (cannot happen for a burst the requester
+    /// Reads payload bytes from burst offset `at` into `out`, all of it (the DMA read a
+    /// transmit does). False if the runs are shorter (cannot happen for a burst the requester
     /// built).
-    fn read(&self, mut at: usize, len: usize) -> Option<Vec<u8>> {
+    fn read_into(&self, mut at: usize, out: &mut [u8]) -> bool {
         let runs = match &self.src {
             Payload::Host(runs) => runs,
             Payload::Inline(bytes) => {
-                return bytes.get(at..at.checked_add(len)?).map(<[u8]>::to_vec);
+                let Some(src) = at.checked_add(out.len()).and_then(|end| bytes.get(at..end)) else {
+                    return false;
+                };
+                out.copy_from_slice(src);
+                return true;
             }
         };
-        let mut out = vec![0u8; len];
+        let len = out.len();
         let mut done = 0;
         for r in runs {
             if done == len {
@@ -247,36 +268,55 @@ impl Burst {
                 continue;
             }
             let n = (r.len - at).min(len - done);
-            if !r.mem.read_at(r.off + at, out.get_mut(done..done + n)?) {
-                return None;
+            let Some(dst) = out.get_mut(done..done + n) else {
+                return false;
+            };
+            if !r.mem.read_at(r.off + at, dst) {
+                return false;
             }
             done += n;
             at = 0;
         }
-        (done == len).then_some(out)
+        done == len
     }
 
     /// The exact wire packets the per-packet path would have sent.
     pub fn segment(&self) -> Vec<Vec<u8>> {
         let mut out = Vec::with_capacity(self.count as usize);
+        self.segment_into(&mut out, &mut Vec::new());
+        out
+    }
+
+    /// Appends the exact wire packets the per-packet path would have sent to `out`, each
+    /// built in a buffer taken from `spare` when it has one (a link that sends and recycles
+    /// its buffers: no allocation, and no zero-fill since `emit` writes every byte of the
+    /// packet), else in a new one. The payload is read once per packet into one scratch
+    /// buffer for the whole burst and emitted from there; the ICRC is computed once, by
+    /// `emit`. Stops at the first packet that cannot be read or emitted (cannot happen for
+    /// a burst the requester built).
+    pub fn segment_into(&self, out: &mut Vec<Vec<u8>>, spare: &mut Vec<Vec<u8>>) {
+        let mut scratch = vec![0u8; self.mtu.min(self.msg_len) as usize];
         for i in 0..self.count {
             let (off, n, _, _) = packet_at(self.msg_off, self.msg_len, self.mtu, i);
             let at = (off - self.msg_off) as usize;
-            let Some(payload) = self.read(at, n as usize) else {
+            let Some(payload) = scratch.get_mut(..n as usize) else {
                 break;
             };
-            let ack = self.acks(i);
-            let spec = self.spec(i, ack, &payload);
+            if !self.read_into(at, payload) {
+                break;
+            }
+            let spec = self.spec(i, self.acks(i), payload);
             let Ok(len) = spec.packet_len() else {
                 break;
             };
-            let mut buf = vec![0u8; len];
+            let mut buf = spare.pop().unwrap_or_default();
+            // Stale bytes are fine: `emit` writes all `len` of them.
+            buf.resize(len, 0);
             if emit(&spec, &mut buf).is_err() {
                 break;
             }
             out.push(buf);
         }
-        out
     }
 }
 

@@ -7,13 +7,18 @@
 //! and [`UdpWire`] (the link shared by the threads that move a fabric's world: the posting
 //! thread, the application's wait loops and an engine thread; see its doc). Must not:
 //! parse or build RoCE headers by hand (`bypass_hw::roce` does), or reach into a device beyond
-//! its public `step`/`set_time`/`take_tx`/`receive`/`next_deadline`.
+//! its public `step`/`set_time`/`set_fast_tx`/`take_frame`/`receive`/`receive_icrc_checked`/
+//! `next_deadline` (and whether it records a trace).
 //!
 //! Fast path: a train of packets to one peer goes out in one `sendmsg` with `UDP_SEGMENT`
 //! and, with `UDP_GRO` on the receiving socket, comes in with one `recvmsg` (on loopback the
 //! train is never cut at all). Packets are received into one reused buffer and rebuilt
 //! without zero-filling; each costs one ICRC pass in the link (the IPv4 ID is then found by
-//! XOR, see `Ipv4IdSolver`). Sockets stay unconnected: a connected UDP socket numbers its IPv4
+//! XOR, see `Ipv4IdSolver`) and none in the device, which takes a packet the link matched
+//! through `Device::receive_icrc_checked`. On transmit the link takes the device's frames
+//! (`Device::set_fast_tx`): a burst of WRITE packets is segmented (`Burst::segment_into`)
+//! into the buffers of packets already sent, its payload read from the sender's memory as a
+//! NIC's DMA read would be, one ICRC pass per packet, no allocation or zero fill. Sockets stay unconnected: a connected UDP socket numbers its IPv4
 //! IDs from a random per-socket counter (`ip_select_ident_segs`), which the peer's ICRC
 //! check could not predict.
 //!
@@ -60,6 +65,7 @@ use nix::sys::socket::{
     SockaddrStorage, bind, recvmsg, sendmsg, setsockopt, socket, sockopt,
 };
 
+use crate::frame::Frame;
 use crate::link::ipv4_id::Ipv4IdSolver;
 use crate::pcap::PcapWriter;
 use crate::profile::Profile;
@@ -101,6 +107,17 @@ const GSO_MAX_BYTES: usize = 65_000;
 
 /// The most segments in one segmented send (Linux `UDP_MAX_SEGMENTS`, 64 before 6.9).
 const GSO_MAX_SEGS: usize = 64;
+
+/// A packet the link received, as the device takes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Received {
+    /// The IP packet (headers rebuilt, see the module comment), IP header through ICRC.
+    pub packet: Vec<u8>,
+    /// The link computed the ICRC (to find the IPv4 ID) and it matches `packet`: hand it to
+    /// `Device::receive_icrc_checked`, which does not compute it again. False: hand it to
+    /// `Device::receive`, which checks it.
+    pub icrc_checked: bool,
+}
 
 /// Why a link could not be set up.
 #[derive(Debug, thiserror::Error)]
@@ -422,6 +439,13 @@ impl UdpLink {
     /// and the ICRC covers the ID, so segment `k` is re-stamped with ID `k` and its ICRC
     /// recomputed before it is sent (the pcap shows the header as sent).
     pub fn send_batch(&mut self, packets: &mut Vec<Vec<u8>>) {
+        self.send_all(packets);
+        packets.clear();
+    }
+
+    /// As [`UdpLink::send_batch`], leaving the packets in `packets` (the caller reuses their
+    /// buffers).
+    fn send_all(&mut self, packets: &mut [Vec<u8>]) {
         let mut i = 0;
         while let Some(rest) = packets.get_mut(i..) {
             if rest.is_empty() {
@@ -438,7 +462,6 @@ impl UdpLink {
             }
             i += n.max(1);
         }
-        packets.clear();
     }
 
     /// Sends `train` (2 or more packets [`train_len`] grouped) as one segmented send.
@@ -527,7 +550,7 @@ impl UdpLink {
         if self.pending.is_empty() {
             let mut got = Vec::new();
             self.recv_batch(&mut got, RX_BATCH);
-            self.pending.extend(got);
+            self.pending.extend(got.into_iter().map(|r| r.packet));
         }
         self.pending.pop_front()
     }
@@ -537,7 +560,7 @@ impl UdpLink {
     /// equal-size datagrams from one sender, `udp_gro_receive`) is cut at the segment size the
     /// kernel reports, and segment `k` is first tried with IPv4 ID `k` (what
     /// [`UdpLink::send_batch`] stamps), so that a bypass peer's trains need no ID recovery.
-    pub fn recv_batch(&mut self, out: &mut Vec<Vec<u8>>, max: usize) -> usize {
+    pub fn recv_batch(&mut self, out: &mut Vec<Received>, max: usize) -> usize {
         let before = out.len();
         while out.len() - before < max {
             let Some((n, from, seg)) = self.read_one() else {
@@ -569,10 +592,13 @@ impl UdpLink {
                     from,
                     hint,
                 ) {
-                    Some(pkt) => {
+                    Some((packet, icrc_checked)) => {
                         LinkCounters::add(&self.counters.rx_packets, 1);
                         LinkCounters::add(&self.counters.rx_bytes, payload.len() as u64);
-                        out.push(pkt);
+                        out.push(Received {
+                            packet,
+                            icrc_checked,
+                        });
                     }
                     None => LinkCounters::add(&self.counters.rx_dropped, 1),
                 }
@@ -583,8 +609,8 @@ impl UdpLink {
         }
         if self.pcap.is_some() {
             for i in before..out.len() {
-                if let Some(p) = out.get(i) {
-                    let p = p.clone();
+                if let Some(r) = out.get(i) {
+                    let p = r.packet.clone();
                     self.tee(&p);
                 }
             }
@@ -727,7 +753,10 @@ fn socket_addr(s: &SockaddrStorage) -> Option<SocketAddr> {
 
 /// The IP packet of UDP payload `payload` that came from `from` to `local` (headers rebuilt
 /// as the module comment says). IPv4: the ID is `hint` if the ICRC checks with it (a
-/// segment of a bypass peer's train), else 0 or the one [`recover_ipv4_id`] finds.
+/// segment of a bypass peer's train), else 0 or the one [`recover_ipv4_id`] finds. The flag
+/// says the ICRC was computed here and matches the rebuilt packet (IPv4 with an ID that
+/// explains it), so the device need not compute it again; false (IPv6, or an ICRC no ID
+/// explains) leaves the check to the device.
 fn rebuild(
     counters: &LinkCounters,
     deltas: &mut Ipv4IdSolver,
@@ -735,7 +764,7 @@ fn rebuild(
     payload: &[u8],
     from: SocketAddr,
     hint: u16,
-) -> Option<Vec<u8>> {
+) -> Option<(Vec<u8>, bool)> {
     let mut ip = match (from.ip(), local.ip()) {
         (IpAddr::V4(src), IpAddr::V4(dst)) => IpSpec::V4(Ipv4Spec {
             src: src.octets(),
@@ -758,6 +787,7 @@ fn rebuild(
         src: from.port(),
         dst: ROCE_V2_UDP_DPORT,
     };
+    let mut checked = false;
     if let IpSpec::V4(v4) = &mut ip {
         // One pass over the packet (its ICRC with ID 0); the hint and, failing it, any other
         // ID are then checked by XOR (see `Ipv4IdSolver`). A packet whose ICRC no ID explains
@@ -765,12 +795,16 @@ fn rebuild(
         let want = bypass_hw::roce::icrc::wire_value(payload);
         let c0 = bypass_hw::roce::icrc::compute_udp_payload(&IpSpec::V4(*v4), ports, payload);
         if let (Some(want), Ok(c0)) = (want, c0) {
-            if want != c0 {
+            if want == c0 {
+                checked = true;
+            } else {
                 let n = payload.len();
                 if hint != 0 && deltas.delta(n, hint).is_some_and(|d| c0 ^ d == want) {
                     v4.id = hint;
+                    checked = true;
                 } else if let Some(id) = deltas.solve(n, want ^ c0) {
                     v4.id = id;
+                    checked = true;
                     LinkCounters::add(&counters.rx_ip_id_recovered, 1);
                 }
             }
@@ -781,7 +815,7 @@ fn rebuild(
     let mut pkt = Vec::with_capacity(written + payload.len());
     pkt.extend_from_slice(hdr.get(..written)?);
     pkt.extend_from_slice(payload);
-    Some(pkt)
+    Some((pkt, checked))
 }
 
 /// The IPv4 ID the sender hashed into the ICRC of `payload`, which a UDP socket does not
@@ -832,11 +866,17 @@ pub enum Pumper {
 /// The link's working buffers, reused round after round.
 struct PumpState {
     link: UdpLink,
-    inbound: Vec<Vec<u8>>,
+    inbound: Vec<Received>,
     outbound: Vec<Vec<u8>>,
     /// `outbound` holds ACKs kept back by the last round (sent by the next, whatever it is).
     held: bool,
+    /// Buffers of packets already sent, for the next packets built (at most
+    /// [`SPARE_BUFFERS`]).
+    spare: Vec<Vec<u8>>,
 }
+
+/// The most sent-packet buffers a link keeps for reuse (two full segmented sends).
+const SPARE_BUFFERS: usize = 2 * GSO_MAX_SEGS;
 
 /// A [`UdpLink`] as the wire of a fabric whose world is moved by whichever thread needs it:
 /// the thread that rang a doorbell sends its packets itself ([`Pumper::Doorbell`]), an
@@ -878,6 +918,7 @@ impl UdpWire {
                 inbound: Vec::with_capacity(RX_BATCH * 2),
                 outbound: Vec::new(),
                 held: false,
+                spare: Vec::with_capacity(SPARE_BUFFERS),
             }),
             poller,
             start: Instant::now(),
@@ -912,6 +953,7 @@ impl UdpWire {
             inbound,
             outbound,
             held,
+            spare,
         } = &mut *g;
         if by != Pumper::Doorbell {
             link.recv_batch(inbound, RX_BATCH);
@@ -922,9 +964,18 @@ impl UdpWire {
             let now = self.now_ns();
             let n = w.len();
             for id in 0..n {
-                w.device(id).set_time(now);
+                let dev = w.device(id);
+                dev.set_time(now);
+                // Bursts and ACK frames, segmented below straight into recycled buffers;
+                // a device that records a trace wants its packets as bytes.
+                let fast = !dev.trace.enabled();
+                dev.set_fast_tx(fast);
             }
-            for pkt in inbound.drain(..) {
+            for Received {
+                packet: pkt,
+                icrc_checked,
+            } in inbound.drain(..)
+            {
                 let owner = if n > 1 {
                     RocePacket::parse(&pkt).ok().and_then(|p| {
                         let (_, dgid) = p.ip().gids();
@@ -940,7 +991,12 @@ impl UdpWire {
                     None
                 };
                 if n > 0 {
-                    w.device(owner.unwrap_or(0)).receive(pkt);
+                    let dev = w.device(owner.unwrap_or(0));
+                    if icrc_checked {
+                        dev.receive_icrc_checked(pkt);
+                    } else {
+                        dev.receive(pkt);
+                    }
                 }
             }
             for _ in 0..MAX_STEPS_PER_ROUND {
@@ -954,8 +1010,20 @@ impl UdpWire {
                 busy = true;
             }
             for id in 0..n {
-                while let Some(p) = w.device(id).take_tx() {
-                    outbound.push(p);
+                let dev = w.device(id);
+                while let Some(frame) = dev.take_frame() {
+                    match frame {
+                        Frame::Wire(p) | Frame::WireChecked(p) => outbound.push(p),
+                        Frame::Ack(a) => {
+                            let mut buf = spare.pop().unwrap_or_default();
+                            if a.to_wire_into(&mut buf) {
+                                outbound.push(buf);
+                            }
+                        }
+                        // Read from the sender's memory now, as a NIC reads it when it
+                        // transmits (`crate::frame`): one copy into the packet.
+                        Frame::Burst(b) => b.segment_into(outbound, spare),
+                    }
                 }
             }
         }
@@ -975,7 +1043,15 @@ impl UdpWire {
             // shorter ACK may be the last segment of a segmented send.
             outbound.sort_by_key(|p| is_ack(p));
         }
-        link.send_batch(outbound);
+        link.send_all(outbound);
+        // The sent packets' buffers build the next round's (no allocation per packet).
+        for p in outbound.drain(..) {
+            if spare.len() >= SPARE_BUFFERS {
+                break;
+            }
+            spare.push(p);
+        }
+        outbound.clear();
         busy
     }
 
@@ -1244,6 +1320,40 @@ mod tests {
             0,
             "a train's IDs are known from the segment index, not solved for"
         );
+    }
+
+    #[test]
+    fn only_packets_whose_icrc_the_link_matched_are_marked_checked() {
+        let mut b = link(2);
+        let mut a = UdpLink::bind(SocketAddr::new(
+            Ipv4Addr::new(127, 0, 0, 1).into(),
+            b.local_addr().port(),
+        ))
+        .unwrap();
+        let good = sized(1, 256, 0xc300);
+        let mut bad = sized(2, 256, 0xc300);
+        bad[60] ^= 0x01;
+        assert!(a.send(&good));
+        assert!(a.send(&bad));
+        let mut got = Vec::new();
+        for _ in 0..2000 {
+            b.recv_batch(&mut got, RX_BATCH);
+            if got.len() >= 2 {
+                break;
+            }
+            b.wait_readable(1);
+        }
+        assert_eq!(got.len(), 2);
+        assert!(
+            got[0].icrc_checked,
+            "a good packet's ICRC is computed once, here"
+        );
+        assert!(RocePacket::parse(&got[0].packet).unwrap().icrc_ok());
+        assert!(
+            !got[1].icrc_checked,
+            "a corrupted one is left to the device's check"
+        );
+        assert!(!RocePacket::parse(&got[1].packet).unwrap().icrc_ok());
     }
 
     #[test]
