@@ -9,7 +9,8 @@
 //! kernel `drivers/net/ethernet/mellanox/mlx5/core/health.c` (`hsynd_str`, `sensor_*`) and
 //! `mlx5_core.h` (`MLX5_NIC_IFC_*`); rdma-core `mlx5_vfio.c` (`mlx5_vfio_wait_fw_init`,
 //! `mlx5_vfio_init_cmd_interface`, `mlx5_health_check_fatal_sensors`);
-//! `reference/mlx5-vfio-bringup.md`, "Init segment". All registers are big-endian 32-bit.
+//! the kernel's `struct mlx5_init_seg` (`include/linux/mlx5/device.h`). All registers are
+//! big-endian 32-bit.
 //!
 //! Owns: the register map and a length-checked view over a copy or mapping of it.
 //! Must not: do MMIO (the driver's backend reads the registers with volatile accesses of the

@@ -219,7 +219,7 @@ fn command_entry_matches_kernel_cmd_queue_entry() {
 
 #[test]
 fn command_entry_round_trip_against_hand_built_bytes() {
-    // reference/mlx5-vfio-bringup.md "Command queue": type 7 @0, ilen @4, iptr @8, in @0x10,
+    // The kernel's `struct mlx5_cmd_layout` (include/linux/mlx5/device.h): type 7 @0, ilen @4, iptr @8, in @0x10,
     // out @0x20, optr @0x30, olen @0x38, token @0x3c, sig @0x3d, status_own @0x3f.
     let mut want = [0u8; 64];
     want[0] = 7;

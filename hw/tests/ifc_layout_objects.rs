@@ -1,6 +1,6 @@
 //! The mkey / CQ / EQ / QP command layouts against the Linux kernel's `mlx5_ifc.h`, and the bytes
 //! of real command inputs built the way rdma-core's `tests/mlx5_base.py` (`Mlx5DevxRcResources`)
-//! builds them, checked against positions hand-computed from `reference/mlx5-commands.md`.
+//! builds them, checked against positions hand-computed from the kernel's `mlx5_ifc.h`.
 //!
 //! Kernel version: Linux 6.1.192 `include/linux/mlx5/mlx5_ifc.h` (stable tag v6.1.192, read from
 //! Debian's linux-headers-6.1.0-55-common 6.1.192-1), as named in the header of
@@ -207,8 +207,8 @@ fn modify_family_opcodes_match_their_layouts() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Real inputs, as Mlx5DevxRcResources builds them (reference/mlx5-commands.md "Minimal RC
-// sequence"). Expected bytes are hand-computed from the reference's byte/bit positions.
+// Real inputs, as rdma-core's `tests/mlx5_base.py` `Mlx5DevxRcResources` builds them (its
+// minimal RC sequence). Expected bytes are hand-computed from `mlx5_ifc.h`'s bit positions.
 // ---------------------------------------------------------------------------------------------
 
 #[test]

@@ -6,8 +6,9 @@
 //! `struct mlx5_cmd_prot_block`, the same fields as PRM bit layouts in `mlx5_ifc.h`
 //! (`mlx5_ifc_cmd_queue_entry_bits`, `mlx5_ifc_cmd_if_box_bits`); rdma-core
 //! `providers/mlx5/mlx5_vfio.h` (`struct mlx5_cmd_layout`, `struct mlx5_cmd_block`) and
-//! `mlx5_vfio.c` (`mlx5_calc_cmd_blocks`, `mlx5_vfio_post_cmd`). See
-//! `reference/mlx5-vfio-bringup.md`, "Command queue". `tests/ifc_layout_bringup.rs` checks
+//! `mlx5_vfio.c` (`mlx5_calc_cmd_blocks`, `mlx5_vfio_post_cmd`). The entry
+//! is the kernel's `struct mlx5_cmd_layout`, a mailbox block `struct mlx5_cmd_prot_block`
+//! (`include/linux/mlx5/device.h`). `tests/ifc_layout_bringup.rs` checks
 //! every byte offset here against the kernel's bit layouts.
 //!
 //! A message of `len` bytes travels as: its first [`CMD_INLINE_LEN`] bytes inline in the entry
@@ -40,7 +41,8 @@ pub const MAILBOX_SIZE: usize = 576;
 /// aligns blocks to `roundup_pow_of_two(576)` = 1024.
 pub const MAILBOX_ALIGN: usize = 1024;
 /// Distance between mailbox blocks as rdma-core's mlx5_vfio allocates them: each block gets
-/// its own 4 KiB page (`reference/mlx5-vfio-bringup.md`, "576 B used in a 4 KiB page").
+/// its own 4 KiB page (`mlx5_vfio.c` `mlx5_vfio_alloc_cmd_msg` allocates one page per block;
+/// a `struct mlx5_cmd_prot_block` uses 576 bytes of it).
 pub const MAILBOX_STRIDE: usize = 4096;
 /// The entry `type` of a PCIe command (kernel `MLX5_PCI_CMD_XPORT`,
 /// `MLX5_CMD_QUEUE_ENTRY_TYPE_PCIE_CMD_IF_TRANSPORT`).

@@ -5,7 +5,7 @@
 //! Source of every layout: Linux `include/linux/mlx5/mlx5_ifc.h` (`mlx5_ifc_<name>_bits`, named
 //! in each view's `IFC_NAME`), checked field by field in `tests/ifc_layout_bringup.rs`; the
 //! order of use: rdma-core `providers/mlx5/mlx5_vfio.c` `mlx5_vfio_setup_function`
-//! (`reference/mlx5-vfio-bringup.md`, "Bring-up sequence").
+//! (and the kernel's `mlx5_function_setup` in `drivers/net/ethernet/mellanox/mlx5/core/main.c`).
 //!
 //! Owns: formats and their constants. Must not: sequence the bring-up (the driver's `bringup`).
 

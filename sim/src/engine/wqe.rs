@@ -9,8 +9,7 @@
 //!
 //! Layouts: rdma-core `providers/mlx5/qp.c` `_mlx5_post_send` (RC: ctrl + data\[n\]; ctrl +
 //! raddr + data\[n\]; ctrl + raddr + atomic + one 8-byte data segment; UD: ctrl + datagram
-//! (48-byte AV) + data\[n\]; inline: one `mlx5_wqe_inl_data_seg` with the payload after it),
-//! summarised in `shared/reference/mlx5-datapath.md`.
+//! (48-byte AV) + data\[n\]; inline: one `mlx5_wqe_inl_data_seg` with the payload after it).
 
 use bypass_hw::cmd::qp::service_type as st;
 use bypass_hw::syndrome::CqeSyndrome;

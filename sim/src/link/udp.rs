@@ -30,8 +30,8 @@
 //!   device chose (`rxe_qp.c`: `0xc000 + hash(qpn)`): a socket bound to that port sends it.
 //!   The IPv4 header the peer checks must be what the device hashed: DF set and IP ID 0, which
 //!   is what Linux sends on a socket with `IP_MTU_DISCOVER = IP_PMTUDISC_DO`
-//!   (`ip_select_ident`: DF datagrams of unconnected sockets get ID 0;
-//!   `../shared/qemu/README.md` measured it against rxe).
+//!   (`ip_select_ident`: DF datagrams of unconnected sockets get ID 0; measured against rxe
+//!   by `scripts/guest-test.sh rxe`, see `scripts/guest/README.md`).
 //! - On receive the link rebuilds the IP + UDP header from what the socket saw: the sender's
 //!   address and port, our bound address, DF, ID 0, and destination port 4791 (what the
 //!   sender hashed, even when this link listens elsewhere for tests on one host). TTL, TOS

@@ -7,7 +7,7 @@
 //! lets the requester's `pump` resend) or touch rings (CQEs go through `engine::cqe`).
 //!
 //! Follows rxe `rxe_comp.c` (`check_psn`, `check_ack`, `do_read`, `do_atomic`,
-//! `complete_ack`, the RNR and retry paths) as `shared/reference/rxe-wire.md` summarises it:
+//! `complete_ack`, the RNR and retry paths):
 //! a response PSN beyond a SEND/WRITE's last PSN completes it; beyond a READ/atomic's last
 //! PSN without its data means the response was lost (retry from it); a PSN before the oldest
 //! unacknowledged one, or past the last one sent, is stale and ignored.
