@@ -66,6 +66,14 @@ const fn w(len: u32, src: u64, dst: u64) -> W {
     }
 }
 
+/// An inline WRITE (its payload from [`source`] at `src`).
+const fn wi(len: u32, src: u64, dst: u64) -> W {
+    W {
+        inline: true,
+        ..w(len, src, dst)
+    }
+}
+
 /// What a's MR holds, and what inline WRITEs carry.
 fn source() -> Vec<u8> {
     (0..MR_LEN)
@@ -315,17 +323,13 @@ fn a_duplicated_burst_is_taken_once_and_answered_as_duplicates_are() {
 
 #[test]
 fn inline_writes_over_bursts_match_bytes_and_carry_their_data() {
-    let inline = |len, src, dst| W {
-        inline: true,
-        ..w(len, src, dst)
-    };
     // 8 bytes (the ping-pong's message), one MTU of 256 exactly, and 700 bytes over three
     // packets, among gathered WRITEs.
     let writes = [
-        inline(8, 1, 0),
+        wi(8, 1, 0),
         w(3000, 0, 100),
-        inline(256, 40, 5000),
-        inline(700, 9, 6000),
+        wi(256, 40, 5000),
+        wi(700, 9, 6000),
     ];
     let (bytes, fast, (frames, packets)) = both_paths(256, &writes);
     assert_eq!(fast, bytes);
@@ -407,16 +411,12 @@ fn via_world(mtu: u32, writes: &[W], fast: bool) -> (Outcome, u64) {
 
 #[test]
 fn a_world_handing_frames_straight_to_devices_leaves_what_the_byte_path_leaves() {
-    let inline = |len, src, dst| W {
-        inline: true,
-        ..w(len, src, dst)
-    };
     // Inline and gathered WRITEs, one over the 128-PSN window (several bursts and ACKs), then
     // one the responder refuses (NAK, both QPs to ERR, the last one flushed).
     let writes = [
-        inline(8, 1, 0),
+        wi(8, 1, 0),
         w(40_000, 0, 100),
-        inline(300, 9, 50_000),
+        wi(300, 9, 50_000),
         w(8, 3, 60_000),
         W {
             read_only_target: true,

@@ -193,26 +193,13 @@ impl End {
     pub fn spin_for(&self, size: usize, tag: u8) -> Result<(), PerfError> {
         let off = size.saturating_sub(1);
         let mut b = [0u8; 1];
-        let mut spins = 0u32;
-        let mut since: Option<Instant> = None;
+        let mut spinner = Spinner::new("the peer's RDMA WRITE to land");
         loop {
             self.target.read(off, &mut b)?;
             if b[0] == tag {
                 return Ok(());
             }
-            spins = spins.wrapping_add(1);
-            if spins % 4096 == 0 {
-                self.ctx.progress();
-                let t = *since.get_or_insert_with(Instant::now);
-                if t.elapsed() > STALL {
-                    return Err(PerfError::Stalled {
-                        what: "the peer's RDMA WRITE to land",
-                        after: STALL,
-                        seen: self.describe(),
-                    });
-                }
-            }
-            std::hint::spin_loop();
+            spinner.spin(self)?;
         }
     }
 
@@ -237,26 +224,50 @@ impl End {
 
     /// Spins until at least one completion is ready, then drains as [`End::drain`] does.
     pub fn wait_some(&mut self) -> Result<(usize, Option<u64>), PerfError> {
-        let mut since: Option<Instant> = None;
-        let mut spins = 0u32;
+        let mut spinner = Spinner::new("a send completion");
         loop {
             let got = self.drain()?;
             if got.0 > 0 {
                 return Ok(got);
             }
-            spins = spins.wrapping_add(1);
-            if spins % 4096 == 0 {
-                self.ctx.progress();
-                let t = *since.get_or_insert_with(Instant::now);
-                if t.elapsed() > STALL {
-                    return Err(PerfError::Stalled {
-                        what: "a send completion",
-                        after: STALL,
-                        seen: self.describe(),
-                    });
-                }
-            }
-            std::hint::spin_loop();
+            spinner.spin(self)?;
         }
+    }
+}
+
+/// The bookkeeping of a busy-wait loop: every 4096 spins it lets the device move, and it fails
+/// with [`PerfError::Stalled`] once [`STALL`] has passed without the awaited event.
+struct Spinner {
+    what: &'static str,
+    spins: u32,
+    since: Option<Instant>,
+}
+
+impl Spinner {
+    fn new(what: &'static str) -> Self {
+        Self {
+            what,
+            spins: 0,
+            since: None,
+        }
+    }
+
+    /// One more spin of a wait on `end`; an error when the wait has stalled.
+    #[inline]
+    fn spin(&mut self, end: &End) -> Result<(), PerfError> {
+        self.spins = self.spins.wrapping_add(1);
+        if self.spins % 4096 == 0 {
+            end.ctx.progress();
+            let t = *self.since.get_or_insert_with(Instant::now);
+            if t.elapsed() > STALL {
+                return Err(PerfError::Stalled {
+                    what: self.what,
+                    after: STALL,
+                    seen: end.describe(),
+                });
+            }
+        }
+        std::hint::spin_loop();
+        Ok(())
     }
 }
