@@ -196,6 +196,12 @@ impl World {
         self.fast_path = on;
     }
 
+    /// Whether bursts are allowed at all ([`World::set_fast_path`]); a link that segments
+    /// frames itself (the UDP link) honours it too.
+    pub fn fast_path(&self) -> bool {
+        self.fast_path
+    }
+
     /// True if devices may send bursts now: allowed, nothing needs the bytes (no faults, no
     /// pcap tee: [`World::wants_bytes`]), no jitter (packets of a burst cannot be reordered),
     /// and no device records a trace (the trace shows every packet's bytes).

@@ -963,12 +963,14 @@ impl UdpWire {
             let mut w = lock(world);
             let now = self.now_ns();
             let n = w.len();
+            let allowed = w.fast_path();
             for id in 0..n {
                 let dev = w.device(id);
                 dev.set_time(now);
-                // Bursts and ACK frames, segmented below straight into recycled buffers;
-                // a device that records a trace wants its packets as bytes.
-                let fast = !dev.trace.enabled();
+                // Bursts and ACK frames, segmented below straight into recycled buffers,
+                // unless the world forbids them or the device records a trace (it wants its
+                // packets as bytes).
+                let fast = allowed && !dev.trace.enabled();
                 dev.set_fast_tx(fast);
             }
             for Received {
