@@ -201,12 +201,13 @@ impl Cq {
             buf,
             dbr,
         });
-        let Some(poller) = CqPoller::new(ring, nent, 64, dbr_ring, table) else {
-            return Err(DriverError::Unsupported {
-                what: "a CQ ring smaller than its entries",
+        let poller = CqPoller::new(ring, nent, 64, dbr_ring, table).map_err(|e| {
+            tracing::error!(error = %e, "CQ geometry refused by the poller");
+            DriverError::Unsupported {
+                what: "a CQ ring the poller cannot read (see the logged geometry error)",
                 fix: "this is a driver bug: report it",
-            });
-        };
+            }
+        })?;
         Ok(Self {
             poller,
             shared,

@@ -39,6 +39,7 @@ pub mod post_refused;
 pub mod post_write;
 pub mod qp;
 pub mod qp_attr;
+pub mod qp_table;
 pub mod uar;
 pub mod wq;
 

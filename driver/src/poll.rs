@@ -16,14 +16,15 @@
 
 use core::ptr::NonNull;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::Ordering;
 
-use bypass_hw::cqe::{Cqe64, CqeOpcode, MLX5_CQE_OWNER_MASK, sw_owns};
+use bypass_hw::cqe::{Cqe64, CqeOpcode};
 use bypass_hw::syndrome::CqeSyndrome;
 use bypass_hw::wqe::WqeOpcode;
 use zerocopy::IntoBytes;
 
 use crate::barrier::{udma_from_device_barrier, udma_to_device_barrier};
+pub use crate::qp_table::QpTable;
 use crate::wq::{RingPtr, WqShared};
 
 /// Whether a work request succeeded.
@@ -374,274 +375,13 @@ pub fn decode(cqe: &Cqe64) -> WorkCompletion {
     }
 }
 
-/// One slot of the QP table: a QPN (`EMPTY_QPN` when free) and its bookkeeping (for a free
-/// slot, the table's placeholder, never returned: no CQE carries `EMPTY_QPN`). Not an
-/// `Option`, so a hit needs no second test.
-#[derive(Debug, Clone)]
-struct Slot {
-    qpn: u32,
-    wq: Arc<WqShared>,
-}
-
-/// No QPN has bit 24 or above set (QPNs are 24 bits), so this never matches a CQE's.
-const EMPTY_QPN: u32 = u32::MAX;
-
-/// The QPs that report completions to one CQ, so the poller can find a completion's `wr_id`,
-/// and the CQ's consumer state (consumer index and the flag that gives one party at a time the
-/// right to move it: the poller, or a QP's destroy/reset cleaning its CQEs out of the ring).
-///
-/// The QPs sit in an open-addressed table indexed by `qpn & mask` (linear probing, at most
-/// half full), so the poller finds a CQE's QP with one indexed load and one compare. The table
-/// and the consumer index are touched only by the holder of `busy`: the poller tries it once
-/// per poll (never waits: a poll that finds it taken returns nothing), the control path (QP
-/// attach, detach, CQ clean) spins until it gets it.
-#[derive(Debug)]
-pub struct QpTable {
-    busy: AtomicBool,
-    /// The consumer index; only the holder of `busy` changes it.
-    pub(crate) ci: AtomicU32,
-    slots: core::cell::UnsafeCell<Box<[Slot]>>,
-    /// What free slots hold (an empty queue pair's bookkeeping under `EMPTY_QPN`).
-    placeholder: Arc<WqShared>,
-}
-
-// SAFETY: `slots` is read and written only by the holder of `busy` (acquired with `Acquire`,
-// released with `Release`), so accesses from different threads never overlap and each sees
-// the previous holder's writes; everything else is atomic.
-unsafe impl Sync for QpTable {}
-
-impl Default for QpTable {
-    fn default() -> Self {
-        Self::new()
+/// Fills the completion's `wr_id` and retires its WQE(s) in its QP's bookkeeping (nothing if
+/// no QP of that number reports to `table`'s CQ). The caller must hold the table's flag.
+#[inline(always)]
+pub(crate) fn retire(table: &QpTable, wc: &mut WorkCompletion) {
+    if let Some(w) = table.find(wc.qpn()) {
+        wc.wr_id = retire_on(w, wc);
     }
-}
-
-impl QpTable {
-    /// An empty table.
-    pub fn new() -> Self {
-        let placeholder = Arc::new(WqShared::new(EMPTY_QPN, 0, 0));
-        Self {
-            busy: AtomicBool::new(false),
-            ci: AtomicU32::new(0),
-            slots: core::cell::UnsafeCell::new(build_slots(&[], &placeholder)),
-            placeholder,
-        }
-    }
-
-    /// Runs `f` on the slots while holding the consumer side (control path).
-    fn with_slots<R>(&self, f: impl FnOnce(&mut Box<[Slot]>) -> R) -> R {
-        self.acquire_blocking();
-        // SAFETY: we hold `busy`: nobody else touches `slots` until `release`.
-        let r = f(unsafe { &mut *self.slots.get() });
-        self.release();
-        r
-    }
-
-    /// Adds a QP (no-op if its QPN is already there).
-    pub fn attach(&self, wq: Arc<WqShared>) {
-        self.with_slots(|slots| {
-            let mut all: Vec<Arc<WqShared>> = slots
-                .iter()
-                .filter(|s| s.qpn != EMPTY_QPN)
-                .map(|s| s.wq.clone())
-                .collect();
-            if all.iter().any(|w| w.qpn() == wq.qpn()) {
-                return;
-            }
-            all.push(wq);
-            *slots = build_slots(&all, &self.placeholder);
-        });
-    }
-
-    /// Removes QP `qpn`.
-    pub fn detach(&self, qpn: u32) {
-        self.with_slots(|slots| {
-            let all: Vec<Arc<WqShared>> = slots
-                .iter()
-                .filter(|s| s.qpn != EMPTY_QPN && s.qpn != qpn)
-                .map(|s| s.wq.clone())
-                .collect();
-            *slots = build_slots(&all, &self.placeholder);
-        });
-    }
-
-    /// The bookkeeping of QP `qpn` if it sits in its home slot (`qpn & mask`, where it is
-    /// unless another QP took that slot first); `None` otherwise, and [`QpTable::lookup`]
-    /// then probes. The caller must hold `busy`.
-    #[inline(always)]
-    pub(crate) fn lookup_home(&self, qpn: u32) -> Option<&WqShared> {
-        // SAFETY: the caller holds `busy` (the poller, between `try_acquire` and `release`),
-        // so nobody replaces or mutates `slots` while this shared borrow lives.
-        let slots = unsafe { &*self.slots.get() };
-        let i = qpn as usize & slots.len().wrapping_sub(1);
-        debug_assert!(i < slots.len());
-        // SAFETY: `slots` always has a power-of-two length of at least 16 (`new`,
-        // `build_slots`), so `qpn & (len - 1) < len`.
-        let s = unsafe { slots.get_unchecked(i) };
-        (s.qpn == qpn).then_some(&*s.wq)
-    }
-
-    /// Fills the completion's `wr_id` and retires its WQE(s) in its QP's bookkeeping (nothing
-    /// if no QP of that number reports here). The caller must hold `busy`.
-    #[inline(always)]
-    pub(crate) fn retire(&self, wc: &mut WorkCompletion) {
-        if let Some(w) = self.lookup(wc.qpn()) {
-            wc.wr_id = retire_on(w, wc);
-        }
-    }
-
-    /// The bookkeeping of QP `qpn`. The caller must hold `busy`.
-    #[inline(always)]
-    fn lookup(&self, qpn: u32) -> Option<&WqShared> {
-        // SAFETY: the caller holds `busy` (the poller, between `try_acquire` and `release`),
-        // so nobody replaces or mutates `slots` while this shared borrow lives.
-        let slots = unsafe { &*self.slots.get() };
-        let i = qpn as usize & slots.len().wrapping_sub(1);
-        debug_assert!(i < slots.len());
-        // SAFETY: `slots` always has a power-of-two length of at least 16 (`new`,
-        // `build_slots`), so `qpn & (len - 1) < len`.
-        let s = unsafe { slots.get_unchecked(i) };
-        if s.qpn == qpn {
-            Some(&s.wq)
-        } else {
-            Self::probe(slots, qpn)
-        }
-    }
-
-    #[cold]
-    fn probe(slots: &[Slot], qpn: u32) -> Option<&WqShared> {
-        let mask = slots.len().wrapping_sub(1);
-        let start = qpn as usize & mask;
-        for k in 1..slots.len() {
-            let s = slots.get((start + k) & mask)?;
-            if s.qpn == qpn {
-                return Some(&s.wq);
-            }
-            if s.qpn == EMPTY_QPN {
-                return None;
-            }
-        }
-        None
-    }
-
-    /// Takes the consumer side, waiting (control path only) while the poller holds it.
-    fn acquire_blocking(&self) {
-        while self
-            .busy
-            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-        {
-            std::thread::yield_now();
-        }
-    }
-
-    /// Takes the consumer side if free (the poller: never waits).
-    #[inline(always)]
-    pub(crate) fn try_acquire(&self) -> bool {
-        !self.busy.swap(true, Ordering::Acquire)
-    }
-
-    #[inline(always)]
-    pub(crate) fn release(&self) {
-        self.busy.store(false, Ordering::Release);
-    }
-
-    /// Removes every CQE of QP `qpn` still unpolled in the CQ ring, moving the others up and the
-    /// consumer index past the freed slots, and publishes the new consumer index; returns how
-    /// many CQEs it dropped. Waits while a poll is in progress (control path: QP destroy and
-    /// reset).
-    ///
-    /// Why: the firmware reuses QP numbers; a CQE of a destroyed (or reset) QP left in the ring
-    /// would be taken, after a new QP got the same number, for a completion of the new QP's
-    /// WQE, and its owner may release buffers the NIC still uses. rdma-core
-    /// `providers/mlx5/cq.c` `__mlx5_cq_clean` (called from `mlx5_destroy_qp` and the
-    /// modify-to-RESET path of `mlx5_modify_qp`): find the producer by the owner bit (at most
-    /// `nent - 1` entries past the consumer index), walk back to the consumer index dropping
-    /// the QP's CQEs and copying each kept CQE `freed` slots forward with the destination's own
-    /// owner bit, then advance the consumer index by `freed`.
-    ///
-    /// `ring`/`nent`/`cqe_size`/`dbr` must describe the CQ this table belongs to.
-    pub fn clean(
-        &self,
-        ring: &RingPtr,
-        nent: u32,
-        cqe_size: usize,
-        dbr: &RingPtr,
-        qpn: u32,
-    ) -> u32 {
-        self.acquire_blocking();
-        let ci = self.ci.load(Ordering::Relaxed);
-        let off = |i: u32| (i & (nent - 1)) as usize * cqe_size + (cqe_size - 64);
-        let mut prod = ci;
-        while prod.wrapping_sub(ci) < nent - 1 && sw_owns(ring.read_u8(off(prod) + 63), prod, nent)
-        {
-            prod = prod.wrapping_add(1);
-        }
-        // The CQEs up to `prod` are software's: read their contents only after their owner bits.
-        udma_from_device_barrier();
-        let mut freed = 0u32;
-        let mut cqe = [0u8; 128];
-        let cqe = &mut cqe[..cqe_size.min(128)];
-        while prod != ci {
-            prod = prod.wrapping_sub(1);
-            let src = (prod & (nent - 1)) as usize * cqe_size;
-            ring.read(src, cqe);
-            // `sop_drop_qpn` / `s_wqe_opcode_qpn` (bytes 56..60 of the 64-byte CQE): the QPN in
-            // the low 24 bits, for good and error CQEs alike.
-            let q = cqe.len() - 8;
-            let this = cqe
-                .get(q..q + 4)
-                .and_then(|b| <[u8; 4]>::try_from(b).ok())
-                .map_or(u32::MAX, |b| u32::from_be_bytes(b) & 0x00ff_ffff);
-            if this == qpn {
-                freed += 1;
-            } else if freed > 0 {
-                let dst_index = prod.wrapping_add(freed);
-                let dst = (dst_index & (nent - 1)) as usize * cqe_size;
-                let owner = ring.read_u8(dst + cqe_size - 1) & MLX5_CQE_OWNER_MASK;
-                if let Some(last) = cqe.last_mut() {
-                    *last = (*last & !MLX5_CQE_OWNER_MASK) | owner;
-                }
-                ring.write(dst, cqe);
-            }
-        }
-        if freed > 0 {
-            let ci = ci.wrapping_add(freed);
-            self.ci.store(ci, Ordering::Relaxed);
-            // The moved CQEs must be in memory before the slots are given back.
-            udma_to_device_barrier();
-            dbr.write_be32(0, ci & 0x00ff_ffff);
-        }
-        self.release();
-        freed
-    }
-}
-
-/// An open-addressed table of `wqs`: a power of two of at least 16 slots and at least twice
-/// as many as QPs, each QP at `qpn & mask` or the next free slot after it.
-fn build_slots(wqs: &[Arc<WqShared>], placeholder: &Arc<WqShared>) -> Box<[Slot]> {
-    let n = (wqs.len() * 2).max(16).next_power_of_two();
-    let empty = Slot {
-        qpn: EMPTY_QPN,
-        wq: placeholder.clone(),
-    };
-    let mut slots = vec![empty; n];
-    let mask = n - 1;
-    for w in wqs {
-        let start = w.qpn() as usize & mask;
-        for k in 0..n {
-            if let Some(s) = slots.get_mut((start + k) & mask) {
-                if s.qpn == EMPTY_QPN {
-                    *s = Slot {
-                        qpn: w.qpn(),
-                        wq: w.clone(),
-                    };
-                    break;
-                }
-            }
-        }
-    }
-    slots.into_boxed_slice()
 }
 
 /// Retires the WQE(s) `wc` completes in QP bookkeeping `w` and returns the `wr_id`: a receive
@@ -668,68 +408,113 @@ fn sw_owns_fast(op_own: u8, odd_lap: bool) -> bool {
     (op_own ^ u8::from(odd_lap)).rotate_right(1) < 0x78
 }
 
+/// Why [`CqPoller::new`] refused a ring: each names what does not fit and the fix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum CqGeometryError {
+    /// A CQE size other than 64 bytes.
+    #[error(
+        "a CQ with {0}-byte CQEs: the poller reads 64-byte CQEs only (its hot path shifts by a \
+         constant 6; the driver creates every CQ with cqe_sz 64): create the CQ with 64-byte CQEs"
+    )]
+    CqeSize(usize),
+    /// `nent` is not a power of two.
+    #[error("a CQ of {0} entries: the owner-bit rule needs a power of two: round it up")]
+    Entries(u32),
+    /// The ring is shorter than `nent` CQEs.
+    #[error("a CQ ring of {ring} bytes cannot hold {nent} 64-byte CQEs: allocate nent * 64 bytes")]
+    RingTooSmall {
+        /// The ring's length in bytes.
+        ring: usize,
+        /// The entries asked for.
+        nent: u32,
+    },
+    /// The doorbell record is shorter than 8 bytes or its CI word is not 4-byte aligned.
+    #[error(
+        "a CQ doorbell record of {len} bytes at a misaligned or short place: give it 8 bytes, \
+         4-byte aligned (rdma-core allocates 64)"
+    )]
+    Doorbell {
+        /// The doorbell record's length in bytes.
+        len: usize,
+    },
+}
+
+/// The CQE size the poller reads (rdma-core's default `cqe_sz`; the driver creates no other).
+const CQE_SIZE: usize = 64;
+
 /// The consumer side of a CQ ring: consumer index, the owner-bit rule, the doorbell record.
 #[derive(Debug)]
 pub struct CqPoller {
     ring: RingPtr,
     nent: u32,
-    cqe_size: usize,
     dbr: RingPtr,
     pub(crate) table: Arc<QpTable>,
     // Precomputed in `new`, which checks the geometry once so that the hot path needs no
-    // per-access bounds checks: the 64-byte CQE of slot 0 (the second half of a 128-byte CQE),
-    // log2 of the CQE size, and the doorbell record's CI word (4-byte aligned, checked).
+    // per-access bounds checks: the first CQE and the doorbell record's CI word (4-byte
+    // aligned, checked).
     cqe0: NonNull<u8>,
-    shift: u32,
     dbr_ci: NonNull<u32>,
     /// `nent - 1`.
     mask: u32,
+    /// What the cold path of `start_poll` took (see `poll_guard.rs`): written and read only
+    /// inside `start_poll`, which holds `&mut self`.
+    pub(crate) taken: core::cell::Cell<crate::poll_guard::Taken>,
 }
 
 // SAFETY: the pointers are addresses inside `ring` and `dbr` (which are `Send` and `Sync`, see
 // `RingPtr`); what crosses threads is the right to poll, exercised through `&mut self` and the
 // table's consumer flag.
 unsafe impl Send for CqPoller {}
-// SAFETY: as for `Send`; `&self` methods only read ring bytes with volatile loads.
+// SAFETY: as for `Send`; `&self` methods only read ring bytes with volatile loads, except
+// through `taken`, a `Cell` that only `start_poll` touches, under its `&mut self` (so never from
+// two threads at once).
 unsafe impl Sync for CqPoller {}
 
 impl CqPoller {
-    /// A poller over `ring` (`nent` CQEs of `cqe_size` bytes, 64 or 128) with its doorbell
-    /// record at the start of `dbr` (8 bytes: CI word, arm word). `None` if the geometry does
-    /// not fit: `nent` not a power of two, `nent * cqe_size` beyond the ring, another CQE size,
-    /// or a doorbell record shorter than 8 bytes or not 4-byte aligned.
+    /// A poller over `ring` (`nent` CQEs of `cqe_size` bytes: 64, the only size the driver
+    /// creates) with its doorbell record at the start of `dbr` (8 bytes: CI word, arm word).
+    ///
+    /// Errors ([`CqGeometryError`]): another CQE size, `nent` not a power of two, `nent * 64`
+    /// beyond the ring, or a doorbell record shorter than 8 bytes or not 4-byte aligned.
     pub fn new(
         ring: RingPtr,
         nent: u32,
         cqe_size: usize,
         dbr: RingPtr,
         table: Arc<QpTable>,
-    ) -> Option<Self> {
-        let shift = match cqe_size {
-            64 => 6,
-            128 => 7,
-            _ => return None,
-        };
-        let bytes = (nent as usize).checked_mul(cqe_size)?;
-        if !nent.is_power_of_two() || bytes > ring.len() || dbr.len() < 8 {
-            return None;
+    ) -> Result<Self, CqGeometryError> {
+        if cqe_size != CQE_SIZE {
+            return Err(CqGeometryError::CqeSize(cqe_size));
+        }
+        if !nent.is_power_of_two() {
+            return Err(CqGeometryError::Entries(nent));
+        }
+        let fits = (nent as usize)
+            .checked_mul(CQE_SIZE)
+            .is_some_and(|b| b <= ring.len());
+        if !fits {
+            return Err(CqGeometryError::RingTooSmall {
+                ring: ring.len(),
+                nent,
+            });
         }
         let dbr_ci = dbr.base().cast::<u32>();
-        if !dbr_ci.as_ptr().is_aligned() {
-            return None;
+        if dbr.len() < 8 || !dbr_ci.as_ptr().is_aligned() {
+            return Err(CqGeometryError::Doorbell { len: dbr.len() });
         }
-        // SAFETY: `cqe_size - 64 < ring.len()` (checked above): inside the ring.
-        let cqe0 = unsafe { ring.base().add(cqe_size - 64) };
-        Some(Self {
+        let cqe0 = ring.base();
+        Ok(Self {
             ring,
             nent,
-            cqe_size,
             dbr,
             table,
             cqe0,
-            shift,
             dbr_ci,
             mask: nent - 1,
+            taken: core::cell::Cell::new(crate::poll_guard::Taken {
+                wr_id: 0,
+                opcode: None,
+            }),
         })
     }
 
@@ -753,45 +538,67 @@ impl CqPoller {
         &self.ring
     }
 
-    /// Byte offset of the 64-byte CQE of consumer index `ci` (the second half of a 128-byte
-    /// CQE, rdma-core `cq.c`).
+    /// Byte offset of the CQE of consumer index `ci`.
     #[inline(always)]
     fn cqe_off(&self, ci: u32) -> usize {
-        (ci & (self.nent - 1)) as usize * self.cqe_size + (self.cqe_size - 64)
+        ((ci & self.mask) as usize) * CQE_SIZE
+    }
+
+    /// The address of the CQE of consumer index `ci` (inside the ring, whatever `ci`).
+    #[inline(always)]
+    pub(crate) fn cqe_ptr(&self, ci: u32) -> NonNull<Cqe64> {
+        let slot = (ci & self.mask) as usize;
+        // SAFETY: `slot < nent` (`mask == nent - 1`, `nent` a power of two) and
+        // `nent * 64 <= ring.len()` (checked in `new`), so the 64 bytes at `cqe0 + slot * 64`
+        // are inside the ring, which stays mapped while `self` lives.
+        unsafe { self.cqe0.add(slot * CQE_SIZE) }.cast()
+    }
+
+    /// The CQE's `op_own` byte, read with a volatile load (the device writes it concurrently).
+    #[inline(always)]
+    pub(crate) fn op_own(p: NonNull<Cqe64>) -> u8 {
+        // SAFETY: `p` is a CQE inside the ring (`cqe_ptr`); byte 63 is inside it.
+        unsafe { p.cast::<u8>().add(63).read_volatile() }
+    }
+
+    /// The lap parity the owner bit of the CQE at `ci` must have to be software's (0 or 1).
+    #[inline(always)]
+    pub(crate) fn parity(&self, ci: u32) -> u8 {
+        u8::from(ci & self.nent != 0)
     }
 
     /// The CQE at the consumer index if software owns it (rdma-core `get_sw_cqe`), after the
     /// `udma_from_device_barrier` that keeps its other fields from being read early.
     #[inline(always)]
     pub(crate) fn next_cqe(&self, ci: u32) -> Option<&Cqe64> {
-        let slot = (ci & self.mask) as usize;
-        // SAFETY: `slot < nent` (`mask == nent - 1`, `nent` a power of two) and
-        // `nent << shift <= ring.len()` (checked in `new`), so the 64 bytes at
-        // `cqe0 + (slot << shift)` are inside the ring, which stays mapped while `self` lives.
-        let p = unsafe { self.cqe0.add(slot << self.shift) };
-        // SAFETY: inside the ring (above); volatile: the device writes it concurrently.
-        let op_own = unsafe { p.add(63).read_volatile() };
-        if !sw_owns_fast(op_own, ci & self.nent != 0) {
+        let p = self.cqe_ptr(ci);
+        if !sw_owns_fast(Self::op_own(p), ci & self.nent != 0) {
             return None;
         }
         udma_from_device_barrier();
-        // SAFETY: inside the ring (above); `Cqe64` has alignment 1 and accepts any bytes.
+        // SAFETY: inside the ring (`cqe_ptr`); `Cqe64` has alignment 1 and accepts any bytes.
         // Software owns this CQE (checked above) and the device does not write it again until
         // the consumer index moves past it and the ring laps, which needs `publish_ci` after
         // this reference is gone (it lives only inside one poll step).
-        Some(unsafe { p.cast::<Cqe64>().as_ref() })
+        Some(unsafe { p.as_ref() })
     }
 
     /// Fills the completion's `wr_id` and retires its WQE(s) in the QP's bookkeeping.
     #[inline(always)]
     pub(crate) fn retire(&mut self, wc: &mut WorkCompletion) {
-        self.table.retire(wc);
+        retire(&self.table, wc);
     }
 
     /// Publishes the consumer index in the doorbell record (rdma-core `update_cons_index`).
     #[inline(always)]
     pub(crate) fn publish_ci(&self, ci: u32) {
-        self.table.ci.store(ci, Ordering::Relaxed);
+        self.publish_ci_in(&self.table, ci);
+    }
+
+    /// [`CqPoller::publish_ci`] with `table` (`self.table`) already at hand.
+    #[inline(always)]
+    pub(crate) fn publish_ci_in(&self, table: &QpTable, ci: u32) {
+        table.ci.store(ci, Ordering::Relaxed);
         // Keep the CQE reads above from being moved after the store that gives the entries
         // back to the device (a compiler fence on x86-64, whose loads are not reordered with
         // later stores; `dmb oshst` on aarch64).
@@ -859,7 +666,7 @@ impl CqPoller {
     /// Removes the unpolled CQEs of QP `qpn` from this CQ (see [`QpTable::clean`]).
     pub fn clean(&self, qpn: u32) -> u32 {
         self.table
-            .clean(&self.ring, self.nent, self.cqe_size, &self.dbr, qpn)
+            .clean(&self.ring, self.nent, CQE_SIZE, &self.dbr, qpn)
     }
 
     /// The raw 64 bytes of the CQE at consumer index `ci` (owned by software or not), read with
@@ -876,7 +683,7 @@ mod tests {
     use super::*;
     use crate::wq::tests::TestRing;
     use crate::wq::{RqRing, SqRing};
-    use bypass_hw::cqe::{CQE_INVALID_OP_OWN, ErrCqe, make_op_own};
+    use bypass_hw::cqe::{CQE_INVALID_OP_OWN, ErrCqe, MLX5_CQE_OWNER_MASK, make_op_own, sw_owns};
     use zerocopy::{FromZeros, IntoBytes};
 
     struct Fixture {
@@ -895,6 +702,11 @@ mod tests {
         }
         let table = Arc::new(QpTable::new());
         let poller = CqPoller::new(ring, nent, 64, dbr.ring(), table.clone()).unwrap();
+        assert_eq!(
+            CqPoller::new(cq.ring(), nent, 128, dbr.ring(), table.clone()).err(),
+            Some(CqGeometryError::CqeSize(128)),
+            "128-byte CQEs are refused, with the reason"
+        );
         Fixture {
             _cq: cq,
             _dbr: dbr,

@@ -9,14 +9,14 @@
 //! [`crate::poll::WorkCompletion`] (every accessor goes through it, so a lazy read and
 //! `poll_one` cannot disagree), allocate, lock, make syscalls or format.
 
-use core::ptr::NonNull;
 use std::sync::atomic::Ordering;
 
-use bypass_hw::cqe::Cqe64;
+use bypass_hw::cqe::{Cqe64, CqeOpcode};
+use zerocopy::IntoBytes;
 
-use crate::poll::{
-    CqPoller, QpTable, WcFlags, WcOpcode, WcStatus, WorkCompletion, decode, retire_on,
-};
+use crate::barrier::udma_from_device_barrier;
+use crate::poll::{CqPoller, WcFlags, WcOpcode, WcStatus, WorkCompletion, decode, retire};
+use crate::qp_table::{QpTable, cqe_qpn_key};
 
 /// The current CQE of a poll in progress, and the right to take more. While it lives the
 /// CQ's consumer side is held (as by one `poll` call: a QP destroy or reset that must clean
@@ -30,61 +30,131 @@ use crate::poll::{
 /// moved), as [`CqPoller::poll_one`] does; the other fields are read from the CQE when asked.
 #[derive(Debug)]
 pub struct CqPollGuard<'a> {
-    poller: &'a mut CqPoller,
-    /// Consumer index of the current CQE.
-    ci: u32,
-    /// The current CQE: software's until the consumer index moves past it, which happens in
-    /// `Drop`, after the last read through this pointer.
-    cqe: NonNull<Cqe64>,
+    /// Shared, but reborrowed from the `&mut` that `start_poll` took: no other poll of this
+    /// CQ can start while the guard lives.
+    poller: &'a CqPoller,
+    /// `poller.table`, kept in a register (not re-read after every barrier).
+    table: &'a QpTable,
     wr_id: u64,
+    /// Consumer index of the current CQE: software's until the consumer index is published
+    /// past it, which happens in `Drop`, after the last read of it.
+    ci: u32,
+    /// The current CQE's opcode (`op_own >> 4`), kept so that `is_ok`/`status` need no
+    /// second read of the CQE (and fold to constants where the poll knows it).
+    opcode: CqeOpcode,
 }
 
+/// What the cold path of a poll step took: the `wr_id` and the CQE's opcode, or nothing
+/// (`opcode: None`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Taken {
+    pub(crate) wr_id: u64,
+    pub(crate) opcode: Option<CqeOpcode>,
+}
+
+/// The owner-and-opcode byte of a CQE the fast path takes (a successful requester CQE, the
+/// opcode nibble 0) masked by [`FAST_MASK`]: equal to the lap parity exactly when the CQE is
+/// software's (rdma-core `get_sw_cqe`: owner bit == parity, opcode not INVALID) and a
+/// `MLX5_CQE_REQ`. Bits 1..=3 (solicited, CQE format) do not matter.
+const FAST_MASK: u8 = 0xf1;
+
 impl CqPoller {
+    /// The fast step of a poll at consumer index `ci`: a software-owned successful requester
+    /// CQE of the cached QP, retired (its `wr_id` returned, the QP's SQ tail moved past it).
+    /// `None` for anything else (not software's, another opcode, another QP): the caller's
+    /// cold path decides. `table` is `self.table`, which the caller holds.
+    #[inline(always)]
+    fn take_fast(&self, table: &QpTable, ci: u32) -> Option<u64> {
+        let p = self.cqe_ptr(ci);
+        if Self::op_own(p) & FAST_MASK != self.parity(ci) {
+            return None;
+        }
+        udma_from_device_barrier();
+        // SAFETY: inside the ring (`cqe_ptr`), software's (owner bit checked, read barrier
+        // passed) until the consumer index is published past it, after this step; `Cqe64` has
+        // alignment 1 and accepts any bytes.
+        let cqe = unsafe { p.as_ref() };
+        let key = cqe_qpn_key(u32::from_ne_bytes(cqe.sop_drop_qpn.to_bytes()));
+        let w = table.cached(key)?;
+        // `wqe_counter`, `signature`, `op_own` (bytes 60..64): a constant range, so the `get`
+        // never fails and this is one load and a byte swap.
+        let word = cqe
+            .as_bytes()
+            .get(60..64)
+            .and_then(|b| <[u8; 4]>::try_from(b).ok())
+            .map_or(0, u32::from_be_bytes);
+        Some(w.complete_send_word(word))
+    }
+
+    /// The general step at `ci`: the owner-bit rule, any opcode, the table lookup (nothing
+    /// found: `wr_id` 0, nothing retired, as [`CqPoller::poll_one`]). The caller holds the
+    /// table's flag.
+    #[cold]
+    #[inline(never)]
+    fn take_slow(&self, ci: u32) -> Taken {
+        let Some(cqe) = self.next_cqe(ci) else {
+            return Taken {
+                wr_id: 0,
+                opcode: None,
+            };
+        };
+        let mut wc = decode(cqe);
+        retire(&self.table, &mut wc);
+        Taken {
+            wr_id: wc.wr_id(),
+            opcode: Some(CqeOpcode(cqe.op_own >> 4)),
+        }
+    }
+
+    /// [`CqPoller::start_poll`]'s cold path: the general step at the consumer index, its
+    /// result left in `self.taken`; the flag released when there is nothing to take. Returns
+    /// `self` (or `None`), so that nothing of the caller's stays live across this call and
+    /// the hot path needs no stack frame.
+    #[cold]
+    #[inline(never)]
+    fn start_poll_slow(&self) -> Option<&Self> {
+        let ci = self.table.ci.load(Ordering::Relaxed);
+        let t = self.take_slow(ci);
+        self.taken.set(t);
+        if t.opcode.is_none() {
+            self.table.release();
+            return None;
+        }
+        Some(self)
+    }
+
     /// Takes the oldest unpolled completion (rdma-core `mlx5_start_poll`), or `None` if there
     /// is none (or a QP destroy/reset is cleaning this CQ right now: try again later). The
     /// guard reads its fields on demand, moves to the next with
     /// [`CqPollGuard::next_poll`], and publishes the consumer index when it drops.
     #[inline(always)]
     pub fn start_poll(&mut self) -> Option<CqPollGuard<'_>> {
-        if !self.table.try_acquire() {
+        // Shared from here on; the `&mut` borrow keeps other polls out while the guard lives.
+        let this: &CqPoller = self;
+        let table: &QpTable = &this.table;
+        if !table.try_acquire() {
             return None;
         }
-        let ci = self.table.ci.load(Ordering::Relaxed);
-        let Some(cqe) = self.next_cqe(ci) else {
-            self.table.release();
-            return None;
-        };
-        let at = NonNull::from(cqe);
-        let wc = decode(cqe);
-        // The QP in its home slot of the table: retire here. Otherwise (a QPN collision, or
-        // no such QP) the rest of the work is the cold path's, so that nothing of this
-        // function stays live across a call.
-        let Some(w) = self.table.lookup_home(wc.qpn()) else {
-            return Some(self.start_poll_slow(ci, at));
-        };
-        let wr_id = retire_on(w, &wc);
+        let ci = table.ci.load(Ordering::Relaxed);
+        if let Some(wr_id) = this.take_fast(table, ci) {
+            return Some(CqPollGuard {
+                poller: this,
+                table,
+                wr_id,
+                ci,
+                opcode: CqeOpcode::REQ,
+            });
+        }
+        let poller = this.start_poll_slow()?;
+        let table: &QpTable = &poller.table;
+        let taken = poller.taken.get();
         Some(CqPollGuard {
-            poller: self,
-            ci,
-            cqe: at,
-            wr_id,
+            poller,
+            table,
+            wr_id: taken.wr_id,
+            ci: table.ci.load(Ordering::Relaxed),
+            opcode: taken.opcode?,
         })
-    }
-
-    /// [`CqPoller::start_poll`] of a CQE whose QP is not in its home slot: the probing
-    /// lookup (or none: `wr_id` 0, nothing retired, as [`CqPoller::poll_one`]).
-    #[cold]
-    #[inline(never)]
-    fn start_poll_slow(&mut self, ci: u32, at: NonNull<Cqe64>) -> CqPollGuard<'_> {
-        // SAFETY: `at` is the software-owned CQE `start_poll` just took (see `CqPollGuard::cqe`).
-        let mut wc = decode(unsafe { at.as_ref() });
-        self.retire(&mut wc);
-        CqPollGuard {
-            poller: self,
-            ci,
-            cqe: at,
-            wr_id: wc.wr_id(),
-        }
     }
 }
 
@@ -95,17 +165,17 @@ impl CqPollGuard<'_> {
     #[inline(always)]
     pub fn next_poll(&mut self) -> bool {
         let ci = self.ci.wrapping_add(1);
-        let Some(cqe) = self.poller.next_cqe(ci) else {
-            return false;
+        let (wr_id, opcode) = match self.poller.take_fast(self.table, ci) {
+            Some(wr_id) => (wr_id, CqeOpcode::REQ),
+            None => {
+                let t = self.poller.take_slow(ci);
+                let Some(op) = t.opcode else { return false };
+                (t.wr_id, op)
+            }
         };
-        let at = NonNull::from(cqe);
-        let wc = decode(cqe);
         self.ci = ci;
-        self.cqe = at;
-        self.wr_id = match self.poller.table.lookup_home(wc.qpn()) {
-            Some(w) => retire_on(w, &wc),
-            None => retire_probing(&self.poller.table, wc),
-        };
+        self.wr_id = wr_id;
+        self.opcode = opcode;
         true
     }
 
@@ -116,11 +186,11 @@ impl CqPollGuard<'_> {
 
     #[inline(always)]
     fn cqe(&self) -> &Cqe64 {
-        // SAFETY: `cqe` points at a 64-byte CQE inside the ring (`CqPoller::next_cqe`) that
-        // software owns (owner bit checked, read barrier passed) and that the device does not
-        // write again before the consumer index moves past it, which only `Drop` does (after
-        // every borrow of `self` ended); `Cqe64` has alignment 1 and accepts any bytes.
-        unsafe { self.cqe.as_ref() }
+        // SAFETY: the CQE at `ci` is inside the ring (`CqPoller::cqe_ptr`), software's (owner
+        // bit checked, read barrier passed when it was taken) and the device does not write
+        // it again before the consumer index is published past it, which only `Drop` does
+        // (after every borrow of `self` ended); `Cqe64` has alignment 1 and accepts any bytes.
+        unsafe { self.poller.cqe_ptr(self.ci).as_ref() }
     }
 
     /// The whole completion, decoded (the same value [`CqPoller::poll_one`] returns).
@@ -138,13 +208,18 @@ impl CqPollGuard<'_> {
     /// Success, or the syndrome (`wc.status`).
     #[inline(always)]
     pub fn status(&self) -> WcStatus {
-        self.completion().status()
+        if self.is_ok() {
+            WcStatus::Success
+        } else {
+            self.completion().status()
+        }
     }
 
-    /// True when the request succeeded.
+    /// True when the request succeeded (from the opcode kept when the CQE was taken: no
+    /// read of the CQE; the same test as [`WorkCompletion::is_ok`]).
     #[inline(always)]
     pub fn is_ok(&self) -> bool {
-        self.completion().is_ok()
+        !matches!(self.opcode, CqeOpcode::REQ_ERR | CqeOpcode::RESP_ERR)
     }
 
     /// What completed (`ibv_wc_read_opcode`).
@@ -196,20 +271,11 @@ impl CqPollGuard<'_> {
     }
 }
 
-/// The retire step of [`CqPollGuard::next_poll`] when the CQE's QP is not in its home slot:
-/// the probing lookup (or none: `wr_id` 0, nothing retired). By value, so the guard stays in
-/// registers.
-#[cold]
-#[inline(never)]
-fn retire_probing(table: &QpTable, mut wc: WorkCompletion) -> u64 {
-    table.retire(&mut wc);
-    wc.wr_id()
-}
-
 impl Drop for CqPollGuard<'_> {
     #[inline(always)]
     fn drop(&mut self) {
-        self.poller.publish_ci(self.ci.wrapping_add(1));
-        self.poller.table.release();
+        self.poller
+            .publish_ci_in(self.table, self.ci.wrapping_add(1));
+        self.table.release();
     }
 }

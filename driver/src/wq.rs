@@ -226,12 +226,17 @@ impl Word32 {
     }
 }
 
-/// One SQ slot's bookkeeping.
+/// One SQ slot's bookkeeping: 16 bytes, so that a slot's byte offset is its index shifted by
+/// [`SQ_SLOT_SHIFT`].
 #[derive(Debug, Default)]
 struct SqSlot {
     wr_id: AtomicU64,
     next: AtomicU32,
 }
+
+/// log2 of `size_of::<SqSlot>()`.
+const SQ_SLOT_SHIFT: u32 = 4;
+const _: () = assert!(core::mem::size_of::<SqSlot>() == 1 << SQ_SLOT_SHIFT);
 
 /// The bookkeeping shared between a QP's poster (which fills slots) and the poller of its CQs
 /// (which retires them): per-slot `wr_id`s and where the SQ/RQ tails are.
@@ -249,6 +254,8 @@ pub struct WqShared {
     sq_slots: Box<[SqSlot]>,
     /// `sq_slots.len() - 1`.
     sq_mask: u32,
+    /// `sq_mask << SQ_SLOT_SHIFT`: masks a byte offset into `sq_slots`.
+    sq_off_mask: u32,
     sq_tail: AtomicU32,
     /// Per RQ slot: the `wr_id`; a power of two (at least 1) long, like `sq_slots`.
     rq_wrid: Box<[AtomicU64]>,
@@ -269,6 +276,7 @@ impl WqShared {
             qpn,
             sq_slots: (0..sq_len).map(|_| SqSlot::default()).collect(),
             sq_mask: sq_len - 1,
+            sq_off_mask: (sq_len - 1) << SQ_SLOT_SHIFT,
             sq_tail: AtomicU32::new(0),
             rq_wrid: (0..rq_len).map(|_| AtomicU64::new(0)).collect(),
             rq_mask: rq_len - 1,
@@ -308,6 +316,23 @@ impl WqShared {
     #[inline(always)]
     pub fn complete_send(&self, wqe_counter: u16) -> u64 {
         let s = self.sq_slot(u32::from(wqe_counter));
+        let wr_id = s.wr_id.load(Ordering::Relaxed);
+        self.sq_tail
+            .store(s.next.load(Ordering::Relaxed), Ordering::Release);
+        wr_id
+    }
+
+    /// [`WqShared::complete_send`] from CQE bytes 60..64 read as one big-endian word (`wqe_counter`
+    /// in 31:16, then `signature`, `op_own`): the slot's byte offset is one shift and one mask
+    /// of it (no 16-bit swap, no separate scaling).
+    #[inline(always)]
+    pub fn complete_send_word(&self, word: u32) -> u64 {
+        let off = (word >> (16 - SQ_SLOT_SHIFT)) & self.sq_off_mask;
+        debug_assert!(((off >> SQ_SLOT_SHIFT) as usize) < self.sq_slots.len());
+        // SAFETY: `off` is a multiple of the slot size (the mask's low `SQ_SLOT_SHIFT` bits are
+        // 0) and at most `sq_mask << SQ_SLOT_SHIFT`, so it addresses slot `off >> SQ_SLOT_SHIFT
+        // <= sq_mask < sq_slots.len()`, inside the array and aligned.
+        let s = unsafe { &*self.sq_slots.as_ptr().byte_add(off as usize) };
         let wr_id = s.wr_id.load(Ordering::Relaxed);
         self.sq_tail
             .store(s.next.load(Ordering::Relaxed), Ordering::Release);

@@ -1,0 +1,404 @@
+//! The QPs that report completions to one CQ, and the CQ's consumer state shared between the
+//! poller and the control path: the consumer index, the flag that gives one party at a time
+//! the right to move it, the open-addressed QP table and the one-entry "last QP" cache the
+//! poller compares a CQE's QPN with first.
+//!
+//! Owns: [`QpTable`] (attach, detach, [`QpTable::clean`]) and the QPN key the poller compares
+//! raw CQE bytes with. Must not: decode CQEs beyond the QPN (`poll.rs`), or wait on the
+//! polling side (the poller only ever tries the flag; only the control path spins).
+
+use core::cell::UnsafeCell;
+use core::ptr::NonNull;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use bypass_hw::cqe::{MLX5_CQE_OWNER_MASK, sw_owns};
+
+use crate::barrier::{udma_from_device_barrier, udma_to_device_barrier};
+use crate::wq::{RingPtr, WqShared};
+
+/// One slot of the QP table: a QPN (`EMPTY_QPN` when free) and its bookkeeping (for a free
+/// slot, the table's placeholder, never returned: no CQE carries `EMPTY_QPN`). Not an
+/// `Option`, so a hit needs no second test.
+#[derive(Debug, Clone)]
+struct Slot {
+    qpn: u32,
+    wq: Arc<WqShared>,
+}
+
+/// No QPN has bit 24 or above set (QPNs are 24 bits), so this never matches a CQE's.
+const EMPTY_QPN: u32 = u32::MAX;
+
+/// The bits of [`cqe_qpn_key`] that hold the QPN: CQE bytes 57..60 (`sop_drop_qpn` 23:0,
+/// big-endian) of the native-order word at bytes 56..60; byte 56 (the WQE opcode) cleared.
+pub(crate) const QPN_KEY_MASK: u32 = u32::from_ne_bytes([0, 0xff, 0xff, 0xff]);
+
+/// A key no CQE has: its byte 56 is not 0 (a CQE's key always has that byte cleared).
+const EMPTY_KEY: u32 = u32::MAX;
+
+/// QPN `qpn` as [`cqe_qpn_key`] reads it from a CQE of that QP: the three big-endian QPN
+/// bytes in place, so the poller compares the CQE's word with no byte swap. Any host order.
+#[inline(always)]
+pub(crate) const fn qpn_key(qpn: u32) -> u32 {
+    u32::from_ne_bytes(qpn.to_be_bytes()) & QPN_KEY_MASK
+}
+
+/// The QPN key of a CQE whose bytes 56..60 (`sop_drop_qpn` / `s_wqe_opcode_qpn`, the same
+/// place in good and error CQEs) read, in native order, `word`.
+#[inline(always)]
+pub(crate) const fn cqe_qpn_key(word: u32) -> u32 {
+    word & QPN_KEY_MASK
+}
+
+/// The last QP the poller found: its [`qpn_key`] and bookkeeping.
+#[derive(Debug, Clone, Copy)]
+struct Cached {
+    key: u32,
+    /// Points at a `WqShared` that an `Arc` in the table's slots (or its placeholder) keeps
+    /// alive: every change of the slots resets the cache first (under the flag).
+    wq: NonNull<WqShared>,
+}
+
+/// Bit 0 of [`QpTable::busy`]: the consumer side is held.
+const BUSY: u32 = 1;
+
+/// The QPs that report completions to one CQ, so the poller can find a completion's `wr_id`,
+/// and the CQ's consumer state (consumer index and the flag that gives one party at a time the
+/// right to move it: the poller, or a QP's destroy/reset cleaning its CQEs out of the ring).
+///
+/// The poller compares a CQE's QPN with the last QP it found first (one compare, no pointer
+/// chase: one QP per CQ, or bursts of one QP's completions, hit it); otherwise the QPs sit in
+/// an open-addressed table indexed by `qpn & mask` (linear probing, at most half full). The
+/// table, the cache and the consumer index are touched only by the holder of `busy`: the
+/// poller tries it once per poll (never waits: a poll that finds it taken returns nothing),
+/// the control path (QP attach, detach, CQ clean) spins until it gets it.
+#[derive(Debug)]
+pub struct QpTable {
+    /// [`BUSY`] while held; taken with one `lock bts` on x86-64 (`fetch_or` of one bit whose
+    /// old value alone is tested), released with a plain store.
+    busy: AtomicU32,
+    /// The consumer index; only the holder of `busy` changes it.
+    pub(crate) ci: AtomicU32,
+    cache: UnsafeCell<Cached>,
+    slots: UnsafeCell<Box<[Slot]>>,
+    /// What free slots hold (an empty queue pair's bookkeeping under `EMPTY_QPN`).
+    placeholder: Arc<WqShared>,
+}
+
+// SAFETY: `slots` and `cache` are read and written only by the holder of `busy` (acquired with
+// `Acquire`, released with `Release`), so accesses from different threads never overlap and
+// each sees the previous holder's writes; `cache.wq` points into an `Arc` the table holds
+// (`Cached::wq`), and `WqShared` is `Sync`; everything else is atomic.
+unsafe impl Sync for QpTable {}
+// SAFETY: as for `Sync`: the cached pointer is to data the table itself keeps alive.
+unsafe impl Send for QpTable {}
+
+impl Default for QpTable {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl QpTable {
+    /// An empty table.
+    pub fn new() -> Self {
+        let placeholder = Arc::new(WqShared::new(EMPTY_QPN, 0, 0));
+        Self {
+            busy: AtomicU32::new(0),
+            ci: AtomicU32::new(0),
+            cache: UnsafeCell::new(Cached {
+                key: EMPTY_KEY,
+                wq: NonNull::from(&*placeholder),
+            }),
+            slots: UnsafeCell::new(build_slots(&[], &placeholder)),
+            placeholder,
+        }
+    }
+
+    /// Runs `f` on the slots while holding the consumer side (control path), with the cache
+    /// reset first: whatever `f` changes, no cached pointer outlives the slot that kept it.
+    fn with_slots<R>(&self, f: impl FnOnce(&mut Box<[Slot]>) -> R) -> R {
+        self.acquire_blocking();
+        // SAFETY: we hold `busy`: nobody else touches `cache` or `slots` until `release`.
+        unsafe {
+            *self.cache.get() = Cached {
+                key: EMPTY_KEY,
+                wq: NonNull::from(&*self.placeholder),
+            };
+        }
+        // SAFETY: as above.
+        let r = f(unsafe { &mut *self.slots.get() });
+        self.release();
+        r
+    }
+
+    /// Adds a QP (no-op if its QPN is already there).
+    pub fn attach(&self, wq: Arc<WqShared>) {
+        self.with_slots(|slots| {
+            let mut all: Vec<Arc<WqShared>> = slots
+                .iter()
+                .filter(|s| s.qpn != EMPTY_QPN)
+                .map(|s| s.wq.clone())
+                .collect();
+            if all.iter().any(|w| w.qpn() == wq.qpn()) {
+                return;
+            }
+            all.push(wq);
+            *slots = build_slots(&all, &self.placeholder);
+        });
+    }
+
+    /// Removes QP `qpn` (and forgets it if it is the cached one).
+    pub fn detach(&self, qpn: u32) {
+        self.with_slots(|slots| {
+            let all: Vec<Arc<WqShared>> = slots
+                .iter()
+                .filter(|s| s.qpn != EMPTY_QPN && s.qpn != qpn)
+                .map(|s| s.wq.clone())
+                .collect();
+            *slots = build_slots(&all, &self.placeholder);
+        });
+    }
+
+    /// The bookkeeping of the QP whose [`qpn_key`] is `key` if it is the cached one (the
+    /// poller's first test: one compare). The caller must hold `busy`.
+    #[inline(always)]
+    pub(crate) fn cached(&self, key: u32) -> Option<&WqShared> {
+        // SAFETY: the caller holds `busy`, so nobody writes `cache` while we read it.
+        let c = unsafe { *self.cache.get() };
+        if c.key == key {
+            // SAFETY: `c.wq` points at a `WqShared` an `Arc` of this table keeps alive until
+            // the next change of the slots, which needs `busy` (`with_slots`), held by the
+            // caller for as long as the returned borrow of `self` lives.
+            Some(unsafe { c.wq.as_ref() })
+        } else {
+            None
+        }
+    }
+
+    /// The bookkeeping of QP `qpn` (the cache, its home slot, then probing), which becomes
+    /// the cached one. The caller must hold `busy`.
+    #[inline(always)]
+    pub(crate) fn find(&self, qpn: u32) -> Option<&WqShared> {
+        let key = qpn_key(qpn);
+        match self.cached(key) {
+            Some(w) => Some(w),
+            None => self.find_uncached(qpn, key),
+        }
+    }
+
+    /// [`QpTable::find`] past the cache: the home slot, then probing; a hit is cached.
+    #[inline(always)]
+    fn find_uncached(&self, qpn: u32, key: u32) -> Option<&WqShared> {
+        // SAFETY: the caller holds `busy` (the poller, between `try_acquire` and `release`),
+        // so nobody replaces or mutates `slots` while this shared borrow lives.
+        let slots = unsafe { &*self.slots.get() };
+        let i = qpn as usize & slots.len().wrapping_sub(1);
+        debug_assert!(i < slots.len());
+        // SAFETY: `slots` always has a power-of-two length of at least 16 (`new`,
+        // `build_slots`), so `qpn & (len - 1) < len`.
+        let s = unsafe { slots.get_unchecked(i) };
+        let w = if s.qpn == qpn {
+            &s.wq
+        } else {
+            Self::probe(slots, qpn)?
+        };
+        // SAFETY: the caller holds `busy`: nobody else reads or writes `cache`; `w` is held
+        // by an `Arc` in `slots`, which stays until the next `with_slots` resets the cache.
+        unsafe {
+            *self.cache.get() = Cached {
+                key,
+                wq: NonNull::from(&**w),
+            };
+        }
+        Some(w)
+    }
+
+    #[cold]
+    fn probe(slots: &[Slot], qpn: u32) -> Option<&Arc<WqShared>> {
+        let mask = slots.len().wrapping_sub(1);
+        let start = qpn as usize & mask;
+        for k in 1..slots.len() {
+            let s = slots.get((start + k) & mask)?;
+            if s.qpn == qpn {
+                return Some(&s.wq);
+            }
+            if s.qpn == EMPTY_QPN {
+                return None;
+            }
+        }
+        None
+    }
+
+    /// Takes the consumer side, waiting (control path only) while the poller holds it.
+    fn acquire_blocking(&self) {
+        while !self.try_acquire() {
+            std::thread::yield_now();
+        }
+    }
+
+    /// Takes the consumer side if free (the poller: never waits). One `lock bts` on x86-64.
+    #[inline(always)]
+    pub(crate) fn try_acquire(&self) -> bool {
+        self.busy.fetch_or(BUSY, Ordering::Acquire) & BUSY == 0
+    }
+
+    #[inline(always)]
+    pub(crate) fn release(&self) {
+        self.busy.store(0, Ordering::Release);
+    }
+
+    /// Removes every CQE of QP `qpn` still unpolled in the CQ ring, moving the others up and the
+    /// consumer index past the freed slots, and publishes the new consumer index; returns how
+    /// many CQEs it dropped. Waits while a poll is in progress (control path: QP destroy and
+    /// reset).
+    ///
+    /// Why: the firmware reuses QP numbers; a CQE of a destroyed (or reset) QP left in the ring
+    /// would be taken, after a new QP got the same number, for a completion of the new QP's
+    /// WQE, and its owner may release buffers the NIC still uses. rdma-core
+    /// `providers/mlx5/cq.c` `__mlx5_cq_clean` (called from `mlx5_destroy_qp` and the
+    /// modify-to-RESET path of `mlx5_modify_qp`): find the producer by the owner bit (at most
+    /// `nent - 1` entries past the consumer index), walk back to the consumer index dropping
+    /// the QP's CQEs and copying each kept CQE `freed` slots forward with the destination's own
+    /// owner bit, then advance the consumer index by `freed`.
+    ///
+    /// `ring`/`nent`/`cqe_size`/`dbr` must describe the CQ this table belongs to.
+    pub fn clean(
+        &self,
+        ring: &RingPtr,
+        nent: u32,
+        cqe_size: usize,
+        dbr: &RingPtr,
+        qpn: u32,
+    ) -> u32 {
+        self.acquire_blocking();
+        let ci = self.ci.load(Ordering::Relaxed);
+        let off = |i: u32| (i & (nent - 1)) as usize * cqe_size + (cqe_size - 64);
+        let mut prod = ci;
+        while prod.wrapping_sub(ci) < nent - 1 && sw_owns(ring.read_u8(off(prod) + 63), prod, nent)
+        {
+            prod = prod.wrapping_add(1);
+        }
+        // The CQEs up to `prod` are software's: read their contents only after their owner bits.
+        udma_from_device_barrier();
+        let mut freed = 0u32;
+        let mut cqe = [0u8; 128];
+        let cqe = &mut cqe[..cqe_size.min(128)];
+        while prod != ci {
+            prod = prod.wrapping_sub(1);
+            let src = (prod & (nent - 1)) as usize * cqe_size;
+            ring.read(src, cqe);
+            // `sop_drop_qpn` / `s_wqe_opcode_qpn` (bytes 56..60 of the 64-byte CQE): the QPN in
+            // the low 24 bits, for good and error CQEs alike.
+            let q = cqe.len() - 8;
+            let this = cqe
+                .get(q..q + 4)
+                .and_then(|b| <[u8; 4]>::try_from(b).ok())
+                .map_or(u32::MAX, |b| u32::from_be_bytes(b) & 0x00ff_ffff);
+            if this == qpn {
+                freed += 1;
+            } else if freed > 0 {
+                let dst_index = prod.wrapping_add(freed);
+                let dst = (dst_index & (nent - 1)) as usize * cqe_size;
+                let owner = ring.read_u8(dst + cqe_size - 1) & MLX5_CQE_OWNER_MASK;
+                if let Some(last) = cqe.last_mut() {
+                    *last = (*last & !MLX5_CQE_OWNER_MASK) | owner;
+                }
+                ring.write(dst, cqe);
+            }
+        }
+        if freed > 0 {
+            let ci = ci.wrapping_add(freed);
+            self.ci.store(ci, Ordering::Relaxed);
+            // The moved CQEs must be in memory before the slots are given back.
+            udma_to_device_barrier();
+            dbr.write_be32(0, ci & 0x00ff_ffff);
+        }
+        self.release();
+        freed
+    }
+}
+
+/// An open-addressed table of `wqs`: a power of two of at least 16 slots and at least twice
+/// as many as QPs, each QP at `qpn & mask` or the next free slot after it.
+fn build_slots(wqs: &[Arc<WqShared>], placeholder: &Arc<WqShared>) -> Box<[Slot]> {
+    let n = (wqs.len() * 2).max(16).next_power_of_two();
+    let empty = Slot {
+        qpn: EMPTY_QPN,
+        wq: placeholder.clone(),
+    };
+    let mut slots = vec![empty; n];
+    let mask = n - 1;
+    for w in wqs {
+        let start = w.qpn() as usize & mask;
+        for k in 0..n {
+            if let Some(s) = slots.get_mut((start + k) & mask) {
+                if s.qpn == EMPTY_QPN {
+                    *s = Slot {
+                        qpn: w.qpn(),
+                        wq: w.clone(),
+                    };
+                    break;
+                }
+            }
+        }
+    }
+    slots.into_boxed_slice()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_qpn_key_is_the_cqe_word_with_the_opcode_byte_cleared() {
+        for qpn in [0u32, 1, 9, 0x12_3456, 0xff_ffff] {
+            for op in [0u8, 0x08, 0xff] {
+                let mut bytes = [0u8; 4];
+                bytes.copy_from_slice(&((u32::from(op) << 24) | qpn).to_be_bytes());
+                assert_eq!(cqe_qpn_key(u32::from_ne_bytes(bytes)), qpn_key(qpn));
+            }
+            assert_ne!(qpn_key(qpn), EMPTY_KEY, "no CQE matches the empty cache");
+        }
+        assert_ne!(qpn_key(1), qpn_key(0x100));
+    }
+
+    #[test]
+    fn the_cache_follows_lookups_and_forgets_a_detached_qp() {
+        let t = QpTable::new();
+        let a = Arc::new(WqShared::new(9, 8, 4));
+        let b = Arc::new(WqShared::new(25, 8, 4));
+        t.attach(a.clone());
+        t.attach(b.clone());
+        assert!(t.try_acquire());
+        assert!(t.cached(qpn_key(9)).is_none(), "nothing found yet");
+        assert_eq!(t.find(9).map(WqShared::qpn), Some(9));
+        assert_eq!(t.cached(qpn_key(9)).map(WqShared::qpn), Some(9));
+        // QP 25 shares QP 9's home slot in a 16-slot table: found by probing, then cached.
+        assert_eq!(t.find(25).map(WqShared::qpn), Some(25));
+        assert!(
+            t.cached(qpn_key(9)).is_none(),
+            "one entry: the last QP found"
+        );
+        assert_eq!(t.cached(qpn_key(25)).map(WqShared::qpn), Some(25));
+        assert!(t.find(0x77).is_none());
+        assert_eq!(
+            t.cached(qpn_key(25)).map(WqShared::qpn),
+            Some(25),
+            "a miss keeps the cache"
+        );
+        t.release();
+        t.detach(25);
+        assert!(t.try_acquire());
+        assert!(t.cached(qpn_key(25)).is_none(), "detach forgets it");
+        assert!(t.find(25).is_none());
+        assert_eq!(t.find(9).map(WqShared::qpn), Some(9));
+        t.release();
+        // Attaching another QP resets the cache too (the slots are rebuilt).
+        t.attach(Arc::new(WqShared::new(3, 1, 1)));
+        assert!(t.try_acquire());
+        assert!(t.cached(qpn_key(9)).is_none());
+        assert!(!t.try_acquire(), "held: a second try fails");
+        t.release();
+    }
+}
