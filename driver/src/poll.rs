@@ -405,8 +405,11 @@ pub(crate) fn retire_on(w: &WqShared, wc: &WorkCompletion) -> u64 {
 /// every byte and parity.
 #[inline(always)]
 fn sw_owns_fast(op_own: u8, odd_lap: bool) -> bool {
-    (op_own ^ u8::from(odd_lap)).rotate_right(1) < 0x78
+    (op_own ^ u8::from(odd_lap)).rotate_right(1) < SW_OWNS_BELOW
 }
+
+/// See [`sw_owns_fast`]: the rotated `op_own ^ parity` of a software-owned CQE is below this.
+pub(crate) const SW_OWNS_BELOW: u8 = 0x78;
 
 /// Why [`CqPoller::new`] refused a ring: each names what does not fit and the fix.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]

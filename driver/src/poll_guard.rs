@@ -15,7 +15,9 @@ use bypass_hw::cqe::{Cqe64, CqeOpcode};
 use zerocopy::IntoBytes;
 
 use crate::barrier::udma_from_device_barrier;
-use crate::poll::{CqPoller, WcFlags, WcOpcode, WcStatus, WorkCompletion, decode, retire};
+use crate::poll::{
+    CqPoller, SW_OWNS_BELOW, WcFlags, WcOpcode, WcStatus, WorkCompletion, decode, retire,
+};
 use crate::qp_table::{QpTable, cqe_qpn_key};
 
 /// The current CQE of a poll in progress, and the right to take more. While it lives the
@@ -52,22 +54,28 @@ pub(crate) struct Taken {
     pub(crate) opcode: Option<CqeOpcode>,
 }
 
-/// The owner-and-opcode byte of a CQE the fast path takes (a successful requester CQE, the
-/// opcode nibble 0) masked by [`FAST_MASK`]: equal to the lap parity exactly when the CQE is
-/// software's (rdma-core `get_sw_cqe`: owner bit == parity, opcode not INVALID) and a
-/// `MLX5_CQE_REQ`. Bits 1..=3 (solicited, CQE format) do not matter.
+/// The bits of `op_own ^ parity` that are all 0 exactly for a CQE the fast path takes: the
+/// owner bit equal to the lap parity (rdma-core `get_sw_cqe`; the opcode then is not INVALID
+/// either) and the opcode nibble `MLX5_CQE_REQ` (0), a successful requester CQE. Bits 1..=3
+/// (solicited, CQE format) do not matter.
 const FAST_MASK: u8 = 0xf1;
 
 impl CqPoller {
     /// The fast step of a poll at consumer index `ci`: a software-owned successful requester
     /// CQE of the cached QP, retired (its `wr_id` returned, the QP's SQ tail moved past it).
-    /// `None` for anything else (not software's, another opcode, another QP): the caller's
-    /// cold path decides. `table` is `self.table`, which the caller holds.
+    /// `Err(true)` for any other CQE that software owns (another opcode, another QP: the
+    /// caller's cold path takes it), `Err(false)` when there is none (not software's: the
+    /// caller returns without a call). `table` is `self.table`, which the caller holds.
     #[inline(always)]
-    fn take_fast(&self, table: &QpTable, ci: u32) -> Option<u64> {
+    fn take_fast(&self, table: &QpTable, ci: u32) -> Result<u64, bool> {
         let p = self.cqe_ptr(ci);
-        if Self::op_own(p) & FAST_MASK != self.parity(ci) {
-            return None;
+        // `op_own` with the lap parity folded into the owner bit: 0 in every bit of
+        // `FAST_MASK` exactly for a software-owned `MLX5_CQE_REQ` (one test, the byte kept
+        // for the ownership test of other opcodes, which `sw_owns_fast` makes of the same
+        // xor).
+        let x = Self::op_own(p) ^ self.parity(ci);
+        if x & FAST_MASK != 0 {
+            return Err(x.rotate_right(1) < SW_OWNS_BELOW);
         }
         udma_from_device_barrier();
         // SAFETY: inside the ring (`cqe_ptr`), software's (owner bit checked, read barrier
@@ -75,7 +83,9 @@ impl CqPoller {
         // alignment 1 and accepts any bytes.
         let cqe = unsafe { p.as_ref() };
         let key = cqe_qpn_key(u32::from_ne_bytes(cqe.sop_drop_qpn.to_bytes()));
-        let w = table.cached(key)?;
+        let Some(w) = table.cached(key) else {
+            return Err(true);
+        };
         // `wqe_counter`, `signature`, `op_own` (bytes 60..64): a constant range, so the `get`
         // never fails and this is one load and a byte swap.
         let word = cqe
@@ -83,7 +93,7 @@ impl CqPoller {
             .get(60..64)
             .and_then(|b| <[u8; 4]>::try_from(b).ok())
             .map_or(0, u32::from_be_bytes);
-        Some(w.complete_send_word(word))
+        Ok(w.complete_send_word(word))
     }
 
     /// The general step at `ci`: the owner-bit rule, any opcode, the table lookup (nothing
@@ -136,14 +146,21 @@ impl CqPoller {
             return None;
         }
         let ci = table.ci.load(Ordering::Relaxed);
-        if let Some(wr_id) = this.take_fast(table, ci) {
-            return Some(CqPollGuard {
-                poller: this,
-                table,
-                wr_id,
-                ci,
-                opcode: CqeOpcode::REQ,
-            });
+        match this.take_fast(table, ci) {
+            Ok(wr_id) => {
+                return Some(CqPollGuard {
+                    poller: this,
+                    table,
+                    wr_id,
+                    ci,
+                    opcode: CqeOpcode::REQ,
+                });
+            }
+            Err(false) => {
+                table.release();
+                return None;
+            }
+            Err(true) => {}
         }
         let poller = this.start_poll_slow()?;
         let table: &QpTable = &poller.table;
@@ -166,8 +183,9 @@ impl CqPollGuard<'_> {
     pub fn next_poll(&mut self) -> bool {
         let ci = self.ci.wrapping_add(1);
         let (wr_id, opcode) = match self.poller.take_fast(self.table, ci) {
-            Some(wr_id) => (wr_id, CqeOpcode::REQ),
-            None => {
+            Ok(wr_id) => (wr_id, CqeOpcode::REQ),
+            Err(false) => return false,
+            Err(true) => {
                 let t = self.poller.take_slow(ci);
                 let Some(op) = t.opcode else { return false };
                 (t.wr_id, op)
