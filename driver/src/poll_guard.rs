@@ -9,6 +9,7 @@
 //! [`crate::poll::WorkCompletion`] (every accessor goes through it, so a lazy read and
 //! `poll_one` cannot disagree), allocate, lock, make syscalls or format.
 
+use core::ptr::NonNull;
 use std::sync::atomic::Ordering;
 
 use bypass_hw::cqe::{Cqe64, CqeOpcode};
@@ -62,12 +63,17 @@ const FAST_MASK: u8 = 0xf1;
 
 impl CqPoller {
     /// The fast step of a poll at consumer index `ci`: a software-owned successful requester
-    /// CQE of the cached QP, retired (its `wr_id` returned, the QP's SQ tail moved past it).
+    /// CQE of the cached QP, retired (its `wr_id` returned with the CQE's address, the QP's SQ
+    /// tail moved past it).
     /// `Err(true)` for any other CQE that software owns (another opcode, another QP: the
     /// caller's cold path takes it), `Err(false)` when there is none (not software's: the
     /// caller returns without a call). `table` is `self.table`, which the caller holds.
     #[inline(always)]
-    fn take_fast(&self, table: &QpTable, ci: u32) -> Result<u64, bool> {
+    pub(crate) fn take_fast(
+        &self,
+        table: &QpTable,
+        ci: u32,
+    ) -> Result<(u64, NonNull<Cqe64>), bool> {
         let p = self.cqe_ptr(ci);
         // `op_own` with the lap parity folded into the owner bit: 0 in every bit of
         // `FAST_MASK` exactly for a software-owned `MLX5_CQE_REQ` (one test, the byte kept
@@ -93,7 +99,7 @@ impl CqPoller {
             .get(60..64)
             .and_then(|b| <[u8; 4]>::try_from(b).ok())
             .map_or(0, u32::from_be_bytes);
-        Ok(w.complete_send_word(word))
+        Ok((w.complete_send_word(word), p))
     }
 
     /// The general step at `ci`: the owner-bit rule, any opcode, the table lookup (nothing
@@ -147,7 +153,7 @@ impl CqPoller {
         }
         let ci = table.ci.load(Ordering::Relaxed);
         match this.take_fast(table, ci) {
-            Ok(wr_id) => {
+            Ok((wr_id, _)) => {
                 return Some(CqPollGuard {
                     poller: this,
                     table,
@@ -183,7 +189,7 @@ impl CqPollGuard<'_> {
     pub fn next_poll(&mut self) -> bool {
         let ci = self.ci.wrapping_add(1);
         let (wr_id, opcode) = match self.poller.take_fast(self.table, ci) {
-            Ok(wr_id) => (wr_id, CqeOpcode::REQ),
+            Ok((wr_id, _)) => (wr_id, CqeOpcode::REQ),
             Err(false) => return false,
             Err(true) => {
                 let t = self.poller.take_slow(ci);

@@ -214,7 +214,10 @@ impl QpTable {
         Some(w)
     }
 
+    /// Linear probing past the home slot (rare: out of line, so that the pollers that inline
+    /// [`QpTable::find`] keep their registers).
     #[cold]
+    #[inline(never)]
     fn probe(slots: &[Slot], qpn: u32) -> Option<&Arc<WqShared>> {
         let mask = slots.len().wrapping_sub(1);
         let start = qpn as usize & mask;
