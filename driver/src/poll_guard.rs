@@ -303,3 +303,29 @@ impl Drop for CqPollGuard<'_> {
         self.table.release();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bypass_hw::cqe::sw_owns;
+
+    #[test]
+    fn the_fast_test_takes_exactly_software_owned_requester_cqes() {
+        for op_own in 0..=255u8 {
+            for ci in [0u32, 8] {
+                let x = op_own ^ u8::from(ci & 8 != 0);
+                let owned = sw_owns(op_own, ci, 8);
+                assert_eq!(
+                    x & FAST_MASK == 0,
+                    owned && op_own >> 4 == CqeOpcode::REQ.0,
+                    "op_own {op_own:#x}, ci {ci}"
+                );
+                assert_eq!(
+                    x.rotate_right(1) < SW_OWNS_BELOW,
+                    owned,
+                    "op_own {op_own:#x}, ci {ci}"
+                );
+            }
+        }
+    }
+}
