@@ -113,6 +113,9 @@ pub enum Doorbell {
     },
 }
 
+/// The most burst boxes a device keeps for reuse (`Device::recycle_burst`).
+const BURST_SPARES: usize = 8;
+
 /// Log2 of the number of command queue slots the device offers (32 slots).
 pub const CMDQ_LOG_SIZE: u8 = 5;
 /// Log2 of the command entry stride (64 bytes).
@@ -154,6 +157,12 @@ pub struct Device {
     pub(crate) fast_tx: bool,
     /// The last timer/resume scan did something (so the next step scans again).
     scan_progressed: bool,
+    /// Boxes of bursts this device received, for the bursts it sends (`recycle_burst`): a
+    /// ping-pong allocates none. At most [`BURST_SPARES`].
+    pub(crate) burst_spare: Vec<Box<crate::frame::Burst>>,
+    /// The destination runs of a received burst (`responder::burst`), reused; always empty
+    /// between uses.
+    pub(crate) runs_spare: Vec<crate::iommu::HostRun>,
     /// Packet headers of the last route used (`transport::headers`).
     pub(crate) headers_cache: Option<crate::transport::HeadersCache>,
     /// Device time in nanoseconds (virtual in stepped mode).
@@ -211,6 +220,8 @@ impl Device {
             tx: VecDeque::new(),
             fast_tx: false,
             scan_progressed: false,
+            burst_spare: Vec::new(),
+            runs_spare: Vec::new(),
             headers_cache: None,
             now: 0,
             irq: None,
@@ -584,7 +595,10 @@ impl Device {
             match frame {
                 Frame::Wire(pkt) => crate::transport::receive(self, &pkt, false),
                 Frame::WireChecked(pkt) => crate::transport::receive(self, &pkt, true),
-                Frame::Burst(b) => crate::transport::receive_burst(self, &b),
+                Frame::Burst(b) => {
+                    crate::transport::receive_burst(self, &b);
+                    self.recycle_burst(b);
+                }
                 Frame::Ack(a) => crate::transport::receive_ack(self, &a),
             }
         }
@@ -594,6 +608,15 @@ impl Device {
             progress |= scanned;
         }
         progress
+    }
+
+    /// Keeps the box of a burst it received for one it sends, its payload let go (no buffer
+    /// is kept alive by a spare).
+    fn recycle_burst(&mut self, mut b: Box<crate::frame::Burst>) {
+        if self.burst_spare.len() < BURST_SPARES {
+            b.src.release();
+            self.burst_spare.push(b);
+        }
     }
 
     /// The earliest device time at which a timer (retransmit, RNR retry) needs the device.

@@ -175,8 +175,32 @@ pub struct Burst {
 pub(crate) enum Payload {
     /// In the sender's host memory (gathered from its SGEs; read at delivery).
     Host(Vec<HostRun>),
-    /// Inline data the WQE carried (already in the device; shared with the WQE).
-    Inline(Arc<[u8]>),
+    /// Inline data the WQE carried (already in the device; a copy of a short payload, else
+    /// shared with the WQE).
+    Inline(crate::inline::InlineData),
+}
+
+impl Payload {
+    /// Lets go of the bytes (the buffers a host payload's runs hold, a shared inline
+    /// payload), keeping a run list's capacity.
+    pub(crate) fn release(&mut self) {
+        match self {
+            Self::Host(runs) => runs.clear(),
+            Self::Inline(data) => *data = crate::inline::InlineData::default(),
+        }
+    }
+
+    /// The run list of a host payload, emptied (its capacity kept for the next burst), leaving
+    /// an empty inline payload; `None` for an inline payload.
+    pub(crate) fn take_runs(&mut self) -> Option<Vec<HostRun>> {
+        match std::mem::replace(self, Self::Inline(crate::inline::InlineData::default())) {
+            Self::Host(mut runs) => {
+                runs.clear();
+                Some(runs)
+            }
+            Self::Inline(_) => None,
+        }
+    }
 }
 
 /// Payload bytes and position of packet `i` of a message cut at `mtu`, starting at `msg_off`.

@@ -183,10 +183,11 @@ struct Recent {
 }
 
 impl Recent {
-    /// The buffer and offset behind `iova..iova + len` if a remembered mapping holds the
-    /// whole range and allows `dir`.
-    fn hit(&self, iova: u64, len: usize, dir: Dir) -> Option<(&Arc<dyn HostMemory>, usize)> {
-        self.slots.iter().flatten().find_map(|c| {
+    /// The slot and the offset into its buffer of `iova..iova + len`, if a remembered
+    /// mapping holds the whole range and allows `dir`.
+    fn hit(&self, iova: u64, len: usize, dir: Dir) -> Option<(usize, usize)> {
+        self.slots.iter().enumerate().find_map(|(i, c)| {
+            let c = c.as_ref()?;
             let ok = match dir {
                 Dir::Read => c.perm.read,
                 Dir::Write => c.perm.write,
@@ -194,9 +195,14 @@ impl Recent {
             let within = iova.checked_sub(c.start)?;
             let room = c.end.checked_sub(iova)?;
             (ok && room > 0 && len as u64 <= room)
-                .then(|| Some((&c.mem, c.offset.checked_add(usize::try_from(within).ok()?)?)))
+                .then(|| Some((i, c.offset.checked_add(usize::try_from(within).ok()?)?)))
                 .flatten()
         })
+    }
+
+    /// The buffer of slot `i` (one [`Recent::hit`] returned).
+    fn mem(&self, i: usize) -> Option<&Arc<dyn HostMemory>> {
+        self.slots.get(i)?.as_ref().map(|c| &c.mem)
     }
 
     /// Remembers `c`, replacing the oldest slot.
@@ -457,26 +463,32 @@ impl Iommu {
         len: usize,
         dir: Dir,
     ) -> Option<(&Arc<dyn HostMemory>, usize)> {
-        if self.recent.hit(iova, len, dir).is_none() {
-            let (&start, m) = self.maps.range(..=iova).next_back()?;
-            let within = usize::try_from(iova - start).ok()?;
-            let ok = match dir {
-                Dir::Read => m.perm.read,
-                Dir::Write => m.perm.write,
-            };
-            if !ok || within >= m.len || len > m.len - within {
-                return None;
+        // One search of the remembered mappings on a hit (the common case), two on a miss.
+        let hit = match self.recent.hit(iova, len, dir) {
+            Some(h) => Some(h),
+            None => {
+                let (&start, m) = self.maps.range(..=iova).next_back()?;
+                let within = usize::try_from(iova - start).ok()?;
+                let ok = match dir {
+                    Dir::Read => m.perm.read,
+                    Dir::Write => m.perm.write,
+                };
+                if !ok || within >= m.len || len > m.len - within {
+                    return None;
+                }
+                let c = Cached {
+                    start,
+                    end: start.checked_add(m.len as u64)?,
+                    mem: m.mem.clone(),
+                    offset: m.offset,
+                    perm: m.perm,
+                };
+                self.recent.remember(c);
+                self.recent.hit(iova, len, dir)
             }
-            let c = Cached {
-                start,
-                end: start.checked_add(m.len as u64)?,
-                mem: m.mem.clone(),
-                offset: m.offset,
-                perm: m.perm,
-            };
-            self.recent.remember(c);
-        }
-        self.recent.hit(iova, len, dir)
+        };
+        let (i, off) = hit?;
+        Some((self.recent.mem(i)?, off))
     }
 
     /// Checks that the whole range is covered by mappings allowing `dir`; `Some(())` if so.

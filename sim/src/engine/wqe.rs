@@ -91,9 +91,9 @@ pub(crate) struct SendWqe {
     pub swap_add: u64,
     /// Atomic compare value.
     pub compare: u64,
-    /// Inline payload, if the data came inline (shared with the bursts that carry it: no copy
-    /// per send).
-    pub inline: Option<std::sync::Arc<[u8]>>,
+    /// Inline payload, if the data came inline (by value when short, else shared with the
+    /// bursts that carry it: no allocation or long copy per send).
+    pub inline: Option<crate::inline::InlineData>,
     /// Gather (scatter for READ/atomic) list.
     pub sges: Vec<Sge>,
     /// Message length in bytes.
@@ -301,7 +301,7 @@ fn parse_data(w: &mut SendWqe, data: &[u8]) -> Result<(), CqeSyndrome> {
         if h.is_inline() {
             let n = h.len() as usize;
             let payload = rest.get(..n).ok_or(bad)?;
-            w.inline = Some(std::sync::Arc::from(payload));
+            w.inline = Some(crate::inline::InlineData::from(payload));
             return Ok(());
         }
     }

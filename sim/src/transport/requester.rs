@@ -648,7 +648,7 @@ struct BurstMsg<'a> {
     len: u32,
     raddr: u64,
     rkey: u32,
-    inline: Option<&'a std::sync::Arc<[u8]>>,
+    inline: Option<&'a crate::inline::InlineData>,
     sges: &'a [crate::engine::wqe::Sge],
 }
 
@@ -671,21 +671,27 @@ fn send_burst(dev: &mut Device, c: &Ctx, req: &mut ReqState, w: &BurstMsg<'_>) -
         src_qpn: c.qpn,
     };
     let (ip, ports) = crate::transport::headers(dev, route)?;
+    // A box (and run list) the device got back from a burst it received: no allocation.
+    let mut boxed = dev.burst_spare.pop();
     let src = match w.inline {
         // The whole inline payload (the usual case): shared, not copied.
         Some(data) if off == 0 && bytes as usize == data.len() => Payload::Inline(data.clone()),
         Some(data) => {
             let part = data.get(off as usize..off as usize + bytes as usize)?;
-            Payload::Inline(std::sync::Arc::from(part))
+            Payload::Inline(crate::inline::InlineData::from(part))
         }
         None => {
-            let runs = gather::resolve(
+            let mut runs = match boxed.as_mut().map(|b| b.src.take_runs()) {
+                Some(Some(runs)) => runs,
+                _ => Vec::new(),
+            };
+            gather::resolve(
                 &dev.objs.mkeys,
                 &mut dev.iommu,
                 (c.pd, c.qpn),
                 w.sges,
-                u64::from(off),
-                bytes as usize,
+                (u64::from(off), bytes as usize),
+                &mut runs,
             )?;
             Payload::Host(runs)
         }
@@ -755,7 +761,14 @@ fn send_burst(dev: &mut Device, c: &Ctx, req: &mut ReqState, w: &BurstMsg<'_>) -
     if !ends {
         req.cur_pkt += count;
     }
-    dev.tx.push_back(Frame::Burst(Box::new(burst)));
+    let boxed = match boxed {
+        Some(mut b) => {
+            *b = burst;
+            b
+        }
+        None => Box::new(burst),
+    };
+    dev.tx.push_back(Frame::Burst(boxed));
     Some(ends)
 }
 

@@ -29,10 +29,14 @@ use crate::mkey::Need;
 /// Applies `b` to its QP if it is the plain case; false (nothing changed) otherwise.
 pub(crate) fn apply(dev: &mut Device, b: &Burst) -> bool {
     let qpn = b.dest_qp;
-    let Some(dst) = plain(dev, b) else {
-        return false;
-    };
-    if !copy_payload(&b.src, &dst) {
+    // The destination runs go into the device's reused buffer (no allocation per burst); it
+    // is emptied again before it goes back, so it keeps no buffer alive.
+    let mut dst = std::mem::take(&mut dev.runs_spare);
+    dst.clear();
+    let copied = plain(dev, b, &mut dst).is_some() && copy_payload(&b.src, &dst);
+    dst.clear();
+    dev.runs_spare = dst;
+    if !copied {
         return false;
     }
     dev.counters.port_rcv_packets += u64::from(b.count);
@@ -81,8 +85,9 @@ pub(crate) fn apply(dev: &mut Device, b: &Burst) -> bool {
     true
 }
 
-/// The destination's host memory if every packet of `b` would pass the responder's checks.
-fn plain(dev: &mut Device, b: &Burst) -> Option<Vec<HostRun>> {
+/// The destination's host memory, appended to `out`, if every packet of `b` would pass the
+/// responder's checks.
+fn plain(dev: &mut Device, b: &Burst, out: &mut Vec<HostRun>) -> Option<()> {
     let qpn = b.dest_qp;
     let qp = dev.objs.qps.get(qpn)?;
     let starts = b.msg_off == 0;
@@ -131,5 +136,5 @@ fn plain(dev: &mut Device, b: &Burst) -> Option<Vec<HostRun>> {
     for (iova, n) in runs {
         iovas.push(iova, n);
     }
-    iovas.resolve(&mut dev.iommu, Dir::Write)
+    iovas.resolve_into(&mut dev.iommu, Dir::Write, out)
 }
