@@ -580,8 +580,21 @@ impl Device {
     /// runs its QPs to a fixpoint, so repeating it with no new input, at the same time, changes
     /// nothing: skipping it keeps an exchange of a few packets from rescanning every QP of
     /// every device at each round.
+    #[inline]
     pub(crate) fn step_again(&mut self) -> bool {
+        // Nothing latched, nothing received, the last scan idle: this step would do nothing.
+        if !self.has_pending() {
+            return false;
+        }
         self.step_inner(false)
+    }
+
+    /// True if [`Device::step_again`] may do something: a doorbell latched, a frame received,
+    /// or the last scan did something (so the next scans again). False means the step would
+    /// return false having changed nothing.
+    #[inline]
+    pub(crate) fn has_pending(&self) -> bool {
+        !self.doorbells.is_empty() || !self.rx.is_empty() || self.scan_progressed
     }
 
     fn step_inner(&mut self, force_scan: bool) -> bool {

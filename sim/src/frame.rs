@@ -63,8 +63,8 @@ impl Frame {
             Self::Wire(bytes) | Self::WireChecked(bytes) => {
                 RocePacket::parse(bytes).ok().map(|p| p.ip().gids().1)
             }
-            Self::Burst(b) => Some(b.ip.gids().1),
-            Self::Ack(a) => Some(a.ip.gids().1),
+            Self::Burst(b) => Some(dst_gid(&b.ip)),
+            Self::Ack(a) => Some(dst_gid(&a.ip)),
         }
     }
 
@@ -75,6 +75,14 @@ impl Frame {
             Self::Burst(b) => b.segment(),
             Self::Ack(a) => a.to_wire().into_iter().collect(),
         }
+    }
+}
+
+/// The destination address of `ip` as a GID: `ip.gids().1` without mapping the source too.
+pub(crate) fn dst_gid(ip: &IpSpec) -> [u8; 16] {
+    match ip {
+        IpSpec::V4(v) => bypass_hw::roce::ip::ipv4_to_gid(v.dst),
+        IpSpec::V6(v) => v.dst,
     }
 }
 

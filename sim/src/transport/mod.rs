@@ -119,7 +119,7 @@ fn burst_reaches_qp(dev: &Device, b: &Burst) -> bool {
 /// True if the destination address is ours and `qpn` is an RC QP in a state that takes
 /// packets (the checks of `receive`, rxe `check_addr`/`check_type_state`).
 fn reaches_rc_qp(dev: &Device, ip: &IpSpec, qpn: u32) -> bool {
-    let (_, dgid) = ip.gids();
+    let dgid = crate::frame::dst_gid(ip);
     if !dev.profile.ports.iter().any(|p| p.gids.contains(&dgid)) {
         return false;
     }

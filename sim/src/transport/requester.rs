@@ -977,10 +977,14 @@ pub(crate) fn has_work(qp: &crate::objects::Qp) -> bool {
 
 /// The earliest pending timer.
 pub(crate) fn next_deadline(dev: &Device) -> Option<u64> {
-    dev.objs
-        .qps
-        .iter()
-        .flat_map(|(_, qp)| [qp.req.ack_deadline, qp.req.rnr_wait.map(|(t, _)| t)])
-        .flatten()
-        .min()
+    let mut next: Option<u64> = None;
+    for (_, qp) in dev.objs.qps.iter() {
+        for t in [qp.req.ack_deadline, qp.req.rnr_wait.map(|(t, _)| t)]
+            .into_iter()
+            .flatten()
+        {
+            next = Some(next.map_or(t, |n| n.min(t)));
+        }
+    }
+    next
 }
