@@ -163,6 +163,10 @@ pub struct Device {
     /// The destination runs of a received burst (`responder::burst`), reused; always empty
     /// between uses.
     pub(crate) runs_spare: Vec<crate::iommu::HostRun>,
+    /// The last destination GID found to be one of ours (`Device::owns_gid`).
+    own_gid: Option<[u8; 16]>,
+    /// Wire lengths of the last packets sized on the fast path (`crate::frame::LenMemo`).
+    pub(crate) len_memo: crate::frame::LenMemo,
     /// Packet headers of the last route used (`transport::headers`).
     pub(crate) headers_cache: Option<crate::transport::HeadersCache>,
     /// Device time in nanoseconds (virtual in stepped mode).
@@ -221,6 +225,8 @@ impl Device {
             fast_tx: false,
             scan_progressed: false,
             burst_spare: Vec::new(),
+            len_memo: crate::frame::LenMemo::default(),
+            own_gid: None,
             runs_spare: Vec::new(),
             headers_cache: None,
             now: 0,
@@ -305,6 +311,19 @@ impl Device {
         self.iseg
             .set_health_rfr_severity(0x80)
             .set_health_synd(synd);
+    }
+
+    /// True if `gid` is one of the GIDs of one of our ports. The last GID found is
+    /// remembered (the profile, and so the GID table, never changes).
+    pub(crate) fn owns_gid(&mut self, gid: &[u8; 16]) -> bool {
+        if self.own_gid.as_ref() == Some(gid) {
+            return true;
+        }
+        let ours = self.profile.ports.iter().any(|p| p.gids.contains(gid));
+        if ours {
+            self.own_gid = Some(*gid);
+        }
+        ours
     }
 
     /// Doorbells received and not yet acted on.
@@ -495,7 +514,9 @@ impl Device {
             (0, 64) => {
                 let ds = usize::from(data[7] & 0x3f);
                 let need = (ds * 16).div_ceil(64).max(1) * 64;
-                self.bf_partial.retain(|p| p.half != base);
+                if !self.bf_partial.is_empty() {
+                    self.bf_partial.retain(|p| p.half != base);
+                }
                 if need > half {
                     // A WQE larger than the BlueFlame buffer cannot have been sent by BlueFlame.
                     return Err(self.reject(
@@ -507,6 +528,15 @@ impl Device {
                 let mut bytes = std::mem::take(&mut self.bf_spare);
                 bytes.clear();
                 bytes.extend_from_slice(data);
+                if need == data.len() {
+                    // The whole WQE in one burst (a one-WQEBB WQE): latched at once, with
+                    // nothing to assemble.
+                    self.doorbells.push_back(Doorbell::BlueFlame {
+                        uar: page,
+                        wqe: bytes,
+                    });
+                    return Ok(());
+                }
                 self.bf_partial.push(BfPartial {
                     half: base,
                     offset,
@@ -571,6 +601,12 @@ impl Device {
     /// then expired transport timers. Returns true if anything happened (a stepped world calls
     /// it until every device returns false).
     pub fn step(&mut self) -> bool {
+        if self.doorbells.is_empty() && self.rx.is_empty() {
+            // Only the scan can do something: run it without the rest of the step.
+            let scanned = crate::transport::scan(self);
+            self.scan_progressed = scanned;
+            return scanned;
+        }
         self.step_inner(true)
     }
 

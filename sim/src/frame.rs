@@ -229,6 +229,32 @@ pub(crate) fn write_opcode(first: bool, last: bool) -> BthOpcode {
 }
 
 impl Burst {
+    /// A burst of nothing, to be filled in (`requester::send_burst` writes every field).
+    pub(crate) fn blank() -> Self {
+        Self {
+            ip: IpSpec::V4(bypass_hw::roce::Ipv4Spec {
+                src: [0; 4],
+                dst: [0; 4],
+                tos: 0,
+                ttl: 0,
+                id: 0,
+                dont_fragment: false,
+            }),
+            ports: UdpPorts { src: 0, dst: 0 },
+            dest_qp: 0,
+            first_psn: 0,
+            count: 0,
+            mtu: 0,
+            msg_off: 0,
+            msg_len: 0,
+            raddr: 0,
+            rkey: 0,
+            ack_req: 0,
+            wire_len: 0,
+            src: Payload::Inline(crate::inline::InlineData::default()),
+        }
+    }
+
     /// Whether packet `i` has AckReq set.
     pub(crate) fn acks(&self, i: u32) -> bool {
         1u128
@@ -348,6 +374,54 @@ impl Burst {
                 break;
             }
             out.push(buf);
+        }
+    }
+}
+
+/// The wire lengths of the last WRITE packets and ACKNOWLEDGEs a device sized, by what a
+/// length depends on: the IP header's length, whether the packet is a message's first (RETH),
+/// and the payload's length (`PacketSpec::packet_len`: IP + UDP + BTH + extension headers +
+/// payload + pad + ICRC; addresses, QPNs, PSNs and AckReq do not change it). Saves building
+/// a spec per packet on the fast path; a miss computes it as before.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct LenMemo {
+    /// (IP header length, first packet, payload length) → wire length, for the first packet
+    /// of a message and for the others.
+    write: [Option<((usize, bool, u32), u64)>; 2],
+    /// IP header length → wire length of an ACKNOWLEDGE.
+    ack: Option<(usize, u64)>,
+}
+
+impl LenMemo {
+    /// The wire length of packet `i` of `b` ([`Burst::packet_len`]).
+    pub(crate) fn write_len(&mut self, b: &Burst, i: u32) -> u64 {
+        let (_, n, first, _) = packet_at(b.msg_off, b.msg_len, b.mtu, i);
+        let key = (b.ip.header_len(), first, n);
+        let slot = &mut self.write[usize::from(!first)];
+        match slot {
+            Some((k, len)) if *k == key => *len,
+            _ => {
+                let len = b.packet_len(i);
+                *slot = Some((key, len));
+                len
+            }
+        }
+    }
+
+    /// The wire length of an ACKNOWLEDGE sent with `ip` (`spec`'s, computed on a miss).
+    pub(crate) fn ack_len(
+        &mut self,
+        ip: &IpSpec,
+        spec: impl FnOnce() -> PacketSpec<'static>,
+    ) -> u64 {
+        let key = ip.header_len();
+        match self.ack {
+            Some((k, len)) if k == key => len,
+            _ => {
+                let len = spec().packet_len().map_or(0, |l| l as u64);
+                self.ack = Some((key, len));
+                len
+            }
         }
     }
 }

@@ -671,9 +671,13 @@ fn send_burst(dev: &mut Device, c: &Ctx, req: &mut ReqState, w: &BurstMsg<'_>) -
         src_qpn: c.qpn,
     };
     let (ip, ports) = crate::transport::headers(dev, route)?;
-    // A box (and run list) the device got back from a burst it received: no allocation.
-    let mut boxed = dev.burst_spare.pop();
-    let src = match w.inline {
+    // A box (and run list) the device got back from a burst it received: no allocation, and
+    // the burst is written in place (no copy of it into the box).
+    let mut burst = dev
+        .burst_spare
+        .pop()
+        .unwrap_or_else(|| Box::new(Burst::blank()));
+    burst.src = match w.inline {
         // The whole inline payload (the usual case): shared, not copied.
         Some(data) if off == 0 && bytes as usize == data.len() => Payload::Inline(data.clone()),
         Some(data) => {
@@ -681,10 +685,7 @@ fn send_burst(dev: &mut Device, c: &Ctx, req: &mut ReqState, w: &BurstMsg<'_>) -
             Payload::Inline(crate::inline::InlineData::from(part))
         }
         None => {
-            let mut runs = match boxed.as_mut().map(|b| b.src.take_runs()) {
-                Some(Some(runs)) => runs,
-                _ => Vec::new(),
-            };
+            let mut runs = burst.src.take_runs().unwrap_or_default();
             gather::resolve(
                 &dev.objs.mkeys,
                 &mut dev.iommu,
@@ -696,21 +697,16 @@ fn send_burst(dev: &mut Device, c: &Ctx, req: &mut ReqState, w: &BurstMsg<'_>) -
             Payload::Host(runs)
         }
     };
-    let mut burst = Burst {
-        ip,
-        ports,
-        dest_qp: c.remote_qpn,
-        first_psn: req.psn,
-        count,
-        mtu,
-        msg_off: off,
-        msg_len: w.len,
-        raddr: w.raddr,
-        rkey: w.rkey,
-        ack_req: 0,
-        wire_len: 0,
-        src,
-    };
+    burst.ip = ip;
+    burst.ports = ports;
+    burst.dest_qp = c.remote_qpn;
+    burst.first_psn = req.psn;
+    burst.count = count;
+    burst.mtu = mtu;
+    burst.msg_off = off;
+    burst.msg_len = w.len;
+    burst.raddr = w.raddr;
+    burst.rkey = w.rkey;
     // What `emit` and `transport::send` do for each of the packets, in closed form.
     let first_psn = req.psn;
     let ends = packet_at(off, w.len, mtu, count - 1).3;
@@ -744,12 +740,12 @@ fn send_burst(dev: &mut Device, c: &Ctx, req: &mut ReqState, w: &BurstMsg<'_>) -
     };
     burst.ack_req = ack_req;
     // Only the first packet (RETH) and the last (shorter) can differ from the middle ones.
-    let mut wire = burst.packet_len(0);
+    let mut wire = dev.len_memo.write_len(&burst, 0);
     if count > 1 {
-        wire += burst.packet_len(count - 1);
+        wire += dev.len_memo.write_len(&burst, count - 1);
     }
     if count > 2 {
-        wire += u64::from(count - 2) * burst.packet_len(1);
+        wire += u64::from(count - 2) * dev.len_memo.write_len(&burst, 1);
     }
     burst.wire_len = wire;
     dev.counters.port_xmit_packets += u64::from(count);
@@ -761,14 +757,7 @@ fn send_burst(dev: &mut Device, c: &Ctx, req: &mut ReqState, w: &BurstMsg<'_>) -
     if !ends {
         req.cur_pkt += count;
     }
-    let boxed = match boxed {
-        Some(mut b) => {
-            *b = burst;
-            b
-        }
-        None => Box::new(burst),
-    };
-    dev.tx.push_back(Frame::Burst(boxed));
+    dev.tx.push_back(Frame::Burst(burst));
     Some(ends)
 }
 

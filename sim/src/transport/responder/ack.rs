@@ -50,8 +50,9 @@ pub(crate) fn respond(
     ) {
         // The in-process link carries an ACKNOWLEDGE as its fields (`crate::frame`).
         if let Some((ip, ports)) = headers(dev, route) {
-            let spec = AckFrame::spec(ip, ports, bth.dest_qp, bth.psn, aeth);
-            let wire_len = spec.packet_len().map_or(0, |l| l as u64);
+            let wire_len = dev.len_memo.ack_len(&ip, || {
+                AckFrame::spec(ip, ports, bth.dest_qp, bth.psn, aeth)
+            });
             dev.counters.port_xmit_packets += 1;
             dev.counters.port_xmit_data += wire_len;
             dev.tx.push_back(Frame::Ack(AckFrame {
