@@ -348,10 +348,15 @@ impl World {
     /// frames, without the trip through the lane.
     fn collect_tx(&mut self, fast: bool) -> bool {
         let mut any = false;
-        for src in 0..self.devices.len() {
-            if self.devices.get(src).is_none_or(|d| d.tx.is_empty()) {
-                continue;
-            }
+        let mut next = 0;
+        // Devices in id order, skipping at once those that sent nothing.
+        while let Some(src) = self
+            .devices
+            .get(next..)
+            .and_then(|ds| ds.iter().position(|d| !d.tx.is_empty()))
+            .map(|k| next + k)
+        {
+            next = src + 1;
             while let Some(frame) = self.devices[src].take_frame() {
                 any = true;
                 if !matches!(frame, Frame::Wire(_)) && !fast {
@@ -437,13 +442,10 @@ impl World {
     /// The device that owns the packet's destination address (the first, by id).
     fn route(&mut self, frame: &Frame) -> Option<usize> {
         let dgid = frame.dgid()?;
-        if let Some(dst) = self
-            .routes
-            .iter()
-            .flatten()
-            .find_map(|&(g, dst)| (g == dgid).then_some(dst))
-        {
-            return Some(dst);
+        for (g, dst) in self.routes.iter().flatten() {
+            if *g == dgid {
+                return Some(*dst);
+            }
         }
         let dst = self
             .devices

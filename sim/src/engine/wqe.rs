@@ -176,6 +176,7 @@ pub(crate) fn wqebbs(ctrl: &CtrlSeg) -> u16 {
 
 /// Parses and validates the WQE in `bytes` (ctrl segment first, `ds * 16` bytes or more) at SQ
 /// counter `index`. Never fails: a bad WQE comes back with `error` set.
+#[inline]
 pub(crate) fn parse(bytes: &[u8], index: u16, lim: &Limits) -> SendWqe {
     let Ok((ctrl, _)) = CtrlSeg::read_from_prefix(bytes) else {
         let mut w = SendWqe::bare(index, WqeOpcode::NOP, 1);

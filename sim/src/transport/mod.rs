@@ -164,6 +164,23 @@ pub(crate) fn headers(dev: &mut Device, route: Route<'_>) -> Option<(IpSpec, Udp
     Some(made)
 }
 
+/// The headers of QP `qpn`'s primary path: what [`headers`] gives for `route`, which must be
+/// that path (`port` its port, `src_qpn` the QP), kept in the QP after the first use.
+pub(crate) fn qp_headers(
+    dev: &mut Device,
+    qpn: u32,
+    route: Route<'_>,
+) -> Option<(IpSpec, UdpPorts)> {
+    if let Some(h) = dev.objs.qps.get(qpn).and_then(|qp| qp.headers) {
+        return Some(h);
+    }
+    let h = headers(dev, route)?;
+    if let Some(qp) = dev.objs.qps.get_mut(qpn) {
+        qp.headers = Some(h);
+    }
+    Some(h)
+}
+
 /// The last route [`headers`] built headers for, and the headers.
 #[derive(Debug, Clone)]
 pub(crate) struct HeadersCache {

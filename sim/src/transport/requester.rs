@@ -670,7 +670,7 @@ fn send_burst(dev: &mut Device, c: &Ctx, req: &mut ReqState, w: &BurstMsg<'_>) -
         path: &c.path,
         src_qpn: c.qpn,
     };
-    let (ip, ports) = crate::transport::headers(dev, route)?;
+    let (ip, ports) = crate::transport::qp_headers(dev, c.qpn, route)?;
     // A box (and run list) the device got back from a burst it received: no allocation, and
     // the burst is written in place (no copy of it into the box).
     let mut burst = dev
