@@ -185,6 +185,7 @@ struct Recent {
 impl Recent {
     /// The slot and the offset into its buffer of `iova..iova + len`, if a remembered
     /// mapping holds the whole range and allows `dir`.
+    #[inline]
     fn hit(&self, iova: u64, len: usize, dir: Dir) -> Option<(usize, usize)> {
         self.slots.iter().enumerate().find_map(|(i, c)| {
             let c = c.as_ref()?;
@@ -328,14 +329,26 @@ impl Iommu {
     }
 
     /// Device read of `dst.len()` bytes at `iova`. All or nothing.
+    #[inline]
     pub fn read(&mut self, iova: u64, dst: &mut [u8]) -> Result<(), DmaFault> {
+        if let Some((mem, off)) = self.within_one(iova, dst.len(), Dir::Read) {
+            // The common case: one mapping holds the whole range (one lookup, or none).
+            if mem.read_at(off, dst) {
+                return Ok(());
+            }
+        }
+        self.read_slow(iova, dst)
+    }
+
+    /// [`Iommu::read`] of a range no single remembered mapping holds (or that failed).
+    #[inline(never)]
+    fn read_slow(&mut self, iova: u64, dst: &mut [u8]) -> Result<(), DmaFault> {
         let fault = DmaFault {
             iova,
             len: dst.len(),
             dir: Dir::Read,
         };
         if let Some((mem, off)) = self.within_one(iova, dst.len(), Dir::Read) {
-            // The common case: one mapping holds the whole range (one lookup, or none).
             if mem.read_at(off, dst) {
                 return Ok(());
             }
@@ -362,14 +375,26 @@ impl Iommu {
     }
 
     /// Device write of `src` at `iova`. All or nothing.
+    #[inline]
     pub fn write(&mut self, iova: u64, src: &[u8]) -> Result<(), DmaFault> {
+        if let Some((mem, off)) = self.within_one(iova, src.len(), Dir::Write) {
+            // The common case: one mapping holds the whole range (one lookup, or none).
+            if mem.write_at(off, src) {
+                return Ok(());
+            }
+        }
+        self.write_slow(iova, src)
+    }
+
+    /// [`Iommu::write`] of a range no single remembered mapping holds (or that failed).
+    #[inline(never)]
+    fn write_slow(&mut self, iova: u64, src: &[u8]) -> Result<(), DmaFault> {
         let fault = DmaFault {
             iova,
             len: src.len(),
             dir: Dir::Write,
         };
         if let Some((mem, off)) = self.within_one(iova, src.len(), Dir::Write) {
-            // The common case: one mapping holds the whole range (one lookup, or none).
             if mem.write_at(off, src) {
                 return Ok(());
             }
@@ -457,38 +482,45 @@ impl Iommu {
     /// holds the whole range (what [`Iommu::walk`] and [`Iommu::segment`] would find, in one
     /// lookup); `None` if the range spans mappings or is not allowed (the caller then takes
     /// the general path, which decides).
+    ///
+    /// Inlined into the accesses: a hit (the common case) is one search of the remembered
+    /// mappings; a miss looks the mapping up out of line.
+    #[inline]
     fn within_one(
         &mut self,
         iova: u64,
         len: usize,
         dir: Dir,
     ) -> Option<(&Arc<dyn HostMemory>, usize)> {
-        // One search of the remembered mappings on a hit (the common case), two on a miss.
-        let hit = match self.recent.hit(iova, len, dir) {
-            Some(h) => Some(h),
-            None => {
-                let (&start, m) = self.maps.range(..=iova).next_back()?;
-                let within = usize::try_from(iova - start).ok()?;
-                let ok = match dir {
-                    Dir::Read => m.perm.read,
-                    Dir::Write => m.perm.write,
-                };
-                if !ok || within >= m.len || len > m.len - within {
-                    return None;
-                }
-                let c = Cached {
-                    start,
-                    end: start.checked_add(m.len as u64)?,
-                    mem: m.mem.clone(),
-                    offset: m.offset,
-                    perm: m.perm,
-                };
-                self.recent.remember(c);
-                self.recent.hit(iova, len, dir)
-            }
+        let (i, off) = match self.recent.hit(iova, len, dir) {
+            Some(h) => h,
+            None => self.remember_mapping(iova, len, dir)?,
         };
-        let (i, off) = hit?;
         Some((self.recent.mem(i)?, off))
+    }
+
+    /// [`Iommu::within_one`] after a miss of the remembered mappings: looks the mapping up,
+    /// remembers it if it holds the range for `dir`, and returns it as a hit would.
+    #[inline(never)]
+    fn remember_mapping(&mut self, iova: u64, len: usize, dir: Dir) -> Option<(usize, usize)> {
+        let (&start, m) = self.maps.range(..=iova).next_back()?;
+        let within = usize::try_from(iova - start).ok()?;
+        let ok = match dir {
+            Dir::Read => m.perm.read,
+            Dir::Write => m.perm.write,
+        };
+        if !ok || within >= m.len || len > m.len - within {
+            return None;
+        }
+        let c = Cached {
+            start,
+            end: start.checked_add(m.len as u64)?,
+            mem: m.mem.clone(),
+            offset: m.offset,
+            perm: m.perm,
+        };
+        self.recent.remember(c);
+        self.recent.hit(iova, len, dir)
     }
 
     /// Checks that the whole range is covered by mappings allowing `dir`; `Some(())` if so.

@@ -257,7 +257,27 @@ fn npkts_hint(w: &SendWqe) -> u32 {
 
 /// Completes, in order, the WQEs at the head of the queue that are done (a CQE if signaled)
 /// or failed (an error CQE; then the QP must go to ERR: returns true).
+///
+/// Inlined where it is called: usually the head is still waiting (nothing to complete) and
+/// only the timer check runs.
+#[inline]
 pub(crate) fn complete_ready(dev: &mut Device, c: &Ctx, req: &mut ReqState) -> bool {
+    if req
+        .wqes
+        .front()
+        .is_some_and(|w| w.done || w.error.is_some())
+    {
+        return complete_head(dev, c, req);
+    }
+    if !req.outstanding() {
+        req.ack_deadline = None;
+    }
+    false
+}
+
+/// [`complete_ready`] when the head WQE is done or failed.
+#[inline(never)]
+fn complete_head(dev: &mut Device, c: &Ctx, req: &mut ReqState) -> bool {
     while let Some(w) = req.wqes.front() {
         if let Some(synd) = w.error {
             let (index, opcode) = (w.index, w.opcode);
