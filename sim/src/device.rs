@@ -158,7 +158,9 @@ pub struct Device {
     /// The last timer/resume scan did something (so the next step scans again).
     scan_progressed: bool,
     /// Boxes of bursts this device received, for the bursts it sends (`recycle_burst`): a
-    /// ping-pong allocates none. At most [`BURST_SPARES`].
+    /// ping-pong allocates none. At most [`BURST_SPARES`]. The boxes themselves are what is
+    /// reused (`Frame::Burst` carries a box), hence a vector of boxes.
+    #[allow(clippy::vec_box)]
     pub(crate) burst_spare: Vec<Box<crate::frame::Burst>>,
     /// The destination runs of a received burst (`responder::burst`), reused; always empty
     /// between uses.
@@ -894,6 +896,37 @@ mod tests {
             }
             other => panic!("expected BlueFlame, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn a_one_burst_blueflame_wqe_latches_at_once_and_drops_a_partial_one_on_its_register() {
+        let mut d = Device::new(Profile::default());
+        let uar = d
+            .objs
+            .uars
+            .insert_with(|_| crate::objects::Uar::default())
+            .unwrap();
+        let reg = u64::from(uar) * 4096 + 0x800 + 512;
+        // The first burst of a 2-WQEBB WQE (ds = 5), then a 1-WQEBB WQE (ds = 3) on the same
+        // register half: the new WQE replaces the unfinished one, as the old path did.
+        let mut two = [0xa0u8; 64];
+        two[7] = 5;
+        d.mmio_write(reg, &two).unwrap();
+        assert_eq!(d.pending_doorbells(), 0);
+        let mut one = [0xb0u8; 64];
+        one[7] = 3;
+        d.mmio_write(reg, &one).unwrap();
+        assert_eq!(d.pending_doorbells(), 1, "latched by its only burst");
+        // The rest of the dropped WQE is no longer a continuation of anything.
+        assert!(d.mmio_write(reg + 64, &[0xa1; 64]).is_err());
+        match d.doorbells.front() {
+            Some(Doorbell::BlueFlame { uar: u, wqe }) => {
+                assert_eq!(*u, uar);
+                assert_eq!(&wqe[..], &one[..]);
+            }
+            other => panic!("expected the one-burst WQE, got {other:?}"),
+        }
+        assert_eq!(d.pending_doorbells(), 1);
     }
 
     #[test]

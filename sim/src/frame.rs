@@ -378,6 +378,10 @@ impl Burst {
     }
 }
 
+/// What the wire length of a WRITE packet depends on: the IP header's length, whether it is
+/// the message's first packet (RETH), its payload length.
+type WriteLenKey = (usize, bool, u32);
+
 /// The wire lengths of the last WRITE packets and ACKNOWLEDGEs a device sized, by what a
 /// length depends on: the IP header's length, whether the packet is a message's first (RETH),
 /// and the payload's length (`PacketSpec::packet_len`: IP + UDP + BTH + extension headers +
@@ -387,7 +391,7 @@ impl Burst {
 pub(crate) struct LenMemo {
     /// (IP header length, first packet, payload length) → wire length, for the first packet
     /// of a message and for the others.
-    write: [Option<((usize, bool, u32), u64)>; 2],
+    write: [Option<(WriteLenKey, u64)>; 2],
     /// IP header length → wire length of an ACKNOWLEDGE.
     ack: Option<(usize, u64)>,
 }
