@@ -137,7 +137,12 @@ pub(crate) fn fetch(dev: &mut Device, qpn: u32, bf: Option<Vec<u8>>) {
                 let fits = wqebbs <= remaining;
                 if fits {
                     if let Some(qp) = dev.objs.qps.get_mut(qpn) {
-                        qp.req.wqes.push_back(wqe::parse(&bytes, ci as u16, &lim));
+                        qp.req
+                            .wqes
+                            .push_back(SendWqe::bare(ci as u16, WqeOpcode::NOP, 1));
+                        if let Some(w) = qp.req.wqes.back_mut() {
+                            wqe::parse_into(w, &bytes, &lim);
+                        }
                     }
                 }
                 if bytes.capacity() > dev.bf_spare.capacity() {

@@ -176,14 +176,25 @@ pub(crate) fn wqebbs(ctrl: &CtrlSeg) -> u16 {
 
 /// Parses and validates the WQE in `bytes` (ctrl segment first, `ds * 16` bytes or more) at SQ
 /// counter `index`. Never fails: a bad WQE comes back with `error` set.
-#[inline]
+#[cfg(test)]
 pub(crate) fn parse(bytes: &[u8], index: u16, lim: &Limits) -> SendWqe {
+    let mut w = SendWqe::bare(index, WqeOpcode::NOP, 1);
+    parse_into(&mut w, bytes, lim);
+    w
+}
+
+/// [`parse`] into `w`, a [`SendWqe::bare`] WQE at its index already in place (the engine
+/// parses into the queue's slot: the parsed WQE is never moved).
+#[inline]
+pub(crate) fn parse_into(w: &mut SendWqe, bytes: &[u8], lim: &Limits) {
     let Ok((ctrl, _)) = CtrlSeg::read_from_prefix(bytes) else {
-        let mut w = SendWqe::bare(index, WqeOpcode::NOP, 1);
+        w.opcode = WqeOpcode::NOP;
+        w.wqebbs = 1;
         w.error = Some(CqeSyndrome::LOCAL_QP_OP_ERR);
-        return w;
+        return;
     };
-    let mut w = SendWqe::bare(index, ctrl.opcode(), wqebbs(&ctrl));
+    w.opcode = ctrl.opcode();
+    w.wqebbs = wqebbs(&ctrl);
     w.signaled = ctrl.cq_update();
     w.solicited = ctrl.solicited();
     w.fence = match ctrl.fence_mode() {
@@ -192,10 +203,9 @@ pub(crate) fn parse(bytes: &[u8], index: u16, lim: &Limits) -> SendWqe {
         _ => Fence::None,
     };
     w.imm = ctrl.imm();
-    if let Err(e) = fill(&mut w, &ctrl, bytes, lim) {
+    if let Err(e) = fill(w, &ctrl, bytes, lim) {
         w.error = Some(e);
     }
-    w
 }
 
 /// The segment walk proper.
