@@ -113,6 +113,9 @@ pub enum Doorbell {
     },
 }
 
+/// The most burst boxes a device keeps for reuse (`Device::recycle_burst`).
+const BURST_SPARES: usize = 8;
+
 /// Log2 of the number of command queue slots the device offers (32 slots).
 pub const CMDQ_LOG_SIZE: u8 = 5;
 /// Log2 of the command entry stride (64 bytes).
@@ -154,6 +157,18 @@ pub struct Device {
     pub(crate) fast_tx: bool,
     /// The last timer/resume scan did something (so the next step scans again).
     scan_progressed: bool,
+    /// Boxes of bursts this device received, for the bursts it sends (`recycle_burst`): a
+    /// ping-pong allocates none. At most [`BURST_SPARES`]. The boxes themselves are what is
+    /// reused (`Frame::Burst` carries a box), hence a vector of boxes.
+    #[allow(clippy::vec_box)]
+    pub(crate) burst_spare: Vec<Box<crate::frame::Burst>>,
+    /// The destination runs of a received burst (`responder::burst`), reused; always empty
+    /// between uses.
+    pub(crate) runs_spare: Vec<crate::iommu::HostRun>,
+    /// The last destination GID found to be one of ours (`Device::owns_gid`).
+    own_gid: Option<[u8; 16]>,
+    /// Wire lengths of the last packets sized on the fast path (`crate::frame::LenMemo`).
+    pub(crate) len_memo: crate::frame::LenMemo,
     /// Packet headers of the last route used (`transport::headers`).
     pub(crate) headers_cache: Option<crate::transport::HeadersCache>,
     /// Device time in nanoseconds (virtual in stepped mode).
@@ -211,6 +226,10 @@ impl Device {
             tx: VecDeque::new(),
             fast_tx: false,
             scan_progressed: false,
+            burst_spare: Vec::new(),
+            len_memo: crate::frame::LenMemo::default(),
+            own_gid: None,
+            runs_spare: Vec::new(),
             headers_cache: None,
             now: 0,
             irq: None,
@@ -294,6 +313,19 @@ impl Device {
         self.iseg
             .set_health_rfr_severity(0x80)
             .set_health_synd(synd);
+    }
+
+    /// True if `gid` is one of the GIDs of one of our ports. The last GID found is
+    /// remembered (the profile, and so the GID table, never changes).
+    pub(crate) fn owns_gid(&mut self, gid: &[u8; 16]) -> bool {
+        if self.own_gid.as_ref() == Some(gid) {
+            return true;
+        }
+        let ours = self.profile.ports.iter().any(|p| p.gids.contains(gid));
+        if ours {
+            self.own_gid = Some(*gid);
+        }
+        ours
     }
 
     /// Doorbells received and not yet acted on.
@@ -484,7 +516,9 @@ impl Device {
             (0, 64) => {
                 let ds = usize::from(data[7] & 0x3f);
                 let need = (ds * 16).div_ceil(64).max(1) * 64;
-                self.bf_partial.retain(|p| p.half != base);
+                if !self.bf_partial.is_empty() {
+                    self.bf_partial.retain(|p| p.half != base);
+                }
                 if need > half {
                     // A WQE larger than the BlueFlame buffer cannot have been sent by BlueFlame.
                     return Err(self.reject(
@@ -496,6 +530,15 @@ impl Device {
                 let mut bytes = std::mem::take(&mut self.bf_spare);
                 bytes.clear();
                 bytes.extend_from_slice(data);
+                if need == data.len() {
+                    // The whole WQE in one burst (a one-WQEBB WQE): latched at once, with
+                    // nothing to assemble.
+                    self.doorbells.push_back(Doorbell::BlueFlame {
+                        uar: page,
+                        wqe: bytes,
+                    });
+                    return Ok(());
+                }
                 self.bf_partial.push(BfPartial {
                     half: base,
                     offset,
@@ -560,6 +603,12 @@ impl Device {
     /// then expired transport timers. Returns true if anything happened (a stepped world calls
     /// it until every device returns false).
     pub fn step(&mut self) -> bool {
+        if self.doorbells.is_empty() && self.rx.is_empty() {
+            // Only the scan can do something: run it without the rest of the step.
+            let scanned = crate::transport::scan(self);
+            self.scan_progressed = scanned;
+            return scanned;
+        }
         self.step_inner(true)
     }
 
@@ -569,8 +618,21 @@ impl Device {
     /// runs its QPs to a fixpoint, so repeating it with no new input, at the same time, changes
     /// nothing: skipping it keeps an exchange of a few packets from rescanning every QP of
     /// every device at each round.
+    #[inline]
     pub(crate) fn step_again(&mut self) -> bool {
+        // Nothing latched, nothing received, the last scan idle: this step would do nothing.
+        if !self.has_pending() {
+            return false;
+        }
         self.step_inner(false)
+    }
+
+    /// True if [`Device::step_again`] may do something: a doorbell latched, a frame received,
+    /// or the last scan did something (so the next scans again). False means the step would
+    /// return false having changed nothing.
+    #[inline]
+    pub(crate) fn has_pending(&self) -> bool {
+        !self.doorbells.is_empty() || !self.rx.is_empty() || self.scan_progressed
     }
 
     fn step_inner(&mut self, force_scan: bool) -> bool {
@@ -584,7 +646,10 @@ impl Device {
             match frame {
                 Frame::Wire(pkt) => crate::transport::receive(self, &pkt, false),
                 Frame::WireChecked(pkt) => crate::transport::receive(self, &pkt, true),
-                Frame::Burst(b) => crate::transport::receive_burst(self, &b),
+                Frame::Burst(b) => {
+                    crate::transport::receive_burst(self, &b);
+                    self.recycle_burst(b);
+                }
                 Frame::Ack(a) => crate::transport::receive_ack(self, &a),
             }
         }
@@ -594,6 +659,15 @@ impl Device {
             progress |= scanned;
         }
         progress
+    }
+
+    /// Keeps the box of a burst it received for one it sends, its payload let go (no buffer
+    /// is kept alive by a spare).
+    fn recycle_burst(&mut self, mut b: Box<crate::frame::Burst>) {
+        if self.burst_spare.len() < BURST_SPARES {
+            b.src.release();
+            self.burst_spare.push(b);
+        }
     }
 
     /// The earliest device time at which a timer (retransmit, RNR retry) needs the device.
@@ -822,6 +896,37 @@ mod tests {
             }
             other => panic!("expected BlueFlame, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn a_one_burst_blueflame_wqe_latches_at_once_and_drops_a_partial_one_on_its_register() {
+        let mut d = Device::new(Profile::default());
+        let uar = d
+            .objs
+            .uars
+            .insert_with(|_| crate::objects::Uar::default())
+            .unwrap();
+        let reg = u64::from(uar) * 4096 + 0x800 + 512;
+        // The first burst of a 2-WQEBB WQE (ds = 5), then a 1-WQEBB WQE (ds = 3) on the same
+        // register half: the new WQE replaces the unfinished one, as the old path did.
+        let mut two = [0xa0u8; 64];
+        two[7] = 5;
+        d.mmio_write(reg, &two).unwrap();
+        assert_eq!(d.pending_doorbells(), 0);
+        let mut one = [0xb0u8; 64];
+        one[7] = 3;
+        d.mmio_write(reg, &one).unwrap();
+        assert_eq!(d.pending_doorbells(), 1, "latched by its only burst");
+        // The rest of the dropped WQE is no longer a continuation of anything.
+        assert!(d.mmio_write(reg + 64, &[0xa1; 64]).is_err());
+        match d.doorbells.front() {
+            Some(Doorbell::BlueFlame { uar: u, wqe }) => {
+                assert_eq!(*u, uar);
+                assert_eq!(&wqe[..], &one[..]);
+            }
+            other => panic!("expected the one-burst WQE, got {other:?}"),
+        }
+        assert_eq!(d.pending_doorbells(), 1);
     }
 
     #[test]

@@ -63,8 +63,8 @@ impl Frame {
             Self::Wire(bytes) | Self::WireChecked(bytes) => {
                 RocePacket::parse(bytes).ok().map(|p| p.ip().gids().1)
             }
-            Self::Burst(b) => Some(b.ip.gids().1),
-            Self::Ack(a) => Some(a.ip.gids().1),
+            Self::Burst(b) => Some(dst_gid(&b.ip)),
+            Self::Ack(a) => Some(dst_gid(&a.ip)),
         }
     }
 
@@ -75,6 +75,14 @@ impl Frame {
             Self::Burst(b) => b.segment(),
             Self::Ack(a) => a.to_wire().into_iter().collect(),
         }
+    }
+}
+
+/// The destination address of `ip` as a GID: `ip.gids().1` without mapping the source too.
+pub(crate) fn dst_gid(ip: &IpSpec) -> [u8; 16] {
+    match ip {
+        IpSpec::V4(v) => bypass_hw::roce::ip::ipv4_to_gid(v.dst),
+        IpSpec::V6(v) => v.dst,
     }
 }
 
@@ -175,8 +183,32 @@ pub struct Burst {
 pub(crate) enum Payload {
     /// In the sender's host memory (gathered from its SGEs; read at delivery).
     Host(Vec<HostRun>),
-    /// Inline data the WQE carried (already in the device; shared with the WQE).
-    Inline(Arc<[u8]>),
+    /// Inline data the WQE carried (already in the device; a copy of a short payload, else
+    /// shared with the WQE).
+    Inline(crate::inline::InlineData),
+}
+
+impl Payload {
+    /// Lets go of the bytes (the buffers a host payload's runs hold, a shared inline
+    /// payload), keeping a run list's capacity.
+    pub(crate) fn release(&mut self) {
+        match self {
+            Self::Host(runs) => runs.clear(),
+            Self::Inline(data) => *data = crate::inline::InlineData::default(),
+        }
+    }
+
+    /// The run list of a host payload, emptied (its capacity kept for the next burst), leaving
+    /// an empty inline payload; `None` for an inline payload.
+    pub(crate) fn take_runs(&mut self) -> Option<Vec<HostRun>> {
+        match std::mem::replace(self, Self::Inline(crate::inline::InlineData::default())) {
+            Self::Host(mut runs) => {
+                runs.clear();
+                Some(runs)
+            }
+            Self::Inline(_) => None,
+        }
+    }
 }
 
 /// Payload bytes and position of packet `i` of a message cut at `mtu`, starting at `msg_off`.
@@ -197,6 +229,32 @@ pub(crate) fn write_opcode(first: bool, last: bool) -> BthOpcode {
 }
 
 impl Burst {
+    /// A burst of nothing, to be filled in (`requester::send_burst` writes every field).
+    pub(crate) fn blank() -> Self {
+        Self {
+            ip: IpSpec::V4(bypass_hw::roce::Ipv4Spec {
+                src: [0; 4],
+                dst: [0; 4],
+                tos: 0,
+                ttl: 0,
+                id: 0,
+                dont_fragment: false,
+            }),
+            ports: UdpPorts { src: 0, dst: 0 },
+            dest_qp: 0,
+            first_psn: 0,
+            count: 0,
+            mtu: 0,
+            msg_off: 0,
+            msg_len: 0,
+            raddr: 0,
+            rkey: 0,
+            ack_req: 0,
+            wire_len: 0,
+            src: Payload::Inline(crate::inline::InlineData::default()),
+        }
+    }
+
     /// Whether packet `i` has AckReq set.
     pub(crate) fn acks(&self, i: u32) -> bool {
         1u128
@@ -316,6 +374,58 @@ impl Burst {
                 break;
             }
             out.push(buf);
+        }
+    }
+}
+
+/// What the wire length of a WRITE packet depends on: the IP header's length, whether it is
+/// the message's first packet (RETH), its payload length.
+type WriteLenKey = (usize, bool, u32);
+
+/// The wire lengths of the last WRITE packets and ACKNOWLEDGEs a device sized, by what a
+/// length depends on: the IP header's length, whether the packet is a message's first (RETH),
+/// and the payload's length (`PacketSpec::packet_len`: IP + UDP + BTH + extension headers +
+/// payload + pad + ICRC; addresses, QPNs, PSNs and AckReq do not change it). Saves building
+/// a spec per packet on the fast path; a miss computes it as before.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct LenMemo {
+    /// (IP header length, first packet, payload length) → wire length, for the first packet
+    /// of a message and for the others.
+    write: [Option<(WriteLenKey, u64)>; 2],
+    /// IP header length → wire length of an ACKNOWLEDGE.
+    ack: Option<(usize, u64)>,
+}
+
+impl LenMemo {
+    /// The wire length of packet `i` of `b` ([`Burst::packet_len`]).
+    pub(crate) fn write_len(&mut self, b: &Burst, i: u32) -> u64 {
+        let (_, n, first, _) = packet_at(b.msg_off, b.msg_len, b.mtu, i);
+        let key = (b.ip.header_len(), first, n);
+        let slot = &mut self.write[usize::from(!first)];
+        match slot {
+            Some((k, len)) if *k == key => *len,
+            _ => {
+                let len = b.packet_len(i);
+                *slot = Some((key, len));
+                len
+            }
+        }
+    }
+
+    /// The wire length of an ACKNOWLEDGE sent with `ip` (`spec`'s, computed on a miss).
+    pub(crate) fn ack_len(
+        &mut self,
+        ip: &IpSpec,
+        spec: impl FnOnce() -> PacketSpec<'static>,
+    ) -> u64 {
+        let key = ip.header_len();
+        match self.ack {
+            Some((k, len)) if k == key => len,
+            _ => {
+                let len = spec().packet_len().map_or(0, |l| l as u64);
+                self.ack = Some((key, len));
+                len
+            }
         }
     }
 }

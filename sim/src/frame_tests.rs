@@ -448,3 +448,49 @@ fn a_world_handing_frames_straight_to_devices_leaves_what_the_byte_path_leaves()
     assert_eq!(fast.states.0, QpState::Err);
     assert_eq!(fast.b_mem[..8], source()[1..9]);
 }
+
+#[test]
+fn a_received_burst_box_carries_the_next_burst_sent_and_keeps_no_buffer_alive() {
+    let mut c = connect(1024);
+    c.p.a.dev.set_fast_tx(true);
+    c.p.b.dev.set_fast_tx(true);
+    post(&mut c, &[w(3000, 0, 0)]);
+    c.p.a.dev.step();
+    let Some(crate::frame::Frame::Burst(b)) = c.p.a.dev.take_frame() else {
+        panic!("a burst for the WRITE");
+    };
+    let boxed: *const crate::frame::Burst = &*b;
+    let crate::frame::Payload::Host(runs) = &b.src else {
+        panic!("a host payload");
+    };
+    let mem = runs[0].mem.clone();
+    let held = std::sync::Arc::strong_count(&mem);
+    c.p.b.dev.receive_frame(crate::frame::Frame::Burst(b));
+    c.p.b.dev.step();
+    assert_eq!(c.p.b.dev.burst_spare.len(), 1, "b kept the box");
+    assert!(
+        std::sync::Arc::strong_count(&mem) < held,
+        "the kept box let go of a's buffer"
+    );
+    // b's own WRITE goes out in that box.
+    let wqe = Wqe::new(WqeOpcode::RDMA_WRITE, c.b_qp.sq_pi, c.b_qp.qpn)
+        .raddr(c.a_mr.va, c.a_mr.key)
+        .inline(b"pong")
+        .finish();
+    let rc = &mut c.rc;
+    rc.p.b.post_send(&mut rc.b_qp, &wqe);
+    c.p.b.dev.step();
+    assert!(c.p.b.dev.burst_spare.is_empty(), "the box was taken");
+    let frames: Vec<_> = std::iter::from_fn(|| c.p.b.dev.take_frame()).collect();
+    let reused = frames.iter().any(|f| match f {
+        crate::frame::Frame::Burst(b) => std::ptr::eq(&**b, boxed) && b.bytes() == 4,
+        _ => false,
+    });
+    assert!(reused, "the WRITE went out in the received box: {frames:?}");
+    // Delivered, it lands as the byte path would have it.
+    for f in frames {
+        c.p.a.dev.receive_frame(f);
+    }
+    c.p.run_frames();
+    assert_eq!(c.p.a.read(c.a_mr.off, 4), b"pong");
+}

@@ -183,10 +183,12 @@ struct Recent {
 }
 
 impl Recent {
-    /// The buffer and offset behind `iova..iova + len` if a remembered mapping holds the
-    /// whole range and allows `dir`.
-    fn hit(&self, iova: u64, len: usize, dir: Dir) -> Option<(&Arc<dyn HostMemory>, usize)> {
-        self.slots.iter().flatten().find_map(|c| {
+    /// The slot and the offset into its buffer of `iova..iova + len`, if a remembered
+    /// mapping holds the whole range and allows `dir`.
+    #[inline]
+    fn hit(&self, iova: u64, len: usize, dir: Dir) -> Option<(usize, usize)> {
+        self.slots.iter().enumerate().find_map(|(i, c)| {
+            let c = c.as_ref()?;
             let ok = match dir {
                 Dir::Read => c.perm.read,
                 Dir::Write => c.perm.write,
@@ -194,9 +196,14 @@ impl Recent {
             let within = iova.checked_sub(c.start)?;
             let room = c.end.checked_sub(iova)?;
             (ok && room > 0 && len as u64 <= room)
-                .then(|| Some((&c.mem, c.offset.checked_add(usize::try_from(within).ok()?)?)))
+                .then(|| Some((i, c.offset.checked_add(usize::try_from(within).ok()?)?)))
                 .flatten()
         })
+    }
+
+    /// The buffer of slot `i` (one [`Recent::hit`] returned).
+    fn mem(&self, i: usize) -> Option<&Arc<dyn HostMemory>> {
+        self.slots.get(i)?.as_ref().map(|c| &c.mem)
     }
 
     /// Remembers `c`, replacing the oldest slot.
@@ -322,14 +329,26 @@ impl Iommu {
     }
 
     /// Device read of `dst.len()` bytes at `iova`. All or nothing.
+    #[inline]
     pub fn read(&mut self, iova: u64, dst: &mut [u8]) -> Result<(), DmaFault> {
+        if let Some((mem, off)) = self.within_one(iova, dst.len(), Dir::Read) {
+            // The common case: one mapping holds the whole range (one lookup, or none).
+            if mem.read_at(off, dst) {
+                return Ok(());
+            }
+        }
+        self.read_slow(iova, dst)
+    }
+
+    /// [`Iommu::read`] of a range no single remembered mapping holds (or that failed).
+    #[inline(never)]
+    fn read_slow(&mut self, iova: u64, dst: &mut [u8]) -> Result<(), DmaFault> {
         let fault = DmaFault {
             iova,
             len: dst.len(),
             dir: Dir::Read,
         };
         if let Some((mem, off)) = self.within_one(iova, dst.len(), Dir::Read) {
-            // The common case: one mapping holds the whole range (one lookup, or none).
             if mem.read_at(off, dst) {
                 return Ok(());
             }
@@ -356,14 +375,26 @@ impl Iommu {
     }
 
     /// Device write of `src` at `iova`. All or nothing.
+    #[inline]
     pub fn write(&mut self, iova: u64, src: &[u8]) -> Result<(), DmaFault> {
+        if let Some((mem, off)) = self.within_one(iova, src.len(), Dir::Write) {
+            // The common case: one mapping holds the whole range (one lookup, or none).
+            if mem.write_at(off, src) {
+                return Ok(());
+            }
+        }
+        self.write_slow(iova, src)
+    }
+
+    /// [`Iommu::write`] of a range no single remembered mapping holds (or that failed).
+    #[inline(never)]
+    fn write_slow(&mut self, iova: u64, src: &[u8]) -> Result<(), DmaFault> {
         let fault = DmaFault {
             iova,
             len: src.len(),
             dir: Dir::Write,
         };
         if let Some((mem, off)) = self.within_one(iova, src.len(), Dir::Write) {
-            // The common case: one mapping holds the whole range (one lookup, or none).
             if mem.write_at(off, src) {
                 return Ok(());
             }
@@ -451,31 +482,44 @@ impl Iommu {
     /// holds the whole range (what [`Iommu::walk`] and [`Iommu::segment`] would find, in one
     /// lookup); `None` if the range spans mappings or is not allowed (the caller then takes
     /// the general path, which decides).
+    ///
+    /// Inlined into the accesses: a hit (the common case) is one search of the remembered
+    /// mappings; a miss looks the mapping up out of line.
+    #[inline]
     fn within_one(
         &mut self,
         iova: u64,
         len: usize,
         dir: Dir,
     ) -> Option<(&Arc<dyn HostMemory>, usize)> {
-        if self.recent.hit(iova, len, dir).is_none() {
-            let (&start, m) = self.maps.range(..=iova).next_back()?;
-            let within = usize::try_from(iova - start).ok()?;
-            let ok = match dir {
-                Dir::Read => m.perm.read,
-                Dir::Write => m.perm.write,
-            };
-            if !ok || within >= m.len || len > m.len - within {
-                return None;
-            }
-            let c = Cached {
-                start,
-                end: start.checked_add(m.len as u64)?,
-                mem: m.mem.clone(),
-                offset: m.offset,
-                perm: m.perm,
-            };
-            self.recent.remember(c);
+        let (i, off) = match self.recent.hit(iova, len, dir) {
+            Some(h) => h,
+            None => self.remember_mapping(iova, len, dir)?,
+        };
+        Some((self.recent.mem(i)?, off))
+    }
+
+    /// [`Iommu::within_one`] after a miss of the remembered mappings: looks the mapping up,
+    /// remembers it if it holds the range for `dir`, and returns it as a hit would.
+    #[inline(never)]
+    fn remember_mapping(&mut self, iova: u64, len: usize, dir: Dir) -> Option<(usize, usize)> {
+        let (&start, m) = self.maps.range(..=iova).next_back()?;
+        let within = usize::try_from(iova - start).ok()?;
+        let ok = match dir {
+            Dir::Read => m.perm.read,
+            Dir::Write => m.perm.write,
+        };
+        if !ok || within >= m.len || len > m.len - within {
+            return None;
         }
+        let c = Cached {
+            start,
+            end: start.checked_add(m.len as u64)?,
+            mem: m.mem.clone(),
+            offset: m.offset,
+            perm: m.perm,
+        };
+        self.recent.remember(c);
         self.recent.hit(iova, len, dir)
     }
 

@@ -25,6 +25,7 @@ mod events;
 pub mod faults;
 mod firmware;
 pub mod frame;
+mod inline;
 pub mod iommu;
 pub mod link;
 pub mod memory;

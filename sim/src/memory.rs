@@ -41,7 +41,7 @@ pub unsafe trait HostMemory: Send + Sync {
         // SAFETY: offset..offset+dst.len() is inside the buffer (checked above), which the
         // trait contract keeps valid for reads; dst is a distinct Rust slice.
         unsafe {
-            std::ptr::copy_nonoverlapping(
+            copy_small(
                 self.base().as_ptr().add(offset),
                 dst.as_mut_ptr(),
                 dst.len(),
@@ -58,9 +58,7 @@ pub unsafe trait HostMemory: Send + Sync {
         }
         // SAFETY: the destination range is inside the buffer (checked above), which the trait
         // contract keeps valid for raw writes; src is a distinct Rust slice.
-        unsafe {
-            std::ptr::copy_nonoverlapping(src.as_ptr(), self.base().as_ptr().add(offset), src.len())
-        };
+        unsafe { copy_small(src.as_ptr(), self.base().as_ptr().add(offset), src.len()) };
         true
     }
 }
@@ -89,6 +87,26 @@ pub fn copy_between(
         )
     };
     true
+}
+
+/// `ptr::copy_nonoverlapping(src, dst, len)`, with the sizes the device moves most (a 4- or
+/// 8-byte doorbell record or counter, a 64-byte CQE or EQE) copied by a few moves of a known
+/// size rather than a `memcpy` call.
+///
+/// # Safety
+/// As `ptr::copy_nonoverlapping`: `src` valid for reads and `dst` for writes of `len` bytes,
+/// the ranges not overlapping.
+#[inline(always)]
+unsafe fn copy_small(src: *const u8, dst: *mut u8, len: usize) {
+    // SAFETY: the caller's contract, for the same `len` in every arm.
+    unsafe {
+        match len {
+            4 => std::ptr::copy_nonoverlapping(src, dst, 4),
+            8 => std::ptr::copy_nonoverlapping(src, dst, 8),
+            64 => std::ptr::copy_nonoverlapping(src, dst, 64),
+            n => std::ptr::copy_nonoverlapping(src, dst, n),
+        }
+    }
 }
 
 fn in_bounds(offset: usize, len: usize, total: usize) -> bool {

@@ -263,6 +263,7 @@ impl Host {
                 geom,
                 dbr,
                 attrs: QpAttrs::default(),
+                headers: None,
                 sq_ci: 0,
                 rq_ci: 0,
                 req: ReqState::default(),
@@ -300,6 +301,7 @@ impl Host {
         rq_psn: u32,
     ) {
         let q = self.dev.objs.qps.get_mut(qp.qpn).expect("qp");
+        q.headers = None;
         q.attrs = QpAttrs {
             mtu,
             log_msg_max: 30,

@@ -131,6 +131,7 @@ impl Trace {
 
     /// Records `make()` if enabled (the closure is not run otherwise, so a disabled trace
     /// costs no allocation).
+    #[inline]
     pub fn record(&mut self, make: impl FnOnce() -> TraceEvent) {
         if self.enabled {
             self.events.push(make());

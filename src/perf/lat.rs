@@ -5,11 +5,13 @@
 //!
 //! The loop follows perftest `run_iter_lat_write` (src/perftest_resources.c): the client
 //! stamps `tposted[i]`, WRITEs `size` bytes whose last byte is the iteration's tag into the
-//! server's buffer, and spins on the last byte of its own buffer until the server's WRITE
-//! with the same tag lands; the server spins on its buffer and answers. Consecutive
-//! `tposted` differences are round trips; the report halves them (`rtt_factor` 2). Here both
-//! ends run in one thread (the client's WRITE, the server's spin and answer, the client's
-//! spin), so the machine needs one core for it and one for the sim's engine thread.
+//! server's buffer, polls its send CQ until that WRITE's completion (`ibv_poll_cq(send_cq,
+//! 1, &wc)` while it returns 0: one completion per post, signaled WRITEs), and spins on the
+//! last byte of its own buffer until the server's WRITE with the same tag lands; the server
+//! spins on its buffer, answers and polls for its own completion. Consecutive `tposted`
+//! differences are round trips; the report halves them (`rtt_factor` 2). Here both ends run
+//! in one thread (the client's WRITE, the server's spin and answer, the client's spin), so
+//! the machine needs one core for it and one for the sim's engine thread.
 
 use std::time::Instant;
 
@@ -20,8 +22,8 @@ use crate::stats::LatencyReport;
 /// Round trips run before the measured ones (caches, first-touch of the rings).
 pub const WARMUP: usize = 16;
 
-/// The send queue depth of the latency rig (perftest `DEF_TX_LAT` is 1; two lets a
-/// completion be reaped a little late without stalling the ping-pong).
+/// The send queue depth of the latency rig (perftest `DEF_TX_LAT` is 1; each WRITE's
+/// completion is polled before the next is posted, so one is ever outstanding).
 const LAT_DEPTH: u32 = 4;
 
 /// Runs `iters` round trips of `size`-byte WRITEs and returns the report (perftest
@@ -62,7 +64,6 @@ pub fn write_lat_post_times(seed: u64, size: u64, iters: u64) -> Result<Vec<u64>
         ..a_to_b
     };
     let mut posted = vec![0u64; n];
-    let (mut out_a, mut out_b) = (0u32, 0u32);
     let t0 = Instant::now();
 
     for i in 0..(n + WARMUP) {
@@ -72,27 +73,14 @@ pub fn write_lat_post_times(seed: u64, size: u64, iters: u64) -> Result<Vec<u64>
         if let Some(slot) = i.checked_sub(WARMUP).and_then(|k| posted.get_mut(k)) {
             *slot = now;
         }
-        reap(&mut rig.a, &mut out_a)?;
         rig.a.post_write(&a_to_b, tag, true, i as u64)?;
-        out_a += 1;
+        rig.a.wait_one()?;
         rig.b.spin_for(bytes, tag)?;
-        reap(&mut rig.b, &mut out_b)?;
         rig.b.post_write(&b_to_a, tag, true, i as u64)?;
-        out_b += 1;
+        rig.b.wait_one()?;
         rig.a.spin_for(bytes, tag)?;
     }
     Ok(posted)
-}
-
-/// Reaps what completed on `end` without waiting, and waits only when its send queue is full.
-fn reap(end: &mut super::pair::End, outstanding: &mut u32) -> Result<(), PerfError> {
-    let (n, _) = end.drain()?;
-    *outstanding = outstanding.saturating_sub(n as u32);
-    while *outstanding >= LAT_DEPTH {
-        let (n, _) = end.wait_some()?;
-        *outstanding = outstanding.saturating_sub(n as u32);
-    }
-    Ok(())
 }
 
 fn elapsed_ns(t0: Instant) -> u64 {

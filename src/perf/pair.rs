@@ -222,6 +222,27 @@ impl End {
         )
     }
 
+    /// Polls until one completion is ready (perftest's `ibv_poll_cq(cq, 1, &wc)` loop) and
+    /// reclaims its buffers; returns its `wr_id`. An error completion is returned as the
+    /// error it explains.
+    pub fn wait_one(&mut self) -> Result<u64, PerfError> {
+        let mut spinner = Spinner::new("a send completion");
+        loop {
+            if let Some(c) = self.cq.poll_one() {
+                if !c.is_ok() {
+                    return Err(PerfError::Completion {
+                        wr_id: c.wr_id(),
+                        status: c.status().to_string(),
+                    });
+                }
+                let wr_id = c.wr_id();
+                self.qp.reclaim(c)?;
+                return Ok(wr_id);
+            }
+            spinner.spin(self)?;
+        }
+    }
+
     /// Spins until at least one completion is ready, then drains as [`End::drain`] does.
     pub fn wait_some(&mut self) -> Result<(usize, Option<u64>), PerfError> {
         let mut spinner = Spinner::new("a send completion");

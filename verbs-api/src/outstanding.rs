@@ -57,7 +57,12 @@ impl Outstanding {
     /// us reuse the index), so it is dropped, returning its leases to their pools.
     pub(crate) fn park(&mut self, pos: u32, n: u32, bufs: SgeList, posted_at: u64) {
         if let Some(s) = self.slots.get_mut((pos & self.mask) as usize) {
-            *s = Slot { bufs, posted_at };
+            if bufs.is_empty() && s.bufs.is_empty() {
+                // An inline or empty request over an empty slot: nothing to keep or drop.
+                s.posted_at = posted_at;
+            } else {
+                *s = Slot { bufs, posted_at };
+            }
         }
         let end = pos.wrapping_add(n.max(1));
         // Only move forward (pos is always at the head in practice).
@@ -98,10 +103,10 @@ impl Outstanding {
             }
         }
         self.tail = self.tail.wrapping_add(dist + 1);
-        self.slots
-            .get_mut(at)
-            .map(|s| s.bufs.take())
-            .unwrap_or_default()
+        match self.slots.get_mut(at) {
+            Some(s) if !s.bufs.is_empty() => s.bufs.take(),
+            _ => SgeList::new(),
+        }
     }
 
     /// A completion (the `seq`-th of its CQ) was polled for the oldest outstanding entry

@@ -147,14 +147,15 @@ pub(crate) fn scatter(
 /// The host memory behind `len` bytes of the message from offset `off` (Need::LocalRead), for
 /// a burst that carries its payload by reference (`crate::frame`). `None` if any key check or
 /// the IOMMU would refuse: the caller then takes the per-packet path, which reports it.
+/// The runs are appended to `out` (a reused buffer: no allocation per burst).
 pub(crate) fn resolve(
     mkeys: &Table<Mkey>,
     iommu: &mut Iommu,
     (pd, qpn): (u32, u32),
     sges: &[Sge],
-    off: u64,
-    len: usize,
-) -> Option<Vec<HostRun>> {
+    (off, len): (u64, usize),
+    out: &mut Vec<HostRun>,
+) -> Option<()> {
     let mut iovas = IovaRuns::default();
     walk(
         mkeys,
@@ -169,7 +170,7 @@ pub(crate) fn resolve(
         },
     )
     .ok()?;
-    iovas.resolve(iommu, Dir::Read)
+    iovas.resolve_into(iommu, Dir::Read, out)
 }
 
 /// IOVA runs with contiguous neighbours merged (an mkey translates page by page; the IOMMU is
@@ -198,13 +199,19 @@ impl IovaRuns {
         }
     }
 
-    /// The host memory behind every run, if the IOMMU allows `dir` on all of them.
-    pub(crate) fn resolve(&self, iommu: &mut Iommu, dir: Dir) -> Option<Vec<HostRun>> {
-        let mut out = Vec::with_capacity(1 + self.rest.len());
+    /// The host memory behind every run, if the IOMMU allows `dir` on all of them, appended to
+    /// `out` (a caller's reused buffer: no allocation once it has grown to the usual run
+    /// count). On `None`, `out` may hold part of the runs.
+    pub(crate) fn resolve_into(
+        &self,
+        iommu: &mut Iommu,
+        dir: Dir,
+        out: &mut Vec<HostRun>,
+    ) -> Option<()> {
         for &(iova, n) in self.first.iter().chain(self.rest.iter()) {
-            iommu.resolve(iova, usize::try_from(n).ok()?, dir, &mut out)?;
+            iommu.resolve(iova, usize::try_from(n).ok()?, dir, out)?;
         }
-        Some(out)
+        Some(())
     }
 }
 

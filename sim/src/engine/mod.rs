@@ -120,7 +120,7 @@ pub(crate) fn fetch(dev: &mut Device, qpn: u32, bf: Option<Vec<u8>>) {
         } else {
             None
         };
-        let w = match read_wqe(dev, qpn, rq_bytes, sq_wqebbs, ci, mine) {
+        match read_wqe(dev, qpn, rq_bytes, sq_wqebbs, ci, mine) {
             Ok(bytes) => {
                 let at = dev.now;
                 dev.trace.record(|| TraceEvent::Wqe {
@@ -128,12 +128,32 @@ pub(crate) fn fetch(dev: &mut Device, qpn: u32, bf: Option<Vec<u8>>) {
                     qpn,
                     bytes: bytes.clone(),
                 });
-                let w = wqe::parse(&bytes, ci as u16, &lim);
+                // The WQEBBs `parse` gives the WQE (from its ctrl segment; one if that cannot
+                // be read), known before parsing: a WQE reaching past the budget is not
+                // parsed, and one that fits is parsed straight into the queue (no moves of
+                // the parsed WQE on the way).
+                let wqebbs = CtrlSeg::read_from_prefix(&bytes[..])
+                    .map_or(1, |(c, _)| u32::from(wqe::wqebbs(&c)));
+                let fits = wqebbs <= remaining;
+                if fits {
+                    if let Some(qp) = dev.objs.qps.get_mut(qpn) {
+                        qp.req
+                            .wqes
+                            .push_back(SendWqe::bare(ci as u16, WqeOpcode::NOP, 1));
+                        if let Some(w) = qp.req.wqes.back_mut() {
+                            wqe::parse_into(w, &bytes, &lim);
+                        }
+                    }
+                }
                 if bytes.capacity() > dev.bf_spare.capacity() {
                     // The next BlueFlame write fills this buffer again.
                     dev.bf_spare = bytes;
                 }
-                w
+                if !fits {
+                    break;
+                }
+                remaining -= wqebbs;
+                ci = (ci + wqebbs) & 0xffff;
             }
             Err(f) => {
                 // The WQE could not be read: it completes with the local protection error
@@ -146,14 +166,7 @@ pub(crate) fn fetch(dev: &mut Device, qpn: u32, bf: Option<Vec<u8>>) {
                 push(dev, w);
                 break;
             }
-        };
-        let wqebbs = u32::from(w.wqebbs);
-        if wqebbs > remaining {
-            break;
         }
-        remaining -= wqebbs;
-        ci = (ci + wqebbs) & 0xffff;
-        push(dev, w);
     }
     if let Some(qp) = dev.objs.qps.get_mut(qpn) {
         qp.sq_ci = ci;

@@ -91,9 +91,9 @@ pub(crate) struct SendWqe {
     pub swap_add: u64,
     /// Atomic compare value.
     pub compare: u64,
-    /// Inline payload, if the data came inline (shared with the bursts that carry it: no copy
-    /// per send).
-    pub inline: Option<std::sync::Arc<[u8]>>,
+    /// Inline payload, if the data came inline (by value when short, else shared with the
+    /// bursts that carry it: no allocation or long copy per send).
+    pub inline: Option<crate::inline::InlineData>,
     /// Gather (scatter for READ/atomic) list.
     pub sges: Vec<Sge>,
     /// Message length in bytes.
@@ -176,13 +176,25 @@ pub(crate) fn wqebbs(ctrl: &CtrlSeg) -> u16 {
 
 /// Parses and validates the WQE in `bytes` (ctrl segment first, `ds * 16` bytes or more) at SQ
 /// counter `index`. Never fails: a bad WQE comes back with `error` set.
+#[cfg(test)]
 pub(crate) fn parse(bytes: &[u8], index: u16, lim: &Limits) -> SendWqe {
+    let mut w = SendWqe::bare(index, WqeOpcode::NOP, 1);
+    parse_into(&mut w, bytes, lim);
+    w
+}
+
+/// [`parse`] into `w`, a [`SendWqe::bare`] WQE at its index already in place (the engine
+/// parses into the queue's slot: the parsed WQE is never moved).
+#[inline]
+pub(crate) fn parse_into(w: &mut SendWqe, bytes: &[u8], lim: &Limits) {
     let Ok((ctrl, _)) = CtrlSeg::read_from_prefix(bytes) else {
-        let mut w = SendWqe::bare(index, WqeOpcode::NOP, 1);
+        w.opcode = WqeOpcode::NOP;
+        w.wqebbs = 1;
         w.error = Some(CqeSyndrome::LOCAL_QP_OP_ERR);
-        return w;
+        return;
     };
-    let mut w = SendWqe::bare(index, ctrl.opcode(), wqebbs(&ctrl));
+    w.opcode = ctrl.opcode();
+    w.wqebbs = wqebbs(&ctrl);
     w.signaled = ctrl.cq_update();
     w.solicited = ctrl.solicited();
     w.fence = match ctrl.fence_mode() {
@@ -191,10 +203,9 @@ pub(crate) fn parse(bytes: &[u8], index: u16, lim: &Limits) -> SendWqe {
         _ => Fence::None,
     };
     w.imm = ctrl.imm();
-    if let Err(e) = fill(&mut w, &ctrl, bytes, lim) {
+    if let Err(e) = fill(w, &ctrl, bytes, lim) {
         w.error = Some(e);
     }
-    w
 }
 
 /// The segment walk proper.
@@ -301,7 +312,7 @@ fn parse_data(w: &mut SendWqe, data: &[u8]) -> Result<(), CqeSyndrome> {
         if h.is_inline() {
             let n = h.len() as usize;
             let payload = rest.get(..n).ok_or(bad)?;
-            w.inline = Some(std::sync::Arc::from(payload));
+            w.inline = Some(crate::inline::InlineData::from(payload));
             return Ok(());
         }
     }

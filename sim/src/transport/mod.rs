@@ -112,15 +112,14 @@ pub(crate) fn receive_ack(dev: &mut Device, a: &AckFrame) {
 
 /// The checks `receive` makes before the responder, for a burst: ours, an RC QP in a state
 /// that takes packets.
-fn burst_reaches_qp(dev: &Device, b: &Burst) -> bool {
+fn burst_reaches_qp(dev: &mut Device, b: &Burst) -> bool {
     reaches_rc_qp(dev, &b.ip, b.dest_qp)
 }
 
 /// True if the destination address is ours and `qpn` is an RC QP in a state that takes
 /// packets (the checks of `receive`, rxe `check_addr`/`check_type_state`).
-fn reaches_rc_qp(dev: &Device, ip: &IpSpec, qpn: u32) -> bool {
-    let (_, dgid) = ip.gids();
-    if !dev.profile.ports.iter().any(|p| p.gids.contains(&dgid)) {
+fn reaches_rc_qp(dev: &mut Device, ip: &IpSpec, qpn: u32) -> bool {
+    if !dev.owns_gid(&crate::frame::dst_gid(ip)) {
         return false;
     }
     dev.objs.qps.get(qpn).is_some_and(|qp| {
@@ -163,6 +162,23 @@ pub(crate) fn headers(dev: &mut Device, route: Route<'_>) -> Option<(IpSpec, Udp
         ports: made.1,
     });
     Some(made)
+}
+
+/// The headers of QP `qpn`'s primary path: what [`headers`] gives for `route`, which must be
+/// that path (`port` its port, `src_qpn` the QP), kept in the QP after the first use.
+pub(crate) fn qp_headers(
+    dev: &mut Device,
+    qpn: u32,
+    route: Route<'_>,
+) -> Option<(IpSpec, UdpPorts)> {
+    if let Some(h) = dev.objs.qps.get(qpn).and_then(|qp| qp.headers) {
+        return Some(h);
+    }
+    let h = headers(dev, route)?;
+    if let Some(qp) = dev.objs.qps.get_mut(qpn) {
+        qp.headers = Some(h);
+    }
+    Some(h)
 }
 
 /// The last route [`headers`] built headers for, and the headers.
@@ -262,6 +278,10 @@ pub(crate) fn send(
 /// expired timers, `requester::resume` only on RTS QPs with work, `responder::resume` only on
 /// QPs in ERR — and the requester's two are the only ones here that can move a QP to ERR, so
 /// the responder's runs after them whenever they ran).
+///
+/// The pass is inlined into the step and the work kept out of line: the usual scan finds
+/// nothing to do and should cost only the pass.
+#[inline]
 pub(crate) fn scan(dev: &mut Device) -> bool {
     let now = dev.now;
     let (mut timers, mut resumable, mut in_err) = (false, false, false);
@@ -270,6 +290,15 @@ pub(crate) fn scan(dev: &mut Device) -> bool {
         resumable |= requester::has_work(qp);
         in_err |= qp.state == QpState::Err;
     }
+    if !(timers || resumable || in_err) {
+        return false;
+    }
+    scan_work(dev, timers, resumable, in_err)
+}
+
+/// The work [`scan`] found may be due: timers, held-back sending, receives to flush.
+#[inline(never)]
+fn scan_work(dev: &mut Device, timers: bool, resumable: bool, in_err: bool) -> bool {
     let mut any = false;
     if timers {
         any |= requester::run_timers(dev);

@@ -257,7 +257,27 @@ fn npkts_hint(w: &SendWqe) -> u32 {
 
 /// Completes, in order, the WQEs at the head of the queue that are done (a CQE if signaled)
 /// or failed (an error CQE; then the QP must go to ERR: returns true).
+///
+/// Inlined where it is called: usually the head is still waiting (nothing to complete) and
+/// only the timer check runs.
+#[inline]
 pub(crate) fn complete_ready(dev: &mut Device, c: &Ctx, req: &mut ReqState) -> bool {
+    if req
+        .wqes
+        .front()
+        .is_some_and(|w| w.done || w.error.is_some())
+    {
+        return complete_head(dev, c, req);
+    }
+    if !req.outstanding() {
+        req.ack_deadline = None;
+    }
+    false
+}
+
+/// [`complete_ready`] when the head WQE is done or failed.
+#[inline(never)]
+fn complete_head(dev: &mut Device, c: &Ctx, req: &mut ReqState) -> bool {
     while let Some(w) = req.wqes.front() {
         if let Some(synd) = w.error {
             let (index, opcode) = (w.index, w.opcode);
@@ -648,7 +668,7 @@ struct BurstMsg<'a> {
     len: u32,
     raddr: u64,
     rkey: u32,
-    inline: Option<&'a std::sync::Arc<[u8]>>,
+    inline: Option<&'a crate::inline::InlineData>,
     sges: &'a [crate::engine::wqe::Sge],
 }
 
@@ -670,41 +690,43 @@ fn send_burst(dev: &mut Device, c: &Ctx, req: &mut ReqState, w: &BurstMsg<'_>) -
         path: &c.path,
         src_qpn: c.qpn,
     };
-    let (ip, ports) = crate::transport::headers(dev, route)?;
-    let src = match w.inline {
+    let (ip, ports) = crate::transport::qp_headers(dev, c.qpn, route)?;
+    // A box (and run list) the device got back from a burst it received: no allocation, and
+    // the burst is written in place (no copy of it into the box).
+    let mut burst = dev
+        .burst_spare
+        .pop()
+        .unwrap_or_else(|| Box::new(Burst::blank()));
+    burst.src = match w.inline {
         // The whole inline payload (the usual case): shared, not copied.
         Some(data) if off == 0 && bytes as usize == data.len() => Payload::Inline(data.clone()),
         Some(data) => {
             let part = data.get(off as usize..off as usize + bytes as usize)?;
-            Payload::Inline(std::sync::Arc::from(part))
+            Payload::Inline(crate::inline::InlineData::from(part))
         }
         None => {
-            let runs = gather::resolve(
+            let mut runs = burst.src.take_runs().unwrap_or_default();
+            gather::resolve(
                 &dev.objs.mkeys,
                 &mut dev.iommu,
                 (c.pd, c.qpn),
                 w.sges,
-                u64::from(off),
-                bytes as usize,
+                (u64::from(off), bytes as usize),
+                &mut runs,
             )?;
             Payload::Host(runs)
         }
     };
-    let mut burst = Burst {
-        ip,
-        ports,
-        dest_qp: c.remote_qpn,
-        first_psn: req.psn,
-        count,
-        mtu,
-        msg_off: off,
-        msg_len: w.len,
-        raddr: w.raddr,
-        rkey: w.rkey,
-        ack_req: 0,
-        wire_len: 0,
-        src,
-    };
+    burst.ip = ip;
+    burst.ports = ports;
+    burst.dest_qp = c.remote_qpn;
+    burst.first_psn = req.psn;
+    burst.count = count;
+    burst.mtu = mtu;
+    burst.msg_off = off;
+    burst.msg_len = w.len;
+    burst.raddr = w.raddr;
+    burst.rkey = w.rkey;
     // What `emit` and `transport::send` do for each of the packets, in closed form.
     let first_psn = req.psn;
     let ends = packet_at(off, w.len, mtu, count - 1).3;
@@ -738,12 +760,12 @@ fn send_burst(dev: &mut Device, c: &Ctx, req: &mut ReqState, w: &BurstMsg<'_>) -
     };
     burst.ack_req = ack_req;
     // Only the first packet (RETH) and the last (shorter) can differ from the middle ones.
-    let mut wire = burst.packet_len(0);
+    let mut wire = dev.len_memo.write_len(&burst, 0);
     if count > 1 {
-        wire += burst.packet_len(count - 1);
+        wire += dev.len_memo.write_len(&burst, count - 1);
     }
     if count > 2 {
-        wire += u64::from(count - 2) * burst.packet_len(1);
+        wire += u64::from(count - 2) * dev.len_memo.write_len(&burst, 1);
     }
     burst.wire_len = wire;
     dev.counters.port_xmit_packets += u64::from(count);
@@ -755,7 +777,7 @@ fn send_burst(dev: &mut Device, c: &Ctx, req: &mut ReqState, w: &BurstMsg<'_>) -
     if !ends {
         req.cur_pkt += count;
     }
-    dev.tx.push_back(Frame::Burst(Box::new(burst)));
+    dev.tx.push_back(Frame::Burst(burst));
     Some(ends)
 }
 
@@ -964,10 +986,14 @@ pub(crate) fn has_work(qp: &crate::objects::Qp) -> bool {
 
 /// The earliest pending timer.
 pub(crate) fn next_deadline(dev: &Device) -> Option<u64> {
-    dev.objs
-        .qps
-        .iter()
-        .flat_map(|(_, qp)| [qp.req.ack_deadline, qp.req.rnr_wait.map(|(t, _)| t)])
-        .flatten()
-        .min()
+    let mut next: Option<u64> = None;
+    for (_, qp) in dev.objs.qps.iter() {
+        for t in [qp.req.ack_deadline, qp.req.rnr_wait.map(|(t, _)| t)]
+            .into_iter()
+            .flatten()
+        {
+            next = Some(next.map_or(t, |n| n.min(t)));
+        }
+    }
+    next
 }

@@ -146,6 +146,7 @@ pub(super) fn create_qp(dev: &mut Device, input: &[u8], output: &mut [u8]) -> Cm
         geom,
         dbr,
         attrs: QpAttrs::default(),
+        headers: None,
         sq_ci: 0,
         rq_ci: 0,
         req: ReqState::default(),

@@ -141,6 +141,7 @@ pub(super) fn modify_qp(
                 return Err(fail(CmdStatus::BAD_RES_ERR, SYND_NO_QP));
             };
             qp.attrs = up.attrs;
+            qp.headers = None;
             qp.qpc = up.qpc;
             // INIT2RTR arms the responder at the expected PSN, RTR2RTS the requester at the
             // first PSN it sends.
@@ -169,6 +170,7 @@ fn to_reset(dev: &mut Device, qpn: u32) {
     qp.req = ReqState::default();
     qp.resp = RespState::default();
     qp.attrs = QpAttrs::default();
+    qp.headers = None;
     if let Ok(mut s) = Qpc::new_checked(&mut qp.qpc[..]) {
         clear_transition_fields(&mut s);
     }

@@ -9,12 +9,12 @@
 //! the syndrome and the responder's current MSN.
 
 use bypass_hw::roce::opcode::MASK_24;
-use bypass_hw::roce::{Aeth, BthFields, BthOpcode, DEFAULT_PKEY, ExtFields};
+use bypass_hw::roce::{Aeth, BthFields, BthOpcode, DEFAULT_PKEY, ExtFields, IpSpec, UdpPorts};
 use bypass_hw::syndrome::AethSyndrome;
 
 use crate::device::Device;
 use crate::frame::{AckFrame, Frame};
-use crate::transport::{Route, headers, send};
+use crate::transport::{Route, qp_headers, send};
 
 /// Sends a response packet of `opcode` with PSN `psn` from QP `qpn` to its remote QP.
 /// Returns false if it could not be sent (no such QP, bad path).
@@ -29,7 +29,6 @@ pub(crate) fn respond(
     let Some(qp) = dev.objs.qps.get(qpn) else {
         return false;
     };
-    let path = qp.attrs.path.clone();
     let bth = BthFields {
         opcode,
         pkey: DEFAULT_PKEY,
@@ -37,35 +36,46 @@ pub(crate) fn respond(
         psn: psn & MASK_24,
         ..Default::default()
     };
+    let fast_ack = match (dev.fast_tx && !dev.trace.enabled(), opcode, ext.aeth) {
+        (true, BthOpcode::RC_ACKNOWLEDGE, Some(aeth)) if payload.is_empty() => Some(aeth),
+        _ => None,
+    };
+    // The in-process link carries an ACKNOWLEDGE as its fields (`crate::frame`), with the
+    // QP's headers once built (no copy of its path then).
+    if let (Some(aeth), Some((ip, ports))) = (fast_ack, qp.headers) {
+        push_ack(dev, ip, ports, &bth, aeth);
+        return true;
+    }
+    let path = qp.attrs.path.clone();
     let route = Route {
         port: path.port,
         path: &path,
         src_qpn: qpn,
     };
-    if let (true, BthOpcode::RC_ACKNOWLEDGE, Some(aeth), true) = (
-        dev.fast_tx && !dev.trace.enabled(),
-        opcode,
-        ext.aeth,
-        payload.is_empty(),
-    ) {
-        // The in-process link carries an ACKNOWLEDGE as its fields (`crate::frame`).
-        if let Some((ip, ports)) = headers(dev, route) {
-            let spec = AckFrame::spec(ip, ports, bth.dest_qp, bth.psn, aeth);
-            let wire_len = spec.packet_len().map_or(0, |l| l as u64);
-            dev.counters.port_xmit_packets += 1;
-            dev.counters.port_xmit_data += wire_len;
-            dev.tx.push_back(Frame::Ack(AckFrame {
-                ip,
-                ports,
-                dest_qp: bth.dest_qp,
-                psn: bth.psn,
-                aeth,
-                wire_len,
-            }));
+    if let Some(aeth) = fast_ack {
+        if let Some((ip, ports)) = qp_headers(dev, qpn, route) {
+            push_ack(dev, ip, ports, &bth, aeth);
             return true;
         }
     }
     send(dev, route, bth, ext, payload)
+}
+
+/// Queues an ACKNOWLEDGE as its fields, counted as the packet `send` would have built.
+fn push_ack(dev: &mut Device, ip: IpSpec, ports: UdpPorts, bth: &BthFields, aeth: Aeth) {
+    let wire_len = dev.len_memo.ack_len(&ip, || {
+        AckFrame::spec(ip, ports, bth.dest_qp, bth.psn, aeth)
+    });
+    dev.counters.port_xmit_packets += 1;
+    dev.counters.port_xmit_data += wire_len;
+    dev.tx.push_back(Frame::Ack(AckFrame {
+        ip,
+        ports,
+        dest_qp: bth.dest_qp,
+        psn: bth.psn,
+        aeth,
+        wire_len,
+    }));
 }
 
 /// The AETH for `syndrome` with the QP's current MSN.

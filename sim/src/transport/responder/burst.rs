@@ -29,10 +29,14 @@ use crate::mkey::Need;
 /// Applies `b` to its QP if it is the plain case; false (nothing changed) otherwise.
 pub(crate) fn apply(dev: &mut Device, b: &Burst) -> bool {
     let qpn = b.dest_qp;
-    let Some(dst) = plain(dev, b) else {
-        return false;
-    };
-    if !copy_payload(&b.src, &dst) {
+    // The destination runs go into the device's reused buffer (no allocation per burst); it
+    // is emptied again before it goes back, so it keeps no buffer alive.
+    let mut dst = std::mem::take(&mut dev.runs_spare);
+    dst.clear();
+    let copied = plain(dev, b, &mut dst).is_some() && copy_payload(&b.src, &dst);
+    dst.clear();
+    dev.runs_spare = dst;
+    if !copied {
         return false;
     }
     dev.counters.port_rcv_packets += u64::from(b.count);
@@ -44,18 +48,17 @@ pub(crate) fn apply(dev: &mut Device, b: &Burst) -> bool {
     // The state after each packet matters only where something observes it: the ACKs (their
     // AETH carries the MSN) and the end of the burst. Packets in between only move it along.
     let end = b.count.saturating_sub(1);
-    // The set AckReq bits, lowest first, then the end (visited once).
-    let mut bits = b.ack_req & !1u128.checked_shl(end).unwrap_or(0);
-    let marks = std::iter::from_fn(move || {
-        (bits != 0).then(|| {
+    // The set AckReq bits before the end, lowest first, then the end (visited once).
+    let below_end = 1u128.checked_shl(end).map_or(u128::MAX, |bit| bit - 1);
+    let mut bits = b.ack_req & below_end;
+    loop {
+        let i = if bits == 0 {
+            end
+        } else {
             let i = bits.trailing_zeros();
             bits &= bits - 1;
             i
-        })
-    })
-    .filter(|&i| i < end)
-    .chain(std::iter::once(end));
-    for i in marks {
+        };
         let psn = psn_add(b.first_psn, i);
         let (off, n, _, last) = packet_at(b.msg_off, b.msg_len, b.mtu, i);
         let Some(qp) = dev.objs.qps.get_mut(qpn) else {
@@ -77,12 +80,15 @@ pub(crate) fn apply(dev: &mut Device, b: &Burst) -> bool {
         if b.acks(i) {
             ack::send_ack(dev, qpn, AethSyndrome::ACK_UNLIMITED, psn);
         }
+        if i == end {
+            return true;
+        }
     }
-    true
 }
 
-/// The destination's host memory if every packet of `b` would pass the responder's checks.
-fn plain(dev: &mut Device, b: &Burst) -> Option<Vec<HostRun>> {
+/// The destination's host memory, appended to `out`, if every packet of `b` would pass the
+/// responder's checks.
+fn plain(dev: &mut Device, b: &Burst, out: &mut Vec<HostRun>) -> Option<()> {
     let qpn = b.dest_qp;
     let qp = dev.objs.qps.get(qpn)?;
     let starts = b.msg_off == 0;
@@ -131,5 +137,5 @@ fn plain(dev: &mut Device, b: &Burst) -> Option<Vec<HostRun>> {
     for (iova, n) in runs {
         iovas.push(iova, n);
     }
-    iovas.resolve(&mut dev.iommu, Dir::Write)
+    iovas.resolve_into(&mut dev.iommu, Dir::Write, out)
 }

@@ -209,6 +209,7 @@ impl Rig {
         let qp = self.host.dev.objs.qps.get_mut(qpn).expect("qp");
         qp.state = state;
         qp.attrs.path.port = 1;
+        qp.headers = None;
     }
 }
 

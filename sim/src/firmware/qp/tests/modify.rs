@@ -378,3 +378,52 @@ proptest! {
         let _ = r.destroy(qpn);
     }
 }
+
+/// The headers `transport::qp_headers` keeps in QP `qpn` for its primary path (building them
+/// if the QP has none).
+fn kept_headers(
+    r: &mut Rig,
+    qpn: u32,
+) -> Option<(bypass_hw::roce::IpSpec, bypass_hw::roce::UdpPorts)> {
+    let path = r.qp(qpn).attrs.path.clone();
+    let route = crate::transport::Route {
+        port: path.port,
+        path: &path,
+        src_qpn: qpn,
+    };
+    crate::transport::qp_headers(&mut r.host.dev, qpn, route)
+}
+
+#[test]
+fn a_new_path_gets_new_headers_after_the_modify_commands_replace_the_old_one() {
+    let mut r = Rig::new();
+    let qpn = r.qp_of(service_type::RC);
+    r.walk_to_rts(qpn);
+    let (_, old_ports) = kept_headers(&mut r, qpn).expect("headers of the RTS path");
+    assert_eq!(old_ports.src, 0xdcba, "the path's UDP source port");
+    assert!(r.qp(qpn).headers.is_some(), "kept in the QP");
+    r.step(Opcode::RTS2RTS_QP, qpn).unwrap();
+    assert!(
+        r.qp(qpn).headers.is_none(),
+        "RTS2RTS replaces the attributes"
+    );
+    kept_headers(&mut r, qpn).expect("built again");
+    r.step(Opcode::QP_2RST, qpn).unwrap();
+    assert!(r.qp(qpn).headers.is_none(), "2RST clears the attributes");
+    // Reconnected with another UDP source port and hop limit: the headers follow.
+    r.step(Opcode::RST2INIT_QP, qpn).unwrap();
+    init2rtr(&mut r, qpn, |q| {
+        let mut p = q.primary_address_path_mut();
+        p.set_udp_sport(0x1234).unwrap();
+        p.set_hop_limit(7).unwrap();
+    })
+    .unwrap();
+    r.step(Opcode::RTR2RTS_QP, qpn).unwrap();
+    let (ip, ports) = kept_headers(&mut r, qpn).expect("headers of the new path");
+    assert_eq!(ports.src, 0x1234);
+    let hop = match ip {
+        bypass_hw::roce::IpSpec::V4(v) => v.ttl,
+        bypass_hw::roce::IpSpec::V6(v) => v.hop_limit,
+    };
+    assert_eq!(hop, 7);
+}
