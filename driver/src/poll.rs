@@ -521,9 +521,16 @@ impl CqPoller {
         })
     }
 
-    /// The consumer index (CQEs consumed, 24 bits used by the device).
+    /// The consumer index (CQEs consumed, 24 bits used by the device): the low 32 bits of
+    /// [`CqPoller::consumed`].
     pub fn consumer_index(&self) -> u32 {
-        self.table.ci.load(Ordering::Relaxed)
+        self.table.ci.load(Ordering::Relaxed) as u32
+    }
+
+    /// CQEs consumed since the CQ was created (free-running, 64 bits): the count the `*_seq`
+    /// poll forms number completions by (see [`QpTable::consumed`]).
+    pub fn consumed(&self) -> u64 {
+        self.table.consumed()
     }
 
     /// Entries in the ring.
@@ -549,8 +556,8 @@ impl CqPoller {
 
     /// The address of the CQE of consumer index `ci` (inside the ring, whatever `ci`).
     #[inline(always)]
-    pub(crate) fn cqe_ptr(&self, ci: u32) -> NonNull<Cqe64> {
-        let slot = (ci & self.mask) as usize;
+    pub(crate) fn cqe_ptr(&self, ci: u64) -> NonNull<Cqe64> {
+        let slot = (ci & u64::from(self.mask)) as usize;
         // SAFETY: `slot < nent` (`mask == nent - 1`, `nent` a power of two) and
         // `nent * 64 <= ring.len()` (checked in `new`), so the 64 bytes at `cqe0 + slot * 64`
         // are inside the ring, which stays mapped while `self` lives.
@@ -566,16 +573,16 @@ impl CqPoller {
 
     /// The lap parity the owner bit of the CQE at `ci` must have to be software's (0 or 1).
     #[inline(always)]
-    pub(crate) fn parity(&self, ci: u32) -> u8 {
-        u8::from(ci & self.nent != 0)
+    pub(crate) fn parity(&self, ci: u64) -> u8 {
+        u8::from(ci & u64::from(self.nent) != 0)
     }
 
     /// The CQE at the consumer index if software owns it (rdma-core `get_sw_cqe`), after the
     /// `udma_from_device_barrier` that keeps its other fields from being read early.
     #[inline(always)]
-    pub(crate) fn next_cqe(&self, ci: u32) -> Option<&Cqe64> {
+    pub(crate) fn next_cqe(&self, ci: u64) -> Option<&Cqe64> {
         let p = self.cqe_ptr(ci);
-        if !sw_owns_fast(Self::op_own(p), ci & self.nent != 0) {
+        if !sw_owns_fast(Self::op_own(p), ci & u64::from(self.nent) != 0) {
             return None;
         }
         udma_from_device_barrier();
@@ -594,13 +601,13 @@ impl CqPoller {
 
     /// Publishes the consumer index in the doorbell record (rdma-core `update_cons_index`).
     #[inline(always)]
-    pub(crate) fn publish_ci(&self, ci: u32) {
+    pub(crate) fn publish_ci(&self, ci: u64) {
         self.publish_ci_in(&self.table, ci);
     }
 
     /// [`CqPoller::publish_ci`] with `table` (`self.table`) already at hand.
     #[inline(always)]
-    pub(crate) fn publish_ci_in(&self, table: &QpTable, ci: u32) {
+    pub(crate) fn publish_ci_in(&self, table: &QpTable, ci: u64) {
         table.ci.store(ci, Ordering::Relaxed);
         // Keep the CQE reads above from being moved after the store that gives the entries
         // back to the device (a compiler fence on x86-64, whose loads are not reordered with
@@ -608,7 +615,10 @@ impl CqPoller {
         udma_to_device_barrier();
         // SAFETY: the CI word is the first 4 bytes of the doorbell record (at least 8 bytes,
         // 4-byte aligned: checked in `new`); volatile: the device reads it concurrently.
-        unsafe { self.dbr_ci.write_volatile((ci & 0x00ff_ffff).to_be()) };
+        unsafe {
+            self.dbr_ci
+                .write_volatile((ci as u32 & 0x00ff_ffff).to_be())
+        };
     }
 
     /// Polls up to `out.len()` completions into `out`; returns how many. Writes the doorbell
@@ -616,12 +626,28 @@ impl CqPoller {
     /// cleaning this CQ.
     #[inline]
     pub fn poll(&mut self, out: &mut [WorkCompletion]) -> usize {
+        self.poll_counted(out).0
+    }
+
+    /// [`CqPoller::poll`] that also returns the sequence number of `out[0]`: the consumer
+    /// count ([`CqPoller::consumed`]) once its CQE is consumed, taken while the poll holds the
+    /// consumer side; `out[i]` has that plus `i` (meaningless when it returns 0 completions).
+    #[inline]
+    pub fn poll_seq(&mut self, out: &mut [WorkCompletion]) -> (usize, u64) {
+        let (n, ci) = self.poll_counted(out);
+        (n, ci.wrapping_add(1))
+    }
+
+    /// The body of [`CqPoller::poll`]: how many, and the consumer index of the first.
+    #[inline(always)]
+    fn poll_counted(&mut self, out: &mut [WorkCompletion]) -> (usize, u64) {
         let this: &CqPoller = self;
         let table: &QpTable = &this.table;
         if !table.try_acquire() {
-            return 0;
+            return (0, 0);
         }
-        let mut ci = table.ci.load(Ordering::Relaxed);
+        let first = table.ci.load(Ordering::Relaxed);
+        let mut ci = first;
         let mut n = 0;
         for slot in out.iter_mut() {
             let wc = match this.take_fast(table, ci) {
@@ -643,14 +669,14 @@ impl CqPoller {
             this.publish_ci_in(table, ci);
         }
         table.release();
-        n
+        (n, first)
     }
 
     /// The general step at `ci` (the flag held): the owner-bit rule, the whole decode, the
     /// table lookup and retire; for the CQEs the fast step leaves (other opcodes, other QPs).
     #[cold]
     #[inline(never)]
-    fn take_general(&self, ci: u32) -> Option<WorkCompletion> {
+    fn take_general(&self, ci: u64) -> Option<WorkCompletion> {
         let cqe = self.next_cqe(ci)?;
         let mut wc = decode(cqe);
         retire(&self.table, &mut wc);
@@ -660,6 +686,23 @@ impl CqPoller {
     /// Polls one completion.
     #[inline]
     pub fn poll_one(&mut self) -> Option<WorkCompletion> {
+        self.poll_one_counted().map(|(wc, _)| wc)
+    }
+
+    /// [`CqPoller::poll_one`] with the completion's sequence number: the consumer count
+    /// ([`CqPoller::consumed`]) its CQE brought the CQ to, taken while the poll holds the
+    /// consumer side, so that no QP destroy or reset (whose clean needs that side) falls
+    /// between taking the CQE and numbering it. See [`QpTable::consumed`] for what the number
+    /// proves.
+    #[inline]
+    pub fn poll_one_seq(&mut self) -> Option<(WorkCompletion, u64)> {
+        self.poll_one_counted()
+            .map(|(wc, ci)| (wc, ci.wrapping_add(1)))
+    }
+
+    /// The body of [`CqPoller::poll_one`]: the completion and its CQE's consumer index.
+    #[inline(always)]
+    fn poll_one_counted(&mut self) -> Option<(WorkCompletion, u64)> {
         let this: &CqPoller = self;
         let table: &QpTable = &this.table;
         if !table.try_acquire() {
@@ -674,13 +717,13 @@ impl CqPoller {
                 let wc = decode(unsafe { p.as_ref() }).with_wr_id(wr_id);
                 this.publish_ci_in(table, ci.wrapping_add(1));
                 table.release();
-                Some(wc)
+                Some((wc, ci))
             }
             Err(false) => {
                 table.release();
                 None
             }
-            Err(true) => this.poll_one_held(ci),
+            Err(true) => this.poll_one_held(ci).map(|wc| (wc, ci)),
         }
     }
 
@@ -690,7 +733,7 @@ impl CqPoller {
     /// `poll_one` keeps no frame for it.
     #[cold]
     #[inline(never)]
-    fn poll_one_held(&self, ci: u32) -> Option<WorkCompletion> {
+    fn poll_one_held(&self, ci: u64) -> Option<WorkCompletion> {
         let r = self.take_general(ci);
         if r.is_some() {
             self.publish_ci(ci.wrapping_add(1));
@@ -702,11 +745,18 @@ impl CqPoller {
     /// Polls one completion and returns the CQE's 64 bytes too (research access; copies the
     /// CQE, so not for the hot path).
     pub fn poll_raw(&mut self) -> Option<(WorkCompletion, [u8; 64])> {
+        self.poll_raw_seq().map(|(wc, raw, _)| (wc, raw))
+    }
+
+    /// [`CqPoller::poll_raw`] with the completion's sequence number (as
+    /// [`CqPoller::poll_one_seq`]).
+    pub fn poll_raw_seq(&mut self) -> Option<(WorkCompletion, [u8; 64], u64)> {
         self.poll_with(|cqe| -> [u8; 64] { zerocopy::transmute!(*cqe) })
     }
 
+    /// One completion, `f` applied to its CQE, and its sequence number.
     #[inline(always)]
-    fn poll_with<R>(&mut self, f: impl FnOnce(&Cqe64) -> R) -> Option<(WorkCompletion, R)> {
+    fn poll_with<R>(&mut self, f: impl FnOnce(&Cqe64) -> R) -> Option<(WorkCompletion, R, u64)> {
         if !self.table.try_acquire() {
             return None;
         }
@@ -718,9 +768,10 @@ impl CqPoller {
         let r = f(cqe);
         let mut wc = decode(cqe);
         self.retire(&mut wc);
-        self.publish_ci(ci.wrapping_add(1));
+        let seq = ci.wrapping_add(1);
+        self.publish_ci(seq);
         self.table.release();
-        Some((wc, r))
+        Some((wc, r, seq))
     }
 
     /// Removes the unpolled CQEs of QP `qpn` from this CQ (see [`QpTable::clean`]).
