@@ -686,7 +686,7 @@ impl CqPoller {
     /// Polls one completion.
     #[inline]
     pub fn poll_one(&mut self) -> Option<WorkCompletion> {
-        self.poll_one_counted().map(|(wc, _)| wc)
+        self.poll_one_in(|wc, _| wc, Self::poll_one_held)
     }
 
     /// [`CqPoller::poll_one`] with the completion's sequence number: the consumer count
@@ -696,13 +696,18 @@ impl CqPoller {
     /// proves.
     #[inline]
     pub fn poll_one_seq(&mut self) -> Option<(WorkCompletion, u64)> {
-        self.poll_one_counted()
-            .map(|(wc, ci)| (wc, ci.wrapping_add(1)))
+        self.poll_one_in(|wc, ci| (wc, ci.wrapping_add(1)), Self::poll_one_held_seq)
     }
 
-    /// The body of [`CqPoller::poll_one`]: the completion and its CQE's consumer index.
+    /// The body of [`CqPoller::poll_one`] and [`CqPoller::poll_one_seq`]: `fast` makes the
+    /// result of a CQE the fast step took (from the completion and its consumer index), `held`
+    /// is the cold path, called in tail position (so the caller keeps no stack frame for it).
     #[inline(always)]
-    fn poll_one_counted(&mut self) -> Option<(WorkCompletion, u64)> {
+    fn poll_one_in<T>(
+        &mut self,
+        fast: impl FnOnce(WorkCompletion, u64) -> T,
+        held: fn(&Self, u64) -> Option<T>,
+    ) -> Option<T> {
         let this: &CqPoller = self;
         let table: &QpTable = &this.table;
         if !table.try_acquire() {
@@ -717,13 +722,13 @@ impl CqPoller {
                 let wc = decode(unsafe { p.as_ref() }).with_wr_id(wr_id);
                 this.publish_ci_in(table, ci.wrapping_add(1));
                 table.release();
-                Some((wc, ci))
+                Some(fast(wc, ci))
             }
             Err(false) => {
                 table.release();
                 None
             }
-            Err(true) => this.poll_one_held(ci).map(|wc| (wc, ci)),
+            Err(true) => held(this, ci),
         }
     }
 
@@ -740,6 +745,14 @@ impl CqPoller {
         }
         self.table.release();
         r
+    }
+
+    /// [`CqPoller::poll_one_held`] for [`CqPoller::poll_one_seq`]: with the sequence number.
+    #[cold]
+    #[inline(never)]
+    fn poll_one_held_seq(&self, ci: u64) -> Option<(WorkCompletion, u64)> {
+        let seq = ci.wrapping_add(1);
+        self.poll_one_held(ci).map(|wc| (wc, seq))
     }
 
     /// Polls one completion and returns the CQE's 64 bytes too (research access; copies the
