@@ -979,6 +979,79 @@ mod tests {
     }
 
     #[test]
+    fn every_poll_form_numbers_its_completion_with_the_consumer_count_which_passes_2_pow_32_and_only_grows()
+     {
+        let mut f = fixture(4);
+        // Start three CQEs short of 2^32: the count must not wrap with the ring arithmetic.
+        let start: u64 = (1 << 32) - 3;
+        f.table.ci.store(start, Ordering::Relaxed);
+        // A SEND CQE of `qpn` at consumer index `ci`, with the owner bit of its lap.
+        let at = |f: &Fixture, ci: u64, qpn: u32| {
+            put(
+                f,
+                ci as u32,
+                &req(qpn, ci as u16, WqeOpcode::SEND, ci & 4 != 0),
+            );
+        };
+        at(&f, start, 5);
+        let (wc, seq) = f.poller.poll_one_seq().unwrap();
+        assert_eq!((wc.wqe_index(), seq), (start as u16, start + 1));
+        assert_eq!(
+            f.poller.consumed(),
+            seq,
+            "the number is the count after the CQE"
+        );
+
+        at(&f, start + 1, 5);
+        let (wc, raw, seq) = f.poller.poll_raw_seq().unwrap();
+        assert_eq!((wc.wqe_index(), seq), ((start + 1) as u16, start + 2));
+        assert_eq!(raw[63] >> 4, CqeOpcode::REQ.0);
+
+        // The extended poll across 2^32.
+        at(&f, start + 2, 5);
+        at(&f, start + 3, 5);
+        {
+            let mut g = f.poller.start_poll().unwrap();
+            assert_eq!(g.seq(), start + 3);
+            assert!(g.next_poll());
+            assert_eq!((g.seq(), g.wqe_index()), (start + 4, (start + 3) as u16));
+            assert!(!g.next_poll());
+        }
+        assert_eq!(f.poller.consumed(), (1 << 32) + 1);
+        assert_eq!(f.poller.consumer_index(), 1, "the low 32 bits");
+        let mut dbr = [0u8; 4];
+        f.poller.dbr.read(0, &mut dbr);
+        assert_eq!(
+            u32::from_be_bytes(dbr),
+            1,
+            "the doorbell record takes the low 24 bits"
+        );
+
+        // A clean drops QP 9's CQE: the count moves up by the dropped CQE, never down.
+        at(&f, start + 4, 9);
+        at(&f, start + 5, 5);
+        assert_eq!(f.poller.clean(9), 1);
+        assert_eq!(f.poller.consumed(), start + 5);
+        assert_eq!(f.poller.clean(9), 0);
+        assert_eq!(
+            f.poller.consumed(),
+            start + 5,
+            "nothing dropped, nothing counted"
+        );
+
+        // The batch poll: `out[0]` has the returned number, `out[i]` that plus `i`.
+        at(&f, start + 6, 5);
+        let mut out = [decode(&Cqe64::new_zeroed()); 4];
+        assert_eq!(f.poller.poll_seq(&mut out), (2, start + 6));
+        let got: Vec<_> = out[..2].iter().map(WorkCompletion::wqe_index).collect();
+        assert_eq!(got, [(start + 5) as u16, (start + 6) as u16]);
+        assert_eq!(f.poller.consumed(), start + 7);
+        assert!(f.poller.poll_one_seq().is_none());
+        assert_eq!(f.poller.poll_seq(&mut out).0, 0);
+        assert_eq!(f.poller.consumed(), start + 7);
+    }
+
+    #[test]
     fn error_cqes_carry_the_syndrome_and_the_failed_wqe() {
         let mut f = fixture(4);
         let sh = Arc::new(WqShared::new(3, 4, 0));
