@@ -144,6 +144,20 @@ impl WorkCompletion {
         self.hi[1]
     }
 
+    /// Sets the WQE index ([`WorkCompletion::wqe_index`]: `wqe_counter`, CQE bytes
+    /// 0x3c..0x3e, big-endian, in `hi[1]` bits 32..48).
+    #[inline(always)]
+    pub(crate) const fn set_wqe_index(&mut self, index: u16) {
+        self.hi[1] = (self.hi[1] & !(0xffff << 32)) | ((index.swap_bytes() as u64) << 32);
+    }
+
+    /// True for a receive-queue completion (a responder CQE or RESP_ERR), which completes
+    /// the receive queue's oldest WQE.
+    #[inline(always)]
+    pub(crate) const fn completes_a_receive(&self) -> bool {
+        self.is_recv_cqe()
+    }
+
     /// CQE bytes 0x36..0x38 (`vendor_err_synd`, `syndrome` of an error CQE), little-endian.
     #[inline(always)]
     const fn err(&self) -> u16 {
@@ -277,7 +291,10 @@ impl WorkCompletion {
         }
     }
 
-    /// The WQE index the CQE carries (`wqe_counter`: the send WQE's first WQEBB).
+    /// The index of the WQE completed: for a send, the CQE's `wqe_counter` (the send WQE's
+    /// first WQEBB); for a receive, the receive WQE's index (modulo 2^16) as the driver
+    /// matched it (receive queues complete in order; see `retire_on`). A completion of a QP
+    /// no longer attached to the CQ keeps the CQE's `wqe_counter`.
     #[inline]
     pub const fn wqe_index(&self) -> u16 {
         ((self.tail() >> 32) as u16).swap_bytes()
@@ -386,13 +403,21 @@ pub(crate) fn retire(table: &QpTable, wc: &mut WorkCompletion) {
 
 /// Retires the WQE(s) `wc` completes in QP bookkeeping `w` and returns the `wr_id`: a receive
 /// CQE the RQ's oldest WQE, a send CQE every SQ WQE up to the one `wqe_counter` names.
+///
+/// A receive CQE's [`WorkCompletion::wqe_index`] becomes the index of the receive WQE it
+/// completes (the RQ's tail before this one, modulo 2^16): a receive queue completes in
+/// order, so that is the WQE, whatever the CQE's `wqe_counter` holds (rdma-core
+/// `providers/mlx5/cq.c` `mlx5_parse_cqe` takes `wq->tail` for a non-SRQ receive and does not
+/// read `wqe_counter`). The safe verbs layer matches a receive completion to its buffers by it.
 #[inline(always)]
-pub(crate) fn retire_on(w: &WqShared, wc: &WorkCompletion) -> u64 {
+pub(crate) fn retire_on(w: &WqShared, wc: &mut WorkCompletion) -> u64 {
     // A successful requester CQE (opcode 0: the top nibble of the word is 0) first, the
     // common case, with one comparison; then the table test of the other opcodes.
     if wc.tail() >> 60 == 0 || !wc.is_recv_cqe() {
         w.complete_send(wc.wqe_index())
     } else {
+        // The caller holds the CQ's consumer flag: nobody else moves the tail meanwhile.
+        wc.set_wqe_index(w.rq_tail() as u16);
         w.complete_recv()
     }
 }
@@ -929,6 +954,48 @@ mod tests {
             0,
             "a detached QP's wr_id is unknown"
         );
+    }
+
+    #[test]
+    fn a_receive_completion_names_the_receive_wqe_it_completed_whatever_wqe_counter_holds() {
+        let mut f = fixture(8);
+        let sh = Arc::new(WqShared::new(9, 8, 4));
+        f.table.attach(sh.clone());
+        let mut rqm = TestRing::new(4 * 64);
+        let mut rq = RqRing::new(rqm.ring(), 64);
+        for k in 0..4 {
+            rq.commit(&sh, 0x10 + k);
+        }
+        // Receive CQEs whose `wqe_counter` holds junk (rdma-core does not read it for an RQ),
+        // one of them a flushed receive (RESP_ERR).
+        let recv = |counter: u16, op: CqeOpcode| {
+            let mut r = Cqe64::new_zeroed();
+            r.sop_drop_qpn.set(9);
+            r.wqe_counter.set(counter);
+            r.op_own = make_op_own(op, 0, false, false);
+            r
+        };
+        put(&f, 0, &recv(0xabcd, CqeOpcode::RESP_SEND));
+        put(&f, 1, &recv(0x7777, CqeOpcode::RESP_SEND));
+        put(&f, 2, &recv(0x0003, CqeOpcode::RESP_SEND));
+        put(&f, 3, &recv(0xffff, CqeOpcode::RESP_ERR));
+        let (wc, _) = f.poller.poll_one_seq().unwrap();
+        assert_eq!((wc.wr_id(), wc.wqe_index()), (0x10, 0));
+        let (wc, _, _) = f.poller.poll_raw_seq().unwrap();
+        assert_eq!((wc.wr_id(), wc.wqe_index()), (0x11, 1));
+        {
+            let mut g = f.poller.start_poll().unwrap();
+            assert_eq!((g.wr_id(), g.wqe_index()), (0x12, 2));
+            assert_eq!(g.completion().wqe_index(), 2);
+            assert!(g.next_poll());
+            assert_eq!((g.wr_id(), g.wqe_index(), g.is_ok()), (0x13, 3, false));
+        }
+        assert_eq!(sh.rq_tail(), 4);
+        // A send completion keeps its `wqe_counter`.
+        put(&f, 4, &req(9, 0x55, WqeOpcode::SEND, false));
+        let mut out = [decode(&Cqe64::new_zeroed()); 2];
+        assert_eq!(f.poller.poll(&mut out), 1);
+        assert_eq!(out[0].wqe_index(), 0x55);
     }
 
     #[test]

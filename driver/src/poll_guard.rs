@@ -221,7 +221,23 @@ impl CqPollGuard<'_> {
     /// The whole completion, decoded (the same value [`CqPoller::poll_one`] returns).
     #[inline(always)]
     pub fn completion(&self) -> WorkCompletion {
-        decode(self.cqe()).with_wr_id(self.wr_id)
+        let wc = decode(self.cqe()).with_wr_id(self.wr_id);
+        if wc.completes_a_receive() {
+            return self.with_rq_index(wc);
+        }
+        wc
+    }
+
+    /// `wc`, a receive completion, with the index of the receive WQE it completed (as
+    /// `poll::retire_on` sets it): its QP's receive tail was moved past it when the guard
+    /// took it, and only the guard's holder moves it.
+    #[cold]
+    #[inline(never)]
+    fn with_rq_index(&self, mut wc: WorkCompletion) -> WorkCompletion {
+        if let Some(w) = self.table.find(wc.qpn()) {
+            wc.set_wqe_index(w.rq_tail().wrapping_sub(1) as u16);
+        }
+        wc
     }
 
     /// The `wr_id` (`ibv_wc_read_wr_id`; for a send, the one `wqe_counter` names).
