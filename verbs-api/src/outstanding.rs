@@ -1,6 +1,9 @@
 //! The per-queue table of buffers owned by outstanding work requests: a pre-sized array
 //! indexed by the WQE's ring index (SQ: the WQEBB index the WQE starts at, which the CQE's
-//! `wqe_counter` names; RQ: the receive WQE index), so parking and reclaiming allocate nothing.
+//! `wqe_counter` names; RQ: the receive WQE index, which the driver's receive completion
+//! names: `WorkCompletion::wqe_index`), so parking and reclaiming allocate nothing. A
+//! completion is always matched by the index it names, never "the oldest outstanding": a
+//! receive completion kept while its slot was reposted must not release the next receive.
 //!
 //! The rule it enforces: a buffer parked at index `i` leaves the table only when
 //! - a completion for index `i` or a later index of the same queue is reclaimed (mlx5 writes a
@@ -109,18 +112,6 @@ impl Outstanding {
             .unwrap_or_default())
     }
 
-    /// A completion (the `seq`-th of its CQ) was polled for the oldest outstanding entry
-    /// (receive queues without SRQ complete in posting order: rdma-core `mlx5_parse_cqe` takes
-    /// `wq->tail` for the RQ rather than the CQE's counter). Returns its buffers, or an empty
-    /// list if nothing is outstanding, `Err` if the completion is stale (see
-    /// [`Self::complete`]).
-    pub(crate) fn complete_next(&mut self, seq: u64) -> Result<SgeList, u64> {
-        if self.head == self.tail {
-            return Ok(SgeList::new());
-        }
-        self.complete(self.tail as u16, seq)
-    }
-
     /// The queue was reset or destroyed: the NIC no longer touches any WQE, drop everything.
     pub(crate) fn clear(&mut self) {
         for s in self.slots.iter_mut() {
@@ -209,14 +200,26 @@ mod tests {
     }
 
     #[test]
-    fn receive_completions_release_in_posting_order() {
+    fn a_completion_kept_while_its_slot_is_reposted_releases_nothing() {
         let p = pool();
         let mut o = Outstanding::new(4);
-        for i in 0..6u32 {
-            o.park(i, 1, one(&p, i as u8), u64::from(i));
-            assert_eq!(tag(o.complete_next(u64::from(i) + 1)), Some(i as u8));
+        for i in 0..4u32 {
+            o.park(i, 1, one(&p, i as u8), 0);
         }
-        assert!(o.complete_next(99).unwrap().is_empty());
+        // Position 0 completed (seq 1) but its completion is kept; the slot is reposted.
+        o.park(4, 1, one(&p, 4), 1);
+        assert_eq!(
+            p.leased(),
+            4,
+            "position 0's buffer went back when overwritten"
+        );
+        assert!(
+            o.complete(0, 1).unwrap().is_empty(),
+            "position 0 is behind the window: positions 1..=4 stay parked"
+        );
+        assert_eq!(p.leased(), 4);
+        assert_eq!(tag(o.complete(1, 2)), Some(1));
+        assert_eq!(tag(o.complete(4, 5)), Some(4));
         assert_eq!(p.leased(), 0);
     }
 
@@ -244,7 +247,7 @@ mod tests {
         o.clear();
         o.park(0, 1, one(&p, 9), 10);
         assert_eq!(o.complete(0, 10).err(), Some(10));
-        assert_eq!(o.complete_next(7).err(), Some(10));
+        assert_eq!(o.complete(0, 7).err(), Some(10));
         assert_eq!(p.leased(), 1, "still parked");
         assert_eq!(tag(o.complete(0, 11)), Some(9));
     }

@@ -641,8 +641,11 @@ impl Qp {
             });
         }
         let wc = c.work_completion();
+        // Both queues by the WQE index the driver reports: for a receive, the index of the
+        // receive WQE it matched (in order), so a receive completion kept while its slot was
+        // reposted names a position outside the window and releases nothing.
         let got = if recv {
-            self.rq.complete_next(c.seq())
+            self.rq.complete(wc.wqe_index(), c.seq())
         } else {
             self.sq.complete(wc.wqe_index(), c.seq())
         };

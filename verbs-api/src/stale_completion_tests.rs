@@ -133,3 +133,46 @@ fn a_qps_own_completion_is_numbered_above_its_post() -> Result<(), VerbsError> {
     assert_eq!(pool.leased(), 0);
     Ok(())
 }
+
+#[test]
+fn a_receive_completion_kept_while_its_slot_is_reposted_releases_no_other_receive()
+-> Result<(), VerbsError> {
+    use crate::RecvWr;
+    let pair = Context::sim_pair(13)?;
+    let (pd_a, pd_b) = (pair.a.alloc_pd()?, pair.b.alloc_pd()?);
+    let (cq_a, mut cq_b) = (Cq::new(&pair.a, 64)?, Cq::new(&pair.b, 64)?);
+    let pool_a = pd_a.create_pool(256, 4)?;
+    let pool_b = pd_b.create_pool(256, 8)?;
+    let mut x = QpBuilder::rc(&pd_a, &cq_a, &cq_a).build()?;
+    let mut y = QpBuilder::rc(&pd_b, &cq_b, &cq_b).max_recv_wr(4).build()?;
+    let (ex, ey) = (x.endpoint()?, y.endpoint()?);
+    x.connect(&ey)?;
+    y.connect(&ex)?;
+    let slots = 4u32; // the receive table of `max_recv_wr(4)`
+    // Fill the receive queue; each buffer tagged with its receive's number.
+    for k in 0..slots {
+        let mut l = pool_b.lease(64)?;
+        l.as_mut_slice().fill(k as u8);
+        y.post_recv(RecvWr::new(u64::from(k), l))?;
+    }
+    // One SEND consumes receive 0; its completion is polled and kept.
+    x.post_send(SendWr::new(9, SendOp::Send).sge(pool_a.lease(8)?))?;
+    let c0 = cq_b.wait(WAIT)?.expect("receive 0");
+    assert_eq!(c0.wr_id(), 0);
+    // The driver lets slot 0 be reused: receive `slots` goes there.
+    let mut l = pool_b.lease(64)?;
+    l.as_mut_slice().fill(0xee);
+    y.post_recv(RecvWr::new(u64::from(slots), l))?;
+    // Receives 1.. are still posted (no SEND for them): reclaiming receive 0's completion
+    // must not hand any of their buffers back.
+    let got = y.reclaim(c0)?;
+    let tags: Vec<u8> = got
+        .into_leases()
+        .map(|l| l.as_slice().first().copied().unwrap_or(0xff))
+        .collect();
+    assert!(
+        tags.iter().all(|&t| t == 0),
+        "receive 0's completion released the buffers tagged {tags:?}"
+    );
+    Ok(())
+}
