@@ -67,9 +67,11 @@
 //!    WQE the consumer count when it was posted, so a completion polled *before* the WQE now
 //!    at its ring slot was posted (of a destroyed QP whose number the firmware gave to this
 //!    one, or of a WQE before a reset) is refused ([`VerbsError::StaleCompletion`]); the
-//!    CQE's 16-bit `wqe_counter` is matched against the outstanding window modulo 2^16 (rings
-//!    hold at most 2^15 WQEBBs, so it is never ambiguous; an earlier lap's completion falls
-//!    outside the window and releases nothing). The number is taken under the consumer side
+//!    16-bit WQE index a completion names (a send CQE's `wqe_counter`; for a receive, the
+//!    receive WQE the driver matched it to, in order) is matched against the outstanding
+//!    window modulo 2^16 (rings hold at most 2^15 WQEBBs, so it is never ambiguous; an
+//!    earlier lap's completion, kept while its slot was reposted, falls outside the window
+//!    and releases nothing). The number is taken under the consumer side
 //!    because a QP's destroy or reset takes that side to clean the CQ: a poll that took a
 //!    CQE of the old QP is ordered before the clean, and every post after it reads a count
 //!    at least that CQE's (see `driver::poll::QpTable::consumed`).

@@ -223,6 +223,15 @@ impl CqLink {
     ///   CQE of the QP is left), so it ran after the poll and saw its count; this post comes
     ///   after the destroy or reset (the new QP was created after it, or this QP was reset
     ///   before this post), and the count never decreases, so this reads at least that seq.
+    ///
+    /// An earlier lap of this QP's own ring is told apart by position, not by this count: the
+    /// driver lets a slot be reused once a poll retired the WQE there, which it does before
+    /// it publishes the count, so a post may read the count from before that poll; but the
+    /// reused slot's new position differs from the old one modulo 2^16 (rings hold at most
+    /// 2^15 entries) and the old position has left the outstanding window, so the old
+    /// completion releases nothing. (A position equal modulo 2^16 needs two more laps, hence
+    /// retires by later polls, which take the consumer side after this poll published its
+    /// count: `Cq` takes one CQE per hold of the consumer side.)
     #[inline]
     fn now(&self) -> u64 {
         self.table.consumed()
