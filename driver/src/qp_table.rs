@@ -132,7 +132,12 @@ impl QpTable {
     /// layer compares the two to refuse a completion polled before the WQE now at its ring
     /// slot was posted.
     ///
-    /// Acquire: pairs with the `Release` that ends each poll and clean.
+    /// Ordering: a poll or clean stores the count before it releases the consumer side
+    /// (`Release`); whoever is ordered after that release (the next holder, which takes the
+    /// side with `Acquire`, and everything that holder happens-before, such as a post on a QP
+    /// created after a destroy whose clean took the side) reads at least that count, by
+    /// coherence of this one atomic. The load here is `Acquire` besides, so that a reader
+    /// that sees a count also sees what the poll that stored it did before.
     #[inline]
     pub fn consumed(&self) -> u64 {
         self.ci.load(Ordering::Acquire)
