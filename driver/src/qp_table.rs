@@ -136,8 +136,8 @@ impl QpTable {
     /// (`Release`); whoever is ordered after that release (the next holder, which takes the
     /// side with `Acquire`, and everything that holder happens-before, such as a post on a QP
     /// created after a destroy whose clean took the side) reads at least that count, by
-    /// coherence of this one atomic. The load here is `Acquire` besides, so that a reader
-    /// that sees a count also sees what the poll that stored it did before.
+    /// coherence of this one atomic (the guarantee does not rest on this load's `Acquire`,
+    /// which is a plain load on x86-64).
     #[inline]
     pub fn consumed(&self) -> u64 {
         self.ci.load(Ordering::Acquire)
