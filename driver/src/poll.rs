@@ -407,8 +407,9 @@ pub(crate) fn retire(table: &QpTable, wc: &mut WorkCompletion) {
 /// A receive CQE's [`WorkCompletion::wqe_index`] becomes the index of the receive WQE it
 /// completes (the RQ's tail before this one, modulo 2^16): a receive queue completes in
 /// order, so that is the WQE, whatever the CQE's `wqe_counter` holds (rdma-core
-/// `providers/mlx5/cq.c` `mlx5_parse_cqe` takes `wq->tail` for a non-SRQ receive and does not
-/// read `wqe_counter`). The safe verbs layer matches a receive completion to its buffers by it.
+/// `providers/mlx5/cq.c` `handle_responder`, from `mlx5_parse_cqe`, takes `wq->tail` for a
+/// non-SRQ receive and does not read `wqe_counter`). The safe verbs layer matches a receive
+/// completion to its buffers by it.
 #[inline(always)]
 pub(crate) fn retire_on(w: &WqShared, wc: &mut WorkCompletion) -> u64 {
     // A successful requester CQE (opcode 0: the top nibble of the word is 0) first, the
