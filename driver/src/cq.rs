@@ -238,10 +238,25 @@ impl Cq {
         self.poller.poll(out)
     }
 
+    /// [`Cq::poll`] with the sequence number of `out[0]` (`out[i]`: plus `i`); see
+    /// [`CqPoller::poll_seq`].
+    #[inline]
+    pub fn poll_seq(&mut self, out: &mut [WorkCompletion]) -> (usize, u64) {
+        self.poller.poll_seq(out)
+    }
+
     /// Polls one completion.
     #[inline]
     pub fn poll_one(&mut self) -> Option<WorkCompletion> {
         self.poller.poll_one()
+    }
+
+    /// Polls one completion with its sequence number: the consumer count its CQE brought the
+    /// CQ to, taken while the poll holds the consumer side (see [`QpTable::consumed`] for
+    /// what it proves; the safe verbs layer numbers its completion proofs with it).
+    #[inline]
+    pub fn poll_one_seq(&mut self) -> Option<(WorkCompletion, u64)> {
+        self.poller.poll_one_seq()
     }
 
     /// Starts an extended poll (rdma-core `ibv_start_poll`): the oldest completion, its
@@ -257,14 +272,24 @@ impl Cq {
         self.poller.poll_raw()
     }
 
+    /// [`Cq::poll_raw`] with the completion's sequence number (as [`Cq::poll_one_seq`]).
+    pub fn poll_raw_seq(&mut self) -> Option<(WorkCompletion, [u8; 64], u64)> {
+        self.poller.poll_raw_seq()
+    }
+
     /// The raw bytes of the CQE at consumer index `ci` (research access).
     pub fn cqe_bytes(&self, ci: u32) -> [u8; 64] {
         self.poller.cqe_bytes(ci)
     }
 
-    /// The consumer index.
+    /// The consumer index (the low 32 bits of [`Cq::consumed`]).
     pub fn consumer_index(&self) -> u32 {
         self.poller.consumer_index()
+    }
+
+    /// CQEs consumed since creation (free-running, 64 bits; see [`QpTable::consumed`]).
+    pub fn consumed(&self) -> u64 {
+        self.poller.consumed()
     }
 
     /// Arms the CQ: the next completion (`solicited`: the next solicited one) raises an event
@@ -290,6 +315,11 @@ impl Cq {
     /// sleeps on the completion EQ's interrupt (which, for a stepped sim, runs the world).
     /// Returns the completion, or `None` on timeout.
     pub fn wait(&mut self, timeout: Duration) -> Result<Option<WorkCompletion>> {
+        Ok(self.wait_seq(timeout)?.map(|(wc, _)| wc))
+    }
+
+    /// [`Cq::wait`] with the completion's sequence number (as [`Cq::poll_one_seq`]).
+    pub fn wait_seq(&mut self, timeout: Duration) -> Result<Option<(WorkCompletion, u64)>> {
         let deadline = Instant::now() + timeout;
         let hca = self.shared.hca.clone();
         let Some(eq) = hca.completion_eq() else {
@@ -299,13 +329,13 @@ impl Cq {
             });
         };
         loop {
-            if let Some(wc) = self.poll_one() {
-                return Ok(Some(wc));
+            if let Some(got) = self.poll_one_seq() {
+                return Ok(Some(got));
             }
             self.arm(false);
             // A completion may have landed between the poll and the arm.
-            if let Some(wc) = self.poll_one() {
-                return Ok(Some(wc));
+            if let Some(got) = self.poll_one_seq() {
+                return Ok(Some(got));
             }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
@@ -320,7 +350,7 @@ impl Cq {
                 self.arm_sn = self.arm_sn.wrapping_add(1);
             } else if !fired {
                 // Timed out, or a stepped sim went idle: nothing more will come.
-                return Ok(self.poll_one());
+                return Ok(self.poll_one_seq());
             }
             // Another CQ's event woke us (the completion EQ is shared; its waiter re-polls
             // its CQ before it sleeps again, but may sleep until its own timeout): go round.

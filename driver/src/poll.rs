@@ -144,6 +144,20 @@ impl WorkCompletion {
         self.hi[1]
     }
 
+    /// Sets the WQE index ([`WorkCompletion::wqe_index`]: `wqe_counter`, CQE bytes
+    /// 0x3c..0x3e, big-endian, in `hi[1]` bits 32..48).
+    #[inline(always)]
+    pub(crate) const fn set_wqe_index(&mut self, index: u16) {
+        self.hi[1] = (self.hi[1] & !(0xffff << 32)) | ((index.swap_bytes() as u64) << 32);
+    }
+
+    /// True for a receive-queue completion (a responder CQE or RESP_ERR), which completes
+    /// the receive queue's oldest WQE.
+    #[inline(always)]
+    pub(crate) const fn completes_a_receive(&self) -> bool {
+        self.is_recv_cqe()
+    }
+
     /// CQE bytes 0x36..0x38 (`vendor_err_synd`, `syndrome` of an error CQE), little-endian.
     #[inline(always)]
     const fn err(&self) -> u16 {
@@ -277,7 +291,10 @@ impl WorkCompletion {
         }
     }
 
-    /// The WQE index the CQE carries (`wqe_counter`: the send WQE's first WQEBB).
+    /// The index of the WQE completed: for a send, the CQE's `wqe_counter` (the send WQE's
+    /// first WQEBB); for a receive, the receive WQE's index (modulo 2^16) as the driver
+    /// matched it (receive queues complete in order; see `retire_on`). A completion of a QP
+    /// no longer attached to the CQ keeps the CQE's `wqe_counter`.
     #[inline]
     pub const fn wqe_index(&self) -> u16 {
         ((self.tail() >> 32) as u16).swap_bytes()
@@ -386,13 +403,22 @@ pub(crate) fn retire(table: &QpTable, wc: &mut WorkCompletion) {
 
 /// Retires the WQE(s) `wc` completes in QP bookkeeping `w` and returns the `wr_id`: a receive
 /// CQE the RQ's oldest WQE, a send CQE every SQ WQE up to the one `wqe_counter` names.
+///
+/// A receive CQE's [`WorkCompletion::wqe_index`] becomes the index of the receive WQE it
+/// completes (the RQ's tail before this one, modulo 2^16): a receive queue completes in
+/// order, so that is the WQE, whatever the CQE's `wqe_counter` holds (rdma-core
+/// `providers/mlx5/cq.c` `handle_responder`, from `mlx5_parse_cqe`, takes `wq->tail` for a
+/// non-SRQ receive and does not read `wqe_counter`). The safe verbs layer matches a receive
+/// completion to its buffers by it.
 #[inline(always)]
-pub(crate) fn retire_on(w: &WqShared, wc: &WorkCompletion) -> u64 {
+pub(crate) fn retire_on(w: &WqShared, wc: &mut WorkCompletion) -> u64 {
     // A successful requester CQE (opcode 0: the top nibble of the word is 0) first, the
     // common case, with one comparison; then the table test of the other opcodes.
     if wc.tail() >> 60 == 0 || !wc.is_recv_cqe() {
         w.complete_send(wc.wqe_index())
     } else {
+        // The caller holds the CQ's consumer flag: nobody else moves the tail meanwhile.
+        wc.set_wqe_index(w.rq_tail() as u16);
         w.complete_recv()
     }
 }
@@ -521,9 +547,16 @@ impl CqPoller {
         })
     }
 
-    /// The consumer index (CQEs consumed, 24 bits used by the device).
+    /// The consumer index (CQEs consumed, 24 bits used by the device): the low 32 bits of
+    /// [`CqPoller::consumed`].
     pub fn consumer_index(&self) -> u32 {
-        self.table.ci.load(Ordering::Relaxed)
+        self.table.ci.load(Ordering::Relaxed) as u32
+    }
+
+    /// CQEs consumed since the CQ was created (free-running, 64 bits): the count the `*_seq`
+    /// poll forms number completions by (see [`QpTable::consumed`]).
+    pub fn consumed(&self) -> u64 {
+        self.table.consumed()
     }
 
     /// Entries in the ring.
@@ -549,8 +582,8 @@ impl CqPoller {
 
     /// The address of the CQE of consumer index `ci` (inside the ring, whatever `ci`).
     #[inline(always)]
-    pub(crate) fn cqe_ptr(&self, ci: u32) -> NonNull<Cqe64> {
-        let slot = (ci & self.mask) as usize;
+    pub(crate) fn cqe_ptr(&self, ci: u64) -> NonNull<Cqe64> {
+        let slot = (ci & u64::from(self.mask)) as usize;
         // SAFETY: `slot < nent` (`mask == nent - 1`, `nent` a power of two) and
         // `nent * 64 <= ring.len()` (checked in `new`), so the 64 bytes at `cqe0 + slot * 64`
         // are inside the ring, which stays mapped while `self` lives.
@@ -566,16 +599,16 @@ impl CqPoller {
 
     /// The lap parity the owner bit of the CQE at `ci` must have to be software's (0 or 1).
     #[inline(always)]
-    pub(crate) fn parity(&self, ci: u32) -> u8 {
-        u8::from(ci & self.nent != 0)
+    pub(crate) fn parity(&self, ci: u64) -> u8 {
+        u8::from(ci & u64::from(self.nent) != 0)
     }
 
     /// The CQE at the consumer index if software owns it (rdma-core `get_sw_cqe`), after the
     /// `udma_from_device_barrier` that keeps its other fields from being read early.
     #[inline(always)]
-    pub(crate) fn next_cqe(&self, ci: u32) -> Option<&Cqe64> {
+    pub(crate) fn next_cqe(&self, ci: u64) -> Option<&Cqe64> {
         let p = self.cqe_ptr(ci);
-        if !sw_owns_fast(Self::op_own(p), ci & self.nent != 0) {
+        if !sw_owns_fast(Self::op_own(p), ci & u64::from(self.nent) != 0) {
             return None;
         }
         udma_from_device_barrier();
@@ -594,13 +627,13 @@ impl CqPoller {
 
     /// Publishes the consumer index in the doorbell record (rdma-core `update_cons_index`).
     #[inline(always)]
-    pub(crate) fn publish_ci(&self, ci: u32) {
+    pub(crate) fn publish_ci(&self, ci: u64) {
         self.publish_ci_in(&self.table, ci);
     }
 
     /// [`CqPoller::publish_ci`] with `table` (`self.table`) already at hand.
     #[inline(always)]
-    pub(crate) fn publish_ci_in(&self, table: &QpTable, ci: u32) {
+    pub(crate) fn publish_ci_in(&self, table: &QpTable, ci: u64) {
         table.ci.store(ci, Ordering::Relaxed);
         // Keep the CQE reads above from being moved after the store that gives the entries
         // back to the device (a compiler fence on x86-64, whose loads are not reordered with
@@ -608,7 +641,10 @@ impl CqPoller {
         udma_to_device_barrier();
         // SAFETY: the CI word is the first 4 bytes of the doorbell record (at least 8 bytes,
         // 4-byte aligned: checked in `new`); volatile: the device reads it concurrently.
-        unsafe { self.dbr_ci.write_volatile((ci & 0x00ff_ffff).to_be()) };
+        unsafe {
+            self.dbr_ci
+                .write_volatile((ci as u32 & 0x00ff_ffff).to_be())
+        };
     }
 
     /// Polls up to `out.len()` completions into `out`; returns how many. Writes the doorbell
@@ -616,12 +652,28 @@ impl CqPoller {
     /// cleaning this CQ.
     #[inline]
     pub fn poll(&mut self, out: &mut [WorkCompletion]) -> usize {
+        self.poll_counted(out).0
+    }
+
+    /// [`CqPoller::poll`] that also returns the sequence number of `out[0]`: the consumer
+    /// count ([`CqPoller::consumed`]) once its CQE is consumed, taken while the poll holds the
+    /// consumer side; `out[i]` has that plus `i` (meaningless when it returns 0 completions).
+    #[inline]
+    pub fn poll_seq(&mut self, out: &mut [WorkCompletion]) -> (usize, u64) {
+        let (n, ci) = self.poll_counted(out);
+        (n, ci.wrapping_add(1))
+    }
+
+    /// The body of [`CqPoller::poll`]: how many, and the consumer index of the first.
+    #[inline(always)]
+    fn poll_counted(&mut self, out: &mut [WorkCompletion]) -> (usize, u64) {
         let this: &CqPoller = self;
         let table: &QpTable = &this.table;
         if !table.try_acquire() {
-            return 0;
+            return (0, 0);
         }
-        let mut ci = table.ci.load(Ordering::Relaxed);
+        let first = table.ci.load(Ordering::Relaxed);
+        let mut ci = first;
         let mut n = 0;
         for slot in out.iter_mut() {
             let wc = match this.take_fast(table, ci) {
@@ -643,14 +695,14 @@ impl CqPoller {
             this.publish_ci_in(table, ci);
         }
         table.release();
-        n
+        (n, first)
     }
 
     /// The general step at `ci` (the flag held): the owner-bit rule, the whole decode, the
     /// table lookup and retire; for the CQEs the fast step leaves (other opcodes, other QPs).
     #[cold]
     #[inline(never)]
-    fn take_general(&self, ci: u32) -> Option<WorkCompletion> {
+    fn take_general(&self, ci: u64) -> Option<WorkCompletion> {
         let cqe = self.next_cqe(ci)?;
         let mut wc = decode(cqe);
         retire(&self.table, &mut wc);
@@ -660,6 +712,28 @@ impl CqPoller {
     /// Polls one completion.
     #[inline]
     pub fn poll_one(&mut self) -> Option<WorkCompletion> {
+        self.poll_one_in(|wc, _| wc, Self::poll_one_held)
+    }
+
+    /// [`CqPoller::poll_one`] with the completion's sequence number: the consumer count
+    /// ([`CqPoller::consumed`]) its CQE brought the CQ to, taken while the poll holds the
+    /// consumer side, so that no QP destroy or reset (whose clean needs that side) falls
+    /// between taking the CQE and numbering it. See [`QpTable::consumed`] for what the number
+    /// proves.
+    #[inline]
+    pub fn poll_one_seq(&mut self) -> Option<(WorkCompletion, u64)> {
+        self.poll_one_in(|wc, ci| (wc, ci.wrapping_add(1)), Self::poll_one_held_seq)
+    }
+
+    /// The body of [`CqPoller::poll_one`] and [`CqPoller::poll_one_seq`]: `fast` makes the
+    /// result of a CQE the fast step took (from the completion and its consumer index), `held`
+    /// is the cold path, called in tail position (so the caller keeps no stack frame for it).
+    #[inline(always)]
+    fn poll_one_in<T>(
+        &mut self,
+        fast: impl FnOnce(WorkCompletion, u64) -> T,
+        held: fn(&Self, u64) -> Option<T>,
+    ) -> Option<T> {
         let this: &CqPoller = self;
         let table: &QpTable = &this.table;
         if !table.try_acquire() {
@@ -674,13 +748,13 @@ impl CqPoller {
                 let wc = decode(unsafe { p.as_ref() }).with_wr_id(wr_id);
                 this.publish_ci_in(table, ci.wrapping_add(1));
                 table.release();
-                Some(wc)
+                Some(fast(wc, ci))
             }
             Err(false) => {
                 table.release();
                 None
             }
-            Err(true) => this.poll_one_held(ci),
+            Err(true) => held(this, ci),
         }
     }
 
@@ -690,7 +764,7 @@ impl CqPoller {
     /// `poll_one` keeps no frame for it.
     #[cold]
     #[inline(never)]
-    fn poll_one_held(&self, ci: u32) -> Option<WorkCompletion> {
+    fn poll_one_held(&self, ci: u64) -> Option<WorkCompletion> {
         let r = self.take_general(ci);
         if r.is_some() {
             self.publish_ci(ci.wrapping_add(1));
@@ -699,14 +773,29 @@ impl CqPoller {
         r
     }
 
+    /// [`CqPoller::poll_one_held`] for [`CqPoller::poll_one_seq`]: with the sequence number.
+    #[cold]
+    #[inline(never)]
+    fn poll_one_held_seq(&self, ci: u64) -> Option<(WorkCompletion, u64)> {
+        let seq = ci.wrapping_add(1);
+        self.poll_one_held(ci).map(|wc| (wc, seq))
+    }
+
     /// Polls one completion and returns the CQE's 64 bytes too (research access; copies the
     /// CQE, so not for the hot path).
     pub fn poll_raw(&mut self) -> Option<(WorkCompletion, [u8; 64])> {
+        self.poll_raw_seq().map(|(wc, raw, _)| (wc, raw))
+    }
+
+    /// [`CqPoller::poll_raw`] with the completion's sequence number (as
+    /// [`CqPoller::poll_one_seq`]).
+    pub fn poll_raw_seq(&mut self) -> Option<(WorkCompletion, [u8; 64], u64)> {
         self.poll_with(|cqe| -> [u8; 64] { zerocopy::transmute!(*cqe) })
     }
 
+    /// One completion, `f` applied to its CQE, and its sequence number.
     #[inline(always)]
-    fn poll_with<R>(&mut self, f: impl FnOnce(&Cqe64) -> R) -> Option<(WorkCompletion, R)> {
+    fn poll_with<R>(&mut self, f: impl FnOnce(&Cqe64) -> R) -> Option<(WorkCompletion, R, u64)> {
         if !self.table.try_acquire() {
             return None;
         }
@@ -718,9 +807,10 @@ impl CqPoller {
         let r = f(cqe);
         let mut wc = decode(cqe);
         self.retire(&mut wc);
-        self.publish_ci(ci.wrapping_add(1));
+        let seq = ci.wrapping_add(1);
+        self.publish_ci(seq);
         self.table.release();
-        Some((wc, r))
+        Some((wc, r, seq))
     }
 
     /// Removes the unpolled CQEs of QP `qpn` from this CQ (see [`QpTable::clean`]).
@@ -868,6 +958,48 @@ mod tests {
     }
 
     #[test]
+    fn a_receive_completion_names_the_receive_wqe_it_completed_whatever_wqe_counter_holds() {
+        let mut f = fixture(8);
+        let sh = Arc::new(WqShared::new(9, 8, 4));
+        f.table.attach(sh.clone());
+        let mut rqm = TestRing::new(4 * 64);
+        let mut rq = RqRing::new(rqm.ring(), 64);
+        for k in 0..4 {
+            rq.commit(&sh, 0x10 + k);
+        }
+        // Receive CQEs whose `wqe_counter` holds junk (rdma-core does not read it for an RQ),
+        // one of them a flushed receive (RESP_ERR).
+        let recv = |counter: u16, op: CqeOpcode| {
+            let mut r = Cqe64::new_zeroed();
+            r.sop_drop_qpn.set(9);
+            r.wqe_counter.set(counter);
+            r.op_own = make_op_own(op, 0, false, false);
+            r
+        };
+        put(&f, 0, &recv(0xabcd, CqeOpcode::RESP_SEND));
+        put(&f, 1, &recv(0x7777, CqeOpcode::RESP_SEND));
+        put(&f, 2, &recv(0x0003, CqeOpcode::RESP_SEND));
+        put(&f, 3, &recv(0xffff, CqeOpcode::RESP_ERR));
+        let (wc, _) = f.poller.poll_one_seq().unwrap();
+        assert_eq!((wc.wr_id(), wc.wqe_index()), (0x10, 0));
+        let (wc, _, _) = f.poller.poll_raw_seq().unwrap();
+        assert_eq!((wc.wr_id(), wc.wqe_index()), (0x11, 1));
+        {
+            let mut g = f.poller.start_poll().unwrap();
+            assert_eq!((g.wr_id(), g.wqe_index()), (0x12, 2));
+            assert_eq!(g.completion().wqe_index(), 2);
+            assert!(g.next_poll());
+            assert_eq!((g.wr_id(), g.wqe_index(), g.is_ok()), (0x13, 3, false));
+        }
+        assert_eq!(sh.rq_tail(), 4);
+        // A send completion keeps its `wqe_counter`.
+        put(&f, 4, &req(9, 0x55, WqeOpcode::SEND, false));
+        let mut out = [decode(&Cqe64::new_zeroed()); 2];
+        assert_eq!(f.poller.poll(&mut out), 1);
+        assert_eq!(out[0].wqe_index(), 0x55);
+    }
+
+    #[test]
     fn sw_owns_fast_agrees_with_sw_owns() {
         assert_eq!(
             MLX5_CQE_OWNER_MASK, 1,
@@ -912,6 +1044,79 @@ mod tests {
         );
         assert!(f.poller.poll_one().is_none());
         assert_eq!(f.poller.clean(9), 0, "nothing left to drop");
+    }
+
+    #[test]
+    fn every_poll_form_numbers_its_completion_with_the_consumer_count_which_passes_2_pow_32_and_only_grows()
+     {
+        let mut f = fixture(4);
+        // Start three CQEs short of 2^32: the count must not wrap with the ring arithmetic.
+        let start: u64 = (1 << 32) - 3;
+        f.table.ci.store(start, Ordering::Relaxed);
+        // A SEND CQE of `qpn` at consumer index `ci`, with the owner bit of its lap.
+        let at = |f: &Fixture, ci: u64, qpn: u32| {
+            put(
+                f,
+                ci as u32,
+                &req(qpn, ci as u16, WqeOpcode::SEND, ci & 4 != 0),
+            );
+        };
+        at(&f, start, 5);
+        let (wc, seq) = f.poller.poll_one_seq().unwrap();
+        assert_eq!((wc.wqe_index(), seq), (start as u16, start + 1));
+        assert_eq!(
+            f.poller.consumed(),
+            seq,
+            "the number is the count after the CQE"
+        );
+
+        at(&f, start + 1, 5);
+        let (wc, raw, seq) = f.poller.poll_raw_seq().unwrap();
+        assert_eq!((wc.wqe_index(), seq), ((start + 1) as u16, start + 2));
+        assert_eq!(raw[63] >> 4, CqeOpcode::REQ.0);
+
+        // The extended poll across 2^32.
+        at(&f, start + 2, 5);
+        at(&f, start + 3, 5);
+        {
+            let mut g = f.poller.start_poll().unwrap();
+            assert_eq!(g.seq(), start + 3);
+            assert!(g.next_poll());
+            assert_eq!((g.seq(), g.wqe_index()), (start + 4, (start + 3) as u16));
+            assert!(!g.next_poll());
+        }
+        assert_eq!(f.poller.consumed(), (1 << 32) + 1);
+        assert_eq!(f.poller.consumer_index(), 1, "the low 32 bits");
+        let mut dbr = [0u8; 4];
+        f.poller.dbr.read(0, &mut dbr);
+        assert_eq!(
+            u32::from_be_bytes(dbr),
+            1,
+            "the doorbell record takes the low 24 bits"
+        );
+
+        // A clean drops QP 9's CQE: the count moves up by the dropped CQE, never down.
+        at(&f, start + 4, 9);
+        at(&f, start + 5, 5);
+        assert_eq!(f.poller.clean(9), 1);
+        assert_eq!(f.poller.consumed(), start + 5);
+        assert_eq!(f.poller.clean(9), 0);
+        assert_eq!(
+            f.poller.consumed(),
+            start + 5,
+            "nothing dropped, nothing counted"
+        );
+
+        // The batch poll: `out[0]` has the returned number, `out[i]` that plus `i`.
+        at(&f, start + 6, 5);
+        let mut out = [decode(&Cqe64::new_zeroed()); 4];
+        assert_eq!(f.poller.poll_seq(&mut out), (2, start + 6));
+        let got: Vec<_> = out[..2].iter().map(WorkCompletion::wqe_index).collect();
+        assert_eq!(got, [(start + 5) as u16, (start + 6) as u16]);
+        assert_eq!(f.poller.consumed(), start + 7);
+        assert!(f.poller.poll_one_seq().is_none());
+        assert_eq!(f.poller.poll_seq(&mut out).0, 0);
+        assert_eq!(f.poller.consumed(), start + 7);
     }
 
     #[test]

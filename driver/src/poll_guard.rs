@@ -39,9 +39,10 @@ pub struct CqPollGuard<'a> {
     /// `poller.table`, kept in a register (not re-read after every barrier).
     table: &'a QpTable,
     wr_id: u64,
-    /// Consumer index of the current CQE: software's until the consumer index is published
-    /// past it, which happens in `Drop`, after the last read of it.
-    ci: u32,
+    /// Consumer index of the current CQE (free-running, as `QpTable::ci`): software's until
+    /// the consumer index is published past it, which happens in `Drop`, after the last read
+    /// of it.
+    ci: u64,
     /// The current CQE's opcode (`op_own >> 4`), kept so that `is_ok`/`status` need no
     /// second read of the CQE (and fold to constants where the poll knows it).
     opcode: CqeOpcode,
@@ -72,7 +73,7 @@ impl CqPoller {
     pub(crate) fn take_fast(
         &self,
         table: &QpTable,
-        ci: u32,
+        ci: u64,
     ) -> Result<(u64, NonNull<Cqe64>), bool> {
         let p = self.cqe_ptr(ci);
         // `op_own` with the lap parity folded into the owner bit: 0 in every bit of
@@ -107,7 +108,7 @@ impl CqPoller {
     /// table's flag.
     #[cold]
     #[inline(never)]
-    fn take_slow(&self, ci: u32) -> Taken {
+    fn take_slow(&self, ci: u64) -> Taken {
         let Some(cqe) = self.next_cqe(ci) else {
             return Taken {
                 wr_id: 0,
@@ -220,13 +221,38 @@ impl CqPollGuard<'_> {
     /// The whole completion, decoded (the same value [`CqPoller::poll_one`] returns).
     #[inline(always)]
     pub fn completion(&self) -> WorkCompletion {
-        decode(self.cqe()).with_wr_id(self.wr_id)
+        let wc = decode(self.cqe()).with_wr_id(self.wr_id);
+        if wc.completes_a_receive() {
+            return self.with_rq_index(wc);
+        }
+        wc
+    }
+
+    /// `wc`, a receive completion, with the index of the receive WQE it completed (as
+    /// `poll::retire_on` sets it): its QP's receive tail was moved past it when the guard
+    /// took it, and only the guard's holder moves it.
+    #[cold]
+    #[inline(never)]
+    fn with_rq_index(&self, mut wc: WorkCompletion) -> WorkCompletion {
+        if let Some(w) = self.table.find(wc.qpn()) {
+            wc.set_wqe_index(w.rq_tail().wrapping_sub(1) as u16);
+        }
+        wc
     }
 
     /// The `wr_id` (`ibv_wc_read_wr_id`; for a send, the one `wqe_counter` names).
     #[inline(always)]
     pub fn wr_id(&self) -> u64 {
         self.wr_id
+    }
+
+    /// The current completion's sequence number: the consumer count
+    /// ([`CqPoller::consumed`]) its CQE brings the CQ to, known while the guard holds the
+    /// consumer side (the same number [`CqPoller::poll_one_seq`] gives; see
+    /// [`QpTable::consumed`] for what it proves).
+    #[inline(always)]
+    pub fn seq(&self) -> u64 {
+        self.ci.wrapping_add(1)
     }
 
     /// Success, or the syndrome (`wc.status`).

@@ -10,7 +10,7 @@
 use core::cell::UnsafeCell;
 use core::ptr::NonNull;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use bypass_hw::cqe::{MLX5_CQE_OWNER_MASK, sw_owns};
 
@@ -77,8 +77,12 @@ pub struct QpTable {
     /// [`BUSY`] while held; taken with one `lock bts` on x86-64 (`fetch_or` of one bit whose
     /// old value alone is tested), released with a plain store.
     busy: AtomicU32,
-    /// The consumer index; only the holder of `busy` changes it.
-    pub(crate) ci: AtomicU32,
+    /// The consumer count: CQEs consumed (polled, or dropped by [`QpTable::clean`]) since the
+    /// CQ was created, free-running over 64 bits (never wraps in practice; the doorbell record
+    /// takes its low 24 bits, the ring slot and lap parity its low bits). Only the holder of
+    /// `busy` changes it, and only upwards: it is the sequence the verbs layer's completion
+    /// proofs are numbered by (see [`QpTable::consumed`]).
+    pub(crate) ci: AtomicU64,
     cache: UnsafeCell<Cached>,
     slots: UnsafeCell<Box<[Slot]>>,
     /// What free slots hold (an empty queue pair's bookkeeping under `EMPTY_QPN`).
@@ -105,7 +109,7 @@ impl QpTable {
         let placeholder = Arc::new(WqShared::new(EMPTY_QPN, 0, 0));
         Self {
             busy: AtomicU32::new(0),
-            ci: AtomicU32::new(0),
+            ci: AtomicU64::new(0),
             cache: UnsafeCell::new(Cached {
                 key: EMPTY_KEY,
                 wq: NonNull::from(&*placeholder),
@@ -113,6 +117,30 @@ impl QpTable {
             slots: UnsafeCell::new(build_slots(&[], &placeholder)),
             placeholder,
         }
+    }
+
+    /// CQEs consumed so far (polled, or dropped by [`QpTable::clean`]): the free-running
+    /// consumer count, which only grows.
+    ///
+    /// Every poll form hands back, with each completion, the count its CQE brought this to
+    /// (`CqPoller::poll_one_seq` and its siblings, `CqPollGuard::seq`), taken while the
+    /// poll holds the consumer side. A work request posted when this reads `c` completes with
+    /// a CQE that count numbers above `c` (its CQE lands at or past the consumer index, and
+    /// [`QpTable::clean`] only moves CQEs forward); a CQE taken before a QP's destroy or
+    /// reset has a count at most what this reads after it (the clean takes the consumer side,
+    /// so it runs after that poll released it, and the count never decreases). The verbs
+    /// layer compares the two to refuse a completion polled before the WQE now at its ring
+    /// slot was posted.
+    ///
+    /// Ordering: a poll or clean stores the count before it releases the consumer side
+    /// (`Release`); whoever is ordered after that release (the next holder, which takes the
+    /// side with `Acquire`, and everything that holder happens-before, such as a post on a QP
+    /// created after a destroy whose clean took the side) reads at least that count, by
+    /// coherence of this one atomic (the guarantee does not rest on this load's `Acquire`,
+    /// which is a plain load on x86-64).
+    #[inline]
+    pub fn consumed(&self) -> u64 {
+        self.ci.load(Ordering::Acquire)
     }
 
     /// Runs `f` on the slots while holding the consumer side (control path), with the cache
@@ -254,7 +282,9 @@ impl QpTable {
     /// Removes every CQE of QP `qpn` still unpolled in the CQ ring, moving the others up and the
     /// consumer index past the freed slots, and publishes the new consumer index; returns how
     /// many CQEs it dropped. Waits while a poll is in progress (control path: QP destroy and
-    /// reset).
+    /// reset). It takes the consumer side even when the ring holds no CQE of `qpn`: that is
+    /// what orders a QP's destroy or reset after every poll that took one of its CQEs (see
+    /// [`QpTable::consumed`]); the consumer count only grows (by the dropped CQEs).
     ///
     /// Why: the firmware reuses QP numbers; a CQE of a destroyed (or reset) QP left in the ring
     /// would be taken, after a new QP got the same number, for a completion of the new QP's
@@ -275,7 +305,9 @@ impl QpTable {
         qpn: u32,
     ) -> u32 {
         self.acquire_blocking();
-        let ci = self.ci.load(Ordering::Relaxed);
+        let count = self.ci.load(Ordering::Relaxed);
+        // The ring arithmetic below needs only the low 32 bits (slot and lap parity).
+        let ci = count as u32;
         let off = |i: u32| (i & (nent - 1)) as usize * cqe_size + (cqe_size - 64);
         let mut prod = ci;
         while prod.wrapping_sub(ci) < nent - 1 && sw_owns(ring.read_u8(off(prod) + 63), prod, nent)
@@ -311,11 +343,12 @@ impl QpTable {
             }
         }
         if freed > 0 {
-            let ci = ci.wrapping_add(freed);
-            self.ci.store(ci, Ordering::Relaxed);
+            // The dropped CQEs count as consumed: the count moves up, never down.
+            let count = count.wrapping_add(u64::from(freed));
+            self.ci.store(count, Ordering::Relaxed);
             // The moved CQEs must be in memory before the slots are given back.
             udma_to_device_barrier();
-            dbr.write_be32(0, ci & 0x00ff_ffff);
+            dbr.write_be32(0, (count as u32) & 0x00ff_ffff);
         }
         self.release();
         freed

@@ -6,24 +6,29 @@
 //! CQ's sequence of completions, so [`crate::Qp::reclaim`] can refuse one that belongs to
 //! another QP or CQ, or that was polled before the WQE now at its ring slot was posted.
 //!
+//! The position is the driver's consumer count (`QpTable::consumed`): the number of CQEs the
+//! CQ had consumed once this one was, handed back by the driver's poll while it still holds
+//! the CQ's consumer side. It must not be assigned after the poll has let go: between the two,
+//! another thread could destroy the completion's QP (its CQ clean waits only for the consumer
+//! side), create a QP that gets the same number and post on it, and a count taken then would
+//! rank the old completion after that post, letting it release the new WQE's buffers while
+//! the NIC may still use them.
+//!
 //! Owns: [`Cq`], [`Completion`], [`Poll`]. Must not: decode CQEs (the driver does) or
 //! allocate, lock or format while polling.
 
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::context::Context;
 use crate::driver::cq::Cq as DriverCq;
-use crate::driver::poll::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
+use crate::driver::poll::{QpTable, WcFlags, WcOpcode, WcStatus, WorkCompletion};
 use crate::error::VerbsError;
 
 /// A completion queue. Polling takes `&mut self` (one consumer, no lock).
 pub struct Cq {
     inner: DriverCq,
-    /// Completions produced so far (free-running); QPs read it when they post.
-    polled: Arc<AtomicU64>,
     ctx: Arc<Context>,
 }
 
@@ -32,7 +37,7 @@ impl fmt::Debug for Cq {
         f.debug_struct("Cq")
             .field("cqn", &self.cqn())
             .field("capacity", &self.capacity())
-            .field("polled", &self.polled.load(Ordering::Relaxed))
+            .field("consumed", &self.inner.consumed())
             .finish()
     }
 }
@@ -43,7 +48,6 @@ impl Cq {
     pub fn new(ctx: &Arc<Context>, min_cqes: u32) -> Result<Self, VerbsError> {
         Ok(Cq {
             inner: DriverCq::create(ctx.hca(), min_cqes)?,
-            polled: Arc::new(AtomicU64::new(0)),
             ctx: ctx.clone(),
         })
     }
@@ -67,19 +71,20 @@ impl Cq {
         &self.inner
     }
 
-    pub(crate) fn polled_counter(&self) -> &Arc<AtomicU64> {
-        &self.polled
+    /// The driver's consumer state of this CQ, whose consumer count QPs read when they post
+    /// ([`QpTable::consumed`]) and whose address is the CQ's identity in a [`Completion`].
+    pub(crate) fn table(&self) -> &Arc<QpTable> {
+        self.inner.shared().table()
     }
 
+    /// The proof for `wc`, whose sequence number `seq` the driver's poll returned with it
+    /// (taken while it held the CQ's consumer side: see the module docs).
     #[inline]
-    fn wrap(&self, wc: WorkCompletion) -> Completion {
-        // Release pairs with the Acquire load in `Qp::post_*`: a post that happens after this
-        // completion was handed out sees at least this count.
-        let seq = self.polled.fetch_add(1, Ordering::AcqRel) + 1;
+    fn wrap(&self, (wc, seq): (WorkCompletion, u64)) -> Completion {
         Completion {
             wc,
             cqn: self.inner.cqn(),
-            cq_id: Arc::as_ptr(&self.polled) as usize,
+            cq_id: Arc::as_ptr(self.table()) as usize,
             seq,
         }
     }
@@ -95,14 +100,14 @@ impl Cq {
     /// One completion if one is ready.
     #[inline]
     pub fn poll_one(&mut self) -> Option<Completion> {
-        let wc = self.inner.poll_one()?;
-        Some(self.wrap(wc))
+        let got = self.inner.poll_one_seq()?;
+        Some(self.wrap(got))
     }
 
     /// One completion with the raw 64 bytes of its CQE (research access).
     pub fn poll_raw(&mut self) -> Option<(Completion, [u8; 64])> {
-        let (wc, raw) = self.inner.poll_raw()?;
-        Some((self.wrap(wc), raw))
+        let (wc, raw, seq) = self.inner.poll_raw_seq()?;
+        Some((self.wrap((wc, seq)), raw))
     }
 
     /// The raw bytes of the CQE at consumer index `ci` (research access; any slot, polled or
@@ -120,8 +125,8 @@ impl Cq {
     /// and sleeps on the completion EQ's interrupt (a stepped sim runs its world meanwhile).
     /// `Ok(None)` on timeout, or at once when a stepped sim has nothing left to do.
     pub fn wait(&mut self, timeout: Duration) -> Result<Option<Completion>, VerbsError> {
-        match self.inner.wait(timeout)? {
-            Some(wc) => Ok(Some(self.wrap(wc))),
+        match self.inner.wait_seq(timeout)? {
+            Some(got) => Ok(Some(self.wrap(got))),
             None => Ok(None),
         }
     }
@@ -170,9 +175,11 @@ pub struct Completion {
     wc: WorkCompletion,
     cqn: u32,
     /// The CQ's identity across devices (CQ numbers repeat between NICs): the address of its
-    /// completion counter, which every QP on the CQ keeps alive, so it cannot be reused
-    /// while a QP could compare against it.
+    /// driver consumer state (`QpTable`), which every QP on the CQ keeps alive, so it cannot
+    /// be reused while a QP could compare against it.
     cq_id: usize,
+    /// The CQ's consumer count once this completion's CQE was consumed (driver
+    /// `QpTable::consumed`), taken while the poll held the consumer side.
     seq: u64,
 }
 
@@ -273,3 +280,8 @@ impl Completion {
         self.seq
     }
 }
+
+// A child of this module so that it can drive the driver's poll and `Cq::wrap` separately.
+#[cfg(test)]
+#[path = "stale_completion_tests.rs"]
+mod stale_completion_tests;

@@ -202,6 +202,24 @@ pub enum VerbsError {
         /// The QP asked.
         qpn: u32,
     },
+    /// A completion polled before the work request now at its ring slot was posted: one of an
+    /// earlier QP that had this QP's number (destroyed, the number reused by the firmware), or
+    /// of this QP before a reset. It proves nothing about the WQE there, so nothing is
+    /// released.
+    #[error(
+        "this completion of QP {qpn:#x} was polled before the {queue} work request now at its ring slot was posted (completion {seq} of its CQ; the request was posted when the CQ had consumed {posted_at}): it belongs to an earlier QP with this number or to before a reset, and proves nothing about the new request: drop it, and reclaim the new request with its own completion"
+    )]
+    StaleCompletion {
+        /// The QP number.
+        qpn: u32,
+        /// `"send"` or `"receive"`.
+        queue: &'static str,
+        /// The completion's sequence number (its CQ's consumer count once its CQE was
+        /// consumed).
+        seq: u64,
+        /// The CQ's consumer count when the request at that slot was posted.
+        posted_at: u64,
+    },
     /// A reset asked for while work requests are still outstanding (their completions could
     /// otherwise be reclaimed against WQEs posted after the reset).
     #[error(

@@ -62,11 +62,19 @@
 //!    buffers of that WQE (a receive's data, a READ's result), dropping those of earlier
 //!    unsignaled WQEs back into their pools. A completion cannot be forged or copied, and a
 //!    stale one releases nothing: each [`Completion`] carries its CQ's identity and its
-//!    position in that CQ's sequence of completions, and each parked WQE the sequence number
-//!    its CQ had reached when it was posted, so a completion polled *before* the WQE now at
-//!    its ring slot was posted (an earlier lap of the ring, or a WQE before a reset) is
-//!    refused; the CQE's 16-bit `wqe_counter` is matched against the outstanding window
-//!    modulo 2^16 (rings hold at most 2^15 WQEBBs, so it is never ambiguous).
+//!    sequence number — the CQ's consumer count once its CQE was consumed, which the
+//!    driver's poll hands back while it still holds the CQ's consumer side — and each parked
+//!    WQE the consumer count when it was posted, so a completion polled *before* the WQE now
+//!    at its ring slot was posted (of a destroyed QP whose number the firmware gave to this
+//!    one, or of a WQE before a reset) is refused ([`VerbsError::StaleCompletion`]); the
+//!    16-bit WQE index a completion names (a send CQE's `wqe_counter`; for a receive, the
+//!    receive WQE the driver matched it to, in order) is matched against the outstanding
+//!    window modulo 2^16 (rings hold at most 2^15 WQEBBs, so it is never ambiguous; an
+//!    earlier lap's completion, kept while its slot was reposted, falls outside the window
+//!    and releases nothing). The number is taken under the consumer side
+//!    because a QP's destroy or reset takes that side to clean the CQ: a poll that took a
+//!    CQE of the old QP is ordered before the clean, and every post after it reads a count
+//!    at least that CQE's (see `driver::poll::QpTable::consumed`).
 //! 4. **Teardown.** A QP destroys its hardware object first (after DESTROY_QP the NIC stops),
 //!    then drops the parked leases. [`Qp::reset`] is refused while WQEs are outstanding
 //!    (their CQEs could still be in the CQ and be taken, after the reset, for WQEs posted

@@ -1,6 +1,9 @@
 //! The per-queue table of buffers owned by outstanding work requests: a pre-sized array
 //! indexed by the WQE's ring index (SQ: the WQEBB index the WQE starts at, which the CQE's
-//! `wqe_counter` names; RQ: the receive WQE index), so parking and reclaiming allocate nothing.
+//! `wqe_counter` names; RQ: the receive WQE index, which the driver's receive completion
+//! names: `WorkCompletion::wqe_index`), so parking and reclaiming allocate nothing. A
+//! completion is always matched by the index it names, never "the oldest outstanding": a
+//! receive completion kept while its slot was reposted must not release the next receive.
 //!
 //! The rule it enforces: a buffer parked at index `i` leaves the table only when
 //! - a completion for index `i` or a later index of the same queue is reclaimed (mlx5 writes a
@@ -80,21 +83,25 @@ impl Outstanding {
     /// 2^16). Releases every parked entry up to it: returns the buffers of that WQE and drops
     /// (returns to their pools) those of earlier unsignaled WQEs.
     ///
-    /// A stale completion releases nothing and returns an empty list: one whose position is
-    /// not outstanding (already released), or one polled before the WQE now at that position
-    /// was posted (`seq <= posted_at`: a completion of an earlier lap or of a WQE before a
-    /// reset cannot name a WQE posted after it was polled).
-    pub(crate) fn complete(&mut self, counter: u16, seq: u64) -> SgeList {
+    /// A stale completion releases nothing: one whose position is not outstanding (already
+    /// released, or overwritten by a later lap: an empty list), or one polled before the WQE
+    /// now at that position was posted (`seq <= posted_at`: a completion of a QP that had
+    /// this number before, or of a WQE before a reset, cannot name a WQE posted after it was
+    /// polled): `Err(posted_at)` of the WQE there.
+    pub(crate) fn complete(&mut self, counter: u16, seq: u64) -> Result<SgeList, u64> {
         let outstanding = self.head.wrapping_sub(self.tail);
         // Positions are compared modulo 2^16, the width of `wqe_counter`; the ring holds at
         // most 2^15, so an outstanding position is never ambiguous.
         let dist = u32::from(counter.wrapping_sub(self.tail as u16));
         if dist >= outstanding {
-            return SgeList::new();
+            return Ok(SgeList::new());
         }
         let at = (self.tail.wrapping_add(dist) & self.mask) as usize;
-        if self.slots.get(at).is_none_or(|s| s.posted_at >= seq) {
-            return SgeList::new();
+        let Some(slot) = self.slots.get(at) else {
+            return Ok(SgeList::new());
+        };
+        if slot.posted_at >= seq {
+            return Err(slot.posted_at);
         }
         for k in 0..dist {
             let i = self.tail.wrapping_add(k) & self.mask;
@@ -103,21 +110,10 @@ impl Outstanding {
             }
         }
         self.tail = self.tail.wrapping_add(dist + 1);
-        match self.slots.get_mut(at) {
+        Ok(match self.slots.get_mut(at) {
             Some(s) if !s.bufs.is_empty() => s.bufs.take(),
             _ => SgeList::new(),
-        }
-    }
-
-    /// A completion (the `seq`-th of its CQ) was polled for the oldest outstanding entry
-    /// (receive queues without SRQ complete in posting order: rdma-core `mlx5_parse_cqe` takes
-    /// `wq->tail` for the RQ rather than the CQE's counter). Returns its buffers, or an empty
-    /// list if nothing is outstanding or the completion is stale (see [`Self::complete`]).
-    pub(crate) fn complete_next(&mut self, seq: u64) -> SgeList {
-        if self.head == self.tail {
-            return SgeList::new();
-        }
-        self.complete(self.tail as u16, seq)
+        })
     }
 
     /// The queue was reset or destroyed: the NIC no longer touches any WQE, drop everything.
@@ -151,8 +147,9 @@ mod tests {
         SgeList::one(l)
     }
 
-    fn tag(l: SgeList) -> Option<u8> {
-        l.into_leases()
+    fn tag(l: Result<SgeList, u64>) -> Option<u8> {
+        l.ok()?
+            .into_leases()
             .next()
             .and_then(|l| l.as_slice().first().copied())
     }
@@ -183,8 +180,8 @@ mod tests {
         o.park(0, 1, one(&p, 0), 0);
         o.park(1, 1, one(&p, 1), 0);
         assert_eq!(tag(o.complete(0, 1)), Some(0));
-        assert!(o.complete(0, 2).is_empty(), "already released");
-        assert!(o.complete(5, 2).is_empty(), "never posted");
+        assert!(o.complete(0, 2).unwrap().is_empty(), "already released");
+        assert!(o.complete(5, 2).unwrap().is_empty(), "never posted");
         assert_eq!(p.leased(), 1, "WQE 1 is still outstanding");
     }
 
@@ -207,14 +204,26 @@ mod tests {
     }
 
     #[test]
-    fn receive_completions_release_in_posting_order() {
+    fn a_completion_kept_while_its_slot_is_reposted_releases_nothing() {
         let p = pool();
         let mut o = Outstanding::new(4);
-        for i in 0..6u32 {
-            o.park(i, 1, one(&p, i as u8), u64::from(i));
-            assert_eq!(tag(o.complete_next(u64::from(i) + 1)), Some(i as u8));
+        for i in 0..4u32 {
+            o.park(i, 1, one(&p, i as u8), 0);
         }
-        assert!(o.complete_next(99).is_empty());
+        // Position 0 completed (seq 1) but its completion is kept; the slot is reposted.
+        o.park(4, 1, one(&p, 4), 1);
+        assert_eq!(
+            p.leased(),
+            4,
+            "position 0's buffer went back when overwritten"
+        );
+        assert!(
+            o.complete(0, 1).unwrap().is_empty(),
+            "position 0 is behind the window: positions 1..=4 stay parked"
+        );
+        assert_eq!(p.leased(), 4);
+        assert_eq!(tag(o.complete(1, 2)), Some(1));
+        assert_eq!(tag(o.complete(4, 5)), Some(4));
         assert_eq!(p.leased(), 0);
     }
 
@@ -232,15 +241,18 @@ mod tests {
         for i in 4..8u32 {
             o.park(i, 1, one(&p, i as u8), 4);
         }
-        // The old completion for position 3 (seq 4) names slot 3, now WQE 7: refused.
-        assert!(o.complete(3, 4).is_empty());
+        // The old completion for position 3 (seq 4) names slot 3, now WQE 7: position 3 is
+        // behind the window (the 16-bit counter tells the laps apart), nothing released.
+        assert!(o.complete(3, 4).unwrap().is_empty());
         assert_eq!(p.leased(), 4, "WQEs 4..8 stay parked");
         assert_eq!(tag(o.complete(7, 5)), Some(7));
         // After a reset positions restart at 0: a completion polled before the new WQE was
-        // posted cannot release it.
+        // posted cannot release it, and says so with the WQE's `posted_at`.
         o.clear();
         o.park(0, 1, one(&p, 9), 10);
-        assert!(o.complete(0, 10).is_empty());
+        assert_eq!(o.complete(0, 10).err(), Some(10));
+        assert_eq!(o.complete(0, 7).err(), Some(10));
+        assert_eq!(p.leased(), 1, "still parked");
         assert_eq!(tag(o.complete(0, 11)), Some(9));
     }
 

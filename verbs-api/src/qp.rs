@@ -8,12 +8,12 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use zerocopy::FromBytes;
 
 use crate::cq::{Completion, Cq};
 use crate::driver::hw::wqe::CtrlSeg;
+use crate::driver::poll::QpTable;
 use crate::driver::post::{self, Payload, Sge};
 use crate::driver::qp::Qp as DriverQp;
 use crate::driver::qp_attr::{Init2Rtr, QpInfo, QpType, Rst2Init, Rtr2Rts};
@@ -189,28 +189,52 @@ impl<'a> QpBuilder<'a> {
     }
 }
 
+/// What a queue of the QP keeps of its CQ: the number, and the driver's consumer state (its
+/// address is the CQ's identity; its consumer count numbers completions and posts).
 #[derive(Debug)]
 struct CqLink {
     cqn: u32,
-    polled: Arc<AtomicU64>,
+    table: Arc<QpTable>,
 }
 
 impl CqLink {
     fn of(cq: &Cq) -> Self {
         CqLink {
             cqn: cq.cqn(),
-            polled: cq.polled_counter().clone(),
+            table: cq.table().clone(),
         }
     }
 
     fn id(&self) -> usize {
-        Arc::as_ptr(&self.polled) as usize
+        Arc::as_ptr(&self.table) as usize
     }
 
+    /// The CQ's consumer count now: the `posted_at` of a WQE about to be posted.
+    ///
+    /// Why a completion whose `seq` is at most this can never be one of the WQE posted now
+    /// (`Outstanding::complete` refuses `seq <= posted_at`):
+    /// - its own CQE: the NIC writes it at or past the consumer index, which is at least this
+    ///   count from here on (the driver's clean only moves CQEs forward, by as many as it
+    ///   adds to the count), so the poll that takes it numbers it above this;
+    /// - a CQE of an earlier QP with this QP's number (destroyed, its number reused by the
+    ///   firmware) or of this QP before a reset: the poll that took it numbered it and
+    ///   published the count while holding the CQ's consumer side; the destroy or reset then
+    ///   cleaned this CQ, which takes that side (`QpTable::clean` always does, even when no
+    ///   CQE of the QP is left), so it ran after the poll and saw its count; this post comes
+    ///   after the destroy or reset (the new QP was created after it, or this QP was reset
+    ///   before this post), and the count never decreases, so this reads at least that seq.
+    ///
+    /// An earlier lap of this QP's own ring is told apart by position, not by this count: the
+    /// driver lets a slot be reused once a poll retired the WQE there, which it does before
+    /// it publishes the count, so a post may read the count from before that poll; but the
+    /// reused slot's new position differs from the old one modulo 2^16 (rings hold at most
+    /// 2^15 entries) and the old position has left the outstanding window, so the old
+    /// completion releases nothing. (A position equal modulo 2^16 needs two more laps, hence
+    /// retires by later polls, which take the consumer side after this poll published its
+    /// count: `Cq` takes one CQE per hold of the consumer side.)
     #[inline]
     fn now(&self) -> u64 {
-        // Acquire pairs with the AcqRel increment in `Cq::wrap`.
-        self.polled.load(Ordering::Acquire)
+        self.table.consumed()
     }
 }
 
@@ -608,11 +632,14 @@ impl Qp {
 
     /// Consumes a completion of this QP and hands back the buffers of its work request (a
     /// receive's data, a READ's or atomic's result, a send's source), dropping those of
-    /// earlier unsignaled WQEs back into their pools. A stale completion (already reclaimed,
-    /// or from before a reset) returns an empty list.
+    /// earlier unsignaled WQEs back into their pools. A completion for a slot no longer
+    /// outstanding (already reclaimed, or passed by a later lap of the ring) returns an empty
+    /// list.
     ///
     /// Errors: [`VerbsError::ForeignCompletion`] for a completion of another QP, or from a
-    /// CQ this QP does not report that queue to.
+    /// CQ this QP does not report that queue to; [`VerbsError::StaleCompletion`] for one
+    /// polled before the request now at its slot was posted (from a destroyed QP that had
+    /// this number, or from before a reset). Neither releases anything.
     pub fn reclaim(&mut self, c: Completion) -> Result<SgeList, VerbsError> {
         let recv = c.is_recv();
         let cq = if recv { &self.recv_cq } else { &self.send_cq };
@@ -623,10 +650,19 @@ impl Qp {
             });
         }
         let wc = c.work_completion();
-        Ok(if recv {
-            self.rq.complete_next(c.seq())
+        // Both queues by the WQE index the driver reports: for a receive, the index of the
+        // receive WQE it matched (in order), so a receive completion kept while its slot was
+        // reposted names a position outside the window and releases nothing.
+        let got = if recv {
+            self.rq.complete(wc.wqe_index(), c.seq())
         } else {
             self.sq.complete(wc.wqe_index(), c.seq())
+        };
+        got.map_err(|posted_at| VerbsError::StaleCompletion {
+            qpn: self.qpn(),
+            queue: if recv { "receive" } else { "send" },
+            seq: c.seq(),
+            posted_at,
         })
     }
 

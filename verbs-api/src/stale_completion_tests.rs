@@ -1,0 +1,178 @@
+//! The interleaving that completion sequence numbers must survive, driven step by step on the
+//! stepped sim: a poll takes a CQE of QP X and lets go of the CQ; X is destroyed, a new QP X'
+//! gets X's number from the firmware and posts; only then is X's completion turned into a
+//! [`Completion`]. Reclaiming it on X' must be refused: the NIC may still be using the buffer
+//! of X's WQE-slot successor on X'.
+//!
+//! Owns: this test. Must not: test the driver's poll itself (driver `poll.rs` tests do).
+
+use std::time::Duration;
+
+use crate::error::VerbsError;
+use crate::{Access, Context, Cq, Qp, QpBuilder, SendOp, SendWr};
+
+const WAIT: Duration = Duration::from_secs(2);
+
+/// An RC QP on `cq_a` connected to a new QP on `cq_b`.
+fn connected(a: &crate::Pd, cq_a: &Cq, b: &crate::Pd, cq_b: &Cq) -> Result<(Qp, Qp), VerbsError> {
+    let mut x = QpBuilder::rc(a, cq_a, cq_a).build()?;
+    let mut y = QpBuilder::rc(b, cq_b, cq_b).build()?;
+    let (ex, ey) = (x.endpoint()?, y.endpoint()?);
+    x.connect(&ey)?;
+    y.connect(&ex)?;
+    Ok((x, y))
+}
+
+#[test]
+fn a_completion_of_a_destroyed_qp_numbered_after_its_poll_let_go_cannot_release_a_new_qps_buffers()
+-> Result<(), VerbsError> {
+    let pair = Context::sim_pair(11)?;
+    let (pd_a, pd_b) = (pair.a.alloc_pd()?, pair.b.alloc_pd()?);
+    let (mut cq_a, cq_b) = (Cq::new(&pair.a, 64)?, Cq::new(&pair.b, 64)?);
+    let pool = pd_a.create_pool(256, 4)?;
+    let target = pd_b.register(
+        4096,
+        Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ,
+    )?;
+
+    // QP X writes once; its completion lands in cq_a.
+    let (mut x, y) = connected(&pd_a, &cq_a, &pd_b, &cq_b)?;
+    let stale_qpn = x.qpn();
+    x.post_send(SendWr::new(1, SendOp::Write(target.remote())).sge(pool.lease(64)?))?;
+    pair.a.progress();
+    pair.b.progress();
+
+    // Step 1: the driver's poll takes X's CQE and releases the CQ's consumer side; the
+    // completion is not yet a `Completion` (the window the race lives in).
+    let (wc, seq) = cq_a.inner.poll_one_seq().expect("X's completion");
+    assert_eq!((wc.qpn(), wc.wr_id()), (stale_qpn, 1));
+    assert!(wc.is_ok(), "{wc:?}");
+
+    // Step 2: X is destroyed (DESTROY_QP, then the clean of cq_a) while its WQE's buffer is
+    // still parked; step 3: the firmware hands X's number to the next QP on cq_a.
+    drop(x);
+    drop(y);
+    let (mut x2, _y2) = connected(&pd_a, &cq_a, &pd_b, &cq_b)?;
+    assert_eq!(x2.qpn(), stale_qpn, "the sim reuses the lowest free QPN");
+
+    // Step 4: X' posts a READ into a lease at the same ring slot (SQ position 0); nothing
+    // moves on the stepped fabric, so the NIC has not written it yet.
+    x2.post_send(
+        SendWr::new(
+            2,
+            SendOp::Read(target.remote().slice(0, 64).expect("64 bytes")),
+        )
+        .sge(pool.lease(64)?),
+    )?;
+    assert_eq!(
+        pool.leased(),
+        1,
+        "X's lease went back at its destroy; X''s is parked"
+    );
+    assert_eq!(x2.sends_outstanding(), 1);
+
+    // Step 5: X's completion becomes a proof only now, with the number its poll took.
+    let stale = cq_a.wrap((wc, seq));
+    assert_eq!(
+        stale.qpn(),
+        x2.qpn(),
+        "same QPN, same CQ: only the number tells them apart"
+    );
+    match x2.reclaim(stale) {
+        Err(VerbsError::StaleCompletion {
+            qpn,
+            queue,
+            seq: got,
+            posted_at,
+        }) => {
+            assert_eq!((qpn, queue, got), (stale_qpn, "send", seq));
+            assert!(posted_at >= seq, "posted at {posted_at}, polled as {seq}");
+        }
+        other => panic!("a stale completion was not refused: {other:?}"),
+    }
+    assert_eq!(pool.leased(), 1, "the READ's buffer stays parked");
+    assert_eq!(x2.sends_outstanding(), 1);
+
+    // The same completion numbered when it was wrapped (the count had moved on: the old
+    // scheme's timing) would have passed; this is what the poll-time number prevents.
+    let late = cq_a.wrap((wc, cq_a.inner.consumed() + 1));
+    let released = x2.reclaim(late)?;
+    assert!(
+        !released.is_empty(),
+        "a number taken after the destroy ranks the old completion after the new post"
+    );
+    drop(released);
+
+    // X''s own completion arrives and is accepted (its buffer was already handed back by the
+    // late-numbered proof above: nothing left to release, and no error).
+    let own = cq_a.wait(WAIT)?.expect("X''s completion");
+    assert_eq!((own.qpn(), own.wr_id()), (stale_qpn, 2));
+    assert!(own.is_ok(), "{own}");
+    assert!(own.seq() > seq);
+    assert!(x2.reclaim(own)?.is_empty());
+    Ok(())
+}
+
+#[test]
+fn a_qps_own_completion_is_numbered_above_its_post() -> Result<(), VerbsError> {
+    let pair = Context::sim_pair(12)?;
+    let (pd_a, pd_b) = (pair.a.alloc_pd()?, pair.b.alloc_pd()?);
+    let (mut cq_a, cq_b) = (Cq::new(&pair.a, 8)?, Cq::new(&pair.b, 8)?);
+    let pool = pd_a.create_pool(256, 4)?;
+    let target = pd_b.register(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+    let (mut x, _y) = connected(&pd_a, &cq_a, &pd_b, &cq_b)?;
+    // More completions than CQ entries: the numbers keep counting past the ring's laps.
+    for k in 0..20u64 {
+        let before = cq_a.table().consumed();
+        x.post_send(SendWr::new(k, SendOp::Write(target.remote())).sge(pool.lease(8)?))?;
+        let c = cq_a.wait(WAIT)?.expect("a completion");
+        assert_eq!(c.seq(), before + 1, "one CQE consumed per WRITE");
+        assert_eq!(c.seq(), cq_a.table().consumed());
+        assert!(x.reclaim_lease(c)?.is_some(), "write {k}");
+    }
+    assert_eq!(pool.leased(), 0);
+    Ok(())
+}
+
+#[test]
+fn a_receive_completion_kept_while_its_slot_is_reposted_releases_no_other_receive()
+-> Result<(), VerbsError> {
+    use crate::RecvWr;
+    let pair = Context::sim_pair(13)?;
+    let (pd_a, pd_b) = (pair.a.alloc_pd()?, pair.b.alloc_pd()?);
+    let (cq_a, mut cq_b) = (Cq::new(&pair.a, 64)?, Cq::new(&pair.b, 64)?);
+    let pool_a = pd_a.create_pool(256, 4)?;
+    let pool_b = pd_b.create_pool(256, 8)?;
+    let mut x = QpBuilder::rc(&pd_a, &cq_a, &cq_a).build()?;
+    let mut y = QpBuilder::rc(&pd_b, &cq_b, &cq_b).max_recv_wr(4).build()?;
+    let (ex, ey) = (x.endpoint()?, y.endpoint()?);
+    x.connect(&ey)?;
+    y.connect(&ex)?;
+    let slots = 4u32; // the receive table of `max_recv_wr(4)`
+    // Fill the receive queue; each buffer tagged with its receive's number.
+    for k in 0..slots {
+        let mut l = pool_b.lease(64)?;
+        l.as_mut_slice().fill(k as u8);
+        y.post_recv(RecvWr::new(u64::from(k), l))?;
+    }
+    // One SEND consumes receive 0; its completion is polled and kept.
+    x.post_send(SendWr::new(9, SendOp::Send).sge(pool_a.lease(8)?))?;
+    let c0 = cq_b.wait(WAIT)?.expect("receive 0");
+    assert_eq!(c0.wr_id(), 0);
+    // The driver lets slot 0 be reused: receive `slots` goes there.
+    let mut l = pool_b.lease(64)?;
+    l.as_mut_slice().fill(0xee);
+    y.post_recv(RecvWr::new(u64::from(slots), l))?;
+    // Receives 1.. are still posted (no SEND for them): reclaiming receive 0's completion
+    // must not hand any of their buffers back.
+    let got = y.reclaim(c0)?;
+    let tags: Vec<u8> = got
+        .into_leases()
+        .map(|l| l.as_slice().first().copied().unwrap_or(0xff))
+        .collect();
+    assert!(
+        tags.iter().all(|&t| t == 0),
+        "receive 0's completion released the buffers tagged {tags:?}"
+    );
+    Ok(())
+}
