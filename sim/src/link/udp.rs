@@ -213,8 +213,14 @@ pub struct UdpLink {
     rx: UdpSocket,
     /// Sending sockets by UDP source port (created when a port is first used).
     tx: HashMap<u16, UdpSocket>,
-    /// The receive buffer (one datagram, or one `UDP_GRO` train of them), reused.
+    /// The receive buffer of [`UdpLink::recv_batch`] (one datagram, or one `UDP_GRO` train
+    /// of them), reused.
     buf: Vec<u8>,
+    /// The receive buffers of [`UdpLink::fill_rx`], reused: each holds one datagram or
+    /// `UDP_GRO` train after [`RX_HEADROOM`] bytes, and the first `rx_filled` are waiting
+    /// for [`UdpLink::deliver_rx`].
+    rx_bufs: Vec<RxBuf>,
+    rx_filled: usize,
     /// The control-message buffer of `recvmsg` (the `UDP_GRO` segment size), reused.
     cmsg: Vec<u8>,
     /// Send segmented trains (`UDP_SEGMENT`); cleared when the kernel refuses one.
@@ -333,6 +339,8 @@ impl UdpLink {
             rx,
             tx: HashMap::new(),
             buf: vec![0; MAX_DATAGRAM],
+            rx_bufs: Vec::new(),
+            rx_filled: 0,
             cmsg: nix::cmsg_space!(libc::c_int),
             gso: true,
             pending: VecDeque::new(),
@@ -354,15 +362,7 @@ impl UdpLink {
     }
 
     fn tee(&mut self, packet: &[u8]) {
-        if let Some(w) = self.pcap.as_mut() {
-            let ts = SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
-            if w.write_packet(ts, packet).is_err() {
-                // A full disk must not stop the link: stop recording.
-                self.pcap = None;
-            }
-        }
+        tee(&mut self.pcap, packet);
     }
 
     /// Drops every `n`-th packet the link receives (0: none), counted in
@@ -618,38 +618,112 @@ impl UdpLink {
         out.len() - before
     }
 
+    /// Reads what is waiting on the socket, up to about `max` packets (and at most
+    /// [`RX_BUFS`] datagrams or trains), into the link's receive buffers for
+    /// [`UdpLink::deliver_rx`]; returns how many datagrams (or trains) wait there. As
+    /// [`UdpLink::recv_batch`], a read well short of a full train ends the round.
+    pub fn fill_rx(&mut self, max: usize) -> usize {
+        let mut packets = 0usize;
+        while self.rx_filled < RX_BUFS && packets < max {
+            if self.rx_bufs.len() <= self.rx_filled {
+                self.rx_bufs.push(RxBuf {
+                    data: vec![0; RX_HEADROOM + MAX_DATAGRAM],
+                    len: 0,
+                    from: self.local,
+                    seg: 0,
+                });
+            }
+            let Some(b) = self.rx_bufs.get_mut(self.rx_filled) else {
+                break;
+            };
+            let Some(space) = b.data.get_mut(RX_HEADROOM..) else {
+                break;
+            };
+            let Some((n, from, seg)) =
+                read_datagram(&self.rx, space, &mut self.cmsg, &self.counters)
+            else {
+                break;
+            };
+            let seg = if seg == 0 { n.max(1) } else { seg };
+            if seg < n {
+                LinkCounters::add(&self.counters.rx_gro_reads, 1);
+            }
+            (b.len, b.from, b.seg) = (n, from, seg);
+            self.rx_filled += 1;
+            packets += n.div_ceil(seg);
+            if n < GSO_MAX_BYTES / 2 {
+                break;
+            }
+        }
+        self.rx_filled
+    }
+
+    /// Hands every packet [`UdpLink::fill_rx`] read to `deliver`, in order, as the IP packet
+    /// the device takes, with whether the link checked its ICRC (see
+    /// [`Received::icrc_checked`]); returns how many. Each packet's IP + UDP header is
+    /// rebuilt (as [`UdpLink::recv_batch`] does) in the receive buffer right in front of its
+    /// UDP payload, over bytes already delivered (the tail of the previous segment, or the
+    /// headroom): no copy, no allocation. `deliver` must be done with a packet when it
+    /// returns.
+    pub fn deliver_rx(&mut self, mut deliver: impl FnMut(&[u8], bool)) -> usize {
+        let Self {
+            local,
+            rx_bufs,
+            rx_filled,
+            deltas,
+            drop_every,
+            rx_seen,
+            counters,
+            pcap,
+            ..
+        } = self;
+        let mut count = 0;
+        for b in rx_bufs.iter_mut().take(std::mem::take(rx_filled)) {
+            let end = RX_HEADROOM + b.len;
+            let mut start = RX_HEADROOM;
+            let mut k = 0usize;
+            while start < end {
+                let stop = start.saturating_add(b.seg).min(end);
+                let hint = u16::try_from(k).unwrap_or(0);
+                k += 1;
+                let seg_start = std::mem::replace(&mut start, stop);
+                *rx_seen += 1;
+                if *drop_every > 0 && *rx_seen % *drop_every == 0 {
+                    LinkCounters::add(&counters.rx_injected_drops, 1);
+                    continue;
+                }
+                let Some(payload) = b.data.get(seg_start..stop) else {
+                    break;
+                };
+                let plen = payload.len();
+                let Some((hdr, hl, checked)) =
+                    rebuild_header(counters, deltas, *local, payload, b.from, hint)
+                else {
+                    LinkCounters::add(&counters.rx_dropped, 1);
+                    continue;
+                };
+                let at = seg_start.saturating_sub(hl);
+                if let (Some(h), Some(dst)) = (hdr.get(..hl), b.data.get_mut(at..seg_start)) {
+                    dst.copy_from_slice(h);
+                }
+                let Some(pkt) = b.data.get(at..stop) else {
+                    LinkCounters::add(&counters.rx_dropped, 1);
+                    continue;
+                };
+                LinkCounters::add(&counters.rx_packets, 1);
+                LinkCounters::add(&counters.rx_bytes, plen as u64);
+                tee(pcap, pkt);
+                deliver(pkt, checked);
+                count += 1;
+            }
+        }
+        count
+    }
+
     /// Reads one datagram (or `UDP_GRO` train) into `self.buf`: its length, sender and segment
     /// size (0: not a train). `None` when nothing is waiting.
     fn read_one(&mut self) -> Option<(usize, SocketAddr, usize)> {
-        loop {
-            let mut iov = [IoSliceMut::new(&mut self.buf)];
-            let r = recvmsg::<SockaddrStorage>(
-                self.rx.as_raw_fd(),
-                &mut iov,
-                Some(&mut self.cmsg),
-                MsgFlags::MSG_DONTWAIT,
-            );
-            let m = match r {
-                Ok(m) => m,
-                Err(nix::errno::Errno::EINTR) => continue,
-                // EAGAIN, or an ICMP error reported on the socket: nothing to hand on.
-                Err(_) => return None,
-            };
-            let mut seg = 0;
-            if let Ok(cmsgs) = m.cmsgs() {
-                for c in cmsgs {
-                    if let ControlMessageOwned::UdpGroSegments(s) = c {
-                        seg = usize::try_from(s).unwrap_or(0);
-                    }
-                }
-            }
-            let from = m.address.as_ref().and_then(socket_addr);
-            let n = m.bytes;
-            match from {
-                Some(from) => return Some((n, from, seg)),
-                None => LinkCounters::add(&self.counters.rx_dropped, 1),
-            }
-        }
+        read_datagram(&self.rx, &mut self.buf, &mut self.cmsg, &self.counters)
     }
 
     /// Waits until a datagram is readable or `ms` milliseconds pass.
@@ -658,6 +732,77 @@ impl UdpLink {
         let mut fds = [PollFd::new(self.rx.as_fd(), PollFlags::POLLIN)];
         // EINTR or an error: the caller comes back here anyway.
         let _ = poll(&mut fds, PollTimeout::from(ms));
+    }
+}
+
+/// Reads one datagram (or `UDP_GRO` train) from `sock` into `buf`: its length, sender and
+/// segment size (0: not a train). `None` when nothing is waiting.
+fn read_datagram(
+    sock: &UdpSocket,
+    buf: &mut [u8],
+    cmsg: &mut Vec<u8>,
+    counters: &LinkCounters,
+) -> Option<(usize, SocketAddr, usize)> {
+    loop {
+        let mut iov = [IoSliceMut::new(buf)];
+        let r = recvmsg::<SockaddrStorage>(
+            sock.as_raw_fd(),
+            &mut iov,
+            Some(cmsg),
+            MsgFlags::MSG_DONTWAIT,
+        );
+        let m = match r {
+            Ok(m) => m,
+            Err(nix::errno::Errno::EINTR) => continue,
+            // EAGAIN, or an ICMP error reported on the socket: nothing to hand on.
+            Err(_) => return None,
+        };
+        let mut seg = 0;
+        if let Ok(cmsgs) = m.cmsgs() {
+            for c in cmsgs {
+                if let ControlMessageOwned::UdpGroSegments(s) = c {
+                    seg = usize::try_from(s).unwrap_or(0);
+                }
+            }
+        }
+        let from = m.address.as_ref().and_then(socket_addr);
+        let n = m.bytes;
+        match from {
+            Some(from) => return Some((n, from, seg)),
+            None => LinkCounters::add(&counters.rx_dropped, 1),
+        }
+    }
+}
+
+/// Room left before a received datagram in an [`RxBuf`]: the largest IP + UDP header
+/// (IPv6), rebuilt there in front of the first segment.
+const RX_HEADROOM: usize = bypass_hw::roce::ip::IPV6_HDR_LEN + UDP_HDR_LEN;
+
+/// The most receive buffers one pump round fills before the devices run.
+const RX_BUFS: usize = 8;
+
+/// One datagram (or `UDP_GRO` train) read by [`UdpLink::fill_rx`], waiting to be delivered.
+#[derive(Debug)]
+struct RxBuf {
+    /// [`RX_HEADROOM`] bytes, then the datagram.
+    data: Vec<u8>,
+    /// Datagram bytes.
+    len: usize,
+    from: SocketAddr,
+    /// `UDP_GRO` segment size (the datagram's length when it is not a train).
+    seg: usize,
+}
+
+/// Records `packet` in the pcap file, if one is being written (wall-clock timestamp).
+fn tee(pcap: &mut Option<PcapWriter<BufWriter<File>>>, packet: &[u8]) {
+    if let Some(w) = pcap.as_mut() {
+        let ts = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+        if w.write_packet(ts, packet).is_err() {
+            // A full disk must not stop the link: stop recording.
+            *pcap = None;
+        }
     }
 }
 
@@ -752,11 +897,7 @@ fn socket_addr(s: &SockaddrStorage) -> Option<SocketAddr> {
 }
 
 /// The IP packet of UDP payload `payload` that came from `from` to `local` (headers rebuilt
-/// as the module comment says). IPv4: the ID is `hint` if the ICRC checks with it (a
-/// segment of a bypass peer's train), else 0 or the one [`recover_ipv4_id`] finds. The flag
-/// says the ICRC was computed here and matches the rebuilt packet (IPv4 with an ID that
-/// explains it), so the device need not compute it again; false (IPv6, or an ICRC no ID
-/// explains) leaves the check to the device.
+/// as the module comment says), in a new buffer; see [`rebuild_header`].
 fn rebuild(
     counters: &LinkCounters,
     deltas: &mut Ipv4IdSolver,
@@ -765,6 +906,27 @@ fn rebuild(
     from: SocketAddr,
     hint: u16,
 ) -> Option<(Vec<u8>, bool)> {
+    let (hdr, written, checked) = rebuild_header(counters, deltas, local, payload, from, hint)?;
+    let mut pkt = Vec::with_capacity(written + payload.len());
+    pkt.extend_from_slice(hdr.get(..written)?);
+    pkt.extend_from_slice(payload);
+    Some((pkt, checked))
+}
+
+/// The IP + UDP header of UDP payload `payload` that came from `from` to `local` (rebuilt as
+/// the module comment says) and its length. IPv4: the ID is `hint` if the ICRC checks with it
+/// (a segment of a bypass peer's train), else 0 or the one [`recover_ipv4_id`] finds. The
+/// flag says the ICRC was computed here and matches the rebuilt packet (IPv4 with an ID that
+/// explains it), so the device need not compute it again; false (IPv6, or an ICRC no ID
+/// explains) leaves the check to the device.
+fn rebuild_header(
+    counters: &LinkCounters,
+    deltas: &mut Ipv4IdSolver,
+    local: SocketAddr,
+    payload: &[u8],
+    from: SocketAddr,
+    hint: u16,
+) -> Option<([u8; RX_HEADROOM], usize, bool)> {
     let mut ip = match (from.ip(), local.ip()) {
         (IpAddr::V4(src), IpAddr::V4(dst)) => IpSpec::V4(Ipv4Spec {
             src: src.octets(),
@@ -810,12 +972,9 @@ fn rebuild(
             }
         }
     }
-    let mut hdr = [0u8; bypass_hw::roce::ip::IPV6_HDR_LEN + UDP_HDR_LEN];
+    let mut hdr = [0u8; RX_HEADROOM];
     let written = ip.write_ip_udp(ports, payload.len(), &mut hdr).ok()?;
-    let mut pkt = Vec::with_capacity(written + payload.len());
-    pkt.extend_from_slice(hdr.get(..written)?);
-    pkt.extend_from_slice(payload);
-    Some((pkt, checked))
+    Some((hdr, written, checked))
 }
 
 /// The IPv4 ID the sender hashed into the ICRC of `payload`, which a UDP socket does not
@@ -866,7 +1025,6 @@ pub enum Pumper {
 /// The link's working buffers, reused round after round.
 struct PumpState {
     link: UdpLink,
-    inbound: Vec<Received>,
     outbound: Vec<Vec<u8>>,
     /// `outbound` holds ACKs kept back by the last round (sent by the next, whatever it is).
     held: bool,
@@ -894,6 +1052,10 @@ pub struct UdpWire {
     start: Instant,
     /// When an application thread last pumped (ns since `start`).
     app_pumped: AtomicU64,
+    /// The earliest device timer (ns since `start`; `u64::MAX`: none) as the last round left
+    /// it: an application round that receives nothing, holds nothing and comes before it
+    /// has nothing to step (see [`UdpWire::pump`]).
+    next_timer: AtomicU64,
 }
 
 impl std::fmt::Debug for UdpWire {
@@ -915,7 +1077,6 @@ impl UdpWire {
         Ok(Self {
             state: Mutex::new(PumpState {
                 link,
-                inbound: Vec::with_capacity(RX_BATCH * 2),
                 outbound: Vec::new(),
                 held: false,
                 spare: Vec::with_capacity(SPARE_BUFFERS),
@@ -923,6 +1084,7 @@ impl UdpWire {
             poller,
             start: Instant::now(),
             app_pumped: AtomicU64::new(0),
+            next_timer: AtomicU64::new(0),
         })
     }
 
@@ -935,11 +1097,18 @@ impl UdpWire {
     /// current device time (ns since [`UdpWire::new`]) until idle, and send what they
     /// transmit. True if anything moved. [`Pumper::App`] and [`Pumper::Engine`] return false
     /// at once when another thread is running a round.
+    ///
+    /// An application round that reads nothing, holds no ACKs and comes before the earliest
+    /// device timer the last round saw does not touch the world: a device only has work after
+    /// a doorbell (acted on by [`Pumper::Doorbell`] rounds), a packet, or a timer, so stepping
+    /// it would change nothing. A busy-poll loop's empty rounds then cost one `recvmsg`, as a
+    /// plain socket's do.
     pub fn pump(&self, world: &Mutex<World>, by: Pumper) -> bool {
+        let t = self.now_ns();
         if by == Pumper::App {
             // Only a wait loop reads the socket: a doorbell alone (a CQ armed before a
             // blocking wait, say) must not keep the engine off it.
-            self.app_pumped.store(self.now_ns(), Ordering::Relaxed);
+            self.app_pumped.store(t, Ordering::Relaxed);
         }
         let mut g = match by {
             Pumper::Doorbell => lock(&self.state),
@@ -950,17 +1119,19 @@ impl UdpWire {
         };
         let PumpState {
             link,
-            inbound,
             outbound,
             held,
             spare,
         } = &mut *g;
-        if by != Pumper::Doorbell {
-            link.recv_batch(inbound, RX_BATCH);
+        // The socket is read with the world unlocked; the packets wait in the link's
+        // buffers and are handed to the devices in place below.
+        let mut busy = by != Pumper::Doorbell && link.fill_rx(RX_BATCH) > 0;
+        if by == Pumper::App && !busy && !*held && t < self.next_timer.load(Ordering::Relaxed) {
+            return false;
         }
-        let mut busy = !inbound.is_empty();
         {
             let mut w = lock(world);
+            // Taken again: a doorbell round may have waited for the lock.
             let now = self.now_ns();
             let n = w.len();
             let allowed = w.fast_path();
@@ -973,13 +1144,9 @@ impl UdpWire {
                 let fast = allowed && !dev.trace.enabled();
                 dev.set_fast_tx(fast);
             }
-            for Received {
-                packet: pkt,
-                icrc_checked,
-            } in inbound.drain(..)
-            {
+            link.deliver_rx(|pkt, icrc_checked| {
                 let owner = if n > 1 {
-                    RocePacket::parse(&pkt).ok().and_then(|p| {
+                    RocePacket::parse(pkt).ok().and_then(|p| {
                         let (_, dgid) = p.ip().gids();
                         (0..n).find(|&id| {
                             w.device(id)
@@ -993,14 +1160,10 @@ impl UdpWire {
                     None
                 };
                 if n > 0 {
-                    let dev = w.device(owner.unwrap_or(0));
-                    if icrc_checked {
-                        dev.receive_icrc_checked(pkt);
-                    } else {
-                        dev.receive(pkt);
-                    }
+                    w.device(owner.unwrap_or(0))
+                        .receive_in_place(pkt, icrc_checked);
                 }
-            }
+            });
             for _ in 0..MAX_STEPS_PER_ROUND {
                 let mut progress = false;
                 for id in 0..n {
@@ -1011,8 +1174,12 @@ impl UdpWire {
                 }
                 busy = true;
             }
+            let mut next_timer = u64::MAX;
             for id in 0..n {
                 let dev = w.device(id);
+                if let Some(t) = dev.next_deadline() {
+                    next_timer = next_timer.min(t);
+                }
                 while let Some(frame) = dev.take_frame() {
                     match frame {
                         Frame::Wire(p) | Frame::WireChecked(p) => outbound.push(p),
@@ -1028,6 +1195,7 @@ impl UdpWire {
                     }
                 }
             }
+            self.next_timer.store(next_timer, Ordering::Relaxed);
         }
         busy |= !outbound.is_empty();
         let received = busy && by == Pumper::App && !outbound.is_empty();
