@@ -1191,7 +1191,7 @@ impl UdpWire {
                         }
                         // Read from the sender's memory now, as a NIC reads it when it
                         // transmits (`crate::frame`): one copy into the packet.
-                        Frame::Burst(b) => b.segment_into(outbound, spare),
+                        Frame::Burst(b) => b.segment_direct_into(outbound, spare),
                     }
                 }
             }
