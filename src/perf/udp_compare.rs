@@ -25,6 +25,7 @@ use crate::args::{DeviceSpec, parse_size};
 use crate::baseline::elapsed_ns;
 use crate::device::{NetDevice, open_net};
 use crate::stats::median;
+use bypass_sim::link::floor::{segmented_pingpong_rtts, write_round_trip_lens};
 
 /// Target: UDP WRITE round trip at most this multiple of the plain UDP ping-pong's.
 pub const RTT_TARGET: f64 = 1.25;
@@ -310,10 +311,15 @@ pub fn run(o: &UdpCompareOpts) -> Result<(), PerfError> {
     let (rtt, bw) = (o.only != Some(Only::Bw), o.only != Some(Only::Rtt));
     let bw_iters = usize::try_from(o.bw_iters).unwrap_or(200);
 
-    let udp_rtt = if rtt {
-        median_us(&udp_pingpong_rtts(a, b, lat_size, n)?)
+    let (udp_rtt, floor_rtt) = if rtt {
+        let udp = median_us(&udp_pingpong_rtts(a, b, lat_size, n)?);
+        let (request, ack) =
+            write_round_trip_lens(lat_size).ok_or(PerfError::TooLarge { size: o.lat_size })?;
+        let floor = segmented_pingpong_rtts(a, b, request, ack, n, WARMUP)
+            .map_err(io("the segmented ping-pong"))?;
+        (udp, median_us(&floor))
     } else {
-        0.0
+        (0.0, 0.0)
     };
     let tcp_bw = if bw {
         median(&tcp_stream_rates(bw_size, bw_iters, o.runs)?).unwrap_or(0.0) / f64::from(1u32 << 20)
@@ -338,6 +344,12 @@ pub fn run(o: &UdpCompareOpts) -> Result<(), PerfError> {
         println!(
             " round-trip ratio                      : {rtt_ratio:10.2} x  (target <= {RTT_TARGET}: {})",
             verdict(rtt_ratio <= RTT_TARGET)
+        );
+        let (request, ack) = write_round_trip_lens(lat_size).unwrap_or_default();
+        println!(
+            " its socket calls alone ({request}+{ack} B trains): {floor_rtt:10.2} us  ({:.2} x the ping-pong; the NICs' own work {:.2} us)",
+            floor_rtt / udp_rtt,
+            rdma_rtt - floor_rtt
         );
     }
     if bw {

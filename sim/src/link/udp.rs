@@ -1026,7 +1026,9 @@ pub enum Pumper {
 struct PumpState {
     link: UdpLink,
     outbound: Vec<Vec<u8>>,
-    /// `outbound` holds ACKs kept back by the last round (sent by the next, whatever it is).
+    /// The ACKs (and NAKs) of the round, sent after `outbound`.
+    acks: Vec<Vec<u8>>,
+    /// `acks` holds ACKs kept back by the last round (sent by the next, whatever it is).
     held: bool,
     /// Buffers of packets already sent, for the next packets built (at most
     /// [`SPARE_BUFFERS`]).
@@ -1078,6 +1080,7 @@ impl UdpWire {
             state: Mutex::new(PumpState {
                 link,
                 outbound: Vec::new(),
+                acks: Vec::new(),
                 held: false,
                 spare: Vec::with_capacity(SPARE_BUFFERS),
             }),
@@ -1104,7 +1107,12 @@ impl UdpWire {
     /// it would change nothing. A busy-poll loop's empty rounds then cost one `recvmsg`, as a
     /// plain socket's do.
     pub fn pump(&self, world: &Mutex<World>, by: Pumper) -> bool {
-        let t = self.now_ns();
+        // Device time of the round (a doorbell round takes it once it holds the link).
+        let t = if by == Pumper::Doorbell {
+            0
+        } else {
+            self.now_ns()
+        };
         if by == Pumper::App {
             // Only a wait loop reads the socket: a doorbell alone (a CQ armed before a
             // blocking wait, say) must not keep the engine off it.
@@ -1120,6 +1128,7 @@ impl UdpWire {
         let PumpState {
             link,
             outbound,
+            acks,
             held,
             spare,
         } = &mut *g;
@@ -1131,8 +1140,12 @@ impl UdpWire {
         }
         {
             let mut w = lock(world);
-            // Taken again: a doorbell round may have waited for the lock.
-            let now = self.now_ns();
+            // Taken again after a doorbell round's wait for the lock (the others only try it).
+            let now = if by == Pumper::Doorbell {
+                self.now_ns()
+            } else {
+                t
+            };
             let n = w.len();
             let allowed = w.fast_path();
             for id in 0..n {
@@ -1182,11 +1195,17 @@ impl UdpWire {
                 }
                 while let Some(frame) = dev.take_frame() {
                     match frame {
-                        Frame::Wire(p) | Frame::WireChecked(p) => outbound.push(p),
+                        Frame::Wire(p) | Frame::WireChecked(p) => {
+                            if is_ack(&p) {
+                                acks.push(p);
+                            } else {
+                                outbound.push(p);
+                            }
+                        }
                         Frame::Ack(a) => {
                             let mut buf = spare.pop().unwrap_or_default();
                             if a.to_wire_into(&mut buf) {
-                                outbound.push(buf);
+                                acks.push(buf);
                             }
                         }
                         // Read from the sender's memory now, as a NIC reads it when it
@@ -1197,9 +1216,10 @@ impl UdpWire {
             }
             self.next_timer.store(next_timer, Ordering::Relaxed);
         }
-        busy |= !outbound.is_empty();
-        let received = busy && by == Pumper::App && !outbound.is_empty();
-        if received && !*held && outbound.iter().all(|p| is_ack(p)) {
+        let sending = !outbound.is_empty() || !acks.is_empty();
+        busy |= sending;
+        let received = busy && by == Pumper::App && sending;
+        if received && !*held && outbound.is_empty() {
             // Only ACKs, in a wait loop that just took packets: hold them for one round (the
             // application's reply, rung as a doorbell a moment later, carries them in the
             // same send; the next round of any kind sends them), as a NIC coalesces ACKs.
@@ -1207,12 +1227,10 @@ impl UdpWire {
             return busy;
         }
         *held = false;
-        if outbound.len() > 1 {
-            // ACKs last (stable: each kind keeps its order; requests and ACKs are separate
-            // PSN streams), so that a reply and the ACKs held for it form one train: the
-            // shorter ACK may be the last segment of a segmented send.
-            outbound.sort_by_key(|p| is_ack(p));
-        }
+        // ACKs last (each kind keeps its order; requests and ACKs are separate PSN streams),
+        // so that a reply and the ACKs held for it form one train: the shorter ACK may be the
+        // last segment of a segmented send.
+        outbound.append(acks);
         link.send_all(outbound);
         // The sent packets' buffers build the next round's (no allocation per packet).
         for p in outbound.drain(..) {

@@ -1,0 +1,154 @@
+//! The kernel's share of a UDP link's round trip: what a WRITE ping-pong over the link costs
+//! in socket calls alone, with no device behind them.
+//!
+//! Owns: [`segmented_pingpong_rtts`] (the floor `bypass perf compare-udp` prints beside its
+//! plain UDP baseline) and [`write_round_trip_lens`] (the UDP payload lengths of the packets a
+//! WRITE round trip puts on the wire). Must not: touch a device or the link's sockets; it
+//! binds its own.
+//!
+//! Why it exists: in a WRITE ping-pong each side's reply leaves as one segmented send
+//! (`UDP_SEGMENT`) of two datagrams, the WRITE and the ACK of the peer's WRITE held for it
+//! (see `link::udp`), and is read with one `recvmsg` (`UDP_GRO`). Those calls cost more
+//! than a plain one-datagram `sendto`/`recvfrom` ping-pong; how much is measured here,
+//! in the same run, so that the link's own overhead is the difference above this floor.
+
+use std::io::{self, IoSlice, IoSliceMut};
+use std::net::{SocketAddr, UdpSocket};
+use std::os::fd::AsRawFd;
+use std::time::{Duration, Instant};
+
+use bypass_hw::roce::{
+    Aeth, BthFields, BthOpcode, ExtFields, IpSpec, Ipv4Spec, PacketSpec, Reth, UdpPorts,
+};
+use bypass_hw::syndrome::AethSyndrome;
+use nix::sys::socket::{
+    ControlMessage, MsgFlags, SockaddrStorage, recvmsg, sendmsg, setsockopt, sockopt,
+};
+
+/// The UDP payload lengths (BTH .. ICRC) of an RC RDMA WRITE ONLY of `size` bytes (not
+/// inline or inline: the same on the wire) and of the ACK that answers it.
+pub fn write_round_trip_lens(size: usize) -> Option<(usize, usize)> {
+    let ip = IpSpec::V4(Ipv4Spec {
+        src: [127, 0, 0, 1],
+        dst: [127, 0, 0, 2],
+        tos: 0,
+        ttl: 64,
+        id: 0,
+        dont_fragment: true,
+    });
+    let ports = UdpPorts {
+        src: 0xc000,
+        dst: bypass_hw::roce::ROCE_V2_UDP_DPORT,
+    };
+    let payload = vec![0u8; size];
+    let write = PacketSpec {
+        ip,
+        ports,
+        bth: BthFields {
+            opcode: BthOpcode::RC_RDMA_WRITE_ONLY,
+            ..BthFields::default()
+        },
+        ext: ExtFields {
+            reth: Some(Reth::new(0, 0, u32::try_from(size).ok()?)),
+            ..ExtFields::default()
+        },
+        payload: &payload,
+    };
+    let ack = PacketSpec {
+        ip,
+        ports,
+        bth: BthFields {
+            opcode: BthOpcode::RC_ACKNOWLEDGE,
+            ..BthFields::default()
+        },
+        ext: ExtFields {
+            aeth: Some(Aeth::new(AethSyndrome::ACK_UNLIMITED, 0).ok()?),
+            ..ExtFields::default()
+        },
+        payload: &[],
+    };
+    Some((write.udp_payload_len().ok()?, ack.udp_payload_len().ok()?))
+}
+
+/// A ping-pong between `a` and `b` in one thread where each side sends what a UDP link sends
+/// in a WRITE ping-pong: one segmented send (`UDP_SEGMENT`) of a `request`-byte and an
+/// `ack`-byte datagram, read by the peer with one `recvmsg` on a `UDP_GRO` socket. The
+/// round-trip times in ns, `iters` of them after `warmup` untimed ones. One thread because
+/// the link's round-trip comparison runs both NICs in one thread: this is the socket calls'
+/// share of that loop.
+pub fn segmented_pingpong_rtts(
+    a: SocketAddr,
+    b: SocketAddr,
+    request: usize,
+    ack: usize,
+    iters: usize,
+    warmup: usize,
+) -> io::Result<Vec<u64>> {
+    let sa = UdpSocket::bind(a)?;
+    let sb = UdpSocket::bind(b)?;
+    for s in [&sa, &sb] {
+        s.set_nonblocking(true)?;
+        setsockopt(s, sockopt::UdpGroSegment, &true).map_err(io::Error::from)?;
+    }
+    let seg = u16::try_from(request).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    let (req, ackb) = (vec![0x5au8; request], vec![0x11u8; ack]);
+    let mut buf = vec![0u8; 65_536];
+    let mut cmsg = nix::cmsg_space!(libc::c_int);
+    let (to_a, to_b) = (SockaddrStorage::from(a), SockaddrStorage::from(b));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut rtts = Vec::with_capacity(iters);
+    for i in 0..iters + warmup {
+        let t0 = Instant::now();
+        for (from, to, dst) in [(&sa, &sb, &to_b), (&sb, &sa, &to_a)] {
+            let iov = [IoSlice::new(&req), IoSlice::new(&ackb)];
+            let cm = [ControlMessage::UdpGsoSegments(&seg)];
+            sendmsg(from.as_raw_fd(), &iov, &cm, MsgFlags::empty(), Some(dst))
+                .map_err(io::Error::from)?;
+            loop {
+                let mut iov = [IoSliceMut::new(&mut buf)];
+                match recvmsg::<SockaddrStorage>(
+                    to.as_raw_fd(),
+                    &mut iov,
+                    Some(&mut cmsg),
+                    MsgFlags::MSG_DONTWAIT,
+                ) {
+                    Ok(_) => break,
+                    Err(_) if Instant::now() < deadline => {}
+                    Err(e) => return Err(io::Error::from(e)),
+                }
+            }
+        }
+        if i >= warmup {
+            rtts.push(u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX));
+        }
+    }
+    Ok(rtts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_8_byte_write_and_its_ack_are_40_and_20_bytes_of_udp_payload() {
+        // BTH 12 + RETH 16 + 8 + ICRC 4; BTH 12 + AETH 4 + ICRC 4.
+        assert_eq!(write_round_trip_lens(8), Some((40, 20)));
+        // A payload of 5 is padded to 8.
+        assert_eq!(write_round_trip_lens(5), Some((40, 20)));
+    }
+
+    #[test]
+    fn the_segmented_pingpong_times_every_round_trip_it_is_asked_for() {
+        let a: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        let probe = UdpSocket::bind(a).unwrap();
+        let a = probe.local_addr().unwrap();
+        drop(probe);
+        let b: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        let probe = UdpSocket::bind(b).unwrap();
+        let b = probe.local_addr().unwrap();
+        drop(probe);
+        let rtts = segmented_pingpong_rtts(a, b, 40, 20, 20, 2).unwrap();
+        assert_eq!(rtts.len(), 20);
+        assert!(rtts.iter().all(|&ns| ns > 0));
+    }
+}
