@@ -2,11 +2,13 @@
 //! medians and ratios, with the project's targets.
 //!
 //! Owns: the two comparisons and their baselines: an 8-byte RDMA WRITE round trip between two
-//! simulated NICs on UDP sockets (127.0.0.1 and 127.0.0.2 by default, one engine thread each)
-//! against a plain UDP busy-poll ping-pong between the same two `ADDR:PORT`s (bound first,
-//! released, then taken by the links); and 1 MiB RDMA WRITE streaming bandwidth over those
-//! links against TCP loopback streaming throughput (1 MiB writes). Must not print tables
-//! (the verdict lines only) or touch the device outside the verbs API.
+//! simulated NICs on UDP sockets (127.0.0.1 and 127.0.0.2 by default, both driven by this
+//! thread) against a plain UDP busy-poll ping-pong between the same two `ADDR:PORT`s (bound
+//! first, released, then taken by the links), with the floor of the link's own socket calls
+//! (`bypass_sim::link::floor`); and 1 MiB RDMA WRITE streaming bandwidth over those links
+//! against TCP loopback streaming throughput (1 MiB writes). `--only rtt|bw` runs one of the
+//! two. Must not print tables (the verdict lines only) or touch the device outside the
+//! verbs API.
 //!
 //! Medians: round trips: of per-iteration round-trip times; bandwidth: of whole runs
 //! (`--runs`), each `iters` WRITEs from first post to last completion.

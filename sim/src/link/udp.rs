@@ -8,19 +8,32 @@
 //! thread, the application's wait loops and an engine thread; see its doc). Must not:
 //! parse or build RoCE headers by hand (`bypass_hw::roce` does), or reach into a device beyond
 //! its public `step`/`set_time`/`set_fast_tx`/`take_frame`/`receive`/`receive_icrc_checked`/
-//! `next_deadline` (and whether it records a trace).
+//! `receive_in_place`/`next_deadline` (and whether it records a trace).
 //!
 //! Fast path: a train of packets to one peer goes out in one `sendmsg` with `UDP_SEGMENT`
 //! and, with `UDP_GRO` on the receiving socket, comes in with one `recvmsg` (on loopback the
-//! train is never cut at all). Packets are received into one reused buffer and rebuilt
-//! without zero-filling; each costs one ICRC pass in the link (the IPv4 ID is then found by
-//! XOR, see `Ipv4IdSolver`) and none in the device, which takes a packet the link matched
-//! through `Device::receive_icrc_checked`. On transmit the link takes the device's frames
-//! (`Device::set_fast_tx`): a burst of WRITE packets is segmented (`Burst::segment_into`)
-//! into the buffers of packets already sent, its payload read from the sender's memory as a
-//! NIC's DMA read would be, one ICRC pass per packet, no allocation or zero fill. Sockets stay unconnected: a connected UDP socket numbers its IPv4
-//! IDs from a random per-socket counter (`ip_select_ident_segs`), which the peer's ICRC
-//! check could not predict.
+//! train is never cut at all). A pump round reads the socket into reused buffers that keep
+//! room in front of the datagram; each packet's IP + UDP header is then rebuilt in place, in
+//! front of its UDP payload (over the tail of the segment before it, already delivered), and
+//! the device takes the packet from there (`Device::receive_in_place`): no copy and no
+//! allocation in the link. Each packet costs one ICRC pass in the link (the IPv4 ID is then
+//! found by XOR, see `Ipv4IdSolver`) and none in the device, which takes a packet the link
+//! matched as checked. On transmit the link takes the device's frames
+//! (`Device::set_fast_tx`): a burst of WRITE packets is segmented
+//! (`Burst::segment_direct_into`) into the buffers of packets already sent, its payload read
+//! from the sender's memory straight into the packet, as a NIC's DMA read would be (one copy
+//! per byte), one ICRC pass per packet, no allocation or zero fill. Sockets stay
+//! unconnected: a connected UDP socket numbers its IPv4 IDs from a random per-socket counter
+//! (`ip_select_ident_segs`), which the peer's ICRC check could not predict.
+//!
+//! When ACKs leave: a wait loop's round ([`Pumper::App`]) that produces only ACKs holds them
+//! for one round; the next round of this process, whatever it is (the doorbell of the
+//! application's reply, its next wait-loop round, or the engine's timer round at most
+//! [`IDLE_POLL_MS`] later when the application stops pumping), sends them, after its own
+//! packets, so that a reply and the ACKs it carries leave as one segmented send. An ACK is
+//! thus late by at most the process's own next pump round: microseconds in a busy loop, a
+//! millisecond at worst, far below any ACK timeout (IBTA `local_ack_timeout` 4.096 us x
+//! 2^timeout: perftest's timeout 14 is ~67 ms).
 //!
 //! The wire, as rxe has it (Linux `drivers/infiniband/sw/rxe/rxe_net.c`):
 //! - The device builds the whole IP packet; the link sends only the UDP payload (BTH … ICRC)
@@ -737,6 +750,7 @@ impl UdpLink {
 
 /// Reads one datagram (or `UDP_GRO` train) from `sock` into `buf`: its length, sender and
 /// segment size (0: not a train). `None` when nothing is waiting.
+#[allow(clippy::ptr_arg, reason = "nix's recvmsg takes the control buffer as a Vec")]
 fn read_datagram(
     sock: &UdpSocket,
     buf: &mut [u8],
