@@ -238,6 +238,8 @@ pub struct UdpLink {
     cmsg: Vec<u8>,
     /// Send segmented trains (`UDP_SEGMENT`); cleared when the kernel refuses one.
     gso: bool,
+    /// What [`wire_of`] found for each packet of the batch being sent, reused.
+    wires: Vec<Option<WireOf>>,
     /// Packets received and not yet taken by [`UdpLink::recv`].
     pending: VecDeque<Vec<u8>>,
     /// How the ICRC changes with the IPv4 ID, by payload length.
@@ -356,6 +358,7 @@ impl UdpLink {
             rx_filled: 0,
             cmsg: nix::cmsg_space!(libc::c_int),
             gso: true,
+            wires: Vec::new(),
             pending: VecDeque::new(),
             deltas: Ipv4IdSolver::new(),
             drop_every: 0,
@@ -459,14 +462,20 @@ impl UdpLink {
     /// As [`UdpLink::send_batch`], leaving the packets in `packets` (the caller reuses their
     /// buffers).
     fn send_all(&mut self, packets: &mut [Vec<u8>]) {
+        // Each packet is parsed once, here; grouping and re-stamping use what this found.
+        let mut wires = std::mem::take(&mut self.wires);
+        wires.clear();
+        wires.extend(packets.iter().map(|p| wire_of(p)));
         let mut i = 0;
-        while let Some(rest) = packets.get_mut(i..) {
+        while let (Some(rest), Some(rest_wires)) = (packets.get_mut(i..), wires.get(i..)) {
             if rest.is_empty() {
                 break;
             }
-            let n = if self.gso { train_len(rest) } else { 1 };
-            match rest.get_mut(..n) {
-                Some(train) if n > 1 => self.send_train(train),
+            let n = if self.gso { train_len(rest_wires) } else { 1 };
+            match (rest.get_mut(..n), rest_wires.get(..n)) {
+                (Some(train), Some(train_wires)) if n > 1 => {
+                    self.send_train(train, train_wires);
+                }
                 _ => {
                     if let Some(p) = rest.first() {
                         self.send(p);
@@ -475,18 +484,22 @@ impl UdpLink {
             }
             i += n.max(1);
         }
+        self.wires = wires;
     }
 
     /// Sends `train` (2 or more packets [`train_len`] grouped) as one segmented send.
-    fn send_train(&mut self, train: &mut [Vec<u8>]) {
+    /// `wires` is what [`wire_of`] found for each packet of `train`.
+    fn send_train(&mut self, train: &mut [Vec<u8>], wires: &[Option<WireOf>]) {
         let n = train.len() as u64;
-        let Some(first) = train.first().and_then(|p| wire_of(p)) else {
+        let Some(first) = wires.first().copied().flatten() else {
             LinkCounters::add(&self.counters.tx_malformed, n);
             return;
         };
-        for (k, p) in train.iter_mut().enumerate() {
+        for (k, (p, w)) in train.iter_mut().zip(wires).enumerate() {
+            let id = u16::try_from(k).unwrap_or(u16::MAX);
             if k > 0
-                && restamp_ipv4_id(p, u16::try_from(k).unwrap_or(u16::MAX), &mut self.deltas)
+                && w.as_ref()
+                    .and_then(|w| restamp_known(p, w, id, &mut self.deltas))
                     .is_none()
             {
                 LinkCounters::add(&self.counters.tx_malformed, 1);
@@ -750,7 +763,10 @@ impl UdpLink {
 
 /// Reads one datagram (or `UDP_GRO` train) from `sock` into `buf`: its length, sender and
 /// segment size (0: not a train). `None` when nothing is waiting.
-#[allow(clippy::ptr_arg, reason = "nix's recvmsg takes the control buffer as a Vec")]
+#[allow(
+    clippy::ptr_arg,
+    reason = "nix's recvmsg takes the control buffer as a Vec"
+)]
 fn read_datagram(
     sock: &UdpSocket,
     buf: &mut [u8],
@@ -828,6 +844,10 @@ fn is_ack(packet: &[u8]) -> bool {
 /// Where a packet goes on the wire and how it is laid out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct WireOf {
+    /// Its IP header's fields.
+    ip: IpSpec,
+    /// Its UDP ports.
+    ports: UdpPorts,
     dst: IpAddr,
     sport: u16,
     /// Bytes of IP + UDP header before the UDP payload.
@@ -845,6 +865,8 @@ fn wire_of(packet: &[u8]) -> Option<WireOf> {
     };
     let payload_len = p.udp_payload().len();
     Some(WireOf {
+        ip: *p.ip(),
+        ports: p.ports(),
         dst,
         sport: p.ports().src,
         header_len: packet.len().checked_sub(payload_len)?,
@@ -855,13 +877,13 @@ fn wire_of(packet: &[u8]) -> Option<WireOf> {
 /// How many packets from the front of `packets` form one segmented send: the same peer and
 /// source port, equal UDP payload lengths except a shorter last one, at most
 /// [`GSO_MAX_SEGS`] packets and [`GSO_MAX_BYTES`] bytes. 1 when the first cannot lead one.
-fn train_len(packets: &[Vec<u8>]) -> usize {
-    let Some(first) = packets.first().and_then(|p| wire_of(p)) else {
+fn train_len(wires: &[Option<WireOf>]) -> usize {
+    let Some(first) = wires.first().copied().flatten() else {
         return 1;
     };
     let (mut n, mut bytes) = (1usize, first.payload_len);
-    for p in packets.iter().skip(1) {
-        let Some(w) = wire_of(p) else { break };
+    for w in wires.iter().skip(1) {
+        let Some(w) = w else { break };
         if n >= GSO_MAX_SEGS
             || w.dst != first.dst
             || w.sport != first.sport
@@ -880,17 +902,22 @@ fn train_len(packets: &[Vec<u8>]) -> usize {
     n
 }
 
-/// Gives an IPv4 packet built with IP ID 0 the IP ID `id` (header checksum too) and the ICRC
-/// that goes with it (`icrc(0) ^ delta(id)`, see [`Ipv4IdSolver`]); IPv6 packets (no ID) are left
-/// as they are. `None` if the packet does not parse.
+/// [`restamp_known`], parsing the packet first.
+#[cfg(test)]
 fn restamp_ipv4_id(packet: &mut [u8], id: u16, deltas: &mut Ipv4IdSolver) -> Option<()> {
-    let (v4, ports, n) = {
-        let p = RocePacket::parse(packet).ok()?;
-        let IpSpec::V4(v4) = *p.ip() else {
-            return Some(());
-        };
-        (v4, p.ports(), p.udp_payload().len())
+    let w = wire_of(packet)?;
+    restamp_known(packet, &w, id, deltas)
+}
+
+/// Gives an IPv4 packet built with IP ID 0, which [`wire_of`] parsed into `w`, the IP ID `id`
+/// (header checksum too) and the ICRC that goes with it (`icrc(0) ^ delta(id)`, see
+/// [`Ipv4IdSolver`]); IPv6 packets (no ID) are left as they are. `None` if it cannot be done
+/// (a length the solver has no table for, a packet shorter than its headers).
+fn restamp_known(packet: &mut [u8], w: &WireOf, id: u16, deltas: &mut Ipv4IdSolver) -> Option<()> {
+    let IpSpec::V4(v4) = w.ip else {
+        return Some(());
     };
+    let (ports, n) = (w.ports, w.payload_len);
     let delta = deltas.delta(n, id ^ v4.id)?;
     IpSpec::V4(Ipv4Spec { id, ..v4 })
         .write_ip_udp(ports, n, packet)
