@@ -28,8 +28,7 @@ use crate::baseline::elapsed_ns;
 use crate::device::{NetDevice, open_net};
 use crate::stats::median;
 use bypass_sim::link::floor::{
-    segmented_pingpong_rtts, segmented_stream_rate, write_round_trip_lens,
-    write_stream_segment_len,
+    segmented_pingpong_rtts, segmented_stream_rate, write_round_trip_lens, write_stream_segment_len,
 };
 
 /// Target: UDP WRITE round trip at most this multiple of the plain UDP ping-pong's.
@@ -284,16 +283,29 @@ fn reap(end: &mut End, outstanding: &mut u32) -> Result<(), PerfError> {
 }
 
 /// One bandwidth run a → b: `iters` WRITEs of `size`, `depth` outstanding, each signalled
-/// every `depth / 2`; bytes per second from the first post to the last completion.
+/// every `depth / 2`; bytes per second from the first post to the last completion. Every
+/// WRITE too large to inline reads one shared source buffer, as `perf write-bw` and perftest
+/// `ib_write_bw` post them (and as the TCP baseline writes one buffer): a lease per WRITE
+/// would stream `depth` MiB of cold source memory through the cache instead.
 fn write_bw_rate(p: &mut UdpPair, size: u64, iters: usize, depth: u32) -> Result<f64, PerfError> {
     let w = p.write_spec(true, size)?;
+    let src = if w.size > w.max_inline {
+        let mut l = p.a.pool.lease(w.size)?;
+        l.as_mut_slice().fill(0x5a);
+        Some(l.freeze())
+    } else {
+        None
+    };
     let cq_mod = (depth / 2).max(1) as usize;
     let (mut scnt, mut ccnt) = (0usize, 0usize);
     let t0 = Instant::now();
     while ccnt < iters {
         while scnt < iters && scnt - ccnt < depth as usize {
             let signaled = (scnt + 1) % cq_mod == 0 || scnt + 1 == iters;
-            p.a.post_write(&w, 1, signaled, scnt as u64)?;
+            match &src {
+                Some(src) => p.a.post_write_shared(&w, src, signaled, scnt as u64)?,
+                None => p.a.post_write(&w, 1, signaled, scnt as u64)?,
+            }
             scnt += 1;
         }
         let (_, last) = wait_yield(&mut p.a)?;
