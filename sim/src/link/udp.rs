@@ -1555,6 +1555,43 @@ mod tests {
     }
 
     #[test]
+    fn trains_of_packets_shorter_than_their_rebuilt_headers_are_delivered_in_place_exactly() {
+        let mut b = link(2);
+        let mut a = UdpLink::bind(SocketAddr::new(
+            Ipv4Addr::new(127, 0, 0, 1).into(),
+            b.local_addr().port(),
+        ))
+        .unwrap();
+        // 16-byte UDP payloads (BTH + ICRC) under a 28-byte IPv4 + UDP header: each rebuilt
+        // header overwrites the segments before it. Then a second train of 1 KiB packets.
+        let mut sent: Vec<Vec<u8>> = (0..6).map(|i| sized(i, 0, 0xc321)).collect();
+        sent.extend((6..9).map(|i| sized(i, 1024, 0xc321)));
+        let expected: Vec<Vec<u8>> = sent
+            .iter()
+            .enumerate()
+            .map(|(i, p)| with_id(p, (if i < 6 { i } else { i - 6 }) as u16))
+            .collect();
+        let mut batch = sent.clone();
+        a.send_batch(&mut batch);
+        let mut got = Vec::new();
+        for _ in 0..2000 {
+            if b.fill_rx(RX_BATCH) > 0 {
+                b.deliver_rx(|p, checked| {
+                    assert!(checked, "the link matched every ICRC");
+                    got.push(p.to_vec());
+                });
+            }
+            if got.len() >= expected.len() {
+                break;
+            }
+            b.wait_readable(1);
+        }
+        assert_eq!(got, expected);
+        assert_eq!(a.counters().tx_gso_sends.load(Ordering::Relaxed), 2);
+        assert_eq!(b.counters().rx_packets.load(Ordering::Relaxed), 9);
+    }
+
+    #[test]
     fn only_packets_whose_icrc_the_link_matched_are_marked_checked() {
         let mut b = link(2);
         let mut a = UdpLink::bind(SocketAddr::new(
