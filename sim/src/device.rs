@@ -689,6 +689,24 @@ impl Device {
         self.rx.push_back(Frame::WireChecked(packet));
     }
 
+    /// As [`Device::receive`] (or [`Device::receive_icrc_checked`] when `icrc_checked`), for a
+    /// link that reads packets into its own buffers: the packet is processed now, from
+    /// `packet`, with no copy (what the next [`Device::step`] would do with it). When
+    /// doorbells or earlier packets are still waiting for a step, it is queued behind them
+    /// instead (a copy), so that the device takes everything in the order it arrived.
+    pub fn receive_in_place(&mut self, packet: &[u8], icrc_checked: bool) {
+        if !self.rx.is_empty() || !self.doorbells.is_empty() {
+            let bytes = packet.to_vec();
+            self.rx.push_back(if icrc_checked {
+                Frame::WireChecked(bytes)
+            } else {
+                Frame::Wire(bytes)
+            });
+            return;
+        }
+        crate::transport::receive(self, packet, icrc_checked);
+    }
+
     /// Takes the next packet the device sent, if any (IP header through ICRC). A burst the
     /// device queued for an in-process link is segmented into its wire packets first.
     pub fn take_tx(&mut self) -> Option<Vec<u8>> {

@@ -17,10 +17,10 @@
 
 use std::sync::Arc;
 
-use bypass_hw::roce::opcode::psn_add;
+use bypass_hw::roce::opcode::{pad_len, psn_add};
 use bypass_hw::roce::{
-    Aeth, BthFields, BthOpcode, DEFAULT_PKEY, ExtFields, IpSpec, PacketSpec, Reth, RocePacket,
-    UdpPorts, emit,
+    Aeth, Bth, BthFields, BthOpcode, DEFAULT_PKEY, ExtFields, ICRC_LEN, IpSpec, PacketSpec, Reth,
+    RocePacket, UdpPorts, emit,
 };
 
 use crate::iommu::HostRun;
@@ -427,6 +427,80 @@ impl LenMemo {
                 len
             }
         }
+    }
+}
+
+impl Burst {
+    /// As [`Burst::segment_into`] (the same packets, byte for byte), with the payload read
+    /// straight into each packet's buffer: one copy per byte where `segment_into` reads it
+    /// into scratch and `emit` copies it again. The headers are written through the
+    /// `bypass_hw` views (`IpSpec::write_ip_udp`, `Bth::from_fields` with the pad count
+    /// `emit` would give, `Reth`), the pad is zeroed as `emit` zeroes it (rxe sends zeroes),
+    /// and the ICRC is computed over the finished packet (`icrc::compute`, one pass).
+    /// A transmit-heavy link (the UDP link) builds its packets here.
+    pub fn segment_direct_into(&self, out: &mut Vec<Vec<u8>>, spare: &mut Vec<Vec<u8>>) {
+        for i in 0..self.count {
+            if !self.build_direct(i, out, spare) {
+                break;
+            }
+        }
+    }
+
+    /// Builds packet `i` (see [`Burst::segment_direct_into`]) and appends it to `out`.
+    /// False if it cannot be built (cannot happen for a burst the requester built).
+    fn build_direct(&self, i: u32, out: &mut Vec<Vec<u8>>, spare: &mut Vec<Vec<u8>>) -> bool {
+        use zerocopy::IntoBytes;
+        let (off, n, first, _) = packet_at(self.msg_off, self.msg_len, self.mtu, i);
+        let n = n as usize;
+        let Some(zeros) = ZEROS.get(..n) else {
+            return false;
+        };
+        // The spec of the packet, for its lengths and header fields (payload as zeroes).
+        let spec = self.spec(i, self.acks(i), zeros);
+        let (Ok(len), Ok(udp_len)) = (spec.packet_len(), spec.udp_payload_len()) else {
+            return false;
+        };
+        let mut bth = spec.bth;
+        bth.pad_cnt = pad_len(n);
+        let Ok(bth) = Bth::from_fields(&bth) else {
+            return false;
+        };
+        let reth = first.then(|| Reth::new(self.raddr, self.rkey, self.msg_len));
+        let mut buf = spare.pop().unwrap_or_default();
+        // Stale bytes are fine: every byte up to `len` is written below.
+        buf.resize(len, 0);
+        let Ok(mut at) = spec.ip.write_ip_udp(spec.ports, udp_len, &mut buf) else {
+            return false;
+        };
+        let headers: [&[u8]; 2] = [bth.as_bytes(), reth.as_ref().map_or(&[], |r| r.as_bytes())];
+        for h in headers {
+            let Some(dst) = buf.get_mut(at..at + h.len()) else {
+                return false;
+            };
+            dst.copy_from_slice(h);
+            at += h.len();
+        }
+        let src_at = (off - self.msg_off) as usize;
+        let tail = len.saturating_sub(ICRC_LEN);
+        let Some(payload) = buf.get_mut(at..at + n) else {
+            return false;
+        };
+        if !self.read_into(src_at, payload) {
+            return false;
+        }
+        let Some(pad) = buf.get_mut(at + n..tail) else {
+            return false;
+        };
+        pad.fill(0);
+        let Ok(icrc) = bypass_hw::roce::icrc::compute(&buf) else {
+            return false;
+        };
+        let Some(slot) = buf.get_mut(tail..) else {
+            return false;
+        };
+        slot.copy_from_slice(&icrc.to_le_bytes());
+        out.push(buf);
+        true
     }
 }
 

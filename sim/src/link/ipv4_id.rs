@@ -20,6 +20,7 @@
 //! 1 KiB packet in a debug build delayed ACKs past rxe's 67 ms retransmit timer.
 
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 
 use bypass_hw::roce::icrc;
 use bypass_hw::roce::{IpSpec, Ipv4Spec, UdpPorts};
@@ -47,45 +48,59 @@ pub struct Ipv4IdSolver {
     built: u64,
 }
 
+/// The single-bit deltas and basis of UDP payloads of `len` bytes (16 + 1 CRCs over `zeros`,
+/// grown to `len` zero bytes).
+fn compute_per_length(zeros: &mut Vec<u8>, len: usize) -> Option<PerLength> {
+    if zeros.len() < len {
+        zeros.resize(len, 0);
+    }
+    let payload = zeros.get(..len)?;
+    let ports = UdpPorts { src: 0, dst: 0 };
+    let zero = Ipv4Spec {
+        src: [0; 4],
+        dst: [0; 4],
+        tos: 0,
+        ttl: 0,
+        id: 0,
+        dont_fragment: true,
+    };
+    let c0 = crc_with_id(&zero, ports, payload, 0)?;
+    let mut bits = [0u32; 16];
+    for (k, v) in bits.iter_mut().enumerate() {
+        *v = crc_with_id(&zero, ports, payload, 1 << k)? ^ c0;
+    }
+    Some(PerLength {
+        bits,
+        basis: basis_of(&bits),
+    })
+}
+
 impl Ipv4IdSolver {
     /// A solver with nothing computed yet.
     pub fn new() -> Self {
         Self::default()
     }
 
-    /// The single-bit deltas and basis of UDP payloads of `len` bytes (computed on first use).
-    fn per_length(&mut self, len: usize) -> Option<PerLength> {
-        if let Some(p) = self.by_len.get(&len) {
-            return Some(*p);
+    /// The single-bit deltas and basis of UDP payloads of `len` bytes (computed on first use),
+    /// by reference: a table is ~300 bytes and is looked up for every re-stamped or received
+    /// packet.
+    fn per_length(&mut self, len: usize) -> Option<&PerLength> {
+        let Self {
+            by_len,
+            zeros,
+            built,
+        } = self;
+        if by_len.len() >= MAX_LENGTHS && !by_len.contains_key(&len) {
+            by_len.clear();
         }
-        if self.zeros.len() < len {
-            self.zeros.resize(len, 0);
+        match by_len.entry(len) {
+            Entry::Occupied(e) => Some(e.into_mut()),
+            Entry::Vacant(v) => {
+                let p = compute_per_length(zeros, len)?;
+                *built += 1;
+                Some(v.insert(p))
+            }
         }
-        let payload = self.zeros.get(..len)?;
-        let ports = UdpPorts { src: 0, dst: 0 };
-        let zero = Ipv4Spec {
-            src: [0; 4],
-            dst: [0; 4],
-            tos: 0,
-            ttl: 0,
-            id: 0,
-            dont_fragment: true,
-        };
-        let c0 = crc_with_id(&zero, ports, payload, 0)?;
-        let mut bits = [0u32; 16];
-        for (k, v) in bits.iter_mut().enumerate() {
-            *v = crc_with_id(&zero, ports, payload, 1 << k)? ^ c0;
-        }
-        let p = PerLength {
-            bits,
-            basis: basis_of(&bits),
-        };
-        if self.by_len.len() >= MAX_LENGTHS {
-            self.by_len.clear();
-        }
-        self.by_len.insert(len, p);
-        self.built += 1;
-        Some(p)
     }
 
     /// `delta(id)` for UDP payloads of `len` bytes: what XOR turns the ICRC of ID 0 into the
@@ -103,7 +118,7 @@ impl Ipv4IdSolver {
 
     /// The ID whose `delta` is `diff` for UDP payloads of `len` bytes, if one is.
     pub fn solve(&mut self, len: usize, diff: u32) -> Option<u16> {
-        let basis = self.per_length(len)?.basis;
+        let basis = &self.per_length(len)?.basis;
         let (mut t, mut id) = (diff, 0u16);
         for b in (0..32).rev() {
             if t >> b & 1 == 1 {

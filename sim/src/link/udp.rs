@@ -8,19 +8,32 @@
 //! thread, the application's wait loops and an engine thread; see its doc). Must not:
 //! parse or build RoCE headers by hand (`bypass_hw::roce` does), or reach into a device beyond
 //! its public `step`/`set_time`/`set_fast_tx`/`take_frame`/`receive`/`receive_icrc_checked`/
-//! `next_deadline` (and whether it records a trace).
+//! `receive_in_place`/`next_deadline` (and whether it records a trace).
 //!
 //! Fast path: a train of packets to one peer goes out in one `sendmsg` with `UDP_SEGMENT`
 //! and, with `UDP_GRO` on the receiving socket, comes in with one `recvmsg` (on loopback the
-//! train is never cut at all). Packets are received into one reused buffer and rebuilt
-//! without zero-filling; each costs one ICRC pass in the link (the IPv4 ID is then found by
-//! XOR, see `Ipv4IdSolver`) and none in the device, which takes a packet the link matched
-//! through `Device::receive_icrc_checked`. On transmit the link takes the device's frames
-//! (`Device::set_fast_tx`): a burst of WRITE packets is segmented (`Burst::segment_into`)
-//! into the buffers of packets already sent, its payload read from the sender's memory as a
-//! NIC's DMA read would be, one ICRC pass per packet, no allocation or zero fill. Sockets stay unconnected: a connected UDP socket numbers its IPv4
-//! IDs from a random per-socket counter (`ip_select_ident_segs`), which the peer's ICRC
-//! check could not predict.
+//! train is never cut at all). A pump round reads the socket into reused buffers that keep
+//! room in front of the datagram; each packet's IP + UDP header is then rebuilt in place, in
+//! front of its UDP payload (over the tail of the segment before it, already delivered), and
+//! the device takes the packet from there (`Device::receive_in_place`): no copy and no
+//! allocation in the link. Each packet costs one ICRC pass in the link (the IPv4 ID is then
+//! found by XOR, see `Ipv4IdSolver`) and none in the device, which takes a packet the link
+//! matched as checked. On transmit the link takes the device's frames
+//! (`Device::set_fast_tx`): a burst of WRITE packets is segmented
+//! (`Burst::segment_direct_into`) into the buffers of packets already sent, its payload read
+//! from the sender's memory straight into the packet, as a NIC's DMA read would be (one copy
+//! per byte), one ICRC pass per packet, no allocation or zero fill. Sockets stay
+//! unconnected: a connected UDP socket numbers its IPv4 IDs from a random per-socket counter
+//! (`ip_select_ident_segs`), which the peer's ICRC check could not predict.
+//!
+//! When ACKs leave: a wait loop's round ([`Pumper::App`]) that produces only ACKs holds them
+//! for one round; the next round of this process, whatever it is (the doorbell of the
+//! application's reply, its next wait-loop round, or the engine's timer round at most
+//! [`IDLE_POLL_MS`] later when the application stops pumping), sends them, after its own
+//! packets, so that a reply and the ACKs it carries leave as one segmented send. An ACK is
+//! thus late by at most the process's own next pump round: microseconds in a busy loop, a
+//! millisecond at worst, far below any ACK timeout (IBTA `local_ack_timeout` 4.096 us x
+//! 2^timeout: perftest's timeout 14 is ~67 ms).
 //!
 //! The wire, as rxe has it (Linux `drivers/infiniband/sw/rxe/rxe_net.c`):
 //! - The device builds the whole IP packet; the link sends only the UDP payload (BTH … ICRC)
@@ -213,12 +226,20 @@ pub struct UdpLink {
     rx: UdpSocket,
     /// Sending sockets by UDP source port (created when a port is first used).
     tx: HashMap<u16, UdpSocket>,
-    /// The receive buffer (one datagram, or one `UDP_GRO` train of them), reused.
+    /// The receive buffer of [`UdpLink::recv_batch`] (one datagram, or one `UDP_GRO` train
+    /// of them), reused.
     buf: Vec<u8>,
+    /// The receive buffers of [`UdpLink::fill_rx`], reused: each holds one datagram or
+    /// `UDP_GRO` train after [`RX_HEADROOM`] bytes, and the first `rx_filled` are waiting
+    /// for [`UdpLink::deliver_rx`].
+    rx_bufs: Vec<RxBuf>,
+    rx_filled: usize,
     /// The control-message buffer of `recvmsg` (the `UDP_GRO` segment size), reused.
     cmsg: Vec<u8>,
     /// Send segmented trains (`UDP_SEGMENT`); cleared when the kernel refuses one.
     gso: bool,
+    /// What [`wire_of`] found for each packet of the batch being sent, reused.
+    wires: Vec<Option<WireOf>>,
     /// Packets received and not yet taken by [`UdpLink::recv`].
     pending: VecDeque<Vec<u8>>,
     /// How the ICRC changes with the IPv4 ID, by payload length.
@@ -333,8 +354,11 @@ impl UdpLink {
             rx,
             tx: HashMap::new(),
             buf: vec![0; MAX_DATAGRAM],
+            rx_bufs: Vec::new(),
+            rx_filled: 0,
             cmsg: nix::cmsg_space!(libc::c_int),
             gso: true,
+            wires: Vec::new(),
             pending: VecDeque::new(),
             deltas: Ipv4IdSolver::new(),
             drop_every: 0,
@@ -354,15 +378,7 @@ impl UdpLink {
     }
 
     fn tee(&mut self, packet: &[u8]) {
-        if let Some(w) = self.pcap.as_mut() {
-            let ts = SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
-            if w.write_packet(ts, packet).is_err() {
-                // A full disk must not stop the link: stop recording.
-                self.pcap = None;
-            }
-        }
+        tee(&mut self.pcap, packet);
     }
 
     /// Drops every `n`-th packet the link receives (0: none), counted in
@@ -446,14 +462,20 @@ impl UdpLink {
     /// As [`UdpLink::send_batch`], leaving the packets in `packets` (the caller reuses their
     /// buffers).
     fn send_all(&mut self, packets: &mut [Vec<u8>]) {
+        // Each packet is parsed once, here; grouping and re-stamping use what this found.
+        let mut wires = std::mem::take(&mut self.wires);
+        wires.clear();
+        wires.extend(packets.iter().map(|p| wire_of(p)));
         let mut i = 0;
-        while let Some(rest) = packets.get_mut(i..) {
+        while let (Some(rest), Some(rest_wires)) = (packets.get_mut(i..), wires.get(i..)) {
             if rest.is_empty() {
                 break;
             }
-            let n = if self.gso { train_len(rest) } else { 1 };
-            match rest.get_mut(..n) {
-                Some(train) if n > 1 => self.send_train(train),
+            let n = if self.gso { train_len(rest_wires) } else { 1 };
+            match (rest.get_mut(..n), rest_wires.get(..n)) {
+                (Some(train), Some(train_wires)) if n > 1 => {
+                    self.send_train(train, train_wires);
+                }
                 _ => {
                     if let Some(p) = rest.first() {
                         self.send(p);
@@ -462,18 +484,22 @@ impl UdpLink {
             }
             i += n.max(1);
         }
+        self.wires = wires;
     }
 
     /// Sends `train` (2 or more packets [`train_len`] grouped) as one segmented send.
-    fn send_train(&mut self, train: &mut [Vec<u8>]) {
+    /// `wires` is what [`wire_of`] found for each packet of `train`.
+    fn send_train(&mut self, train: &mut [Vec<u8>], wires: &[Option<WireOf>]) {
         let n = train.len() as u64;
-        let Some(first) = train.first().and_then(|p| wire_of(p)) else {
+        let Some(first) = wires.first().copied().flatten() else {
             LinkCounters::add(&self.counters.tx_malformed, n);
             return;
         };
-        for (k, p) in train.iter_mut().enumerate() {
+        for (k, (p, w)) in train.iter_mut().zip(wires).enumerate() {
+            let id = u16::try_from(k).unwrap_or(u16::MAX);
             if k > 0
-                && restamp_ipv4_id(p, u16::try_from(k).unwrap_or(u16::MAX), &mut self.deltas)
+                && w.as_ref()
+                    .and_then(|w| restamp_known(p, w, id, &mut self.deltas))
                     .is_none()
             {
                 LinkCounters::add(&self.counters.tx_malformed, 1);
@@ -618,38 +644,112 @@ impl UdpLink {
         out.len() - before
     }
 
+    /// Reads what is waiting on the socket, up to about `max` packets (and at most
+    /// [`RX_BUFS`] datagrams or trains), into the link's receive buffers for
+    /// [`UdpLink::deliver_rx`]; returns how many datagrams (or trains) wait there. As
+    /// [`UdpLink::recv_batch`], a read well short of a full train ends the round.
+    pub fn fill_rx(&mut self, max: usize) -> usize {
+        let mut packets = 0usize;
+        while self.rx_filled < RX_BUFS && packets < max {
+            if self.rx_bufs.len() <= self.rx_filled {
+                self.rx_bufs.push(RxBuf {
+                    data: vec![0; RX_HEADROOM + MAX_DATAGRAM],
+                    len: 0,
+                    from: self.local,
+                    seg: 0,
+                });
+            }
+            let Some(b) = self.rx_bufs.get_mut(self.rx_filled) else {
+                break;
+            };
+            let Some(space) = b.data.get_mut(RX_HEADROOM..) else {
+                break;
+            };
+            let Some((n, from, seg)) =
+                read_datagram(&self.rx, space, &mut self.cmsg, &self.counters)
+            else {
+                break;
+            };
+            let seg = if seg == 0 { n.max(1) } else { seg };
+            if seg < n {
+                LinkCounters::add(&self.counters.rx_gro_reads, 1);
+            }
+            (b.len, b.from, b.seg) = (n, from, seg);
+            self.rx_filled += 1;
+            packets += n.div_ceil(seg);
+            if n < GSO_MAX_BYTES / 2 {
+                break;
+            }
+        }
+        self.rx_filled
+    }
+
+    /// Hands every packet [`UdpLink::fill_rx`] read to `deliver`, in order, as the IP packet
+    /// the device takes, with whether the link checked its ICRC (see
+    /// [`Received::icrc_checked`]); returns how many. Each packet's IP + UDP header is
+    /// rebuilt (as [`UdpLink::recv_batch`] does) in the receive buffer right in front of its
+    /// UDP payload, over bytes already delivered (the tail of the previous segment, or the
+    /// headroom): no copy, no allocation. `deliver` must be done with a packet when it
+    /// returns.
+    pub fn deliver_rx(&mut self, mut deliver: impl FnMut(&[u8], bool)) -> usize {
+        let Self {
+            local,
+            rx_bufs,
+            rx_filled,
+            deltas,
+            drop_every,
+            rx_seen,
+            counters,
+            pcap,
+            ..
+        } = self;
+        let mut count = 0;
+        for b in rx_bufs.iter_mut().take(std::mem::take(rx_filled)) {
+            let end = RX_HEADROOM + b.len;
+            let mut start = RX_HEADROOM;
+            let mut k = 0usize;
+            while start < end {
+                let stop = start.saturating_add(b.seg).min(end);
+                let hint = u16::try_from(k).unwrap_or(0);
+                k += 1;
+                let seg_start = std::mem::replace(&mut start, stop);
+                *rx_seen += 1;
+                if *drop_every > 0 && *rx_seen % *drop_every == 0 {
+                    LinkCounters::add(&counters.rx_injected_drops, 1);
+                    continue;
+                }
+                let Some(payload) = b.data.get(seg_start..stop) else {
+                    break;
+                };
+                let plen = payload.len();
+                let Some((hdr, hl, checked)) =
+                    rebuild_header(counters, deltas, *local, payload, b.from, hint)
+                else {
+                    LinkCounters::add(&counters.rx_dropped, 1);
+                    continue;
+                };
+                let at = seg_start.saturating_sub(hl);
+                if let (Some(h), Some(dst)) = (hdr.get(..hl), b.data.get_mut(at..seg_start)) {
+                    dst.copy_from_slice(h);
+                }
+                let Some(pkt) = b.data.get(at..stop) else {
+                    LinkCounters::add(&counters.rx_dropped, 1);
+                    continue;
+                };
+                LinkCounters::add(&counters.rx_packets, 1);
+                LinkCounters::add(&counters.rx_bytes, plen as u64);
+                tee(pcap, pkt);
+                deliver(pkt, checked);
+                count += 1;
+            }
+        }
+        count
+    }
+
     /// Reads one datagram (or `UDP_GRO` train) into `self.buf`: its length, sender and segment
     /// size (0: not a train). `None` when nothing is waiting.
     fn read_one(&mut self) -> Option<(usize, SocketAddr, usize)> {
-        loop {
-            let mut iov = [IoSliceMut::new(&mut self.buf)];
-            let r = recvmsg::<SockaddrStorage>(
-                self.rx.as_raw_fd(),
-                &mut iov,
-                Some(&mut self.cmsg),
-                MsgFlags::MSG_DONTWAIT,
-            );
-            let m = match r {
-                Ok(m) => m,
-                Err(nix::errno::Errno::EINTR) => continue,
-                // EAGAIN, or an ICMP error reported on the socket: nothing to hand on.
-                Err(_) => return None,
-            };
-            let mut seg = 0;
-            if let Ok(cmsgs) = m.cmsgs() {
-                for c in cmsgs {
-                    if let ControlMessageOwned::UdpGroSegments(s) = c {
-                        seg = usize::try_from(s).unwrap_or(0);
-                    }
-                }
-            }
-            let from = m.address.as_ref().and_then(socket_addr);
-            let n = m.bytes;
-            match from {
-                Some(from) => return Some((n, from, seg)),
-                None => LinkCounters::add(&self.counters.rx_dropped, 1),
-            }
-        }
+        read_datagram(&self.rx, &mut self.buf, &mut self.cmsg, &self.counters)
     }
 
     /// Waits until a datagram is readable or `ms` milliseconds pass.
@@ -661,6 +761,81 @@ impl UdpLink {
     }
 }
 
+/// Reads one datagram (or `UDP_GRO` train) from `sock` into `buf`: its length, sender and
+/// segment size (0: not a train). `None` when nothing is waiting.
+#[allow(
+    clippy::ptr_arg,
+    reason = "nix's recvmsg takes the control buffer as a Vec"
+)]
+fn read_datagram(
+    sock: &UdpSocket,
+    buf: &mut [u8],
+    cmsg: &mut Vec<u8>,
+    counters: &LinkCounters,
+) -> Option<(usize, SocketAddr, usize)> {
+    loop {
+        let mut iov = [IoSliceMut::new(buf)];
+        let r = recvmsg::<SockaddrStorage>(
+            sock.as_raw_fd(),
+            &mut iov,
+            Some(cmsg),
+            MsgFlags::MSG_DONTWAIT,
+        );
+        let m = match r {
+            Ok(m) => m,
+            Err(nix::errno::Errno::EINTR) => continue,
+            // EAGAIN, or an ICMP error reported on the socket: nothing to hand on.
+            Err(_) => return None,
+        };
+        let mut seg = 0;
+        if let Ok(cmsgs) = m.cmsgs() {
+            for c in cmsgs {
+                if let ControlMessageOwned::UdpGroSegments(s) = c {
+                    seg = usize::try_from(s).unwrap_or(0);
+                }
+            }
+        }
+        let from = m.address.as_ref().and_then(socket_addr);
+        let n = m.bytes;
+        match from {
+            Some(from) => return Some((n, from, seg)),
+            None => LinkCounters::add(&counters.rx_dropped, 1),
+        }
+    }
+}
+
+/// Room left before a received datagram in an [`RxBuf`]: the largest IP + UDP header
+/// (IPv6), rebuilt there in front of the first segment.
+const RX_HEADROOM: usize = bypass_hw::roce::ip::IPV6_HDR_LEN + UDP_HDR_LEN;
+
+/// The most receive buffers one pump round fills before the devices run.
+const RX_BUFS: usize = 8;
+
+/// One datagram (or `UDP_GRO` train) read by [`UdpLink::fill_rx`], waiting to be delivered.
+#[derive(Debug)]
+struct RxBuf {
+    /// [`RX_HEADROOM`] bytes, then the datagram.
+    data: Vec<u8>,
+    /// Datagram bytes.
+    len: usize,
+    from: SocketAddr,
+    /// `UDP_GRO` segment size (the datagram's length when it is not a train).
+    seg: usize,
+}
+
+/// Records `packet` in the pcap file, if one is being written (wall-clock timestamp).
+fn tee(pcap: &mut Option<PcapWriter<BufWriter<File>>>, packet: &[u8]) {
+    if let Some(w) = pcap.as_mut() {
+        let ts = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+        if w.write_packet(ts, packet).is_err() {
+            // A full disk must not stop the link: stop recording.
+            *pcap = None;
+        }
+    }
+}
+
 /// True for an RC ACK (or NAK): BTH opcode `RC_ACKNOWLEDGE`.
 fn is_ack(packet: &[u8]) -> bool {
     RocePacket::parse(packet).is_ok_and(|p| p.opcode() == BthOpcode::RC_ACKNOWLEDGE)
@@ -669,6 +844,10 @@ fn is_ack(packet: &[u8]) -> bool {
 /// Where a packet goes on the wire and how it is laid out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct WireOf {
+    /// Its IP header's fields.
+    ip: IpSpec,
+    /// Its UDP ports.
+    ports: UdpPorts,
     dst: IpAddr,
     sport: u16,
     /// Bytes of IP + UDP header before the UDP payload.
@@ -686,6 +865,8 @@ fn wire_of(packet: &[u8]) -> Option<WireOf> {
     };
     let payload_len = p.udp_payload().len();
     Some(WireOf {
+        ip: *p.ip(),
+        ports: p.ports(),
         dst,
         sport: p.ports().src,
         header_len: packet.len().checked_sub(payload_len)?,
@@ -696,13 +877,13 @@ fn wire_of(packet: &[u8]) -> Option<WireOf> {
 /// How many packets from the front of `packets` form one segmented send: the same peer and
 /// source port, equal UDP payload lengths except a shorter last one, at most
 /// [`GSO_MAX_SEGS`] packets and [`GSO_MAX_BYTES`] bytes. 1 when the first cannot lead one.
-fn train_len(packets: &[Vec<u8>]) -> usize {
-    let Some(first) = packets.first().and_then(|p| wire_of(p)) else {
+fn train_len(wires: &[Option<WireOf>]) -> usize {
+    let Some(first) = wires.first().copied().flatten() else {
         return 1;
     };
     let (mut n, mut bytes) = (1usize, first.payload_len);
-    for p in packets.iter().skip(1) {
-        let Some(w) = wire_of(p) else { break };
+    for w in wires.iter().skip(1) {
+        let Some(w) = w else { break };
         if n >= GSO_MAX_SEGS
             || w.dst != first.dst
             || w.sport != first.sport
@@ -721,17 +902,22 @@ fn train_len(packets: &[Vec<u8>]) -> usize {
     n
 }
 
-/// Gives an IPv4 packet built with IP ID 0 the IP ID `id` (header checksum too) and the ICRC
-/// that goes with it (`icrc(0) ^ delta(id)`, see [`Ipv4IdSolver`]); IPv6 packets (no ID) are left
-/// as they are. `None` if the packet does not parse.
+/// [`restamp_known`], parsing the packet first.
+#[cfg(test)]
 fn restamp_ipv4_id(packet: &mut [u8], id: u16, deltas: &mut Ipv4IdSolver) -> Option<()> {
-    let (v4, ports, n) = {
-        let p = RocePacket::parse(packet).ok()?;
-        let IpSpec::V4(v4) = *p.ip() else {
-            return Some(());
-        };
-        (v4, p.ports(), p.udp_payload().len())
+    let w = wire_of(packet)?;
+    restamp_known(packet, &w, id, deltas)
+}
+
+/// Gives an IPv4 packet built with IP ID 0, which [`wire_of`] parsed into `w`, the IP ID `id`
+/// (header checksum too) and the ICRC that goes with it (`icrc(0) ^ delta(id)`, see
+/// [`Ipv4IdSolver`]); IPv6 packets (no ID) are left as they are. `None` if it cannot be done
+/// (a length the solver has no table for, a packet shorter than its headers).
+fn restamp_known(packet: &mut [u8], w: &WireOf, id: u16, deltas: &mut Ipv4IdSolver) -> Option<()> {
+    let IpSpec::V4(v4) = w.ip else {
+        return Some(());
     };
+    let (ports, n) = (w.ports, w.payload_len);
     let delta = deltas.delta(n, id ^ v4.id)?;
     IpSpec::V4(Ipv4Spec { id, ..v4 })
         .write_ip_udp(ports, n, packet)
@@ -752,11 +938,7 @@ fn socket_addr(s: &SockaddrStorage) -> Option<SocketAddr> {
 }
 
 /// The IP packet of UDP payload `payload` that came from `from` to `local` (headers rebuilt
-/// as the module comment says). IPv4: the ID is `hint` if the ICRC checks with it (a
-/// segment of a bypass peer's train), else 0 or the one [`recover_ipv4_id`] finds. The flag
-/// says the ICRC was computed here and matches the rebuilt packet (IPv4 with an ID that
-/// explains it), so the device need not compute it again; false (IPv6, or an ICRC no ID
-/// explains) leaves the check to the device.
+/// as the module comment says), in a new buffer; see [`rebuild_header`].
 fn rebuild(
     counters: &LinkCounters,
     deltas: &mut Ipv4IdSolver,
@@ -765,6 +947,27 @@ fn rebuild(
     from: SocketAddr,
     hint: u16,
 ) -> Option<(Vec<u8>, bool)> {
+    let (hdr, written, checked) = rebuild_header(counters, deltas, local, payload, from, hint)?;
+    let mut pkt = Vec::with_capacity(written + payload.len());
+    pkt.extend_from_slice(hdr.get(..written)?);
+    pkt.extend_from_slice(payload);
+    Some((pkt, checked))
+}
+
+/// The IP + UDP header of UDP payload `payload` that came from `from` to `local` (rebuilt as
+/// the module comment says) and its length. IPv4: the ID is `hint` if the ICRC checks with it
+/// (a segment of a bypass peer's train), else 0 or the one [`recover_ipv4_id`] finds. The
+/// flag says the ICRC was computed here and matches the rebuilt packet (IPv4 with an ID that
+/// explains it), so the device need not compute it again; false (IPv6, or an ICRC no ID
+/// explains) leaves the check to the device.
+fn rebuild_header(
+    counters: &LinkCounters,
+    deltas: &mut Ipv4IdSolver,
+    local: SocketAddr,
+    payload: &[u8],
+    from: SocketAddr,
+    hint: u16,
+) -> Option<([u8; RX_HEADROOM], usize, bool)> {
     let mut ip = match (from.ip(), local.ip()) {
         (IpAddr::V4(src), IpAddr::V4(dst)) => IpSpec::V4(Ipv4Spec {
             src: src.octets(),
@@ -810,12 +1013,9 @@ fn rebuild(
             }
         }
     }
-    let mut hdr = [0u8; bypass_hw::roce::ip::IPV6_HDR_LEN + UDP_HDR_LEN];
+    let mut hdr = [0u8; RX_HEADROOM];
     let written = ip.write_ip_udp(ports, payload.len(), &mut hdr).ok()?;
-    let mut pkt = Vec::with_capacity(written + payload.len());
-    pkt.extend_from_slice(hdr.get(..written)?);
-    pkt.extend_from_slice(payload);
-    Some((pkt, checked))
+    Some((hdr, written, checked))
 }
 
 /// The IPv4 ID the sender hashed into the ICRC of `payload`, which a UDP socket does not
@@ -866,9 +1066,10 @@ pub enum Pumper {
 /// The link's working buffers, reused round after round.
 struct PumpState {
     link: UdpLink,
-    inbound: Vec<Received>,
     outbound: Vec<Vec<u8>>,
-    /// `outbound` holds ACKs kept back by the last round (sent by the next, whatever it is).
+    /// The ACKs (and NAKs) of the round, sent after `outbound`.
+    acks: Vec<Vec<u8>>,
+    /// `acks` holds ACKs kept back by the last round (sent by the next, whatever it is).
     held: bool,
     /// Buffers of packets already sent, for the next packets built (at most
     /// [`SPARE_BUFFERS`]).
@@ -894,6 +1095,10 @@ pub struct UdpWire {
     start: Instant,
     /// When an application thread last pumped (ns since `start`).
     app_pumped: AtomicU64,
+    /// The earliest device timer (ns since `start`; `u64::MAX`: none) as the last round left
+    /// it: an application round that receives nothing, holds nothing and comes before it
+    /// has nothing to step (see [`UdpWire::pump`]).
+    next_timer: AtomicU64,
 }
 
 impl std::fmt::Debug for UdpWire {
@@ -915,14 +1120,15 @@ impl UdpWire {
         Ok(Self {
             state: Mutex::new(PumpState {
                 link,
-                inbound: Vec::with_capacity(RX_BATCH * 2),
                 outbound: Vec::new(),
+                acks: Vec::new(),
                 held: false,
                 spare: Vec::with_capacity(SPARE_BUFFERS),
             }),
             poller,
             start: Instant::now(),
             app_pumped: AtomicU64::new(0),
+            next_timer: AtomicU64::new(0),
         })
     }
 
@@ -935,11 +1141,23 @@ impl UdpWire {
     /// current device time (ns since [`UdpWire::new`]) until idle, and send what they
     /// transmit. True if anything moved. [`Pumper::App`] and [`Pumper::Engine`] return false
     /// at once when another thread is running a round.
+    ///
+    /// An application round that reads nothing, holds no ACKs and comes before the earliest
+    /// device timer the last round saw does not touch the world: a device only has work after
+    /// a doorbell (acted on by [`Pumper::Doorbell`] rounds), a packet, or a timer, so stepping
+    /// it would change nothing. A busy-poll loop's empty rounds then cost one `recvmsg`, as a
+    /// plain socket's do.
     pub fn pump(&self, world: &Mutex<World>, by: Pumper) -> bool {
+        // Device time of the round (a doorbell round takes it once it holds the link).
+        let t = if by == Pumper::Doorbell {
+            0
+        } else {
+            self.now_ns()
+        };
         if by == Pumper::App {
             // Only a wait loop reads the socket: a doorbell alone (a CQ armed before a
             // blocking wait, say) must not keep the engine off it.
-            self.app_pumped.store(self.now_ns(), Ordering::Relaxed);
+            self.app_pumped.store(t, Ordering::Relaxed);
         }
         let mut g = match by {
             Pumper::Doorbell => lock(&self.state),
@@ -950,18 +1168,25 @@ impl UdpWire {
         };
         let PumpState {
             link,
-            inbound,
             outbound,
+            acks,
             held,
             spare,
         } = &mut *g;
-        if by != Pumper::Doorbell {
-            link.recv_batch(inbound, RX_BATCH);
+        // The socket is read with the world unlocked; the packets wait in the link's
+        // buffers and are handed to the devices in place below.
+        let mut busy = by != Pumper::Doorbell && link.fill_rx(RX_BATCH) > 0;
+        if by == Pumper::App && !busy && !*held && t < self.next_timer.load(Ordering::Relaxed) {
+            return false;
         }
-        let mut busy = !inbound.is_empty();
         {
             let mut w = lock(world);
-            let now = self.now_ns();
+            // Taken again after a doorbell round's wait for the lock (the others only try it).
+            let now = if by == Pumper::Doorbell {
+                self.now_ns()
+            } else {
+                t
+            };
             let n = w.len();
             let allowed = w.fast_path();
             for id in 0..n {
@@ -973,13 +1198,9 @@ impl UdpWire {
                 let fast = allowed && !dev.trace.enabled();
                 dev.set_fast_tx(fast);
             }
-            for Received {
-                packet: pkt,
-                icrc_checked,
-            } in inbound.drain(..)
-            {
+            link.deliver_rx(|pkt, icrc_checked| {
                 let owner = if n > 1 {
-                    RocePacket::parse(&pkt).ok().and_then(|p| {
+                    RocePacket::parse(pkt).ok().and_then(|p| {
                         let (_, dgid) = p.ip().gids();
                         (0..n).find(|&id| {
                             w.device(id)
@@ -993,45 +1214,56 @@ impl UdpWire {
                     None
                 };
                 if n > 0 {
-                    let dev = w.device(owner.unwrap_or(0));
-                    if icrc_checked {
-                        dev.receive_icrc_checked(pkt);
-                    } else {
-                        dev.receive(pkt);
-                    }
+                    w.device(owner.unwrap_or(0))
+                        .receive_in_place(pkt, icrc_checked);
                 }
-            }
+            });
+            let mut idle = false;
             for _ in 0..MAX_STEPS_PER_ROUND {
                 let mut progress = false;
                 for id in 0..n {
                     progress |= w.device(id).step();
                 }
                 if !progress {
+                    idle = true;
                     break;
                 }
                 busy = true;
             }
+            // A round cut short with work left: the next round steps whatever it reads.
+            let mut next_timer = if idle { u64::MAX } else { 0 };
             for id in 0..n {
                 let dev = w.device(id);
+                if let Some(t) = dev.next_deadline() {
+                    next_timer = next_timer.min(t);
+                }
                 while let Some(frame) = dev.take_frame() {
                     match frame {
-                        Frame::Wire(p) | Frame::WireChecked(p) => outbound.push(p),
+                        Frame::Wire(p) | Frame::WireChecked(p) => {
+                            if is_ack(&p) {
+                                acks.push(p);
+                            } else {
+                                outbound.push(p);
+                            }
+                        }
                         Frame::Ack(a) => {
                             let mut buf = spare.pop().unwrap_or_default();
                             if a.to_wire_into(&mut buf) {
-                                outbound.push(buf);
+                                acks.push(buf);
                             }
                         }
                         // Read from the sender's memory now, as a NIC reads it when it
                         // transmits (`crate::frame`): one copy into the packet.
-                        Frame::Burst(b) => b.segment_into(outbound, spare),
+                        Frame::Burst(b) => b.segment_direct_into(outbound, spare),
                     }
                 }
             }
+            self.next_timer.store(next_timer, Ordering::Relaxed);
         }
-        busy |= !outbound.is_empty();
-        let received = busy && by == Pumper::App && !outbound.is_empty();
-        if received && !*held && outbound.iter().all(|p| is_ack(p)) {
+        let sending = !outbound.is_empty() || !acks.is_empty();
+        busy |= sending;
+        let received = busy && by == Pumper::App && sending;
+        if received && !*held && outbound.is_empty() {
             // Only ACKs, in a wait loop that just took packets: hold them for one round (the
             // application's reply, rung as a doorbell a moment later, carries them in the
             // same send; the next round of any kind sends them), as a NIC coalesces ACKs.
@@ -1039,12 +1271,10 @@ impl UdpWire {
             return busy;
         }
         *held = false;
-        if outbound.len() > 1 {
-            // ACKs last (stable: each kind keeps its order; requests and ACKs are separate
-            // PSN streams), so that a reply and the ACKs held for it form one train: the
-            // shorter ACK may be the last segment of a segmented send.
-            outbound.sort_by_key(|p| is_ack(p));
-        }
+        // ACKs last (each kind keeps its order; requests and ACKs are separate PSN streams),
+        // so that a reply and the ACKs held for it form one train: the shorter ACK may be the
+        // last segment of a segmented send.
+        outbound.append(acks);
         link.send_all(outbound);
         // The sent packets' buffers build the next round's (no allocation per packet).
         for p in outbound.drain(..) {
@@ -1322,6 +1552,43 @@ mod tests {
             0,
             "a train's IDs are known from the segment index, not solved for"
         );
+    }
+
+    #[test]
+    fn trains_of_packets_shorter_than_their_rebuilt_headers_are_delivered_in_place_exactly() {
+        let mut b = link(2);
+        let mut a = UdpLink::bind(SocketAddr::new(
+            Ipv4Addr::new(127, 0, 0, 1).into(),
+            b.local_addr().port(),
+        ))
+        .unwrap();
+        // 16-byte UDP payloads (BTH + ICRC) under a 28-byte IPv4 + UDP header: each rebuilt
+        // header overwrites the segments before it. Then a second train of 1 KiB packets.
+        let mut sent: Vec<Vec<u8>> = (0..6).map(|i| sized(i, 0, 0xc321)).collect();
+        sent.extend((6..9).map(|i| sized(i, 1024, 0xc321)));
+        let expected: Vec<Vec<u8>> = sent
+            .iter()
+            .enumerate()
+            .map(|(i, p)| with_id(p, (if i < 6 { i } else { i - 6 }) as u16))
+            .collect();
+        let mut batch = sent.clone();
+        a.send_batch(&mut batch);
+        let mut got = Vec::new();
+        for _ in 0..2000 {
+            if b.fill_rx(RX_BATCH) > 0 {
+                b.deliver_rx(|p, checked| {
+                    assert!(checked, "the link matched every ICRC");
+                    got.push(p.to_vec());
+                });
+            }
+            if got.len() >= expected.len() {
+                break;
+            }
+            b.wait_readable(1);
+        }
+        assert_eq!(got, expected);
+        assert_eq!(a.counters().tx_gso_sends.load(Ordering::Relaxed), 2);
+        assert_eq!(b.counters().rx_packets.load(Ordering::Relaxed), 9);
     }
 
     #[test]

@@ -1,0 +1,281 @@
+//! The kernel's share of a UDP link's round trip: what a WRITE ping-pong over the link costs
+//! in socket calls alone, with no device behind them.
+//!
+//! Owns: [`segmented_pingpong_rtts`] and [`segmented_stream_rate`] (the floors `bypass perf
+//! compare-udp` prints beside its plain UDP and TCP baselines) and [`write_round_trip_lens`]
+//! (the UDP payload lengths of the packets a WRITE round trip puts on the wire). Must not:
+//! touch a device or the link's sockets; it binds its own.
+//!
+//! Why it exists: in a WRITE ping-pong each side's reply leaves as one segmented send
+//! (`UDP_SEGMENT`) of two datagrams, the WRITE and the ACK of the peer's WRITE held for it
+//! (see `link::udp`), and is read with one `recvmsg` (`UDP_GRO`). Those calls cost more
+//! than a plain one-datagram `sendto`/`recvfrom` ping-pong; how much is measured here,
+//! in the same run, so that the link's own overhead is the difference above this floor. A
+//! WRITE stream goes out as segmented sends of 4 KiB-MTU packets read with `UDP_GRO`; what
+//! those calls alone carry, with the same window of unacknowledged bytes, is the streaming
+//! floor.
+
+use std::io::{self, IoSlice, IoSliceMut};
+use std::net::{SocketAddr, UdpSocket};
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use bypass_hw::roce::{
+    Aeth, BthFields, BthOpcode, ExtFields, IpSpec, Ipv4Spec, PacketSpec, Reth, UdpPorts,
+};
+use bypass_hw::syndrome::AethSyndrome;
+use nix::sys::socket::{
+    ControlMessage, MsgFlags, SockaddrStorage, recvmsg, sendmsg, setsockopt, sockopt,
+};
+
+/// The UDP payload lengths (BTH .. ICRC) of an RC RDMA WRITE ONLY of `size` bytes (not
+/// inline or inline: the same on the wire) and of the ACK that answers it.
+pub fn write_round_trip_lens(size: usize) -> Option<(usize, usize)> {
+    let (ip, ports) = loopback_ip_ports();
+    let payload = vec![0u8; size];
+    let write = PacketSpec {
+        ip,
+        ports,
+        bth: BthFields {
+            opcode: BthOpcode::RC_RDMA_WRITE_ONLY,
+            ..BthFields::default()
+        },
+        ext: ExtFields {
+            reth: Some(Reth::new(0, 0, u32::try_from(size).ok()?)),
+            ..ExtFields::default()
+        },
+        payload: &payload,
+    };
+    let ack = PacketSpec {
+        ip,
+        ports,
+        bth: BthFields {
+            opcode: BthOpcode::RC_ACKNOWLEDGE,
+            ..BthFields::default()
+        },
+        ext: ExtFields {
+            aeth: Some(Aeth::new(AethSyndrome::ACK_UNLIMITED, 0).ok()?),
+            ..ExtFields::default()
+        },
+        payload: &[],
+    };
+    Some((write.udp_payload_len().ok()?, ack.udp_payload_len().ok()?))
+}
+
+/// The UDP payload length (BTH .. ICRC) of a full RDMA WRITE MIDDLE packet at path MTU
+/// `mtu`: the datagrams of a WRITE stream.
+pub fn write_stream_segment_len(mtu: usize) -> Option<usize> {
+    let payload = vec![0u8; mtu];
+    let (ip, ports) = loopback_ip_ports();
+    PacketSpec {
+        ip,
+        ports,
+        bth: BthFields {
+            opcode: BthOpcode::RC_RDMA_WRITE_MIDDLE,
+            ..BthFields::default()
+        },
+        ext: ExtFields::default(),
+        payload: &payload,
+    }
+    .udp_payload_len()
+    .ok()
+}
+
+/// Header fields for the length computations (the lengths do not depend on them).
+fn loopback_ip_ports() -> (IpSpec, UdpPorts) {
+    (
+        IpSpec::V4(Ipv4Spec {
+            src: [127, 0, 0, 1],
+            dst: [127, 0, 0, 2],
+            tos: 0,
+            ttl: 64,
+            id: 0,
+            dont_fragment: true,
+        }),
+        UdpPorts {
+            src: 0xc000,
+            dst: bypass_hw::roce::ROCE_V2_UDP_DPORT,
+        },
+    )
+}
+
+/// A ping-pong between `a` and `b` in one thread where each side sends what a UDP link sends
+/// in a WRITE ping-pong: one segmented send (`UDP_SEGMENT`) of a `request`-byte and an
+/// `ack`-byte datagram, read by the peer with one `recvmsg` on a `UDP_GRO` socket. The
+/// round-trip times in ns, `iters` of them after `warmup` untimed ones. One thread because
+/// the link's round-trip comparison runs both NICs in one thread: this is the socket calls'
+/// share of that loop.
+pub fn segmented_pingpong_rtts(
+    a: SocketAddr,
+    b: SocketAddr,
+    request: usize,
+    ack: usize,
+    iters: usize,
+    warmup: usize,
+) -> io::Result<Vec<u64>> {
+    let sa = UdpSocket::bind(a)?;
+    let sb = UdpSocket::bind(b)?;
+    for s in [&sa, &sb] {
+        s.set_nonblocking(true)?;
+        setsockopt(s, sockopt::UdpGroSegment, &true).map_err(io::Error::from)?;
+    }
+    let seg = u16::try_from(request).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    let (req, ackb) = (vec![0x5au8; request], vec![0x11u8; ack]);
+    let mut buf = vec![0u8; 65_536];
+    let mut cmsg = nix::cmsg_space!(libc::c_int);
+    let (to_a, to_b) = (SockaddrStorage::from(a), SockaddrStorage::from(b));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut rtts = Vec::with_capacity(iters);
+    for i in 0..iters + warmup {
+        let t0 = Instant::now();
+        for (from, to, dst) in [(&sa, &sb, &to_b), (&sb, &sa, &to_a)] {
+            let iov = [IoSlice::new(&req), IoSlice::new(&ackb)];
+            let cm = [ControlMessage::UdpGsoSegments(&seg)];
+            sendmsg(from.as_raw_fd(), &iov, &cm, MsgFlags::empty(), Some(dst))
+                .map_err(io::Error::from)?;
+            loop {
+                let mut iov = [IoSliceMut::new(&mut buf)];
+                match recvmsg::<SockaddrStorage>(
+                    to.as_raw_fd(),
+                    &mut iov,
+                    Some(&mut cmsg),
+                    MsgFlags::MSG_DONTWAIT,
+                ) {
+                    Ok(_) => break,
+                    Err(_) if Instant::now() < deadline => {}
+                    Err(e) => return Err(io::Error::from(e)),
+                }
+            }
+        }
+        if i >= warmup {
+            rtts.push(u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX));
+        }
+    }
+    Ok(rtts)
+}
+
+/// The most datagrams in one segmented send (Linux `UDP_MAX_SEGMENTS` before 6.9) and the
+/// most UDP payload one IPv4 datagram carries, as the link uses them.
+const GSO_MAX_SEGS: usize = 64;
+const GSO_MAX_BYTES: usize = 65_000;
+
+/// Streams `total` bytes of UDP payload from `a` to `b` as segmented sends of `seg`-byte
+/// datagrams (as many as fit one send), read by a second thread with `recvmsg` on a
+/// `UDP_GRO` socket; the sender keeps at most `window` bytes ahead of what the reader has
+/// read (the role the RC window and its ACKs play for the link, without packets); port 0 in
+/// `a` or `b` binds a free port. Both
+/// threads busy-poll and yield between polls, as the link's threads do. Returns the bytes
+/// per second the reader got, from the first send to the last byte read.
+pub fn segmented_stream_rate(
+    a: SocketAddr,
+    b: SocketAddr,
+    seg: usize,
+    total: u64,
+    window: u64,
+) -> io::Result<f64> {
+    let sa = UdpSocket::bind(a)?;
+    let sb = UdpSocket::bind(b)?;
+    let b_bound = sb.local_addr()?;
+    sb.set_nonblocking(true)?;
+    setsockopt(&sb, sockopt::UdpGroSegment, &true).map_err(io::Error::from)?;
+    if setsockopt(&sb, sockopt::RcvBufForce, &(32usize << 20)).is_err() {
+        // Without CAP_NET_ADMIN the window below still fits the default buffer.
+        let _ = setsockopt(&sb, sockopt::RcvBuf, &(32usize << 20));
+    }
+    let segs = (GSO_MAX_BYTES / seg.max(1)).clamp(1, GSO_MAX_SEGS);
+    let seg16 = u16::try_from(seg).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    let train = vec![0x5au8; seg * segs];
+    let got = Arc::new(AtomicU64::new(0));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let reader = {
+        let got = got.clone();
+        std::thread::spawn(move || {
+            let mut buf = vec![0u8; 65_536];
+            let mut cmsg = nix::cmsg_space!(libc::c_int);
+            let mut n = 0u64;
+            while n < total && Instant::now() < deadline {
+                let mut iov = [IoSliceMut::new(&mut buf)];
+                match recvmsg::<SockaddrStorage>(
+                    sb.as_raw_fd(),
+                    &mut iov,
+                    Some(&mut cmsg),
+                    MsgFlags::MSG_DONTWAIT,
+                ) {
+                    Ok(m) => {
+                        n += m.bytes as u64;
+                        got.store(n, Ordering::Release);
+                    }
+                    Err(_) => std::thread::yield_now(),
+                }
+            }
+        })
+    };
+    // Port 0 binds any free port: send to the one bound.
+    let to = SockaddrStorage::from(b_bound);
+    let t0 = Instant::now();
+    let mut sent = 0u64;
+    while sent < total && Instant::now() < deadline {
+        if sent.saturating_sub(got.load(Ordering::Acquire)) >= window {
+            std::thread::yield_now();
+            continue;
+        }
+        let len = usize::try_from(total - sent).map_or(train.len(), |r| r.min(train.len()));
+        let iov = [IoSlice::new(train.get(..len).unwrap_or(&[]))];
+        let cm = [ControlMessage::UdpGsoSegments(&seg16)];
+        sent += sendmsg(sa.as_raw_fd(), &iov, &cm, MsgFlags::empty(), Some(&to))
+            .map_err(io::Error::from)? as u64;
+    }
+    while got.load(Ordering::Acquire) < total && Instant::now() < deadline {
+        std::thread::yield_now();
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    let _ = reader.join();
+    let n = got.load(Ordering::Acquire);
+    if n < total {
+        return Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            format!("the reader got {n} of {total} bytes in 60 s (datagrams dropped?)"),
+        ));
+    }
+    Ok(n as f64 / secs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_8_byte_write_and_its_ack_are_40_and_20_bytes_of_udp_payload() {
+        // BTH 12 + RETH 16 + 8 + ICRC 4; BTH 12 + AETH 4 + ICRC 4.
+        assert_eq!(write_round_trip_lens(8), Some((40, 20)));
+        // A payload of 5 is padded to 8.
+        assert_eq!(write_round_trip_lens(5), Some((40, 20)));
+        // BTH 12 + 4096 + ICRC 4.
+        assert_eq!(write_stream_segment_len(4096), Some(4112));
+    }
+
+    #[test]
+    fn the_segmented_stream_delivers_every_byte_it_is_asked_for() {
+        let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        // 100 datagrams of 4112 B, 64 KiB in flight at most.
+        let rate = segmented_stream_rate(any, any, 4112, 411_200, 64 << 10).unwrap();
+        assert!(rate > 0.0);
+    }
+
+    #[test]
+    fn the_segmented_pingpong_times_every_round_trip_it_is_asked_for() {
+        let a: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        let probe = UdpSocket::bind(a).unwrap();
+        let a = probe.local_addr().unwrap();
+        drop(probe);
+        let b: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        let probe = UdpSocket::bind(b).unwrap();
+        let b = probe.local_addr().unwrap();
+        drop(probe);
+        let rtts = segmented_pingpong_rtts(a, b, 40, 20, 20, 2).unwrap();
+        assert_eq!(rtts.len(), 20);
+        assert!(rtts.iter().all(|&ns| ns > 0));
+    }
+}
