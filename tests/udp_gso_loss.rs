@@ -96,6 +96,11 @@ fn a_megabyte_write_over_udp_trains_survives_packets_lost_inside_them() {
         la.summary()
     );
     assert!(
+        la.tx_from_memory.load(Ordering::Relaxed) > 0,
+        "the WRITE's packets were sent from the source memory (iovecs): {}",
+        la.summary()
+    );
+    assert!(
         lb.rx_injected_drops.load(Ordering::Relaxed) > 0,
         "packets were lost on the way: {}",
         lb.summary()

@@ -550,3 +550,67 @@ fn copy_runs(src: &[HostRun], dst: &[HostRun]) -> bool {
     }
     true
 }
+
+/// The headers of one WRITE packet of a burst, written by [`Burst::write_headers`] for a
+/// sender that transmits the payload from where it is (a gather list) instead of copying it
+/// into the packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct GatherHeaders {
+    /// Bytes of IP + UDP header at the front of the headers buffer (the BTH follows).
+    pub ip_udp_len: usize,
+    /// Offset in the burst's payload of the packet's first payload byte.
+    pub payload_at: usize,
+    /// Payload bytes.
+    pub payload_len: usize,
+    /// Pad bytes (zeroes) between the payload and the ICRC.
+    pub pad: usize,
+    /// UDP payload bytes (BTH through ICRC).
+    pub udp_len: usize,
+}
+
+impl Burst {
+    /// The host runs a burst's payload lies in (`None` for an inline payload).
+    pub(crate) fn host_runs(&self) -> Option<&[HostRun]> {
+        match &self.src {
+            Payload::Host(runs) => Some(runs),
+            Payload::Inline(_) => None,
+        }
+    }
+
+    /// Reads payload bytes from burst offset `at` into `out` ([`Burst::read_into`]).
+    pub(crate) fn read_payload(&self, at: usize, out: &mut [u8]) -> bool {
+        self.read_into(at, out)
+    }
+
+    /// Writes packet `i`'s IP + UDP + BTH (+ RETH) headers into `head` (resized to them), the
+    /// bytes [`Burst::segment_direct_into`] writes in front of the payload (IP ID as the
+    /// burst's, pad count in the BTH), and says where the payload, pad and ICRC go. `None` if
+    /// the packet cannot be built (cannot happen for a burst the requester built).
+    pub(crate) fn write_headers(&self, i: u32, head: &mut Vec<u8>) -> Option<GatherHeaders> {
+        use zerocopy::IntoBytes;
+        let (off, n, first, _) = packet_at(self.msg_off, self.msg_len, self.mtu, i);
+        let n = n as usize;
+        let spec = self.spec(i, self.acks(i), ZEROS.get(..n)?);
+        let udp_len = spec.udp_payload_len().ok()?;
+        let mut bth = spec.bth;
+        bth.pad_cnt = pad_len(n);
+        let bth = Bth::from_fields(&bth).ok()?;
+        let reth = first.then(|| Reth::new(self.raddr, self.rkey, self.msg_len));
+        let reth: &[u8] = reth.as_ref().map_or(&[], |r| r.as_bytes());
+        let ip_udp_len = spec.ip.header_len() + bypass_hw::roce::ip::UDP_HDR_LEN;
+        head.resize(ip_udp_len, 0);
+        let written = spec.ip.write_ip_udp(spec.ports, udp_len, head).ok()?;
+        if written != ip_udp_len {
+            return None;
+        }
+        head.extend_from_slice(bth.as_bytes());
+        head.extend_from_slice(reth);
+        Some(GatherHeaders {
+            ip_udp_len,
+            payload_at: (off - self.msg_off) as usize,
+            payload_len: n,
+            pad: usize::from(bth.pad_cnt()),
+            udp_len,
+        })
+    }
+}

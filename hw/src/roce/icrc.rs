@@ -74,6 +74,62 @@ pub(crate) fn compute_parts(ip_udp: &[u8], roce: &[u8]) -> Result<u32> {
     Ok(h.finalize())
 }
 
+/// The ICRC of one packet fed in pieces: the IP + UDP headers and the BTH (masked as
+/// [`compute`] masks them), then every byte after the BTH up to the ICRC in any number of
+/// [`IcrcHasher::update`] calls (extension headers, payload pieces, pad). For a sender that
+/// transmits a packet as a gather list and never assembles it. Gives exactly [`compute`]'s
+/// value for the concatenated packet.
+#[derive(Debug, Clone)]
+pub struct IcrcHasher(crc32fast::Hasher);
+
+impl IcrcHasher {
+    /// Starts the CRC with the (unmasked) IP + UDP headers `ip_udp` (28 or 48 bytes, as
+    /// [`IpSpec::write_ip_udp`] writes them) and the BTH `bth`. Errors if either has the wrong
+    /// length.
+    pub fn new(ip_udp: &[u8], bth: &[u8]) -> Result<Self> {
+        let mut hdrs = [0u8; MAX_HDRS];
+        let hdrs = hdrs.get_mut(..ip_udp.len()).ok_or(Error::Truncated {
+            what: "IP + UDP headers (at most IPv6 + UDP)",
+            need: MAX_HDRS,
+            got: ip_udp.len(),
+        })?;
+        if ip_udp.len() < UDP_HDR_LEN + 20 {
+            return Err(Error::Truncated {
+                what: "IP + UDP headers",
+                need: UDP_HDR_LEN + 20,
+                got: ip_udp.len(),
+            });
+        }
+        hdrs.copy_from_slice(ip_udp);
+        mask_ip_udp(hdrs);
+        let mut b = [0u8; BTH_LEN];
+        if bth.len() != BTH_LEN {
+            return Err(Error::Truncated {
+                what: "BTH",
+                need: BTH_LEN,
+                got: bth.len(),
+            });
+        }
+        b.copy_from_slice(bth);
+        b[4] = 0xff; // as in `compute_parts`
+        let mut h = crc32fast::Hasher::new();
+        h.update(&[0xff; 8]);
+        h.update(hdrs);
+        h.update(&b);
+        Ok(Self(h))
+    }
+
+    /// Feeds the next bytes after the BTH.
+    pub fn update(&mut self, bytes: &[u8]) {
+        self.0.update(bytes);
+    }
+
+    /// The ICRC (its wire bytes are `to_le_bytes()`).
+    pub fn finish(self) -> u32 {
+        self.0.finalize()
+    }
+}
+
 /// The ICRC of a RoCEv2 packet starting at its IP header and ending with its (ignored) ICRC
 /// field, as carried by the UDP length. The IP header checksum is not verified here.
 pub fn compute(ip_and_beyond: &[u8]) -> Result<u32> {
@@ -114,6 +170,53 @@ pub fn check_udp_payload(ip: &IpSpec, ports: UdpPorts, udp_payload: &[u8]) -> Re
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_packet_fed_in_pieces_has_the_icrc_of_the_whole() {
+        use crate::roce::{BthFields, BthOpcode, ExtFields, IpSpec, PacketSpec, Reth, emit};
+        for v6 in [false, true] {
+            let (s, d) = if v6 {
+                ([0x20; 16], [0x21; 16])
+            } else {
+                let mut s = [0u8; 16];
+                s[10] = 0xff;
+                s[11] = 0xff;
+                s[12..].copy_from_slice(&[10, 0, 0, 1]);
+                let mut d = s;
+                d[15] = 2;
+                (s, d)
+            };
+            let payload: std::vec::Vec<u8> = (0..301u32).map(|i| (i * 7) as u8).collect();
+            let spec = PacketSpec {
+                ip: IpSpec::from_gids(&s, &d).unwrap(),
+                ports: super::UdpPorts {
+                    src: 0xc001,
+                    dst: 4791,
+                },
+                bth: BthFields {
+                    opcode: BthOpcode::RC_RDMA_WRITE_FIRST,
+                    pkey: 0xffff,
+                    dest_qp: 0x12,
+                    psn: 5,
+                    ..BthFields::default()
+                },
+                ext: ExtFields {
+                    reth: Some(Reth::new(0x1000, 7, 9000)),
+                    ..ExtFields::default()
+                },
+                payload: &payload,
+            };
+            let mut pkt = std::vec![0u8; spec.packet_len().unwrap()];
+            emit(&spec, &mut pkt).unwrap();
+            let hl = spec.ip.header_len() + super::UDP_HDR_LEN;
+            let mut h = super::IcrcHasher::new(&pkt[..hl], &pkt[hl..hl + super::BTH_LEN]).unwrap();
+            let body = &pkt[hl + super::BTH_LEN..pkt.len() - super::ICRC_LEN];
+            let (a, b) = body.split_at(100);
+            h.update(a);
+            h.update(b);
+            assert_eq!(h.finish(), super::compute(&pkt).unwrap(), "v6 {v6}");
+        }
+    }
+
     #[test]
     fn rxe_seed_is_the_crc_register_after_eight_ff_bytes() {
         // rxe_icrc.c: "seed ... 0xdebb20e3 ... 8 bytes of 0xff representing a masked LRH".

@@ -59,7 +59,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::fs::File;
-use std::io::{self, BufWriter, IoSlice, IoSliceMut};
+use std::io::{self, BufWriter, IoSliceMut};
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::Path;
@@ -74,11 +74,12 @@ use bypass_hw::roce::{
 };
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::socket::{
-    AddressFamily, ControlMessage, ControlMessageOwned, MsgFlags, SockFlag, SockType,
-    SockaddrStorage, bind, recvmsg, sendmsg, setsockopt, socket, sockopt,
+    AddressFamily, ControlMessageOwned, MsgFlags, SockFlag, SockType, SockaddrStorage, bind,
+    recvmsg, setsockopt, socket, sockopt,
 };
 
-use crate::frame::Frame;
+use crate::frame::{Burst, Frame};
+use crate::link::gather::{self, GatherPkt, IOV_MAX, IovList, Out};
 use crate::link::ipv4_id::Ipv4IdSolver;
 use crate::pcap::PcapWriter;
 use crate::profile::Profile;
@@ -191,6 +192,9 @@ pub struct LinkCounters {
     pub rx_gro_reads: AtomicU64,
     /// Packets received and dropped on purpose ([`UdpLink::drop_incoming_every`]).
     pub rx_injected_drops: AtomicU64,
+    /// Packets sent (counted in `tx_packets` too) whose payload the kernel read straight
+    /// from the sender's memory (`sendmsg` iovecs, no copy into a link buffer).
+    pub tx_from_memory: AtomicU64,
 }
 
 impl LinkCounters {
@@ -202,10 +206,11 @@ impl LinkCounters {
     pub fn summary(&self) -> String {
         let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
         format!(
-            "tx {} pkts / {} B in {} segmented sends, rx {} pkts / {} B in {} coalesced reads, tx errors {}, tx malformed {}, source-port fallbacks {}, rx IP IDs recovered {}, rx dropped {}, rx dropped on purpose {}",
+            "tx {} pkts / {} B in {} segmented sends ({} from the sender's memory), rx {} pkts / {} B in {} coalesced reads, tx errors {}, tx malformed {}, source-port fallbacks {}, rx IP IDs recovered {}, rx dropped {}, rx dropped on purpose {}",
             g(&self.tx_packets),
             g(&self.tx_bytes),
             g(&self.tx_gso_sends),
+            g(&self.tx_from_memory),
             g(&self.rx_packets),
             g(&self.rx_bytes),
             g(&self.rx_gro_reads),
@@ -238,8 +243,10 @@ pub struct UdpLink {
     cmsg: Vec<u8>,
     /// Send segmented trains (`UDP_SEGMENT`); cleared when the kernel refuses one.
     gso: bool,
-    /// What [`wire_of`] found for each packet of the batch being sent, reused.
+    /// What [`out_wire`] found for each packet of the batch being sent, reused.
     wires: Vec<Option<WireOf>>,
+    /// The iovecs of the send being built, reused.
+    iov: IovList,
     /// Packets received and not yet taken by [`UdpLink::recv`].
     pending: VecDeque<Vec<u8>>,
     /// How the ICRC changes with the IPv4 ID, by payload length.
@@ -359,6 +366,7 @@ impl UdpLink {
             cmsg: nix::cmsg_space!(libc::c_int),
             gso: true,
             wires: Vec::new(),
+            iov: IovList::default(),
             pending: VecDeque::new(),
             deltas: Ipv4IdSolver::new(),
             drop_every: 0,
@@ -455,41 +463,84 @@ impl UdpLink {
     /// and the ICRC covers the ID, so segment `k` is re-stamped with ID `k` and its ICRC
     /// recomputed before it is sent (the pcap shows the header as sent).
     pub fn send_batch(&mut self, packets: &mut Vec<Vec<u8>>) {
-        self.send_all(packets);
-        packets.clear();
+        let mut out: Vec<Out> = packets.drain(..).map(Out::Bytes).collect();
+        self.send_all(&mut out, &[]);
     }
 
-    /// As [`UdpLink::send_batch`], leaving the packets in `packets` (the caller reuses their
-    /// buffers).
-    fn send_all(&mut self, packets: &mut [Vec<u8>]) {
+    /// As [`UdpLink::send_batch`], for packets as bytes or as gather lists whose payload lies
+    /// in `bursts` (see `link::gather`), leaving them in `packets` (the caller reuses their
+    /// buffers). A segmented send's iovecs (per packet: the UDP payload's bytes, or the BTH
+    /// (+RETH), the payload's host-memory pieces and the pad + ICRC) add up, per segment, to
+    /// exactly the segment size the kernel cuts at, and stay within [`IOV_MAX`].
+    pub(crate) fn send_all(&mut self, packets: &mut [Out], bursts: &[Burst]) {
         // Each packet is parsed once, here; grouping and re-stamping use what this found.
         let mut wires = std::mem::take(&mut self.wires);
         wires.clear();
-        wires.extend(packets.iter().map(|p| wire_of(p)));
+        wires.extend(packets.iter().map(out_wire));
         let mut i = 0;
         while let (Some(rest), Some(rest_wires)) = (packets.get_mut(i..), wires.get(i..)) {
             if rest.is_empty() {
                 break;
             }
-            let n = if self.gso { train_len(rest_wires) } else { 1 };
+            let n = if self.gso {
+                train_len(rest, rest_wires)
+            } else {
+                1
+            };
             match (rest.get_mut(..n), rest_wires.get(..n)) {
                 (Some(train), Some(train_wires)) if n > 1 => {
-                    self.send_train(train, train_wires);
+                    self.send_train(train, train_wires, bursts);
                 }
-                _ => {
-                    if let Some(p) = rest.first() {
+                _ => match rest.first_mut() {
+                    Some(Out::Bytes(p)) => {
                         self.send(p);
                     }
-                }
+                    Some(Out::Gather(g)) => {
+                        let w = rest_wires.first().copied().flatten();
+                        self.send_gathered(std::slice::from_mut(g), w, bursts);
+                    }
+                    None => {}
+                },
             }
             i += n.max(1);
         }
         self.wires = wires;
     }
 
+    /// Sends one gather packet alone (the link does not segment, or it leads no train).
+    fn send_gathered(&mut self, g: &mut [GatherPkt], w: Option<WireOf>, bursts: &[Burst]) {
+        let (Some(w), Some(g)) = (w, g.first()) else {
+            LinkCounters::add(&self.counters.tx_malformed, 1);
+            return;
+        };
+        if self.pcap.is_some() {
+            let p = assemble(g, bursts);
+            self.tee(&p);
+        }
+        let mut iov = std::mem::take(&mut self.iov);
+        iov.clear();
+        let built = push_gather_iov(g, bursts, &mut iov);
+        let to = SockaddrStorage::from(SocketAddr::new(w.dst, self.local.port()));
+        let fd = self.tx_socket(w.sport).as_raw_fd();
+        let r = if built {
+            sendmsg_iov(fd, &iov, None, &to)
+        } else {
+            Err(nix::errno::Errno::EMSGSIZE)
+        };
+        self.iov = iov;
+        match r {
+            Ok(n) => {
+                LinkCounters::add(&self.counters.tx_packets, 1);
+                LinkCounters::add(&self.counters.tx_bytes, n as u64);
+                LinkCounters::add(&self.counters.tx_from_memory, 1);
+            }
+            Err(_) => LinkCounters::add(&self.counters.tx_errors, 1),
+        }
+    }
+
     /// Sends `train` (2 or more packets [`train_len`] grouped) as one segmented send.
-    /// `wires` is what [`wire_of`] found for each packet of `train`.
-    fn send_train(&mut self, train: &mut [Vec<u8>], wires: &[Option<WireOf>]) {
+    /// `wires` is what [`out_wire`] found for each packet of `train`.
+    fn send_train(&mut self, train: &mut [Out], wires: &[Option<WireOf>], bursts: &[Burst]) {
         let n = train.len() as u64;
         let Some(first) = wires.first().copied().flatten() else {
             LinkCounters::add(&self.counters.tx_malformed, n);
@@ -497,40 +548,58 @@ impl UdpLink {
         };
         for (k, (p, w)) in train.iter_mut().zip(wires).enumerate() {
             let id = u16::try_from(k).unwrap_or(u16::MAX);
-            if k > 0
-                && w.as_ref()
-                    .and_then(|w| restamp_known(p, w, id, &mut self.deltas))
-                    .is_none()
-            {
+            let done = k == 0
+                || match (p, w) {
+                    (Out::Bytes(p), Some(w)) => restamp_known(p, w, id, &mut self.deltas),
+                    (Out::Gather(g), Some(_)) => restamp_gather(g, id, &mut self.deltas),
+                    (_, None) => None,
+                }
+                .is_some();
+            if !done {
                 LinkCounters::add(&self.counters.tx_malformed, 1);
             }
         }
+        if self.pcap.is_some() {
+            for p in train.iter() {
+                match p {
+                    Out::Bytes(b) => self.tee(b),
+                    Out::Gather(g) => {
+                        let b = assemble(g, bursts);
+                        self.tee(&b);
+                    }
+                }
+            }
+        }
+        let mut iov = std::mem::take(&mut self.iov);
+        iov.clear();
+        let mut built = true;
         for p in train.iter() {
-            self.tee(p);
+            built &= match p {
+                Out::Bytes(b) => iov.push_slice(b.get(first.header_len..).unwrap_or(&[])),
+                Out::Gather(g) => push_gather_iov(g, bursts, &mut iov),
+            };
         }
-        let mut iov = [IoSlice::new(&[]); GSO_MAX_SEGS];
-        for (slot, p) in iov.iter_mut().zip(train.iter()) {
-            *slot = IoSlice::new(p.get(first.header_len..).unwrap_or(&[]));
-        }
-        let segs = iov.get(..train.len()).unwrap_or(&[]);
         let Ok(seg) = u16::try_from(first.payload_len) else {
+            self.iov = iov;
             LinkCounters::add(&self.counters.tx_errors, n);
             return;
         };
         let to = SockaddrStorage::from(SocketAddr::new(first.dst, self.local.port()));
         let fd = self.tx_socket(first.sport).as_raw_fd();
-        let cmsg = [ControlMessage::UdpGsoSegments(&seg)];
-        let r = loop {
-            match sendmsg(fd, segs, &cmsg, MsgFlags::empty(), Some(&to)) {
-                Err(nix::errno::Errno::EINTR) => continue,
-                r => break r,
-            }
+        let r = if built {
+            sendmsg_iov(fd, &iov, Some(seg), &to)
+        } else {
+            // More iovecs than one call takes (`train_len` keeps trains below it).
+            Err(nix::errno::Errno::EMSGSIZE)
         };
+        self.iov = iov;
         match r {
             Ok(bytes) => {
                 LinkCounters::add(&self.counters.tx_packets, n);
                 LinkCounters::add(&self.counters.tx_bytes, bytes as u64);
                 LinkCounters::add(&self.counters.tx_gso_sends, 1);
+                let gathered = train.iter().filter(|p| matches!(p, Out::Gather(_))).count();
+                LinkCounters::add(&self.counters.tx_from_memory, gathered as u64);
             }
             Err(e) => {
                 // A kernel or route without UDP segmentation (EINVAL, EOPNOTSUPP, EIO): send
@@ -549,7 +618,6 @@ impl UdpLink {
             }
         }
     }
-
     /// The socket that sends from UDP source port `sport` (bound on first use; the listening
     /// socket when the port cannot be bound, counted).
     fn tx_socket(&mut self, sport: u16) -> &UdpSocket {
@@ -874,15 +942,44 @@ fn wire_of(packet: &[u8]) -> Option<WireOf> {
     })
 }
 
+/// What [`wire_of`] finds for a packet on its way out (a gather packet knows it already).
+fn out_wire(p: &Out) -> Option<WireOf> {
+    match p {
+        Out::Bytes(b) => wire_of(b),
+        Out::Gather(g) => Some(WireOf {
+            ip: g.ip,
+            ports: g.ports,
+            dst: match g.ip {
+                IpSpec::V4(v) => IpAddr::from(v.dst),
+                IpSpec::V6(v) => IpAddr::from(v.dst),
+            },
+            sport: g.ports.src,
+            header_len: g.ip_udp_len,
+            payload_len: g.udp_len,
+        }),
+    }
+}
+
+/// The iovecs a packet takes in a send: its UDP payload bytes, or a gather packet's BTH
+/// (+RETH), payload pieces and pad + ICRC.
+fn iov_count(p: &Out) -> usize {
+    match p {
+        Out::Bytes(_) => 1,
+        Out::Gather(g) => 2 + g.pieces,
+    }
+}
+
 /// How many packets from the front of `packets` form one segmented send: the same peer and
 /// source port, equal UDP payload lengths except a shorter last one, at most
-/// [`GSO_MAX_SEGS`] packets and [`GSO_MAX_BYTES`] bytes. 1 when the first cannot lead one.
-fn train_len(wires: &[Option<WireOf>]) -> usize {
+/// [`GSO_MAX_SEGS`] packets, [`GSO_MAX_BYTES`] bytes and [`IOV_MAX`] iovecs. 1 when the
+/// first cannot lead one. `wires` is what [`out_wire`] found for each.
+fn train_len(packets: &[Out], wires: &[Option<WireOf>]) -> usize {
     let Some(first) = wires.first().copied().flatten() else {
         return 1;
     };
     let (mut n, mut bytes) = (1usize, first.payload_len);
-    for w in wires.iter().skip(1) {
+    let mut iovs = packets.first().map_or(0, iov_count);
+    for (w, p) in wires.iter().zip(packets).skip(1) {
         let Some(w) = w else { break };
         if n >= GSO_MAX_SEGS
             || w.dst != first.dst
@@ -890,16 +987,116 @@ fn train_len(wires: &[Option<WireOf>]) -> usize {
             || w.header_len != first.header_len
             || w.payload_len > first.payload_len
             || bytes + w.payload_len > GSO_MAX_BYTES
+            || iovs + iov_count(p) > IOV_MAX
         {
             break;
         }
         n += 1;
         bytes += w.payload_len;
+        iovs += iov_count(p);
         if w.payload_len < first.payload_len {
             break;
         }
     }
     n
+}
+
+/// Appends gather packet `g`'s iovecs to `iov`: the UDP payload's BTH (+RETH) from its
+/// header buffer, the payload from the sender's memory, the pad and ICRC. False if they do
+/// not fit in one call or the payload cannot be found (nothing is sent then).
+fn push_gather_iov(g: &GatherPkt, bursts: &[Burst], iov: &mut IovList) -> bool {
+    iov.push_slice(g.head.get(g.ip_udp_len..).unwrap_or(&[]))
+        && gather::payload_iovecs(g, bursts, iov)
+        && iov.push_slice(g.tail.get(..g.tail_len).unwrap_or(&[]))
+}
+
+/// Gather packet `g` as one buffer (for the pcap only: the send never assembles it).
+fn assemble(g: &GatherPkt, bursts: &[Burst]) -> Vec<u8> {
+    let mut p = g.head.clone();
+    let start = p.len();
+    p.resize(start + g.len, 0);
+    if let (Some(b), Some(dst)) = (bursts.get(g.burst), p.get_mut(start..)) {
+        b.read_payload(g.at, dst);
+    }
+    p.extend_from_slice(g.tail.get(..g.tail_len).unwrap_or(&[]));
+    p
+}
+
+/// Linux `UDP_SEGMENT` (`include/uapi/linux/udp.h`; the `libc` crate defines it only for
+/// some targets): the segment size of a segmented send, as a `SOL_UDP` control message.
+const UDP_SEGMENT: libc::c_int = 103;
+
+/// `sendmsg` of the iovecs `iov` to `to` on socket `fd`, with a `UDP_SEGMENT` control
+/// message of `seg` when given; the bytes sent. EINTR is retried.
+///
+/// Raw `libc::sendmsg` rather than nix's: nix takes `IoSlice`s, Rust references, and a
+/// gather packet's payload must stay unreferenced host memory (see `link::gather`).
+fn sendmsg_iov(
+    fd: std::os::fd::RawFd,
+    iov: &IovList,
+    seg: Option<u16>,
+    to: &SockaddrStorage,
+) -> Result<usize, nix::errno::Errno> {
+    use nix::sys::socket::SockaddrLike;
+    // Room for one cmsghdr and a u16, aligned as a cmsghdr (CMSG_SPACE(2) is 24 on 64-bit
+    // Linux, 16 on 32-bit).
+    let mut control = [0u64; 4];
+    // At most IOV_MAX (1024), which fits `msg_iovlen` on every target (`size_t` for glibc,
+    // `c_int` for musl).
+    let iovlen = iov.len() as _;
+    loop {
+        // SAFETY: `msghdr` is plain integers and pointers, valid all-zero (no name, no
+        // iovecs, no control). Every pointer set below outlives the call: `to`'s address and
+        // `control` are borrowed for this block, `iov`'s array is borrowed and unchanged, and
+        // the memory each iovec points at is the link's own buffers or host memory the
+        // caller keeps allocated until this returns (`link::gather`). CMSG_FIRSTHDR of a
+        // `msghdr` whose control buffer holds CMSG_SPACE(2) bytes gives a header with room
+        // for CMSG_LEN(2) bytes, the u16 written unaligned into its data.
+        let r = unsafe {
+            let mut msg: libc::msghdr = std::mem::zeroed();
+            msg.msg_name = to.as_ptr().cast_mut().cast();
+            msg.msg_namelen = to.len();
+            msg.msg_iov = iov.as_iovecs().cast_mut();
+            msg.msg_iovlen = iovlen;
+            if let Some(seg) = seg {
+                let space = libc::CMSG_SPACE(std::mem::size_of::<u16>() as u32);
+                msg.msg_control = control.as_mut_ptr().cast();
+                msg.msg_controllen = space as _;
+                let c = libc::CMSG_FIRSTHDR(&raw const msg);
+                if c.is_null() || space as usize > std::mem::size_of_val(&control) {
+                    return Err(nix::errno::Errno::EINVAL);
+                }
+                (*c).cmsg_level = libc::SOL_UDP;
+                (*c).cmsg_type = UDP_SEGMENT;
+                (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<u16>() as u32) as _;
+                std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u16>(), seg);
+            }
+            libc::sendmsg(fd, &raw const msg, 0)
+        };
+        match usize::try_from(r) {
+            Ok(n) => return Ok(n),
+            Err(_) => match nix::errno::Errno::last() {
+                nix::errno::Errno::EINTR => continue,
+                e => return Err(e),
+            },
+        }
+    }
+}
+
+/// [`restamp_known`] for a gather packet: IPv4 ID `id` in its header buffer and the ICRC in
+/// its tail changed by the solver's delta (no pass over the payload).
+fn restamp_gather(g: &mut GatherPkt, id: u16, deltas: &mut Ipv4IdSolver) -> Option<()> {
+    let IpSpec::V4(v4) = g.ip else {
+        return Some(());
+    };
+    let delta = deltas.delta(g.udp_len, id ^ v4.id)?;
+    IpSpec::V4(Ipv4Spec { id, ..v4 })
+        .write_ip_udp(g.ports, g.udp_len, &mut g.head)
+        .ok()?;
+    let slot = g.icrc_mut()?;
+    let icrc = bypass_hw::roce::icrc::wire_value(slot)? ^ delta;
+    slot.copy_from_slice(&icrc.to_le_bytes());
+    Some(())
 }
 
 /// [`restamp_known`], parsing the packet first.
@@ -1066,7 +1263,13 @@ pub enum Pumper {
 /// The link's working buffers, reused round after round.
 struct PumpState {
     link: UdpLink,
-    outbound: Vec<Vec<u8>>,
+    outbound: Vec<Out>,
+    /// The bursts whose payload `outbound`'s gather packets send from (kept, and with them
+    /// the host memory, until the round's send returns).
+    bursts: Vec<Burst>,
+    /// Packets of a burst segmented into bytes (one the link does not send as gather
+    /// packets), before they join `outbound`.
+    segmented: Vec<Vec<u8>>,
     /// The ACKs (and NAKs) of the round, sent after `outbound`.
     acks: Vec<Vec<u8>>,
     /// `acks` holds ACKs kept back by the last round (sent by the next, whatever it is).
@@ -1121,6 +1324,8 @@ impl UdpWire {
             state: Mutex::new(PumpState {
                 link,
                 outbound: Vec::new(),
+                bursts: Vec::new(),
+                segmented: Vec::new(),
                 acks: Vec::new(),
                 held: false,
                 spare: Vec::with_capacity(SPARE_BUFFERS),
@@ -1169,6 +1374,8 @@ impl UdpWire {
         let PumpState {
             link,
             outbound,
+            bursts,
+            segmented,
             acks,
             held,
             spare,
@@ -1243,7 +1450,7 @@ impl UdpWire {
                             if is_ack(&p) {
                                 acks.push(p);
                             } else {
-                                outbound.push(p);
+                                outbound.push(Out::Bytes(p));
                             }
                         }
                         Frame::Ack(a) => {
@@ -1254,7 +1461,15 @@ impl UdpWire {
                         }
                         // Read from the sender's memory now, as a NIC reads it when it
                         // transmits (`crate::frame`): one copy into the packet.
-                        Frame::Burst(b) => b.segment_direct_into(outbound, spare),
+                        // A host-memory burst: gather packets, the payload sent by the kernel
+                        // straight from the sender's memory (`link::gather`; the ICRC pass
+                        // reads it here, under the world lock). Others: bytes, as before.
+                        Frame::Burst(b) => {
+                            if let Err(b) = gather::push_burst(b, bursts, outbound, spare) {
+                                b.segment_direct_into(segmented, spare);
+                                outbound.extend(segmented.drain(..).map(Out::Bytes));
+                            }
+                        }
                     }
                 }
             }
@@ -1274,14 +1489,19 @@ impl UdpWire {
         // ACKs last (each kind keeps its order; requests and ACKs are separate PSN streams),
         // so that a reply and the ACKs held for it form one train: the shorter ACK may be the
         // last segment of a segmented send.
-        outbound.append(acks);
-        link.send_all(outbound);
+        outbound.extend(acks.drain(..).map(Out::Bytes));
+        link.send_all(outbound, bursts);
+        // The host memory is no longer referenced: let the bursts (and their buffers) go.
+        bursts.clear();
         // The sent packets' buffers build the next round's (no allocation per packet).
         for p in outbound.drain(..) {
             if spare.len() >= SPARE_BUFFERS {
                 break;
             }
-            spare.push(p);
+            spare.push(match p {
+                Out::Bytes(b) => b,
+                Out::Gather(g) => g.head,
+            });
         }
         outbound.clear();
         busy
@@ -1589,6 +1809,217 @@ mod tests {
         assert_eq!(got, expected);
         assert_eq!(a.counters().tx_gso_sends.load(Ordering::Relaxed), 2);
         assert_eq!(b.counters().rx_packets.load(Ordering::Relaxed), 9);
+    }
+
+    /// Every packet `l` receives until it has `n` (in order), as handed to the device, with
+    /// whether the link matched its ICRC.
+    fn deliver_n(l: &mut UdpLink, n: usize) -> Vec<(Vec<u8>, bool)> {
+        let mut got = Vec::new();
+        for _ in 0..2000 {
+            if l.fill_rx(RX_BATCH) > 0 {
+                l.deliver_rx(|p, checked| got.push((p.to_vec(), checked)));
+            }
+            if got.len() >= n {
+                break;
+            }
+            l.wait_readable(1);
+        }
+        got
+    }
+
+    /// A WRITE burst from 127.0.0.1 to 127.0.0.2: message `msg_len` bytes cut at `mtu`, the
+    /// packets from message offset `msg_off` on, its payload in two host buffers (the first
+    /// holds `split` bytes of it), AckReq on every odd packet.
+    fn two_run_burst(msg_len: u32, msg_off: u32, mtu: u32, split: usize, sport: u16) -> Burst {
+        use crate::iommu::HostRun;
+        use crate::memory::{HostMemory, SimMemory};
+        let bytes = (msg_len - msg_off) as usize;
+        let count = (msg_len - msg_off).div_ceil(mtu).max(1);
+        let data: Vec<u8> = (0..bytes).map(|i| (i * 13 + 5) as u8).collect();
+        let (a, b) = data.split_at(split.min(bytes));
+        let m1 = Arc::new(SimMemory::new(bytes + 100).unwrap());
+        let m2 = Arc::new(SimMemory::new(bytes + 100).unwrap());
+        assert!(m1.write_at(100, a) && m2.write_at(7, b));
+        let mut runs = vec![HostRun {
+            mem: m1,
+            off: 100,
+            len: a.len(),
+        }];
+        if !b.is_empty() {
+            runs.push(HostRun {
+                mem: m2,
+                off: 7,
+                len: b.len(),
+            });
+        }
+        let mut burst = Burst::blank();
+        burst.ip = IpSpec::from_gids(
+            &Profile::ipv4_gid([127, 0, 0, 1]),
+            &Profile::ipv4_gid([127, 0, 0, 2]),
+        )
+        .unwrap();
+        burst.ports = UdpPorts {
+            src: sport,
+            dst: ROCE_V2_UDP_DPORT,
+        };
+        burst.dest_qp = 0x123;
+        burst.first_psn = 0xff_fffe; // wraps inside the burst
+        burst.count = count;
+        burst.mtu = mtu;
+        burst.msg_off = msg_off;
+        burst.msg_len = msg_len;
+        burst.raddr = 0x7f00_1234_5000;
+        burst.rkey = 0xabcd;
+        burst.ack_req = 0xaaaa_aaaa;
+        burst.src = crate::frame::Payload::Host(runs);
+        burst
+    }
+
+    #[test]
+    fn gather_packets_arrive_as_exactly_the_segmented_bursts_packets() {
+        let mut b = link(2);
+        let mut a = UdpLink::bind(SocketAddr::new(
+            Ipv4Addr::new(127, 0, 0, 1).into(),
+            b.local_addr().port(),
+        ))
+        .unwrap();
+        // (message length, first packet's message offset, MTU, bytes in the first run):
+        // first/middle/last packets with last-packet pads 0..3, a burst that starts mid-
+        // message (no RETH), only-packets with pads 0..3, the run boundary inside a packet,
+        // on a packet boundary, and a burst longer than one segmented send.
+        let cases: [(u32, u32, u32, usize); 11] = [
+            (3 * 256 + 4, 0, 256, 300),
+            (3 * 256 + 1, 0, 256, 511),
+            (3 * 256 + 2, 0, 256, 256),
+            (3 * 256 + 3, 0, 256, 5),
+            (4 * 256 + 2, 256, 256, 400),
+            (5, 0, 256, 2),
+            (6, 0, 256, 3),
+            (7, 0, 256, 1),
+            (8, 0, 256, 4),
+            (1, 0, 1024, 0),
+            (100 * 1024 + 3, 0, 1024, 70_000),
+        ];
+        for (case, &(msg_len, msg_off, mtu, split)) in cases.iter().enumerate() {
+            let sport = 0xc400 + case as u16;
+            let burst = two_run_burst(msg_len, msg_off, mtu, split, sport);
+            let n = burst.count as usize;
+            // The reference: the burst segmented into bytes, sent as today.
+            let mut bytes = burst.segment();
+            assert_eq!(bytes.len(), n);
+            a.send_batch(&mut bytes);
+            let want = deliver_n(&mut b, n);
+            // The same burst as gather packets, the payload sent from the two buffers.
+            let (mut out, mut bursts) = (Vec::new(), Vec::new());
+            assert!(
+                gather::push_burst(Box::new(burst), &mut bursts, &mut out, &mut Vec::new()).is_ok()
+            );
+            assert!(out.iter().all(|p| matches!(p, Out::Gather(_))));
+            assert_eq!(out.len(), n);
+            a.send_all(&mut out, &bursts);
+            let got = deliver_n(&mut b, n);
+            assert_eq!(want.len(), n, "case {case}");
+            assert_eq!(got, want, "case {case}: the receiver sees the same packets");
+            for (p, checked) in &got {
+                assert!(checked, "case {case}: the link matched every ICRC");
+                assert!(RocePacket::parse(p).unwrap().icrc_ok());
+            }
+        }
+        let c = a.counters();
+        assert_eq!(c.tx_errors.load(Ordering::Relaxed), 0);
+        assert_eq!(c.tx_malformed.load(Ordering::Relaxed), 0);
+        assert!(c.tx_gso_sends.load(Ordering::Relaxed) >= 2 * 7);
+        let sent: u64 = cases
+            .iter()
+            .map(|&(len, off, mtu, _)| u64::from((len - off).div_ceil(mtu).max(1)))
+            .sum();
+        assert_eq!(c.tx_from_memory.load(Ordering::Relaxed), sent);
+    }
+
+    #[test]
+    fn a_burst_over_too_many_host_runs_is_left_to_byte_segmentation() {
+        use crate::iommu::HostRun;
+        use crate::memory::SimMemory;
+        let mut burst = two_run_burst(4096, 0, 1024, 2048, 0xc500);
+        let m: Arc<dyn crate::memory::HostMemory> = Arc::new(SimMemory::new(8192).unwrap());
+        let runs: Vec<HostRun> = (0..gather::MAX_RUNS + 1)
+            .map(|i| HostRun {
+                mem: m.clone(),
+                off: 2 * i,
+                len: if i == 0 { 4096 - gather::MAX_RUNS } else { 1 },
+            })
+            .collect();
+        burst.src = crate::frame::Payload::Host(runs);
+        let (mut out, mut bursts) = (Vec::new(), Vec::new());
+        assert!(
+            gather::push_burst(Box::new(burst), &mut bursts, &mut out, &mut Vec::new()).is_err()
+        );
+        assert!(out.is_empty() && bursts.is_empty());
+    }
+
+    #[test]
+    fn trains_are_cut_before_iov_max() {
+        let mut b = link(2);
+        let mut a = UdpLink::bind(SocketAddr::new(
+            Ipv4Addr::new(127, 0, 0, 1).into(),
+            b.local_addr().port(),
+        ))
+        .unwrap();
+        // 64-byte packets whose payload crosses many runs: 1,000 single-byte runs and the
+        // rest, so the first packets take 66 iovecs each and a 64-packet train would need
+        // more than 1,024.
+        use crate::iommu::HostRun;
+        use crate::memory::{HostMemory, SimMemory};
+        let mut burst = two_run_burst(64 * 64, 64, 64, 0, 0xc600);
+        let total = 64 * 63;
+        let m = Arc::new(SimMemory::new(8192).unwrap());
+        let data: Vec<u8> = (0..total).map(|i| (i * 7) as u8).collect();
+        assert!(m.write_at(0, &data));
+        let mem: Arc<dyn HostMemory> = m;
+        let mut runs: Vec<HostRun> = (0..1000)
+            .map(|i| HostRun {
+                mem: mem.clone(),
+                off: i,
+                len: 1,
+            })
+            .collect();
+        runs.push(HostRun {
+            mem: mem.clone(),
+            off: 1000,
+            len: total - 1000,
+        });
+        burst.src = crate::frame::Payload::Host(runs);
+        let n = burst.count as usize;
+        let mut bytes = burst.segment();
+        a.send_batch(&mut bytes);
+        let want = deliver_n(&mut b, n);
+        let (mut out, mut bursts) = (Vec::new(), Vec::new());
+        assert!(
+            gather::push_burst(Box::new(burst), &mut bursts, &mut out, &mut Vec::new()).is_ok()
+        );
+        let mut wires: Vec<Option<WireOf>> = out.iter().map(out_wire).collect();
+        let first = train_len(&out, &wires);
+        let iovs: usize = out.iter().take(first).map(iov_count).sum();
+        assert!(
+            iovs <= IOV_MAX && first < n,
+            "{first} packets, {iovs} iovecs"
+        );
+        wires.clear();
+        a.send_all(&mut out, &bursts);
+        let got = deliver_n(&mut b, n);
+        // Cut elsewhere, the trains number their IPv4 IDs differently: compare the packets
+        // with ID 0 (checksum and ICRC recomputed), and every ICRC as received.
+        let with_id_0 = |v: &[(Vec<u8>, bool)]| -> Vec<Vec<u8>> {
+            v.iter().map(|(p, _)| with_id(p, 0)).collect()
+        };
+        assert_eq!(with_id_0(&got), with_id_0(&want));
+        assert!(got.iter().all(|(_, checked)| *checked));
+        let c = a.counters();
+        assert_eq!(c.tx_errors.load(Ordering::Relaxed), 0);
+        assert!(
+            c.tx_gso_sends.load(Ordering::Relaxed) > 2,
+            "the 63 packets took several sends"
+        );
     }
 
     #[test]
