@@ -1936,6 +1936,50 @@ mod tests {
         assert_eq!(c.tx_from_memory.load(Ordering::Relaxed), sent);
     }
 
+    /// The packets of a pcap file `PcapWriter` wrote (file header 24 bytes, then per packet
+    /// a 16-byte record header whose bytes 8..12 are the captured length).
+    fn pcap_packets(path: &Path) -> Vec<Vec<u8>> {
+        let f = std::fs::read(path).unwrap();
+        let mut at = 24;
+        let mut out = Vec::new();
+        while at + 16 <= f.len() {
+            let n = u32::from_le_bytes(f[at + 8..at + 12].try_into().unwrap()) as usize;
+            out.push(f[at + 16..at + 16 + n].to_vec());
+            at += 16 + n;
+        }
+        out
+    }
+
+    #[test]
+    fn the_pcap_records_gather_packets_as_the_bytes_the_segmented_burst_would_send() {
+        let dir = std::env::temp_dir().join(format!("bypass-gather-pcap-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut b = link(2);
+        let to = SocketAddr::new(Ipv4Addr::new(127, 0, 0, 1).into(), b.local_addr().port());
+        let (p_bytes, p_gather) = (dir.join("bytes.pcap"), dir.join("gather.pcap"));
+        let burst = two_run_burst(5 * 256 + 3, 0, 256, 700, 0xc700);
+        let n = burst.count as usize;
+        {
+            let mut a = UdpLink::bind(to).unwrap();
+            a.record_pcap(&p_bytes).unwrap();
+            a.send_batch(&mut burst.segment());
+        }
+        {
+            let mut a = UdpLink::bind(to).unwrap();
+            a.record_pcap(&p_gather).unwrap();
+            let (mut out, mut bursts) = (Vec::new(), Vec::new());
+            assert!(
+                gather::push_burst(Box::new(burst), &mut bursts, &mut out, &mut Vec::new()).is_ok()
+            );
+            a.send_all(&mut out, &bursts);
+        }
+        let (want, got) = (pcap_packets(&p_bytes), pcap_packets(&p_gather));
+        assert_eq!(want.len(), n);
+        assert_eq!(got, want);
+        assert_eq!(deliver_n(&mut b, 2 * n).len(), 2 * n);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     #[test]
     fn a_burst_over_too_many_host_runs_is_left_to_byte_segmentation() {
         use crate::iommu::HostRun;
