@@ -19,10 +19,15 @@
 //! allocation in the link. Each packet costs one ICRC pass in the link (the IPv4 ID is then
 //! found by XOR, see `Ipv4IdSolver`) and none in the device, which takes a packet the link
 //! matched as checked. On transmit the link takes the device's frames
-//! (`Device::set_fast_tx`): a burst of WRITE packets is segmented
-//! (`Burst::segment_direct_into`) into the buffers of packets already sent, its payload read
-//! from the sender's memory straight into the packet, as a NIC's DMA read would be (one copy
-//! per byte), one ICRC pass per packet, no allocation or zero fill. Sockets stay
+//! (`Device::set_fast_tx`): a burst of WRITE packets whose payload is in host memory is sent
+//! as gather lists (`link::gather`): per packet the BTH (+RETH) from a small header buffer,
+//! the payload as iovecs pointing straight into the sender's registered memory, and the pad
+//! + ICRC from a small tail, so the only copy of the payload on transmit is the kernel's
+//! (as a NIC's DMA read is the only one on hardware); the ICRC is one pass over the header
+//! and the payload pieces (`bypass_hw::roce::icrc::IcrcHasher`), nothing assembled. Other
+//! bursts (inline payloads, or one scattered over more runs than a `sendmsg` takes) are
+//! segmented (`Burst::segment_direct_into`) into the buffers of packets already sent, one copy
+//! per byte. The wire bytes are the same either way. Sockets stay
 //! unconnected: a connected UDP socket numbers its IPv4 IDs from a random per-socket counter
 //! (`ip_select_ident_segs`), which the peer's ICRC check could not predict.
 //!
