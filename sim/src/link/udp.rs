@@ -22,7 +22,7 @@
 //! (`Device::set_fast_tx`): a burst of WRITE packets whose payload is in host memory is sent
 //! as gather lists (`link::gather`): per packet the BTH (+RETH) from a small header buffer,
 //! the payload as iovecs pointing straight into the sender's registered memory, and the pad
-//! + ICRC from a small tail, so the only copy of the payload on transmit is the kernel's
+//! and ICRC from a small tail, so the only copy of the payload on transmit is the kernel's
 //! (as a NIC's DMA read is the only one on hardware); the ICRC is one pass over the header
 //! and the payload pieces (`bypass_hw::roce::icrc::IcrcHasher`), nothing assembled. Other
 //! bursts (inline payloads, or one scattered over more runs than a `sendmsg` takes) are
