@@ -88,10 +88,9 @@ impl IcrcHasher {
     /// length.
     pub fn new(ip_udp: &[u8], bth: &[u8]) -> Result<Self> {
         let mut hdrs = [0u8; MAX_HDRS];
-        let hdrs = hdrs.get_mut(..ip_udp.len()).ok_or(Error::Truncated {
-            what: "IP + UDP headers (at most IPv6 + UDP)",
-            need: MAX_HDRS,
-            got: ip_udp.len(),
+        let hdrs = hdrs.get_mut(..ip_udp.len()).ok_or(Error::Malformed {
+            what: "roce ip+udp header",
+            reason: "longer than an IPv6 + UDP header",
         })?;
         if ip_udp.len() < UDP_HDR_LEN + 20 {
             return Err(Error::Truncated {
