@@ -187,18 +187,21 @@ impl Recent {
     /// mapping holds the whole range and allows `dir`.
     #[inline]
     fn hit(&self, iova: u64, len: usize, dir: Dir) -> Option<(usize, usize)> {
-        self.slots.iter().enumerate().find_map(|(i, c)| {
-            let c = c.as_ref()?;
+        for (i, c) in self.slots.iter().enumerate() {
+            let Some(c) = c else { continue };
+            // `iova - start` below the mapping's length: `start <= iova < end` in one compare
+            // (a remembered mapping is never empty); then the range's end within the mapping.
+            let within = iova.wrapping_sub(c.start);
             let ok = match dir {
                 Dir::Read => c.perm.read,
                 Dir::Write => c.perm.write,
             };
-            let within = iova.checked_sub(c.start)?;
-            let room = c.end.checked_sub(iova)?;
-            (ok && room > 0 && len as u64 <= room)
-                .then(|| Some((i, c.offset.checked_add(usize::try_from(within).ok()?)?)))
-                .flatten()
-        })
+            if ok && within < c.end - c.start && len as u64 <= c.end - iova {
+                let within = usize::try_from(within).ok()?;
+                return Some((i, c.offset.checked_add(within)?));
+            }
+        }
+        None
     }
 
     /// The buffer of slot `i` (one [`Recent::hit`] returned).
