@@ -425,6 +425,26 @@ impl Iommu {
         self.write_slow(iova, src)
     }
 
+    /// Writes `src` at `iova` if one mapping allowing writes holds the whole range; false
+    /// (writing and counting nothing) otherwise. For the in-process link's single-copy path,
+    /// as [`Iommu::resolve`]: the caller falls back to the path that reports the fault.
+    pub(crate) fn write_within_one(&mut self, iova: u64, src: &[u8]) -> bool {
+        let hit = match self.recent.host(iova, src.len(), Dir::Write) {
+            Some(p) => Some(p),
+            // A miss: remembered now if one mapping holds the range, then found.
+            None => self
+                .remember_mapping(iova, src.len(), Dir::Write)
+                .and_then(|_| self.recent.host(iova, src.len(), Dir::Write)),
+        };
+        let Some(p) = hit else {
+            return false;
+        };
+        // SAFETY: `p..p + src.len()` lies inside a mapped host buffer (`Recent::host`), valid
+        // for raw writes by the `HostMemory` contract; `src` is a distinct slice.
+        unsafe { copy_small(src.as_ptr(), p.as_ptr(), src.len()) };
+        true
+    }
+
     /// [`Iommu::write`] of a range no single remembered mapping holds (or that failed).
     #[inline(never)]
     fn write_slow(&mut self, iova: u64, src: &[u8]) -> Result<(), DmaFault> {
@@ -659,6 +679,32 @@ mod tests {
         assert!(io.read(0x5000, &mut [0; 1]).is_err());
         assert!(io.read(u64::MAX, &mut [0; 2]).is_err());
         assert_eq!(io.faults(), 3);
+    }
+
+    #[test]
+    fn write_within_one_writes_only_inside_one_writable_mapping_and_counts_nothing() {
+        let (a, b) = (mem(1), mem(1));
+        let mut io = Iommu::new();
+        io.map(0x20000, a.clone(), 0, PAGE_SIZE, Perm::RW).unwrap();
+        io.map(0x21000, b.clone(), 0, PAGE_SIZE, Perm::RW).unwrap();
+        io.map(0x30000, mem(1), 0, PAGE_SIZE, Perm::RO).unwrap();
+        // Inside one mapping: written, on a miss and on the remembered hit alike.
+        assert!(io.write_within_one(0x20ff8, &[1, 2, 3, 4, 5, 6, 7, 8]));
+        assert!(io.write_within_one(0x21000, &[9; 4]));
+        assert!(io.write_within_one(0x20ff0, &[7; 8]));
+        assert_eq!(
+            a.to_vec(0xff0, 16).unwrap(),
+            [[7; 8], [1, 2, 3, 4, 5, 6, 7, 8]].concat()
+        );
+        assert_eq!(b.to_vec(0, 4).unwrap(), vec![9; 4]);
+        // Across two mappings, unmapped, read-only: refused, nothing written, nothing counted
+        // (the caller's fallback reports it).
+        assert!(!io.write_within_one(0x20ffe, &[0xee; 4]));
+        assert!(!io.write_within_one(0x5000, &[0xee; 4]));
+        assert!(!io.write_within_one(0x30000, &[0xee; 4]));
+        assert_eq!(a.to_vec(0xffe, 2).unwrap(), vec![7, 8]);
+        assert_eq!(b.to_vec(0, 2).unwrap(), vec![9, 9]);
+        assert_eq!(io.faults(), 0);
     }
 
     #[test]

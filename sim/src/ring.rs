@@ -376,7 +376,8 @@ mod tests {
         // CQ buffer and doorbell record in separate mappings, so the record can go away alone.
         let mem = Arc::new(SimMemory::new(2 * PAGE_SIZE).unwrap());
         let mut io = Iommu::new();
-        io.map(0x10000, mem.clone(), 0, PAGE_SIZE, Perm::RW).unwrap();
+        io.map(0x10000, mem.clone(), 0, PAGE_SIZE, Perm::RW)
+            .unwrap();
         io.map(0x11000, mem.clone(), PAGE_SIZE, PAGE_SIZE, Perm::RW)
             .unwrap();
         let mut cq = CqRing::new(
@@ -400,7 +401,11 @@ mod tests {
                 }
             );
         }
-        assert_eq!(io.faults(), faults, "no read of the record while room is certain");
+        assert_eq!(
+            io.faults(),
+            faults,
+            "no read of the record while room is certain"
+        );
         // The fifth might not fit: the record is read, and its fault reported.
         assert!(cq.post(&mut io, &mut e, false).is_err());
         assert_eq!(cq.pi, 4);
