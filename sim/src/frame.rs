@@ -79,6 +79,7 @@ impl Frame {
 }
 
 /// The destination address of `ip` as a GID: `ip.gids().1` without mapping the source too.
+#[inline]
 pub(crate) fn dst_gid(ip: &IpSpec) -> [u8; 16] {
     match ip {
         IpSpec::V4(v) => bypass_hw::roce::ip::ipv4_to_gid(v.dst),

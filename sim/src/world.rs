@@ -441,7 +441,12 @@ impl World {
 
     /// The device that owns the packet's destination address (the first, by id).
     fn route(&mut self, frame: &Frame) -> Option<usize> {
-        let dgid = frame.dgid()?;
+        // A burst's or an ACK's address is a field: read in place, no parse, no call.
+        let dgid = match frame {
+            Frame::Burst(b) => crate::frame::dst_gid(&b.ip),
+            Frame::Ack(a) => crate::frame::dst_gid(&a.ip),
+            Frame::Wire(_) | Frame::WireChecked(_) => frame.dgid()?,
+        };
         for (g, dst) in self.routes.iter().flatten() {
             if *g == dgid {
                 return Some(*dst);
