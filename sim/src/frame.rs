@@ -195,6 +195,9 @@ impl Payload {
     pub(crate) fn release(&mut self) {
         match self {
             Self::Host(runs) => runs.clear(),
+            // A short payload held by value keeps nothing alive: left as it is (the next
+            // burst's payload replaces it), not rewritten.
+            Self::Inline(crate::inline::InlineData::Small { .. }) => {}
             Self::Inline(data) => *data = crate::inline::InlineData::default(),
         }
     }
