@@ -79,6 +79,7 @@ impl Frame {
 }
 
 /// The destination address of `ip` as a GID: `ip.gids().1` without mapping the source too.
+#[inline]
 pub(crate) fn dst_gid(ip: &IpSpec) -> [u8; 16] {
     match ip {
         IpSpec::V4(v) => bypass_hw::roce::ip::ipv4_to_gid(v.dst),
@@ -194,6 +195,9 @@ impl Payload {
     pub(crate) fn release(&mut self) {
         match self {
             Self::Host(runs) => runs.clear(),
+            // A short payload held by value keeps nothing alive: left as it is (the next
+            // burst's payload replaces it), not rewritten.
+            Self::Inline(crate::inline::InlineData::Small { .. }) => {}
             Self::Inline(data) => *data = crate::inline::InlineData::default(),
         }
     }

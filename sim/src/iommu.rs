@@ -15,9 +15,10 @@
 //! that lie inside the range and refuses to split one.
 
 use std::collections::BTreeMap;
+use std::ptr::NonNull;
 use std::sync::Arc;
 
-use crate::memory::{HostMemory, PAGE_SIZE};
+use crate::memory::{HostMemory, PAGE_SIZE, copy_small};
 
 /// Permissions of a mapping (`VFIO_DMA_MAP_FLAG_READ` / `_WRITE`, from the device's view).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -171,7 +172,18 @@ struct Cached {
     mem: Arc<dyn HostMemory>,
     offset: usize,
     perm: Perm,
+    /// The mapping's first byte in host memory (`mem.base() + offset`), so that an access
+    /// inside the mapping copies without asking `mem` for its base and length again.
+    host: NonNull<u8>,
 }
+
+// SAFETY: `host` points into the buffer `mem` keeps alive (the `Arc` is held beside it), whose
+// bytes the `HostMemory` contract (a `Send + Sync` trait) lets any thread read and write
+// through raw pointers. The pointer is only an address of that buffer: sending or sharing a
+// `Cached` shares nothing `mem` does not already allow.
+unsafe impl Send for Cached {}
+// SAFETY: as for `Send`.
+unsafe impl Sync for Cached {}
 
 /// The last few mappings accesses went through (a ping-pong touches about four: SQ ring,
 /// doorbell record, CQ ring, buffer), so that an access inside one costs a compare, not a
@@ -187,18 +199,43 @@ impl Recent {
     /// mapping holds the whole range and allows `dir`.
     #[inline]
     fn hit(&self, iova: u64, len: usize, dir: Dir) -> Option<(usize, usize)> {
-        self.slots.iter().enumerate().find_map(|(i, c)| {
-            let c = c.as_ref()?;
+        for (i, c) in self.slots.iter().enumerate() {
+            let Some(c) = c else { continue };
+            // `iova - start` below the mapping's length: `start <= iova < end` in one compare
+            // (a remembered mapping is never empty); then the range's end within the mapping.
+            let within = iova.wrapping_sub(c.start);
             let ok = match dir {
                 Dir::Read => c.perm.read,
                 Dir::Write => c.perm.write,
             };
-            let within = iova.checked_sub(c.start)?;
-            let room = c.end.checked_sub(iova)?;
-            (ok && room > 0 && len as u64 <= room)
-                .then(|| Some((i, c.offset.checked_add(usize::try_from(within).ok()?)?)))
-                .flatten()
-        })
+            if ok && within < c.end - c.start && len as u64 <= c.end - iova {
+                let within = usize::try_from(within).ok()?;
+                return Some((i, c.offset.checked_add(within)?));
+            }
+        }
+        None
+    }
+
+    /// The host address of `iova..iova + len`, if a remembered mapping holds the whole range
+    /// and allows `dir`: [`Recent::hit`] for the accesses that copy at once.
+    #[inline]
+    fn host(&self, iova: u64, len: usize, dir: Dir) -> Option<NonNull<u8>> {
+        for c in self.slots.iter().flatten() {
+            let within = iova.wrapping_sub(c.start);
+            let ok = match dir {
+                Dir::Read => c.perm.read,
+                Dir::Write => c.perm.write,
+            };
+            if ok && within < c.end - c.start && len as u64 <= c.end - iova {
+                // `within + len` is inside the mapping, which `Iommu::map` checked lies inside
+                // the buffer, so the address is inside the allocation `host` points into.
+                let within = usize::try_from(within).ok()?;
+                // SAFETY: in bounds of the mapping's host range (above), itself inside the
+                // buffer `mem` keeps allocated.
+                return Some(unsafe { c.host.add(within) });
+            }
+        }
+        None
     }
 
     /// The buffer of slot `i` (one [`Recent::hit`] returned).
@@ -331,11 +368,12 @@ impl Iommu {
     /// Device read of `dst.len()` bytes at `iova`. All or nothing.
     #[inline]
     pub fn read(&mut self, iova: u64, dst: &mut [u8]) -> Result<(), DmaFault> {
-        if let Some((mem, off)) = self.within_one(iova, dst.len(), Dir::Read) {
-            // The common case: one mapping holds the whole range (one lookup, or none).
-            if mem.read_at(off, dst) {
-                return Ok(());
-            }
+        if let Some(p) = self.recent.host(iova, dst.len(), Dir::Read) {
+            // The common case: a remembered mapping holds the whole range.
+            // SAFETY: `p..p + dst.len()` lies inside a mapped host buffer (`Recent::host`),
+            // valid for raw reads by the `HostMemory` contract; `dst` is a distinct slice.
+            unsafe { copy_small(p.as_ptr(), dst.as_mut_ptr(), dst.len()) };
+            return Ok(());
         }
         self.read_slow(iova, dst)
     }
@@ -377,13 +415,34 @@ impl Iommu {
     /// Device write of `src` at `iova`. All or nothing.
     #[inline]
     pub fn write(&mut self, iova: u64, src: &[u8]) -> Result<(), DmaFault> {
-        if let Some((mem, off)) = self.within_one(iova, src.len(), Dir::Write) {
-            // The common case: one mapping holds the whole range (one lookup, or none).
-            if mem.write_at(off, src) {
-                return Ok(());
-            }
+        if let Some(p) = self.recent.host(iova, src.len(), Dir::Write) {
+            // The common case: a remembered mapping holds the whole range.
+            // SAFETY: `p..p + src.len()` lies inside a mapped host buffer (`Recent::host`),
+            // valid for raw writes by the `HostMemory` contract; `src` is a distinct slice.
+            unsafe { copy_small(src.as_ptr(), p.as_ptr(), src.len()) };
+            return Ok(());
         }
         self.write_slow(iova, src)
+    }
+
+    /// Writes `src` at `iova` if one mapping allowing writes holds the whole range; false
+    /// (writing and counting nothing) otherwise. For the in-process link's single-copy path,
+    /// as [`Iommu::resolve`]: the caller falls back to the path that reports the fault.
+    pub(crate) fn write_within_one(&mut self, iova: u64, src: &[u8]) -> bool {
+        let hit = match self.recent.host(iova, src.len(), Dir::Write) {
+            Some(p) => Some(p),
+            // A miss: remembered now if one mapping holds the range, then found.
+            None => self
+                .remember_mapping(iova, src.len(), Dir::Write)
+                .and_then(|_| self.recent.host(iova, src.len(), Dir::Write)),
+        };
+        let Some(p) = hit else {
+            return false;
+        };
+        // SAFETY: `p..p + src.len()` lies inside a mapped host buffer (`Recent::host`), valid
+        // for raw writes by the `HostMemory` contract; `src` is a distinct slice.
+        unsafe { copy_small(src.as_ptr(), p.as_ptr(), src.len()) };
+        true
     }
 
     /// [`Iommu::write`] of a range no single remembered mapping holds (or that failed).
@@ -512,12 +571,20 @@ impl Iommu {
         if !ok || within >= m.len || len > m.len - within {
             return None;
         }
+        if m.offset.checked_add(m.len).is_none_or(|e| e > m.mem.len()) {
+            // `map` refuses such a mapping; never remember one.
+            return None;
+        }
+        // SAFETY: `offset + len <= mem.len()` (checked above), so `offset` is inside (or at
+        // the end of) the allocation `base()` points to.
+        let host = unsafe { m.mem.base().add(m.offset) };
         let c = Cached {
             start,
             end: start.checked_add(m.len as u64)?,
             mem: m.mem.clone(),
             offset: m.offset,
             perm: m.perm,
+            host,
         };
         self.recent.remember(c);
         self.recent.hit(iova, len, dir)
@@ -612,6 +679,32 @@ mod tests {
         assert!(io.read(0x5000, &mut [0; 1]).is_err());
         assert!(io.read(u64::MAX, &mut [0; 2]).is_err());
         assert_eq!(io.faults(), 3);
+    }
+
+    #[test]
+    fn write_within_one_writes_only_inside_one_writable_mapping_and_counts_nothing() {
+        let (a, b) = (mem(1), mem(1));
+        let mut io = Iommu::new();
+        io.map(0x20000, a.clone(), 0, PAGE_SIZE, Perm::RW).unwrap();
+        io.map(0x21000, b.clone(), 0, PAGE_SIZE, Perm::RW).unwrap();
+        io.map(0x30000, mem(1), 0, PAGE_SIZE, Perm::RO).unwrap();
+        // Inside one mapping: written, on a miss and on the remembered hit alike.
+        assert!(io.write_within_one(0x20ff8, &[1, 2, 3, 4, 5, 6, 7, 8]));
+        assert!(io.write_within_one(0x21000, &[9; 4]));
+        assert!(io.write_within_one(0x20ff0, &[7; 8]));
+        assert_eq!(
+            a.to_vec(0xff0, 16).unwrap(),
+            [[7; 8], [1, 2, 3, 4, 5, 6, 7, 8]].concat()
+        );
+        assert_eq!(b.to_vec(0, 4).unwrap(), vec![9; 4]);
+        // Across two mappings, unmapped, read-only: refused, nothing written, nothing counted
+        // (the caller's fallback reports it).
+        assert!(!io.write_within_one(0x20ffe, &[0xee; 4]));
+        assert!(!io.write_within_one(0x5000, &[0xee; 4]));
+        assert!(!io.write_within_one(0x30000, &[0xee; 4]));
+        assert_eq!(a.to_vec(0xffe, 2).unwrap(), vec![7, 8]);
+        assert_eq!(b.to_vec(0, 2).unwrap(), vec![9, 9]);
+        assert_eq!(io.faults(), 0);
     }
 
     #[test]

@@ -97,7 +97,7 @@ pub fn copy_between(
 /// As `ptr::copy_nonoverlapping`: `src` valid for reads and `dst` for writes of `len` bytes,
 /// the ranges not overlapping.
 #[inline(always)]
-unsafe fn copy_small(src: *const u8, dst: *mut u8, len: usize) {
+pub(crate) unsafe fn copy_small(src: *const u8, dst: *mut u8, len: usize) {
     // SAFETY: the caller's contract, for the same `len` in every arm.
     unsafe {
         match len {

@@ -58,6 +58,10 @@ pub struct CqRing {
     armed: Option<(ArmKind, u32)>,
     /// The CQ is in overrun (cqc.status = CQ_OVERFLOW).
     pub overrun: bool,
+    /// The consumer index the doorbell record held when last read. The driver's CI only
+    /// moves forward, towards `pi`, so `pi - ci_seen` is never less than the entries in use:
+    /// while it is below `nent` the ring cannot be full and the record need not be read.
+    ci_seen: u32,
 }
 
 impl CqRing {
@@ -72,6 +76,7 @@ impl CqRing {
             pi: 0,
             armed: None,
             overrun: false,
+            ci_seen: 0,
         }
     }
 
@@ -134,11 +139,24 @@ impl CqRing {
         if self.overrun {
             return Ok(CqPost::InError);
         }
-        let ci = self.consumer_index(iommu)?;
-        let used = (self.pi & 0x00ff_ffff).wrapping_sub(ci) & 0x00ff_ffff;
-        if used >= self.nent() && !self.oi {
-            self.overrun = true;
-            return Ok(CqPost::Overrun);
+        // The doorbell record is read for the first CQE (a record that was never mapped
+        // faults at once) and whenever the ring might be full: the CQEs written since the
+        // last read would fill it. Overrun detection stays exact: the driver's CI only moves
+        // forward, towards `pi` (rdma-core `providers/mlx5/cq.c` `update_cons_index` writes
+        // the running `cons_index`), so the entries in use are at most `pi - ci_seen`; a ring
+        // this estimate calls not full is not full, and one it calls full is judged on a
+        // fresh read by the same rule as before. A fault on the record is reported whenever
+        // it is read. Only a driver whose CI runs past the CQEs written (no real consumer
+        // does) is judged later than before: at the read, not at the next CQE.
+        let estimate = (self.pi & 0x00ff_ffff).wrapping_sub(self.ci_seen) & 0x00ff_ffff;
+        if self.pi == 0 || estimate >= self.nent() {
+            let ci = self.consumer_index(iommu)?;
+            self.ci_seen = ci;
+            let used = (self.pi & 0x00ff_ffff).wrapping_sub(ci) & 0x00ff_ffff;
+            if used >= self.nent() && !self.oi {
+                self.overrun = true;
+                return Ok(CqPost::Overrun);
+            }
         }
         let index = self.pi & (self.nent() - 1);
         if let Some(last) = entry.last_mut() {
@@ -351,6 +369,64 @@ mod tests {
             EqPost::Written { interrupt: true }
         );
         assert_eq!(mem.to_vec(63, 1).unwrap(), vec![1], "lap 1 owner bit is 1");
+    }
+
+    #[test]
+    fn doorbell_record_is_read_at_the_first_cqe_and_when_the_ring_might_be_full() {
+        // CQ buffer and doorbell record in separate mappings, so the record can go away alone.
+        let mem = Arc::new(SimMemory::new(2 * PAGE_SIZE).unwrap());
+        let mut io = Iommu::new();
+        io.map(0x10000, mem.clone(), 0, PAGE_SIZE, Perm::RW)
+            .unwrap();
+        io.map(0x11000, mem.clone(), PAGE_SIZE, PAGE_SIZE, Perm::RW)
+            .unwrap();
+        let mut cq = CqRing::new(
+            PageList::new(vec![0x10000], 0, 0, 256).unwrap(),
+            2,
+            64,
+            0x11000,
+            false,
+        );
+        let mut e = [0u8; 64];
+        cq.post(&mut io, &mut e, false).unwrap();
+        let faults = io.faults();
+        io.unmap(0x11000, PAGE_SIZE).unwrap();
+        // Three more fit whatever the CI says: the record is not read for them.
+        for i in 1..4 {
+            assert_eq!(
+                cq.post(&mut io, &mut e, false).unwrap(),
+                CqPost::Written {
+                    index: i,
+                    notify: false
+                }
+            );
+        }
+        assert_eq!(
+            io.faults(),
+            faults,
+            "no read of the record while room is certain"
+        );
+        // The fifth might not fit: the record is read, and its fault reported.
+        assert!(cq.post(&mut io, &mut e, false).is_err());
+        assert_eq!(cq.pi, 4);
+        assert!(!cq.overrun);
+        // Mapped again with the consumer caught up: the CQE goes in at the next lap.
+        io.map(0x11000, mem.clone(), PAGE_SIZE, PAGE_SIZE, Perm::RW)
+            .unwrap();
+        set_ci(&mem, 3);
+        assert_eq!(
+            cq.post(&mut io, &mut e, false).unwrap(),
+            CqPost::Written {
+                index: 0,
+                notify: false
+            }
+        );
+        // In use: 5 - 3 = 2; the estimate (5 - 3) says room for two more without a read,
+        // and the consumer standing still fills the ring at the next read: overrun, exactly
+        // at the entry that does not fit.
+        cq.post(&mut io, &mut e, false).unwrap();
+        cq.post(&mut io, &mut e, false).unwrap();
+        assert_eq!(cq.post(&mut io, &mut e, false).unwrap(), CqPost::Overrun);
     }
 
     #[test]

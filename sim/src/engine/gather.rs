@@ -199,6 +199,15 @@ impl IovaRuns {
         }
     }
 
+    /// The one run, if the range is contiguous.
+    pub(crate) fn single(&self) -> Option<(u64, u64)> {
+        if self.rest.is_empty() {
+            self.first
+        } else {
+            None
+        }
+    }
+
     /// The host memory behind every run, if the IOMMU allows `dir` on all of them, appended to
     /// `out` (a caller's reused buffer: no allocation once it has grown to the usual run
     /// count). On `None`, `out` may hold part of the runs.

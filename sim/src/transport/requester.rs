@@ -986,14 +986,18 @@ pub(crate) fn has_work(qp: &crate::objects::Qp) -> bool {
 
 /// The earliest pending timer.
 pub(crate) fn next_deadline(dev: &Device) -> Option<u64> {
-    let mut next: Option<u64> = None;
+    // One pass, no iterator chains per QP: every run to idle of an inline doorbell asks.
+    let mut next = u64::MAX;
+    let mut any = false;
     for (_, qp) in dev.objs.qps.iter() {
-        for t in [qp.req.ack_deadline, qp.req.rnr_wait.map(|(t, _)| t)]
-            .into_iter()
-            .flatten()
-        {
-            next = Some(next.map_or(t, |n| n.min(t)));
+        if let Some(t) = qp.req.ack_deadline {
+            next = next.min(t);
+            any = true;
+        }
+        if let Some((t, _)) = qp.req.rnr_wait {
+            next = next.min(t);
+            any = true;
         }
     }
-    next
+    any.then_some(next)
 }

@@ -31,10 +31,7 @@ pub(crate) fn respond(
     };
     let bth = BthFields {
         opcode,
-        pkey: DEFAULT_PKEY,
-        dest_qp: qp.attrs.remote_qpn & MASK_24,
-        psn: psn & MASK_24,
-        ..Default::default()
+        ..ack_bth(qp.attrs.remote_qpn, psn)
     };
     let fast_ack = match (dev.fast_tx && !dev.trace.enabled(), opcode, ext.aeth) {
         (true, BthOpcode::RC_ACKNOWLEDGE, Some(aeth)) if payload.is_empty() => Some(aeth),
@@ -59,6 +56,19 @@ pub(crate) fn respond(
         }
     }
     send(dev, route, bth, ext, payload)
+}
+
+/// The BTH of a response to `remote_qpn` with PSN `psn` (opcode ACKNOWLEDGE; `respond` sets
+/// the others'): the default P_Key, AckReq and SE clear.
+#[inline]
+fn ack_bth(remote_qpn: u32, psn: u32) -> BthFields {
+    BthFields {
+        opcode: BthOpcode::RC_ACKNOWLEDGE,
+        pkey: DEFAULT_PKEY,
+        dest_qp: remote_qpn & MASK_24,
+        psn: psn & MASK_24,
+        ..Default::default()
+    }
 }
 
 /// Queues an ACKNOWLEDGE as its fields, counted as the packet `send` would have built.
@@ -86,9 +96,19 @@ pub(crate) fn aeth(dev: &Device, qpn: u32, syndrome: AethSyndrome) -> Option<Aet
 
 /// Sends an ACKNOWLEDGE (ACK, RNR NAK or NAK, by `syndrome`) with PSN `psn`.
 pub(crate) fn send_ack(dev: &mut Device, qpn: u32, syndrome: AethSyndrome, psn: u32) -> bool {
-    let Some(a) = aeth(dev, qpn, syndrome) else {
+    let Some(qp) = dev.objs.qps.get(qpn) else {
         return false;
     };
+    let Ok(a) = Aeth::new(syndrome, qp.resp.msn & MASK_24) else {
+        return false;
+    };
+    // What `respond` does for an ACKNOWLEDGE on the in-process link once the QP's headers are
+    // built, without building the extension headers it would not use.
+    if let (true, Some((ip, ports))) = (dev.fast_tx && !dev.trace.enabled(), qp.headers) {
+        let bth = ack_bth(qp.attrs.remote_qpn, psn);
+        push_ack(dev, ip, ports, &bth, a);
+        return true;
+    }
     let ext = ExtFields {
         aeth: Some(a),
         ..Default::default()

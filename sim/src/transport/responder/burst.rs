@@ -22,20 +22,14 @@ use super::rq::mkey;
 use super::{Msg, ack, comm_est, count, mtu};
 use crate::device::Device;
 use crate::engine::gather::IovaRuns;
-use crate::frame::{Burst, copy_payload, packet_at};
-use crate::iommu::{Dir, HostRun};
+use crate::frame::{Burst, Payload, copy_payload, packet_at};
+use crate::iommu::Dir;
 use crate::mkey::Need;
 
 /// Applies `b` to its QP if it is the plain case; false (nothing changed) otherwise.
 pub(crate) fn apply(dev: &mut Device, b: &Burst) -> bool {
     let qpn = b.dest_qp;
-    // The destination runs go into the device's reused buffer (no allocation per burst); it
-    // is emptied again before it goes back, so it keeps no buffer alive.
-    let mut dst = std::mem::take(&mut dev.runs_spare);
-    dst.clear();
-    let copied = plain(dev, b, &mut dst).is_some() && copy_payload(&b.src, &dst);
-    dst.clear();
-    dev.runs_spare = dst;
+    let copied = plain(dev, b).is_some_and(|iovas| write_payload(dev, &b.src, &iovas));
     if !copied {
         return false;
     }
@@ -86,9 +80,34 @@ pub(crate) fn apply(dev: &mut Device, b: &Burst) -> bool {
     }
 }
 
-/// The destination's host memory, appended to `out`, if every packet of `b` would pass the
-/// responder's checks.
-fn plain(dev: &mut Device, b: &Burst, out: &mut Vec<HostRun>) -> Option<()> {
+/// Copies the payload to the destination IOVA runs; false (nothing copied) if the IOMMU
+/// would refuse a run or the lengths differ.
+///
+/// An inline payload bound for one contiguous range held by one mapping (the short WRITE of a
+/// latency test) is written through the IOMMU at once; everything else is resolved into host
+/// runs first and copied run to run. Both copy the same bytes to the same place, and both
+/// count nothing on a refusal: the caller's per-packet fallback reports it.
+fn write_payload(dev: &mut Device, src: &Payload, iovas: &IovaRuns) -> bool {
+    if let (Payload::Inline(bytes), Some((iova, n))) = (src, iovas.single()) {
+        if n > 0 && n == bytes.len() as u64 && dev.iommu.write_within_one(iova, bytes) {
+            return true;
+        }
+    }
+    // The destination runs go into the device's reused buffer (no allocation per burst); it
+    // is emptied again before it goes back, so it keeps no buffer alive.
+    let mut dst = std::mem::take(&mut dev.runs_spare);
+    dst.clear();
+    let copied = iovas
+        .resolve_into(&mut dev.iommu, Dir::Write, &mut dst)
+        .is_some()
+        && copy_payload(src, &dst);
+    dst.clear();
+    dev.runs_spare = dst;
+    copied
+}
+
+/// The destination's IOVA runs, if every packet of `b` would pass the responder's checks.
+fn plain(dev: &mut Device, b: &Burst) -> Option<IovaRuns> {
     let qpn = b.dest_qp;
     let qp = dev.objs.qps.get(qpn)?;
     let starts = b.msg_off == 0;
@@ -137,5 +156,5 @@ fn plain(dev: &mut Device, b: &Burst, out: &mut Vec<HostRun>) -> Option<()> {
     for (iova, n) in runs {
         iovas.push(iova, n);
     }
-    iovas.resolve_into(&mut dev.iommu, Dir::Write, out)
+    Some(iovas)
 }
