@@ -775,6 +775,14 @@ mod tests {
         v.to_be_bytes()
     }
 
+    /// Allocates a UAR page, as `ALLOC_UAR` does, and returns its index.
+    fn alloc_uar(d: &mut Device) -> u32 {
+        d.objs
+            .uars
+            .insert_with(|_| crate::objects::Uar::default())
+            .unwrap()
+    }
+
     fn read32(d: &mut Device, off: u64) -> u32 {
         let mut b = [0u8; 4];
         d.mmio_read(off, &mut b).unwrap();
@@ -847,11 +855,7 @@ mod tests {
     #[test]
     fn uar_doorbells_latch_with_exact_widths_and_blueflame_bursts_assemble() {
         let mut d = Device::new(Profile::default());
-        let uar = d
-            .objs
-            .uars
-            .insert_with(|_| crate::objects::Uar::default())
-            .unwrap();
+        let uar = alloc_uar(&mut d);
         let base = u64::from(uar) * 4096;
         d.mmio_write(base + 0x20, &[0x10, 0, 0, 5, 0, 0, 0, 9])
             .unwrap();
@@ -919,11 +923,7 @@ mod tests {
     #[test]
     fn a_one_burst_blueflame_wqe_latches_at_once_and_drops_a_partial_one_on_its_register() {
         let mut d = Device::new(Profile::default());
-        let uar = d
-            .objs
-            .uars
-            .insert_with(|_| crate::objects::Uar::default())
-            .unwrap();
+        let uar = alloc_uar(&mut d);
         let reg = u64::from(uar) * 4096 + 0x800 + 512;
         // The first burst of a 2-WQEBB WQE (ds = 5), then a 1-WQEBB WQE (ds = 3) on the same
         // register half: the new WQE replaces the unfinished one, as the old path did.
@@ -950,13 +950,7 @@ mod tests {
     #[test]
     fn blueflame_bursts_to_different_registers_interleave_without_losing_either_wqe() {
         let mut d = Device::new(Profile::default());
-        let mut page = || {
-            d.objs
-                .uars
-                .insert_with(|_| crate::objects::Uar::default())
-                .unwrap()
-        };
-        let (a, b) = (page(), page());
+        let (a, b) = (alloc_uar(&mut d), alloc_uar(&mut d));
         let (ra, rb) = (
             u64::from(a) * 4096 + 0x800 + 512,
             u64::from(b) * 4096 + 0x800 + 512 + 256,
