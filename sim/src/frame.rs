@@ -24,6 +24,7 @@ use bypass_hw::roce::{
 };
 
 use crate::iommu::HostRun;
+use crate::link::gather::for_each_piece;
 use crate::memory::HostMemory;
 
 /// The largest path MTU: a burst's packets carry at most this many payload bytes.
@@ -308,7 +309,7 @@ impl Burst {
     /// Reads payload bytes from burst offset `at` into `out`, all of it (the DMA read a
     /// transmit does). False if the runs are shorter (cannot happen for a burst the requester
     /// built).
-    fn read_into(&self, mut at: usize, out: &mut [u8]) -> bool {
+    fn read_into(&self, at: usize, out: &mut [u8]) -> bool {
         let runs = match &self.src {
             Payload::Host(runs) => runs,
             Payload::Inline(bytes) => {
@@ -320,26 +321,14 @@ impl Burst {
             }
         };
         let len = out.len();
-        let mut done = 0;
-        for r in runs {
-            if done == len {
-                break;
-            }
-            if at >= r.len {
-                at -= r.len;
-                continue;
-            }
-            let n = (r.len - at).min(len - done);
-            let Some(dst) = out.get_mut(done..done + n) else {
-                return false;
-            };
-            if !r.mem.read_at(r.off + at, dst) {
-                return false;
-            }
+        let (mut done, mut read) = (0, true);
+        let walked = for_each_piece(runs, at, len, |r, off, n| {
+            read &= out
+                .get_mut(done..done + n)
+                .is_some_and(|dst| r.mem.read_at(off, dst));
             done += n;
-            at = 0;
-        }
-        done == len
+        });
+        walked && read
     }
 
     /// The exact wire packets the per-packet path would have sent.

@@ -82,7 +82,8 @@ impl GatherPkt {
 
 /// Calls `f` with each piece (host run, offset in it, bytes) of burst payload bytes
 /// `at..at + len`, in order. False if the runs are shorter or a run lies outside its buffer
-/// (cannot happen for a burst the requester built).
+/// (cannot happen for a burst the requester built). The one walk over a burst's runs: the
+/// gather transmit here and `Burst::read_into`'s copy both go through it.
 pub(crate) fn for_each_piece(
     runs: &[HostRun],
     mut at: usize,
