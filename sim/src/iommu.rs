@@ -177,6 +177,23 @@ struct Cached {
     host: NonNull<u8>,
 }
 
+impl Cached {
+    /// The offset of `iova` into this mapping, if the mapping holds the whole of
+    /// `iova..iova + len` and allows `dir` (the test [`Recent::hit`] and [`Recent::host`]
+    /// share).
+    #[inline(always)]
+    fn within(&self, iova: u64, len: usize, dir: Dir) -> Option<u64> {
+        // `iova - start` below the mapping's length: `start <= iova < end` in one compare
+        // (a remembered mapping is never empty); then the range's end within the mapping.
+        let within = iova.wrapping_sub(self.start);
+        let ok = match dir {
+            Dir::Read => self.perm.read,
+            Dir::Write => self.perm.write,
+        };
+        (ok && within < self.end - self.start && len as u64 <= self.end - iova).then_some(within)
+    }
+}
+
 // SAFETY: `host` points into the buffer `mem` keeps alive (the `Arc` is held beside it), whose
 // bytes the `HostMemory` contract (a `Send + Sync` trait) lets any thread read and write
 // through raw pointers. The pointer is only an address of that buffer: sending or sharing a
@@ -201,14 +218,7 @@ impl Recent {
     fn hit(&self, iova: u64, len: usize, dir: Dir) -> Option<(usize, usize)> {
         for (i, c) in self.slots.iter().enumerate() {
             let Some(c) = c else { continue };
-            // `iova - start` below the mapping's length: `start <= iova < end` in one compare
-            // (a remembered mapping is never empty); then the range's end within the mapping.
-            let within = iova.wrapping_sub(c.start);
-            let ok = match dir {
-                Dir::Read => c.perm.read,
-                Dir::Write => c.perm.write,
-            };
-            if ok && within < c.end - c.start && len as u64 <= c.end - iova {
+            if let Some(within) = c.within(iova, len, dir) {
                 let within = usize::try_from(within).ok()?;
                 return Some((i, c.offset.checked_add(within)?));
             }
@@ -221,12 +231,7 @@ impl Recent {
     #[inline]
     fn host(&self, iova: u64, len: usize, dir: Dir) -> Option<NonNull<u8>> {
         for c in self.slots.iter().flatten() {
-            let within = iova.wrapping_sub(c.start);
-            let ok = match dir {
-                Dir::Read => c.perm.read,
-                Dir::Write => c.perm.write,
-            };
-            if ok && within < c.end - c.start && len as u64 <= c.end - iova {
+            if let Some(within) = c.within(iova, len, dir) {
                 // `within + len` is inside the mapping, which `Iommu::map` checked lies inside
                 // the buffer, so the address is inside the allocation `host` points into.
                 let within = usize::try_from(within).ok()?;
