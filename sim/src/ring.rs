@@ -280,19 +280,30 @@ mod tests {
         mem.write_at(PAGE_SIZE, &ci.to_be_bytes());
     }
 
-    #[test]
-    fn owner_bit_flips_each_lap_and_overrun_is_detected() {
-        let (mem, mut io, mut cq) = setup();
-        let mut e = [0xf0u8; 64];
-        for i in 0..4 {
+    /// Posts CQE `e` once for each index in `indices` on an unarmed CQ, checking that each
+    /// is written at that index without a notification.
+    fn post_unarmed(
+        cq: &mut CqRing,
+        io: &mut Iommu,
+        e: &mut [u8; 64],
+        indices: std::ops::Range<u32>,
+    ) {
+        for i in indices {
             assert_eq!(
-                cq.post(&mut io, &mut e, false).unwrap(),
+                cq.post(io, e, false).unwrap(),
                 CqPost::Written {
                     index: i,
                     notify: false
                 }
             );
         }
+    }
+
+    #[test]
+    fn owner_bit_flips_each_lap_and_overrun_is_detected() {
+        let (mem, mut io, mut cq) = setup();
+        let mut e = [0xf0u8; 64];
+        post_unarmed(&mut cq, &mut io, &mut e, 0..4);
         assert_eq!(
             mem.to_vec(63, 1).unwrap(),
             vec![0xf0],
@@ -392,15 +403,7 @@ mod tests {
         let faults = io.faults();
         io.unmap(0x11000, PAGE_SIZE).unwrap();
         // Three more fit whatever the CI says: the record is not read for them.
-        for i in 1..4 {
-            assert_eq!(
-                cq.post(&mut io, &mut e, false).unwrap(),
-                CqPost::Written {
-                    index: i,
-                    notify: false
-                }
-            );
-        }
+        post_unarmed(&mut cq, &mut io, &mut e, 1..4);
         assert_eq!(
             io.faults(),
             faults,
