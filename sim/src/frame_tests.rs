@@ -144,6 +144,23 @@ fn outcome(c: &mut Conn) -> Outcome {
     }
 }
 
+/// A connection at `mtu` with `writes` posted and A's requester stepped once: their packets
+/// (or, with `fast`, their bursts) wait in A's transmit queue.
+fn stepped(mtu: u32, writes: &[W], fast: bool) -> Conn {
+    let mut c = connect(mtu);
+    if fast {
+        c.p.a.dev.set_fast_tx(true);
+    }
+    post(&mut c, writes);
+    c.p.a.dev.step();
+    c
+}
+
+/// Everything waiting in A's transmit queue, taken as wire packets.
+fn take_packets(c: &mut Conn) -> Vec<Vec<u8>> {
+    std::iter::from_fn(|| c.p.a.dev.take_tx()).collect()
+}
+
 /// Runs `writes` at `mtu` over bytes and over bursts; returns both outcomes and the frames and
 /// packets the burst run carried.
 fn both_paths(mtu: u32, writes: &[W]) -> (Outcome, Outcome, (usize, u64)) {
@@ -212,17 +229,11 @@ fn a_write_the_responder_refuses_fails_the_same_way_over_bursts() {
 #[test]
 fn a_burst_taken_as_bytes_is_exactly_the_packets_of_the_byte_path() {
     let writes = [w(20_000, 3, 5), w(4096, 0, 40_000), w(10, 0, 50_000)];
-    let mut bytes = connect(1024);
-    post(&mut bytes, &writes);
-    bytes.p.a.dev.step();
-    let expected: Vec<Vec<u8>> = std::iter::from_fn(|| bytes.p.a.dev.take_tx()).collect();
+    let expected = take_packets(&mut stepped(1024, &writes, false));
 
-    let mut fast = connect(1024);
-    fast.p.a.dev.set_fast_tx(true);
-    post(&mut fast, &writes);
-    fast.p.a.dev.step();
+    let mut fast = stepped(1024, &writes, true);
     assert_eq!(fast.p.a.dev.tx.len(), 3, "one burst per WRITE");
-    let got: Vec<Vec<u8>> = std::iter::from_fn(|| fast.p.a.dev.take_tx()).collect();
+    let got = take_packets(&mut fast);
     assert_eq!(got.len(), 20 + 4 + 1);
     assert_eq!(got, expected);
     assert!(got.iter().all(|p| RocePacket::parse(p).unwrap().icrc_ok()));
@@ -231,15 +242,9 @@ fn a_burst_taken_as_bytes_is_exactly_the_packets_of_the_byte_path() {
 #[test]
 fn bursts_segmented_into_reused_dirty_buffers_are_exactly_the_packets_of_the_byte_path() {
     let writes = [w(20_000, 3, 5), w(4096, 0, 40_000), w(10, 0, 50_000)];
-    let mut bytes = connect(1024);
-    post(&mut bytes, &writes);
-    bytes.p.a.dev.step();
-    let expected: Vec<Vec<u8>> = std::iter::from_fn(|| bytes.p.a.dev.take_tx()).collect();
+    let expected = take_packets(&mut stepped(1024, &writes, false));
 
-    let mut fast = connect(1024);
-    fast.p.a.dev.set_fast_tx(true);
-    post(&mut fast, &writes);
-    fast.p.a.dev.step();
+    let mut fast = stepped(1024, &writes, true);
     // What a link recycles: buffers of earlier packets, longer and shorter, full of junk.
     let mut spare: Vec<Vec<u8>> = (0..40).map(|i| vec![0xa5; 100 + i * 97]).collect();
     let mut got = Vec::new();
@@ -293,20 +298,15 @@ fn a_packet_lost_from_a_segmented_burst_is_resent_and_the_write_completes() {
 #[test]
 fn a_duplicated_burst_is_taken_once_and_answered_as_duplicates_are() {
     let writes = [w(8192, 0, 0)];
-    let mut bytes = connect(1024);
-    post(&mut bytes, &writes);
-    bytes.p.a.dev.step();
-    let pkts: Vec<Vec<u8>> = std::iter::from_fn(|| bytes.p.a.dev.take_tx()).collect();
+    let mut bytes = stepped(1024, &writes, false);
+    let pkts = take_packets(&mut bytes);
     for p in pkts.iter().chain(&pkts) {
         bytes.p.b.dev.receive(p.clone());
     }
     bytes.p.run();
     let by_bytes = outcome(&mut bytes);
 
-    let mut fast = connect(1024);
-    fast.p.a.dev.set_fast_tx(true);
-    post(&mut fast, &writes);
-    fast.p.a.dev.step();
+    let mut fast = stepped(1024, &writes, true);
     let Some(crate::frame::Frame::Burst(b)) = fast.p.a.dev.take_frame() else {
         panic!("a burst");
     };
@@ -352,10 +352,8 @@ fn acknowledgements_taken_as_bytes_are_exactly_the_byte_paths() {
         },
     ];
     let responses = |fast: bool| {
-        let mut c = connect(256);
-        post(&mut c, &writes);
-        c.p.a.dev.step();
-        let pkts: Vec<Vec<u8>> = std::iter::from_fn(|| c.p.a.dev.take_tx()).collect();
+        let mut c = stepped(256, &writes, false);
+        let pkts = take_packets(&mut c);
         c.p.b.dev.set_fast_tx(fast);
         for p in pkts {
             c.p.b.dev.receive(p);
@@ -506,15 +504,9 @@ fn bursts_segmented_straight_into_their_buffers_are_exactly_the_packets_of_the_b
         w(3071, 7, 60_000),
         wi(9, 1, 70_000),
     ];
-    let mut bytes = connect(1024);
-    post(&mut bytes, &writes);
-    bytes.p.a.dev.step();
-    let expected: Vec<Vec<u8>> = std::iter::from_fn(|| bytes.p.a.dev.take_tx()).collect();
+    let expected = take_packets(&mut stepped(1024, &writes, false));
 
-    let mut fast = connect(1024);
-    fast.p.a.dev.set_fast_tx(true);
-    post(&mut fast, &writes);
-    fast.p.a.dev.step();
+    let mut fast = stepped(1024, &writes, true);
     let mut spare: Vec<Vec<u8>> = (0..40).map(|i| vec![0x5a; 50 + i * 131]).collect();
     let mut got = Vec::new();
     while let Some(frame) = fast.p.a.dev.take_frame() {
