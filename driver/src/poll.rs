@@ -1192,15 +1192,30 @@ mod tests {
         (a, b, keep)
     }
 
+    /// Every completion `poll_one` takes from `f`, oldest first: the reference the other
+    /// poll styles are compared with.
+    fn poll_one_all(f: &mut Fixture) -> Vec<WorkCompletion> {
+        let mut all = Vec::new();
+        while let Some(wc) = f.poller.poll_one() {
+            all.push(wc);
+        }
+        all
+    }
+
+    /// Asserts that each work queue of `x` has the same SQ and RQ tails as its twin in `y`
+    /// (two [`mixed`] fixtures polled in different ways freed the same slots).
+    fn assert_same_tails(x: [&Arc<WqShared>; 2], y: [&Arc<WqShared>; 2]) {
+        for (x, y) in x.into_iter().zip(y) {
+            assert_eq!((x.sq_tail(), x.rq_tail()), (y.sq_tail(), y.rq_tail()));
+        }
+    }
+
     #[test]
     fn the_extended_poll_reads_the_same_completions_as_poll_one() {
         let (mut fa, mut fb) = (fixture(8), fixture(8));
         let (a1, b1, _k1) = mixed(&fa);
         let (a2, b2, _k2) = mixed(&fb);
-        let mut want = Vec::new();
-        while let Some(wc) = fa.poller.poll_one() {
-            want.push(wc);
-        }
+        let want = poll_one_all(&mut fa);
         assert_eq!(want.len(), 5);
         let mut got = Vec::new();
         {
@@ -1241,9 +1256,7 @@ mod tests {
             [0xa0, 0xb1, 0xa2, 0xa1, 0],
             "the colliding QP is found by probing; an unknown QPN has no wr_id"
         );
-        for (x, y) in [(&a1, &a2), (&b1, &b2)] {
-            assert_eq!((x.sq_tail(), x.rq_tail()), (y.sq_tail(), y.rq_tail()));
-        }
+        assert_same_tails([&a1, &b1], [&a2, &b2]);
         let (mut ca, mut cb) = ([0u8; 4], [0u8; 4]);
         fa.poller.dbr.read(0, &mut ca);
         fb.poller.dbr.read(0, &mut cb);
@@ -1257,10 +1270,7 @@ mod tests {
         let (mut fa, mut fb) = (fixture(8), fixture(8));
         let (a1, b1, _k1) = mixed(&fa);
         let (a2, b2, _k2) = mixed(&fb);
-        let mut want = Vec::new();
-        while let Some(wc) = fa.poller.poll_one() {
-            want.push(wc);
-        }
+        let want = poll_one_all(&mut fa);
         let mut out = [decode(&Cqe64::new_zeroed()); 3];
         let mut got = Vec::new();
         loop {
@@ -1275,9 +1285,7 @@ mod tests {
             got.iter().map(|w| w.wr_id()).collect::<Vec<_>>(),
             [0xa0, 0xb1, 0xa2, 0xa1, 0]
         );
-        for (x, y) in [(&a1, &a2), (&b1, &b2)] {
-            assert_eq!((x.sq_tail(), x.rq_tail()), (y.sq_tail(), y.rq_tail()));
-        }
+        assert_same_tails([&a1, &b1], [&a2, &b2]);
         assert_eq!(fb.poller.consumer_index(), 5);
     }
 
