@@ -1549,30 +1549,47 @@ mod tests {
     use bypass_hw::roce::{BthFields, BthOpcode, DEFAULT_PKEY, ExtFields, PacketSpec, emit};
     use std::net::Ipv4Addr;
 
-    fn packet(src: [u8; 4], dst: [u8; 4], sport: u16) -> Vec<u8> {
+    /// The wire bytes of an `opcode` packet for QP 0x11 between `ip`'s addresses, from UDP
+    /// source port `sport`, with PSN `psn` and `payload`.
+    fn built(ip: IpSpec, sport: u16, opcode: BthOpcode, psn: u32, payload: &[u8]) -> Vec<u8> {
         let spec = PacketSpec {
-            ip: IpSpec::from_gids(&Profile::ipv4_gid(src), &Profile::ipv4_gid(dst)).unwrap(),
+            ip,
             ports: UdpPorts {
                 src: sport,
                 dst: ROCE_V2_UDP_DPORT,
             },
             bth: BthFields {
-                opcode: BthOpcode::RC_SEND_ONLY,
+                opcode,
                 pkey: DEFAULT_PKEY,
                 dest_qp: 0x11,
-                psn: 7,
+                psn,
                 ..Default::default()
             },
             ext: ExtFields::default(),
-            payload: b"hello rxe",
+            payload,
         };
         let mut buf = vec![0u8; spec.packet_len().unwrap()];
         emit(&spec, &mut buf).unwrap();
         buf
     }
 
+    fn packet(src: [u8; 4], dst: [u8; 4], sport: u16) -> Vec<u8> {
+        let ip = IpSpec::from_gids(&Profile::ipv4_gid(src), &Profile::ipv4_gid(dst)).unwrap();
+        built(ip, sport, BthOpcode::RC_SEND_ONLY, 7, b"hello rxe")
+    }
+
     fn link(last: u8) -> UdpLink {
         UdpLink::bind(SocketAddr::new(Ipv4Addr::new(127, 0, 0, last).into(), 0)).unwrap()
+    }
+
+    /// A link on 127.0.0.1 bound to `to`'s port: a link sends to its own port number, so
+    /// this is the sender whose packets reach `to`.
+    fn sender_to(to: &UdpLink) -> UdpLink {
+        UdpLink::bind(SocketAddr::new(
+            Ipv4Addr::new(127, 0, 0, 1).into(),
+            to.local_addr().port(),
+        ))
+        .unwrap()
     }
 
     fn recv_wait(l: &mut UdpLink) -> Vec<u8> {
@@ -1588,12 +1605,7 @@ mod tests {
     #[test]
     fn a_packet_crosses_the_socket_with_its_source_port_and_a_valid_icrc() {
         let mut b = link(2);
-        // The sender must send to b's port: bind it to the same one.
-        let mut a = UdpLink::bind(SocketAddr::new(
-            Ipv4Addr::new(127, 0, 0, 1).into(),
-            b.local_addr().port(),
-        ))
-        .unwrap();
+        let mut a = sender_to(&b);
         let sent = packet([127, 0, 0, 1], [127, 0, 0, 2], 0xc123);
         assert!(a.send(&sent));
         let got = recv_wait(&mut b);
@@ -1608,11 +1620,7 @@ mod tests {
     #[test]
     fn a_packet_from_another_source_port_fails_the_icrc_as_rxe_would() {
         let mut b = link(2);
-        let mut a = UdpLink::bind(SocketAddr::new(
-            Ipv4Addr::new(127, 0, 0, 1).into(),
-            b.local_addr().port(),
-        ))
-        .unwrap();
+        let mut a = sender_to(&b);
         // Built for source port 0xc001 but sent from 0xc002: the ICRC covers the port.
         let mut sent = packet([127, 0, 0, 1], [127, 0, 0, 2], 0xc001);
         let p = RocePacket::parse(&sent).unwrap();
@@ -1636,22 +1644,8 @@ mod tests {
     fn a_random_ipv4_id_like_rxe_sends_is_recovered_from_the_icrc() {
         let mut b = link(2);
         let mut a = link(1);
-        let mut sent = packet([127, 0, 0, 1], [127, 0, 0, 2], 0xc0aa);
         // What rxe does: a random IP ID, hashed into the ICRC.
-        let p = RocePacket::parse(&sent).unwrap();
-        let IpSpec::V4(mut v4) = *p.ip() else {
-            unreachable!()
-        };
-        v4.id = 0xbeef;
-        let ports = p.ports();
-        let mut payload = p.udp_payload().to_vec();
-        let icrc =
-            bypass_hw::roce::icrc::compute_udp_payload(&IpSpec::V4(v4), ports, &payload).unwrap();
-        let n = payload.len();
-        payload[n - 4..].copy_from_slice(&icrc.to_le_bytes());
-        IpSpec::V4(v4).write_ip_udp(ports, n, &mut sent).unwrap();
-        let hl = sent.len() - n;
-        sent[hl..].copy_from_slice(&payload);
+        let mut sent = with_id(&packet([127, 0, 0, 1], [127, 0, 0, 2], 0xc0aa), 0xbeef);
         send_raw(&mut a, &sent, b.local_addr());
         let got = recv_wait(&mut b);
         assert_eq!(got, sent, "the rebuilt header carries ID 0xbeef");
@@ -1659,8 +1653,8 @@ mod tests {
         assert_eq!(b.counters().rx_ip_id_recovered.load(Ordering::Relaxed), 1);
 
         // A corrupted payload is explained by no ID: it keeps ID 0 and fails the ICRC.
-        payload[20] ^= 0x40;
-        sent[hl..].copy_from_slice(&payload);
+        let hl = sent.len() - RocePacket::parse(&sent).unwrap().udp_payload().len();
+        sent[hl + 20] ^= 0x40;
         send_raw(&mut a, &sent, b.local_addr());
         let got = recv_wait(&mut b);
         assert!(!RocePacket::parse(&got).unwrap().icrc_ok());
@@ -1669,29 +1663,12 @@ mod tests {
     /// A packet of `len` payload bytes from 127.0.0.1 to 127.0.0.2, PSN `psn`.
     fn sized(psn: u32, len: usize, sport: u16) -> Vec<u8> {
         let data: Vec<u8> = (0..len).map(|i| (i * 31 + psn as usize) as u8).collect();
-        let spec = PacketSpec {
-            ip: IpSpec::from_gids(
-                &Profile::ipv4_gid([127, 0, 0, 1]),
-                &Profile::ipv4_gid([127, 0, 0, 2]),
-            )
-            .unwrap(),
-            ports: UdpPorts {
-                src: sport,
-                dst: ROCE_V2_UDP_DPORT,
-            },
-            bth: BthFields {
-                opcode: BthOpcode::RC_RDMA_WRITE_MIDDLE,
-                pkey: DEFAULT_PKEY,
-                dest_qp: 0x11,
-                psn,
-                ..Default::default()
-            },
-            ext: ExtFields::default(),
-            payload: &data,
-        };
-        let mut buf = vec![0u8; spec.packet_len().unwrap()];
-        emit(&spec, &mut buf).unwrap();
-        buf
+        let ip = IpSpec::from_gids(
+            &Profile::ipv4_gid([127, 0, 0, 1]),
+            &Profile::ipv4_gid([127, 0, 0, 2]),
+        )
+        .unwrap();
+        built(ip, sport, BthOpcode::RC_RDMA_WRITE_MIDDLE, psn, &data)
     }
 
     /// `packet` with IPv4 ID `id`, header checksum and ICRC recomputed from scratch.
@@ -1730,11 +1707,7 @@ mod tests {
     #[test]
     fn a_segmented_train_arrives_as_exactly_the_datagrams_sent_one_by_one() {
         let mut b = link(2);
-        let mut a = UdpLink::bind(SocketAddr::new(
-            Ipv4Addr::new(127, 0, 0, 1).into(),
-            b.local_addr().port(),
-        ))
-        .unwrap();
+        let mut a = sender_to(&b);
         // Five full packets, a shorter last one, then one to another source port (a
         // second send), then an ACK-sized one for the first port again (a third).
         let mut sent: Vec<Vec<u8>> = (0..5).map(|i| sized(i, 1024, 0xc123)).collect();
@@ -1782,11 +1755,7 @@ mod tests {
     #[test]
     fn trains_of_packets_shorter_than_their_rebuilt_headers_are_delivered_in_place_exactly() {
         let mut b = link(2);
-        let mut a = UdpLink::bind(SocketAddr::new(
-            Ipv4Addr::new(127, 0, 0, 1).into(),
-            b.local_addr().port(),
-        ))
-        .unwrap();
+        let mut a = sender_to(&b);
         // 16-byte UDP payloads (BTH + ICRC) under a 28-byte IPv4 + UDP header: each rebuilt
         // header overwrites the segments before it. Then a second train of 1 KiB packets.
         let mut sent: Vec<Vec<u8>> = (0..6).map(|i| sized(i, 0, 0xc321)).collect();
@@ -1798,19 +1767,11 @@ mod tests {
             .collect();
         let mut batch = sent.clone();
         a.send_batch(&mut batch);
-        let mut got = Vec::new();
-        for _ in 0..2000 {
-            if b.fill_rx(RX_BATCH) > 0 {
-                b.deliver_rx(|p, checked| {
-                    assert!(checked, "the link matched every ICRC");
-                    got.push(p.to_vec());
-                });
-            }
-            if got.len() >= expected.len() {
-                break;
-            }
-            b.wait_readable(1);
+        let got = deliver_n(&mut b, expected.len());
+        for (_, checked) in &got {
+            assert!(checked, "the link matched every ICRC");
         }
+        let got: Vec<Vec<u8>> = got.into_iter().map(|(p, _)| p).collect();
         assert_eq!(got, expected);
         assert_eq!(a.counters().tx_gso_sends.load(Ordering::Relaxed), 2);
         assert_eq!(b.counters().rx_packets.load(Ordering::Relaxed), 9);
@@ -1883,11 +1844,7 @@ mod tests {
     #[test]
     fn gather_packets_arrive_as_exactly_the_segmented_bursts_packets() {
         let mut b = link(2);
-        let mut a = UdpLink::bind(SocketAddr::new(
-            Ipv4Addr::new(127, 0, 0, 1).into(),
-            b.local_addr().port(),
-        ))
-        .unwrap();
+        let mut a = sender_to(&b);
         // (message length, first packet's message offset, MTU, bytes in the first run):
         // first/middle/last packets with last-packet pads 0..3, a burst that starts mid-
         // message (no RETH), only-packets with pads 0..3, the run boundary inside a packet,
@@ -1915,10 +1872,7 @@ mod tests {
             a.send_batch(&mut bytes);
             let want = deliver_n(&mut b, n);
             // The same burst as gather packets, the payload sent from the two buffers.
-            let (mut out, mut bursts) = (Vec::new(), Vec::new());
-            assert!(
-                gather::push_burst(Box::new(burst), &mut bursts, &mut out, &mut Vec::new()).is_ok()
-            );
+            let (mut out, bursts) = gathered(burst);
             assert!(out.iter().all(|p| matches!(p, Out::Gather(_))));
             assert_eq!(out.len(), n);
             a.send_all(&mut out, &bursts);
@@ -1941,6 +1895,15 @@ mod tests {
         assert_eq!(c.tx_from_memory.load(Ordering::Relaxed), sent);
     }
 
+    /// `burst` as gather packets (checked to be accepted), and the bursts they borrow from.
+    fn gathered(burst: Burst) -> (Vec<Out>, Vec<Burst>) {
+        let (mut out, mut bursts) = (Vec::new(), Vec::new());
+        assert!(
+            gather::push_burst(Box::new(burst), &mut bursts, &mut out, &mut Vec::new()).is_ok()
+        );
+        (out, bursts)
+    }
+
     /// The packets of a pcap file `PcapWriter` wrote (file header 24 bytes, then per packet
     /// a 16-byte record header whose bytes 8..12 are the captured length).
     fn pcap_packets(path: &Path) -> Vec<Vec<u8>> {
@@ -1960,22 +1923,18 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("bypass-gather-pcap-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let mut b = link(2);
-        let to = SocketAddr::new(Ipv4Addr::new(127, 0, 0, 1).into(), b.local_addr().port());
         let (p_bytes, p_gather) = (dir.join("bytes.pcap"), dir.join("gather.pcap"));
         let burst = two_run_burst(5 * 256 + 3, 0, 256, 700, 0xc700);
         let n = burst.count as usize;
         {
-            let mut a = UdpLink::bind(to).unwrap();
+            let mut a = sender_to(&b);
             a.record_pcap(&p_bytes).unwrap();
             a.send_batch(&mut burst.segment());
         }
         {
-            let mut a = UdpLink::bind(to).unwrap();
+            let mut a = sender_to(&b);
             a.record_pcap(&p_gather).unwrap();
-            let (mut out, mut bursts) = (Vec::new(), Vec::new());
-            assert!(
-                gather::push_burst(Box::new(burst), &mut bursts, &mut out, &mut Vec::new()).is_ok()
-            );
+            let (mut out, bursts) = gathered(burst);
             a.send_all(&mut out, &bursts);
         }
         let (want, got) = (pcap_packets(&p_bytes), pcap_packets(&p_gather));
@@ -2009,11 +1968,7 @@ mod tests {
     #[test]
     fn trains_are_cut_before_iov_max() {
         let mut b = link(2);
-        let mut a = UdpLink::bind(SocketAddr::new(
-            Ipv4Addr::new(127, 0, 0, 1).into(),
-            b.local_addr().port(),
-        ))
-        .unwrap();
+        let mut a = sender_to(&b);
         // 64-byte packets whose payload crosses many runs: 1,000 single-byte runs and the
         // rest, so the first packets take 66 iovecs each and a 64-packet train would need
         // more than 1,024.
@@ -2042,10 +1997,7 @@ mod tests {
         let mut bytes = burst.segment();
         a.send_batch(&mut bytes);
         let want = deliver_n(&mut b, n);
-        let (mut out, mut bursts) = (Vec::new(), Vec::new());
-        assert!(
-            gather::push_burst(Box::new(burst), &mut bursts, &mut out, &mut Vec::new()).is_ok()
-        );
+        let (mut out, bursts) = gathered(burst);
         let mut wires: Vec<Option<WireOf>> = out.iter().map(out_wire).collect();
         let first = train_len(&out, &wires);
         let iovs: usize = out.iter().take(first).map(iov_count).sum();
@@ -2074,11 +2026,7 @@ mod tests {
     #[test]
     fn only_packets_whose_icrc_the_link_matched_are_marked_checked() {
         let mut b = link(2);
-        let mut a = UdpLink::bind(SocketAddr::new(
-            Ipv4Addr::new(127, 0, 0, 1).into(),
-            b.local_addr().port(),
-        ))
-        .unwrap();
+        let mut a = sender_to(&b);
         let good = sized(1, 256, 0xc300);
         let mut bad = sized(2, 256, 0xc300);
         bad[60] ^= 0x01;
@@ -2109,11 +2057,7 @@ mod tests {
     fn every_nth_received_packet_is_dropped_when_asked() {
         let mut b = link(2);
         b.drop_incoming_every(3);
-        let mut a = UdpLink::bind(SocketAddr::new(
-            Ipv4Addr::new(127, 0, 0, 1).into(),
-            b.local_addr().port(),
-        ))
-        .unwrap();
+        let mut a = sender_to(&b);
         let mut batch: Vec<Vec<u8>> = (0..6).map(|i| sized(i, 512, 0xc200)).collect();
         a.send_batch(&mut batch);
         let got: Vec<u32> = (0..4)
@@ -2146,24 +2090,13 @@ mod tests {
         };
         let mut a = UdpLink::bind(SocketAddr::new("::1".parse().unwrap(), 0)).unwrap();
         let g = b.gid();
-        let spec = PacketSpec {
-            ip: IpSpec::from_gids(&g, &g).unwrap(),
-            ports: UdpPorts {
-                src: 0xc0de,
-                dst: ROCE_V2_UDP_DPORT,
-            },
-            bth: BthFields {
-                opcode: BthOpcode::RC_SEND_ONLY,
-                pkey: DEFAULT_PKEY,
-                dest_qp: 0x11,
-                psn: 1,
-                ..Default::default()
-            },
-            ext: ExtFields::default(),
-            payload: b"v6",
-        };
-        let mut buf = vec![0u8; spec.packet_len().unwrap()];
-        emit(&spec, &mut buf).unwrap();
+        let buf = built(
+            IpSpec::from_gids(&g, &g).unwrap(),
+            0xc0de,
+            BthOpcode::RC_SEND_ONLY,
+            1,
+            b"v6",
+        );
         // a's port differs from b's: send straight to b's socket from the 0xc0de socket.
         let payload = RocePacket::parse(&buf).unwrap().udp_payload().to_vec();
         a.tx_socket(0xc0de)
