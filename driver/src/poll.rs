@@ -24,6 +24,7 @@ use bypass_hw::wqe::WqeOpcode;
 use zerocopy::IntoBytes;
 
 use crate::barrier::{udma_from_device_barrier, udma_to_device_barrier};
+use crate::poll_guard::FastStep;
 pub use crate::qp_table::QpTable;
 use crate::wq::{RingPtr, WqShared};
 
@@ -736,12 +737,8 @@ impl CqPoller {
     ) -> Option<T> {
         let this: &CqPoller = self;
         let table: &QpTable = &this.table;
-        if !table.try_acquire() {
-            return None;
-        }
-        let ci = table.ci.load(Ordering::Relaxed);
-        match this.take_fast(table, ci) {
-            Ok((wr_id, p)) => {
+        match this.acquire_fast(table) {
+            FastStep::Taken { ci, wr_id, p } => {
                 // SAFETY: `take_fast` found the CQE at `p` (consumer index `ci`) software's and
                 // passed the read barrier; it stays so until `publish_ci_in` below; inside the
                 // ring (`cqe_ptr`), and `Cqe64` has alignment 1 and accepts any bytes.
@@ -750,11 +747,8 @@ impl CqPoller {
                 table.release();
                 Some(fast(wc, ci))
             }
-            Err(false) => {
-                table.release();
-                None
-            }
-            Err(true) => held(this, ci),
+            FastStep::Nothing => None,
+            FastStep::Slow { ci } => held(this, ci),
         }
     }
 

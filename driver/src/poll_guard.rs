@@ -5,7 +5,8 @@
 //! `wr_id` and status are known as soon as the entry is taken, everything else is read from
 //! the CQE when asked; `update_cons_index` runs in `end_poll`).
 //!
-//! Owns: [`CqPollGuard`] and [`CqPoller::start_poll`]. Must not: decode differently from
+//! Owns: [`CqPollGuard`], [`CqPoller::start_poll`], and the fast step every poll starts with
+//! (`CqPoller::acquire_fast`, `CqPoller::take_fast`). Must not: decode differently from
 //! [`crate::poll::WorkCompletion`] (every accessor goes through it, so a lazy read and
 //! `poll_one` cannot disagree), allocate, lock, make syscalls or format.
 
@@ -62,7 +63,48 @@ pub(crate) struct Taken {
 /// (solicited, CQE format) do not matter.
 const FAST_MASK: u8 = 0xf1;
 
+/// What the first step of a poll ([`CqPoller::acquire_fast`]) found.
+pub(crate) enum FastStep {
+    /// The fast step took the CQE at consumer index `ci` (its `wr_id`, its address `p`); the
+    /// consumer side is held.
+    Taken {
+        /// The consumer index of the CQE taken.
+        ci: u64,
+        /// The completed WQE's `wr_id`.
+        wr_id: u64,
+        /// The CQE, software's until the consumer index is published past it.
+        p: NonNull<Cqe64>,
+    },
+    /// Nothing to take, or another poll or a clean holds the consumer side: not held.
+    Nothing,
+    /// A software-owned CQE at consumer index `ci` that the fast step does not take (the
+    /// caller's cold path does); the consumer side is held.
+    Slow {
+        /// The consumer index of that CQE.
+        ci: u64,
+    },
+}
+
 impl CqPoller {
+    /// The first step every poll shares: take the consumer side (`table`, which is
+    /// `self.table`), then the fast step at the consumer index; the side is released again
+    /// when there is nothing to take.
+    #[inline(always)]
+    pub(crate) fn acquire_fast(&self, table: &QpTable) -> FastStep {
+        if !table.try_acquire() {
+            return FastStep::Nothing;
+        }
+        let ci = table.ci.load(Ordering::Relaxed);
+        match self.take_fast(table, ci) {
+            Ok((wr_id, p)) => FastStep::Taken { ci, wr_id, p },
+            Err(false) => {
+                table.release();
+                FastStep::Nothing
+            }
+            Err(true) => FastStep::Slow { ci },
+        }
+    }
+
     /// The fast step of a poll at consumer index `ci`: a software-owned successful requester
     /// CQE of the cached QP, retired (its `wr_id` returned with the CQE's address, the QP's SQ
     /// tail moved past it).
@@ -149,12 +191,8 @@ impl CqPoller {
         // Shared from here on; the `&mut` borrow keeps other polls out while the guard lives.
         let this: &CqPoller = self;
         let table: &QpTable = &this.table;
-        if !table.try_acquire() {
-            return None;
-        }
-        let ci = table.ci.load(Ordering::Relaxed);
-        match this.take_fast(table, ci) {
-            Ok((wr_id, _)) => {
+        match this.acquire_fast(table) {
+            FastStep::Taken { ci, wr_id, .. } => {
                 return Some(CqPollGuard {
                     poller: this,
                     table,
@@ -163,11 +201,8 @@ impl CqPoller {
                     opcode: CqeOpcode::REQ,
                 });
             }
-            Err(false) => {
-                table.release();
-                return None;
-            }
-            Err(true) => {}
+            FastStep::Nothing => return None,
+            FastStep::Slow { .. } => {}
         }
         let poller = this.start_poll_slow()?;
         let table: &QpTable = &poller.table;
