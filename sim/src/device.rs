@@ -165,6 +165,9 @@ pub struct Device {
     /// The destination runs of a received burst (`responder::burst`), reused; always empty
     /// between uses.
     pub(crate) runs_spare: Vec<crate::iommu::HostRun>,
+    /// QPs whose SQ flush waits for their bursts still in flight (`engine::flush_sq`): the
+    /// steps retry them (`engine::retry_deferred_flushes`) until none is left.
+    pub(crate) deferred_flushes: Vec<u32>,
     /// The last destination GID found to be one of ours (`Device::owns_gid`).
     own_gid: Option<[u8; 16]>,
     /// Wire lengths of the last packets sized on the fast path (`crate::frame::LenMemo`).
@@ -230,6 +233,7 @@ impl Device {
             len_memo: crate::frame::LenMemo::default(),
             own_gid: None,
             runs_spare: Vec::new(),
+            deferred_flushes: Vec::new(),
             headers_cache: None,
             now: 0,
             irq: None,
@@ -632,7 +636,10 @@ impl Device {
     /// return false having changed nothing.
     #[inline]
     pub(crate) fn has_pending(&self) -> bool {
-        !self.doorbells.is_empty() || !self.rx.is_empty() || self.scan_progressed
+        !self.doorbells.is_empty()
+            || !self.rx.is_empty()
+            || self.scan_progressed
+            || !self.deferred_flushes.is_empty()
     }
 
     fn step_inner(&mut self, force_scan: bool) -> bool {
@@ -653,7 +660,7 @@ impl Device {
                 Frame::Ack(a) => crate::transport::receive_ack(self, &a),
             }
         }
-        if force_scan || progress || self.scan_progressed {
+        if force_scan || progress || self.scan_progressed || !self.deferred_flushes.is_empty() {
             let scanned = crate::transport::scan(self);
             self.scan_progressed = scanned;
             progress |= scanned;
@@ -664,10 +671,18 @@ impl Device {
     /// Keeps the box of a burst it received for one it sends, its payload let go (no buffer
     /// is kept alive by a spare).
     fn recycle_burst(&mut self, mut b: Box<crate::frame::Burst>) {
+        // Read: its sender's flush may go ahead (`frame::BurstReads`).
+        b.hold = None;
         if self.burst_spare.len() < BURST_SPARES {
             b.src.release();
             self.burst_spare.push(b);
         }
+    }
+
+    /// True if an SQ flush waits for bursts of its QP still in flight (`engine::flush_sq`):
+    /// the device has work once they are read.
+    pub(crate) fn flush_waiting(&self) -> bool {
+        !self.deferred_flushes.is_empty()
     }
 
     /// The earliest device time at which a timer (retransmit, RNR retry) needs the device.

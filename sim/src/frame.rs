@@ -178,6 +178,60 @@ pub struct Burst {
     pub(crate) wire_len: u64,
     /// The payload.
     pub(crate) src: Payload,
+    /// For a host payload: the sending QP's count of bursts still reading its memory
+    /// ([`BurstReads`]), held until the burst is applied, segmented or dropped.
+    pub(crate) hold: Option<ReadHold>,
+}
+
+/// A QP's count of its by-reference bursts (payload [`Payload::Host`]) not yet read: each
+/// such burst holds a [`ReadHold`] from it until it is applied, segmented, gathered by the
+/// UDP link, or dropped.
+///
+/// Why: a burst's payload is read after the requester sent it (at delivery, rounds later on
+/// a link with latency, or when the UDP link gathers it). A flush CQE (WR_FLUSH_ERR) hands the
+/// WQE's buffer back to the application, which may then write it; while a burst of that QP
+/// still reads it, that write races the read, and the receiver could see bytes no transmit
+/// ever sent. So the SQ flush of a QP waits until none of its bursts is in flight
+/// (`engine::flush_sq`; the QP is in ERR meanwhile, and no new burst can start). Success CQEs
+/// need nothing: they wait for the ACK, which follows the read.
+///
+/// A clone starts a new count (a copied QP object has no bursts in flight).
+#[derive(Debug, Default)]
+pub(crate) struct BurstReads(Arc<()>);
+
+impl Clone for BurstReads {
+    fn clone(&self) -> Self {
+        Self::default()
+    }
+}
+
+impl BurstReads {
+    /// A hold for a burst about to carry this QP's memory by reference.
+    #[inline]
+    pub(crate) fn hold(&self) -> ReadHold {
+        ReadHold {
+            _count: Arc::clone(&self.0),
+        }
+    }
+
+    /// True if no burst holding this count is left: every read of this QP's memory by a burst
+    /// happened before this returns true (the acquire fence pairs with the release decrement
+    /// of the last hold's drop, which follows its burst's read, on any thread).
+    pub(crate) fn none_in_flight(&self) -> bool {
+        let none = Arc::strong_count(&self.0) == 1;
+        if none {
+            std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
+        }
+        none
+    }
+}
+
+/// One burst's share of its QP's [`BurstReads`]: dropping it (with the burst, or when the
+/// burst's payload is let go) says that the burst reads the memory no more.
+#[derive(Debug, Clone)]
+pub(crate) struct ReadHold {
+    /// Held only to be counted.
+    _count: Arc<()>,
 }
 
 /// Where a burst's payload is.
@@ -257,6 +311,7 @@ impl Burst {
             ack_req: 0,
             wire_len: 0,
             src: Payload::Inline(crate::inline::InlineData::default()),
+            hold: None,
         }
     }
 

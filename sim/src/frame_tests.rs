@@ -518,3 +518,124 @@ fn bursts_segmented_straight_into_their_buffers_are_exactly_the_packets_of_the_b
     assert_eq!(got.len(), 20 + 4 + 1 + 3 + 1);
     assert_eq!(got, expected);
 }
+
+/// The WR_FLUSH_ERR CQEs in `cqes`, as their WQE counters (panics on any other CQE).
+fn flushed_wqes(cqes: &[[u8; 64]]) -> Vec<u16> {
+    use bypass_hw::View;
+    use bypass_hw::cqe::ErrCqe;
+    use bypass_hw::syndrome::CqeSyndrome;
+    cqes.iter()
+        .map(|c| {
+            let e = ErrCqe::view(c).expect("an error CQE");
+            assert_eq!(e.syndrome(), CqeSyndrome::WR_FLUSH_ERR);
+            e.wqe_counter()
+        })
+        .collect()
+}
+
+/// Every CQE waiting in a's CQ.
+fn a_cqes(c: &mut Conn) -> Vec<[u8; 64]> {
+    let rc = &mut c.rc;
+    std::iter::from_fn(|| rc.p.a.poll(&mut rc.a_cq)).collect()
+}
+
+#[test]
+fn a_flush_waits_until_no_burst_of_the_qp_still_reads_its_memory() {
+    // Two WRITEs from a's memory go out as bursts and are held on the wire; the QP is moved
+    // to ERR (what QP_2ERR does, `firmware::qp::modify`). A flush CQE hands the buffer back to
+    // the application, which may write it at once: none may appear while a burst still reads
+    // it. One burst is applied, the other lost; then the flush comes, in SQ order, with the
+    // WRITE posted in ERR meanwhile behind them.
+    let mut c = connect(1024);
+    c.p.a.dev.set_fast_tx(true);
+    post(&mut c, &[w(3000, 0, 0), w(500, 4000, 8000)]);
+    c.p.a.dev.step();
+    let frames: Vec<_> = std::iter::from_fn(|| c.p.a.dev.take_frame()).collect();
+    assert!(
+        frames.len() == 2
+            && frames.iter().all(|f| matches!(
+                f,
+                crate::frame::Frame::Burst(b) if b.host_runs().is_some()
+            )),
+        "two bursts by reference: {frames:?}"
+    );
+    let qpn = c.a_qp.qpn;
+    c.p.a.dev.set_qp_state(qpn, QpState::Err);
+    post(&mut c, &[w(8, 0, 9000)]);
+    for _ in 0..3 {
+        c.p.a.dev.step();
+    }
+    assert!(
+        a_cqes(&mut c).is_empty(),
+        "no flush CQE while the bursts read a's memory"
+    );
+    assert_eq!(
+        c.p.a.dev.next_deadline(),
+        None,
+        "nothing due until they are read"
+    );
+
+    let mut frames = frames.into_iter();
+    c.p.b
+        .dev
+        .receive_frame(frames.next().expect("the first burst"));
+    c.p.b.dev.step();
+    assert_eq!(c.p.b.read(c.b_mr.off, 3000), source()[..3000], "applied");
+    c.p.a.dev.step();
+    assert!(a_cqes(&mut c).is_empty(), "the second burst still reads");
+
+    drop(frames);
+    let now = c.p.a.dev.now;
+    assert_eq!(c.p.a.dev.next_deadline(), Some(now), "due at once");
+    assert!(c.p.a.dev.step(), "the flush is work done");
+    assert_eq!(flushed_wqes(&a_cqes(&mut c)), [0, 1, 2]);
+    let qp = c.p.a.dev.objs.qps.get(qpn).expect("qp a");
+    assert_eq!(qp.counters.req_cqe_flush_error, 3);
+    assert!(qp.flush_wait.is_none() && c.p.a.dev.deferred_flushes.is_empty());
+}
+
+#[test]
+fn a_flush_behind_a_burst_on_a_link_with_latency_comes_once_the_burst_is_applied() {
+    use crate::device::Device;
+    use crate::profile::Profile;
+    use crate::world::{LinkConfig, World};
+    let mut c = connect(1024);
+    post(&mut c, &[w(3000, 0, 0)]);
+    let spare = || Device::new(Profile::with_id(9));
+    let a = std::mem::replace(&mut c.p.a.dev, spare());
+    let b = std::mem::replace(&mut c.p.b.dev, spare());
+    let mut world = World::with_devices(5, vec![a, b]);
+    world.set_link(LinkConfig {
+        latency_ns: 10_000,
+        jitter_ns: 0,
+    });
+    world.set_fast_path(true);
+    world.run_until_idle().unwrap();
+    assert_eq!(world.in_flight(), 3, "the WRITE's burst is on the link");
+    let qpn = c.a_qp.qpn;
+    world.device(0).set_qp_state(qpn, QpState::Err);
+    world.run_until_idle().unwrap();
+    assert_eq!(
+        world.device(0).counters.req_cqe_flush_error,
+        0,
+        "no flush while the burst is in flight"
+    );
+    world.advance(9_999).unwrap();
+    assert_eq!(
+        world.device(0).counters.req_cqe_flush_error,
+        0,
+        "none until the burst arrives"
+    );
+    world.advance(1).unwrap();
+    assert_eq!(
+        world.device(0).counters.req_cqe_flush_error,
+        1,
+        "the flush follows the burst's arrival at once"
+    );
+    assert!(world.settle(1_000_000_000).unwrap(), "the world went quiet");
+    let mut devices = world.into_devices().into_iter();
+    c.p.a.dev = devices.next().unwrap();
+    c.p.b.dev = devices.next().unwrap();
+    assert_eq!(flushed_wqes(&a_cqes(&mut c)), [0]);
+    assert_eq!(c.p.b.read(c.b_mr.off, 3000), source()[..3000]);
+}

@@ -51,7 +51,9 @@ pub(crate) fn send_doorbell(dev: &mut Device, uar: u32, ctrl: [u8; 8], bf: Optio
             fetch(dev, qpn, bf);
             crate::transport::requester::pump(dev, qpn);
         }
-        QpState::Err | QpState::Sqer => flush_posted(dev, qpn),
+        // While an SQ flush waits for bursts in flight, the WQEs posted since are flushed
+        // after it (CQEs in SQ order): the waiting flush ends with `flush_posted`.
+        QpState::Err | QpState::Sqer if qp.flush_wait.is_none() => flush_posted(dev, qpn),
         _ => {}
     }
 }
@@ -234,16 +236,71 @@ fn read_wqe(
 /// `sq.tail = wqe_head[idx] + 1`, `cq.c` `mlx5_parse_cqe`, so one CQE per WQE retires each
 /// in turn). The kernel's drain (`mlx5_ib` `mlx5_ib_drain_sq`) relies on the flush of its
 /// own signaled marker WQE.
+///
+/// The requester forgets the WQEs at once; their CQEs wait while a burst of this QP still
+/// reads its memory (`crate::frame::BurstReads`: a flush CQE hands the buffer back to the
+/// application, which may write it, and a real NIC never sends bytes written after the
+/// completion). [`retry_deferred_flushes`] writes them once those bursts are applied,
+/// segmented or dropped, a bounded number of steps later.
 pub(crate) fn flush_sq(dev: &mut Device, qpn: u32) {
     let Some(qp) = dev.objs.qps.get_mut(qpn) else {
         return;
     };
-    let wqes = std::mem::take(&mut qp.req.wqes);
+    let mut wqes = std::mem::take(&mut qp.req.wqes);
     qp.req.reset_after_flush();
+    if let Some(waiting) = qp.flush_wait.as_mut() {
+        // Already waiting (ERR entered again): these complete after those.
+        waiting.append(&mut wqes);
+        return;
+    }
+    if !qp.reads.none_in_flight() {
+        qp.flush_wait = Some(wqes);
+        dev.deferred_flushes.push(qpn);
+        return;
+    }
+    post_flushed(dev, qpn, wqes);
+}
+
+/// Writes the WR_FLUSH_ERR CQEs of `wqes`, then of the WQEs posted after them.
+fn post_flushed(dev: &mut Device, qpn: u32, wqes: std::collections::VecDeque<wqe::SendWqe>) {
     for w in wqes {
         cqe::post_err(dev, qpn, w.index, w.opcode, CqeSyndrome::WR_FLUSH_ERR);
     }
     flush_posted(dev, qpn);
+}
+
+/// Writes the SQ flushes [`flush_sq`] deferred whose QPs have no burst in flight any more.
+/// Returns true if it wrote any. A QP destroyed or reset meanwhile has nothing left to flush.
+pub(crate) fn retry_deferred_flushes(dev: &mut Device) -> bool {
+    let mut any = false;
+    let mut i = 0;
+    while let Some(&qpn) = dev.deferred_flushes.get(i) {
+        let ready = match dev.objs.qps.get_mut(qpn) {
+            Some(qp) if qp.flush_wait.is_some() && !qp.reads.none_in_flight() => {
+                i += 1;
+                continue;
+            }
+            Some(qp) => qp.flush_wait.take(),
+            None => None,
+        };
+        dev.deferred_flushes.swap_remove(i);
+        if let Some(wqes) = ready {
+            post_flushed(dev, qpn, wqes);
+            any = true;
+        }
+    }
+    any
+}
+
+/// True if a deferred SQ flush can be written now (its QP's bursts are all read): the
+/// device is due at once (`Device::next_deadline`), though no timer is.
+pub(crate) fn deferred_flush_ready(dev: &Device) -> bool {
+    dev.deferred_flushes.iter().any(|&qpn| {
+        dev.objs
+            .qps
+            .get(qpn)
+            .is_some_and(|qp| qp.flush_wait.is_some() && qp.reads.none_in_flight())
+    })
 }
 
 /// How many WQEBBs the device may take from the SQ, from counter `ci` toward the doorbell

@@ -1388,6 +1388,8 @@ impl UdpWire {
         // The socket is read with the world unlocked; the packets wait in the link's
         // buffers and are handed to the devices in place below.
         let mut busy = by != Pumper::Doorbell && link.fill_rx(RX_BATCH) > 0;
+        // A device's SQ flush waits for bursts this round sends (`engine::flush_sq`).
+        let mut flush_waits = false;
         if by == Pumper::App && !busy && !*held && t < self.next_timer.load(Ordering::Relaxed) {
             return false;
         }
@@ -1449,6 +1451,7 @@ impl UdpWire {
                 if let Some(t) = dev.next_deadline() {
                     next_timer = next_timer.min(t);
                 }
+                flush_waits |= dev.flush_waiting();
                 while let Some(frame) = dev.take_frame() {
                     match frame {
                         Frame::Wire(p) | Frame::WireChecked(p) => {
@@ -1498,6 +1501,11 @@ impl UdpWire {
         link.send_all(outbound, bursts);
         // The host memory is no longer referenced: let the bursts (and their buffers) go.
         bursts.clear();
+        if flush_waits {
+            // Their flushes may go ahead now: the next round steps the devices at once
+            // (`next_timer` was read before the bursts went).
+            self.next_timer.store(0, Ordering::Relaxed);
+        }
         // The sent packets' buffers build the next round's (no allocation per packet).
         for p in outbound.drain(..) {
             if spare.len() >= SPARE_BUFFERS {

@@ -283,6 +283,8 @@ pub(crate) fn send(
 /// nothing to do and should cost only the pass.
 #[inline]
 pub(crate) fn scan(dev: &mut Device) -> bool {
+    // SQ flushes that waited for bursts in flight (`engine::flush_sq`), before anything else.
+    let flushed = !dev.deferred_flushes.is_empty() && crate::engine::retry_deferred_flushes(dev);
     let now = dev.now;
     let (mut timers, mut resumable, mut in_err) = (false, false, false);
     for (_, qp) in dev.objs.qps.iter() {
@@ -291,9 +293,9 @@ pub(crate) fn scan(dev: &mut Device) -> bool {
         in_err |= qp.state == QpState::Err;
     }
     if !(timers || resumable || in_err) {
-        return false;
+        return flushed;
     }
-    scan_work(dev, timers, resumable, in_err)
+    scan_work(dev, timers, resumable, in_err) | flushed
 }
 
 /// The work [`scan`] found may be due: timers, held-back sending, receives to flush.
@@ -312,7 +314,12 @@ fn scan_work(dev: &mut Device, timers: bool, resumable: bool, in_err: bool) -> b
     any
 }
 
-/// The earliest pending timer.
+/// The earliest pending timer; now, if a deferred SQ flush can be written
+/// (`engine::deferred_flush_ready`).
 pub(crate) fn next_deadline(dev: &Device) -> Option<u64> {
-    requester::next_deadline(dev)
+    let timer = requester::next_deadline(dev);
+    if !dev.deferred_flushes.is_empty() && crate::engine::deferred_flush_ready(dev) {
+        return Some(timer.map_or(dev.now, |t| t.min(dev.now)));
+    }
+    timer
 }

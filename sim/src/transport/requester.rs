@@ -717,6 +717,12 @@ fn send_burst(dev: &mut Device, c: &Ctx, req: &mut ReqState, w: &BurstMsg<'_>) -
             Payload::Host(runs)
         }
     };
+    // A payload by reference holds its QP's count of bursts in flight (`frame::BurstReads`),
+    // so that a flush of the QP waits for its read; an inline one needs none.
+    burst.hold = match burst.src {
+        Payload::Host(_) => dev.objs.qps.get(c.qpn).map(|qp| qp.reads.hold()),
+        Payload::Inline(_) => None,
+    };
     burst.ip = ip;
     burst.ports = ports;
     burst.dest_qp = c.remote_qpn;

@@ -150,6 +150,8 @@ pub(super) fn create_qp(dev: &mut Device, input: &[u8], output: &mut [u8]) -> Cm
         sq_ci: 0,
         rq_ci: 0,
         req: ReqState::default(),
+        reads: crate::frame::BurstReads::default(),
+        flush_wait: None,
         resp: RespState::default(),
         qpc: raw,
         counters: Default::default(),

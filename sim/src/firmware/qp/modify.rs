@@ -168,6 +168,8 @@ fn to_reset(dev: &mut Device, qpn: u32) {
     qp.sq_ci = 0;
     qp.rq_ci = 0;
     qp.req = ReqState::default();
+    // A flush still waiting for bursts in flight is forgotten with the rest.
+    qp.flush_wait = None;
     qp.resp = RespState::default();
     qp.attrs = QpAttrs::default();
     qp.headers = None;
