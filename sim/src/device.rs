@@ -165,8 +165,9 @@ pub struct Device {
     /// The destination runs of a received burst (`responder::burst`), reused; always empty
     /// between uses.
     pub(crate) runs_spare: Vec<crate::iommu::HostRun>,
-    /// QPs whose SQ flush waits for their bursts still in flight (`engine::flush_sq`): the
-    /// steps retry them (`engine::retry_deferred_flushes`) until none is left.
+    /// QPs whose error CQEs and SQ flush wait for their bursts still in flight
+    /// (`engine::post_err_when_read`): the steps retry them
+    /// (`engine::retry_deferred_flushes`) until none is left.
     pub(crate) deferred_flushes: Vec<u32>,
     /// The last destination GID found to be one of ours (`Device::owns_gid`).
     own_gid: Option<[u8; 16]>,
@@ -679,8 +680,8 @@ impl Device {
         }
     }
 
-    /// True if an SQ flush waits for bursts of its QP still in flight (`engine::flush_sq`):
-    /// the device has work once they are read.
+    /// True if a QP's error CQEs wait for its bursts still in flight
+    /// (`engine::post_err_when_read`): the device has work once they are read.
     pub(crate) fn flush_waiting(&self) -> bool {
         !self.deferred_flushes.is_empty()
     }

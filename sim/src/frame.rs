@@ -188,12 +188,13 @@ pub struct Burst {
 /// UDP link, or dropped.
 ///
 /// Why: a burst's payload is read after the requester sent it (at delivery, rounds later on
-/// a link with latency, or when the UDP link gathers it). A flush CQE (WR_FLUSH_ERR) hands the
-/// WQE's buffer back to the application, which may then write it; while a burst of that QP
-/// still reads it, that write races the read, and the receiver could see bytes no transmit
-/// ever sent. So the SQ flush of a QP waits until none of its bursts is in flight
-/// (`engine::flush_sq`; the QP is in ERR meanwhile, and no new burst can start). Success CQEs
-/// need nothing: they wait for the ACK, which follows the read.
+/// a link with latency, or when the UDP link gathers it). An error CQE (a flush, WR_FLUSH_ERR,
+/// above all) hands the WQE's buffer back to the application, which may then write it; while
+/// a burst of that QP still reads it, that write races the read, and the receiver could see
+/// bytes no transmit ever sent. So a QP's error CQEs and SQ flush wait until none of its
+/// bursts is in flight (`engine::post_err_when_read`; the QP is in ERR meanwhile, and no new
+/// burst can start). Success CQEs need nothing: they wait for the ACK, which follows the
+/// read.
 ///
 /// A clone starts a new count (a copied QP object has no bursts in flight).
 #[derive(Debug, Default)]

@@ -639,3 +639,48 @@ fn a_flush_behind_a_burst_on_a_link_with_latency_comes_once_the_burst_is_applied
     assert_eq!(flushed_wqes(&a_cqes(&mut c)), [0]);
     assert_eq!(c.p.b.read(c.b_mr.off, 3000), source()[..3000]);
 }
+
+#[test]
+fn an_error_completion_waits_with_the_flush_while_a_burst_of_the_qp_still_reads() {
+    // The first WRITE is refused (NAK remote access) while the second's burst is still held on
+    // the wire: the error CQE and the flush behind it wait for that burst, then come in order.
+    use bypass_hw::View;
+    use bypass_hw::cqe::ErrCqe;
+    use bypass_hw::syndrome::CqeSyndrome;
+    let mut c = connect(1024);
+    c.p.a.dev.set_fast_tx(true);
+    c.p.b.dev.set_fast_tx(true);
+    let refused = W {
+        read_only_target: true,
+        ..w(2000, 0, 0)
+    };
+    post(&mut c, &[refused, w(500, 4000, 8000)]);
+    c.p.a.dev.step();
+    let frames: Vec<_> = std::iter::from_fn(|| c.p.a.dev.take_frame()).collect();
+    let mut frames = frames.into_iter();
+    c.p.b
+        .dev
+        .receive_frame(frames.next().expect("the refused WRITE's burst"));
+    let held = frames.next().expect("the second WRITE's burst");
+    c.p.b.dev.step();
+    while let Some(nak) = c.p.b.dev.take_frame() {
+        c.p.a.dev.receive_frame(nak);
+    }
+    c.p.a.dev.step();
+    let qpn = c.a_qp.qpn;
+    assert_eq!(c.p.a.dev.objs.qps.get(qpn).unwrap().state, QpState::Err);
+    assert!(
+        a_cqes(&mut c).is_empty(),
+        "nothing while the second burst reads"
+    );
+    drop(held);
+    c.p.a.dev.step();
+    let cqes = a_cqes(&mut c);
+    assert_eq!(cqes.len(), 2, "the error, then the flush");
+    let err = ErrCqe::view(&cqes[0]).unwrap();
+    assert_eq!(
+        (err.syndrome(), err.wqe_counter()),
+        (CqeSyndrome::REMOTE_ACCESS_ERR, 0)
+    );
+    assert_eq!(flushed_wqes(&cqes[1..]), [1]);
+}

@@ -193,9 +193,9 @@ pub struct Qp {
     pub req: ReqState,
     /// Its bursts still reading its memory (`crate::frame::BurstReads`).
     pub(crate) reads: crate::frame::BurstReads,
-    /// An SQ flush waiting for those bursts (`engine::flush_sq`): the WQEs whose
-    /// WR_FLUSH_ERR CQEs are not written yet, in SQ order. `None`: no flush waits.
-    pub(crate) flush_wait: Option<std::collections::VecDeque<crate::engine::wqe::SendWqe>>,
+    /// Error CQEs (an error completion, then the SQ flush) waiting for those bursts
+    /// (`engine::post_err_when_read`), in SQ order. `None`: nothing waits.
+    pub(crate) flush_wait: Option<std::collections::VecDeque<crate::engine::cqe::PendingErr>>,
     /// Responder (receive side) transport state.
     pub resp: RespState,
     /// The raw `qpc` as last created/modified (QUERY_QP returns it with live fields).

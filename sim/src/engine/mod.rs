@@ -238,39 +238,66 @@ fn read_wqe(
 /// own signaled marker WQE.
 ///
 /// The requester forgets the WQEs at once; their CQEs wait while a burst of this QP still
-/// reads its memory (`crate::frame::BurstReads`: a flush CQE hands the buffer back to the
-/// application, which may write it, and a real NIC never sends bytes written after the
-/// completion). [`retry_deferred_flushes`] writes them once those bursts are applied,
-/// segmented or dropped, a bounded number of steps later.
+/// reads its memory ([`post_err_when_read`]).
 pub(crate) fn flush_sq(dev: &mut Device, qpn: u32) {
     let Some(qp) = dev.objs.qps.get_mut(qpn) else {
         return;
     };
-    let mut wqes = std::mem::take(&mut qp.req.wqes);
+    let wqes = std::mem::take(&mut qp.req.wqes);
     qp.req.reset_after_flush();
-    if let Some(waiting) = qp.flush_wait.as_mut() {
-        // Already waiting (ERR entered again): these complete after those.
-        waiting.append(&mut wqes);
+    if qp.flush_wait.is_none() && qp.reads.none_in_flight() {
+        for w in wqes {
+            cqe::post_err(dev, qpn, w.index, w.opcode, CqeSyndrome::WR_FLUSH_ERR);
+        }
+        flush_posted(dev, qpn);
         return;
     }
-    if !qp.reads.none_in_flight() {
-        qp.flush_wait = Some(wqes);
+    let flushes = wqes.iter().map(|w| cqe::PendingErr {
+        index: w.index,
+        opcode: w.opcode,
+        syndrome: CqeSyndrome::WR_FLUSH_ERR,
+    });
+    wait_for_reads(dev, qpn, flushes);
+}
+
+/// Writes requester error CQE `e` of QP `qpn` now, unless a burst of the QP still reads its
+/// memory (`crate::frame::BurstReads`) or earlier error CQEs of the QP wait: then it waits
+/// behind them, and [`retry_deferred_flushes`] writes them all, then flushes the WQEs posted
+/// since, once those bursts are applied, segmented or dropped (a bounded number of steps
+/// later; the QP is in ERR meanwhile, so no new burst starts).
+///
+/// Why: an error CQE (a flush above all) hands the WQE's buffers back to the application,
+/// which may write them at once; a burst still reading them would race that write, and
+/// carry bytes no transmit sent (a NIC reads the buffer when it transmits, before any
+/// completion). Success CQEs need nothing: they wait for the ACK, which follows the read.
+pub(crate) fn post_err_when_read(dev: &mut Device, qpn: u32, e: cqe::PendingErr) {
+    let Some(qp) = dev.objs.qps.get(qpn) else {
+        return;
+    };
+    if qp.flush_wait.is_none() && qp.reads.none_in_flight() {
+        cqe::post_err(dev, qpn, e.index, e.opcode, e.syndrome);
+        return;
+    }
+    wait_for_reads(dev, qpn, std::iter::once(e));
+}
+
+/// Queues `errs` behind QP `qpn`'s waiting error CQEs (the first makes the device retry it).
+fn wait_for_reads(dev: &mut Device, qpn: u32, errs: impl Iterator<Item = cqe::PendingErr>) {
+    let Some(qp) = dev.objs.qps.get_mut(qpn) else {
+        return;
+    };
+    let first = qp.flush_wait.is_none();
+    qp.flush_wait
+        .get_or_insert_with(Default::default)
+        .extend(errs);
+    if first {
         dev.deferred_flushes.push(qpn);
-        return;
     }
-    post_flushed(dev, qpn, wqes);
 }
 
-/// Writes the WR_FLUSH_ERR CQEs of `wqes`, then of the WQEs posted after them.
-fn post_flushed(dev: &mut Device, qpn: u32, wqes: std::collections::VecDeque<wqe::SendWqe>) {
-    for w in wqes {
-        cqe::post_err(dev, qpn, w.index, w.opcode, CqeSyndrome::WR_FLUSH_ERR);
-    }
-    flush_posted(dev, qpn);
-}
-
-/// Writes the SQ flushes [`flush_sq`] deferred whose QPs have no burst in flight any more.
-/// Returns true if it wrote any. A QP destroyed or reset meanwhile has nothing left to flush.
+/// Writes the error CQEs [`post_err_when_read`] held back, then flushes the WQEs posted
+/// since, for the QPs that have no burst in flight any more. Returns true if it wrote any. A
+/// QP destroyed or reset meanwhile has nothing left to complete.
 pub(crate) fn retry_deferred_flushes(dev: &mut Device) -> bool {
     let mut any = false;
     let mut i = 0;
@@ -284,8 +311,11 @@ pub(crate) fn retry_deferred_flushes(dev: &mut Device) -> bool {
             None => None,
         };
         dev.deferred_flushes.swap_remove(i);
-        if let Some(wqes) = ready {
-            post_flushed(dev, qpn, wqes);
+        if let Some(errs) = ready {
+            for e in errs {
+                cqe::post_err(dev, qpn, e.index, e.opcode, e.syndrome);
+            }
+            flush_posted(dev, qpn);
             any = true;
         }
     }

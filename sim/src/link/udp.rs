@@ -1388,7 +1388,7 @@ impl UdpWire {
         // The socket is read with the world unlocked; the packets wait in the link's
         // buffers and are handed to the devices in place below.
         let mut busy = by != Pumper::Doorbell && link.fill_rx(RX_BATCH) > 0;
-        // A device's SQ flush waits for bursts this round sends (`engine::flush_sq`).
+        // A device's SQ flush waits for bursts this round sends (`engine::post_err_when_read`).
         let mut flush_waits = false;
         if by == Pumper::App && !busy && !*held && t < self.next_timer.load(Ordering::Relaxed) {
             return false;

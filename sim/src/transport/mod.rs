@@ -283,7 +283,8 @@ pub(crate) fn send(
 /// nothing to do and should cost only the pass.
 #[inline]
 pub(crate) fn scan(dev: &mut Device) -> bool {
-    // SQ flushes that waited for bursts in flight (`engine::flush_sq`), before anything else.
+    // Error CQEs and SQ flushes that waited for bursts in flight
+    // (`engine::post_err_when_read`), before anything else.
     let flushed = !dev.deferred_flushes.is_empty() && crate::engine::retry_deferred_flushes(dev);
     let now = dev.now;
     let (mut timers, mut resumable, mut in_err) = (false, false, false);

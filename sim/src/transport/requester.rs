@@ -283,7 +283,14 @@ fn complete_head(dev: &mut Device, c: &Ctx, req: &mut ReqState) -> bool {
             let (index, opcode) = (w.index, w.opcode);
             req.wqes.pop_front();
             req.cur = req.cur.saturating_sub(1);
-            cqe::post_err(dev, c.qpn, index, opcode, synd);
+            // Held back while a burst of the QP still reads its memory (the WQE's own, after
+            // a retry timeout on a slow link, or a later one's): `engine::post_err_when_read`.
+            let e = cqe::PendingErr {
+                index,
+                opcode,
+                syndrome: synd,
+            };
+            crate::engine::post_err_when_read(dev, c.qpn, e);
             return true;
         }
         if !w.done {
