@@ -59,19 +59,9 @@ pub(crate) fn compute_parts(ip_udp: &[u8], roce: &[u8]) -> Result<u32> {
             got: roce.len(),
         });
     }
-    let mut hdrs = [0u8; MAX_HDRS];
-    let hdrs = &mut hdrs[..ip_udp.len()];
-    hdrs.copy_from_slice(ip_udp);
-    mask_ip_udp(hdrs);
-    let mut bth = [0u8; BTH_LEN];
-    bth.copy_from_slice(&roce[..BTH_LEN]);
-    bth[4] = 0xff; // FECN, BECN, resv6a (rxe: bth->qpn |= ~BTH_QPN_MASK)
-    let mut h = crc32fast::Hasher::new();
-    h.update(&[0xff; 8]);
-    h.update(hdrs);
-    h.update(&bth);
+    let mut h = IcrcHasher::new(ip_udp, &roce[..BTH_LEN])?;
     h.update(&roce[BTH_LEN..roce.len() - ICRC_LEN]);
-    Ok(h.finalize())
+    Ok(h.finish())
 }
 
 /// The ICRC of one packet fed in pieces: the IP + UDP headers and the BTH (masked as
@@ -87,11 +77,6 @@ impl IcrcHasher {
     /// [`IpSpec::write_ip_udp`] writes them) and the BTH `bth`. Errors if either has the wrong
     /// length.
     pub fn new(ip_udp: &[u8], bth: &[u8]) -> Result<Self> {
-        let mut hdrs = [0u8; MAX_HDRS];
-        let hdrs = hdrs.get_mut(..ip_udp.len()).ok_or(Error::Malformed {
-            what: "roce ip+udp header",
-            reason: "longer than an IPv6 + UDP header",
-        })?;
         if ip_udp.len() < UDP_HDR_LEN + 20 {
             return Err(Error::Truncated {
                 what: "IP + UDP headers",
@@ -99,18 +84,21 @@ impl IcrcHasher {
                 got: ip_udp.len(),
             });
         }
-        hdrs.copy_from_slice(ip_udp);
-        mask_ip_udp(hdrs);
-        let mut b = [0u8; BTH_LEN];
-        if bth.len() != BTH_LEN {
+        let mut hdrs = [0u8; MAX_HDRS];
+        let hdrs = hdrs.get_mut(..ip_udp.len()).ok_or(Error::Malformed {
+            what: "roce ip+udp header",
+            reason: "longer than an IPv6 + UDP header",
+        })?;
+        let Ok(mut b) = <[u8; BTH_LEN]>::try_from(bth) else {
             return Err(Error::Truncated {
                 what: "BTH",
                 need: BTH_LEN,
                 got: bth.len(),
             });
-        }
-        b.copy_from_slice(bth);
-        b[4] = 0xff; // as in `compute_parts`
+        };
+        hdrs.copy_from_slice(ip_udp);
+        mask_ip_udp(hdrs);
+        b[4] = 0xff; // FECN, BECN, resv6a (rxe: bth->qpn |= ~BTH_QPN_MASK)
         let mut h = crc32fast::Hasher::new();
         h.update(&[0xff; 8]);
         h.update(hdrs);
