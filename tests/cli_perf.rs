@@ -106,8 +106,20 @@ fn compare_reports_medians_ratios_and_verdicts() {
         "64K",
         "-Q",
         "1",
+        "--rounds",
+        "2",
     ]);
     assert_eq!(code, 0, "stdout:\n{out}\nstderr:\n{err}");
+    // One ratio per round, for each comparison.
+    for what in ["per round: sim / memcpy", "per round: sim / TCP"] {
+        let line = out.lines().find(|l| l.contains(what));
+        let ratios = line.map_or(0, |l| {
+            l.split_whitespace()
+                .filter(|w| w.parse::<f64>().is_ok())
+                .count()
+        });
+        assert_eq!(ratios, 2, "{what} in\n{out}");
+    }
     for what in [
         "memcpy 65536 B",
         "sim RDMA WRITE 65536 B",
