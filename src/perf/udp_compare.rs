@@ -287,6 +287,9 @@ fn reap(end: &mut End, outstanding: &mut u32) -> Result<(), PerfError> {
 /// WRITE too large to inline reads one shared source buffer, as `perf write-bw` and perftest
 /// `ib_write_bw` post them (and as the TCP baseline writes one buffer): a lease per WRITE
 /// would stream `depth` MiB of cold source memory through the cache instead.
+// Not inlined: callgrind's `--toggle-collect='*write_bw_rate*'` counts the sending thread's
+// instructions per MiB by this symbol.
+#[inline(never)]
 fn write_bw_rate(p: &mut UdpPair, size: u64, iters: usize, depth: u32) -> Result<f64, PerfError> {
     let w = p.write_spec(true, size)?;
     let src = if w.size > w.max_inline {
