@@ -155,6 +155,9 @@ pub struct Device {
     pub(crate) tx: VecDeque<Frame>,
     /// The link takes bursts (`crate::frame`): in-process, and nothing needs the bytes.
     pub(crate) fast_tx: bool,
+    /// How the link groups the packets it sends (`Device::set_tx_trains`); `None`: no
+    /// grouping to align bursts to.
+    pub(crate) tx_trains: Option<crate::frame::TxTrains>,
     /// The last timer/resume scan did something (so the next step scans again).
     scan_progressed: bool,
     /// Boxes of bursts this device received, for the bursts it sends (`recycle_burst`): a
@@ -229,6 +232,7 @@ impl Device {
             rx: VecDeque::new(),
             tx: VecDeque::new(),
             fast_tx: false,
+            tx_trains: None,
             scan_progressed: false,
             burst_spare: Vec::new(),
             len_memo: crate::frame::LenMemo::default(),
@@ -757,6 +761,14 @@ impl Device {
     /// outside a [`crate::World`] sends only wire packets.
     pub fn set_fast_tx(&mut self, on: bool) {
         self.fast_tx = on;
+    }
+
+    /// Says how the link this device sends on groups packets into one send (`None`, the
+    /// default: it does not). The requester then ends a WRITE burst that its window cuts
+    /// short where such a send ends, when an ACK is sure to come for what is in flight (see
+    /// `transport::requester`); what is sent, and in which order, does not change.
+    pub fn set_tx_trains(&mut self, trains: Option<crate::frame::TxTrains>) {
+        self.tx_trains = trains;
     }
 
     /// Packets queued for the wire and not yet taken.

@@ -19,8 +19,8 @@ use std::sync::Arc;
 
 use bypass_hw::roce::opcode::{pad_len, psn_add};
 use bypass_hw::roce::{
-    Aeth, Bth, BthFields, BthOpcode, DEFAULT_PKEY, ExtFields, ICRC_LEN, IpSpec, PacketSpec, Reth,
-    RocePacket, UdpPorts, emit,
+    Aeth, BTH_LEN, Bth, BthFields, BthOpcode, DEFAULT_PKEY, ExtFields, ICRC_LEN, IpSpec,
+    PacketSpec, Reth, RocePacket, UdpPorts, emit,
 };
 
 use crate::iommu::HostRun;
@@ -32,6 +32,28 @@ const MAX_MTU: usize = 4096;
 
 /// Zeroes standing in for a payload when only a packet's length is wanted.
 static ZEROS: [u8; MAX_MTU] = [0; MAX_MTU];
+
+/// How the link a device sends on groups packets into one send (the UDP link's segmented
+/// sends: at most `max_segments` packets of equal UDP payload, the last may be shorter, and
+/// `max_bytes` of UDP payload in all). A requester told this ends a WRITE burst that the
+/// window cuts short where a full send ends (`transport::requester`), so that the link's
+/// sends are full; the packets and their bytes do not change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TxTrains {
+    /// The most packets in one send.
+    pub max_segments: u32,
+    /// The most UDP payload bytes in one send.
+    pub max_bytes: u32,
+}
+
+impl TxTrains {
+    /// Packets of one send for WRITE packets of `mtu` payload bytes (BTH, payload and ICRC:
+    /// the middle packets of a message), at least 1.
+    pub fn packets(&self, mtu: u32) -> u32 {
+        let udp = mtu.saturating_add((BTH_LEN + ICRC_LEN) as u32).max(1);
+        (self.max_bytes / udp).min(self.max_segments).max(1)
+    }
+}
 
 /// A packet or a run of packets on its way between two devices.
 #[derive(Debug)]

@@ -83,9 +83,10 @@ use nix::sys::socket::{
     recvmsg, setsockopt, socket, sockopt,
 };
 
-use crate::frame::{Burst, Frame};
+use crate::frame::{Burst, Frame, TxTrains};
 use crate::link::gather::{self, GatherPkt, IOV_MAX, IovList, Out};
 use crate::link::ipv4_id::Ipv4IdSolver;
+use crate::link::train_ids::{TRAIN_IDS, TrainDeltas};
 use crate::pcap::PcapWriter;
 use crate::profile::Profile;
 use crate::world::World;
@@ -126,6 +127,9 @@ const GSO_MAX_BYTES: usize = 65_000;
 
 /// The most segments in one segmented send (Linux `UDP_MAX_SEGMENTS`, 64 before 6.9).
 const GSO_MAX_SEGS: usize = 64;
+
+// Every segment's ID of a segmented send is in the re-stamping table.
+const _: () = assert!(GSO_MAX_SEGS <= TRAIN_IDS);
 
 /// A packet the link received, as the device takes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -256,6 +260,8 @@ pub struct UdpLink {
     pending: VecDeque<Vec<u8>>,
     /// How the ICRC changes with the IPv4 ID, by payload length.
     deltas: Ipv4IdSolver,
+    /// `deltas` for the IDs of one segmented send, looked up per segment sent.
+    train_deltas: TrainDeltas,
     /// Drop every n-th packet received (0: none), and how many were received so far.
     drop_every: u64,
     rx_seen: u64,
@@ -374,6 +380,7 @@ impl UdpLink {
             iov: IovList::default(),
             pending: VecDeque::new(),
             deltas: Ipv4IdSolver::new(),
+            train_deltas: TrainDeltas::default(),
             drop_every: 0,
             rx_seen: 0,
             counters: Arc::new(LinkCounters::default()),
@@ -551,12 +558,17 @@ impl UdpLink {
             LinkCounters::add(&self.counters.tx_malformed, n);
             return;
         };
+        // The kernel writes the IP headers of a segmented send itself: a packet's own IP
+        // header is only read by the pcap, and re-stamped only for it.
+        let header = self.pcap.is_some();
+        let (solver, table) = (&mut self.deltas, &mut self.train_deltas);
+        let mut delta = |len: usize, id: u16| table.delta(solver, len, id);
         for (k, (p, w)) in train.iter_mut().zip(wires).enumerate() {
             let id = u16::try_from(k).unwrap_or(u16::MAX);
             let done = k == 0
                 || match (p, w) {
-                    (Out::Bytes(p), Some(w)) => restamp_known(p, w, id, &mut self.deltas),
-                    (Out::Gather(g), Some(_)) => restamp_gather(g, id, &mut self.deltas),
+                    (Out::Bytes(p), Some(w)) => restamp_known(p, w, id, header, &mut delta),
+                    (Out::Gather(g), Some(_)) => restamp_gather(g, id, header, &mut delta),
                     (_, None) => None,
                 }
                 .is_some();
@@ -1088,16 +1100,23 @@ fn sendmsg_iov(
     }
 }
 
-/// [`restamp_known`] for a gather packet: IPv4 ID `id` in its header buffer and the ICRC in
-/// its tail changed by the solver's delta (no pass over the payload).
-fn restamp_gather(g: &mut GatherPkt, id: u16, deltas: &mut Ipv4IdSolver) -> Option<()> {
+/// [`restamp_known`] for a gather packet: the ICRC in its tail changed by `delta` (no pass
+/// over the payload), and IPv4 ID `id` in its header buffer when `header`.
+fn restamp_gather(
+    g: &mut GatherPkt,
+    id: u16,
+    header: bool,
+    delta: &mut impl FnMut(usize, u16) -> Option<u32>,
+) -> Option<()> {
     let IpSpec::V4(v4) = g.ip else {
         return Some(());
     };
-    let delta = deltas.delta(g.udp_len, id ^ v4.id)?;
-    IpSpec::V4(Ipv4Spec { id, ..v4 })
-        .write_ip_udp(g.ports, g.udp_len, &mut g.head)
-        .ok()?;
+    let delta = delta(g.udp_len, id ^ v4.id)?;
+    if header {
+        IpSpec::V4(Ipv4Spec { id, ..v4 })
+            .write_ip_udp(g.ports, g.udp_len, &mut g.head)
+            .ok()?;
+    }
     let slot = g.icrc_mut()?;
     let icrc = bypass_hw::roce::icrc::wire_value(slot)? ^ delta;
     slot.copy_from_slice(&icrc.to_le_bytes());
@@ -1108,22 +1127,32 @@ fn restamp_gather(g: &mut GatherPkt, id: u16, deltas: &mut Ipv4IdSolver) -> Opti
 #[cfg(test)]
 fn restamp_ipv4_id(packet: &mut [u8], id: u16, deltas: &mut Ipv4IdSolver) -> Option<()> {
     let w = wire_of(packet)?;
-    restamp_known(packet, &w, id, deltas)
+    restamp_known(packet, &w, id, true, &mut |n, id| deltas.delta(n, id))
 }
 
 /// Gives an IPv4 packet built with IP ID 0, which [`wire_of`] parsed into `w`, the IP ID `id`
 /// (header checksum too) and the ICRC that goes with it (`icrc(0) ^ delta(id)`, see
-/// [`Ipv4IdSolver`]); IPv6 packets (no ID) are left as they are. `None` if it cannot be done
-/// (a length the solver has no table for, a packet shorter than its headers).
-fn restamp_known(packet: &mut [u8], w: &WireOf, id: u16, deltas: &mut Ipv4IdSolver) -> Option<()> {
+/// [`Ipv4IdSolver`], `delta` here); IPv6 packets (no ID) are left as they are. The IP header
+/// is rewritten only when `header` (a segmented send's headers are the kernel's: only the
+/// pcap reads the packet's). `None` if it cannot be done (a length the solver has no table
+/// for, a packet shorter than its headers).
+fn restamp_known(
+    packet: &mut [u8],
+    w: &WireOf,
+    id: u16,
+    header: bool,
+    delta: &mut impl FnMut(usize, u16) -> Option<u32>,
+) -> Option<()> {
     let IpSpec::V4(v4) = w.ip else {
         return Some(());
     };
     let (ports, n) = (w.ports, w.payload_len);
-    let delta = deltas.delta(n, id ^ v4.id)?;
-    IpSpec::V4(Ipv4Spec { id, ..v4 })
-        .write_ip_udp(ports, n, packet)
-        .ok()?;
+    let delta = delta(n, id ^ v4.id)?;
+    if header {
+        IpSpec::V4(Ipv4Spec { id, ..v4 })
+            .write_ip_udp(ports, n, packet)
+            .ok()?;
+    }
     let tail = packet.len().checked_sub(4)?;
     let icrc = bypass_hw::roce::icrc::wire_value(packet.get(tail..)?)? ^ delta;
     packet.get_mut(tail..)?.copy_from_slice(&icrc.to_le_bytes());
@@ -1403,6 +1432,10 @@ impl UdpWire {
             };
             let n = w.len();
             let allowed = w.fast_path();
+            let trains = link.gso.then_some(TxTrains {
+                max_segments: GSO_MAX_SEGS as u32,
+                max_bytes: GSO_MAX_BYTES as u32,
+            });
             for id in 0..n {
                 let dev = w.device(id);
                 dev.set_time(now);
@@ -1411,6 +1444,8 @@ impl UdpWire {
                 // packets as bytes).
                 let fast = allowed && !dev.trace.enabled();
                 dev.set_fast_tx(fast);
+                // Its WRITE bursts end where a segmented send ends (`requester::burst_count`).
+                dev.set_tx_trains(trains);
             }
             link.deliver_rx(|pkt, icrc_checked| {
                 let owner = if n > 1 {

@@ -392,6 +392,15 @@ fn step(dev: &mut Device, c: &Ctx, req: &mut ReqState) -> Step {
     if c.st == st::RC && psn_diff(req.psn, req.una) >= MAX_UNACKED_PSNS {
         return Step::Stall;
     }
+    if c.st == st::RC
+        && dev.fast_tx
+        && w.opcode == WqeOpcode::RDMA_WRITE
+        && burst_count(dev.tx_trains, c.mtu, req, w.len) == 0
+    {
+        // The rest of the window would start a send the link cannot fill: wait for the ACK
+        // that is on its way.
+        return Step::Stall;
+    }
     let r = if c.st == st::UD {
         send_ud(dev, c, req)
     } else {
@@ -683,9 +692,7 @@ fn send_burst(dev: &mut Device, c: &Ctx, req: &mut ReqState, w: &BurstMsg<'_>) -
     let mtu = c.mtu;
     let off = req.cur_pkt.saturating_mul(mtu).min(w.len);
     let left = w.len - off;
-    let window = u32::try_from(MAX_UNACKED_PSNS - psn_diff(req.psn, req.una)).unwrap_or(0);
-    // At most 128 packets (the window; also the width of `Burst::ack_req`).
-    let count = left.div_ceil(mtu).min(window).min(u128::BITS);
+    let count = burst_count(dev.tx_trains, mtu, req, w.len);
     if left == 0 || count == 0 {
         return None;
     }
@@ -792,6 +799,42 @@ fn send_burst(dev: &mut Device, c: &Ctx, req: &mut ReqState, w: &BurstMsg<'_>) -
     }
     dev.tx.push_back(Frame::Burst(burst));
     Some(ends)
+}
+
+/// The packets the next burst of a WRITE of `len` bytes sends: the rest of the message, as
+/// much as the window allows (at most 128 packets, the window; also the width of
+/// `Burst::ack_req`). When the window cuts it short and the link groups packets into sends
+/// (`trains`), the burst ends where one of the link's sends ends: those of a message are its
+/// first two packets (the WRITE_FIRST is longer, by its RETH, than the packets after it, and
+/// a send's segments are equally long but for a shorter last), then `trains.packets(mtu)` at a
+/// time, so that a burst that starts at such an end fills all its sends; the rest of the
+/// window waits for the next ACK. 0 then (nothing to send now) when the cut leaves nothing,
+/// but only if a packet asking for an ACK is in flight (the last such packet is unacknowledged:
+/// `noack`, the packets since it, is below those in flight), so that the ACK that opens the
+/// window is sure to come, or the retransmit timer runs; otherwise the window's packets go
+/// out as they are. Packets, PSNs and AckReq bits are the same either way: only where a
+/// burst ends, and so how soon a packet leaves, changes.
+fn burst_count(trains: Option<crate::frame::TxTrains>, mtu: u32, req: &ReqState, len: u32) -> u32 {
+    let mtu = mtu.max(1);
+    let first = req.cur_pkt;
+    let left = len.saturating_sub(first.saturating_mul(mtu)).div_ceil(mtu);
+    let in_flight = psn_diff(req.psn, req.una);
+    let window = u32::try_from(MAX_UNACKED_PSNS - in_flight).unwrap_or(0);
+    let count = left.min(window).min(u128::BITS);
+    let Some(trains) = trains else {
+        return count;
+    };
+    if count == left {
+        return count;
+    }
+    let t = trains.packets(mtu);
+    let end = first.saturating_add(count);
+    let aligned = if end >= 2 { 2 + (end - 2) / t * t } else { 0 };
+    match aligned.checked_sub(first) {
+        Some(n) if n > 0 => n,
+        _ if i64::from(in_flight) > i64::from(req.noack) => 0,
+        _ => count,
+    }
 }
 
 fn count_retransmits(dev: &mut Device, qpn: u32, n: u64) {
@@ -1013,4 +1056,67 @@ pub(crate) fn next_deadline(dev: &Device) -> Option<u64> {
         }
     }
     any.then_some(next)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::frame::TxTrains;
+
+    /// The UDP link's segmented sends: 64 segments, 65,000 bytes (15 packets of a 4 KiB MTU).
+    const UDP: TxTrains = TxTrains {
+        max_segments: 64,
+        max_bytes: 65_000,
+    };
+    const MTU: u32 = 4096;
+    const MIB: u32 = 1 << 20;
+
+    /// A requester `in_flight` PSNs ahead of its oldest unacknowledged one, `cur_pkt` packets
+    /// into its WRITE, `noack` packets past the last AckReq.
+    fn req(in_flight: u32, cur_pkt: u32, noack: u32) -> ReqState {
+        let mut r = ReqState::new(1000);
+        r.psn = psn_add(r.una, in_flight);
+        r.cur_pkt = cur_pkt;
+        r.noack = noack;
+        r
+    }
+
+    #[test]
+    fn a_4k_mtu_send_holds_15_packets() {
+        assert_eq!(UDP.packets(MTU), 15);
+        assert_eq!(UDP.packets(1024), 62);
+        assert_eq!(UDP.packets(256), 64);
+    }
+
+    #[test]
+    fn without_trains_a_burst_takes_the_whole_window() {
+        assert_eq!(burst_count(None, MTU, &req(64, 130, 0), MIB), 64);
+        assert_eq!(burst_count(None, MTU, &req(0, 0, 0), MIB), 128);
+    }
+
+    #[test]
+    fn a_window_cut_burst_ends_where_a_send_ends() {
+        // From the message's start: the WRITE_FIRST and the next packet, then 15 at a time:
+        // 2 + 8 * 15 = 122 of the 128 the window allows.
+        assert_eq!(burst_count(Some(UDP), MTU, &req(0, 0, 0), MIB), 122);
+        // From an end (122) with 64 PSNs open: 60, four full sends.
+        assert_eq!(burst_count(Some(UDP), MTU, &req(64, 122, 0), MIB), 60);
+        // Starting off an end (a retransmission from packet 5): to the last end that fits.
+        assert_eq!(burst_count(Some(UDP), MTU, &req(0, 5, 0), MIB), 117);
+    }
+
+    #[test]
+    fn the_rest_of_a_message_goes_whole_even_if_it_fills_no_send() {
+        // 4 packets left of a 256-packet message, window open: all 4.
+        assert_eq!(burst_count(Some(UDP), MTU, &req(64, 252, 0), MIB), 4);
+    }
+
+    #[test]
+    fn less_than_a_send_waits_only_while_an_ack_is_on_its_way() {
+        // 10 PSNs open, 118 in flight, the last AckReq 20 packets ago: wait for its ACK.
+        assert_eq!(burst_count(Some(UDP), MTU, &req(118, 122, 20), MIB), 0);
+        // No packet in flight asks for an ACK (the last AckReq is older than all of them):
+        // the window's 10 go out, or nothing would ever open it.
+        assert_eq!(burst_count(Some(UDP), MTU, &req(118, 122, 118), MIB), 10);
+    }
 }

@@ -1,0 +1,95 @@
+//! The ICRC differences a UDP link applies to the segments of a segmented send: segment `k`
+//! of a train leaves with IPv4 ID `k` (`inet_gso_segment` numbers the segments up from the
+//! first's ID 0), and its ICRC, computed with ID 0, is XORed with `delta(k)` for its length
+//! (see `link::ipv4_id` for why that is exact).
+//!
+//! Owns: [`TrainDeltas`], a small table of `delta(k)` for `k` below the most segments of one
+//! send, per UDP payload length, so that re-stamping a segment costs one look-up (the
+//! solver's per-length table sits behind a `HashMap`, hashed per call). Must not: touch
+//! sockets or headers, or solve received IDs (`link::ipv4_id` does; the receive path asks it).
+
+use super::ipv4_id::Ipv4IdSolver;
+
+/// IDs the table holds: a segmented send has at most this many segments (Linux
+/// `UDP_MAX_SEGMENTS`, the link's `GSO_MAX_SEGS`).
+pub(crate) const TRAIN_IDS: usize = 64;
+
+/// Lengths kept at once: a sending flow has a handful (full packets, a WRITE_FIRST with its
+/// RETH, a message's last packet, ACKs).
+const SLOTS: usize = 4;
+
+/// `delta(k)` for `k < TRAIN_IDS` of one UDP payload length.
+#[derive(Debug, Clone, Copy)]
+struct Slot {
+    len: usize,
+    deltas: [u32; TRAIN_IDS],
+}
+
+/// `delta(id)` of the last few lengths sent, for the IDs of one segmented send.
+#[derive(Debug, Default)]
+pub(crate) struct TrainDeltas {
+    slots: [Option<Slot>; SLOTS],
+    /// The slot the next new length replaces (round robin).
+    next: usize,
+}
+
+impl TrainDeltas {
+    /// `delta(id)` for UDP payloads of `len` bytes: from the table when `id` is below
+    /// [`TRAIN_IDS`] (built from the solver's single-bit values the first time `len` is
+    /// seen), else from `solver` directly. `None` as the solver gives it (a length it has no
+    /// table for).
+    pub(crate) fn delta(&mut self, solver: &mut Ipv4IdSolver, len: usize, id: u16) -> Option<u32> {
+        let k = usize::from(id);
+        if k >= TRAIN_IDS {
+            return solver.delta(len, id);
+        }
+        if let Some(s) = self.slots.iter().flatten().find(|s| s.len == len) {
+            return s.deltas.get(k).copied();
+        }
+        // delta is linear in the ID's bits: delta(k) = delta(k without its lowest set bit)
+        // ^ delta(that bit).
+        let mut bits = [0u32; 6];
+        for (b, d) in bits.iter_mut().enumerate() {
+            *d = solver.delta(len, 1 << b)?;
+        }
+        let mut deltas = [0u32; TRAIN_IDS];
+        for j in 1..TRAIN_IDS {
+            let low = j.trailing_zeros() as usize;
+            let rest = deltas.get(j & (j - 1)).copied().unwrap_or(0);
+            let bit = bits.get(low).copied().unwrap_or(0);
+            if let Some(d) = deltas.get_mut(j) {
+                *d = rest ^ bit;
+            }
+        }
+        let slot = self.slots.get_mut(self.next)?;
+        *slot = Some(Slot { len, deltas });
+        self.next = (self.next + 1) % SLOTS;
+        deltas.get(k).copied()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_train_id_gets_the_solvers_delta_for_each_length() {
+        let (mut table, mut solver, mut check) = (
+            TrainDeltas::default(),
+            Ipv4IdSolver::new(),
+            Ipv4IdSolver::new(),
+        );
+        // More lengths than slots, revisited: replaced slots are rebuilt the same.
+        for round in 0..2 {
+            for len in [20usize, 36, 4112, 4128, 1000, 61] {
+                for id in (0..TRAIN_IDS as u16).chain([64, 65, 1000, u16::MAX]) {
+                    assert_eq!(
+                        table.delta(&mut solver, len, id),
+                        check.delta(len, id),
+                        "round {round}, length {len}, id {id}"
+                    );
+                }
+            }
+        }
+    }
+}
