@@ -622,6 +622,27 @@ fn copy_runs(src: &[HostRun], dst: &[HostRun]) -> bool {
     true
 }
 
+/// The IP + UDP header [`Burst::write_headers`] last wrote for one burst (whose packets all
+/// have its IP header fields and ports), and the UDP payload length it is for; empty at first.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct IpUdpMemo {
+    /// UDP payload bytes the header is for.
+    udp_len: usize,
+    /// Bytes of `bytes` that hold it (0: none yet).
+    len: usize,
+    bytes: [u8; bypass_hw::roce::ip::IPV6_HDR_LEN + bypass_hw::roce::ip::UDP_HDR_LEN],
+}
+
+impl Default for IpUdpMemo {
+    fn default() -> Self {
+        Self {
+            udp_len: 0,
+            len: 0,
+            bytes: [0; bypass_hw::roce::ip::IPV6_HDR_LEN + bypass_hw::roce::ip::UDP_HDR_LEN],
+        }
+    }
+}
+
 /// The headers of one WRITE packet of a burst, written by [`Burst::write_headers`] for a
 /// sender that transmits the payload from where it is (a gather list) instead of copying it
 /// into the packet.
@@ -657,7 +678,14 @@ impl Burst {
     /// bytes [`Burst::segment_direct_into`] writes in front of the payload (IP ID as the
     /// burst's, pad count in the BTH), and says where the payload, pad and ICRC go. `None` if
     /// the packet cannot be built (cannot happen for a burst the requester built).
-    pub(crate) fn write_headers(&self, i: u32, head: &mut Vec<u8>) -> Option<GatherHeaders> {
+    /// `memo` holds the IP + UDP header this burst's last packet got: a packet of the same
+    /// UDP length (all but a message's first and last) gets a copy of it.
+    pub(crate) fn write_headers(
+        &self,
+        i: u32,
+        head: &mut Vec<u8>,
+        memo: &mut IpUdpMemo,
+    ) -> Option<GatherHeaders> {
         use zerocopy::IntoBytes;
         let (off, n, first, _) = packet_at(self.msg_off, self.msg_len, self.mtu, i);
         let n = n as usize;
@@ -669,10 +697,21 @@ impl Burst {
         let reth = first.then(|| Reth::new(self.raddr, self.rkey, self.msg_len));
         let reth: &[u8] = reth.as_ref().map_or(&[], |r| r.as_bytes());
         let ip_udp_len = spec.ip.header_len() + bypass_hw::roce::ip::UDP_HDR_LEN;
-        head.resize(ip_udp_len, 0);
-        let written = spec.ip.write_ip_udp(spec.ports, udp_len, head).ok()?;
-        if written != ip_udp_len {
-            return None;
+        head.clear();
+        match memo.bytes.get(..memo.len) {
+            Some(h) if memo.len == ip_udp_len && memo.udp_len == udp_len => {
+                head.extend_from_slice(h);
+            }
+            _ => {
+                head.resize(ip_udp_len, 0);
+                let written = spec.ip.write_ip_udp(spec.ports, udp_len, head).ok()?;
+                let slot = memo.bytes.get_mut(..written)?;
+                if written != ip_udp_len {
+                    return None;
+                }
+                slot.copy_from_slice(head.get(..written)?);
+                (memo.len, memo.udp_len) = (written, udp_len);
+            }
         }
         head.extend_from_slice(bth.as_bytes());
         head.extend_from_slice(reth);

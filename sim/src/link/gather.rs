@@ -24,7 +24,7 @@
 use bypass_hw::roce::icrc::IcrcHasher;
 use bypass_hw::roce::{BTH_LEN, ICRC_LEN, IpSpec, UdpPorts};
 
-use crate::frame::Burst;
+use crate::frame::{Burst, IpUdpMemo};
 use crate::iommu::HostRun;
 
 /// The most host runs a burst may span to be sent as gather packets: any one packet's
@@ -166,10 +166,10 @@ pub(crate) fn push_burst(
         return Err(b);
     }
     let index = bursts.len();
+    let mut memo = IpUdpMemo::default();
     for i in 0..b.count {
         let mut head = spare.pop().unwrap_or_default();
-        head.clear();
-        let Some(g) = b.write_headers(i, &mut head) else {
+        let Some(g) = b.write_headers(i, &mut head, &mut memo) else {
             break;
         };
         let (Some(ip_udp), Some(bth), Some(ext)) = (

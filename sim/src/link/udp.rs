@@ -62,7 +62,7 @@
 //! The receiving socket is bound to one address, so the destination address of every
 //! datagram it gets is that address (no `IP_PKTINFO` needed).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{self, BufWriter, IoSliceMut};
 use std::net::{IpAddr, SocketAddr, UdpSocket};
@@ -238,8 +238,10 @@ impl LinkCounters {
 pub struct UdpLink {
     local: SocketAddr,
     rx: UdpSocket,
-    /// Sending sockets by UDP source port (created when a port is first used).
-    tx: HashMap<u16, UdpSocket>,
+    /// Sending sockets by UDP source port (created when a port is first used), sorted by
+    /// port: a binary search per send, where a `HashMap` hashed the port with SipHash
+    /// (~150 instructions a send).
+    tx: Vec<(u16, UdpSocket)>,
     /// The receive buffer of [`UdpLink::recv_batch`] (one datagram, or one `UDP_GRO` train
     /// of them), reused.
     buf: Vec<u8>,
@@ -254,6 +256,8 @@ pub struct UdpLink {
     gso: bool,
     /// What [`out_wire`] found for each packet of the batch being sent, reused.
     wires: Vec<Option<WireOf>>,
+    /// What [`wire_of`] found for the last packets of each kind sent as bytes.
+    wire_memo: WireMemo,
     /// The iovecs of the send being built, reused.
     iov: IovList,
     /// Packets received and not yet taken by [`UdpLink::recv`].
@@ -370,13 +374,14 @@ impl UdpLink {
         Ok(Self {
             local,
             rx,
-            tx: HashMap::new(),
+            tx: Vec::new(),
             buf: vec![0; MAX_DATAGRAM],
             rx_bufs: Vec::new(),
             rx_filled: 0,
             cmsg: nix::cmsg_space!(libc::c_int),
             gso: true,
             wires: Vec::new(),
+            wire_memo: WireMemo::default(),
             iov: IovList::default(),
             pending: VecDeque::new(),
             deltas: Ipv4IdSolver::new(),
@@ -488,7 +493,8 @@ impl UdpLink {
         // Each packet is parsed once, here; grouping and re-stamping use what this found.
         let mut wires = std::mem::take(&mut self.wires);
         wires.clear();
-        wires.extend(packets.iter().map(out_wire));
+        let memo = &mut self.wire_memo;
+        wires.extend(packets.iter().map(|p| out_wire(p, memo)));
         let mut i = 0;
         while let (Some(rest), Some(rest_wires)) = (packets.get_mut(i..), wires.get(i..)) {
             if rest.is_empty() {
@@ -641,18 +647,20 @@ impl UdpLink {
         if sport == self.local.port() {
             return &self.rx;
         }
-        if !self.tx.contains_key(&sport) {
-            match udp_socket(SocketAddr::new(self.local.ip(), sport), true) {
+        let at = match self.tx.binary_search_by_key(&sport, |(p, _)| *p) {
+            Ok(at) => at,
+            Err(at) => match udp_socket(SocketAddr::new(self.local.ip(), sport), true) {
                 Ok(s) => {
-                    self.tx.insert(sport, s);
+                    self.tx.insert(at, (sport, s));
+                    at
                 }
                 Err(_) => {
                     LinkCounters::add(&self.counters.tx_sport_fallbacks, 1);
                     return &self.rx;
                 }
-            }
-        }
-        self.tx.get(&sport).unwrap_or(&self.rx)
+            },
+        };
+        self.tx.get(at).map_or(&self.rx, |(_, s)| s)
     }
 
     /// Receives one packet if one is waiting and returns it as the IP packet the device
@@ -959,10 +967,52 @@ fn wire_of(packet: &[u8]) -> Option<WireOf> {
     })
 }
 
+/// The longest IP + UDP header: IPv6's.
+const MEMO_HEADER: usize = bypass_hw::roce::ip::IPV6_HDR_LEN + UDP_HDR_LEN;
+
+/// The packets of one kind a device sends (a flow's ACKs, its small WRITEs) have the same
+/// IP and UDP headers, byte for byte (the IPv4 ID is 0, the PSN is past them): what
+/// [`wire_of`] found for the last two kinds, by their headers and packet length.
+#[derive(Debug, Default)]
+struct WireMemo {
+    slots: [Option<(usize, [u8; MEMO_HEADER], WireOf)>; 2],
+    /// The slot the next new kind replaces.
+    next: usize,
+}
+
+impl WireMemo {
+    /// [`wire_of`] for `packet`, or what it found for a packet of the same length whose IP and
+    /// UDP headers are the same bytes (everything `WireOf` holds is read from those, and the
+    /// split between headers and payload from them and the length). The send reads no more
+    /// of a packet than that; the devices build their transport headers whole (a packet
+    /// would be refused by its receiver otherwise, and counted there).
+    fn wire_of(&mut self, packet: &[u8]) -> Option<WireOf> {
+        for (len, head, w) in self.slots.iter().flatten() {
+            if *len == packet.len()
+                && head
+                    .get(..w.header_len)
+                    .is_some_and(|h| packet.get(..w.header_len) == Some(h))
+            {
+                return Some(*w);
+            }
+        }
+        let w = wire_of(packet)?;
+        let mut head = [0u8; MEMO_HEADER];
+        if let (Some(dst), Some(src)) = (head.get_mut(..w.header_len), packet.get(..w.header_len)) {
+            dst.copy_from_slice(src);
+            if let Some(slot) = self.slots.get_mut(self.next) {
+                *slot = Some((packet.len(), head, w));
+                self.next = (self.next + 1) % 2;
+            }
+        }
+        Some(w)
+    }
+}
+
 /// What [`wire_of`] finds for a packet on its way out (a gather packet knows it already).
-fn out_wire(p: &Out) -> Option<WireOf> {
+fn out_wire(p: &Out, memo: &mut WireMemo) -> Option<WireOf> {
     match p {
-        Out::Bytes(b) => wire_of(b),
+        Out::Bytes(b) => memo.wire_of(b),
         Out::Gather(g) => Some(WireOf {
             ip: g.ip,
             ports: g.ports,
@@ -1714,6 +1764,31 @@ mod tests {
         built(ip, sport, BthOpcode::RC_RDMA_WRITE_MIDDLE, psn, &data)
     }
 
+    #[test]
+    fn the_wire_memo_finds_what_a_parse_finds_for_packets_of_the_same_headers() {
+        let mut memo = WireMemo::default();
+        let ip6 = IpSpec::from_gids(&[0xfe; 16], &[0xfd; 16]).unwrap();
+        let kinds = [
+            sized(1, 64, 0xc000),
+            sized(2, 64, 0xc000),
+            sized(3, 80, 0xc000),
+            sized(4, 64, 0xc001),
+            built(ip6, 0xc000, BthOpcode::RC_SEND_ONLY, 5, b"six"),
+            with_id(&sized(6, 64, 0xc000), 9),
+        ];
+        for round in 0..3 {
+            for p in &kinds {
+                let w = memo.wire_of(p);
+                assert!(w.is_some());
+                assert_eq!(w, wire_of(p), "round {round}");
+            }
+        }
+        // A packet no parse accepts is not taken for one of the same length.
+        let mut bad = sized(7, 64, 0xc000);
+        bad[9] = 6; // TCP
+        assert_eq!(memo.wire_of(&bad), None);
+    }
+
     /// `packet` with IPv4 ID `id`, header checksum and ICRC recomputed from scratch.
     fn with_id(packet: &[u8], id: u16) -> Vec<u8> {
         let p = RocePacket::parse(packet).unwrap();
@@ -2041,7 +2116,10 @@ mod tests {
         a.send_batch(&mut bytes);
         let want = deliver_n(&mut b, n);
         let (mut out, bursts) = gathered(burst);
-        let mut wires: Vec<Option<WireOf>> = out.iter().map(out_wire).collect();
+        let mut wires: Vec<Option<WireOf>> = {
+            let mut memo = WireMemo::default();
+            out.iter().map(|p| out_wire(p, &mut memo)).collect()
+        };
         let first = train_len(&out, &wires);
         let iovs: usize = out.iter().take(first).map(iov_count).sum();
         assert!(
