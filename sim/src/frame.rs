@@ -540,9 +540,10 @@ impl Burst {
         let mut buf = spare.pop().unwrap_or_default();
         // Stale bytes are fine: every byte up to `len` is written below.
         buf.resize(len, 0);
-        let Ok(mut at) = spec.ip.write_ip_udp(spec.ports, udp_len, &mut buf) else {
+        let Ok(ip_udp_len) = spec.ip.write_ip_udp(spec.ports, udp_len, &mut buf) else {
             return false;
         };
+        let mut at = ip_udp_len;
         let headers: [&[u8]; 2] = [bth.as_bytes(), reth.as_ref().map_or(&[], |r| r.as_bytes())];
         for h in headers {
             let Some(dst) = buf.get_mut(at..at + h.len()) else {
@@ -563,9 +564,20 @@ impl Burst {
             return false;
         };
         pad.fill(0);
-        let Ok(icrc) = bypass_hw::roce::icrc::compute(&buf) else {
+        // The ICRC of the packet as written (`icrc::compute` would parse it first to find
+        // these pieces): the masked IP + UDP and BTH, then the RETH, payload and pad.
+        let (Some(ip_udp), Some(bth), Some(rest)) = (
+            buf.get(..ip_udp_len),
+            buf.get(ip_udp_len..ip_udp_len + BTH_LEN),
+            buf.get(ip_udp_len + BTH_LEN..tail),
+        ) else {
             return false;
         };
+        let Ok(mut h) = bypass_hw::roce::icrc::IcrcHasher::new(ip_udp, bth) else {
+            return false;
+        };
+        h.update(rest);
+        let icrc = h.finish();
         let Some(slot) = buf.get_mut(tail..) else {
             return false;
         };
