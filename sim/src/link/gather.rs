@@ -21,6 +21,8 @@
 //! each payload piece as `&[u8]` for the length of one CRC update; see [`crc_pieces`] for why
 //! nothing writes it meanwhile.
 
+use std::net::IpAddr;
+
 use bypass_hw::roce::icrc::IcrcHasher;
 use bypass_hw::roce::{BTH_LEN, ICRC_LEN, IpSpec, UdpPorts};
 
@@ -52,6 +54,8 @@ pub(crate) struct GatherPkt {
     pub head: Vec<u8>,
     /// Where the packet goes and its lengths, as `wire_of` would find them.
     pub ip: IpSpec,
+    /// `ip`'s destination address.
+    pub dst: IpAddr,
     /// UDP ports.
     pub ports: UdpPorts,
     /// Bytes of IP + UDP header at the front of `head`.
@@ -166,6 +170,10 @@ pub(crate) fn push_burst(
         return Err(b);
     }
     let index = bursts.len();
+    let dst = match b.ip {
+        IpSpec::V4(v) => IpAddr::from(v.dst),
+        IpSpec::V6(v) => IpAddr::from(v.dst),
+    };
     let mut memo = IpUdpMemo::default();
     for i in 0..b.count {
         let mut head = spare.pop().unwrap_or_default();
@@ -182,14 +190,19 @@ pub(crate) fn push_burst(
         let Ok(mut h) = IcrcHasher::new(ip_udp, bth) else {
             break;
         };
-        h.update(ext);
+        // A middle packet has no extension header and no pad: no empty CRC updates.
+        if !ext.is_empty() {
+            h.update(ext);
+        }
         let Some(pieces) = crc_pieces(runs, g.payload_at, g.payload_len, &mut h) else {
             break;
         };
         let Some(pad) = PAD.get(..g.pad) else {
             break;
         };
-        h.update(pad);
+        if !pad.is_empty() {
+            h.update(pad);
+        }
         let mut tail = [0u8; 3 + ICRC_LEN];
         let tail_len = g.pad + ICRC_LEN;
         let Some(slot) = tail.get_mut(g.pad..tail_len) else {
@@ -199,6 +212,7 @@ pub(crate) fn push_burst(
         out.push(Out::Gather(GatherPkt {
             head,
             ip: b.ip,
+            dst,
             ports: b.ports,
             ip_udp_len: g.ip_udp_len,
             udp_len: g.udp_len,

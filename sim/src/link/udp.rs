@@ -1016,10 +1016,7 @@ fn out_wire(p: &Out, memo: &mut WireMemo) -> Option<WireOf> {
         Out::Gather(g) => Some(WireOf {
             ip: g.ip,
             ports: g.ports,
-            dst: match g.ip {
-                IpSpec::V4(v) => IpAddr::from(v.dst),
-                IpSpec::V6(v) => IpAddr::from(v.dst),
-            },
+            dst: g.dst,
             sport: g.ports.src,
             header_len: g.ip_udp_len,
             payload_len: g.udp_len,
