@@ -112,3 +112,70 @@ fn a_megabyte_write_over_udp_trains_survives_packets_lost_inside_them() {
         lb.summary()
     );
 }
+
+/// The packets of one segmented send for WRITE packets of `mtu` bytes: the link's limits
+/// (65,000 bytes of UDP payload, 64 segments) over BTH + payload + ICRC.
+fn train_packets(mtu: u64) -> u64 {
+    (65_000 / (mtu + 16)).min(64)
+}
+
+#[test]
+fn a_megabyte_write_leaves_in_full_segmented_sends() {
+    let (ia, ib): (IpAddr, IpAddr) = (
+        Ipv4Addr::new(127, 0, 0, 1).into(),
+        Ipv4Addr::new(127, 0, 0, 2).into(),
+    );
+    let port = free_port(ia, ib);
+    let (ca, la) = open(SocketAddr::new(ia, port), 1, 0);
+    let (cb, lb) = open(SocketAddr::new(ib, port), 2, 0);
+    let (pa, pb) = (ca.alloc_pd().expect("PD a"), cb.alloc_pd().expect("PD b"));
+    let mut cqa = Cq::new(&ca, 16).expect("CQ a");
+    let cqb = Cq::new(&cb, 16).expect("CQ b");
+    const LEN: usize = 1 << 20;
+    let target = pb
+        .register(LEN, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+        .expect("MR b");
+    let pool = pa.create_pool(LEN, 2).expect("pool a");
+    let mut a = QpBuilder::rc(&pa, &cqa, &cqa).build().expect("QP a");
+    let mut b = QpBuilder::rc(&pb, &cqb, &cqb).build().expect("QP b");
+    let (ea, eb) = (a.endpoint().expect("ep a"), b.endpoint().expect("ep b"));
+    a.connect(&eb).expect("connect a");
+    b.connect(&ea).expect("connect b");
+    let mut lease = pool.lease(LEN).expect("lease");
+    lease.as_mut_slice().fill(0x5a);
+    let remote = target.remote().slice(0, LEN as u64).expect("slice");
+    a.post_send(SendWr::new(6, SendOp::Write(remote)).sge(lease))
+        .expect("post the WRITE");
+    let t0 = Instant::now();
+    let c = loop {
+        if let Some(c) = cqa.poll_one() {
+            break c;
+        }
+        ca.progress();
+        cb.progress();
+        assert!(t0.elapsed() < STALL, "no completion: {}", la.summary());
+        std::thread::yield_now();
+    };
+    assert!(c.is_ok(), "{c}");
+
+    // The window (128 packets, an ACK asked for every 64) cuts the message into bursts; each
+    // ends where a send ends, so every send is full but the message's first (its
+    // WRITE_FIRST, longer by the RETH, and the packet after it) and its last.
+    let packets = la.tx_packets.load(Ordering::Relaxed);
+    let mtu = LEN as u64 / packets;
+    assert_eq!(
+        packets * mtu,
+        LEN as u64,
+        "each packet sent once: {}",
+        la.summary()
+    );
+    let t = train_packets(mtu);
+    let full = 1 + (packets - 2).div_ceil(t);
+    assert_eq!(
+        la.tx_gso_sends.load(Ordering::Relaxed),
+        full,
+        "{packets} packets of {mtu} B in sends of {t}: {}",
+        la.summary()
+    );
+    assert_eq!(lb.rx_injected_drops.load(Ordering::Relaxed), 0);
+}
