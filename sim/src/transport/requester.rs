@@ -395,7 +395,7 @@ fn step(dev: &mut Device, c: &Ctx, req: &mut ReqState) -> Step {
     if c.st == st::RC
         && dev.fast_tx
         && w.opcode == WqeOpcode::RDMA_WRITE
-        && burst_count(dev.tx_trains, c.mtu, req, w.len) == 0
+        && train_wait(dev.tx_trains, c.mtu, req, w.len)
     {
         // The rest of the window would start a send the link cannot fill: wait for the ACK
         // that is on its way.
@@ -837,6 +837,14 @@ fn burst_count(trains: Option<crate::frame::TxTrains>, mtu: u32, req: &ReqState,
     }
 }
 
+/// Whether the WRITE of `len` bytes being sent waits for an ACK before its next burst:
+/// [`burst_count`] sends nothing though packets are left (an empty message, or one whose
+/// packets are all out, does not wait).
+fn train_wait(trains: Option<crate::frame::TxTrains>, mtu: u32, req: &ReqState, len: u32) -> bool {
+    let left = req.cur_pkt.saturating_mul(mtu.max(1)) < len;
+    left && burst_count(trains, mtu, req, len) == 0
+}
+
 fn count_retransmits(dev: &mut Device, qpn: u32, n: u64) {
     count(dev, qpn, |k| k.retransmits += n);
 }
@@ -1109,6 +1117,15 @@ mod tests {
     fn the_rest_of_a_message_goes_whole_even_if_it_fills_no_send() {
         // 4 packets left of a 256-packet message, window open: all 4.
         assert_eq!(burst_count(Some(UDP), MTU, &req(64, 252, 0), MIB), 4);
+    }
+
+    #[test]
+    fn an_empty_write_never_waits_for_a_train() {
+        assert!(!train_wait(Some(UDP), MTU, &req(118, 0, 20), 0));
+        assert!(!train_wait(Some(UDP), MTU, &req(0, 0, 0), 0));
+        // One that has packets left and less than a send of window does.
+        assert!(train_wait(Some(UDP), MTU, &req(118, 122, 20), MIB));
+        assert!(!train_wait(None, MTU, &req(118, 122, 20), MIB));
     }
 
     #[test]
