@@ -179,3 +179,40 @@ fn a_megabyte_write_leaves_in_full_segmented_sends() {
     );
     assert_eq!(lb.rx_injected_drops.load(Ordering::Relaxed), 0);
 }
+
+#[test]
+fn an_empty_write_completes_over_udp() {
+    let (ia, ib): (IpAddr, IpAddr) = (
+        Ipv4Addr::new(127, 0, 0, 1).into(),
+        Ipv4Addr::new(127, 0, 0, 2).into(),
+    );
+    let port = free_port(ia, ib);
+    let (ca, la) = open(SocketAddr::new(ia, port), 1, 0);
+    let (cb, _lb) = open(SocketAddr::new(ib, port), 2, 0);
+    let (pa, pb) = (ca.alloc_pd().expect("PD a"), cb.alloc_pd().expect("PD b"));
+    let mut cqa = Cq::new(&ca, 16).expect("CQ a");
+    let cqb = Cq::new(&cb, 16).expect("CQ b");
+    let target = pb
+        .register(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+        .expect("MR b");
+    let mut a = QpBuilder::rc(&pa, &cqa, &cqa).build().expect("QP a");
+    let mut b = QpBuilder::rc(&pb, &cqb, &cqb).build().expect("QP b");
+    let (ea, eb) = (a.endpoint().expect("ep a"), b.endpoint().expect("ep b"));
+    a.connect(&eb).expect("connect a");
+    b.connect(&ea).expect("connect b");
+    let remote = target.remote().slice(0, 0).expect("empty slice");
+    a.post_send(SendWr::new(7, SendOp::Write(remote)))
+        .expect("post the empty WRITE");
+    let t0 = Instant::now();
+    let c = loop {
+        if let Some(c) = cqa.poll_one() {
+            break c;
+        }
+        ca.progress();
+        cb.progress();
+        assert!(t0.elapsed() < STALL, "no completion: {}", la.summary());
+        std::thread::yield_now();
+    };
+    assert!(c.is_ok(), "{c}");
+    assert_eq!(c.wr_id(), 7);
+}
