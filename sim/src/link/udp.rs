@@ -477,8 +477,10 @@ impl UdpLink {
     /// The IPv4 ID of segment `k` of a train is `k`, not 0: segmentation
     /// (`net/ipv4/af_inet.c` `inet_gso_segment`) numbers the segments up from the first's
     /// ID (0: an unconnected socket with DF, `include/net/ip.h` `ip_select_ident_segs`),
-    /// and the ICRC covers the ID, so segment `k` is re-stamped with ID `k` and its ICRC
-    /// recomputed before it is sent (the pcap shows the header as sent).
+    /// and the ICRC covers the ID, so segment `k`'s ICRC is changed to that of ID `k` before
+    /// it is sent (an XOR, `link::train_ids`); its own IP header, which the kernel does not
+    /// read, is re-stamped with ID `k` only when a pcap records it (the pcap shows the header
+    /// as sent).
     pub fn send_batch(&mut self, packets: &mut Vec<Vec<u8>>) {
         let mut out: Vec<Out> = packets.drain(..).map(Out::Bytes).collect();
         self.send_all(&mut out, &[]);
