@@ -723,6 +723,27 @@ impl Device {
         crate::transport::receive(self, packet, icrc_checked);
     }
 
+    /// As [`Device::receive_in_place`], for a packet whose IP and UDP headers (its first
+    /// `headers` bytes) the link wrote itself from what its socket reported, `ip` and
+    /// `ports`: the device takes them as given instead of parsing them again, and does not
+    /// verify the IPv4 header checksum (the kernel verified the one on the wire; the link's
+    /// is right by construction). Every other receive check is made. Queued behind waiting
+    /// doorbells or packets as [`Device::receive_in_place`] queues (then parsed as any packet).
+    pub fn receive_udp_in_place(
+        &mut self,
+        packet: &[u8],
+        headers: usize,
+        ip: &bypass_hw::roce::IpSpec,
+        ports: bypass_hw::roce::UdpPorts,
+        icrc_checked: bool,
+    ) {
+        if !self.rx.is_empty() || !self.doorbells.is_empty() {
+            self.receive_in_place(packet, icrc_checked);
+            return;
+        }
+        crate::transport::receive_udp(self, packet, headers, ip, ports, icrc_checked);
+    }
+
     /// Takes the next packet the device sent, if any (IP header through ICRC). A burst the
     /// device queued for an in-process link is segmented into its wire packets first.
     pub fn take_tx(&mut self) -> Option<Vec<u8>> {

@@ -73,9 +73,11 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use bypass_hw::roce::icrc::IcrcHasher;
 use bypass_hw::roce::ip::{DEFAULT_TTL, UDP_HDR_LEN};
 use bypass_hw::roce::{
-    BthOpcode, IpSpec, Ipv4Spec, Ipv6Spec, ROCE_V2_UDP_DPORT, RocePacket, UdpPorts,
+    BTH_LEN, BthOpcode, ICRC_LEN, IpSpec, Ipv4Spec, Ipv6Spec, ROCE_V2_UDP_DPORT, RocePacket,
+    UdpPorts,
 };
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::socket::{
@@ -135,6 +137,22 @@ pub struct Received {
     /// The link computed the ICRC (to find the IPv4 ID) and it matches `packet`: hand it to
     /// `Device::receive_icrc_checked`, which does not compute it again. False: hand it to
     /// `Device::receive`, which checks it.
+    pub icrc_checked: bool,
+}
+
+/// A packet [`UdpLink::deliver_rx`] hands on: the IP packet in the link's receive buffer, its
+/// header as the link wrote it, and whether the link checked its ICRC.
+#[derive(Debug, Clone, Copy)]
+pub struct RxPacket<'a> {
+    /// The IP packet, IP header through ICRC (header rebuilt, see the module comment).
+    pub bytes: &'a [u8],
+    /// Bytes of IP + UDP header at the front of `bytes`.
+    pub headers: usize,
+    /// The IP header's fields as written (IPv4: the ID the ICRC check found).
+    pub ip: IpSpec,
+    /// The UDP ports as written.
+    pub ports: UdpPorts,
+    /// See [`Received::icrc_checked`].
     pub icrc_checked: bool,
 }
 
@@ -758,13 +776,14 @@ impl UdpLink {
     }
 
     /// Hands every packet [`UdpLink::fill_rx`] read to `deliver`, in order, as the IP packet
-    /// the device takes, with whether the link checked its ICRC (see
-    /// [`Received::icrc_checked`]); returns how many. Each packet's IP + UDP header is
-    /// rebuilt (as [`UdpLink::recv_batch`] does) in the receive buffer right in front of its
-    /// UDP payload, over bytes already delivered (the tail of the previous segment, or the
-    /// headroom): no copy, no allocation. `deliver` must be done with a packet when it
+    /// the device takes, with its header fields and whether the link checked its ICRC (see
+    /// [`RxPacket`]); returns how many. Each packet's IP + UDP header is rebuilt (as
+    /// [`UdpLink::recv_batch`] does) in the receive buffer right in front of its UDP payload,
+    /// over bytes already delivered (the tail of the previous segment, or the headroom), and
+    /// the ICRC is checked over the header as written: no copy, no allocation, one header
+    /// build and one ICRC pass per packet. `deliver` must be done with a packet when it
     /// returns.
-    pub fn deliver_rx(&mut self, mut deliver: impl FnMut(&[u8], bool)) -> usize {
+    pub fn deliver_rx(&mut self, mut deliver: impl FnMut(&RxPacket<'_>)) -> usize {
         let Self {
             local,
             rx_bufs,
@@ -778,6 +797,13 @@ impl UdpLink {
         } = self;
         let mut count = 0;
         for b in rx_bufs.iter_mut().take(std::mem::take(rx_filled)) {
+            let Some((base_ip, ports)) = rx_headers(*local, b.from) else {
+                // No header can say where such a datagram came from: none is delivered.
+                let n = b.len.div_ceil(b.seg.max(1)) as u64;
+                LinkCounters::add(&counters.rx_dropped, n);
+                continue;
+            };
+            let hl = base_ip.header_len() + UDP_HDR_LEN;
             let end = RX_HEADROOM + b.len;
             let mut start = RX_HEADROOM;
             let mut k = 0usize;
@@ -791,28 +817,39 @@ impl UdpLink {
                     LinkCounters::add(&counters.rx_injected_drops, 1);
                     continue;
                 }
-                let Some(payload) = b.data.get(seg_start..stop) else {
-                    break;
-                };
-                let plen = payload.len();
-                let Some((hdr, hl, checked)) =
-                    rebuild_header(counters, deltas, *local, payload, b.from, hint)
+                let at = seg_start.saturating_sub(hl);
+                let Some((hdr, payload)) = b
+                    .data
+                    .get_mut(at..stop)
+                    .map(|p| p.split_at_mut(seg_start - at))
                 else {
                     LinkCounters::add(&counters.rx_dropped, 1);
                     continue;
                 };
-                let at = seg_start.saturating_sub(hl);
-                if let (Some(h), Some(dst)) = (hdr.get(..hl), b.data.get_mut(at..seg_start)) {
-                    dst.copy_from_slice(h);
-                }
+                let mut ip = base_ip;
+                let Some(checked) =
+                    stamp_header(counters, deltas, &mut ip, ports, hdr, payload, hint)
+                else {
+                    LinkCounters::add(&counters.rx_dropped, 1);
+                    continue;
+                };
+                let plen = payload.len();
                 let Some(pkt) = b.data.get(at..stop) else {
                     LinkCounters::add(&counters.rx_dropped, 1);
                     continue;
                 };
                 LinkCounters::add(&counters.rx_packets, 1);
                 LinkCounters::add(&counters.rx_bytes, plen as u64);
-                tee(pcap, pkt);
-                deliver(pkt, checked);
+                if pcap.is_some() {
+                    tee(pcap, pkt);
+                }
+                deliver(&RxPacket {
+                    bytes: pkt,
+                    headers: hl,
+                    ip,
+                    ports,
+                    icrc_checked: checked,
+                });
                 count += 1;
             }
         }
@@ -1157,11 +1194,8 @@ fn rebuild(
 }
 
 /// The IP + UDP header of UDP payload `payload` that came from `from` to `local` (rebuilt as
-/// the module comment says) and its length. IPv4: the ID is `hint` if the ICRC checks with it
-/// (a segment of a bypass peer's train), else 0 or the one [`recover_ipv4_id`] finds. The
-/// flag says the ICRC was computed here and matches the rebuilt packet (IPv4 with an ID that
-/// explains it), so the device need not compute it again; false (IPv6, or an ICRC no ID
-/// explains) leaves the check to the device.
+/// the module comment says) and its length, with whether the link checked its ICRC (see
+/// [`stamp_header`]).
 fn rebuild_header(
     counters: &LinkCounters,
     deltas: &mut Ipv4IdSolver,
@@ -1170,7 +1204,26 @@ fn rebuild_header(
     from: SocketAddr,
     hint: u16,
 ) -> Option<([u8; RX_HEADROOM], usize, bool)> {
-    let mut ip = match (from.ip(), local.ip()) {
+    let (mut ip, ports) = rx_headers(local, from)?;
+    let hl = ip.header_len() + UDP_HDR_LEN;
+    let mut hdr = [0u8; RX_HEADROOM];
+    let checked = stamp_header(
+        counters,
+        deltas,
+        &mut ip,
+        ports,
+        hdr.get_mut(..hl)?,
+        payload,
+        hint,
+    )?;
+    Some((hdr, hl, checked))
+}
+
+/// The IP header fields (IPv4: ID 0, see [`stamp_header`]) and UDP ports of a datagram from
+/// `from` to `local`, rebuilt as the module comment says; `None` when the two addresses are
+/// of different families.
+fn rx_headers(local: SocketAddr, from: SocketAddr) -> Option<(IpSpec, UdpPorts)> {
+    let ip = match (from.ip(), local.ip()) {
         (IpAddr::V4(src), IpAddr::V4(dst)) => IpSpec::V4(Ipv4Spec {
             src: src.octets(),
             dst: dst.octets(),
@@ -1192,32 +1245,86 @@ fn rebuild_header(
         src: from.port(),
         dst: ROCE_V2_UDP_DPORT,
     };
-    let mut checked = false;
-    if let IpSpec::V4(v4) = &mut ip {
-        // One pass over the packet (its ICRC with ID 0); the hint and, failing it, any other
-        // ID are then checked by XOR (see `Ipv4IdSolver`). A packet whose ICRC no ID explains
-        // keeps ID 0: the device counts it as an ICRC error, as it should.
-        let want = bypass_hw::roce::icrc::wire_value(payload);
-        let c0 = bypass_hw::roce::icrc::compute_udp_payload(&IpSpec::V4(*v4), ports, payload);
-        if let (Some(want), Ok(c0)) = (want, c0) {
-            if want == c0 {
-                checked = true;
-            } else {
-                let n = payload.len();
-                if hint != 0 && deltas.delta(n, hint).is_some_and(|d| c0 ^ d == want) {
-                    v4.id = hint;
-                    checked = true;
-                } else if let Some(id) = deltas.solve(n, want ^ c0) {
-                    v4.id = id;
-                    checked = true;
-                    LinkCounters::add(&counters.rx_ip_id_recovered, 1);
-                }
-            }
+    Some((ip, ports))
+}
+
+/// The ICRC of the packet whose IP + UDP header is `hdr` and whose UDP payload is `payload`
+/// (one pass: `IcrcHasher` over the header as written and the payload), or `None` when the
+/// payload cannot hold a BTH and an ICRC.
+fn icrc_of(hdr: &[u8], payload: &[u8]) -> Option<u32> {
+    let body_end = payload.len().checked_sub(ICRC_LEN)?;
+    let (bth, rest) = payload.split_at_checked(BTH_LEN)?;
+    let mut h = IcrcHasher::new(hdr, bth).ok()?;
+    h.update(rest.get(..body_end.checked_sub(BTH_LEN)?)?);
+    Some(h.finish())
+}
+
+/// Writes the IP + UDP header of UDP payload `payload` into `hdr` (exactly its length) from
+/// `ip` and `ports`, and checks the packet's ICRC over the bytes just written: the one header
+/// build and the one ICRC pass of a received packet (the device then takes the header as
+/// given, `Device::receive_udp_in_place`). IPv4: the ID is `hint` if the ICRC checks with it
+/// (segment `hint` of a bypass peer's train; tried first, so a bypass peer's packets cost one
+/// pass and no XOR), else 0 or the ID [`Ipv4IdSolver`] finds by XOR; it is left in `ip`. True
+/// when the ICRC matches the header as written; false (an ICRC no ID explains, or a payload
+/// too short to carry one) leaves the check to the device, IPv4 with ID 0, which counts the
+/// error as it should. `None` only when no header can be written (a datagram over 64 KiB).
+fn stamp_header(
+    counters: &LinkCounters,
+    deltas: &mut Ipv4IdSolver,
+    ip: &mut IpSpec,
+    ports: UdpPorts,
+    hdr: &mut [u8],
+    payload: &[u8],
+    hint: u16,
+) -> Option<bool> {
+    let n = payload.len();
+    if let IpSpec::V4(v4) = ip {
+        v4.id = hint;
+    }
+    ip.write_ip_udp(ports, n, hdr).ok()?;
+    let (Some(want), Some(c)) = (
+        bypass_hw::roce::icrc::wire_value(payload),
+        icrc_of(hdr, payload),
+    ) else {
+        if hint != 0 {
+            restamp_id(ip, ports, n, hdr, 0)?;
+        }
+        return Some(false);
+    };
+    if c == want {
+        return Some(true);
+    }
+    let IpSpec::V4(_) = ip else {
+        return Some(false);
+    };
+    // `c` is the ICRC with ID `hint`; with ID 0 it is `c ^ delta(hint)`, and with any other ID
+    // `c0 ^ delta(id)` (see `Ipv4IdSolver`).
+    let c0 = if hint == 0 {
+        Some(c)
+    } else {
+        deltas.delta(n, hint).map(|d| c ^ d)
+    };
+    let found = match c0 {
+        Some(c0) if c0 == want => Some(0),
+        Some(c0) => deltas.solve(n, want ^ c0),
+        None => None,
+    };
+    if found.is_some_and(|id| id != 0) {
+        LinkCounters::add(&counters.rx_ip_id_recovered, 1);
+    }
+    restamp_id(ip, ports, n, hdr, found.unwrap_or(0))?;
+    Some(found.is_some())
+}
+
+/// Rewrites header `hdr` of an IPv4 packet with ID `id` (and its checksum), `ip` with it.
+fn restamp_id(ip: &mut IpSpec, ports: UdpPorts, n: usize, hdr: &mut [u8], id: u16) -> Option<()> {
+    if let IpSpec::V4(v4) = ip {
+        if v4.id != id {
+            v4.id = id;
+            ip.write_ip_udp(ports, n, hdr).ok()?;
         }
     }
-    let mut hdr = [0u8; RX_HEADROOM];
-    let written = ip.write_ip_udp(ports, payload.len(), &mut hdr).ok()?;
-    Some((hdr, written, checked))
+    Some(())
 }
 
 /// The IPv4 ID the sender hashed into the ICRC of `payload`, which a UDP socket does not
@@ -1412,24 +1519,27 @@ impl UdpWire {
                 let fast = allowed && !dev.trace.enabled();
                 dev.set_fast_tx(fast);
             }
-            link.deliver_rx(|pkt, icrc_checked| {
+            link.deliver_rx(|p| {
                 let owner = if n > 1 {
-                    RocePacket::parse(pkt).ok().and_then(|p| {
-                        let (_, dgid) = p.ip().gids();
-                        (0..n).find(|&id| {
-                            w.device(id)
-                                .profile()
-                                .ports
-                                .iter()
-                                .any(|port| port.gids.contains(&dgid))
-                        })
+                    let (_, dgid) = p.ip.gids();
+                    (0..n).find(|&id| {
+                        w.device(id)
+                            .profile()
+                            .ports
+                            .iter()
+                            .any(|port| port.gids.contains(&dgid))
                     })
                 } else {
                     None
                 };
                 if n > 0 {
-                    w.device(owner.unwrap_or(0))
-                        .receive_in_place(pkt, icrc_checked);
+                    w.device(owner.unwrap_or(0)).receive_udp_in_place(
+                        p.bytes,
+                        p.headers,
+                        &p.ip,
+                        p.ports,
+                        p.icrc_checked,
+                    );
                 }
             });
             let mut idle = false;
@@ -1791,7 +1901,7 @@ mod tests {
         let mut got = Vec::new();
         for _ in 0..2000 {
             if l.fill_rx(RX_BATCH) > 0 {
-                l.deliver_rx(|p, checked| got.push((p.to_vec(), checked)));
+                l.deliver_rx(|p| got.push((p.bytes.to_vec(), p.icrc_checked)));
             }
             if got.len() >= n {
                 break;
