@@ -29,6 +29,11 @@ pub const ICRC_LEN: usize = 4;
 /// Largest IP + UDP header the ICRC covers (IPv6 + UDP).
 const MAX_HDRS: usize = IPV6_HDR_LEN + UDP_HDR_LEN;
 
+/// The CRC-32 of the eight `0xff` bytes standing for the masked LRH, as a finished CRC value
+/// (`crc32fast::Hasher::new_with_initial` continues from it). rxe starts its register at
+/// `0xdebb20e3` (`rxe_icrc.c`), the same state before inversion; a test checks the value.
+const LRH_MASK_CRC: u32 = 0x2144_df1c;
+
 /// Masks the variant fields of a copy of the IP + UDP headers (`hdrs.len()` is 28 or 48).
 fn mask_ip_udp(hdrs: &mut [u8]) {
     let udp = hdrs.len() - UDP_HDR_LEN;
@@ -84,11 +89,12 @@ impl IcrcHasher {
                 got: ip_udp.len(),
             });
         }
-        let mut hdrs = [0u8; MAX_HDRS];
-        let hdrs = hdrs.get_mut(..ip_udp.len()).ok_or(Error::Malformed {
-            what: "roce ip+udp header",
-            reason: "longer than an IPv6 + UDP header",
-        })?;
+        if ip_udp.len() > MAX_HDRS {
+            return Err(Error::Malformed {
+                what: "roce ip+udp header",
+                reason: "longer than an IPv6 + UDP header",
+            });
+        }
         let Ok(mut b) = <[u8; BTH_LEN]>::try_from(bth) else {
             return Err(Error::Truncated {
                 what: "BTH",
@@ -96,13 +102,17 @@ impl IcrcHasher {
                 got: bth.len(),
             });
         };
-        hdrs.copy_from_slice(ip_udp);
-        mask_ip_udp(hdrs);
+        // The masked headers and the BTH in one buffer, fed in one update from the CRC state
+        // after the eight 0xff bytes of the masked LRH (rxe's seed): one CRC call per packet
+        // header instead of three.
+        let n = ip_udp.len();
+        let mut buf = [0u8; MAX_HDRS + BTH_LEN];
+        buf[..n].copy_from_slice(ip_udp);
+        mask_ip_udp(&mut buf[..n]);
         b[4] = 0xff; // FECN, BECN, resv6a (rxe: bth->qpn |= ~BTH_QPN_MASK)
-        let mut h = crc32fast::Hasher::new();
-        h.update(&[0xff; 8]);
-        h.update(hdrs);
-        h.update(&b);
+        buf[n..n + BTH_LEN].copy_from_slice(&b);
+        let mut h = crc32fast::Hasher::new_with_initial(LRH_MASK_CRC);
+        h.update(&buf[..n + BTH_LEN]);
         Ok(Self(h))
     }
 
@@ -157,6 +167,13 @@ pub fn check_udp_payload(ip: &IpSpec, ports: UdpPorts, udp_payload: &[u8]) -> Re
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_lrh_seed_is_the_crc_of_eight_ones_bytes_and_rxes_register() {
+        assert_eq!(super::LRH_MASK_CRC, crc32fast::hash(&[0xff; 8]));
+        // rxe_icrc.c starts crc32_le (no inversion) from 0xdebb20e3: the same register.
+        assert_eq!(!super::LRH_MASK_CRC, 0xdebb_20e3);
+    }
+
     #[test]
     fn a_packet_fed_in_pieces_has_the_icrc_of_the_whole() {
         use crate::roce::{BthFields, BthOpcode, ExtFields, IpSpec, PacketSpec, Reth, emit};
