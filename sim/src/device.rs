@@ -671,7 +671,7 @@ impl Device {
 
     /// Keeps the box of a burst it received for one it sends, its payload let go (no buffer
     /// is kept alive by a spare).
-    fn recycle_burst(&mut self, mut b: Box<crate::frame::Burst>) {
+    pub(crate) fn recycle_burst(&mut self, mut b: Box<crate::frame::Burst>) {
         // Read: its sender's flush may go ahead (`frame::BurstReads`).
         b.hold = None;
         if self.burst_spare.len() < BURST_SPARES {

@@ -64,7 +64,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::fs::File;
-use std::io::{self, BufWriter, IoSliceMut};
+use std::io::{self, BufWriter};
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::Path;
@@ -81,8 +81,7 @@ use bypass_hw::roce::{
 };
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::socket::{
-    AddressFamily, ControlMessageOwned, MsgFlags, SockFlag, SockType, SockaddrStorage, bind,
-    recvmsg, setsockopt, socket, sockopt,
+    AddressFamily, SockFlag, SockType, SockaddrStorage, bind, setsockopt, socket, sockopt,
 };
 
 use crate::frame::{Burst, Frame};
@@ -149,7 +148,7 @@ pub struct RxPacket<'a> {
     /// Bytes of IP + UDP header at the front of `bytes`.
     pub headers: usize,
     /// The IP header's fields as written (IPv4: the ID the ICRC check found).
-    pub ip: IpSpec,
+    pub ip: &'a IpSpec,
     /// The UDP ports as written.
     pub ports: UdpPorts,
     /// See [`Received::icrc_checked`].
@@ -262,8 +261,6 @@ pub struct UdpLink {
     /// for [`UdpLink::deliver_rx`].
     rx_bufs: Vec<RxBuf>,
     rx_filled: usize,
-    /// The control-message buffer of `recvmsg` (the `UDP_GRO` segment size), reused.
-    cmsg: Vec<u8>,
     /// Send segmented trains (`UDP_SEGMENT`); cleared when the kernel refuses one.
     gso: bool,
     /// What [`out_wire`] found for each packet of the batch being sent, reused.
@@ -386,7 +383,6 @@ impl UdpLink {
             buf: vec![0; MAX_DATAGRAM],
             rx_bufs: Vec::new(),
             rx_filled: 0,
-            cmsg: nix::cmsg_space!(libc::c_int),
             gso: true,
             wires: Vec::new(),
             iov: IovList::default(),
@@ -756,9 +752,7 @@ impl UdpLink {
             let Some(space) = b.data.get_mut(RX_HEADROOM..) else {
                 break;
             };
-            let Some((n, from, seg)) =
-                read_datagram(&self.rx, space, &mut self.cmsg, &self.counters)
-            else {
+            let Some((n, from, seg)) = read_datagram(&self.rx, space, &self.counters) else {
                 break;
             };
             let seg = if seg == 0 { n.max(1) } else { seg };
@@ -797,13 +791,13 @@ impl UdpLink {
         } = self;
         let mut count = 0;
         for b in rx_bufs.iter_mut().take(std::mem::take(rx_filled)) {
-            let Some((base_ip, ports)) = rx_headers(*local, b.from) else {
+            let Some((mut ip, ports)) = rx_headers(*local, b.from) else {
                 // No header can say where such a datagram came from: none is delivered.
                 let n = b.len.div_ceil(b.seg.max(1)) as u64;
                 LinkCounters::add(&counters.rx_dropped, n);
                 continue;
             };
-            let hl = base_ip.header_len() + UDP_HDR_LEN;
+            let hl = ip.header_len() + UDP_HDR_LEN;
             let end = RX_HEADROOM + b.len;
             let mut start = RX_HEADROOM;
             let mut k = 0usize;
@@ -826,7 +820,6 @@ impl UdpLink {
                     LinkCounters::add(&counters.rx_dropped, 1);
                     continue;
                 };
-                let mut ip = base_ip;
                 let Some(checked) =
                     stamp_header(counters, deltas, &mut ip, ports, hdr, payload, hint)
                 else {
@@ -846,7 +839,7 @@ impl UdpLink {
                 deliver(&RxPacket {
                     bytes: pkt,
                     headers: hl,
-                    ip,
+                    ip: &ip,
                     ports,
                     icrc_checked: checked,
                 });
@@ -859,7 +852,7 @@ impl UdpLink {
     /// Reads one datagram (or `UDP_GRO` train) into `self.buf`: its length, sender and segment
     /// size (0: not a train). `None` when nothing is waiting.
     fn read_one(&mut self) -> Option<(usize, SocketAddr, usize)> {
-        read_datagram(&self.rx, &mut self.buf, &mut self.cmsg, &self.counters)
+        read_datagram(&self.rx, &mut self.buf, &self.counters)
     }
 
     /// Waits until a datagram is readable or `ms` milliseconds pass.
@@ -873,44 +866,104 @@ impl UdpLink {
 
 /// Reads one datagram (or `UDP_GRO` train) from `sock` into `buf`: its length, sender and
 /// segment size (0: not a train). `None` when nothing is waiting.
-#[allow(
-    clippy::ptr_arg,
-    reason = "nix's recvmsg takes the control buffer as a Vec"
-)]
+///
+/// Raw `libc::recvmsg` rather than nix's: this is the one call of every pump round of a
+/// busy-poll loop, and nix's wrapper (its `SockaddrStorage`, `RecvMsg`, control-message
+/// iterator and `SocketAddr` conversion) cost ~300 instructions a call more than the call
+/// itself; here the header, the address and the one `UDP_GRO` control message are read in
+/// place.
 fn read_datagram(
     sock: &UdpSocket,
     buf: &mut [u8],
-    cmsg: &mut Vec<u8>,
     counters: &LinkCounters,
 ) -> Option<(usize, SocketAddr, usize)> {
     loop {
-        let mut iov = [IoSliceMut::new(buf)];
-        let r = recvmsg::<SockaddrStorage>(
-            sock.as_raw_fd(),
-            &mut iov,
-            Some(cmsg),
-            MsgFlags::MSG_DONTWAIT,
-        );
-        let m = match r {
-            Ok(m) => m,
-            Err(nix::errno::Errno::EINTR) => continue,
-            // EAGAIN, or an ICMP error reported on the socket: nothing to hand on.
-            Err(_) => return None,
+        // Room for one cmsghdr and a c_int (CMSG_SPACE(4) is 24 on 64-bit Linux, 16 on
+        // 32-bit), aligned as a cmsghdr.
+        let mut control = [0u64; 4];
+        // SAFETY: all-zero bytes are a valid `sockaddr_storage` (plain integers).
+        let mut from: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+        let mut iov = libc::iovec {
+            iov_base: buf.as_mut_ptr().cast(),
+            iov_len: buf.len(),
         };
-        let mut seg = 0;
-        if let Ok(cmsgs) = m.cmsgs() {
-            for c in cmsgs {
-                if let ControlMessageOwned::UdpGroSegments(s) = c {
-                    seg = usize::try_from(s).unwrap_or(0);
-                }
+        // SAFETY: `msghdr` is plain integers and pointers, valid all-zero. Every pointer set
+        // in it points at a local or at `buf`, each live and exclusively borrowed for the
+        // call, with the lengths given: the kernel writes at most `iov_len` bytes of
+        // datagram, `msg_namelen` bytes of address and `msg_controllen` bytes of control
+        // messages, and reports how much it wrote in the same fields.
+        let (r, msg) = unsafe {
+            let mut msg: libc::msghdr = std::mem::zeroed();
+            msg.msg_name = (&raw mut from).cast();
+            msg.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as _;
+            msg.msg_iov = &raw mut iov;
+            msg.msg_iovlen = 1;
+            msg.msg_control = control.as_mut_ptr().cast();
+            msg.msg_controllen = std::mem::size_of_val(&control) as _;
+            let r = libc::recvmsg(sock.as_raw_fd(), &raw mut msg, libc::MSG_DONTWAIT);
+            (r, msg)
+        };
+        let Ok(n) = usize::try_from(r) else {
+            match nix::errno::Errno::last() {
+                nix::errno::Errno::EINTR => continue,
+                // EAGAIN, or an ICMP error reported on the socket: nothing to hand on.
+                _ => return None,
             }
-        }
-        let from = m.address.as_ref().and_then(socket_addr);
-        let n = m.bytes;
-        match from {
+        };
+        let seg = gro_segment(&msg);
+        match sockaddr_of(&from, msg.msg_namelen) {
             Some(from) => return Some((n, from, seg)),
             None => LinkCounters::add(&counters.rx_dropped, 1),
         }
+    }
+}
+
+/// The `UDP_GRO` segment size among the control messages `recvmsg` wrote into `msg` (0: none,
+/// the datagram is not a train).
+fn gro_segment(msg: &libc::msghdr) -> usize {
+    let mut seg = 0;
+    // SAFETY: `msg` is the header `recvmsg` filled: its control pointer and (updated) length
+    // describe control messages the kernel wrote into a buffer still live in the caller;
+    // CMSG_FIRSTHDR/CMSG_NXTHDR only return headers that lie within it (or null), and a
+    // header of level SOL_UDP and type UDP_GRO carries a c_int, read unaligned.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(msg);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_UDP && (*c).cmsg_type == libc::UDP_GRO {
+                let v = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::c_int>());
+                seg = usize::try_from(v).unwrap_or(0);
+            }
+            c = libc::CMSG_NXTHDR(msg, c);
+        }
+    }
+    seg
+}
+
+/// The socket address `recvmsg` wrote into `s` (`len` bytes of it), if IPv4 or IPv6.
+fn sockaddr_of(s: &libc::sockaddr_storage, len: libc::socklen_t) -> Option<SocketAddr> {
+    let len = len as usize;
+    match libc::c_int::from(s.ss_family) {
+        libc::AF_INET if len >= std::mem::size_of::<libc::sockaddr_in>() => {
+            // SAFETY: the kernel wrote a `sockaddr_in` (family AF_INET, length checked) at
+            // the start of the storage, which is larger and at least as aligned.
+            let a = unsafe { &*(std::ptr::from_ref(s).cast::<libc::sockaddr_in>()) };
+            let ip = std::net::Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr));
+            Some(SocketAddr::V4(std::net::SocketAddrV4::new(
+                ip,
+                u16::from_be(a.sin_port),
+            )))
+        }
+        libc::AF_INET6 if len >= std::mem::size_of::<libc::sockaddr_in6>() => {
+            // SAFETY: as above, a `sockaddr_in6`.
+            let a = unsafe { &*(std::ptr::from_ref(s).cast::<libc::sockaddr_in6>()) };
+            Some(SocketAddr::V6(std::net::SocketAddrV6::new(
+                std::net::Ipv6Addr::from(a.sin6_addr.s6_addr),
+                u16::from_be(a.sin6_port),
+                u32::from_be(a.sin6_flowinfo),
+                a.sin6_scope_id,
+            )))
+        }
+        _ => None,
     }
 }
 
@@ -1165,15 +1218,6 @@ fn restamp_known(packet: &mut [u8], w: &WireOf, id: u16, deltas: &mut Ipv4IdSolv
     let icrc = bypass_hw::roce::icrc::wire_value(packet.get(tail..)?)? ^ delta;
     packet.get_mut(tail..)?.copy_from_slice(&icrc.to_le_bytes());
     Some(())
-}
-
-/// The socket address of a `recvmsg` sender.
-fn socket_addr(s: &SockaddrStorage) -> Option<SocketAddr> {
-    if let Some(v4) = s.as_sockaddr_in() {
-        return Some(SocketAddr::V4(std::net::SocketAddrV4::from(*v4)));
-    }
-    s.as_sockaddr_in6()
-        .map(|v6| SocketAddr::V6(std::net::SocketAddrV6::from(*v6)))
 }
 
 /// The IP packet of UDP payload `payload` that came from `from` to `local` (headers rebuilt
@@ -1536,7 +1580,7 @@ impl UdpWire {
                     w.device(owner.unwrap_or(0)).receive_udp_in_place(
                         p.bytes,
                         p.headers,
-                        &p.ip,
+                        p.ip,
                         p.ports,
                         p.icrc_checked,
                     );
@@ -1586,6 +1630,9 @@ impl UdpWire {
                             if let Err(b) = gather::push_burst(b, bursts, outbound, spare) {
                                 b.segment_direct_into(segmented, spare);
                                 outbound.extend(segmented.drain(..).map(Out::Bytes));
+                                // Its box builds the device's next burst (no allocation per
+                                // WRITE); what it held is let go as a drop would.
+                                dev.recycle_burst(b);
                             }
                         }
                     }
