@@ -826,6 +826,68 @@ mod tests {
         u32::from_be_bytes(b)
     }
 
+    /// A RoCEv2 SEND to QP `qpn` from 10.0.0.9 to `dst`, and its IP fields and ports.
+    fn send_packet(
+        dst: [u8; 4],
+        qpn: u32,
+    ) -> (Vec<u8>, bypass_hw::roce::IpSpec, bypass_hw::roce::UdpPorts) {
+        use bypass_hw::roce::{BthFields, BthOpcode, ExtFields, IpSpec, PacketSpec, UdpPorts};
+        let ip =
+            IpSpec::from_gids(&Profile::ipv4_gid([10, 0, 0, 9]), &Profile::ipv4_gid(dst)).unwrap();
+        let ports = UdpPorts {
+            src: 0xc001,
+            dst: bypass_hw::roce::ROCE_V2_UDP_DPORT,
+        };
+        let spec = PacketSpec {
+            ip,
+            ports,
+            bth: BthFields {
+                opcode: BthOpcode::RC_SEND_ONLY,
+                dest_qp: qpn,
+                psn: 3,
+                ..Default::default()
+            },
+            ext: ExtFields::default(),
+            payload: b"payload",
+        };
+        let mut buf = vec![0u8; spec.packet_len().unwrap()];
+        bypass_hw::roce::emit(&spec, &mut buf).unwrap();
+        (buf, ip, ports)
+    }
+
+    #[test]
+    fn a_packet_with_its_header_given_meets_every_check_a_parsed_one_meets() {
+        // Ours with an unknown QP, another device's, a bad ICRC (unchecked), and one whose ICRC
+        // the link vouched for: the two entry points count each alike.
+        let ours = Profile::with_id(1);
+        let cases = [
+            (send_packet([10, 0, 0, 1], 0x42), false, false),
+            (send_packet([10, 0, 0, 7], 0x42), false, false),
+            (send_packet([10, 0, 0, 1], 0x42), true, false),
+            (send_packet([10, 0, 0, 1], 0x42), true, true),
+        ];
+        for (i, ((mut bytes, ip, ports), corrupt, checked)) in cases.into_iter().enumerate() {
+            if corrupt {
+                let n = bytes.len();
+                bytes[n - 6] ^= 1;
+            }
+            let hl = ip.header_len() + bypass_hw::roce::ip::UDP_HDR_LEN;
+            let mut parsed = Device::new(ours.clone());
+            parsed.receive_in_place(&bytes, checked);
+            let mut given = Device::new(ours.clone());
+            given.receive_udp_in_place(&bytes, hl, &ip, ports, checked);
+            let c = |d: &Device| {
+                (
+                    d.counters.port_rcv_packets,
+                    d.counters.rx_icrc_errors,
+                    d.counters.rx_discards,
+                )
+            };
+            assert_eq!(c(&given), c(&parsed), "case {i}");
+            assert_eq!(c(&given).0, 1);
+        }
+    }
+
     #[test]
     fn init_segment_reports_revisions_and_initializing_until_cmdq_is_set() {
         let mut d = Device::new(Profile::default());

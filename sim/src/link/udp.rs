@@ -1942,6 +1942,55 @@ mod tests {
         assert_eq!(b.counters().rx_packets.load(Ordering::Relaxed), 9);
     }
 
+    #[test]
+    fn the_header_fields_handed_to_the_device_are_those_its_bytes_parse_to() {
+        let mut b = link(2);
+        let mut a = sender_to(&b);
+        // A train (segment k carries IPv4 ID k), a lone packet, and one whose ICRC no ID
+        // explains: the device takes the fields as given instead of parsing the bytes, so they
+        // must be what a parse of the bytes gives, the header checksum included.
+        let mut batch: Vec<Vec<u8>> = (0..4).map(|i| sized(i, 64, 0xc310)).collect();
+        a.send_batch(&mut batch);
+        let mut bad = sized(9, 64, 0xc311);
+        bad[50] ^= 0x10;
+        assert!(a.send(&bad));
+        let mut got = Vec::new();
+        for _ in 0..2000 {
+            if b.fill_rx(RX_BATCH) > 0 {
+                b.deliver_rx(|p| {
+                    let parsed = RocePacket::parse(p.bytes).expect("the rebuilt header parses");
+                    assert_eq!(parsed.ip(), p.ip);
+                    assert_eq!(parsed.ports(), p.ports);
+                    assert_eq!(p.headers + parsed.udp_payload().len(), p.bytes.len());
+                    assert_eq!(parsed.icrc_ok(), p.icrc_checked);
+                    got.push((parsed.ports().src, *p.ip, p.icrc_checked));
+                });
+            }
+            if got.len() >= 5 {
+                break;
+            }
+            b.wait_readable(1);
+        }
+        let ids = |sport: u16| -> Vec<(u16, bool)> {
+            got.iter()
+                .filter(|g| g.0 == sport)
+                .map(|g| match g.1 {
+                    IpSpec::V4(v4) => (v4.id, g.2),
+                    IpSpec::V6(_) => unreachable!(),
+                })
+                .collect()
+        };
+        assert_eq!(
+            ids(0xc310),
+            vec![(0, true), (1, true), (2, true), (3, true)]
+        );
+        assert_eq!(
+            ids(0xc311),
+            vec![(0, false)],
+            "no ID explains it: ID 0, unchecked"
+        );
+    }
+
     /// Every packet `l` receives until it has `n` (in order), as handed to the device, with
     /// whether the link matched its ICRC.
     fn deliver_n(l: &mut UdpLink, n: usize) -> Vec<(Vec<u8>, bool)> {
