@@ -8,17 +8,20 @@
 //! thread, the application's wait loops and an engine thread; see its doc). Must not:
 //! parse or build RoCE headers by hand (`bypass_hw::roce` does), or reach into a device beyond
 //! its public `step`/`set_time`/`set_fast_tx`/`take_frame`/`receive`/`receive_icrc_checked`/
-//! `receive_in_place`/`next_deadline` (and whether it records a trace).
+//! `receive_in_place`/`receive_udp_in_place`/`next_deadline` (and whether it records a trace),
+//! and the crate's `recycle_burst` (the box of a burst it segmented goes back to the device).
 //!
 //! Fast path: a train of packets to one peer goes out in one `sendmsg` with `UDP_SEGMENT`
 //! and, with `UDP_GRO` on the receiving socket, comes in with one `recvmsg` (on loopback the
 //! train is never cut at all). A pump round reads the socket into reused buffers that keep
 //! room in front of the datagram; each packet's IP + UDP header is then rebuilt in place, in
 //! front of its UDP payload (over the tail of the segment before it, already delivered), and
-//! the device takes the packet from there (`Device::receive_in_place`): no copy and no
-//! allocation in the link. Each packet costs one ICRC pass in the link (the IPv4 ID is then
-//! found by XOR, see `Ipv4IdSolver`) and none in the device, which takes a packet the link
-//! matched as checked. On transmit the link takes the device's frames
+//! the device takes the packet from there (`Device::receive_udp_in_place`): no copy and no
+//! allocation in the link. Each header is written once, and each packet costs one ICRC pass,
+//! over the header as written (IPv4: with the ID its place in a train predicts, else 0; any
+//! other ID is then found by XOR, see `Ipv4IdSolver`), and none in the device, which takes a
+//! packet the link matched as checked, and takes the header's fields from the link as given
+//! (no parse of the header, no IPv4 checksum verification: the kernel verified the real one). On transmit the link takes the device's frames
 //! (`Device::set_fast_tx`): a burst of WRITE packets whose payload is in host memory is sent
 //! as gather lists (`link::gather`): per packet the BTH (+RETH) from a small header buffer,
 //! the payload as iovecs pointing straight into the sender's registered memory, and the pad
