@@ -962,7 +962,8 @@ fn sockaddr_of(s: &libc::sockaddr_storage, len: libc::socklen_t) -> Option<Socke
             Some(SocketAddr::V6(std::net::SocketAddrV6::new(
                 std::net::Ipv6Addr::from(a.sin6_addr.s6_addr),
                 u16::from_be(a.sin6_port),
-                u32::from_be(a.sin6_flowinfo),
+                // As std and nix convert it: the raw field (unused by the rebuild).
+                a.sin6_flowinfo,
                 a.sin6_scope_id,
             )))
         }
