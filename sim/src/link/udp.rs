@@ -1591,10 +1591,14 @@ impl UdpWire {
                 }
             });
             let mut idle = false;
-            for _ in 0..MAX_STEPS_PER_ROUND {
+            for round in 0..MAX_STEPS_PER_ROUND {
                 let mut progress = false;
+                // As `World::run_until_idle`: the first step of the round scans every QP
+                // (time moved), the later ones only when the step before gave them something
+                // new (`Device::step_again`), not again at the same time for nothing.
                 for id in 0..n {
-                    progress |= w.device(id).step();
+                    let d = w.device(id);
+                    progress |= if round == 0 { d.step() } else { d.step_again() };
                 }
                 if !progress {
                     idle = true;
