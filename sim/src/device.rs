@@ -169,6 +169,9 @@ pub struct Device {
     /// (`engine::post_err_when_read`): the steps retry them
     /// (`engine::retry_deferred_flushes`) until none is left.
     pub(crate) deferred_flushes: Vec<u32>,
+    /// Commands (slot, QPN) whose 2RST_QP / DESTROY_QP waits for the QP's bursts in flight
+    /// (`firmware::cmdq::waits_for`); the steps retry them.
+    pub(crate) waiting_cmds: Vec<(u8, u32)>,
     /// The last destination GID found to be one of ours (`Device::owns_gid`).
     own_gid: Option<[u8; 16]>,
     /// Wire lengths of the last packets sized on the fast path (`crate::frame::LenMemo`).
@@ -235,6 +238,7 @@ impl Device {
             own_gid: None,
             runs_spare: Vec::new(),
             deferred_flushes: Vec::new(),
+            waiting_cmds: Vec::new(),
             headers_cache: None,
             now: 0,
             irq: None,
@@ -641,10 +645,11 @@ impl Device {
             || !self.rx.is_empty()
             || self.scan_progressed
             || !self.deferred_flushes.is_empty()
+            || !self.waiting_cmds.is_empty()
     }
 
     fn step_inner(&mut self, force_scan: bool) -> bool {
-        let mut progress = false;
+        let mut progress = !self.waiting_cmds.is_empty() && crate::firmware::retry_waiting(self);
         while let Some(db) = self.doorbells.pop_front() {
             progress = true;
             self.ring(db);
@@ -683,12 +688,17 @@ impl Device {
     /// True if a QP's error CQEs wait for its bursts still in flight
     /// (`engine::post_err_when_read`): the device has work once they are read.
     pub(crate) fn flush_waiting(&self) -> bool {
-        !self.deferred_flushes.is_empty()
+        !self.deferred_flushes.is_empty() || !self.waiting_cmds.is_empty()
     }
 
-    /// The earliest device time at which a timer (retransmit, RNR retry) needs the device.
+    /// The earliest device time at which a timer (retransmit, RNR retry) needs the device;
+    /// now, if a command that waited for a QP's bursts can run.
     pub fn next_deadline(&self) -> Option<u64> {
-        crate::transport::next_deadline(self)
+        let timer = crate::transport::next_deadline(self);
+        if !self.waiting_cmds.is_empty() && crate::firmware::waiting_ready(self) {
+            return Some(timer.map_or(self.now, |t| t.min(self.now)));
+        }
+        timer
     }
 
     /// Hands a packet from the wire to the device (IP header through ICRC). It is processed by
