@@ -1,6 +1,7 @@
 //! The command queue as the device processes it: entries and mailbox chains, by DMA.
 //!
-//! Owns: [`process`] (one `cmd_dbell` write), reading an entry, gathering its input from the
+//! Owns: [`process`] (one `cmd_dbell` write), the commands that wait for a QP's bursts in
+//! flight ([`retry_waiting`]), reading an entry, gathering its input from the
 //! inline bytes and the `in_ptr` mailbox chain, checking the `out_ptr` chain, scattering the
 //! output, the delivery status, handing the entry back, and the CMD completion event.
 //! Must not: interpret commands (that is [`super::execute`]).
@@ -23,10 +24,12 @@
 //! - An entry the device cannot read is counted as a DMA fault and left alone: there is no
 //!   way to report anything in memory the device cannot reach.
 
+use bypass_hw::cmd::Opcode;
 use bypass_hw::cmd::entry::{
     CMD_ENTRY_SIZE, CMD_INLINE_LEN, CmdLayout, CmdMailbox, DeliveryStatus, MAILBOX_ALIGN,
     MAILBOX_DATA_LEN, MAILBOX_SIZE, MLX5_PCI_CMD_XPORT, block_range, mailbox_blocks,
 };
+use bypass_hw::cmd::qp::{DestroyQpIn, Qp2RstIn};
 use bypass_hw::eqe::{EQE_DATA_LEN, EventType};
 use zerocopy::FromBytes;
 
@@ -43,14 +46,78 @@ const ENTRY_OUT_OFF: u64 = 0x20;
 /// Byte offset of `status_own` in an entry.
 const ENTRY_STATUS_OWN_OFF: u64 = 0x3f;
 
-/// Processes the command queue slots in `slots` (the `cmd_dbell` bitmask), lowest first.
+/// Processes the command queue slots in `slots` (the `cmd_dbell` bitmask), lowest first. A
+/// command that must wait for its QP's bursts in flight ([`waits_for`]) is kept in
+/// `Device::waiting_cmds` and run by [`retry_waiting`] once they are read.
 pub(crate) fn process(dev: &mut Device, slots: u32) {
     let nslots = 1u32 << CMDQ_LOG_SIZE;
     for slot in 0..nslots.min(32) {
         if slots & (1 << slot) != 0 {
-            run_slot(dev, slot as u8);
+            match waits_for(dev, slot as u8) {
+                Some(qpn) => dev.waiting_cmds.push((slot as u8, qpn)),
+                None => run_slot(dev, slot as u8),
+            }
         }
     }
+}
+
+/// Runs the waiting commands whose QP no burst reads any more, in slot order; true if one ran.
+pub(crate) fn retry_waiting(dev: &mut Device) -> bool {
+    let mut ran = false;
+    let mut i = 0;
+    while let Some(&(slot, qpn)) = dev.waiting_cmds.get(i) {
+        if reads_in_flight(dev, qpn) {
+            i += 1;
+        } else {
+            dev.waiting_cmds.remove(i);
+            run_slot(dev, slot);
+            ran = true;
+        }
+    }
+    ran
+}
+
+/// True if a waiting command can run now ([`retry_waiting`] would run it).
+pub(crate) fn waiting_ready(dev: &Device) -> bool {
+    dev.waiting_cmds
+        .iter()
+        .any(|&(_, qpn)| !reads_in_flight(dev, qpn))
+}
+
+/// True if a by-reference burst of QP `qpn` still reads its memory (`crate::frame::BurstReads`).
+fn reads_in_flight(dev: &Device, qpn: u32) -> bool {
+    dev.objs
+        .qps
+        .get(qpn)
+        .is_some_and(|qp| !qp.reads.none_in_flight())
+}
+
+/// The QP whose bursts the command in `slot` must wait for: a 2RST_QP or DESTROY_QP of a QP
+/// whose by-reference bursts still read its memory. Either hands the QP's buffers back to the
+/// application (the driver cleans its CQs and the verbs layer releases every request still
+/// outstanding), so it may complete only once nothing the QP sent still reads them: a NIC
+/// quiesces a QP's DMA before it completes these commands (the kernel frees or reuses the
+/// QP's buffers as soon as `mlx5_core_qp_modify` to RESET / `mlx5_core_destroy_qp` return).
+/// Both inputs are 16 bytes, inline in the entry, which stays the device's until the command
+/// completes. Anything else, or an entry that cannot be read, does not wait ([`run_slot`]
+/// reports what is wrong with it).
+fn waits_for(dev: &mut Device, slot: u8) -> Option<u32> {
+    let addr = dev
+        .cmdq_addr()
+        .wrapping_add(u64::from(slot) << CMDQ_LOG_STRIDE);
+    let mut raw = [0u8; CMD_ENTRY_SIZE];
+    dev.iommu.read(addr, &mut raw).ok()?;
+    let entry = CmdLayout::read_from_bytes(&raw[..]).ok()?;
+    if !entry.hw_owned() {
+        return None;
+    }
+    let input = &entry.input[..];
+    let qpn = match Opcode(bypass_hw::cmd::MboxIn::wrap_unchecked(input).opcode() as u16) {
+        Opcode::QP_2RST => Qp2RstIn::new_checked(input).ok()?.qpn(),
+        Opcode::DESTROY_QP => DestroyQpIn::new_checked(input).ok()?.qpn(),
+        _ => return None,
+    };
+    reads_in_flight(dev, qpn).then_some(qpn)
 }
 
 fn run_slot(dev: &mut Device, slot: u8) {

@@ -29,7 +29,7 @@ use bypass_hw::syndrome::CmdStatus;
 use crate::device::Device;
 use crate::profile::Profile;
 
-pub(crate) use cmdq::process;
+pub(crate) use cmdq::{process, retry_waiting, waiting_ready};
 
 /// Where the function is in its life (PRM "HCA bring-up"; kernel `mlx5_function_setup`,
 /// rdma-core `mlx5_vfio_setup_function`).

@@ -21,6 +21,7 @@
 
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
+use std::hash::{BuildHasherDefault, Hasher};
 
 use bypass_hw::roce::icrc;
 use bypass_hw::roce::{IpSpec, Ipv4Spec, UdpPorts};
@@ -40,10 +41,34 @@ struct PerLength {
     basis: Basis,
 }
 
+/// The hasher of the per-length map: its keys are packet lengths the link itself measured, not
+/// chosen by a peer to collide (a sender can only pick among a few thousand lengths, and a
+/// full map is emptied anyway), so the std map's SipHash — ~100 instructions per lookup, and
+/// the link looks a length up for every re-stamped segment — buys nothing here. One
+/// multiplication (Fibonacci hashing) spreads consecutive lengths over the table.
+#[derive(Debug, Default, Clone, Copy)]
+struct LenHasher(u64);
+
+impl Hasher for LenHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+
+    fn write_usize(&mut self, n: usize) {
+        self.0 = (n as u64 ^ self.0).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
 /// The ICRC's dependence on the IPv4 ID, by UDP payload length (see the module comment).
 #[derive(Debug, Default)]
 pub struct Ipv4IdSolver {
-    by_len: HashMap<usize, PerLength>,
+    by_len: HashMap<usize, PerLength, BuildHasherDefault<LenHasher>>,
     zeros: Vec<u8>,
     built: u64,
 }

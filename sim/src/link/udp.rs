@@ -8,17 +8,20 @@
 //! thread, the application's wait loops and an engine thread; see its doc). Must not:
 //! parse or build RoCE headers by hand (`bypass_hw::roce` does), or reach into a device beyond
 //! its public `step`/`set_time`/`set_fast_tx`/`take_frame`/`receive`/`receive_icrc_checked`/
-//! `receive_in_place`/`next_deadline` (and whether it records a trace).
+//! `receive_in_place`/`receive_udp_in_place`/`next_deadline` (and whether it records a trace),
+//! and the crate's `recycle_burst` (the box of a burst it segmented goes back to the device).
 //!
 //! Fast path: a train of packets to one peer goes out in one `sendmsg` with `UDP_SEGMENT`
 //! and, with `UDP_GRO` on the receiving socket, comes in with one `recvmsg` (on loopback the
 //! train is never cut at all). A pump round reads the socket into reused buffers that keep
 //! room in front of the datagram; each packet's IP + UDP header is then rebuilt in place, in
 //! front of its UDP payload (over the tail of the segment before it, already delivered), and
-//! the device takes the packet from there (`Device::receive_in_place`): no copy and no
-//! allocation in the link. Each packet costs one ICRC pass in the link (the IPv4 ID is then
-//! found by XOR, see `Ipv4IdSolver`) and none in the device, which takes a packet the link
-//! matched as checked. On transmit the link takes the device's frames
+//! the device takes the packet from there (`Device::receive_udp_in_place`): no copy and no
+//! allocation in the link. Each header is written once, and each packet costs one ICRC pass,
+//! over the header as written (IPv4: with the ID its place in a train predicts, else 0; any
+//! other ID is then found by XOR, see `Ipv4IdSolver`), and none in the device, which takes a
+//! packet the link matched as checked, and takes the header's fields from the link as given
+//! (no parse of the header, no IPv4 checksum verification: the kernel verified the real one). On transmit the link takes the device's frames
 //! (`Device::set_fast_tx`): a burst of WRITE packets whose payload is in host memory is sent
 //! as gather lists (`link::gather`): per packet the BTH (+RETH) from a small header buffer,
 //! the payload as iovecs pointing straight into the sender's registered memory, and the pad
@@ -64,7 +67,7 @@
 
 use std::collections::VecDeque;
 use std::fs::File;
-use std::io::{self, BufWriter, IoSliceMut};
+use std::io::{self, BufWriter};
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::Path;
@@ -73,14 +76,15 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use bypass_hw::roce::icrc::IcrcHasher;
 use bypass_hw::roce::ip::{DEFAULT_TTL, UDP_HDR_LEN};
 use bypass_hw::roce::{
-    BthOpcode, IpSpec, Ipv4Spec, Ipv6Spec, ROCE_V2_UDP_DPORT, RocePacket, UdpPorts,
+    BTH_LEN, BthOpcode, ICRC_LEN, IpSpec, Ipv4Spec, Ipv6Spec, ROCE_V2_UDP_DPORT, RocePacket,
+    UdpPorts,
 };
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::socket::{
-    AddressFamily, ControlMessageOwned, MsgFlags, SockFlag, SockType, SockaddrStorage, bind,
-    recvmsg, setsockopt, socket, sockopt,
+    AddressFamily, SockFlag, SockType, SockaddrStorage, bind, setsockopt, socket, sockopt,
 };
 
 use crate::frame::{Burst, Frame, TxTrains};
@@ -139,6 +143,22 @@ pub struct Received {
     /// The link computed the ICRC (to find the IPv4 ID) and it matches `packet`: hand it to
     /// `Device::receive_icrc_checked`, which does not compute it again. False: hand it to
     /// `Device::receive`, which checks it.
+    pub icrc_checked: bool,
+}
+
+/// A packet [`UdpLink::deliver_rx`] hands on: the IP packet in the link's receive buffer, its
+/// header as the link wrote it, and whether the link checked its ICRC.
+#[derive(Debug, Clone, Copy)]
+pub struct RxPacket<'a> {
+    /// The IP packet, IP header through ICRC (header rebuilt, see the module comment).
+    pub bytes: &'a [u8],
+    /// Bytes of IP + UDP header at the front of `bytes`.
+    pub headers: usize,
+    /// The IP header's fields as written (IPv4: the ID the ICRC check found).
+    pub ip: &'a IpSpec,
+    /// The UDP ports as written.
+    pub ports: UdpPorts,
+    /// See [`Received::icrc_checked`].
     pub icrc_checked: bool,
 }
 
@@ -250,8 +270,6 @@ pub struct UdpLink {
     /// for [`UdpLink::deliver_rx`].
     rx_bufs: Vec<RxBuf>,
     rx_filled: usize,
-    /// The control-message buffer of `recvmsg` (the `UDP_GRO` segment size), reused.
-    cmsg: Vec<u8>,
     /// Send segmented trains (`UDP_SEGMENT`); cleared when the kernel refuses one.
     gso: bool,
     /// What [`out_wire`] found for each packet of the batch being sent, reused.
@@ -378,7 +396,6 @@ impl UdpLink {
             buf: vec![0; MAX_DATAGRAM],
             rx_bufs: Vec::new(),
             rx_filled: 0,
-            cmsg: nix::cmsg_space!(libc::c_int),
             gso: true,
             wires: Vec::new(),
             wire_memo: WireMemo::default(),
@@ -760,9 +777,7 @@ impl UdpLink {
             let Some(space) = b.data.get_mut(RX_HEADROOM..) else {
                 break;
             };
-            let Some((n, from, seg)) =
-                read_datagram(&self.rx, space, &mut self.cmsg, &self.counters)
-            else {
+            let Some((n, from, seg)) = read_datagram(&self.rx, space, &self.counters) else {
                 break;
             };
             let seg = if seg == 0 { n.max(1) } else { seg };
@@ -780,13 +795,14 @@ impl UdpLink {
     }
 
     /// Hands every packet [`UdpLink::fill_rx`] read to `deliver`, in order, as the IP packet
-    /// the device takes, with whether the link checked its ICRC (see
-    /// [`Received::icrc_checked`]); returns how many. Each packet's IP + UDP header is
-    /// rebuilt (as [`UdpLink::recv_batch`] does) in the receive buffer right in front of its
-    /// UDP payload, over bytes already delivered (the tail of the previous segment, or the
-    /// headroom): no copy, no allocation. `deliver` must be done with a packet when it
+    /// the device takes, with its header fields and whether the link checked its ICRC (see
+    /// [`RxPacket`]); returns how many. Each packet's IP + UDP header is rebuilt (as
+    /// [`UdpLink::recv_batch`] does) in the receive buffer right in front of its UDP payload,
+    /// over bytes already delivered (the tail of the previous segment, or the headroom), and
+    /// the ICRC is checked over the header as written: no copy, no allocation, one header
+    /// build and one ICRC pass per packet. `deliver` must be done with a packet when it
     /// returns.
-    pub fn deliver_rx(&mut self, mut deliver: impl FnMut(&[u8], bool)) -> usize {
+    pub fn deliver_rx(&mut self, mut deliver: impl FnMut(&RxPacket<'_>)) -> usize {
         let Self {
             local,
             rx_bufs,
@@ -800,6 +816,13 @@ impl UdpLink {
         } = self;
         let mut count = 0;
         for b in rx_bufs.iter_mut().take(std::mem::take(rx_filled)) {
+            let Some((mut ip, ports)) = rx_headers(*local, b.from) else {
+                // No header can say where such a datagram came from: none is delivered.
+                let n = b.len.div_ceil(b.seg.max(1)) as u64;
+                LinkCounters::add(&counters.rx_dropped, n);
+                continue;
+            };
+            let hl = ip.header_len() + UDP_HDR_LEN;
             let end = RX_HEADROOM + b.len;
             let mut start = RX_HEADROOM;
             let mut k = 0usize;
@@ -813,28 +836,38 @@ impl UdpLink {
                     LinkCounters::add(&counters.rx_injected_drops, 1);
                     continue;
                 }
-                let Some(payload) = b.data.get(seg_start..stop) else {
-                    break;
-                };
-                let plen = payload.len();
-                let Some((hdr, hl, checked)) =
-                    rebuild_header(counters, deltas, *local, payload, b.from, hint)
+                let at = seg_start.saturating_sub(hl);
+                let Some((hdr, payload)) = b
+                    .data
+                    .get_mut(at..stop)
+                    .map(|p| p.split_at_mut(seg_start - at))
                 else {
                     LinkCounters::add(&counters.rx_dropped, 1);
                     continue;
                 };
-                let at = seg_start.saturating_sub(hl);
-                if let (Some(h), Some(dst)) = (hdr.get(..hl), b.data.get_mut(at..seg_start)) {
-                    dst.copy_from_slice(h);
-                }
+                let Some(checked) =
+                    stamp_header(counters, deltas, &mut ip, ports, hdr, payload, hint)
+                else {
+                    LinkCounters::add(&counters.rx_dropped, 1);
+                    continue;
+                };
+                let plen = payload.len();
                 let Some(pkt) = b.data.get(at..stop) else {
                     LinkCounters::add(&counters.rx_dropped, 1);
                     continue;
                 };
                 LinkCounters::add(&counters.rx_packets, 1);
                 LinkCounters::add(&counters.rx_bytes, plen as u64);
-                tee(pcap, pkt);
-                deliver(pkt, checked);
+                if pcap.is_some() {
+                    tee(pcap, pkt);
+                }
+                deliver(&RxPacket {
+                    bytes: pkt,
+                    headers: hl,
+                    ip: &ip,
+                    ports,
+                    icrc_checked: checked,
+                });
                 count += 1;
             }
         }
@@ -844,7 +877,7 @@ impl UdpLink {
     /// Reads one datagram (or `UDP_GRO` train) into `self.buf`: its length, sender and segment
     /// size (0: not a train). `None` when nothing is waiting.
     fn read_one(&mut self) -> Option<(usize, SocketAddr, usize)> {
-        read_datagram(&self.rx, &mut self.buf, &mut self.cmsg, &self.counters)
+        read_datagram(&self.rx, &mut self.buf, &self.counters)
     }
 
     /// Waits until a datagram is readable or `ms` milliseconds pass.
@@ -858,44 +891,105 @@ impl UdpLink {
 
 /// Reads one datagram (or `UDP_GRO` train) from `sock` into `buf`: its length, sender and
 /// segment size (0: not a train). `None` when nothing is waiting.
-#[allow(
-    clippy::ptr_arg,
-    reason = "nix's recvmsg takes the control buffer as a Vec"
-)]
+///
+/// Raw `libc::recvmsg` rather than nix's: this is the one call of every pump round of a
+/// busy-poll loop, and nix's wrapper (its `SockaddrStorage`, `RecvMsg`, control-message
+/// iterator and `SocketAddr` conversion) cost ~300 instructions a call more than the call
+/// itself; here the header, the address and the one `UDP_GRO` control message are read in
+/// place.
 fn read_datagram(
     sock: &UdpSocket,
     buf: &mut [u8],
-    cmsg: &mut Vec<u8>,
     counters: &LinkCounters,
 ) -> Option<(usize, SocketAddr, usize)> {
     loop {
-        let mut iov = [IoSliceMut::new(buf)];
-        let r = recvmsg::<SockaddrStorage>(
-            sock.as_raw_fd(),
-            &mut iov,
-            Some(cmsg),
-            MsgFlags::MSG_DONTWAIT,
-        );
-        let m = match r {
-            Ok(m) => m,
-            Err(nix::errno::Errno::EINTR) => continue,
-            // EAGAIN, or an ICMP error reported on the socket: nothing to hand on.
-            Err(_) => return None,
+        // Room for one cmsghdr and a c_int (CMSG_SPACE(4) is 24 on 64-bit Linux, 16 on
+        // 32-bit), aligned as a cmsghdr.
+        let mut control = [0u64; 4];
+        // SAFETY: all-zero bytes are a valid `sockaddr_storage` (plain integers).
+        let mut from: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+        let mut iov = libc::iovec {
+            iov_base: buf.as_mut_ptr().cast(),
+            iov_len: buf.len(),
         };
-        let mut seg = 0;
-        if let Ok(cmsgs) = m.cmsgs() {
-            for c in cmsgs {
-                if let ControlMessageOwned::UdpGroSegments(s) = c {
-                    seg = usize::try_from(s).unwrap_or(0);
-                }
+        // SAFETY: `msghdr` is plain integers and pointers, valid all-zero. Every pointer set
+        // in it points at a local or at `buf`, each live and exclusively borrowed for the
+        // call, with the lengths given: the kernel writes at most `iov_len` bytes of
+        // datagram, `msg_namelen` bytes of address and `msg_controllen` bytes of control
+        // messages, and reports how much it wrote in the same fields.
+        let (r, msg) = unsafe {
+            let mut msg: libc::msghdr = std::mem::zeroed();
+            msg.msg_name = (&raw mut from).cast();
+            msg.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as _;
+            msg.msg_iov = &raw mut iov;
+            msg.msg_iovlen = 1;
+            msg.msg_control = control.as_mut_ptr().cast();
+            msg.msg_controllen = std::mem::size_of_val(&control) as _;
+            let r = libc::recvmsg(sock.as_raw_fd(), &raw mut msg, libc::MSG_DONTWAIT);
+            (r, msg)
+        };
+        let Ok(n) = usize::try_from(r) else {
+            match nix::errno::Errno::last() {
+                nix::errno::Errno::EINTR => continue,
+                // EAGAIN, or an ICMP error reported on the socket: nothing to hand on.
+                _ => return None,
             }
-        }
-        let from = m.address.as_ref().and_then(socket_addr);
-        let n = m.bytes;
-        match from {
+        };
+        let seg = gro_segment(&msg);
+        match sockaddr_of(&from, msg.msg_namelen) {
             Some(from) => return Some((n, from, seg)),
             None => LinkCounters::add(&counters.rx_dropped, 1),
         }
+    }
+}
+
+/// The `UDP_GRO` segment size among the control messages `recvmsg` wrote into `msg` (0: none,
+/// the datagram is not a train).
+fn gro_segment(msg: &libc::msghdr) -> usize {
+    let mut seg = 0;
+    // SAFETY: `msg` is the header `recvmsg` filled: its control pointer and (updated) length
+    // describe control messages the kernel wrote into a buffer still live in the caller;
+    // CMSG_FIRSTHDR/CMSG_NXTHDR only return headers that lie within it (or null), and a
+    // header of level SOL_UDP and type UDP_GRO carries a c_int, read unaligned.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(msg);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_UDP && (*c).cmsg_type == libc::UDP_GRO {
+                let v = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::c_int>());
+                seg = usize::try_from(v).unwrap_or(0);
+            }
+            c = libc::CMSG_NXTHDR(msg, c);
+        }
+    }
+    seg
+}
+
+/// The socket address `recvmsg` wrote into `s` (`len` bytes of it), if IPv4 or IPv6.
+fn sockaddr_of(s: &libc::sockaddr_storage, len: libc::socklen_t) -> Option<SocketAddr> {
+    let len = len as usize;
+    match libc::c_int::from(s.ss_family) {
+        libc::AF_INET if len >= std::mem::size_of::<libc::sockaddr_in>() => {
+            // SAFETY: the kernel wrote a `sockaddr_in` (family AF_INET, length checked) at
+            // the start of the storage, which is larger and at least as aligned.
+            let a = unsafe { &*(std::ptr::from_ref(s).cast::<libc::sockaddr_in>()) };
+            let ip = std::net::Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr));
+            Some(SocketAddr::V4(std::net::SocketAddrV4::new(
+                ip,
+                u16::from_be(a.sin_port),
+            )))
+        }
+        libc::AF_INET6 if len >= std::mem::size_of::<libc::sockaddr_in6>() => {
+            // SAFETY: as above, a `sockaddr_in6`.
+            let a = unsafe { &*(std::ptr::from_ref(s).cast::<libc::sockaddr_in6>()) };
+            Some(SocketAddr::V6(std::net::SocketAddrV6::new(
+                std::net::Ipv6Addr::from(a.sin6_addr.s6_addr),
+                u16::from_be(a.sin6_port),
+                // As std and nix convert it: the raw field (unused by the rebuild).
+                a.sin6_flowinfo,
+                a.sin6_scope_id,
+            )))
+        }
+        _ => None,
     }
 }
 
@@ -1208,15 +1302,6 @@ fn restamp_known(
     Some(())
 }
 
-/// The socket address of a `recvmsg` sender.
-fn socket_addr(s: &SockaddrStorage) -> Option<SocketAddr> {
-    if let Some(v4) = s.as_sockaddr_in() {
-        return Some(SocketAddr::V4(std::net::SocketAddrV4::from(*v4)));
-    }
-    s.as_sockaddr_in6()
-        .map(|v6| SocketAddr::V6(std::net::SocketAddrV6::from(*v6)))
-}
-
 /// The IP packet of UDP payload `payload` that came from `from` to `local` (headers rebuilt
 /// as the module comment says), in a new buffer; see [`rebuild_header`].
 fn rebuild(
@@ -1235,11 +1320,8 @@ fn rebuild(
 }
 
 /// The IP + UDP header of UDP payload `payload` that came from `from` to `local` (rebuilt as
-/// the module comment says) and its length. IPv4: the ID is `hint` if the ICRC checks with it
-/// (a segment of a bypass peer's train), else 0 or the one [`recover_ipv4_id`] finds. The
-/// flag says the ICRC was computed here and matches the rebuilt packet (IPv4 with an ID that
-/// explains it), so the device need not compute it again; false (IPv6, or an ICRC no ID
-/// explains) leaves the check to the device.
+/// the module comment says) and its length, with whether the link checked its ICRC (see
+/// [`stamp_header`]).
 fn rebuild_header(
     counters: &LinkCounters,
     deltas: &mut Ipv4IdSolver,
@@ -1248,7 +1330,26 @@ fn rebuild_header(
     from: SocketAddr,
     hint: u16,
 ) -> Option<([u8; RX_HEADROOM], usize, bool)> {
-    let mut ip = match (from.ip(), local.ip()) {
+    let (mut ip, ports) = rx_headers(local, from)?;
+    let hl = ip.header_len() + UDP_HDR_LEN;
+    let mut hdr = [0u8; RX_HEADROOM];
+    let checked = stamp_header(
+        counters,
+        deltas,
+        &mut ip,
+        ports,
+        hdr.get_mut(..hl)?,
+        payload,
+        hint,
+    )?;
+    Some((hdr, hl, checked))
+}
+
+/// The IP header fields (IPv4: ID 0, see [`stamp_header`]) and UDP ports of a datagram from
+/// `from` to `local`, rebuilt as the module comment says; `None` when the two addresses are
+/// of different families.
+fn rx_headers(local: SocketAddr, from: SocketAddr) -> Option<(IpSpec, UdpPorts)> {
+    let ip = match (from.ip(), local.ip()) {
         (IpAddr::V4(src), IpAddr::V4(dst)) => IpSpec::V4(Ipv4Spec {
             src: src.octets(),
             dst: dst.octets(),
@@ -1270,32 +1371,86 @@ fn rebuild_header(
         src: from.port(),
         dst: ROCE_V2_UDP_DPORT,
     };
-    let mut checked = false;
-    if let IpSpec::V4(v4) = &mut ip {
-        // One pass over the packet (its ICRC with ID 0); the hint and, failing it, any other
-        // ID are then checked by XOR (see `Ipv4IdSolver`). A packet whose ICRC no ID explains
-        // keeps ID 0: the device counts it as an ICRC error, as it should.
-        let want = bypass_hw::roce::icrc::wire_value(payload);
-        let c0 = bypass_hw::roce::icrc::compute_udp_payload(&IpSpec::V4(*v4), ports, payload);
-        if let (Some(want), Ok(c0)) = (want, c0) {
-            if want == c0 {
-                checked = true;
-            } else {
-                let n = payload.len();
-                if hint != 0 && deltas.delta(n, hint).is_some_and(|d| c0 ^ d == want) {
-                    v4.id = hint;
-                    checked = true;
-                } else if let Some(id) = deltas.solve(n, want ^ c0) {
-                    v4.id = id;
-                    checked = true;
-                    LinkCounters::add(&counters.rx_ip_id_recovered, 1);
-                }
-            }
+    Some((ip, ports))
+}
+
+/// The ICRC of the packet whose IP + UDP header is `hdr` and whose UDP payload is `payload`
+/// (one pass: `IcrcHasher` over the header as written and the payload), or `None` when the
+/// payload cannot hold a BTH and an ICRC.
+fn icrc_of(hdr: &[u8], payload: &[u8]) -> Option<u32> {
+    let body_end = payload.len().checked_sub(ICRC_LEN)?;
+    let (bth, rest) = payload.split_at_checked(BTH_LEN)?;
+    let mut h = IcrcHasher::new(hdr, bth).ok()?;
+    h.update(rest.get(..body_end.checked_sub(BTH_LEN)?)?);
+    Some(h.finish())
+}
+
+/// Writes the IP + UDP header of UDP payload `payload` into `hdr` (exactly its length) from
+/// `ip` and `ports`, and checks the packet's ICRC over the bytes just written: the one header
+/// build and the one ICRC pass of a received packet (the device then takes the header as
+/// given, `Device::receive_udp_in_place`). IPv4: the ID is `hint` if the ICRC checks with it
+/// (segment `hint` of a bypass peer's train; tried first, so a bypass peer's packets cost one
+/// pass and no XOR), else 0 or the ID [`Ipv4IdSolver`] finds by XOR; it is left in `ip`. True
+/// when the ICRC matches the header as written; false (an ICRC no ID explains, or a payload
+/// too short to carry one) leaves the check to the device, IPv4 with ID 0, which counts the
+/// error as it should. `None` only when no header can be written (a datagram over 64 KiB).
+fn stamp_header(
+    counters: &LinkCounters,
+    deltas: &mut Ipv4IdSolver,
+    ip: &mut IpSpec,
+    ports: UdpPorts,
+    hdr: &mut [u8],
+    payload: &[u8],
+    hint: u16,
+) -> Option<bool> {
+    let n = payload.len();
+    if let IpSpec::V4(v4) = ip {
+        v4.id = hint;
+    }
+    ip.write_ip_udp(ports, n, hdr).ok()?;
+    let (Some(want), Some(c)) = (
+        bypass_hw::roce::icrc::wire_value(payload),
+        icrc_of(hdr, payload),
+    ) else {
+        if hint != 0 {
+            restamp_id(ip, ports, n, hdr, 0)?;
+        }
+        return Some(false);
+    };
+    if c == want {
+        return Some(true);
+    }
+    let IpSpec::V4(_) = ip else {
+        return Some(false);
+    };
+    // `c` is the ICRC with ID `hint`; with ID 0 it is `c ^ delta(hint)`, and with any other ID
+    // `c0 ^ delta(id)` (see `Ipv4IdSolver`).
+    let c0 = if hint == 0 {
+        Some(c)
+    } else {
+        deltas.delta(n, hint).map(|d| c ^ d)
+    };
+    let found = match c0 {
+        Some(c0) if c0 == want => Some(0),
+        Some(c0) => deltas.solve(n, want ^ c0),
+        None => None,
+    };
+    if found.is_some_and(|id| id != 0) {
+        LinkCounters::add(&counters.rx_ip_id_recovered, 1);
+    }
+    restamp_id(ip, ports, n, hdr, found.unwrap_or(0))?;
+    Some(found.is_some())
+}
+
+/// Rewrites header `hdr` of an IPv4 packet with ID `id` (and its checksum), `ip` with it.
+fn restamp_id(ip: &mut IpSpec, ports: UdpPorts, n: usize, hdr: &mut [u8], id: u16) -> Option<()> {
+    if let IpSpec::V4(v4) = ip {
+        if v4.id != id {
+            v4.id = id;
+            ip.write_ip_udp(ports, n, hdr).ok()?;
         }
     }
-    let mut hdr = [0u8; RX_HEADROOM];
-    let written = ip.write_ip_udp(ports, payload.len(), &mut hdr).ok()?;
-    Some((hdr, written, checked))
+    Some(())
 }
 
 /// The IPv4 ID the sender hashed into the ICRC of `payload`, which a UDP socket does not
@@ -1496,31 +1651,38 @@ impl UdpWire {
                 // Its WRITE bursts end where a segmented send ends (`requester::burst_count`).
                 dev.set_tx_trains(trains);
             }
-            link.deliver_rx(|pkt, icrc_checked| {
+            link.deliver_rx(|p| {
                 let owner = if n > 1 {
-                    RocePacket::parse(pkt).ok().and_then(|p| {
-                        let (_, dgid) = p.ip().gids();
-                        (0..n).find(|&id| {
-                            w.device(id)
-                                .profile()
-                                .ports
-                                .iter()
-                                .any(|port| port.gids.contains(&dgid))
-                        })
+                    let (_, dgid) = p.ip.gids();
+                    (0..n).find(|&id| {
+                        w.device(id)
+                            .profile()
+                            .ports
+                            .iter()
+                            .any(|port| port.gids.contains(&dgid))
                     })
                 } else {
                     None
                 };
                 if n > 0 {
-                    w.device(owner.unwrap_or(0))
-                        .receive_in_place(pkt, icrc_checked);
+                    w.device(owner.unwrap_or(0)).receive_udp_in_place(
+                        p.bytes,
+                        p.headers,
+                        p.ip,
+                        p.ports,
+                        p.icrc_checked,
+                    );
                 }
             });
             let mut idle = false;
-            for _ in 0..MAX_STEPS_PER_ROUND {
+            for round in 0..MAX_STEPS_PER_ROUND {
                 let mut progress = false;
+                // As `World::run_until_idle`: the first step of the round scans every QP
+                // (time moved), the later ones only when the step before gave them something
+                // new (`Device::step_again`), not again at the same time for nothing.
                 for id in 0..n {
-                    progress |= w.device(id).step();
+                    let d = w.device(id);
+                    progress |= if round == 0 { d.step() } else { d.step_again() };
                 }
                 if !progress {
                     idle = true;
@@ -1560,6 +1722,9 @@ impl UdpWire {
                             if let Err(b) = gather::push_burst(b, bursts, outbound, spare) {
                                 b.segment_direct_into(segmented, spare);
                                 outbound.extend(segmented.drain(..).map(Out::Bytes));
+                                // Its box builds the device's next burst (no allocation per
+                                // WRITE); what it held is let go as a drop would.
+                                dev.recycle_burst(b);
                             }
                         }
                     }
@@ -1894,13 +2059,62 @@ mod tests {
         assert_eq!(b.counters().rx_packets.load(Ordering::Relaxed), 9);
     }
 
+    #[test]
+    fn the_header_fields_handed_to_the_device_are_those_its_bytes_parse_to() {
+        let mut b = link(2);
+        let mut a = sender_to(&b);
+        // A train (segment k carries IPv4 ID k), a lone packet, and one whose ICRC no ID
+        // explains: the device takes the fields as given instead of parsing the bytes, so they
+        // must be what a parse of the bytes gives, the header checksum included.
+        let mut batch: Vec<Vec<u8>> = (0..4).map(|i| sized(i, 64, 0xc310)).collect();
+        a.send_batch(&mut batch);
+        let mut bad = sized(9, 64, 0xc311);
+        bad[50] ^= 0x10;
+        assert!(a.send(&bad));
+        let mut got = Vec::new();
+        for _ in 0..2000 {
+            if b.fill_rx(RX_BATCH) > 0 {
+                b.deliver_rx(|p| {
+                    let parsed = RocePacket::parse(p.bytes).expect("the rebuilt header parses");
+                    assert_eq!(parsed.ip(), p.ip);
+                    assert_eq!(parsed.ports(), p.ports);
+                    assert_eq!(p.headers + parsed.udp_payload().len(), p.bytes.len());
+                    assert_eq!(parsed.icrc_ok(), p.icrc_checked);
+                    got.push((parsed.ports().src, *p.ip, p.icrc_checked));
+                });
+            }
+            if got.len() >= 5 {
+                break;
+            }
+            b.wait_readable(1);
+        }
+        let ids = |sport: u16| -> Vec<(u16, bool)> {
+            got.iter()
+                .filter(|g| g.0 == sport)
+                .map(|g| match g.1 {
+                    IpSpec::V4(v4) => (v4.id, g.2),
+                    IpSpec::V6(_) => unreachable!(),
+                })
+                .collect()
+        };
+        assert_eq!(
+            ids(0xc310),
+            vec![(0, true), (1, true), (2, true), (3, true)]
+        );
+        assert_eq!(
+            ids(0xc311),
+            vec![(0, false)],
+            "no ID explains it: ID 0, unchecked"
+        );
+    }
+
     /// Every packet `l` receives until it has `n` (in order), as handed to the device, with
     /// whether the link matched its ICRC.
     fn deliver_n(l: &mut UdpLink, n: usize) -> Vec<(Vec<u8>, bool)> {
         let mut got = Vec::new();
         for _ in 0..2000 {
             if l.fill_rx(RX_BATCH) > 0 {
-                l.deliver_rx(|p, checked| got.push((p.to_vec(), checked)));
+                l.deliver_rx(|p| got.push((p.bytes.to_vec(), p.icrc_checked)));
             }
             if got.len() >= n {
                 break;

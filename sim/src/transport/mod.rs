@@ -33,6 +33,41 @@ use crate::trace::TraceEvent;
 /// already checked the ICRC and found it right (`Device::receive_icrc_checked`), so it is not
 /// computed again.
 pub(crate) fn receive(dev: &mut Device, bytes: &[u8], icrc_checked: bool) {
+    count_and_trace(dev, bytes);
+    let Ok(pkt) = RocePacket::parse(bytes) else {
+        dev.counters.rx_discards += 1;
+        return;
+    };
+    receive_packet(dev, &pkt, icrc_checked);
+}
+
+/// As [`receive`], for a packet whose IP and UDP headers (its first `headers` bytes) a UDP
+/// link wrote itself from what its socket reported, `ip` and `ports`: they are taken as
+/// given, not parsed again, and the IPv4 header checksum is not verified (the kernel checked
+/// the one on the wire; the link's own is right by construction). The rest of the packet is
+/// parsed and checked as [`receive`] does (`RocePacket::parse_udp_payload`).
+pub(crate) fn receive_udp(
+    dev: &mut Device,
+    bytes: &[u8],
+    headers: usize,
+    ip: &IpSpec,
+    ports: UdpPorts,
+    icrc_checked: bool,
+) {
+    count_and_trace(dev, bytes);
+    let Some(Ok(pkt)) = bytes
+        .get(headers..)
+        .map(|p| RocePacket::parse_udp_payload(*ip, ports, p))
+    else {
+        dev.counters.rx_discards += 1;
+        return;
+    };
+    receive_packet(dev, &pkt, icrc_checked);
+}
+
+/// Counts a received packet and records it in the trace.
+#[inline]
+fn count_and_trace(dev: &mut Device, bytes: &[u8]) {
     dev.counters.port_rcv_packets += 1;
     dev.counters.port_rcv_data += bytes.len() as u64;
     let at = dev.now;
@@ -41,16 +76,15 @@ pub(crate) fn receive(dev: &mut Device, bytes: &[u8], icrc_checked: bool) {
         tx: false,
         bytes: bytes.to_vec(),
     });
-    let Ok(pkt) = RocePacket::parse(bytes) else {
-        dev.counters.rx_discards += 1;
-        return;
-    };
+}
+
+/// The checks and dispatch of [`receive`] after the parse.
+fn receive_packet(dev: &mut Device, pkt: &RocePacket<'_>, icrc_checked: bool) {
     if !icrc_checked && !pkt.icrc_ok() {
         dev.counters.rx_icrc_errors += 1;
         return;
     }
-    let (_sgid, dgid) = pkt.ip().gids();
-    if !dev.profile.ports.iter().any(|p| p.gids.contains(&dgid)) {
+    if !dev.owns_gid(&crate::frame::dst_gid(pkt.ip())) {
         dev.counters.rx_discards += 1;
         return;
     }
@@ -74,8 +108,8 @@ pub(crate) fn receive(dev: &mut Device, bytes: &[u8], icrc_checked: bool) {
         return;
     }
     match pkt.info().direction {
-        Direction::Request => responder::handle_request(dev, qpn, &pkt),
-        Direction::Response => completer::handle_response(dev, qpn, &pkt),
+        Direction::Request => responder::handle_request(dev, qpn, pkt),
+        Direction::Response => completer::handle_response(dev, qpn, pkt),
     }
 }
 
