@@ -540,6 +540,45 @@ fn a_cqes(c: &mut Conn) -> Vec<[u8; 64]> {
 }
 
 #[test]
+fn a_retransmitted_write_copies_its_payload_instead_of_reading_it_late() {
+    // The first transmission goes out as a burst by reference and is lost; the retransmission
+    // after the ACK timeout is sent as packets carrying a copy: its WQE may complete (an ACK of
+    // the first transmission could still arrive) while a burst would not have been read yet.
+    let mut c = connect(1024);
+    c.p.a.dev.set_fast_tx(true);
+    post(&mut c, &[w(3000, 0, 0)]);
+    c.p.a.dev.step();
+    let first: Vec<_> = std::iter::from_fn(|| c.p.a.dev.take_frame()).collect();
+    assert!(
+        matches!(first.as_slice(), [crate::frame::Frame::Burst(b)] if b.host_runs().is_some()),
+        "the first transmission is a burst by reference: {first:?}"
+    );
+    drop(first);
+    // Past the ACK timeout (4.096 us x 2^14).
+    let later = c.p.a.dev.now + 100_000_000;
+    c.p.a.dev.set_time(later);
+    c.p.a.dev.step();
+    let again: Vec<_> = std::iter::from_fn(|| c.p.a.dev.take_frame()).collect();
+    assert_eq!(again.len(), 3, "three packets at MTU 1024: {again:?}");
+    assert!(
+        again
+            .iter()
+            .all(|f| matches!(f, crate::frame::Frame::Wire(_))),
+        "retransmitted as bytes: {again:?}"
+    );
+    let qp = c.p.a.dev.objs.qps.get(c.a_qp.qpn).expect("qp a");
+    assert_eq!(qp.counters.retransmits, 3, "counted as retransmissions");
+    for f in again {
+        c.p.b.dev.receive_frame(f);
+    }
+    c.p.b.dev.set_time(later);
+    c.p.run_frames();
+    assert_eq!(c.p.b.read(c.b_mr.off, 3000), source()[..3000]);
+    let cqes = a_cqes(&mut c);
+    assert_eq!(cqes.len(), 1, "the WRITE completed");
+}
+
+#[test]
 fn a_flush_waits_until_no_burst_of_the_qp_still_reads_its_memory() {
     // Two WRITEs from a's memory go out as bursts and are held on the wire; the QP is moved
     // to ERR (what QP_2ERR does, `firmware::qp::modify`). A flush CQE hands the buffer back to

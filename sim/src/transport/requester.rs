@@ -696,6 +696,14 @@ fn send_burst(dev: &mut Device, c: &Ctx, req: &mut ReqState, w: &BurstMsg<'_>) -
     if left == 0 || count == 0 {
         return None;
     }
+    // A retransmission from host memory goes packet by packet (its payload copied now, under
+    // the device's step): its WQE may complete before a burst would be read (an ACK of the
+    // first transmission arriving after the timer fired), and the application owns the buffer
+    // from its completion on. A first transmission cannot complete before the responder has
+    // read it (in-process: applied in order; UDP: read when sent).
+    if w.inline.is_none() && psn_diff(req.max_psn, req.psn) > 0 {
+        return None;
+    }
     let bytes = u64::from(count)
         .saturating_mul(u64::from(mtu))
         .min(u64::from(left));
