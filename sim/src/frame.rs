@@ -17,6 +17,7 @@
 
 use std::sync::Arc;
 
+use bypass_hw::roce::icrc::{IcrcHasher, IcrcHeaderCache};
 use bypass_hw::roce::opcode::{pad_len, psn_add};
 use bypass_hw::roce::{
     Aeth, BTH_LEN, Bth, BthFields, BthOpcode, DEFAULT_PKEY, ExtFields, ICRC_LEN, IpSpec,
@@ -205,6 +206,95 @@ impl AckFrame {
             slot.copy_from_slice(&icrc.to_le_bytes());
             true
         })
+    }
+}
+
+/// The longest IP + UDP header: IPv6's.
+const MAX_IP_UDP: usize = bypass_hw::roce::ip::IPV6_HDR_LEN + bypass_hw::roce::ip::UDP_HDR_LEN;
+
+/// The headers the last ACK of one flow was written with: its flow (IP header fields, ports,
+/// destination QP), the IP + UDP header bytes (an ACK's length never changes, so neither do
+/// they) and the BTH with every field but the PSN.
+#[derive(Debug, Clone)]
+struct AckHeaders {
+    ip: IpSpec,
+    ports: UdpPorts,
+    dest_qp: u32,
+    ip_udp: [u8; MAX_IP_UDP],
+    ip_udp_len: usize,
+    bth: Bth,
+}
+
+/// Writes ACK frames as wire bytes for a link that sends bytes (the UDP link's pump), keeping
+/// what repeats between the ACKs of a flow: the IP + UDP header bytes and BTH of the last
+/// flow, and the ICRC's CRC state after those headers ([`IcrcHeaderCache`]). An ACK of the
+/// same flow as the last is then its PSN and AETH written into copies of those, and a CRC
+/// over the BTH and AETH only. The bytes are exactly [`AckFrame::to_wire_into`]'s (a test
+/// checks them against `emit` across flows).
+#[derive(Debug, Clone, Default)]
+pub struct AckWriter {
+    last: Option<AckHeaders>,
+    crcs: IcrcHeaderCache,
+}
+
+impl AckWriter {
+    /// A writer that has written nothing yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The headers of `a`'s flow, from the last ACK when it was of the same flow; `None`
+    /// only if the spec cannot be emitted, which a frame the device built never is.
+    fn headers<'a>(last: &'a mut Option<AckHeaders>, a: &AckFrame) -> Option<&'a AckHeaders> {
+        let same = last
+            .as_ref()
+            .is_some_and(|h| h.dest_qp == a.dest_qp && h.ports == a.ports && h.ip == a.ip);
+        if !same {
+            let spec = AckFrame::spec(a.ip, a.ports, a.dest_qp, 0, a.aeth);
+            let udp_len = spec.udp_payload_len().ok()?;
+            let bth = Bth::from_fields(&spec.bth).ok()?;
+            let mut ip_udp = [0u8; MAX_IP_UDP];
+            let ip_udp_len = spec
+                .ip
+                .write_ip_udp(spec.ports, udp_len, &mut ip_udp)
+                .ok()?;
+            *last = Some(AckHeaders {
+                ip: a.ip,
+                ports: a.ports,
+                dest_qp: a.dest_qp,
+                ip_udp,
+                ip_udp_len,
+                bth,
+            });
+        }
+        last.as_ref()
+    }
+
+    /// `a`'s wire bytes, written into `buf` (resized to the packet; every byte is written).
+    /// False only if the spec cannot be emitted, which a frame the device built never is.
+    pub fn write(&mut self, a: &AckFrame, buf: &mut Vec<u8>) -> bool {
+        use zerocopy::IntoBytes;
+        let Some(h) = Self::headers(&mut self.last, a) else {
+            return false;
+        };
+        let (Some(ip_udp), mut bth) = (h.ip_udp.get(..h.ip_udp_len), h.bth) else {
+            return false;
+        };
+        if bth.set_psn(a.psn).is_err() {
+            return false;
+        }
+        let (bth, aeth) = (bth.as_bytes(), a.aeth.as_bytes());
+        let Ok(mut c) = IcrcHasher::new_cached(&mut self.crcs, ip_udp, bth) else {
+            return false;
+        };
+        c.update(aeth);
+        let icrc = c.finish().to_le_bytes();
+        buf.clear();
+        buf.extend_from_slice(ip_udp);
+        buf.extend_from_slice(bth);
+        buf.extend_from_slice(aeth);
+        buf.extend_from_slice(&icrc);
+        true
     }
 }
 

@@ -768,3 +768,59 @@ fn ack_frames_written_directly_are_exactly_what_emit_writes() {
         }
     }
 }
+
+#[test]
+fn an_ack_writer_writes_what_emit_writes_across_flows_and_repeats() {
+    use crate::frame::{AckFrame, AckWriter};
+    use bypass_hw::roce::{Aeth, IpSpec, UdpPorts, emit};
+    use bypass_hw::syndrome::AethSyndrome;
+    let v4 = IpSpec::from_gids(
+        &crate::Profile::ipv4_gid([10, 0, 0, 1]),
+        &crate::Profile::ipv4_gid([10, 0, 0, 2]),
+    )
+    .unwrap();
+    let v4b = IpSpec::from_gids(
+        &crate::Profile::ipv4_gid([10, 0, 0, 1]),
+        &crate::Profile::ipv4_gid([10, 0, 0, 3]),
+    )
+    .unwrap();
+    let v6 = IpSpec::from_gids(&[0xfe; 16], &[0xfd; 16]).unwrap();
+    let port = |src| UdpPorts { src, dst: 4791 };
+    // Flows that differ in one thing each (address, family, source port, QP), each written
+    // several times in a row and returned to after others: the kept headers must follow.
+    let flows = [
+        (v4, port(0xc123), 0x12_3456),
+        (v4b, port(0xc123), 0x12_3456),
+        (v6, port(0xc123), 0x12_3456),
+        (v4, port(0xc124), 0x12_3456),
+        (v4, port(0xc123), 0x12_3457),
+    ];
+    let mut w = AckWriter::new();
+    let mut buf = vec![0x5a; 300];
+    let mut psn = 0x00ff_fffdu32;
+    for round in 0..3u32 {
+        for (ip, ports, qp) in flows {
+            for (syndrome, msn) in [
+                (AethSyndrome::ACK_UNLIMITED, round),
+                (AethSyndrome::NAK_PSN_SEQ_ERROR, 0x00ab_cdef),
+                (AethSyndrome::RNR_NAK, 9),
+            ] {
+                psn = (psn + 1) & 0x00ff_ffff;
+                let aeth = Aeth::new(syndrome, msn).unwrap();
+                let a = AckFrame {
+                    ip,
+                    ports,
+                    dest_qp: qp,
+                    psn,
+                    aeth,
+                    wire_len: 0,
+                };
+                let spec = AckFrame::spec(ip, ports, qp, psn, aeth);
+                let mut want = vec![0u8; spec.packet_len().unwrap()];
+                emit(&spec, &mut want).unwrap();
+                assert!(w.write(&a, &mut buf));
+                assert_eq!(buf, want, "round {round} qp {qp:#x} psn {psn} {syndrome:?}");
+            }
+        }
+    }
+}

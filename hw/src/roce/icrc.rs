@@ -2,7 +2,9 @@
 //!
 //! Owns: [`compute`], [`check`] (over a whole IP packet) and [`compute_udp_payload`],
 //! [`check_udp_payload`] (over a UDP payload, the IP and UDP headers rebuilt from what the
-//! socket reports). Must not: allocate; the masked header copies live on the stack.
+//! socket reports), [`IcrcHasher`] (a packet fed in pieces) and [`IcrcHeaderCache`] (the CRC
+//! state after the IP + UDP headers of the last few header kinds, for packets whose headers
+//! repeat). Must not: allocate; the masked header copies live on the stack or in the cache.
 //!
 //! What is covered (rxe `rxe_icrc.c` `rxe_icrc_hdr`; IBTA annex A17.3.3):
 //! 1. eight bytes of `0xff` standing for the masked LRH (rxe starts from the seed
@@ -53,6 +55,95 @@ fn mask_ip_udp(hdrs: &mut [u8]) {
     hdrs[udp + 7] = 0xff;
 }
 
+/// Errors unless `ip_udp` has the length of an IPv4 + UDP or IPv6 + UDP header.
+fn check_hdrs_len(ip_udp: &[u8]) -> Result<()> {
+    if ip_udp.len() < UDP_HDR_LEN + 20 {
+        return Err(Error::Truncated {
+            what: "IP + UDP headers",
+            need: UDP_HDR_LEN + 20,
+            got: ip_udp.len(),
+        });
+    }
+    if ip_udp.len() > MAX_HDRS {
+        return Err(Error::Malformed {
+            what: "roce ip+udp header",
+            reason: "longer than an IPv6 + UDP header",
+        });
+    }
+    Ok(())
+}
+
+/// A copy of `bth` (exactly [`BTH_LEN`] bytes) with its FECN/BECN/reserved byte masked.
+fn masked_bth(bth: &[u8]) -> Result<[u8; BTH_LEN]> {
+    let Ok(mut b) = <[u8; BTH_LEN]>::try_from(bth) else {
+        return Err(Error::Truncated {
+            what: "BTH",
+            need: BTH_LEN,
+            got: bth.len(),
+        });
+    };
+    b[4] = 0xff; // FECN, BECN, resv6a (rxe: bth->qpn |= ~BTH_QPN_MASK)
+    Ok(b)
+}
+
+/// How many header kinds an [`IcrcHeaderCache`] remembers: a flow's ACKs and WRITEs, each
+/// alone or as a later segment of a train (another IPv4 ID), in each direction.
+const CACHE_SLOTS: usize = 4;
+
+/// One remembered header kind: its (unmasked) bytes and the CRC state after them.
+#[derive(Debug, Clone)]
+struct CachedHeaders {
+    len: usize,
+    hdrs: [u8; MAX_HDRS],
+    state: crc32fast::Hasher,
+}
+
+/// The CRC state after the masked LRH and the masked IP + UDP headers of the last
+/// few header kinds hashed through it. The packets of one flow and length carry the same IP
+/// and UDP headers byte for byte (a flow's ACKs, its equal-size WRITEs), and the ICRC covers
+/// them whole: [`IcrcHasher::new_cached`] hashes them once per kind instead of once per
+/// packet. Owned by whoever builds or checks packets (no global); a few hundred bytes.
+#[derive(Debug, Clone, Default)]
+pub struct IcrcHeaderCache {
+    slots: [Option<CachedHeaders>; CACHE_SLOTS],
+    /// The slot the next new kind replaces.
+    next: usize,
+}
+
+impl IcrcHeaderCache {
+    /// An empty cache.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The CRC state after the masked LRH and headers `ip_udp` (28 or 48 bytes, unmasked).
+    fn state(&mut self, ip_udp: &[u8]) -> Result<crc32fast::Hasher> {
+        check_hdrs_len(ip_udp)?;
+        let n = ip_udp.len();
+        for c in self.slots.iter().flatten() {
+            if c.len == n && c.hdrs.get(..n) == Some(ip_udp) {
+                return Ok(c.state.clone());
+            }
+        }
+        let mut hdrs = [0u8; MAX_HDRS];
+        hdrs[..n].copy_from_slice(ip_udp);
+        mask_ip_udp(&mut hdrs[..n]);
+        let mut state = crc32fast::Hasher::new_with_initial(LRH_MASK_CRC);
+        state.update(&hdrs[..n]);
+        hdrs[..n].copy_from_slice(ip_udp);
+        let at = self.next % CACHE_SLOTS;
+        if let Some(slot) = self.slots.get_mut(at) {
+            *slot = Some(CachedHeaders {
+                len: n,
+                hdrs,
+                state: state.clone(),
+            });
+        }
+        self.next = (at + 1) % CACHE_SLOTS;
+        Ok(state)
+    }
+}
+
 /// The CRC over headers `ip_udp` (unmasked, 28 or 48 bytes) and the UDP payload `roce`
 /// (BTH .. ICRC; the ICRC itself is not covered).
 pub(crate) fn compute_parts(ip_udp: &[u8], roce: &[u8]) -> Result<u32> {
@@ -82,26 +173,8 @@ impl IcrcHasher {
     /// [`IpSpec::write_ip_udp`] writes them) and the BTH `bth`. Errors if either has the wrong
     /// length.
     pub fn new(ip_udp: &[u8], bth: &[u8]) -> Result<Self> {
-        if ip_udp.len() < UDP_HDR_LEN + 20 {
-            return Err(Error::Truncated {
-                what: "IP + UDP headers",
-                need: UDP_HDR_LEN + 20,
-                got: ip_udp.len(),
-            });
-        }
-        if ip_udp.len() > MAX_HDRS {
-            return Err(Error::Malformed {
-                what: "roce ip+udp header",
-                reason: "longer than an IPv6 + UDP header",
-            });
-        }
-        let Ok(mut b) = <[u8; BTH_LEN]>::try_from(bth) else {
-            return Err(Error::Truncated {
-                what: "BTH",
-                need: BTH_LEN,
-                got: bth.len(),
-            });
-        };
+        check_hdrs_len(ip_udp)?;
+        let b = masked_bth(bth)?;
         // The masked headers and the BTH in one buffer, fed in one update from the CRC state
         // after the eight 0xff bytes of the masked LRH (rxe's seed): one CRC call per packet
         // header instead of three.
@@ -109,10 +182,20 @@ impl IcrcHasher {
         let mut buf = [0u8; MAX_HDRS + BTH_LEN];
         buf[..n].copy_from_slice(ip_udp);
         mask_ip_udp(&mut buf[..n]);
-        b[4] = 0xff; // FECN, BECN, resv6a (rxe: bth->qpn |= ~BTH_QPN_MASK)
         buf[n..n + BTH_LEN].copy_from_slice(&b);
         let mut h = crc32fast::Hasher::new_with_initial(LRH_MASK_CRC);
         h.update(&buf[..n + BTH_LEN]);
+        Ok(Self(h))
+    }
+
+    /// As [`IcrcHasher::new`], starting from the state `cache` holds for headers `ip_udp`
+    /// when it has seen the same bytes recently (then only the BTH is hashed here, and no CPU
+    /// feature detection runs), else computing it and remembering it there. Gives exactly
+    /// [`IcrcHasher::new`]'s state.
+    pub fn new_cached(cache: &mut IcrcHeaderCache, ip_udp: &[u8], bth: &[u8]) -> Result<Self> {
+        let b = masked_bth(bth)?;
+        let mut h = cache.state(ip_udp)?;
+        h.update(&b);
         Ok(Self(h))
     }
 
@@ -219,6 +302,40 @@ mod tests {
             h.update(b);
             assert_eq!(h.finish(), super::compute(&pkt).unwrap(), "v6 {v6}");
         }
+    }
+
+    #[test]
+    fn a_cached_header_state_gives_the_uncached_icrc_for_every_kind_and_eviction() {
+        let mut cache = super::IcrcHeaderCache::new();
+        // Six header kinds (more than the cache holds), IPv4 and IPv6, each hashed twice in
+        // an order that evicts and refills slots; BTHs that differ only in byte 4 (masked).
+        let mut kinds = std::vec::Vec::new();
+        for k in 0..6u8 {
+            let n = if k % 2 == 0 { 28 } else { 48 };
+            let mut h: std::vec::Vec<u8> = (0..n as u8).map(|i| i.wrapping_mul(31) ^ k).collect();
+            h[0] = if n == 28 { 0x45 } else { 0x60 | k };
+            kinds.push(h);
+        }
+        for round in 0..3u8 {
+            for (k, hdrs) in kinds.iter().enumerate() {
+                let mut bth = [round, 1, 2, 3, k as u8, 5, 6, 7, 8, 9, 10, 11];
+                let body = [round ^ 0x5a; 13];
+                let mut a = super::IcrcHasher::new(hdrs, &bth).unwrap();
+                bth[4] = !bth[4];
+                let mut b = super::IcrcHasher::new_cached(&mut cache, hdrs, &bth).unwrap();
+                a.update(&body);
+                b.update(&body);
+                assert_eq!(a.finish(), b.finish(), "round {round} kind {k}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_cached_header_state_refuses_what_new_refuses() {
+        let mut cache = super::IcrcHeaderCache::new();
+        assert!(super::IcrcHasher::new_cached(&mut cache, &[0x45; 27], &[0; 12]).is_err());
+        assert!(super::IcrcHasher::new_cached(&mut cache, &[0x60; 49], &[0; 12]).is_err());
+        assert!(super::IcrcHasher::new_cached(&mut cache, &[0x45; 28], &[0; 11]).is_err());
     }
 
     #[test]

@@ -76,7 +76,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use bypass_hw::roce::icrc::IcrcHasher;
+use bypass_hw::roce::icrc::{IcrcHasher, IcrcHeaderCache};
 use bypass_hw::roce::ip::{DEFAULT_TTL, UDP_HDR_LEN};
 use bypass_hw::roce::{
     BTH_LEN, BthOpcode, ICRC_LEN, IpSpec, Ipv4Spec, Ipv6Spec, ROCE_V2_UDP_DPORT, RocePacket,
@@ -87,7 +87,7 @@ use nix::sys::socket::{
     AddressFamily, SockFlag, SockType, SockaddrStorage, bind, setsockopt, socket, sockopt,
 };
 
-use crate::frame::{Burst, Frame, TxTrains};
+use crate::frame::{AckWriter, Burst, Frame, TxTrains};
 use crate::link::gather::{self, GatherPkt, IOV_MAX, IovList, Out};
 use crate::link::ipv4_id::Ipv4IdSolver;
 use crate::link::train_ids::{TRAIN_IDS, TrainDeltas};
@@ -284,6 +284,9 @@ pub struct UdpLink {
     deltas: Ipv4IdSolver,
     /// `deltas` for the IDs of one segmented send, looked up per segment sent.
     train_deltas: TrainDeltas,
+    /// The ICRC's CRC state after the IP + UDP headers of the kinds of packet last received
+    /// (a peer's ACKs and equal-size WRITEs repeat them byte for byte).
+    rx_crcs: IcrcHeaderCache,
     /// Drop every n-th packet received (0: none), and how many were received so far.
     drop_every: u64,
     rx_seen: u64,
@@ -403,6 +406,7 @@ impl UdpLink {
             pending: VecDeque::new(),
             deltas: Ipv4IdSolver::new(),
             train_deltas: TrainDeltas::default(),
+            rx_crcs: IcrcHeaderCache::new(),
             drop_every: 0,
             rx_seen: 0,
             counters: Arc::new(LinkCounters::default()),
@@ -725,6 +729,7 @@ impl UdpLink {
                 match rebuild(
                     &self.counters,
                     &mut self.deltas,
+                    &mut self.rx_crcs,
                     self.local,
                     payload,
                     from,
@@ -808,6 +813,7 @@ impl UdpLink {
             rx_bufs,
             rx_filled,
             deltas,
+            rx_crcs,
             drop_every,
             rx_seen,
             counters,
@@ -845,9 +851,9 @@ impl UdpLink {
                     LinkCounters::add(&counters.rx_dropped, 1);
                     continue;
                 };
-                let Some(checked) =
-                    stamp_header(counters, deltas, &mut ip, ports, hdr, payload, hint)
-                else {
+                let Some(checked) = stamp_header(
+                    counters, deltas, rx_crcs, &mut ip, ports, hdr, payload, hint,
+                ) else {
                     LinkCounters::add(&counters.rx_dropped, 1);
                     continue;
                 };
@@ -1307,12 +1313,14 @@ fn restamp_known(
 fn rebuild(
     counters: &LinkCounters,
     deltas: &mut Ipv4IdSolver,
+    crcs: &mut IcrcHeaderCache,
     local: SocketAddr,
     payload: &[u8],
     from: SocketAddr,
     hint: u16,
 ) -> Option<(Vec<u8>, bool)> {
-    let (hdr, written, checked) = rebuild_header(counters, deltas, local, payload, from, hint)?;
+    let (hdr, written, checked) =
+        rebuild_header(counters, deltas, crcs, local, payload, from, hint)?;
     let mut pkt = Vec::with_capacity(written + payload.len());
     pkt.extend_from_slice(hdr.get(..written)?);
     pkt.extend_from_slice(payload);
@@ -1325,6 +1333,7 @@ fn rebuild(
 fn rebuild_header(
     counters: &LinkCounters,
     deltas: &mut Ipv4IdSolver,
+    crcs: &mut IcrcHeaderCache,
     local: SocketAddr,
     payload: &[u8],
     from: SocketAddr,
@@ -1336,6 +1345,7 @@ fn rebuild_header(
     let checked = stamp_header(
         counters,
         deltas,
+        crcs,
         &mut ip,
         ports,
         hdr.get_mut(..hl)?,
@@ -1375,12 +1385,12 @@ fn rx_headers(local: SocketAddr, from: SocketAddr) -> Option<(IpSpec, UdpPorts)>
 }
 
 /// The ICRC of the packet whose IP + UDP header is `hdr` and whose UDP payload is `payload`
-/// (one pass: `IcrcHasher` over the header as written and the payload), or `None` when the
-/// payload cannot hold a BTH and an ICRC.
-fn icrc_of(hdr: &[u8], payload: &[u8]) -> Option<u32> {
+/// (one pass: `IcrcHasher` over the header as written, from `crcs` when it saw it lately, and
+/// the payload), or `None` when the payload cannot hold a BTH and an ICRC.
+fn icrc_of(crcs: &mut IcrcHeaderCache, hdr: &[u8], payload: &[u8]) -> Option<u32> {
     let body_end = payload.len().checked_sub(ICRC_LEN)?;
     let (bth, rest) = payload.split_at_checked(BTH_LEN)?;
-    let mut h = IcrcHasher::new(hdr, bth).ok()?;
+    let mut h = IcrcHasher::new_cached(crcs, hdr, bth).ok()?;
     h.update(rest.get(..body_end.checked_sub(BTH_LEN)?)?);
     Some(h.finish())
 }
@@ -1394,9 +1404,11 @@ fn icrc_of(hdr: &[u8], payload: &[u8]) -> Option<u32> {
 /// when the ICRC matches the header as written; false (an ICRC no ID explains, or a payload
 /// too short to carry one) leaves the check to the device, IPv4 with ID 0, which counts the
 /// error as it should. `None` only when no header can be written (a datagram over 64 KiB).
+#[allow(clippy::too_many_arguments)] // the receive path's state, borrowed field by field
 fn stamp_header(
     counters: &LinkCounters,
     deltas: &mut Ipv4IdSolver,
+    crcs: &mut IcrcHeaderCache,
     ip: &mut IpSpec,
     ports: UdpPorts,
     hdr: &mut [u8],
@@ -1410,7 +1422,7 @@ fn stamp_header(
     ip.write_ip_udp(ports, n, hdr).ok()?;
     let (Some(want), Some(c)) = (
         bypass_hw::roce::icrc::wire_value(payload),
-        icrc_of(hdr, payload),
+        icrc_of(crcs, hdr, payload),
     ) else {
         if hint != 0 {
             restamp_id(ip, ports, n, hdr, 0)?;
@@ -1512,6 +1524,8 @@ struct PumpState {
     acks: Vec<Vec<u8>>,
     /// `acks` holds ACKs kept back by the last round (sent by the next, whatever it is).
     held: bool,
+    /// Writes the devices' ACK frames as bytes (a flow's headers and their CRC kept).
+    ack_writer: AckWriter,
     /// Buffers of packets already sent, for the next packets built (at most
     /// [`SPARE_BUFFERS`]).
     spare: Vec<Vec<u8>>,
@@ -1566,6 +1580,7 @@ impl UdpWire {
                 segmented: Vec::new(),
                 acks: Vec::new(),
                 held: false,
+                ack_writer: AckWriter::new(),
                 spare: Vec::with_capacity(SPARE_BUFFERS),
             }),
             poller,
@@ -1616,6 +1631,7 @@ impl UdpWire {
             segmented,
             acks,
             held,
+            ack_writer,
             spare,
         } = &mut *g;
         // The socket is read with the world unlocked; the packets wait in the link's
@@ -1709,7 +1725,7 @@ impl UdpWire {
                         }
                         Frame::Ack(a) => {
                             let mut buf = spare.pop().unwrap_or_default();
-                            if a.to_wire_into(&mut buf) {
+                            if ack_writer.write(&a, &mut buf) {
                                 acks.push(buf);
                             }
                         }
