@@ -17,7 +17,7 @@
 
 use std::sync::Arc;
 
-use bypass_hw::roce::icrc::{IcrcHasher, IcrcHeaderCache};
+use bypass_hw::roce::icrc::IcrcHeaderCache;
 use bypass_hw::roce::opcode::{pad_len, psn_add};
 use bypass_hw::roce::{
     Aeth, BTH_LEN, Bth, BthFields, BthOpcode, DEFAULT_PKEY, ExtFields, ICRC_LEN, IpSpec,
@@ -284,16 +284,18 @@ impl AckWriter {
             return false;
         }
         let (bth, aeth) = (bth.as_bytes(), a.aeth.as_bytes());
-        let Ok(mut c) = IcrcHasher::new_cached(&mut self.crcs, ip_udp, bth) else {
-            return false;
-        };
-        c.update(aeth);
-        let icrc = c.finish().to_le_bytes();
         buf.clear();
         buf.extend_from_slice(ip_udp);
         buf.extend_from_slice(bth);
         buf.extend_from_slice(aeth);
-        buf.extend_from_slice(&icrc);
+        // The ICRC over the bytes just written, in one CRC update after the flow's headers.
+        let Some((ip_udp, covered)) = buf.split_at_mut_checked(h.ip_udp_len) else {
+            return false;
+        };
+        let Ok(icrc) = self.crcs.icrc_in_place(ip_udp, covered) else {
+            return false;
+        };
+        buf.extend_from_slice(&icrc.to_le_bytes());
         true
     }
 }
@@ -634,10 +636,16 @@ impl Burst {
     /// `bypass_hw` views (`IpSpec::write_ip_udp`, `Bth::from_fields` with the pad count
     /// `emit` would give, `Reth`), the pad is zeroed as `emit` zeroes it (rxe sends zeroes),
     /// and the ICRC is computed over the finished packet (`icrc::compute`, one pass).
-    /// A transmit-heavy link (the UDP link) builds its packets here.
-    pub fn segment_direct_into(&self, out: &mut Vec<Vec<u8>>, spare: &mut Vec<Vec<u8>>) {
+    /// A transmit-heavy link (the UDP link) builds its packets here, keeping `crcs` (the
+    /// ICRC's state after each kind of IP + UDP header it sent lately) from call to call.
+    pub fn segment_direct_into(
+        &self,
+        out: &mut Vec<Vec<u8>>,
+        spare: &mut Vec<Vec<u8>>,
+        crcs: &mut IcrcHeaderCache,
+    ) {
         for i in 0..self.count {
-            if !self.build_direct(i, out, spare) {
+            if !self.build_direct(i, out, spare, crcs) {
                 break;
             }
         }
@@ -645,7 +653,13 @@ impl Burst {
 
     /// Builds packet `i` (see [`Burst::segment_direct_into`]) and appends it to `out`.
     /// False if it cannot be built (cannot happen for a burst the requester built).
-    fn build_direct(&self, i: u32, out: &mut Vec<Vec<u8>>, spare: &mut Vec<Vec<u8>>) -> bool {
+    fn build_direct(
+        &self,
+        i: u32,
+        out: &mut Vec<Vec<u8>>,
+        spare: &mut Vec<Vec<u8>>,
+        crcs: &mut IcrcHeaderCache,
+    ) -> bool {
         use zerocopy::IntoBytes;
         let (off, n, first, _) = packet_at(self.msg_off, self.msg_len, self.mtu, i);
         let n = n as usize;
@@ -691,19 +705,17 @@ impl Burst {
         };
         pad.fill(0);
         // The ICRC of the packet as written (`icrc::compute` would parse it first to find
-        // these pieces): the masked IP + UDP and BTH, then the RETH, payload and pad.
-        let (Some(ip_udp), Some(bth), Some(rest)) = (
-            buf.get(..ip_udp_len),
-            buf.get(ip_udp_len..ip_udp_len + BTH_LEN),
-            buf.get(ip_udp_len + BTH_LEN..tail),
-        ) else {
+        // these pieces): the masked IP + UDP (their CRC state from `crcs` when this kind
+        // of header went lately), then the BTH, RETH, payload and pad in one pass.
+        let Some((ip_udp, covered)) = buf
+            .get_mut(..tail)
+            .and_then(|p| p.split_at_mut_checked(ip_udp_len))
+        else {
             return false;
         };
-        let Ok(mut h) = bypass_hw::roce::icrc::IcrcHasher::new(ip_udp, bth) else {
+        let Ok(icrc) = crcs.icrc_in_place(ip_udp, covered) else {
             return false;
         };
-        h.update(rest);
-        let icrc = h.finish();
         let Some(slot) = buf.get_mut(tail..) else {
             return false;
         };

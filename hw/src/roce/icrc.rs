@@ -82,8 +82,35 @@ fn masked_bth(bth: &[u8]) -> Result<[u8; BTH_LEN]> {
             got: bth.len(),
         });
     };
-    b[4] = 0xff; // FECN, BECN, resv6a (rxe: bth->qpn |= ~BTH_QPN_MASK)
+    b[BTH_MASKED] = 0xff; // FECN, BECN, resv6a (rxe: bth->qpn |= ~BTH_QPN_MASK)
     Ok(b)
+}
+
+/// The BTH byte the ICRC covers as all ones: FECN, BECN and the reserved bits in front of the
+/// destination QP (rxe `rxe_icrc_hdr`: `bth->qpn |= cpu_to_be32(~BTH_QPN_MASK)`).
+const BTH_MASKED: usize = 4;
+
+/// Whether `a` and `b` (`N` >= 8 bytes: the IPv4 and IPv6 + UDP header lengths) hold the
+/// same bytes, compared as 8-byte words (the last one overlapping the one before when `N` is
+/// not a multiple of 8) with no early exit: a handful of loads and XORs where an array `==`
+/// calls `memcmp`.
+#[inline(always)]
+fn same_words<const N: usize>(a: &[u8; N], b: &[u8; N]) -> bool {
+    let word = |x: &[u8; N], at: usize| {
+        x.get(at..)
+            .and_then(<[u8]>::first_chunk::<8>)
+            .map_or(0, |w| u64::from_ne_bytes(*w))
+    };
+    let mut diff = 0u64;
+    let mut at = 0;
+    while at + 8 <= N {
+        diff |= word(a, at) ^ word(b, at);
+        at += 8;
+    }
+    if at < N && N >= 8 {
+        diff |= word(a, N - 8) ^ word(b, N - 8);
+    }
+    diff == 0 && (N >= 8 || a == b)
 }
 
 /// How many header kinds an [`IcrcHeaderCache`] remembers: a flow's ACKs and WRITEs, each
@@ -93,9 +120,20 @@ const CACHE_SLOTS: usize = 4;
 /// One remembered header kind: its (unmasked) bytes and the CRC state after them.
 #[derive(Debug, Clone)]
 struct CachedHeaders {
+    /// 0 for a slot never filled (no header is that short).
     len: usize,
     hdrs: [u8; MAX_HDRS],
     state: crc32fast::Hasher,
+}
+
+impl Default for CachedHeaders {
+    fn default() -> Self {
+        Self {
+            len: 0,
+            hdrs: [0; MAX_HDRS],
+            state: crc32fast::Hasher::new_with_initial(LRH_MASK_CRC),
+        }
+    }
 }
 
 /// The CRC state after the masked LRH and the masked IP + UDP headers of the last
@@ -105,7 +143,7 @@ struct CachedHeaders {
 /// packet. Owned by whoever builds or checks packets (no global); a few hundred bytes.
 #[derive(Debug, Clone, Default)]
 pub struct IcrcHeaderCache {
-    slots: [Option<CachedHeaders>; CACHE_SLOTS],
+    slots: [CachedHeaders; CACHE_SLOTS],
     /// The slot the next new kind replaces.
     next: usize,
 }
@@ -116,14 +154,57 @@ impl IcrcHeaderCache {
         Self::default()
     }
 
+    /// The ICRC of the packet whose (unmasked) IP + UDP headers are `ip_udp` and whose UDP
+    /// payload up to its ICRC is `covered` (BTH first: [`compute`]'s value for that packet),
+    /// hashed in one piece after the cached header state: the BTH's FECN/BECN/reserved byte
+    /// is set to all ones while it is hashed and put back after, so `covered` is left as it
+    /// was. For a packet in a buffer the caller owns (one it builds, or one it received).
+    pub fn icrc_in_place(&mut self, ip_udp: &[u8], covered: &mut [u8]) -> Result<u32> {
+        let Some(byte) = covered
+            .get(BTH_MASKED)
+            .copied()
+            .filter(|_| covered.len() >= BTH_LEN)
+        else {
+            return Err(Error::Truncated {
+                what: "roce udp payload (BTH)",
+                need: BTH_LEN,
+                got: covered.len(),
+            });
+        };
+        let mut h = self.state(ip_udp)?;
+        covered[BTH_MASKED] = 0xff;
+        h.update(covered);
+        covered[BTH_MASKED] = byte;
+        Ok(h.finalize())
+    }
+
+    /// Whether the slot `c` holds headers `ip_udp`: word compares for the IPv4 and IPv6
+    /// header lengths (inlined, no `memcmp` call), a slice compare for any other.
+    #[inline]
+    fn holds(c: &CachedHeaders, ip_udp: &[u8]) -> bool {
+        const V4: usize = 20 + UDP_HDR_LEN;
+        if c.len != ip_udp.len() {
+            return false;
+        }
+        match (
+            <&[u8; V4]>::try_from(ip_udp),
+            <&[u8; MAX_HDRS]>::try_from(ip_udp),
+        ) {
+            (Ok(v4), _) => c
+                .hdrs
+                .first_chunk::<V4>()
+                .is_some_and(|h| same_words(h, v4)),
+            (_, Ok(v6)) => same_words(&c.hdrs, v6),
+            _ => c.hdrs.get(..ip_udp.len()) == Some(ip_udp),
+        }
+    }
+
     /// The CRC state after the masked LRH and headers `ip_udp` (28 or 48 bytes, unmasked).
     fn state(&mut self, ip_udp: &[u8]) -> Result<crc32fast::Hasher> {
         check_hdrs_len(ip_udp)?;
         let n = ip_udp.len();
-        for c in self.slots.iter().flatten() {
-            if c.len == n && c.hdrs.get(..n) == Some(ip_udp) {
-                return Ok(c.state.clone());
-            }
+        if let Some(c) = self.slots.iter().find(|c| Self::holds(c, ip_udp)) {
+            return Ok(c.state.clone());
         }
         let mut hdrs = [0u8; MAX_HDRS];
         hdrs[..n].copy_from_slice(ip_udp);
@@ -133,11 +214,11 @@ impl IcrcHeaderCache {
         hdrs[..n].copy_from_slice(ip_udp);
         let at = self.next % CACHE_SLOTS;
         if let Some(slot) = self.slots.get_mut(at) {
-            *slot = Some(CachedHeaders {
+            *slot = CachedHeaders {
                 len: n,
                 hdrs,
                 state: state.clone(),
-            });
+            };
         }
         self.next = (at + 1) % CACHE_SLOTS;
         Ok(state)
@@ -307,7 +388,7 @@ mod tests {
     #[test]
     fn a_cached_header_state_gives_the_uncached_icrc_for_every_kind_and_eviction() {
         let mut cache = super::IcrcHeaderCache::new();
-        // Six header kinds (more than the cache holds), IPv4 and IPv6, each hashed twice in
+        // Eight header kinds (more than the cache holds), IPv4 and IPv6, each hashed twice in
         // an order that evicts and refills slots; BTHs that differ only in byte 4 (masked).
         let mut kinds = std::vec::Vec::new();
         for k in 0..6u8 {
@@ -316,6 +397,14 @@ mod tests {
             h[0] = if n == 28 { 0x45 } else { 0x60 | k };
             kinds.push(h);
         }
+        // Kinds that differ from others in one covered byte only: in the last partial word of
+        // an IPv4 + UDP header (UDP length) and in the last word of an IPv6 one.
+        let mut near = kinds[0].clone();
+        near[25] ^= 0x01;
+        kinds.push(near);
+        let mut near = kinds[1].clone();
+        near[44] ^= 0x80;
+        kinds.push(near);
         for round in 0..3u8 {
             for (k, hdrs) in kinds.iter().enumerate() {
                 let mut bth = [round, 1, 2, 3, k as u8, 5, 6, 7, 8, 9, 10, 11];
@@ -328,6 +417,53 @@ mod tests {
                 assert_eq!(a.finish(), b.finish(), "round {round} kind {k}");
             }
         }
+    }
+
+    #[test]
+    fn an_icrc_computed_in_place_is_computes_value_and_leaves_the_bytes_as_they_were() {
+        use crate::roce::{BthFields, BthOpcode, ExtFields, IpSpec, PacketSpec, emit};
+        let mut cache = super::IcrcHeaderCache::new();
+        for v6 in [false, true, false, true] {
+            let (s, d) = if v6 {
+                ([0x20; 16], [0x21; 16])
+            } else {
+                (
+                    crate::roce::ip::ipv4_to_gid([10, 0, 0, 1]),
+                    crate::roce::ip::ipv4_to_gid([10, 0, 0, 2]),
+                )
+            };
+            for len in [0usize, 8, 333] {
+                let payload: std::vec::Vec<u8> = (0..len as u32).map(|i| (i * 13) as u8).collect();
+                let spec = PacketSpec {
+                    ip: IpSpec::from_gids(&s, &d).unwrap(),
+                    ports: super::UdpPorts {
+                        src: 0xc001,
+                        dst: 4791,
+                    },
+                    bth: BthFields {
+                        opcode: BthOpcode::RC_SEND_ONLY,
+                        pkey: 0xffff,
+                        dest_qp: 0x12,
+                        psn: 5,
+                        fecn: true,
+                        ..BthFields::default()
+                    },
+                    ext: ExtFields::default(),
+                    payload: &payload,
+                };
+                let mut pkt = std::vec![0u8; spec.packet_len().unwrap()];
+                emit(&spec, &mut pkt).unwrap();
+                let want = super::compute(&pkt).unwrap();
+                let before = pkt.clone();
+                let hl = spec.ip.header_len() + super::UDP_HDR_LEN;
+                let end = pkt.len() - super::ICRC_LEN;
+                let (ip_udp, rest) = pkt.split_at_mut(hl);
+                let got = cache.icrc_in_place(ip_udp, &mut rest[..end - hl]).unwrap();
+                assert_eq!(got, want, "v6 {v6} len {len}");
+                assert_eq!(pkt, before);
+            }
+        }
+        assert!(cache.icrc_in_place(&[0x45; 28], &mut [0; 11]).is_err());
     }
 
     #[test]

@@ -76,11 +76,10 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use bypass_hw::roce::icrc::{IcrcHasher, IcrcHeaderCache};
+use bypass_hw::roce::icrc::IcrcHeaderCache;
 use bypass_hw::roce::ip::{DEFAULT_TTL, UDP_HDR_LEN};
 use bypass_hw::roce::{
-    BTH_LEN, BthOpcode, ICRC_LEN, IpSpec, Ipv4Spec, Ipv6Spec, ROCE_V2_UDP_DPORT, RocePacket,
-    UdpPorts,
+    BthOpcode, ICRC_LEN, IpSpec, Ipv4Spec, Ipv6Spec, ROCE_V2_UDP_DPORT, RocePacket, UdpPorts,
 };
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::socket::{
@@ -708,7 +707,7 @@ impl UdpLink {
             let Some((n, from, seg)) = self.read_one() else {
                 break;
             };
-            let Some(data) = self.buf.get(..n) else {
+            let Some(data) = self.buf.get_mut(..n) else {
                 break;
             };
             let seg = if seg == 0 { n.max(1) } else { seg };
@@ -719,7 +718,7 @@ impl UdpLink {
             // burst fits one train): hand it on rather than pay for a read that finds
             // nothing (the next round reads again). Full trains mean a stream: read on.
             let drained = n < GSO_MAX_BYTES / 2;
-            for (k, payload) in data.chunks(seg).enumerate() {
+            for (k, payload) in data.chunks_mut(seg).enumerate() {
                 self.rx_seen += 1;
                 if self.drop_every > 0 && self.rx_seen % self.drop_every == 0 {
                     LinkCounters::add(&self.counters.rx_injected_drops, 1);
@@ -1315,7 +1314,7 @@ fn rebuild(
     deltas: &mut Ipv4IdSolver,
     crcs: &mut IcrcHeaderCache,
     local: SocketAddr,
-    payload: &[u8],
+    payload: &mut [u8],
     from: SocketAddr,
     hint: u16,
 ) -> Option<(Vec<u8>, bool)> {
@@ -1335,7 +1334,7 @@ fn rebuild_header(
     deltas: &mut Ipv4IdSolver,
     crcs: &mut IcrcHeaderCache,
     local: SocketAddr,
-    payload: &[u8],
+    payload: &mut [u8],
     from: SocketAddr,
     hint: u16,
 ) -> Option<([u8; RX_HEADROOM], usize, bool)> {
@@ -1385,14 +1384,12 @@ fn rx_headers(local: SocketAddr, from: SocketAddr) -> Option<(IpSpec, UdpPorts)>
 }
 
 /// The ICRC of the packet whose IP + UDP header is `hdr` and whose UDP payload is `payload`
-/// (one pass: `IcrcHasher` over the header as written, from `crcs` when it saw it lately, and
-/// the payload), or `None` when the payload cannot hold a BTH and an ICRC.
-fn icrc_of(crcs: &mut IcrcHeaderCache, hdr: &[u8], payload: &[u8]) -> Option<u32> {
+/// (one CRC pass over the payload, after the header's CRC state from `crcs`: computed once per
+/// kind of header; the payload is left as it was), or `None` when the payload cannot hold a
+/// BTH and an ICRC.
+fn icrc_of(crcs: &mut IcrcHeaderCache, hdr: &[u8], payload: &mut [u8]) -> Option<u32> {
     let body_end = payload.len().checked_sub(ICRC_LEN)?;
-    let (bth, rest) = payload.split_at_checked(BTH_LEN)?;
-    let mut h = IcrcHasher::new_cached(crcs, hdr, bth).ok()?;
-    h.update(rest.get(..body_end.checked_sub(BTH_LEN)?)?);
-    Some(h.finish())
+    crcs.icrc_in_place(hdr, payload.get_mut(..body_end)?).ok()
 }
 
 /// Writes the IP + UDP header of UDP payload `payload` into `hdr` (exactly its length) from
@@ -1412,7 +1409,7 @@ fn stamp_header(
     ip: &mut IpSpec,
     ports: UdpPorts,
     hdr: &mut [u8],
-    payload: &[u8],
+    payload: &mut [u8],
     hint: u16,
 ) -> Option<bool> {
     let n = payload.len();
@@ -1526,6 +1523,9 @@ struct PumpState {
     held: bool,
     /// Writes the devices' ACK frames as bytes (a flow's headers and their CRC kept).
     ack_writer: AckWriter,
+    /// The ICRC's state after the IP + UDP headers of the kinds of WRITE packet segmented
+    /// lately (`Burst::segment_direct_into`).
+    tx_crcs: IcrcHeaderCache,
     /// Buffers of packets already sent, for the next packets built (at most
     /// [`SPARE_BUFFERS`]).
     spare: Vec<Vec<u8>>,
@@ -1581,6 +1581,7 @@ impl UdpWire {
                 acks: Vec::new(),
                 held: false,
                 ack_writer: AckWriter::new(),
+                tx_crcs: IcrcHeaderCache::new(),
                 spare: Vec::with_capacity(SPARE_BUFFERS),
             }),
             poller,
@@ -1632,6 +1633,7 @@ impl UdpWire {
             acks,
             held,
             ack_writer,
+            tx_crcs,
             spare,
         } = &mut *g;
         // The socket is read with the world unlocked; the packets wait in the link's
@@ -1736,7 +1738,7 @@ impl UdpWire {
                         // reads it here, under the world lock). Others: bytes, as before.
                         Frame::Burst(b) => {
                             if let Err(b) = gather::push_burst(b, bursts, outbound, spare) {
-                                b.segment_direct_into(segmented, spare);
+                                b.segment_direct_into(segmented, spare, tx_crcs);
                                 outbound.extend(segmented.drain(..).map(Out::Bytes));
                                 // Its box builds the device's next burst (no allocation per
                                 // WRITE); what it held is let go as a drop would.
