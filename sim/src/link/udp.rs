@@ -1089,11 +1089,7 @@ impl WireMemo {
     /// would be refused by its receiver otherwise, and counted there).
     fn wire_of(&mut self, packet: &[u8]) -> Option<WireOf> {
         for (len, head, w) in self.slots.iter().flatten() {
-            if *len == packet.len()
-                && head
-                    .get(..w.header_len)
-                    .is_some_and(|h| packet.get(..w.header_len) == Some(h))
-            {
+            if *len == packet.len() && same_header(head, packet, w.header_len) {
                 return Some(*w);
             }
         }
@@ -1107,6 +1103,40 @@ impl WireMemo {
             }
         }
         Some(w)
+    }
+}
+
+/// Whether the first `n` bytes of `packet` are those of `head`: compared as 8-byte words for
+/// the IPv4 and IPv6 + UDP header lengths (a few loads, where a slice `==` calls `memcmp`
+/// once per packet sent), a slice compare for any other.
+#[inline]
+fn same_header(head: &[u8; MEMO_HEADER], packet: &[u8], n: usize) -> bool {
+    const V4: usize = 20 + UDP_HDR_LEN;
+    fn words<const N: usize>(a: &[u8; N], b: &[u8; N]) -> bool {
+        let word = |x: &[u8; N], at: usize| {
+            x.get(at..)
+                .and_then(<[u8]>::first_chunk::<8>)
+                .map_or(0, |w| u64::from_ne_bytes(*w))
+        };
+        let (mut diff, mut at) = (0u64, 0);
+        while at + 8 <= N {
+            diff |= word(a, at) ^ word(b, at);
+            at += 8;
+        }
+        if at < N {
+            // The last word overlaps the one before (N is at least 8 here).
+            diff |= word(a, N - 8) ^ word(b, N - 8);
+        }
+        diff == 0
+    }
+    match (
+        n,
+        packet.first_chunk::<V4>(),
+        packet.first_chunk::<MEMO_HEADER>(),
+    ) {
+        (V4, Some(p), _) => head.first_chunk::<V4>().is_some_and(|h| words(h, p)),
+        (MEMO_HEADER, _, Some(p)) => words(head, p),
+        _ => head.get(..n).is_some_and(|h| packet.get(..n) == Some(h)),
     }
 }
 
@@ -1956,6 +1986,8 @@ mod tests {
             sized(3, 80, 0xc000),
             sized(4, 64, 0xc001),
             built(ip6, 0xc000, BthOpcode::RC_SEND_ONLY, 5, b"six"),
+            // IPv6 headers that differ in the last 8-byte word only (the source port).
+            built(ip6, 0xc001, BthOpcode::RC_SEND_ONLY, 5, b"six"),
             with_id(&sized(6, 64, 0xc000), 9),
         ];
         for round in 0..3 {
