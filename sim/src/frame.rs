@@ -17,7 +17,7 @@
 
 use std::sync::Arc;
 
-use bypass_hw::roce::icrc::IcrcHeaderCache;
+use bypass_hw::roce::icrc::{IcrcHeaderCache, IcrcHeaderState};
 use bypass_hw::roce::opcode::{pad_len, psn_add};
 use bypass_hw::roce::{
     Aeth, BTH_LEN, Bth, BthFields, BthOpcode, DEFAULT_PKEY, ExtFields, ICRC_LEN, IpSpec,
@@ -212,29 +212,33 @@ impl AckFrame {
 /// The longest IP + UDP header: IPv6's.
 const MAX_IP_UDP: usize = bypass_hw::roce::ip::IPV6_HDR_LEN + bypass_hw::roce::ip::UDP_HDR_LEN;
 
-/// The headers the last ACK of one flow was written with: its flow (IP header fields, ports,
-/// destination QP), the IP + UDP header bytes (an ACK's length never changes, so neither do
-/// they) and the BTH with every field but the PSN.
+/// The longest ACK on the wire: IPv6 + UDP headers, BTH, AETH, ICRC.
+const MAX_ACK: usize = MAX_IP_UDP + BTH_LEN + std::mem::size_of::<Aeth>() + ICRC_LEN;
+
+/// The last ACK of one flow as written: its flow (IP header fields, ports, destination QP),
+/// its wire bytes (an ACK's length never changes, so neither do its IP + UDP headers), its BTH
+/// (every field but the PSN stays) and the ICRC's CRC state after its headers.
 #[derive(Debug, Clone)]
-struct AckHeaders {
+struct AckTemplate {
     ip: IpSpec,
     ports: UdpPorts,
     dest_qp: u32,
-    ip_udp: [u8; MAX_IP_UDP],
+    wire: [u8; MAX_ACK],
+    /// Bytes of `wire` in use (the packet's length).
+    len: usize,
     ip_udp_len: usize,
     bth: Bth,
+    crc: IcrcHeaderState,
 }
 
 /// Writes ACK frames as wire bytes for a link that sends bytes (the UDP link's pump), keeping
-/// what repeats between the ACKs of a flow: the IP + UDP header bytes and BTH of the last
-/// flow, and the ICRC's CRC state after those headers ([`IcrcHeaderCache`]). An ACK of the
-/// same flow as the last is then its PSN and AETH written into copies of those, and a CRC
-/// over the BTH and AETH only. The bytes are exactly [`AckFrame::to_wire_into`]'s (a test
-/// checks them against `emit` across flows).
+/// what repeats between the ACKs of a flow ([`AckTemplate`]): an ACK of the same flow as the
+/// last is its PSN and AETH written into the last one's bytes, and a CRC over its BTH and AETH
+/// from the state after its headers. The bytes are exactly [`AckFrame::to_wire_into`]'s (a
+/// test checks them against `emit` across flows).
 #[derive(Debug, Clone, Default)]
 pub struct AckWriter {
-    last: Option<AckHeaders>,
-    crcs: IcrcHeaderCache,
+    last: Option<AckTemplate>,
 }
 
 impl AckWriter {
@@ -243,59 +247,75 @@ impl AckWriter {
         Self::default()
     }
 
-    /// The headers of `a`'s flow, from the last ACK when it was of the same flow; `None`
-    /// only if the spec cannot be emitted, which a frame the device built never is.
-    fn headers<'a>(last: &'a mut Option<AckHeaders>, a: &AckFrame) -> Option<&'a AckHeaders> {
+    /// The template of `a`'s flow: the last one when it was of the same flow; `None` only if
+    /// the spec cannot be emitted, which a frame the device built never is.
+    fn template<'a>(
+        last: &'a mut Option<AckTemplate>,
+        a: &AckFrame,
+    ) -> Option<&'a mut AckTemplate> {
         let same = last
             .as_ref()
-            .is_some_and(|h| h.dest_qp == a.dest_qp && h.ports == a.ports && h.ip == a.ip);
+            .is_some_and(|t| t.dest_qp == a.dest_qp && t.ports == a.ports && t.ip == a.ip);
         if !same {
             let spec = AckFrame::spec(a.ip, a.ports, a.dest_qp, 0, a.aeth);
-            let udp_len = spec.udp_payload_len().ok()?;
+            let (len, udp_len) = (spec.packet_len().ok()?, spec.udp_payload_len().ok()?);
             let bth = Bth::from_fields(&spec.bth).ok()?;
-            let mut ip_udp = [0u8; MAX_IP_UDP];
+            let mut wire = [0u8; MAX_ACK];
             let ip_udp_len = spec
                 .ip
-                .write_ip_udp(spec.ports, udp_len, &mut ip_udp)
+                .write_ip_udp(spec.ports, udp_len, wire.get_mut(..len)?)
                 .ok()?;
-            *last = Some(AckHeaders {
+            let crc = IcrcHeaderState::new(wire.get(..ip_udp_len)?).ok()?;
+            *last = Some(AckTemplate {
                 ip: a.ip,
                 ports: a.ports,
                 dest_qp: a.dest_qp,
-                ip_udp,
+                wire,
+                len,
                 ip_udp_len,
                 bth,
+                crc,
             });
         }
-        last.as_ref()
+        last.as_mut()
     }
 
     /// `a`'s wire bytes, written into `buf` (resized to the packet; every byte is written).
     /// False only if the spec cannot be emitted, which a frame the device built never is.
     pub fn write(&mut self, a: &AckFrame, buf: &mut Vec<u8>) -> bool {
         use zerocopy::IntoBytes;
-        let Some(h) = Self::headers(&mut self.last, a) else {
+        let Some(t) = Self::template(&mut self.last, a) else {
             return false;
         };
-        let (Some(ip_udp), mut bth) = (h.ip_udp.get(..h.ip_udp_len), h.bth) else {
-            return false;
-        };
+        let mut bth = t.bth;
         if bth.set_psn(a.psn).is_err() {
             return false;
         }
         let (bth, aeth) = (bth.as_bytes(), a.aeth.as_bytes());
+        let (at, icrc_at) = (t.ip_udp_len, t.len.saturating_sub(ICRC_LEN));
+        let Some((b, rest)) = t
+            .wire
+            .get_mut(at..icrc_at)
+            .and_then(|c| c.split_at_mut_checked(bth.len()))
+        else {
+            return false;
+        };
+        if rest.len() != aeth.len() {
+            return false;
+        }
+        b.copy_from_slice(bth);
+        rest.copy_from_slice(aeth);
+        // The ICRC over the BTH and AETH just written, from the state after the headers.
+        let icrc = match t.wire.get_mut(at..icrc_at).map(|c| t.crc.icrc_in_place(c)) {
+            Some(Ok(icrc)) => icrc,
+            _ => return false,
+        };
+        let Some(slot) = t.wire.get_mut(icrc_at..t.len) else {
+            return false;
+        };
+        slot.copy_from_slice(&icrc.to_le_bytes());
         buf.clear();
-        buf.extend_from_slice(ip_udp);
-        buf.extend_from_slice(bth);
-        buf.extend_from_slice(aeth);
-        // The ICRC over the bytes just written, in one CRC update after the flow's headers.
-        let Some((ip_udp, covered)) = buf.split_at_mut_checked(h.ip_udp_len) else {
-            return false;
-        };
-        let Ok(icrc) = self.crcs.icrc_in_place(ip_udp, covered) else {
-            return false;
-        };
-        buf.extend_from_slice(&icrc.to_le_bytes());
+        buf.extend_from_slice(t.wire.get(..t.len).unwrap_or(&[]));
         true
     }
 }

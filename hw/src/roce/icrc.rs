@@ -4,7 +4,7 @@
 //! [`check_udp_payload`] (over a UDP payload, the IP and UDP headers rebuilt from what the
 //! socket reports), [`IcrcHasher`] (a packet fed in pieces) and [`IcrcHeaderCache`] (the CRC
 //! state after the IP + UDP headers of the last few header kinds, for packets whose headers
-//! repeat). Must not: allocate; the masked header copies live on the stack or in the cache.
+//! repeat; [`IcrcHeaderState`] is one such state). Must not: allocate; the masked header copies live on the stack or in the cache.
 //!
 //! What is covered (rxe `rxe_icrc.c` `rxe_icrc_hdr`; IBTA annex A17.3.3):
 //! 1. eight bytes of `0xff` standing for the masked LRH (rxe starts from the seed
@@ -123,7 +123,7 @@ struct CachedHeaders {
     /// 0 for a slot never filled (no header is that short).
     len: usize,
     hdrs: [u8; MAX_HDRS],
-    state: crc32fast::Hasher,
+    state: IcrcHeaderState,
 }
 
 impl Default for CachedHeaders {
@@ -131,7 +131,7 @@ impl Default for CachedHeaders {
         Self {
             len: 0,
             hdrs: [0; MAX_HDRS],
-            state: crc32fast::Hasher::new_with_initial(LRH_MASK_CRC),
+            state: IcrcHeaderState(crc32fast::Hasher::new_with_initial(LRH_MASK_CRC)),
         }
     }
 }
@@ -160,22 +160,7 @@ impl IcrcHeaderCache {
     /// is set to all ones while it is hashed and put back after, so `covered` is left as it
     /// was. For a packet in a buffer the caller owns (one it builds, or one it received).
     pub fn icrc_in_place(&mut self, ip_udp: &[u8], covered: &mut [u8]) -> Result<u32> {
-        let Some(byte) = covered
-            .get(BTH_MASKED)
-            .copied()
-            .filter(|_| covered.len() >= BTH_LEN)
-        else {
-            return Err(Error::Truncated {
-                what: "roce udp payload (BTH)",
-                need: BTH_LEN,
-                got: covered.len(),
-            });
-        };
-        let mut h = self.state(ip_udp)?;
-        covered[BTH_MASKED] = 0xff;
-        h.update(covered);
-        covered[BTH_MASKED] = byte;
-        Ok(h.finalize())
+        self.state(ip_udp)?.icrc_in_place(covered)
     }
 
     /// Whether the slot `c` holds headers `ip_udp`: word compares for the IPv4 and IPv6
@@ -200,28 +185,79 @@ impl IcrcHeaderCache {
     }
 
     /// The CRC state after the masked LRH and headers `ip_udp` (28 or 48 bytes, unmasked).
-    fn state(&mut self, ip_udp: &[u8]) -> Result<crc32fast::Hasher> {
+    fn state(&mut self, ip_udp: &[u8]) -> Result<&IcrcHeaderState> {
         check_hdrs_len(ip_udp)?;
         let n = ip_udp.len();
-        if let Some(c) = self.slots.iter().find(|c| Self::holds(c, ip_udp)) {
-            return Ok(c.state.clone());
+        let at = match self.slots.iter().position(|c| Self::holds(c, ip_udp)) {
+            Some(at) => at,
+            None => {
+                let state = IcrcHeaderState::new(ip_udp)?;
+                let mut hdrs = [0u8; MAX_HDRS];
+                hdrs[..n].copy_from_slice(ip_udp);
+                let at = self.next % CACHE_SLOTS;
+                if let Some(slot) = self.slots.get_mut(at) {
+                    *slot = CachedHeaders {
+                        len: n,
+                        hdrs,
+                        state,
+                    };
+                }
+                self.next = (at + 1) % CACHE_SLOTS;
+                at
+            }
+        };
+        match self.slots.get(at) {
+            Some(c) => Ok(&c.state),
+            None => Err(Error::Malformed {
+                what: "icrc header cache",
+                reason: "slot index out of range (cannot happen)",
+            }),
         }
+    }
+}
+
+/// The ICRC's CRC state after the masked LRH and one packet's masked IP + UDP headers: every
+/// packet with these headers, byte for byte (a flow's ACKs, its equal-size WRITEs), starts
+/// from it. For a sender that keeps a flow's headers itself (see [`IcrcHeaderCache`] for one
+/// that does not).
+#[derive(Debug, Clone)]
+pub struct IcrcHeaderState(crc32fast::Hasher);
+
+impl IcrcHeaderState {
+    /// The state after headers `ip_udp` (unmasked, as [`IpSpec::write_ip_udp`] writes them:
+    /// 28 or 48 bytes). Errors if they have the wrong length.
+    pub fn new(ip_udp: &[u8]) -> Result<Self> {
+        check_hdrs_len(ip_udp)?;
+        let n = ip_udp.len();
         let mut hdrs = [0u8; MAX_HDRS];
         hdrs[..n].copy_from_slice(ip_udp);
         mask_ip_udp(&mut hdrs[..n]);
-        let mut state = crc32fast::Hasher::new_with_initial(LRH_MASK_CRC);
-        state.update(&hdrs[..n]);
-        hdrs[..n].copy_from_slice(ip_udp);
-        let at = self.next % CACHE_SLOTS;
-        if let Some(slot) = self.slots.get_mut(at) {
-            *slot = CachedHeaders {
-                len: n,
-                hdrs,
-                state: state.clone(),
-            };
-        }
-        self.next = (at + 1) % CACHE_SLOTS;
-        Ok(state)
+        let mut h = crc32fast::Hasher::new_with_initial(LRH_MASK_CRC);
+        h.update(&hdrs[..n]);
+        Ok(Self(h))
+    }
+
+    /// The ICRC of the packet with these headers whose UDP payload up to its ICRC is
+    /// `covered` (BTH first): [`compute`]'s value, hashed in one piece. The BTH's
+    /// FECN/BECN/reserved byte is set to all ones while it is hashed and put back after, so
+    /// `covered` is left as it was. Errors if `covered` is shorter than a BTH.
+    pub fn icrc_in_place(&self, covered: &mut [u8]) -> Result<u32> {
+        let Some(byte) = covered
+            .get(BTH_MASKED)
+            .copied()
+            .filter(|_| covered.len() >= BTH_LEN)
+        else {
+            return Err(Error::Truncated {
+                what: "roce udp payload (BTH)",
+                need: BTH_LEN,
+                got: covered.len(),
+            });
+        };
+        let mut h = self.0.clone();
+        covered[BTH_MASKED] = 0xff;
+        h.update(covered);
+        covered[BTH_MASKED] = byte;
+        Ok(h.finalize())
     }
 }
 
@@ -275,7 +311,7 @@ impl IcrcHasher {
     /// [`IcrcHasher::new`]'s state.
     pub fn new_cached(cache: &mut IcrcHeaderCache, ip_udp: &[u8], bth: &[u8]) -> Result<Self> {
         let b = masked_bth(bth)?;
-        let mut h = cache.state(ip_udp)?;
+        let mut h = cache.state(ip_udp)?.0.clone();
         h.update(&b);
         Ok(Self(h))
     }
