@@ -4,7 +4,8 @@
 //!
 //! Owns: [`Frame`] and [`Burst`], and the segmentation of a burst into the exact wire packets
 //! the per-packet path would have sent (headers, AckReq bits, RETH on the first packet of the
-//! message, pad, ICRC). Must not: decide transport semantics (the requester builds bursts, the
+//! message, pad, ICRC); [`AckFrame`] and [`AckWriter`] (an ACK frame as those bytes, a flow's
+//! headers and their ICRC state kept between ACKs). Must not: decide transport semantics (the requester builds bursts, the
 //! responder applies them or, when anything differs from the plain case, segments them and
 //! takes the packets one by one).
 //!

@@ -2,9 +2,10 @@
 //!
 //! Owns: [`compute`], [`check`] (over a whole IP packet) and [`compute_udp_payload`],
 //! [`check_udp_payload`] (over a UDP payload, the IP and UDP headers rebuilt from what the
-//! socket reports), [`IcrcHasher`] (a packet fed in pieces) and [`IcrcHeaderCache`] (the CRC
-//! state after the IP + UDP headers of the last few header kinds, for packets whose headers
-//! repeat; [`IcrcHeaderState`] is one such state). Must not: allocate; the masked header copies live on the stack or in the cache.
+//! socket reports), [`IcrcHasher`] (a packet fed in pieces), [`IcrcHeaderState`] (the CRC
+//! state after one packet's IP + UDP headers, for packets that repeat them) and
+//! [`IcrcHeaderCache`] (those states for the last few header kinds seen). Must not: allocate;
+//! the masked header copies live on the stack or in the cache.
 //!
 //! What is covered (rxe `rxe_icrc.c` `rxe_icrc_hdr`; IBTA annex A17.3.3):
 //! 1. eight bytes of `0xff` standing for the masked LRH (rxe starts from the seed
@@ -456,7 +457,7 @@ mod tests {
     }
 
     #[test]
-    fn an_icrc_computed_in_place_is_computes_value_and_leaves_the_bytes_as_they_were() {
+    fn an_icrc_computed_in_place_equals_compute_and_leaves_the_bytes_as_they_were() {
         use crate::roce::{BthFields, BthOpcode, ExtFields, IpSpec, PacketSpec, emit};
         let mut cache = super::IcrcHeaderCache::new();
         for v6 in [false, true, false, true] {
