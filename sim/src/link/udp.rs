@@ -76,7 +76,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use bypass_hw::roce::icrc::IcrcHeaderCache;
+use bypass_hw::roce::icrc::{IcrcHeaderCache, IcrcHeaderState};
 use bypass_hw::roce::ip::{DEFAULT_TTL, UDP_HDR_LEN};
 use bypass_hw::roce::{
     BthOpcode, ICRC_LEN, IpSpec, Ipv4Spec, Ipv6Spec, ROCE_V2_UDP_DPORT, RocePacket, UdpPorts,
@@ -89,6 +89,7 @@ use nix::sys::socket::{
 use crate::frame::{AckWriter, Burst, Frame, TxTrains};
 use crate::link::gather::{self, GatherPkt, IOV_MAX, IovList, Out};
 use crate::link::ipv4_id::Ipv4IdSolver;
+use crate::link::rx_headers::RxHeaders;
 use crate::link::train_ids::{TRAIN_IDS, TrainDeltas};
 use crate::pcap::PcapWriter;
 use crate::profile::Profile;
@@ -283,9 +284,9 @@ pub struct UdpLink {
     deltas: Ipv4IdSolver,
     /// `deltas` for the IDs of one segmented send, looked up per segment sent.
     train_deltas: TrainDeltas,
-    /// The ICRC's CRC state after the IP + UDP headers of the kinds of packet last received
-    /// (a peer's ACKs and equal-size WRITEs repeat them byte for byte).
-    rx_crcs: IcrcHeaderCache,
+    /// The IP + UDP headers last written in front of received packets, with the ICRC's CRC
+    /// state after them (a peer's ACKs and equal-size WRITEs repeat them byte for byte).
+    rx_hdrs: RxHeaders,
     /// Drop every n-th packet received (0: none), and how many were received so far.
     drop_every: u64,
     rx_seen: u64,
@@ -405,7 +406,7 @@ impl UdpLink {
             pending: VecDeque::new(),
             deltas: Ipv4IdSolver::new(),
             train_deltas: TrainDeltas::default(),
-            rx_crcs: IcrcHeaderCache::new(),
+            rx_hdrs: RxHeaders::default(),
             drop_every: 0,
             rx_seen: 0,
             counters: Arc::new(LinkCounters::default()),
@@ -728,7 +729,7 @@ impl UdpLink {
                 match rebuild(
                     &self.counters,
                     &mut self.deltas,
-                    &mut self.rx_crcs,
+                    &mut self.rx_hdrs,
                     self.local,
                     payload,
                     from,
@@ -812,7 +813,7 @@ impl UdpLink {
             rx_bufs,
             rx_filled,
             deltas,
-            rx_crcs,
+            rx_hdrs,
             drop_every,
             rx_seen,
             counters,
@@ -851,7 +852,7 @@ impl UdpLink {
                     continue;
                 };
                 let Some(checked) = stamp_header(
-                    counters, deltas, rx_crcs, &mut ip, ports, hdr, payload, hint,
+                    counters, deltas, rx_hdrs, &mut ip, ports, hdr, payload, hint,
                 ) else {
                     LinkCounters::add(&counters.rx_dropped, 1);
                     continue;
@@ -1342,14 +1343,14 @@ fn restamp_known(
 fn rebuild(
     counters: &LinkCounters,
     deltas: &mut Ipv4IdSolver,
-    crcs: &mut IcrcHeaderCache,
+    hdrs: &mut RxHeaders,
     local: SocketAddr,
     payload: &mut [u8],
     from: SocketAddr,
     hint: u16,
 ) -> Option<(Vec<u8>, bool)> {
     let (hdr, written, checked) =
-        rebuild_header(counters, deltas, crcs, local, payload, from, hint)?;
+        rebuild_header(counters, deltas, hdrs, local, payload, from, hint)?;
     let mut pkt = Vec::with_capacity(written + payload.len());
     pkt.extend_from_slice(hdr.get(..written)?);
     pkt.extend_from_slice(payload);
@@ -1362,7 +1363,7 @@ fn rebuild(
 fn rebuild_header(
     counters: &LinkCounters,
     deltas: &mut Ipv4IdSolver,
-    crcs: &mut IcrcHeaderCache,
+    hdrs: &mut RxHeaders,
     local: SocketAddr,
     payload: &mut [u8],
     from: SocketAddr,
@@ -1374,7 +1375,7 @@ fn rebuild_header(
     let checked = stamp_header(
         counters,
         deltas,
-        crcs,
+        hdrs,
         &mut ip,
         ports,
         hdr.get_mut(..hl)?,
@@ -1413,13 +1414,12 @@ fn rx_headers(local: SocketAddr, from: SocketAddr) -> Option<(IpSpec, UdpPorts)>
     Some((ip, ports))
 }
 
-/// The ICRC of the packet whose IP + UDP header is `hdr` and whose UDP payload is `payload`
-/// (one CRC pass over the payload, after the header's CRC state from `crcs`: computed once per
-/// kind of header; the payload is left as it was), or `None` when the payload cannot hold a
-/// BTH and an ICRC.
-fn icrc_of(crcs: &mut IcrcHeaderCache, hdr: &[u8], payload: &mut [u8]) -> Option<u32> {
+/// The ICRC of the packet whose IP + UDP header has the CRC state `crc` and whose UDP payload
+/// is `payload` (one CRC pass over the payload; the payload is left as it was), or `None` when
+/// the payload cannot hold a BTH and an ICRC.
+fn icrc_of(crc: &IcrcHeaderState, payload: &mut [u8]) -> Option<u32> {
     let body_end = payload.len().checked_sub(ICRC_LEN)?;
-    crcs.icrc_in_place(hdr, payload.get_mut(..body_end)?).ok()
+    crc.icrc_in_place(payload.get_mut(..body_end)?).ok()
 }
 
 /// Writes the IP + UDP header of UDP payload `payload` into `hdr` (exactly its length) from
@@ -1435,7 +1435,7 @@ fn icrc_of(crcs: &mut IcrcHeaderCache, hdr: &[u8], payload: &mut [u8]) -> Option
 fn stamp_header(
     counters: &LinkCounters,
     deltas: &mut Ipv4IdSolver,
-    crcs: &mut IcrcHeaderCache,
+    hdrs: &mut RxHeaders,
     ip: &mut IpSpec,
     ports: UdpPorts,
     hdr: &mut [u8],
@@ -1446,10 +1446,11 @@ fn stamp_header(
     if let IpSpec::V4(v4) = ip {
         v4.id = hint;
     }
-    ip.write_ip_udp(ports, n, hdr).ok()?;
+    // The header as `write_ip_udp` writes it, copied when these fields came lately.
+    let crc = hdrs.write(ip, ports, n, hdr)?;
     let (Some(want), Some(c)) = (
         bypass_hw::roce::icrc::wire_value(payload),
-        icrc_of(crcs, hdr, payload),
+        icrc_of(crc, payload),
     ) else {
         if hint != 0 {
             restamp_id(ip, ports, n, hdr, 0)?;

@@ -1,0 +1,151 @@
+//! The IP + UDP headers the UDP link writes in front of the packets it receives, kept by
+//! what they are built from, with the ICRC's CRC state after them.
+//!
+//! Owns: [`RxHeaders`]. Must not: decide any header field (`link::udp` does, from the socket
+//! addresses and the IPv4 ID it tries); this only remembers what `IpSpec::write_ip_udp`
+//! wrote for the same fields and length, so that a peer's packets of one kind (its ACKs, its
+//! equal-size WRITEs, segment k of its trains) cost a copy and no CRC over the headers.
+
+use bypass_hw::roce::icrc::IcrcHeaderState;
+use bypass_hw::roce::ip::{IPV6_HDR_LEN, UDP_HDR_LEN};
+use bypass_hw::roce::{IpSpec, UdpPorts};
+
+/// The longest IP + UDP header: IPv6's.
+const MAX_HDRS: usize = IPV6_HDR_LEN + UDP_HDR_LEN;
+
+/// How many kinds of header are kept: a peer's ACKs and WRITEs, alone or as a later segment
+/// of a train (another IPv4 ID).
+const SLOTS: usize = 4;
+
+/// One header as written: the fields and UDP payload length it was built from, its bytes and
+/// the ICRC's state after them.
+#[derive(Debug, Clone)]
+struct Written {
+    ip: IpSpec,
+    ports: UdpPorts,
+    payload_len: usize,
+    bytes: [u8; MAX_HDRS],
+    len: usize,
+    crc: IcrcHeaderState,
+}
+
+/// The last few headers written (see the module comment).
+#[derive(Debug, Default)]
+pub(crate) struct RxHeaders {
+    slots: [Option<Written>; SLOTS],
+    /// The slot the next new kind replaces.
+    next: usize,
+}
+
+impl RxHeaders {
+    /// Writes the IP + UDP header of a UDP payload of `payload_len` bytes, from `ip` and
+    /// `ports`, into `hdr` (exactly its length), byte for byte as `IpSpec::write_ip_udp`
+    /// writes it, and returns the ICRC's CRC state after that header. `None` when
+    /// `write_ip_udp` refuses (a payload over 64 KiB, or `hdr` of the wrong length).
+    pub(crate) fn write(
+        &mut self,
+        ip: &IpSpec,
+        ports: UdpPorts,
+        payload_len: usize,
+        hdr: &mut [u8],
+    ) -> Option<&IcrcHeaderState> {
+        let kept = self.slots.iter().position(|s| {
+            s.as_ref()
+                .is_some_and(|w| w.payload_len == payload_len && w.ports == ports && w.ip == *ip)
+        });
+        let at = match kept {
+            Some(at) => {
+                let w = self.slots.get(at)?.as_ref()?;
+                let src = w.bytes.get(..w.len)?;
+                if src.len() != hdr.len() {
+                    return None;
+                }
+                hdr.copy_from_slice(src);
+                at
+            }
+            None => {
+                let len = ip.write_ip_udp(ports, payload_len, hdr).ok()?;
+                let written = hdr.get(..len)?;
+                let crc = IcrcHeaderState::new(written).ok()?;
+                let mut bytes = [0u8; MAX_HDRS];
+                bytes.get_mut(..len)?.copy_from_slice(written);
+                let at = self.next % SLOTS;
+                self.next = (at + 1) % SLOTS;
+                *self.slots.get_mut(at)? = Some(Written {
+                    ip: *ip,
+                    ports,
+                    payload_len,
+                    bytes,
+                    len,
+                    crc,
+                });
+                at
+            }
+        };
+        self.slots.get(at)?.as_ref().map(|w| &w.crc)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bypass_hw::roce::{Ipv4Spec, Ipv6Spec};
+
+    #[test]
+    fn kept_headers_are_the_bytes_write_ip_udp_writes_and_their_crc_state() {
+        let v4 = |id, dst| {
+            IpSpec::V4(Ipv4Spec {
+                src: [10, 0, 0, 1],
+                dst: [10, 0, 0, dst],
+                tos: 0,
+                ttl: 64,
+                id,
+                dont_fragment: true,
+            })
+        };
+        let v6 = IpSpec::V6(Ipv6Spec {
+            src: [0xfe; 16],
+            dst: [0xfd; 16],
+            traffic_class: 0,
+            flow_label: 0,
+            hop_limit: 64,
+        });
+        let ports = |src| UdpPorts { src, dst: 4791 };
+        // More kinds than are kept, each differing from another in one field, written in
+        // rounds that hit, miss and evict.
+        let kinds = [
+            (v4(0, 2), ports(0xc000), 20),
+            (v4(1, 2), ports(0xc000), 20),
+            (v4(0, 3), ports(0xc000), 20),
+            (v4(0, 2), ports(0xc001), 20),
+            (v4(0, 2), ports(0xc000), 40),
+            (v6, ports(0xc000), 20),
+        ];
+        let mut memo = RxHeaders::default();
+        // The covered bytes after the header: a BTH (byte 4 masked) and an AETH.
+        let body = [0x11u8, 0, 0xff, 0xff, 0, 0, 0, 0x12, 0, 0, 0, 5, 0, 0, 0, 1];
+        for round in 0..3 {
+            for (k, (ip, p, n)) in kinds.iter().enumerate() {
+                let hl = ip.header_len() + UDP_HDR_LEN;
+                let mut want = vec![0u8; hl];
+                ip.write_ip_udp(*p, *n, &mut want).unwrap();
+                let mut got = vec![0xa5u8; hl];
+                let crc = memo.write(ip, *p, *n, &mut got).unwrap();
+                let mut covered = body;
+                let icrc = crc.icrc_in_place(&mut covered).unwrap();
+                assert_eq!(got, want, "round {round} kind {k}");
+                let fresh = IcrcHeaderState::new(&want).unwrap();
+                assert_eq!(icrc, fresh.icrc_in_place(&mut covered).unwrap());
+            }
+        }
+        // A header of the wrong length is refused, kept kind or not.
+        assert!(
+            memo.write(&kinds[0].0, kinds[0].1, 20, &mut [0u8; 27])
+                .is_none()
+        );
+        assert!(
+            memo.write(&v4(9, 9), kinds[0].1, 20, &mut [0u8; 27])
+                .is_none()
+        );
+    }
+}
