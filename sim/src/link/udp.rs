@@ -87,8 +87,8 @@ use nix::sys::socket::{
     AddressFamily, SockFlag, SockType, SockaddrStorage, bind, setsockopt, socket, sockopt,
 };
 
-use crate::frame::{Burst, Frame, TxTrains};
-use crate::link::gather::{self, GatherPkt, IOV_MAX, IovList, Out};
+use crate::frame::{Frame, TxTrains};
+use crate::link::gather::{GatherPkt, Gathered, IOV_MAX, IovList, Out};
 use crate::link::ipv4_id::Ipv4IdSolver;
 use crate::link::train_ids::{TRAIN_IDS, TrainDeltas};
 use crate::pcap::PcapWriter;
@@ -500,7 +500,7 @@ impl UdpLink {
     /// as sent).
     pub fn send_batch(&mut self, packets: &mut Vec<Vec<u8>>) {
         let mut out: Vec<Out> = packets.drain(..).map(Out::Bytes).collect();
-        self.send_all(&mut out, &[]);
+        self.send_all(&mut out, &Gathered::default());
     }
 
     /// As [`UdpLink::send_batch`], for packets as bytes or as gather lists whose payload lies
@@ -508,12 +508,12 @@ impl UdpLink {
     /// buffers). A segmented send's iovecs (per packet: the UDP payload's bytes, or the BTH
     /// (+RETH), the payload's host-memory pieces and the pad + ICRC) add up, per segment, to
     /// exactly the segment size the kernel cuts at, and stay within [`IOV_MAX`].
-    pub(crate) fn send_all(&mut self, packets: &mut [Out], bursts: &[Burst]) {
+    pub(crate) fn send_all(&mut self, packets: &mut [Out], bursts: &Gathered) {
         // Each packet is parsed once, here; grouping and re-stamping use what this found.
         let mut wires = std::mem::take(&mut self.wires);
         wires.clear();
         let memo = &mut self.wire_memo;
-        wires.extend(packets.iter().map(|p| out_wire(p, memo)));
+        wires.extend(packets.iter().map(|p| out_wire(p, memo, bursts)));
         let mut i = 0;
         while let (Some(rest), Some(rest_wires)) = (packets.get_mut(i..), wires.get(i..)) {
             if rest.is_empty() {
@@ -545,13 +545,13 @@ impl UdpLink {
     }
 
     /// Sends one gather packet alone (the link does not segment, or it leads no train).
-    fn send_gathered(&mut self, g: &mut [GatherPkt], w: Option<WireOf>, bursts: &[Burst]) {
+    fn send_gathered(&mut self, g: &mut [GatherPkt], w: Option<WireOf>, bursts: &Gathered) {
         let (Some(w), Some(g)) = (w, g.first()) else {
             LinkCounters::add(&self.counters.tx_malformed, 1);
             return;
         };
         if self.pcap.is_some() {
-            let p = assemble(g, bursts);
+            let p = bursts.assemble(g).unwrap_or_default();
             self.tee(&p);
         }
         let mut iov = std::mem::take(&mut self.iov);
@@ -577,7 +577,7 @@ impl UdpLink {
 
     /// Sends `train` (2 or more packets [`train_len`] grouped) as one segmented send.
     /// `wires` is what [`out_wire`] found for each packet of `train`.
-    fn send_train(&mut self, train: &mut [Out], wires: &[Option<WireOf>], bursts: &[Burst]) {
+    fn send_train(&mut self, train: &mut [Out], wires: &[Option<WireOf>], bursts: &Gathered) {
         let n = train.len() as u64;
         let Some(first) = wires.first().copied().flatten() else {
             LinkCounters::add(&self.counters.tx_malformed, n);
@@ -593,7 +593,7 @@ impl UdpLink {
             let done = k == 0
                 || match (p, w) {
                     (Out::Bytes(p), Some(w)) => restamp_known(p, w, id, header, &mut delta),
-                    (Out::Gather(g), Some(_)) => restamp_gather(g, id, header, &mut delta),
+                    (Out::Gather(g), Some(w)) => restamp_gather(g, w, id, &mut delta),
                     (_, None) => None,
                 }
                 .is_some();
@@ -606,7 +606,7 @@ impl UdpLink {
                 match p {
                     Out::Bytes(b) => self.tee(b),
                     Out::Gather(g) => {
-                        let b = assemble(g, bursts);
+                        let b = bursts.assemble(g).unwrap_or_default();
                         self.tee(&b);
                     }
                 }
@@ -1105,17 +1105,18 @@ impl WireMemo {
     }
 }
 
-/// What [`wire_of`] finds for a packet on its way out (a gather packet knows it already).
-fn out_wire(p: &Out, memo: &mut WireMemo) -> Option<WireOf> {
+/// What [`wire_of`] finds for a packet on its way out (a gather packet's burst in `bursts`
+/// knows it already).
+fn out_wire(p: &Out, memo: &mut WireMemo, bursts: &Gathered) -> Option<WireOf> {
     match p {
         Out::Bytes(b) => memo.wire_of(b),
-        Out::Gather(g) => Some(WireOf {
-            ip: g.ip,
-            ports: g.ports,
-            dst: g.dst,
-            sport: g.ports.src,
-            header_len: g.ip_udp_len,
-            payload_len: g.udp_len,
+        Out::Gather(g) => bursts.wire(g).map(|w| WireOf {
+            ip: w.ip,
+            ports: w.ports,
+            dst: w.dst,
+            sport: w.ports.src,
+            header_len: w.ip_udp_len,
+            payload_len: g.udp_len(),
         }),
     }
 }
@@ -1125,7 +1126,7 @@ fn out_wire(p: &Out, memo: &mut WireMemo) -> Option<WireOf> {
 fn iov_count(p: &Out) -> usize {
     match p {
         Out::Bytes(_) => 1,
-        Out::Gather(g) => 2 + g.pieces,
+        Out::Gather(g) => 2 + g.pieces(),
     }
 }
 
@@ -1164,22 +1165,10 @@ fn train_len(packets: &[Out], wires: &[Option<WireOf>]) -> usize {
 /// Appends gather packet `g`'s iovecs to `iov`: the UDP payload's BTH (+RETH) from its
 /// header buffer, the payload from the sender's memory, the pad and ICRC. False if they do
 /// not fit in one call or the payload cannot be found (nothing is sent then).
-fn push_gather_iov(g: &GatherPkt, bursts: &[Burst], iov: &mut IovList) -> bool {
-    iov.push_slice(g.head.get(g.ip_udp_len..).unwrap_or(&[]))
-        && gather::payload_iovecs(g, bursts, iov)
-        && iov.push_slice(g.tail.get(..g.tail_len).unwrap_or(&[]))
-}
-
-/// Gather packet `g` as one buffer (for the pcap only: the send never assembles it).
-fn assemble(g: &GatherPkt, bursts: &[Burst]) -> Vec<u8> {
-    let mut p = g.head.clone();
-    let start = p.len();
-    p.resize(start + g.len, 0);
-    if let (Some(b), Some(dst)) = (bursts.get(g.burst), p.get_mut(start..)) {
-        b.read_payload(g.at, dst);
-    }
-    p.extend_from_slice(g.tail.get(..g.tail_len).unwrap_or(&[]));
-    p
+fn push_gather_iov(g: &GatherPkt, bursts: &Gathered, iov: &mut IovList) -> bool {
+    iov.push_slice(g.hdr())
+        && bursts.payload_iovecs(g).is_some_and(|p| iov.extend(p))
+        && iov.push_slice(g.tail())
 }
 
 /// Linux `UDP_SEGMENT` (`include/uapi/linux/udp.h`; the `libc` crate defines it only for
@@ -1243,23 +1232,20 @@ fn sendmsg_iov(
     }
 }
 
-/// [`restamp_known`] for a gather packet: the ICRC in its tail changed by `delta` (no pass
-/// over the payload), and IPv4 ID `id` in its header buffer when `header`.
+/// [`restamp_known`] for a gather packet going where `w` says: the ICRC in its tail changed
+/// by `delta` (no pass over the payload) to that of IPv4 ID `id`, which it records (the pcap
+/// writes its IP header from it).
 fn restamp_gather(
     g: &mut GatherPkt,
+    w: &WireOf,
     id: u16,
-    header: bool,
     delta: &mut impl FnMut(usize, u16) -> Option<u32>,
 ) -> Option<()> {
-    let IpSpec::V4(v4) = g.ip else {
+    let IpSpec::V4(_) = w.ip else {
         return Some(());
     };
-    let delta = delta(g.udp_len, id ^ v4.id)?;
-    if header {
-        IpSpec::V4(Ipv4Spec { id, ..v4 })
-            .write_ip_udp(g.ports, g.udp_len, &mut g.head)
-            .ok()?;
-    }
+    let delta = delta(g.udp_len(), id ^ g.ip_id)?;
+    g.ip_id = id;
     let slot = g.icrc_mut()?;
     let icrc = bypass_hw::roce::icrc::wire_value(slot)? ^ delta;
     slot.copy_from_slice(&icrc.to_le_bytes());
@@ -1504,7 +1490,7 @@ struct PumpState {
     outbound: Vec<Out>,
     /// The bursts whose payload `outbound`'s gather packets send from (kept, and with them
     /// the host memory, until the round's send returns).
-    bursts: Vec<Burst>,
+    bursts: Gathered,
     /// Packets of a burst segmented into bytes (one the link does not send as gather
     /// packets), before they join `outbound`.
     segmented: Vec<Vec<u8>>,
@@ -1562,7 +1548,7 @@ impl UdpWire {
             state: Mutex::new(PumpState {
                 link,
                 outbound: Vec::new(),
-                bursts: Vec::new(),
+                bursts: Gathered::default(),
                 segmented: Vec::new(),
                 acks: Vec::new(),
                 held: false,
@@ -1719,7 +1705,7 @@ impl UdpWire {
                         // straight from the sender's memory (`link::gather`; the ICRC pass
                         // reads it here, under the world lock). Others: bytes, as before.
                         Frame::Burst(b) => {
-                            if let Err(b) = gather::push_burst(b, bursts, outbound, spare) {
+                            if let Err(b) = bursts.push_burst(b, outbound) {
                                 b.segment_direct_into(segmented, spare);
                                 outbound.extend(segmented.drain(..).map(Out::Bytes));
                                 // Its box builds the device's next burst (no allocation per
@@ -1760,10 +1746,9 @@ impl UdpWire {
             if spare.len() >= SPARE_BUFFERS {
                 break;
             }
-            spare.push(match p {
-                Out::Bytes(b) => b,
-                Out::Gather(g) => g.head,
-            });
+            if let Out::Bytes(b) = p {
+                spare.push(b);
+            }
         }
         outbound.clear();
         busy
@@ -1803,6 +1788,8 @@ impl UdpWire {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::frame::Burst;
+    use crate::link::gather;
     use bypass_hw::roce::{BthFields, BthOpcode, DEFAULT_PKEY, ExtFields, PacketSpec, emit};
     use std::net::Ipv4Addr;
 
@@ -2227,11 +2214,9 @@ mod tests {
     }
 
     /// `burst` as gather packets (checked to be accepted), and the bursts they borrow from.
-    fn gathered(burst: Burst) -> (Vec<Out>, Vec<Burst>) {
-        let (mut out, mut bursts) = (Vec::new(), Vec::new());
-        assert!(
-            gather::push_burst(Box::new(burst), &mut bursts, &mut out, &mut Vec::new()).is_ok()
-        );
+    fn gathered(burst: Burst) -> (Vec<Out>, Gathered) {
+        let (mut out, mut bursts) = (Vec::new(), Gathered::default());
+        assert!(bursts.push_burst(Box::new(burst), &mut out).is_ok());
         (out, bursts)
     }
 
@@ -2289,10 +2274,8 @@ mod tests {
             })
             .collect();
         burst.src = crate::frame::Payload::Host(runs);
-        let (mut out, mut bursts) = (Vec::new(), Vec::new());
-        assert!(
-            gather::push_burst(Box::new(burst), &mut bursts, &mut out, &mut Vec::new()).is_err()
-        );
+        let (mut out, mut bursts) = (Vec::new(), Gathered::default());
+        assert!(bursts.push_burst(Box::new(burst), &mut out).is_err());
         assert!(out.is_empty() && bursts.is_empty());
     }
 
@@ -2331,7 +2314,9 @@ mod tests {
         let (mut out, bursts) = gathered(burst);
         let mut wires: Vec<Option<WireOf>> = {
             let mut memo = WireMemo::default();
-            out.iter().map(|p| out_wire(p, &mut memo)).collect()
+            out.iter()
+                .map(|p| out_wire(p, &mut memo, &bursts))
+                .collect()
         };
         let first = train_len(&out, &wires);
         let iovs: usize = out.iter().take(first).map(iov_count).sum();
