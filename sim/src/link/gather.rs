@@ -109,6 +109,12 @@ impl GatherPkt {
         self.tail.get_mut(start..end)
     }
 
+    /// Whether `other` is a packet of the same burst (same destination, source port and
+    /// IP + UDP header length).
+    pub(crate) fn same_burst(&self, other: &GatherPkt) -> bool {
+        self.burst == other.burst
+    }
+
     /// UDP payload bytes (BTH through ICRC).
     pub(crate) fn udp_len(&self) -> usize {
         self.udp_len as usize

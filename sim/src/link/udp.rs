@@ -272,7 +272,7 @@ pub struct UdpLink {
     rx_filled: usize,
     /// Send segmented trains (`UDP_SEGMENT`); cleared when the kernel refuses one.
     gso: bool,
-    /// What [`out_wire`] found for each packet of the batch being sent, reused.
+    /// What [`bytes_wire`] found for each packet of the batch being sent, reused.
     wires: Vec<Option<WireOf>>,
     /// What [`wire_of`] found for the last packets of each kind sent as bytes.
     wire_memo: WireMemo,
@@ -513,14 +513,14 @@ impl UdpLink {
         let mut wires = std::mem::take(&mut self.wires);
         wires.clear();
         let memo = &mut self.wire_memo;
-        wires.extend(packets.iter().map(|p| out_wire(p, memo, bursts)));
+        wires.extend(packets.iter().map(|p| bytes_wire(p, memo)));
         let mut i = 0;
         while let (Some(rest), Some(rest_wires)) = (packets.get_mut(i..), wires.get(i..)) {
             if rest.is_empty() {
                 break;
             }
             let n = if self.gso {
-                train_len(rest, rest_wires)
+                train_len(rest, rest_wires, bursts)
             } else {
                 1
             };
@@ -533,7 +533,7 @@ impl UdpLink {
                         self.send(p);
                     }
                     Some(Out::Gather(g)) => {
-                        let w = rest_wires.first().copied().flatten();
+                        let w = gather_wire(g, bursts);
                         self.send_gathered(std::slice::from_mut(g), w, bursts);
                     }
                     None => {}
@@ -576,10 +576,14 @@ impl UdpLink {
     }
 
     /// Sends `train` (2 or more packets [`train_len`] grouped) as one segmented send.
-    /// `wires` is what [`out_wire`] found for each packet of `train`.
+    /// `wires` is what [`bytes_wire`] found for each packet of `train`.
     fn send_train(&mut self, train: &mut [Out], wires: &[Option<WireOf>], bursts: &Gathered) {
         let n = train.len() as u64;
-        let Some(first) = wires.first().copied().flatten() else {
+        let Some(first) = train
+            .first()
+            .zip(wires.first())
+            .and_then(|(p, w)| out_wire(p, *w, bursts))
+        else {
             LinkCounters::add(&self.counters.tx_malformed, n);
             return;
         };
@@ -593,8 +597,9 @@ impl UdpLink {
             let done = k == 0
                 || match (p, w) {
                     (Out::Bytes(p), Some(w)) => restamp_known(p, w, id, header, &mut delta),
-                    (Out::Gather(g), Some(w)) => restamp_gather(g, w, id, &mut delta),
-                    (_, None) => None,
+                    // Its IP version is the first's (`train_len`: same header length).
+                    (Out::Gather(g), _) => restamp_gather(g, &first, id, &mut delta),
+                    (Out::Bytes(_), None) => None,
                 }
                 .is_some();
             if !done {
@@ -1105,19 +1110,32 @@ impl WireMemo {
     }
 }
 
-/// What [`wire_of`] finds for a packet on its way out (a gather packet's burst in `bursts`
-/// knows it already).
-fn out_wire(p: &Out, memo: &mut WireMemo, bursts: &Gathered) -> Option<WireOf> {
+/// What [`wire_of`] finds for a packet sent as bytes (`None` for a gather packet: its burst
+/// knows, [`gather_wire`], and a train of them is grouped without it).
+fn bytes_wire(p: &Out, memo: &mut WireMemo) -> Option<WireOf> {
     match p {
         Out::Bytes(b) => memo.wire_of(b),
-        Out::Gather(g) => bursts.wire(g).map(|w| WireOf {
-            ip: w.ip,
-            ports: w.ports,
-            dst: w.dst,
-            sport: w.ports.src,
-            header_len: w.ip_udp_len,
-            payload_len: g.udp_len(),
-        }),
+        Out::Gather(_) => None,
+    }
+}
+
+/// What [`wire_of`] would find for gather packet `g` (from its burst in `bursts`).
+fn gather_wire(g: &GatherPkt, bursts: &Gathered) -> Option<WireOf> {
+    bursts.wire(g).map(|w| WireOf {
+        ip: w.ip,
+        ports: w.ports,
+        dst: w.dst,
+        sport: w.ports.src,
+        header_len: w.ip_udp_len,
+        payload_len: g.udp_len(),
+    })
+}
+
+/// What [`wire_of`] finds for packet `p` on its way out, given what [`bytes_wire`] found.
+fn out_wire(p: &Out, w: Option<WireOf>, bursts: &Gathered) -> Option<WireOf> {
+    match p {
+        Out::Bytes(_) => w,
+        Out::Gather(g) => gather_wire(g, bursts),
     }
 }
 
@@ -1133,29 +1151,45 @@ fn iov_count(p: &Out) -> usize {
 /// How many packets from the front of `packets` form one segmented send: the same peer and
 /// source port, equal UDP payload lengths except a shorter last one, at most
 /// [`GSO_MAX_SEGS`] packets, [`GSO_MAX_BYTES`] bytes and [`IOV_MAX`] iovecs. 1 when the
-/// first cannot lead one. `wires` is what [`out_wire`] found for each.
-fn train_len(packets: &[Out], wires: &[Option<WireOf>]) -> usize {
-    let Some(first) = wires.first().copied().flatten() else {
+/// first cannot lead one. `wires` is what [`bytes_wire`] found for each; a gather packet
+/// after one of the same burst goes where that one goes: only its length is compared.
+fn train_len(packets: &[Out], wires: &[Option<WireOf>], bursts: &Gathered) -> usize {
+    let Some(first) = packets
+        .first()
+        .zip(wires.first())
+        .and_then(|(p, w)| out_wire(p, *w, bursts))
+    else {
         return 1;
     };
     let (mut n, mut bytes) = (1usize, first.payload_len);
     let mut iovs = packets.first().map_or(0, iov_count);
+    let mut prev = packets.first();
     for (w, p) in wires.iter().zip(packets).skip(1) {
-        let Some(w) = w else { break };
+        let payload_len = match (prev, p) {
+            (Some(Out::Gather(a)), Out::Gather(b)) if a.same_burst(b) => b.udp_len(),
+            _ => {
+                let Some(w) = out_wire(p, *w, bursts) else {
+                    break;
+                };
+                if w.dst != first.dst || w.sport != first.sport || w.header_len != first.header_len
+                {
+                    break;
+                }
+                w.payload_len
+            }
+        };
+        prev = Some(p);
         if n >= GSO_MAX_SEGS
-            || w.dst != first.dst
-            || w.sport != first.sport
-            || w.header_len != first.header_len
-            || w.payload_len > first.payload_len
-            || bytes + w.payload_len > GSO_MAX_BYTES
+            || payload_len > first.payload_len
+            || bytes + payload_len > GSO_MAX_BYTES
             || iovs + iov_count(p) > IOV_MAX
         {
             break;
         }
         n += 1;
-        bytes += w.payload_len;
+        bytes += payload_len;
         iovs += iov_count(p);
-        if w.payload_len < first.payload_len {
+        if payload_len < first.payload_len {
             break;
         }
     }
@@ -2314,11 +2348,9 @@ mod tests {
         let (mut out, bursts) = gathered(burst);
         let mut wires: Vec<Option<WireOf>> = {
             let mut memo = WireMemo::default();
-            out.iter()
-                .map(|p| out_wire(p, &mut memo, &bursts))
-                .collect()
+            out.iter().map(|p| bytes_wire(p, &mut memo)).collect()
         };
-        let first = train_len(&out, &wires);
+        let first = train_len(&out, &wires, &bursts);
         let iovs: usize = out.iter().take(first).map(iov_count).sum();
         assert!(
             iovs <= IOV_MAX && first < n,
