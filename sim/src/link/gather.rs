@@ -208,6 +208,7 @@ impl Gathered {
             IpSpec::V6(_) => 0,
         };
         let mut heads = PacketHeads::default();
+        out.reserve(b.count as usize);
         let mut ip_udp_len = 0;
         for i in 0..b.count {
             let Some(g) = b.write_headers(i, &mut heads) else {
@@ -237,11 +238,7 @@ impl Gathered {
             };
             let pieces = &mut self.pieces;
             let walked = for_each_piece(runs, g.payload_at, g.payload_len, |r, off, n| {
-                crc_piece(r, off, n, &mut h);
-                pieces.push(RawIov {
-                    base: r.mem.base().as_ptr().wrapping_add(off) as usize,
-                    len: n,
-                });
+                pieces.push(crc_piece(r, off, n, &mut h));
             });
             let Some(pad) = PAD.get(..g.pad).filter(|_| walked) else {
                 self.pieces.truncate(pieces_at);
@@ -320,7 +317,7 @@ pub(crate) fn for_each_piece(
 }
 
 /// Feeds payload piece `off..off + n` of run `r` (as [`for_each_piece`] gives it) to `h`,
-/// with no copy.
+/// with no copy, and returns its iovec.
 ///
 /// Why nothing writes these bytes while they are borrowed (the guarantee
 /// `Burst::read_into` relies on too): the link runs this under the world lock, during the
@@ -333,13 +330,20 @@ pub(crate) fn for_each_piece(
 ///   burst for a WQE not yet completed;
 /// - no device of this world can: devices write host memory only while they are stepped or
 ///   handed a packet, which happens under the world lock this runs under.
-fn crc_piece(r: &HostRun, off: usize, n: usize, h: &mut IcrcHasher) {
+fn crc_piece(r: &HostRun, off: usize, n: usize, h: &mut IcrcHasher) -> RawIov {
+    // The pointer is in bounds (checked by `for_each_piece`); `wrapping_add` keeps this free
+    // of `unsafe` (no reference or read is made from it here).
+    let start = r.mem.base().as_ptr().wrapping_add(off).cast_const();
     // SAFETY: `off..off + n` lies inside the buffer (checked by `for_each_piece`, the only
     // caller's source of pieces), which `HostMemory`'s contract keeps allocated and readable
     // while `r.mem` lives (borrowed here); nothing writes it while this borrow lives (see the
     // function's doc), and the borrow ends with this function.
-    let bytes = unsafe { std::slice::from_raw_parts(r.mem.base().as_ptr().add(off), n) };
+    let bytes = unsafe { std::slice::from_raw_parts(start, n) };
     h.update(bytes);
+    RawIov {
+        base: start as usize,
+        len: n,
+    }
 }
 
 /// The most iovecs one `sendmsg` takes (Linux `UIO_MAXIOV`, `IOV_MAX` = 1024).
@@ -392,7 +396,10 @@ impl IovList {
         if self.parts.len() + parts.len() > IOV_MAX {
             return false;
         }
-        self.parts.extend_from_slice(parts);
+        // One or two pieces a packet: element by element, no `memcpy` call.
+        for p in parts {
+            self.parts.push(*p);
+        }
         true
     }
 

@@ -1112,6 +1112,7 @@ impl WireMemo {
 
 /// What [`wire_of`] finds for a packet sent as bytes (`None` for a gather packet: its burst
 /// knows, [`gather_wire`], and a train of them is grouped without it).
+#[inline]
 fn bytes_wire(p: &Out, memo: &mut WireMemo) -> Option<WireOf> {
     match p {
         Out::Bytes(b) => memo.wire_of(b),
