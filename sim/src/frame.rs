@@ -732,6 +732,9 @@ pub(crate) struct GatherHeaders {
     pub pad: usize,
     /// UDP payload bytes (BTH through ICRC).
     pub udp_len: usize,
+    /// The headers are the previous packet's with its PSN and AckReq patched (the same
+    /// opcode, lengths, IP + UDP header and every other BTH field).
+    pub patched: bool,
 }
 
 impl Burst {
@@ -765,6 +768,7 @@ impl Burst {
             heads.bth.set_psn(psn_add(self.first_psn, i)).ok()?;
             heads.bth.set_ack_req(self.acks(i));
             heads.last.payload_at = payload_at;
+            heads.last.patched = true;
             return Some(heads.last);
         }
         heads.key = None;
@@ -787,6 +791,7 @@ impl Burst {
             payload_len: len,
             pad: usize::from(heads.bth.pad_cnt()),
             udp_len,
+            patched: false,
         };
         heads.key = Some((opcode, n));
         Some(heads.last)

@@ -26,11 +26,12 @@
 use std::net::IpAddr;
 
 use bypass_hw::roce::icrc::IcrcHasher;
-use bypass_hw::roce::{BTH_LEN, ICRC_LEN, IpSpec, Reth, UdpPorts};
+use bypass_hw::roce::{BTH_LEN, Bth, ICRC_LEN, IpSpec, Reth, UdpPorts};
 use zerocopy::IntoBytes;
 
 use crate::frame::{Burst, PacketHeads};
 use crate::iommu::HostRun;
+use crate::link::psn_deltas::PsnDeltaCache;
 
 /// The most host runs a burst may span to be sent as gather packets: any one packet's
 /// iovecs (BTH + RETH, payload pieces, pad + ICRC) then fit one `sendmsg` ([`IOV_MAX`]); the
@@ -133,10 +134,13 @@ impl GatherPkt {
 pub(crate) struct Gathered {
     bursts: Vec<(Burst, BurstWire)>,
     pieces: Vec<RawIov>,
+    /// How the ICRC of a middle packet changes with its PSN (kept across rounds).
+    psn_deltas: PsnDeltaCache,
 }
 
 impl Gathered {
-    /// Lets the bursts go (the send that read their memory has returned); keeps capacity.
+    /// Lets the bursts go (the send that read their memory has returned); keeps capacity
+    /// and the PSN deltas.
     pub(crate) fn clear(&mut self) {
         self.bursts.clear();
         self.pieces.clear();
@@ -208,6 +212,8 @@ impl Gathered {
             IpSpec::V6(_) => 0,
         };
         let mut heads = PacketHeads::default();
+        // The CRC state after the headers of the last packet built in full, and its BTH.
+        let mut reference: Option<(IcrcHasher, Bth)> = None;
         out.reserve(b.count as usize);
         let mut ip_udp_len = 0;
         for i in 0..b.count {
@@ -215,8 +221,18 @@ impl Gathered {
                 break;
             };
             ip_udp_len = g.ip_udp_len;
-            let Ok(mut h) = IcrcHasher::new(heads.ip_udp(), heads.bth().as_bytes()) else {
-                break;
+            // A patched packet's headers differ from the last fully built one's only in
+            // AckReq and PSN: its CRC starts from that one's state after the headers, and
+            // the difference is applied at the end (`link::psn_deltas`).
+            let (mut h, psn_from) = match (&reference, g.patched) {
+                (Some((rh, rb)), true) => (rh.clone(), Some(*rb)),
+                _ => {
+                    let Ok(h) = IcrcHasher::new(heads.ip_udp(), heads.bth().as_bytes()) else {
+                        break;
+                    };
+                    reference = Some((h.clone(), *heads.bth()));
+                    (h, None)
+                }
             };
             let mut hdr = [0u8; HDR_MAX];
             let (bth, ext) = hdr.split_at_mut(BTH_LEN);
@@ -253,7 +269,18 @@ impl Gathered {
                 self.pieces.truncate(pieces_at);
                 break;
             };
-            slot.copy_from_slice(&h.finish().to_le_bytes());
+            let mut icrc = h.finish();
+            if let Some(from) = psn_from {
+                let rest = g.udp_len.checked_sub(BTH_LEN + ICRC_LEN);
+                let Some(d) =
+                    rest.and_then(|rest| self.psn_deltas.get(heads.ip_udp(), &from, rest))
+                else {
+                    self.pieces.truncate(pieces_at);
+                    break;
+                };
+                icrc ^= d.delta(&from, heads.bth());
+            }
+            slot.copy_from_slice(&icrc.to_le_bytes());
             // All below 2^32: a burst's payload offsets and lengths are below its message
             // length (a u32), its pieces fewer than its runs (below IOV_MAX).
             out.push(Out::Gather(GatherPkt {

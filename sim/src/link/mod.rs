@@ -4,12 +4,14 @@
 //! port 4791, interoperable with Linux rxe), and [`ipv4_id`], which recovers the IPv4 ID rxe
 //! hashes into the ICRC, and [`floor`], the socket calls' share of a link's round trip
 //! (measured by `bypass perf compare-udp`); `gather`, the WRITE packets the UDP link sends
-//! straight from the sender's memory (`sendmsg` iovecs), and `train_ids`, the ICRC
-//! differences of the IDs a segmented send's segments leave with. Must not: change what a
+//! straight from the sender's memory (`sendmsg` iovecs), `train_ids`, the ICRC
+//! differences of the IDs a segmented send's segments leave with, and `psn_deltas`, those of
+//! the PSNs of a burst's middle packets. Must not: change what a
 //! device sends; a link only moves the bytes.
 
 pub mod floor;
 pub(crate) mod gather;
 pub mod ipv4_id;
+mod psn_deltas;
 mod train_ids;
 pub mod udp;
