@@ -1,5 +1,6 @@
 //! `bypass perf compare-udp`: each comparison prints its figures, its baseline, its ratio with
-//! the verdict and the floor of the link's own socket calls; `--only` runs one of the two.
+//! the verdict, every round's ratio and the floor of the link's own socket calls; `--only`
+//! runs one of the two.
 //! Figures are not asserted (speed is measured, not tested), only that they are reported.
 
 mod cli_support;
@@ -13,15 +14,40 @@ fn figure(out: &str, label: &str) -> Option<f64> {
     rest.split_whitespace().next()?.parse().ok()
 }
 
+/// How many ratios the line starting with `label` lists (one per round), 0 without the line.
+fn rounds_ratios(out: &str, label: &str) -> usize {
+    out.lines()
+        .find_map(|l| l.trim_start().strip_prefix(label))
+        .map_or(0, |rest| {
+            rest.split_whitespace()
+                .filter(|w| w.parse::<f64>().is_ok())
+                .count()
+        })
+}
+
 #[test]
 fn the_round_trip_comparison_alone_reports_the_write_the_ping_pong_the_ratio_and_the_floor() {
-    let (code, out, err) = bypass(&["perf", "compare-udp", "--only", "rtt", "-n", "50"]);
+    let (code, out, err) = bypass(&[
+        "perf",
+        "compare-udp",
+        "--only",
+        "rtt",
+        "-n",
+        "50",
+        "--rounds",
+        "2",
+    ]);
     assert_eq!(code, 0, "{out}{err}");
     let write = figure(&out, "8-byte RDMA WRITE round trip over UDP").expect(&out);
     let udp = figure(&out, "8-byte UDP busy-poll ping-pong").expect(&out);
     assert!(write > 0.0 && udp > 0.0, "{out}");
     assert!(
-        out.contains("round-trip ratio") && out.contains("(target <= 1.25:"),
+        out.contains("round-trip ratio") && out.contains("target <= 1.25:"),
+        "{out}"
+    );
+    assert_eq!(
+        rounds_ratios(&out, "rounds' round-trip ratios:"),
+        2,
         "{out}"
     );
     assert!(
@@ -47,6 +73,8 @@ fn the_bandwidth_comparison_alone_reports_the_write_stream_tcp_the_ratio_and_the
         "16",
         "--runs",
         "1",
+        "--rounds",
+        "2",
     ]);
     assert_eq!(code, 0, "{out}{err}");
     assert!(
@@ -57,7 +85,8 @@ fn the_bandwidth_comparison_alone_reports_the_write_stream_tcp_the_ratio_and_the
         figure(&out, "TCP loopback streaming (65536 B writes)").is_some_and(|f| f > 0.0),
         "{out}"
     );
-    assert!(out.contains("(target >= 1:"), "{out}");
+    assert!(out.contains("target >= 1:"), "{out}");
+    assert_eq!(rounds_ratios(&out, "rounds' bandwidth ratios:"), 2, "{out}");
     assert!(
         out.lines()
             .any(|l| l.contains("its socket calls alone (4112 B datagrams")),

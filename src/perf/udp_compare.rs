@@ -3,15 +3,20 @@
 //!
 //! Owns: the two comparisons and their baselines: an 8-byte RDMA WRITE round trip between two
 //! simulated NICs on UDP sockets (127.0.0.1 and 127.0.0.2 by default, both driven by this
-//! thread) against a plain UDP busy-poll ping-pong between the same two `ADDR:PORT`s (bound
-//! first, released, then taken by the links), with the floor of the link's own socket calls
+//! thread) against a plain UDP busy-poll ping-pong between the same two addresses, with the floor of the link's own socket calls
 //! (`bypass_sim::link::floor`); and 1 MiB RDMA WRITE streaming bandwidth over those links
 //! against TCP loopback streaming throughput (1 MiB writes). `--only rtt|bw` runs one of the
 //! two. Must not print tables (the verdict lines only) or touch the device outside the
 //! verbs API.
 //!
-//! Medians: round trips: of per-iteration round-trip times; bandwidth: of whole runs
-//! (`--runs`), each `iters` WRITEs from first post to last completion.
+//! The measurements run in interleaved rounds (`--rounds`, as `perf compare` does): each
+//! round measures the baseline, the floor and the link, so that a stall of this shared host,
+//! or a baseline that jumps between two modes (the two-thread ping-pong does, with how the
+//! scheduler places its threads), hits both sides of a ratio alike. A round's figure is a
+//! median: round trips of per-iteration times, bandwidth of whole runs (`--runs`, each
+//! `bw_iters` WRITEs from first post to last completion). Printed: the median of the rounds'
+//! figures, every round's ratio, and the verdict on the median of the rounds' ratios. The
+//! baselines use another port of the same two addresses: the links hold theirs.
 
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};
@@ -51,15 +56,19 @@ pub struct UdpCompareOpts {
     /// Message size of the bandwidth comparison.
     #[arg(long, default_value = "1M", value_parser = parse_size)]
     pub bw_size: u64,
-    /// Round trips measured (after a warm-up).
+    /// Round trips measured in each round (after a warm-up).
     #[arg(short = 'n', long, default_value_t = 2000, value_parser = clap::value_parser!(u64).range(50..))]
     pub iters: u64,
     /// WRITEs per bandwidth run.
     #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(8..))]
     pub bw_iters: u64,
-    /// Bandwidth runs (the median is reported).
-    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=100))]
+    /// Bandwidth runs of each side in each round.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
     pub runs: u32,
+    /// Interleaved rounds: each round measures both sides of each comparison; the figures are
+    /// the medians of the rounds' medians, each verdict the median of the rounds' ratios.
+    #[arg(long, default_value_t = 7, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub rounds: u32,
     /// WRITEs outstanding in the bandwidth runs.
     #[arg(short = 't', long = "tx-depth", default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub tx_depth: u32,
@@ -319,7 +328,46 @@ fn write_bw_rate(p: &mut UdpPair, size: u64, iters: usize, depth: u32) -> Result
     Ok(size as f64 * iters as f64 / t0.elapsed().as_secs_f64())
 }
 
-/// Runs both comparisons and prints medians, ratios and verdicts.
+/// One round's medians of one comparison: the link, its baseline, the floor of its socket
+/// calls.
+#[derive(Debug, Clone, Copy)]
+struct Round {
+    link: f64,
+    baseline: f64,
+    floor: f64,
+}
+
+/// The medians over `rounds` of the link's figure, the baseline's and the floor's, and the
+/// rounds' ratios (link / baseline) with their median.
+struct Summary {
+    link: f64,
+    baseline: f64,
+    floor: f64,
+    ratios: Vec<f64>,
+    ratio: f64,
+}
+
+fn summarize(rounds: &[Round]) -> Summary {
+    let pick = |f: fn(&Round) -> f64| median(&rounds.iter().map(f).collect::<Vec<_>>());
+    let ratios: Vec<f64> = rounds.iter().map(|r| r.link / r.baseline).collect();
+    Summary {
+        link: pick(|r| r.link).unwrap_or(0.0),
+        baseline: pick(|r| r.baseline).unwrap_or(0.0),
+        floor: pick(|r| r.floor).unwrap_or(0.0),
+        ratio: median(&ratios).unwrap_or(0.0),
+        ratios,
+    }
+}
+
+fn ratio_list(ratios: &[f64]) -> String {
+    ratios
+        .iter()
+        .map(|r| format!("{r:.2}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Runs both comparisons in interleaved rounds and prints medians, ratios and verdicts.
 pub fn run(o: &UdpCompareOpts) -> Result<(), PerfError> {
     let n = usize::try_from(o.iters).unwrap_or(usize::MAX);
     let lat_size =
@@ -331,92 +379,110 @@ pub fn run(o: &UdpCompareOpts) -> Result<(), PerfError> {
         SocketAddr::new(o.addr_a, port),
         SocketAddr::new(o.addr_b, port),
     );
-    println!("bypass perf compare-udp: {a} <-> {b} (same run; medians)");
     let (rtt, bw) = (o.only != Some(Only::Bw), o.only != Some(Only::Rtt));
     let bw_iters = usize::try_from(o.bw_iters).unwrap_or(200);
-
-    let (udp_rtt, floor_rtt) = if rtt {
-        let udp = median_us(&udp_pingpong_rtts(a, b, lat_size, n)?);
-        let (request, ack) =
-            write_round_trip_lens(lat_size).ok_or(PerfError::TooLarge { size: o.lat_size })?;
-        let floor = segmented_pingpong_rtts(a, b, request, ack, n, WARMUP)
-            .map_err(io("the segmented ping-pong"))?;
-        (udp, median_us(&floor))
-    } else {
-        (0.0, 0.0)
-    };
-    let tcp_bw = if bw {
-        median(&tcp_stream_rates(bw_size, bw_iters, o.runs)?).unwrap_or(0.0) / f64::from(1u32 << 20)
-    } else {
-        0.0
-    };
-
     let depth = super::bw::effective_depth(o.bw_size, o.tx_depth, 1).0;
     let mut pair = UdpPair::new(a, b, bw_size.max(lat_size), depth)?;
+    // The links hold `port`: the baselines take another one on the same two addresses.
+    let base_port = free_port(o.addr_a, o.addr_b)?;
+    let (ba, bb) = (
+        SocketAddr::new(o.addr_a, base_port),
+        SocketAddr::new(o.addr_b, base_port),
+    );
+    let (request, ack) =
+        write_round_trip_lens(lat_size).ok_or(PerfError::TooLarge { size: o.lat_size })?;
+    let seg = write_stream_segment_len(pair.mtu).ok_or(PerfError::TooLarge {
+        size: pair.mtu as u64,
+    })?;
+    let window = 128 * seg as u64;
+    let total = o.bw_size.saturating_mul(o.bw_iters);
+    let (fa, fb) = (SocketAddr::new(o.addr_a, 0), SocketAddr::new(o.addr_b, 0));
+    let mut rtt_rounds = Vec::new();
+    let mut bw_rounds = Vec::new();
+    for _ in 0..o.rounds {
+        if rtt {
+            let baseline = median_us(&udp_pingpong_rtts(ba, bb, lat_size, n)?);
+            let floor = median_us(
+                &segmented_pingpong_rtts(ba, bb, request, ack, n, WARMUP)
+                    .map_err(io("the segmented ping-pong"))?,
+            );
+            let link = median_us(&write_rtts(&mut pair, o.lat_size, n)?);
+            rtt_rounds.push(Round {
+                link,
+                baseline,
+                floor,
+            });
+        }
+        if bw {
+            let mib = f64::from(1u32 << 20);
+            let baseline = median(&tcp_stream_rates(bw_size, bw_iters, o.runs)?).unwrap_or(0.0);
+            let mut rates = Vec::new();
+            let mut floor = Vec::new();
+            for _ in 0..o.runs {
+                rates.push(write_bw_rate(&mut pair, o.bw_size, bw_iters, depth)?);
+                // The same bytes through the link's socket calls alone, in the same window
+                // the requester keeps (rxe's RXE_MAX_UNACKED_PSNS packets), on fresh ports.
+                floor.push(
+                    segmented_stream_rate(fa, fb, seg, total, window)
+                        .map_err(io("the segmented stream"))?,
+                );
+            }
+            bw_rounds.push(Round {
+                link: median(&rates).unwrap_or(0.0) / mib,
+                baseline: baseline / mib,
+                floor: median(&floor).unwrap_or(0.0) / mib,
+            });
+        }
+    }
+    println!(
+        "bypass perf compare-udp: {a} <-> {b} (baselines on port {base_port}; medians of {} interleaved rounds)",
+        o.rounds
+    );
     let verdict = |ok: bool| if ok { "met" } else { "MISSED" };
     if rtt {
-        let rdma_rtt = median_us(&write_rtts(&mut pair, o.lat_size, n)?);
-        let rtt_ratio = rdma_rtt / udp_rtt;
+        let s = summarize(&rtt_rounds);
         println!(
-            " {}-byte RDMA WRITE round trip over UDP : {rdma_rtt:10.2} us",
-            o.lat_size
+            " {}-byte RDMA WRITE round trip over UDP : {:10.2} us",
+            o.lat_size, s.link
         );
         println!(
-            " {}-byte UDP busy-poll ping-pong         : {udp_rtt:10.2} us",
-            o.lat_size
+            " {}-byte UDP busy-poll ping-pong         : {:10.2} us",
+            o.lat_size, s.baseline
         );
         println!(
-            " round-trip ratio                      : {rtt_ratio:10.2} x  (target <= {RTT_TARGET}: {})",
-            verdict(rtt_ratio <= RTT_TARGET)
+            " round-trip ratio                      : {:10.2} x  (median of the rounds' ratios; target <= {RTT_TARGET}: {})",
+            s.ratio,
+            verdict(s.ratio <= RTT_TARGET)
         );
-        let (request, ack) = write_round_trip_lens(lat_size).unwrap_or_default();
+        println!(" rounds' round-trip ratios: {}", ratio_list(&s.ratios));
         println!(
-            " its socket calls alone ({request}+{ack} B trains): {floor_rtt:10.2} us  ({:.2} x the ping-pong; the NICs' own work {:.2} us)",
-            floor_rtt / udp_rtt,
-            rdma_rtt - floor_rtt
+            " its socket calls alone ({request}+{ack} B trains): {:10.2} us  ({:.2} x the ping-pong; the NICs' own work {:.2} us)",
+            s.floor,
+            s.floor / s.baseline,
+            s.link - s.floor
         );
     }
     if bw {
-        let mut rates = Vec::new();
-        for _ in 0..o.runs {
-            rates.push(write_bw_rate(&mut pair, o.bw_size, bw_iters, depth)?);
-        }
-        let rdma_bw = median(&rates).unwrap_or(0.0) / f64::from(1u32 << 20);
-        // The same bytes through the link's socket calls alone, in the same window the
-        // requester keeps (rxe's RXE_MAX_UNACKED_PSNS packets), on fresh ports of the same
-        // addresses (the links hold theirs).
-        let seg = write_stream_segment_len(pair.mtu).ok_or(PerfError::TooLarge {
-            size: pair.mtu as u64,
-        })?;
-        let total = o.bw_size.saturating_mul(o.bw_iters);
-        let window = 128 * seg as u64;
-        let fa = SocketAddr::new(o.addr_a, 0);
-        let fb = SocketAddr::new(o.addr_b, 0);
-        let mut floor = Vec::new();
-        for _ in 0..o.runs {
-            floor.push(
-                segmented_stream_rate(fa, fb, seg, total, window)
-                    .map_err(io("the segmented stream"))?,
-            );
-        }
-        let floor_bw = median(&floor).unwrap_or(0.0) / f64::from(1u32 << 20);
-        let bw_ratio = rdma_bw / tcp_bw;
+        let s = summarize(&bw_rounds);
         println!(
-            " {} B RDMA WRITE bandwidth over UDP  : {rdma_bw:10.1} MiB/s (depth {depth}, median of {} runs)",
-            o.bw_size, o.runs
+            " {} B RDMA WRITE bandwidth over UDP  : {:10.1} MiB/s (depth {depth}, {} run(s) a round)",
+            o.bw_size, s.link, o.runs
         );
         println!(
-            " TCP loopback streaming ({} B writes): {tcp_bw:10.1} MiB/s",
-            o.bw_size
+            " TCP loopback streaming ({} B writes): {:10.1} MiB/s",
+            o.bw_size, s.baseline
         );
         println!(
-            " bandwidth ratio                       : {bw_ratio:10.2} x  (target >= {BW_TARGET}: {})",
-            verdict(bw_ratio >= BW_TARGET)
+            " bandwidth ratio                       : {:10.2} x  (median of the rounds' ratios; target >= {BW_TARGET}: {})",
+            s.ratio,
+            verdict(s.ratio >= BW_TARGET)
         );
+        println!(" rounds' bandwidth ratios: {}", ratio_list(&s.ratios));
         println!(
-            " its socket calls alone ({seg} B datagrams in segmented sends, {} KiB window): {floor_bw:.1} MiB/s ({:.2} x TCP)",
+            " its socket calls alone ({seg} B datagrams in segmented sends, {} KiB window): {:.1} MiB/s ({:.2} x TCP)",
             window >> 10,
-            floor_bw / tcp_bw
+            s.floor,
+            s.floor / s.baseline
         );
     }
     for d in &pair.devs {
