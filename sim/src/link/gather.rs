@@ -6,14 +6,18 @@
 //! [`GatherPkt`] (what differs per packet: BTH (+RETH), pad + ICRC, where its payload is) and
 //! [`Gathered`] (a round's bursts, what their packets share, and the payload iovecs of every
 //! gather packet, found once by [`Gathered::push_burst`] in the walk its ICRC pass makes
-//! over the same pieces). Must not: send anything (the
-//! link does, `link::udp`), or build RoCE headers by hand (`Burst::write_headers` writes them
-//! through the `bypass_hw` views; `IcrcHasher` masks them as `icrc::compute` does).
+//! over the same pieces). Must not: send anything (the link does, `link::udp`), or build
+//! RoCE headers by hand (`Burst::write_headers` writes them through the `bypass_hw` views;
+//! `IcrcHasher` masks them as `icrc::compute` does).
 //!
 //! The bytes on the wire are exactly those of `Burst::segment_direct_into`: the same headers,
 //! the payload read from the same runs, zero pad, and the ICRC of the whole packet with IPv4
 //! ID 0 (one CRC pass over the payload pieces, no assembled copy); the link re-stamps segment
-//! `k` of a train with ID `k` by XOR, as for any packet.
+//! `k` of a train with ID `k` by XOR, as for any packet. Per packet, only what differs is
+//! done: a middle packet's headers are the previous packet's with PSN and AckReq patched
+//! (`Burst::write_headers`), and its CRC continues from the state after the headers of the
+//! last packet built in full, changed at the end by the PSN/AckReq difference
+//! (`link::psn_deltas`).
 //!
 //! Soundness: a gather packet holds no Rust reference into host memory; the kernel reads the
 //! payload through raw iovecs (as a NIC's DMA read, outside the Rust abstract machine) while
