@@ -522,9 +522,8 @@ mod tests {
             [0xfe, 0x80, 0, 0, 0, 0, 0, 0, 8, 7, 6, 5, 4, 3, 2, 1],
         );
         // Middle packets by the dozen (their headers patched, their ICRCs by PSN delta),
-        // across a PSN wrap and every AckReq pattern, for both IP versions, several lengths
-        // (the delta tables of more lengths than the cache keeps), bursts that start and end
-        // mid-message and a run boundary inside a packet.
+        // across a PSN wrap and every AckReq pattern, for both IP versions, several lengths,
+        // bursts that start and end mid-message and a run boundary inside a packet.
         let cases: [Case; 6] = [
             (
                 (40 * 256 + 3, 0, 256),
