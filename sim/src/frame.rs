@@ -793,31 +793,57 @@ fn copy_runs(src: &[HostRun], dst: &[HostRun]) -> bool {
     true
 }
 
-/// The IP + UDP header [`Burst::write_headers`] last wrote for one burst (whose packets all
-/// have its IP header fields and ports), and the UDP payload length it is for; empty at first.
+/// The headers [`Burst::write_headers`] last wrote for one burst: the next packet of the same
+/// opcode and payload length (every middle packet of a message after the first) differs from
+/// them only in its PSN and AckReq, and gets them patched in (no BTH built from its fields, no
+/// IP + UDP header written). Empty at first.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct IpUdpMemo {
-    /// UDP payload bytes the header is for.
-    udp_len: usize,
-    /// Bytes of `bytes` that hold it (0: none yet).
-    len: usize,
-    bytes: [u8; bypass_hw::roce::ip::IPV6_HDR_LEN + bypass_hw::roce::ip::UDP_HDR_LEN],
+pub(crate) struct PacketHeads {
+    /// IP + UDP header (IPv4 ID as the burst's), the first `ip_udp_len` bytes.
+    ip_udp: [u8; bypass_hw::roce::ip::IPV6_HDR_LEN + bypass_hw::roce::ip::UDP_HDR_LEN],
+    /// The last packet's BTH.
+    bth: Bth,
+    /// Its RETH (a message's first packet only).
+    reth: Option<Reth>,
+    /// Its opcode and payload bytes (`None`: nothing written yet).
+    key: Option<(BthOpcode, u32)>,
+    /// Where its payload, pad and ICRC went.
+    last: GatherHeaders,
 }
 
-impl Default for IpUdpMemo {
+impl Default for PacketHeads {
     fn default() -> Self {
         Self {
-            udp_len: 0,
-            len: 0,
-            bytes: [0; bypass_hw::roce::ip::IPV6_HDR_LEN + bypass_hw::roce::ip::UDP_HDR_LEN],
+            ip_udp: [0; bypass_hw::roce::ip::IPV6_HDR_LEN + bypass_hw::roce::ip::UDP_HDR_LEN],
+            bth: Bth::default(),
+            reth: None,
+            key: None,
+            last: GatherHeaders::default(),
         }
+    }
+}
+
+impl PacketHeads {
+    /// The IP + UDP header of the last packet written (IPv4 ID as the burst's).
+    pub(crate) fn ip_udp(&self) -> &[u8] {
+        self.ip_udp.get(..self.last.ip_udp_len).unwrap_or(&[])
+    }
+
+    /// The last packet's BTH.
+    pub(crate) fn bth(&self) -> &Bth {
+        &self.bth
+    }
+
+    /// The last packet's RETH, if it has one.
+    pub(crate) fn reth(&self) -> Option<&Reth> {
+        self.reth.as_ref()
     }
 }
 
 /// The headers of one WRITE packet of a burst, written by [`Burst::write_headers`] for a
 /// sender that transmits the payload from where it is (a gather list) instead of copying it
 /// into the packet.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(crate) struct GatherHeaders {
     /// Bytes of IP + UDP header at the front of the headers buffer (the BTH follows).
     pub ip_udp_len: usize,
@@ -829,6 +855,9 @@ pub(crate) struct GatherHeaders {
     pub pad: usize,
     /// UDP payload bytes (BTH through ICRC).
     pub udp_len: usize,
+    /// The headers are the previous packet's with its PSN and AckReq patched (the same
+    /// opcode, lengths, IP + UDP header and every other BTH field).
+    pub patched: bool,
 }
 
 impl Burst {
@@ -845,53 +874,49 @@ impl Burst {
         self.read_into(at, out)
     }
 
-    /// Writes packet `i`'s IP + UDP + BTH (+ RETH) headers into `head` (resized to them), the
-    /// bytes [`Burst::segment_direct_into`] writes in front of the payload (IP ID as the
-    /// burst's, pad count in the BTH), and says where the payload, pad and ICRC go. `None` if
-    /// the packet cannot be built (cannot happen for a burst the requester built).
-    /// `memo` holds the IP + UDP header this burst's last packet got: a packet of the same
-    /// UDP length (all but a message's first and last) gets a copy of it.
-    pub(crate) fn write_headers(
-        &self,
-        i: u32,
-        head: &mut Vec<u8>,
-        memo: &mut IpUdpMemo,
-    ) -> Option<GatherHeaders> {
-        use zerocopy::IntoBytes;
-        let (off, n, first, _) = packet_at(self.msg_off, self.msg_len, self.mtu, i);
-        let n = n as usize;
-        let spec = self.spec(i, self.acks(i), ZEROS.get(..n)?);
+    /// Writes packet `i`'s headers into `heads`: the IP + UDP header, BTH and RETH that
+    /// [`Burst::segment_direct_into`] writes in front of the payload (IP ID as the burst's,
+    /// pad count in the BTH), and says where the payload, pad and ICRC go. `None` if the
+    /// packet cannot be built (cannot happen for a burst the requester built).
+    ///
+    /// `heads` holds what the burst's last packet got: a packet of the same opcode and length
+    /// (all the middle packets of a message but the first) is written by patching its PSN
+    /// and AckReq into the last BTH (the PSN and AckReq are the only BTH fields that differ
+    /// between them: `spec`; the IP + UDP header depends on the length only).
+    pub(crate) fn write_headers(&self, i: u32, heads: &mut PacketHeads) -> Option<GatherHeaders> {
+        let (off, n, first, last) = packet_at(self.msg_off, self.msg_len, self.mtu, i);
+        let payload_at = off.checked_sub(self.msg_off)? as usize;
+        let opcode = write_opcode(first, last);
+        if heads.key == Some((opcode, n)) {
+            heads.bth.set_psn(psn_add(self.first_psn, i)).ok()?;
+            heads.bth.set_ack_req(self.acks(i));
+            heads.last.payload_at = payload_at;
+            heads.last.patched = true;
+            return Some(heads.last);
+        }
+        heads.key = None;
+        let len = n as usize;
+        let spec = self.spec(i, self.acks(i), ZEROS.get(..len)?);
         let udp_len = spec.udp_payload_len().ok()?;
         let mut bth = spec.bth;
-        bth.pad_cnt = pad_len(n);
-        let bth = Bth::from_fields(&bth).ok()?;
-        let reth = first.then(|| Reth::new(self.raddr, self.rkey, self.msg_len));
-        let reth: &[u8] = reth.as_ref().map_or(&[], |r| r.as_bytes());
+        bth.pad_cnt = pad_len(len);
+        heads.bth = Bth::from_fields(&bth).ok()?;
+        heads.reth = first.then(|| Reth::new(self.raddr, self.rkey, self.msg_len));
         let ip_udp_len = spec.ip.header_len() + bypass_hw::roce::ip::UDP_HDR_LEN;
-        head.clear();
-        match memo.bytes.get(..memo.len) {
-            Some(h) if memo.len == ip_udp_len && memo.udp_len == udp_len => {
-                head.extend_from_slice(h);
-            }
-            _ => {
-                head.resize(ip_udp_len, 0);
-                let written = spec.ip.write_ip_udp(spec.ports, udp_len, head).ok()?;
-                let slot = memo.bytes.get_mut(..written)?;
-                if written != ip_udp_len {
-                    return None;
-                }
-                slot.copy_from_slice(head.get(..written)?);
-                (memo.len, memo.udp_len) = (written, udp_len);
-            }
+        let slot = heads.ip_udp.get_mut(..ip_udp_len)?;
+        let written = spec.ip.write_ip_udp(spec.ports, udp_len, slot).ok()?;
+        if written != ip_udp_len {
+            return None;
         }
-        head.extend_from_slice(bth.as_bytes());
-        head.extend_from_slice(reth);
-        Some(GatherHeaders {
+        heads.last = GatherHeaders {
             ip_udp_len,
-            payload_at: (off - self.msg_off) as usize,
-            payload_len: n,
-            pad: usize::from(bth.pad_cnt()),
+            payload_at,
+            payload_len: len,
+            pad: usize::from(heads.bth.pad_cnt()),
             udp_len,
-        })
+            patched: false,
+        };
+        heads.key = Some((opcode, n));
+        Some(heads.last)
     }
 }

@@ -3,31 +3,39 @@
 //! the headers, the pad and the ICRC in the link's own buffers.
 //!
 //! Owns: [`Out`] (a packet on its way out: bytes, or headers + a payload reference),
-//! [`push_burst`] (a burst's packets as gather packets, ICRC computed from the pieces) and
-//! [`payload_iovecs`] (the iovecs of a gather packet's payload). Must not: send anything (the
-//! link does, `link::udp`), or build RoCE headers by hand (`Burst::write_headers` writes them
-//! through the `bypass_hw` views; `IcrcHasher` masks them as `icrc::compute` does).
+//! [`GatherPkt`] (what differs per packet: BTH (+RETH), pad + ICRC, where its payload is) and
+//! [`Gathered`] (a round's bursts, what their packets share, and the payload iovecs of every
+//! gather packet, found once by [`Gathered::push_burst`] in the walk its ICRC pass makes
+//! over the same pieces). Must not: send anything (the link does, `link::udp`), or build
+//! RoCE headers by hand (`Burst::write_headers` writes them through the `bypass_hw` views;
+//! `IcrcHasher` masks them as `icrc::compute` does).
 //!
 //! The bytes on the wire are exactly those of `Burst::segment_direct_into`: the same headers,
 //! the payload read from the same runs, zero pad, and the ICRC of the whole packet with IPv4
 //! ID 0 (one CRC pass over the payload pieces, no assembled copy); the link re-stamps segment
-//! `k` of a train with ID `k` by XOR, as for any packet.
+//! `k` of a train with ID `k` by XOR, as for any packet. Per packet, only what differs is
+//! done: a middle packet's headers are the previous packet's with PSN and AckReq patched
+//! (`Burst::write_headers`), and its CRC continues from the state after the headers of the
+//! last packet built in full, changed at the end by the PSN/AckReq difference
+//! (`link::psn_deltas`).
 //!
 //! Soundness: a gather packet holds no Rust reference into host memory; the kernel reads the
 //! payload through raw iovecs (as a NIC's DMA read, outside the Rust abstract machine) while
 //! the round's bursts — and through their `HostRun`s the `Arc<dyn HostMemory>` buffers — are
 //! kept alive by the link until `sendmsg` returns, so the memory is allocated throughout
 //! (`HostMemory`'s contract: valid for as long as the value lives). The ICRC pass borrows
-//! each payload piece as `&[u8]` for the length of one CRC update; see [`crc_pieces`] for why
+//! each payload piece as `&[u8]` for the length of one CRC update; see [`crc_piece`] for why
 //! nothing writes it meanwhile.
 
 use std::net::IpAddr;
 
 use bypass_hw::roce::icrc::IcrcHasher;
-use bypass_hw::roce::{BTH_LEN, ICRC_LEN, IpSpec, UdpPorts};
+use bypass_hw::roce::{BTH_LEN, Bth, ICRC_LEN, IpSpec, Reth, UdpPorts};
+use zerocopy::IntoBytes;
 
-use crate::frame::{Burst, IpUdpMemo};
+use crate::frame::{Burst, PacketHeads};
 use crate::iommu::HostRun;
+use crate::link::psn_deltas::PsnDeltaCache;
 
 /// The most host runs a burst may span to be sent as gather packets: any one packet's
 /// iovecs (BTH + RETH, payload pieces, pad + ICRC) then fit one `sendmsg` ([`IOV_MAX`]); the
@@ -38,6 +46,9 @@ pub(crate) const MAX_RUNS: usize = IOV_MAX - 2;
 /// Zeroes for the pad.
 const PAD: [u8; 3] = [0; 3];
 
+/// Bytes of the longest transport header a WRITE packet carries: BTH and RETH.
+const HDR_MAX: usize = BTH_LEN + std::mem::size_of::<Reth>();
+
 /// A packet on its way out of the UDP link.
 #[derive(Debug)]
 pub(crate) enum Out {
@@ -47,40 +58,257 @@ pub(crate) enum Out {
     Gather(GatherPkt),
 }
 
-/// The parts of a WRITE packet sent as a gather list.
-#[derive(Debug)]
-pub(crate) struct GatherPkt {
-    /// IP + UDP + BTH (+ RETH) headers (IPv4 ID 0 until the link re-stamps it).
-    pub head: Vec<u8>,
-    /// Where the packet goes and its lengths, as `wire_of` would find them.
+/// What the packets of one gathered burst share: where they go (their IP + UDP header is
+/// written from this, not kept per packet).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct BurstWire {
+    /// The burst's IP header fields (the IPv4 ID its packets' ICRCs start from).
     pub ip: IpSpec,
     /// `ip`'s destination address.
     pub dst: IpAddr,
     /// UDP ports.
     pub ports: UdpPorts,
-    /// Bytes of IP + UDP header at the front of `head`.
+    /// Bytes of IP + UDP header in front of each packet's UDP payload.
     pub ip_udp_len: usize,
-    /// UDP payload bytes (BTH through ICRC).
-    pub udp_len: usize,
-    /// The burst (index in the round's burst list) and the payload's offset and length in it.
-    pub burst: usize,
-    /// Payload offset in the burst.
-    pub at: usize,
-    /// Payload bytes.
-    pub len: usize,
-    /// Payload pieces (host runs it spans).
-    pub pieces: usize,
+}
+
+/// The parts of a WRITE packet sent as a gather list; what its burst's packets share is in
+/// the round's [`Gathered`] (this is pushed per packet: kept small).
+#[derive(Debug)]
+pub(crate) struct GatherPkt {
+    /// BTH (+ RETH): the UDP payload's first `hdr_len` bytes.
+    hdr: [u8; HDR_MAX],
+    hdr_len: u8,
     /// Pad (zeroes) then the ICRC, `tail_len` bytes.
-    pub tail: [u8; 3 + ICRC_LEN],
-    /// Bytes of `tail` sent.
-    pub tail_len: usize,
+    tail: [u8; 3 + ICRC_LEN],
+    tail_len: u8,
+    /// The IPv4 ID the ICRC is computed for: the burst's, until the link re-stamps it.
+    pub ip_id: u16,
+    /// The burst (index in the round's [`Gathered`]).
+    burst: u32,
+    /// UDP payload bytes (BTH through ICRC).
+    udp_len: u32,
+    /// Payload offset in the burst and bytes (read again only for the pcap).
+    at: u32,
+    len: u32,
+    /// The payload's iovecs: `pieces` from index `pieces_at` of the round's list.
+    pieces_at: u32,
+    pieces: u32,
 }
 
 impl GatherPkt {
+    /// The BTH (+ RETH) bytes.
+    pub(crate) fn hdr(&self) -> &[u8] {
+        self.hdr.get(..usize::from(self.hdr_len)).unwrap_or(&[])
+    }
+
+    /// The pad and ICRC bytes.
+    pub(crate) fn tail(&self) -> &[u8] {
+        self.tail.get(..usize::from(self.tail_len)).unwrap_or(&[])
+    }
+
     /// The ICRC bytes (the last four of the tail).
     pub(crate) fn icrc_mut(&mut self) -> Option<&mut [u8]> {
-        let start = self.tail_len.checked_sub(ICRC_LEN)?;
-        self.tail.get_mut(start..self.tail_len)
+        let end = usize::from(self.tail_len);
+        let start = end.checked_sub(ICRC_LEN)?;
+        self.tail.get_mut(start..end)
+    }
+
+    /// Whether `other` is a packet of the same burst (same destination, source port and
+    /// IP + UDP header length).
+    pub(crate) fn same_burst(&self, other: &GatherPkt) -> bool {
+        self.burst == other.burst
+    }
+
+    /// UDP payload bytes (BTH through ICRC).
+    pub(crate) fn udp_len(&self) -> usize {
+        self.udp_len as usize
+    }
+
+    /// Payload iovecs (host-memory pieces) the packet takes.
+    pub(crate) fn pieces(&self) -> usize {
+        self.pieces as usize
+    }
+}
+
+/// A round's gathered bursts: kept (and with them the host memory their packets' iovecs
+/// point into) until the round's send returns, what their packets share, and the payload
+/// iovecs of every gather packet, built once while the ICRC pass walks the same pieces.
+#[derive(Debug, Default)]
+pub(crate) struct Gathered {
+    bursts: Vec<(Burst, BurstWire)>,
+    pieces: Vec<RawIov>,
+    /// How the ICRC of a middle packet changes with its PSN (kept across rounds).
+    psn_deltas: PsnDeltaCache,
+}
+
+impl Gathered {
+    /// Lets the bursts go (the send that read their memory has returned); keeps capacity
+    /// and the PSN deltas.
+    pub(crate) fn clear(&mut self) {
+        self.bursts.clear();
+        self.pieces.clear();
+    }
+
+    /// No burst held.
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
+        self.bursts.is_empty()
+    }
+
+    /// What `g`'s burst's packets share.
+    pub(crate) fn wire(&self, g: &GatherPkt) -> Option<&BurstWire> {
+        self.bursts.get(g.burst as usize).map(|(_, w)| w)
+    }
+
+    /// The iovecs of `g`'s payload (pointing into host memory this keeps allocated: valid
+    /// while `self` is kept and not cleared).
+    pub(crate) fn payload_iovecs(&self, g: &GatherPkt) -> Option<&[RawIov]> {
+        let at = g.pieces_at as usize;
+        self.pieces.get(at..at.checked_add(g.pieces as usize)?)
+    }
+
+    /// Gather packet `g` as one buffer, IP header through ICRC, its IP header with the
+    /// IPv4 ID its ICRC is for (for the pcap only: the send never assembles it).
+    pub(crate) fn assemble(&self, g: &GatherPkt) -> Option<Vec<u8>> {
+        let (b, w) = self.bursts.get(g.burst as usize)?;
+        let ip = match w.ip {
+            IpSpec::V4(v4) => IpSpec::V4(bypass_hw::roce::Ipv4Spec { id: g.ip_id, ..v4 }),
+            v6 => v6,
+        };
+        let mut p = vec![0u8; w.ip_udp_len];
+        ip.write_ip_udp(w.ports, g.udp_len(), &mut p).ok()?;
+        p.extend_from_slice(g.hdr());
+        let start = p.len();
+        p.resize(start + g.len as usize, 0);
+        if !b.read_payload(g.at as usize, p.get_mut(start..)?) {
+            return None;
+        }
+        p.extend_from_slice(g.tail());
+        Some(p)
+    }
+
+    /// Appends burst `b`'s packets to `out` as gather packets, keeping `b` for the send;
+    /// returns `b` back, touching nothing, if it is not a host-memory burst the link can send
+    /// that way (inline payload, too many runs): the caller then segments it into bytes.
+    /// Stops at the first packet that cannot be built (cannot happen for a burst the
+    /// requester built).
+    pub(crate) fn push_burst(
+        &mut self,
+        b: Box<Burst>,
+        out: &mut Vec<Out>,
+    ) -> Result<(), Box<Burst>> {
+        let Some(runs) = b.host_runs() else {
+            return Err(b);
+        };
+        if runs.len() > MAX_RUNS {
+            return Err(b);
+        }
+        let Ok(index) = u32::try_from(self.bursts.len()) else {
+            return Err(b);
+        };
+        let dst = match b.ip {
+            IpSpec::V4(v) => IpAddr::from(v.dst),
+            IpSpec::V6(v) => IpAddr::from(v.dst),
+        };
+        let ip_id = match b.ip {
+            IpSpec::V4(v) => v.id,
+            IpSpec::V6(_) => 0,
+        };
+        let mut heads = PacketHeads::default();
+        // The CRC state after the headers of the last packet built in full, and its BTH.
+        let mut reference: Option<(IcrcHasher, Bth)> = None;
+        out.reserve(b.count as usize);
+        let mut ip_udp_len = 0;
+        for i in 0..b.count {
+            let Some(g) = b.write_headers(i, &mut heads) else {
+                break;
+            };
+            ip_udp_len = g.ip_udp_len;
+            // A patched packet's headers differ from the last fully built one's only in
+            // AckReq and PSN: its CRC starts from that one's state after the headers, and
+            // the difference is applied at the end (`link::psn_deltas`).
+            let (mut h, psn_from) = match (&reference, g.patched) {
+                (Some((rh, rb)), true) => (rh.clone(), Some(*rb)),
+                _ => {
+                    let Ok(h) = IcrcHasher::new(heads.ip_udp(), heads.bth().as_bytes()) else {
+                        break;
+                    };
+                    reference = Some((h.clone(), *heads.bth()));
+                    (h, None)
+                }
+            };
+            let mut hdr = [0u8; HDR_MAX];
+            let (bth, ext) = hdr.split_at_mut(BTH_LEN);
+            bth.copy_from_slice(heads.bth().as_bytes());
+            let mut hdr_len = BTH_LEN;
+            // A middle packet has no extension header and no pad: no empty CRC updates.
+            if let Some(reth) = heads.reth() {
+                let reth = reth.as_bytes();
+                let Some(slot) = ext.get_mut(..reth.len()) else {
+                    break;
+                };
+                slot.copy_from_slice(reth);
+                h.update(reth);
+                hdr_len += reth.len();
+            }
+            let pieces_at = self.pieces.len();
+            let Ok(pieces_at32) = u32::try_from(pieces_at) else {
+                break;
+            };
+            let pieces = &mut self.pieces;
+            let walked = for_each_piece(runs, g.payload_at, g.payload_len, |r, off, n| {
+                pieces.push(crc_piece(r, off, n, &mut h));
+            });
+            let Some(pad) = PAD.get(..g.pad).filter(|_| walked) else {
+                self.pieces.truncate(pieces_at);
+                break;
+            };
+            if !pad.is_empty() {
+                h.update(pad);
+            }
+            let mut tail = [0u8; 3 + ICRC_LEN];
+            let tail_len = g.pad + ICRC_LEN;
+            let Some(slot) = tail.get_mut(g.pad..tail_len) else {
+                self.pieces.truncate(pieces_at);
+                break;
+            };
+            let mut icrc = h.finish();
+            if let Some(from) = psn_from {
+                let rest = g.udp_len.checked_sub(BTH_LEN + ICRC_LEN);
+                let Some(d) =
+                    rest.and_then(|rest| self.psn_deltas.get(heads.ip_udp(), &from, rest))
+                else {
+                    self.pieces.truncate(pieces_at);
+                    break;
+                };
+                icrc ^= d.delta(&from, heads.bth());
+            }
+            slot.copy_from_slice(&icrc.to_le_bytes());
+            // All below 2^32: a burst's payload offsets and lengths are below its message
+            // length (a u32), its pieces fewer than its runs (below IOV_MAX).
+            out.push(Out::Gather(GatherPkt {
+                hdr,
+                hdr_len: hdr_len as u8,
+                tail,
+                tail_len: tail_len as u8,
+                ip_id,
+                burst: index,
+                udp_len: g.udp_len as u32,
+                at: g.payload_at as u32,
+                len: g.payload_len as u32,
+                pieces_at: pieces_at32,
+                pieces: (self.pieces.len() - pieces_at) as u32,
+            }));
+        }
+        let wire = BurstWire {
+            ip: b.ip,
+            dst,
+            ports: b.ports,
+            ip_udp_len,
+        };
+        self.bursts.push((*b, wire));
+        Ok(())
     }
 }
 
@@ -119,8 +347,8 @@ pub(crate) fn for_each_piece(
     done == len
 }
 
-/// Feeds payload bytes `at..at + len` of `runs` to `h`, piece by piece (no copy); returns the
-/// pieces, or `None` if the runs do not hold them.
+/// Feeds payload piece `off..off + n` of run `r` (as [`for_each_piece`] gives it) to `h`,
+/// with no copy, and returns its iovec.
 ///
 /// Why nothing writes these bytes while they are borrowed (the guarantee
 /// `Burst::read_into` relies on too): the link runs this under the world lock, during the
@@ -133,119 +361,20 @@ pub(crate) fn for_each_piece(
 ///   burst for a WQE not yet completed;
 /// - no device of this world can: devices write host memory only while they are stepped or
 ///   handed a packet, which happens under the world lock this runs under.
-pub(crate) fn crc_pieces(
-    runs: &[HostRun],
-    at: usize,
-    len: usize,
-    h: &mut IcrcHasher,
-) -> Option<usize> {
-    let mut pieces = 0usize;
-    let ok = for_each_piece(runs, at, len, |r, off, n| {
-        // SAFETY: `off..off + n` lies inside the buffer (checked by `for_each_piece`), which
-        // `HostMemory`'s contract keeps allocated and readable while `r.mem` lives (borrowed
-        // here); nothing writes it while this borrow lives (see the function's doc), and
-        // the borrow ends with this closure.
-        let bytes = unsafe { std::slice::from_raw_parts(r.mem.base().as_ptr().add(off), n) };
-        h.update(bytes);
-        pieces += 1;
-    });
-    ok.then_some(pieces)
-}
-
-/// Appends burst `b`'s packets to `out` as gather packets (headers in buffers taken from
-/// `spare`), keeping `b` in `bursts` for the send; returns false, touching nothing, if the
-/// burst is not a host-memory burst the link can send that way (inline payload, too many
-/// runs): the caller then segments it into bytes. Stops at the first packet that cannot be
-/// built (cannot happen for a burst the requester built).
-pub(crate) fn push_burst(
-    b: Box<Burst>,
-    bursts: &mut Vec<Burst>,
-    out: &mut Vec<Out>,
-    spare: &mut Vec<Vec<u8>>,
-) -> Result<(), Box<Burst>> {
-    let Some(runs) = b.host_runs() else {
-        return Err(b);
-    };
-    if runs.len() > MAX_RUNS {
-        return Err(b);
+fn crc_piece(r: &HostRun, off: usize, n: usize, h: &mut IcrcHasher) -> RawIov {
+    // The pointer is in bounds (checked by `for_each_piece`); `wrapping_add` keeps this free
+    // of `unsafe` (no reference or read is made from it here).
+    let start = r.mem.base().as_ptr().wrapping_add(off).cast_const();
+    // SAFETY: `off..off + n` lies inside the buffer (checked by `for_each_piece`, the only
+    // caller's source of pieces), which `HostMemory`'s contract keeps allocated and readable
+    // while `r.mem` lives (borrowed here); nothing writes it while this borrow lives (see the
+    // function's doc), and the borrow ends with this function.
+    let bytes = unsafe { std::slice::from_raw_parts(start, n) };
+    h.update(bytes);
+    RawIov {
+        base: start as usize,
+        len: n,
     }
-    let index = bursts.len();
-    let dst = match b.ip {
-        IpSpec::V4(v) => IpAddr::from(v.dst),
-        IpSpec::V6(v) => IpAddr::from(v.dst),
-    };
-    let mut memo = IpUdpMemo::default();
-    for i in 0..b.count {
-        let mut head = spare.pop().unwrap_or_default();
-        let Some(g) = b.write_headers(i, &mut head, &mut memo) else {
-            break;
-        };
-        let (Some(ip_udp), Some(bth), Some(ext)) = (
-            head.get(..g.ip_udp_len),
-            head.get(g.ip_udp_len..g.ip_udp_len + BTH_LEN),
-            head.get(g.ip_udp_len + BTH_LEN..),
-        ) else {
-            break;
-        };
-        let Ok(mut h) = IcrcHasher::new(ip_udp, bth) else {
-            break;
-        };
-        // A middle packet has no extension header and no pad: no empty CRC updates.
-        if !ext.is_empty() {
-            h.update(ext);
-        }
-        let Some(pieces) = crc_pieces(runs, g.payload_at, g.payload_len, &mut h) else {
-            break;
-        };
-        let Some(pad) = PAD.get(..g.pad) else {
-            break;
-        };
-        if !pad.is_empty() {
-            h.update(pad);
-        }
-        let mut tail = [0u8; 3 + ICRC_LEN];
-        let tail_len = g.pad + ICRC_LEN;
-        let Some(slot) = tail.get_mut(g.pad..tail_len) else {
-            break;
-        };
-        slot.copy_from_slice(&h.finish().to_le_bytes());
-        out.push(Out::Gather(GatherPkt {
-            head,
-            ip: b.ip,
-            dst,
-            ports: b.ports,
-            ip_udp_len: g.ip_udp_len,
-            udp_len: g.udp_len,
-            burst: index,
-            at: g.payload_at,
-            len: g.payload_len,
-            pieces,
-            tail,
-            tail_len,
-        }));
-    }
-    bursts.push(*b);
-    Ok(())
-}
-
-/// Appends the iovecs of `p`'s payload (pieces of `bursts[p.burst]`'s runs) to `iov`.
-/// False if the burst or its runs are not there (cannot happen for a packet `push_burst`
-/// built from them).
-///
-/// The iovecs point into host memory that `bursts` keeps allocated: they are only valid
-/// while the caller keeps `bursts` alive and unchanged (it sends them before it lets go of
-/// the bursts).
-pub(crate) fn payload_iovecs(p: &GatherPkt, bursts: &[Burst], iov: &mut IovList) -> bool {
-    let Some(runs) = bursts.get(p.burst).and_then(|b| b.host_runs()) else {
-        return false;
-    };
-    let mut ok = true;
-    let walked = for_each_piece(runs, p.at, p.len, |r, off, n| {
-        // The pointer is in bounds (checked by `for_each_piece`); `wrapping_add` keeps this
-        // free of `unsafe` (no reference or read is made here; the kernel reads it).
-        ok &= iov.push(r.mem.base().as_ptr().wrapping_add(off).cast_const(), n);
-    });
-    ok && walked
 }
 
 /// The most iovecs one `sendmsg` takes (Linux `UIO_MAXIOV`, `IOV_MAX` = 1024).
@@ -292,6 +421,19 @@ impl IovList {
         true
     }
 
+    /// Adds `parts` (a gather packet's payload, [`Gathered::payload_iovecs`]); false (adding
+    /// nothing) when they would take the list past [`IOV_MAX`].
+    pub(crate) fn extend(&mut self, parts: &[RawIov]) -> bool {
+        if self.parts.len() + parts.len() > IOV_MAX {
+            return false;
+        }
+        // One or two pieces a packet: element by element, no `memcpy` call.
+        for p in parts {
+            self.parts.push(*p);
+        }
+        true
+    }
+
     /// Adds `bytes` (the link's own buffer).
     pub(crate) fn push_slice(&mut self, bytes: &[u8]) -> bool {
         self.push(bytes.as_ptr(), bytes.len())
@@ -305,5 +447,114 @@ impl IovList {
     /// How many.
     pub(crate) fn len(&self) -> usize {
         self.parts.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use bypass_hw::roce::{ROCE_V2_UDP_DPORT, RocePacket};
+
+    use super::*;
+    use crate::memory::{HostMemory, SimMemory};
+    use crate::profile::Profile;
+
+    /// A WRITE burst between `src` and `dst` GIDs: message `msg_len` bytes cut at `mtu`, the
+    /// packets from message offset `msg_off` on, first PSN `psn`, AckReq bits `ack_req`, its
+    /// payload in two host buffers (the first holds `split` bytes of it).
+    fn burst(
+        gids: ([u8; 16], [u8; 16]),
+        (msg_len, msg_off, mtu): (u32, u32, u32),
+        split: usize,
+        psn: u32,
+        ack_req: u128,
+    ) -> Burst {
+        let bytes = (msg_len - msg_off) as usize;
+        let data: Vec<u8> = (0..bytes).map(|i| (i * 29 + 3) as u8).collect();
+        let (a, b) = data.split_at(split.min(bytes));
+        let m1 = Arc::new(SimMemory::new(bytes + 64).unwrap());
+        let m2 = Arc::new(SimMemory::new(bytes + 64).unwrap());
+        assert!(m1.write_at(64, a) && m2.write_at(3, b));
+        let mut runs = vec![HostRun {
+            mem: m1,
+            off: 64,
+            len: a.len(),
+        }];
+        if !b.is_empty() {
+            runs.push(HostRun {
+                mem: m2,
+                off: 3,
+                len: b.len(),
+            });
+        }
+        let mut burst = Burst::blank();
+        burst.ip = IpSpec::from_gids(&gids.0, &gids.1).unwrap();
+        burst.ports = UdpPorts {
+            src: 0xc0de,
+            dst: ROCE_V2_UDP_DPORT,
+        };
+        burst.dest_qp = 0xabcde;
+        burst.first_psn = psn;
+        burst.count = (msg_len - msg_off).div_ceil(mtu).max(1);
+        burst.mtu = mtu;
+        burst.msg_off = msg_off;
+        burst.msg_len = msg_len;
+        burst.raddr = 0x1234_5678_9000;
+        burst.rkey = 0x42;
+        burst.ack_req = ack_req;
+        burst.src = crate::frame::Payload::Host(runs);
+        burst
+    }
+
+    /// (message length, first packet's message offset, MTU), bytes in the first run, first
+    /// PSN, AckReq bits.
+    type Case = ((u32, u32, u32), usize, u32, u128);
+
+    #[test]
+    fn gather_packets_are_the_segmented_bursts_bytes_for_patched_headers_and_psn_deltas() {
+        let v4 = (
+            Profile::ipv4_gid([10, 0, 0, 1]),
+            Profile::ipv4_gid([10, 0, 0, 2]),
+        );
+        let v6 = (
+            [0xfe, 0x80, 0, 0, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8],
+            [0xfe, 0x80, 0, 0, 0, 0, 0, 0, 8, 7, 6, 5, 4, 3, 2, 1],
+        );
+        // Middle packets by the dozen (their headers patched, their ICRCs by PSN delta),
+        // across a PSN wrap and every AckReq pattern, for both IP versions, several lengths,
+        // bursts that start and end mid-message and a run boundary inside a packet.
+        let cases: [Case; 6] = [
+            (
+                (40 * 256 + 3, 0, 256),
+                1000,
+                0x00ff_fff0,
+                0x5555_aaaa_0f0f_f0f0,
+            ),
+            ((40 * 256, 512, 256), 7, 0x00ff_ffff, u128::MAX),
+            ((30 * 1024 + 1, 0, 1024), 4096, 0, 1 << 29),
+            ((64 * 4096, 4096, 4096), 100_000, 0x0012_3456, 0),
+            ((20 * 512 + 2, 0, 512), 0, 0x00ff_fffe, 0xffff_0000),
+            ((40 * 256 + 3, 0, 256), 5, 7, 0x1234_5678_9abc_def0),
+        ];
+        let mut gathered = Gathered::default();
+        for gids in [v4, v6] {
+            for (case, &(shape, split, psn, ack_req)) in cases.iter().enumerate() {
+                let b = burst(gids, shape, split, psn, ack_req);
+                let want = b.segment();
+                let mut out = Vec::new();
+                gathered.clear();
+                assert!(gathered.push_burst(Box::new(b), &mut out).is_ok());
+                assert_eq!(out.len(), want.len(), "case {case}");
+                for (i, (p, want)) in out.iter().zip(&want).enumerate() {
+                    let Out::Gather(g) = p else {
+                        panic!("case {case}: packet {i} is not a gather packet");
+                    };
+                    let got = gathered.assemble(g).unwrap();
+                    assert_eq!(&got, want, "case {case}, packet {i}");
+                    assert!(RocePacket::parse(&got).unwrap().icrc_ok());
+                }
+            }
+        }
     }
 }

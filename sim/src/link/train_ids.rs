@@ -31,6 +31,8 @@ pub(crate) struct TrainDeltas {
     slots: [Option<Slot>; SLOTS],
     /// The slot the next new length replaces (round robin).
     next: usize,
+    /// The slot the last look-up used (a train's segments have one length but its last).
+    hot: usize,
 }
 
 impl TrainDeltas {
@@ -38,13 +40,31 @@ impl TrainDeltas {
     /// [`TRAIN_IDS`] (built from the solver's single-bit values the first time `len` is
     /// seen), else from `solver` directly. `None` as the solver gives it (a length it has no
     /// table for).
+    #[inline]
     pub(crate) fn delta(&mut self, solver: &mut Ipv4IdSolver, len: usize, id: u16) -> Option<u32> {
+        if let Some(Some(s)) = self.slots.get(self.hot)
+            && s.len == len
+            && let Some(d) = s.deltas.get(usize::from(id))
+        {
+            return Some(*d);
+        }
+        self.delta_slow(solver, len, id)
+    }
+
+    /// [`TrainDeltas::delta`] when the last slot used is not for `len` or `id` is beyond it.
+    #[inline(never)]
+    fn delta_slow(&mut self, solver: &mut Ipv4IdSolver, len: usize, id: u16) -> Option<u32> {
         let k = usize::from(id);
         if k >= TRAIN_IDS {
             return solver.delta(len, id);
         }
-        if let Some(s) = self.slots.iter().flatten().find(|s| s.len == len) {
-            return s.deltas.get(k).copied();
+        if let Some(at) = self
+            .slots
+            .iter()
+            .position(|s| s.as_ref().is_some_and(|s| s.len == len))
+        {
+            self.hot = at;
+            return self.slots.get(at)?.as_ref()?.deltas.get(k).copied();
         }
         // delta is linear in the ID's bits: delta(k) = delta(k without its lowest set bit)
         // ^ delta(that bit).
@@ -63,6 +83,7 @@ impl TrainDeltas {
         }
         let slot = self.slots.get_mut(self.next)?;
         *slot = Some(Slot { len, deltas });
+        self.hot = self.next;
         self.next = (self.next + 1) % SLOTS;
         deltas.get(k).copied()
     }

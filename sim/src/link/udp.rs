@@ -86,8 +86,8 @@ use nix::sys::socket::{
     AddressFamily, SockFlag, SockType, SockaddrStorage, bind, setsockopt, socket, sockopt,
 };
 
-use crate::frame::{AckWriter, Burst, Frame, TxTrains};
-use crate::link::gather::{self, GatherPkt, IOV_MAX, IovList, Out};
+use crate::frame::{AckWriter, Frame, TxTrains};
+use crate::link::gather::{GatherPkt, Gathered, IOV_MAX, IovList, Out};
 use crate::link::ipv4_id::Ipv4IdSolver;
 use crate::link::rx_headers::RxHeaders;
 use crate::link::train_ids::{TRAIN_IDS, TrainDeltas};
@@ -272,7 +272,7 @@ pub struct UdpLink {
     rx_filled: usize,
     /// Send segmented trains (`UDP_SEGMENT`); cleared when the kernel refuses one.
     gso: bool,
-    /// What [`out_wire`] found for each packet of the batch being sent, reused.
+    /// What [`bytes_wire`] found for each packet of the batch being sent, reused.
     wires: Vec<Option<WireOf>>,
     /// What [`wire_of`] found for the last packets of each kind sent as bytes.
     wire_memo: WireMemo,
@@ -504,7 +504,7 @@ impl UdpLink {
     /// as sent).
     pub fn send_batch(&mut self, packets: &mut Vec<Vec<u8>>) {
         let mut out: Vec<Out> = packets.drain(..).map(Out::Bytes).collect();
-        self.send_all(&mut out, &[]);
+        self.send_all(&mut out, &Gathered::default());
     }
 
     /// As [`UdpLink::send_batch`], for packets as bytes or as gather lists whose payload lies
@@ -512,19 +512,19 @@ impl UdpLink {
     /// buffers). A segmented send's iovecs (per packet: the UDP payload's bytes, or the BTH
     /// (+RETH), the payload's host-memory pieces and the pad + ICRC) add up, per segment, to
     /// exactly the segment size the kernel cuts at, and stay within [`IOV_MAX`].
-    pub(crate) fn send_all(&mut self, packets: &mut [Out], bursts: &[Burst]) {
+    pub(crate) fn send_all(&mut self, packets: &mut [Out], bursts: &Gathered) {
         // Each packet is parsed once, here; grouping and re-stamping use what this found.
         let mut wires = std::mem::take(&mut self.wires);
         wires.clear();
         let memo = &mut self.wire_memo;
-        wires.extend(packets.iter().map(|p| out_wire(p, memo)));
+        wires.extend(packets.iter().map(|p| bytes_wire(p, memo)));
         let mut i = 0;
         while let (Some(rest), Some(rest_wires)) = (packets.get_mut(i..), wires.get(i..)) {
             if rest.is_empty() {
                 break;
             }
             let n = if self.gso {
-                train_len(rest, rest_wires)
+                train_len(rest, rest_wires, bursts)
             } else {
                 1
             };
@@ -537,7 +537,7 @@ impl UdpLink {
                         self.send(p);
                     }
                     Some(Out::Gather(g)) => {
-                        let w = rest_wires.first().copied().flatten();
+                        let w = gather_wire(g, bursts);
                         self.send_gathered(std::slice::from_mut(g), w, bursts);
                     }
                     None => {}
@@ -549,13 +549,13 @@ impl UdpLink {
     }
 
     /// Sends one gather packet alone (the link does not segment, or it leads no train).
-    fn send_gathered(&mut self, g: &mut [GatherPkt], w: Option<WireOf>, bursts: &[Burst]) {
+    fn send_gathered(&mut self, g: &mut [GatherPkt], w: Option<WireOf>, bursts: &Gathered) {
         let (Some(w), Some(g)) = (w, g.first()) else {
             LinkCounters::add(&self.counters.tx_malformed, 1);
             return;
         };
         if self.pcap.is_some() {
-            let p = assemble(g, bursts);
+            let p = bursts.assemble(g).unwrap_or_default();
             self.tee(&p);
         }
         let mut iov = std::mem::take(&mut self.iov);
@@ -580,10 +580,14 @@ impl UdpLink {
     }
 
     /// Sends `train` (2 or more packets [`train_len`] grouped) as one segmented send.
-    /// `wires` is what [`out_wire`] found for each packet of `train`.
-    fn send_train(&mut self, train: &mut [Out], wires: &[Option<WireOf>], bursts: &[Burst]) {
+    /// `wires` is what [`bytes_wire`] found for each packet of `train`.
+    fn send_train(&mut self, train: &mut [Out], wires: &[Option<WireOf>], bursts: &Gathered) {
         let n = train.len() as u64;
-        let Some(first) = wires.first().copied().flatten() else {
+        let Some(first) = train
+            .first()
+            .zip(wires.first())
+            .and_then(|(p, w)| out_wire(p, *w, bursts))
+        else {
             LinkCounters::add(&self.counters.tx_malformed, n);
             return;
         };
@@ -597,8 +601,9 @@ impl UdpLink {
             let done = k == 0
                 || match (p, w) {
                     (Out::Bytes(p), Some(w)) => restamp_known(p, w, id, header, &mut delta),
-                    (Out::Gather(g), Some(_)) => restamp_gather(g, id, header, &mut delta),
-                    (_, None) => None,
+                    // Its IP version is the first's (`train_len`: same header length).
+                    (Out::Gather(g), _) => restamp_gather(g, &first, id, &mut delta),
+                    (Out::Bytes(_), None) => None,
                 }
                 .is_some();
             if !done {
@@ -610,7 +615,7 @@ impl UdpLink {
                 match p {
                     Out::Bytes(b) => self.tee(b),
                     Out::Gather(g) => {
-                        let b = assemble(g, bursts);
+                        let b = bursts.assemble(g).unwrap_or_default();
                         self.tee(&b);
                     }
                 }
@@ -1141,18 +1146,33 @@ fn same_header(head: &[u8; MEMO_HEADER], packet: &[u8], n: usize) -> bool {
     }
 }
 
-/// What [`wire_of`] finds for a packet on its way out (a gather packet knows it already).
-fn out_wire(p: &Out, memo: &mut WireMemo) -> Option<WireOf> {
+/// What [`wire_of`] finds for a packet sent as bytes (`None` for a gather packet: its burst
+/// knows, [`gather_wire`], and a train of them is grouped without it).
+#[inline]
+fn bytes_wire(p: &Out, memo: &mut WireMemo) -> Option<WireOf> {
     match p {
         Out::Bytes(b) => memo.wire_of(b),
-        Out::Gather(g) => Some(WireOf {
-            ip: g.ip,
-            ports: g.ports,
-            dst: g.dst,
-            sport: g.ports.src,
-            header_len: g.ip_udp_len,
-            payload_len: g.udp_len,
-        }),
+        Out::Gather(_) => None,
+    }
+}
+
+/// What [`wire_of`] would find for gather packet `g` (from its burst in `bursts`).
+fn gather_wire(g: &GatherPkt, bursts: &Gathered) -> Option<WireOf> {
+    bursts.wire(g).map(|w| WireOf {
+        ip: w.ip,
+        ports: w.ports,
+        dst: w.dst,
+        sport: w.ports.src,
+        header_len: w.ip_udp_len,
+        payload_len: g.udp_len(),
+    })
+}
+
+/// What [`wire_of`] finds for packet `p` on its way out, given what [`bytes_wire`] found.
+fn out_wire(p: &Out, w: Option<WireOf>, bursts: &Gathered) -> Option<WireOf> {
+    match p {
+        Out::Bytes(_) => w,
+        Out::Gather(g) => gather_wire(g, bursts),
     }
 }
 
@@ -1161,36 +1181,52 @@ fn out_wire(p: &Out, memo: &mut WireMemo) -> Option<WireOf> {
 fn iov_count(p: &Out) -> usize {
     match p {
         Out::Bytes(_) => 1,
-        Out::Gather(g) => 2 + g.pieces,
+        Out::Gather(g) => 2 + g.pieces(),
     }
 }
 
 /// How many packets from the front of `packets` form one segmented send: the same peer and
 /// source port, equal UDP payload lengths except a shorter last one, at most
 /// [`GSO_MAX_SEGS`] packets, [`GSO_MAX_BYTES`] bytes and [`IOV_MAX`] iovecs. 1 when the
-/// first cannot lead one. `wires` is what [`out_wire`] found for each.
-fn train_len(packets: &[Out], wires: &[Option<WireOf>]) -> usize {
-    let Some(first) = wires.first().copied().flatten() else {
+/// first cannot lead one. `wires` is what [`bytes_wire`] found for each; a gather packet
+/// after one of the same burst goes where that one goes: only its length is compared.
+fn train_len(packets: &[Out], wires: &[Option<WireOf>], bursts: &Gathered) -> usize {
+    let Some(first) = packets
+        .first()
+        .zip(wires.first())
+        .and_then(|(p, w)| out_wire(p, *w, bursts))
+    else {
         return 1;
     };
     let (mut n, mut bytes) = (1usize, first.payload_len);
     let mut iovs = packets.first().map_or(0, iov_count);
+    let mut prev = packets.first();
     for (w, p) in wires.iter().zip(packets).skip(1) {
-        let Some(w) = w else { break };
+        let payload_len = match (prev, p) {
+            (Some(Out::Gather(a)), Out::Gather(b)) if a.same_burst(b) => b.udp_len(),
+            _ => {
+                let Some(w) = out_wire(p, *w, bursts) else {
+                    break;
+                };
+                if w.dst != first.dst || w.sport != first.sport || w.header_len != first.header_len
+                {
+                    break;
+                }
+                w.payload_len
+            }
+        };
+        prev = Some(p);
         if n >= GSO_MAX_SEGS
-            || w.dst != first.dst
-            || w.sport != first.sport
-            || w.header_len != first.header_len
-            || w.payload_len > first.payload_len
-            || bytes + w.payload_len > GSO_MAX_BYTES
+            || payload_len > first.payload_len
+            || bytes + payload_len > GSO_MAX_BYTES
             || iovs + iov_count(p) > IOV_MAX
         {
             break;
         }
         n += 1;
-        bytes += w.payload_len;
+        bytes += payload_len;
         iovs += iov_count(p);
-        if w.payload_len < first.payload_len {
+        if payload_len < first.payload_len {
             break;
         }
     }
@@ -1200,22 +1236,10 @@ fn train_len(packets: &[Out], wires: &[Option<WireOf>]) -> usize {
 /// Appends gather packet `g`'s iovecs to `iov`: the UDP payload's BTH (+RETH) from its
 /// header buffer, the payload from the sender's memory, the pad and ICRC. False if they do
 /// not fit in one call or the payload cannot be found (nothing is sent then).
-fn push_gather_iov(g: &GatherPkt, bursts: &[Burst], iov: &mut IovList) -> bool {
-    iov.push_slice(g.head.get(g.ip_udp_len..).unwrap_or(&[]))
-        && gather::payload_iovecs(g, bursts, iov)
-        && iov.push_slice(g.tail.get(..g.tail_len).unwrap_or(&[]))
-}
-
-/// Gather packet `g` as one buffer (for the pcap only: the send never assembles it).
-fn assemble(g: &GatherPkt, bursts: &[Burst]) -> Vec<u8> {
-    let mut p = g.head.clone();
-    let start = p.len();
-    p.resize(start + g.len, 0);
-    if let (Some(b), Some(dst)) = (bursts.get(g.burst), p.get_mut(start..)) {
-        b.read_payload(g.at, dst);
-    }
-    p.extend_from_slice(g.tail.get(..g.tail_len).unwrap_or(&[]));
-    p
+fn push_gather_iov(g: &GatherPkt, bursts: &Gathered, iov: &mut IovList) -> bool {
+    iov.push_slice(g.hdr())
+        && bursts.payload_iovecs(g).is_some_and(|p| iov.extend(p))
+        && iov.push_slice(g.tail())
 }
 
 /// Linux `UDP_SEGMENT` (`include/uapi/linux/udp.h`; the `libc` crate defines it only for
@@ -1279,23 +1303,20 @@ fn sendmsg_iov(
     }
 }
 
-/// [`restamp_known`] for a gather packet: the ICRC in its tail changed by `delta` (no pass
-/// over the payload), and IPv4 ID `id` in its header buffer when `header`.
+/// [`restamp_known`] for a gather packet going where `w` says: the ICRC in its tail changed
+/// by `delta` (no pass over the payload) to that of IPv4 ID `id`, which it records (the pcap
+/// writes its IP header from it).
 fn restamp_gather(
     g: &mut GatherPkt,
+    w: &WireOf,
     id: u16,
-    header: bool,
     delta: &mut impl FnMut(usize, u16) -> Option<u32>,
 ) -> Option<()> {
-    let IpSpec::V4(v4) = g.ip else {
+    let IpSpec::V4(_) = w.ip else {
         return Some(());
     };
-    let delta = delta(g.udp_len, id ^ v4.id)?;
-    if header {
-        IpSpec::V4(Ipv4Spec { id, ..v4 })
-            .write_ip_udp(g.ports, g.udp_len, &mut g.head)
-            .ok()?;
-    }
+    let delta = delta(g.udp_len(), id ^ g.ip_id)?;
+    g.ip_id = id;
     let slot = g.icrc_mut()?;
     let icrc = bypass_hw::roce::icrc::wire_value(slot)? ^ delta;
     slot.copy_from_slice(&icrc.to_le_bytes());
@@ -1544,7 +1565,7 @@ struct PumpState {
     outbound: Vec<Out>,
     /// The bursts whose payload `outbound`'s gather packets send from (kept, and with them
     /// the host memory, until the round's send returns).
-    bursts: Vec<Burst>,
+    bursts: Gathered,
     /// Packets of a burst segmented into bytes (one the link does not send as gather
     /// packets), before they join `outbound`.
     segmented: Vec<Vec<u8>>,
@@ -1607,7 +1628,7 @@ impl UdpWire {
             state: Mutex::new(PumpState {
                 link,
                 outbound: Vec::new(),
-                bursts: Vec::new(),
+                bursts: Gathered::default(),
                 segmented: Vec::new(),
                 acks: Vec::new(),
                 held: false,
@@ -1768,7 +1789,7 @@ impl UdpWire {
                         // straight from the sender's memory (`link::gather`; the ICRC pass
                         // reads it here, under the world lock). Others: bytes, as before.
                         Frame::Burst(b) => {
-                            if let Err(b) = gather::push_burst(b, bursts, outbound, spare) {
+                            if let Err(b) = bursts.push_burst(b, outbound) {
                                 b.segment_direct_into(segmented, spare, tx_crcs);
                                 outbound.extend(segmented.drain(..).map(Out::Bytes));
                                 // Its box builds the device's next burst (no allocation per
@@ -1809,10 +1830,9 @@ impl UdpWire {
             if spare.len() >= SPARE_BUFFERS {
                 break;
             }
-            spare.push(match p {
-                Out::Bytes(b) => b,
-                Out::Gather(g) => g.head,
-            });
+            if let Out::Bytes(b) = p {
+                spare.push(b);
+            }
         }
         outbound.clear();
         busy
@@ -1852,6 +1872,8 @@ impl UdpWire {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::frame::Burst;
+    use crate::link::gather;
     use bypass_hw::roce::{BthFields, BthOpcode, DEFAULT_PKEY, ExtFields, PacketSpec, emit};
     use std::net::Ipv4Addr;
 
@@ -2278,11 +2300,9 @@ mod tests {
     }
 
     /// `burst` as gather packets (checked to be accepted), and the bursts they borrow from.
-    fn gathered(burst: Burst) -> (Vec<Out>, Vec<Burst>) {
-        let (mut out, mut bursts) = (Vec::new(), Vec::new());
-        assert!(
-            gather::push_burst(Box::new(burst), &mut bursts, &mut out, &mut Vec::new()).is_ok()
-        );
+    fn gathered(burst: Burst) -> (Vec<Out>, Gathered) {
+        let (mut out, mut bursts) = (Vec::new(), Gathered::default());
+        assert!(bursts.push_burst(Box::new(burst), &mut out).is_ok());
         (out, bursts)
     }
 
@@ -2340,10 +2360,8 @@ mod tests {
             })
             .collect();
         burst.src = crate::frame::Payload::Host(runs);
-        let (mut out, mut bursts) = (Vec::new(), Vec::new());
-        assert!(
-            gather::push_burst(Box::new(burst), &mut bursts, &mut out, &mut Vec::new()).is_err()
-        );
+        let (mut out, mut bursts) = (Vec::new(), Gathered::default());
+        assert!(bursts.push_burst(Box::new(burst), &mut out).is_err());
         assert!(out.is_empty() && bursts.is_empty());
     }
 
@@ -2382,9 +2400,9 @@ mod tests {
         let (mut out, bursts) = gathered(burst);
         let mut wires: Vec<Option<WireOf>> = {
             let mut memo = WireMemo::default();
-            out.iter().map(|p| out_wire(p, &mut memo)).collect()
+            out.iter().map(|p| bytes_wire(p, &mut memo)).collect()
         };
-        let first = train_len(&out, &wires);
+        let first = train_len(&out, &wires, &bursts);
         let iovs: usize = out.iter().take(first).map(iov_count).sum();
         assert!(
             iovs <= IOV_MAX && first < n,
