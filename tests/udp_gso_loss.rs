@@ -12,7 +12,9 @@ use std::time::{Duration, Instant};
 
 use bypass_sim::link::udp::{LinkCounters, UdpLink};
 use bypass_verbs::driver::backend::sim::SimFabric;
-use bypass_verbs::{Access, Context, Cq, QpBuilder, SendOp, SendWr};
+use bypass_verbs::{
+    Access, Completion, Context, Cq, MemoryPool, Mr, Qp, QpBuilder, SendOp, SendWr,
+};
 
 /// How long the transfer may take before the test reports it stuck (a bound, not a speed
 /// check).
@@ -40,51 +42,89 @@ fn open(addr: SocketAddr, seed: u64, drop_every: u64) -> (Arc<Context>, Arc<Link
     (Context::new(backend).expect("open the device"), counters)
 }
 
-#[test]
-fn a_megabyte_write_over_udp_trains_survives_packets_lost_inside_them() {
+/// Two connected RC QPs on links at 127.0.0.1 (a) and 127.0.0.2 (b), b's link dropping every
+/// `drop_every`-th packet it reads (0: none), a `len`-byte writable region of b's and a pool
+/// of a's to post from. Field order is drop order.
+struct Pair {
+    a: Qp,
+    _b: Qp,
+    cqa: Cq,
+    _cqb: Cq,
+    target: Mr,
+    pool: MemoryPool,
+    ca: Arc<Context>,
+    cb: Arc<Context>,
+    la: Arc<LinkCounters>,
+    lb: Arc<LinkCounters>,
+}
+
+fn pair(len: usize, drop_every: u64) -> Pair {
     let (ia, ib): (IpAddr, IpAddr) = (
         Ipv4Addr::new(127, 0, 0, 1).into(),
         Ipv4Addr::new(127, 0, 0, 2).into(),
     );
     let port = free_port(ia, ib);
     let (ca, la) = open(SocketAddr::new(ia, port), 1, 0);
-    let (cb, lb) = open(SocketAddr::new(ib, port), 2, 97);
+    let (cb, lb) = open(SocketAddr::new(ib, port), 2, drop_every);
     let (pa, pb) = (ca.alloc_pd().expect("PD a"), cb.alloc_pd().expect("PD b"));
-    let mut cqa = Cq::new(&ca, 16).expect("CQ a");
+    let cqa = Cq::new(&ca, 16).expect("CQ a");
     let cqb = Cq::new(&cb, 16).expect("CQ b");
-    const LEN: usize = 1 << 20;
     let target = pb
-        .register(LEN, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+        .register(len, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
         .expect("MR b");
-    let pool = pa.create_pool(LEN, 2).expect("pool a");
+    let pool = pa.create_pool(len, 2).expect("pool a");
     let mut a = QpBuilder::rc(&pa, &cqa, &cqa).build().expect("QP a");
     let mut b = QpBuilder::rc(&pb, &cqb, &cqb).build().expect("QP b");
     let (ea, eb) = (a.endpoint().expect("ep a"), b.endpoint().expect("ep b"));
     a.connect(&eb).expect("connect a");
     b.connect(&ea).expect("connect b");
+    Pair {
+        a,
+        _b: b,
+        cqa,
+        _cqb: cqb,
+        target,
+        pool,
+        ca,
+        cb,
+        la,
+        lb,
+    }
+}
 
-    let data: Vec<u8> = (0..LEN).map(|i| (i * 13 + i / 4093) as u8).collect();
-    let mut lease = pool.lease(LEN).expect("lease");
-    lease.as_mut_slice().copy_from_slice(&data);
-    let remote = target.remote().slice(0, LEN as u64).expect("slice");
-    a.post_send(SendWr::new(5, SendOp::Write(remote)).sge(lease))
-        .expect("post the WRITE");
-
-    let t0 = Instant::now();
-    let c = loop {
-        if let Some(c) = cqa.poll_one() {
-            break c;
+impl Pair {
+    /// Pumps both devices from this thread until a's CQ gives a completion.
+    fn wait(&mut self) -> Completion {
+        let t0 = Instant::now();
+        loop {
+            if let Some(c) = self.cqa.poll_one() {
+                return c;
+            }
+            self.ca.progress();
+            self.cb.progress();
+            assert!(
+                t0.elapsed() < STALL,
+                "no completion after {STALL:?}: link a {}; link b {}",
+                self.la.summary(),
+                self.lb.summary()
+            );
+            std::thread::yield_now();
         }
-        ca.progress();
-        cb.progress();
-        assert!(
-            t0.elapsed() < STALL,
-            "no completion after {STALL:?}: link a {}; link b {}",
-            la.summary(),
-            lb.summary()
-        );
-        std::thread::yield_now();
-    };
+    }
+}
+
+#[test]
+fn a_megabyte_write_over_udp_trains_survives_packets_lost_inside_them() {
+    const LEN: usize = 1 << 20;
+    let mut p = pair(LEN, 97);
+    let data: Vec<u8> = (0..LEN).map(|i| (i * 13 + i / 4093) as u8).collect();
+    let mut lease = p.pool.lease(LEN).expect("lease");
+    lease.as_mut_slice().copy_from_slice(&data);
+    let remote = p.target.remote().slice(0, LEN as u64).expect("slice");
+    p.a.post_send(SendWr::new(5, SendOp::Write(remote)).sge(lease))
+        .expect("post the WRITE");
+    let c = p.wait();
+    let (target, la, lb) = (&p.target, &p.la, &p.lb);
     assert!(c.is_ok(), "{c}");
     assert_eq!(c.wr_id(), 5);
     let mut got = vec![0u8; LEN];
@@ -121,41 +161,15 @@ fn train_packets(mtu: u64) -> u64 {
 
 #[test]
 fn a_megabyte_write_leaves_in_full_segmented_sends() {
-    let (ia, ib): (IpAddr, IpAddr) = (
-        Ipv4Addr::new(127, 0, 0, 1).into(),
-        Ipv4Addr::new(127, 0, 0, 2).into(),
-    );
-    let port = free_port(ia, ib);
-    let (ca, la) = open(SocketAddr::new(ia, port), 1, 0);
-    let (cb, lb) = open(SocketAddr::new(ib, port), 2, 0);
-    let (pa, pb) = (ca.alloc_pd().expect("PD a"), cb.alloc_pd().expect("PD b"));
-    let mut cqa = Cq::new(&ca, 16).expect("CQ a");
-    let cqb = Cq::new(&cb, 16).expect("CQ b");
     const LEN: usize = 1 << 20;
-    let target = pb
-        .register(LEN, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
-        .expect("MR b");
-    let pool = pa.create_pool(LEN, 2).expect("pool a");
-    let mut a = QpBuilder::rc(&pa, &cqa, &cqa).build().expect("QP a");
-    let mut b = QpBuilder::rc(&pb, &cqb, &cqb).build().expect("QP b");
-    let (ea, eb) = (a.endpoint().expect("ep a"), b.endpoint().expect("ep b"));
-    a.connect(&eb).expect("connect a");
-    b.connect(&ea).expect("connect b");
-    let mut lease = pool.lease(LEN).expect("lease");
+    let mut p = pair(LEN, 0);
+    let mut lease = p.pool.lease(LEN).expect("lease");
     lease.as_mut_slice().fill(0x5a);
-    let remote = target.remote().slice(0, LEN as u64).expect("slice");
-    a.post_send(SendWr::new(6, SendOp::Write(remote)).sge(lease))
+    let remote = p.target.remote().slice(0, LEN as u64).expect("slice");
+    p.a.post_send(SendWr::new(6, SendOp::Write(remote)).sge(lease))
         .expect("post the WRITE");
-    let t0 = Instant::now();
-    let c = loop {
-        if let Some(c) = cqa.poll_one() {
-            break c;
-        }
-        ca.progress();
-        cb.progress();
-        assert!(t0.elapsed() < STALL, "no completion: {}", la.summary());
-        std::thread::yield_now();
-    };
+    let c = p.wait();
+    let (la, lb) = (&p.la, &p.lb);
     assert!(c.is_ok(), "{c}");
 
     // The window (128 packets, an ACK asked for every 64) cuts the message into bursts; each
@@ -182,37 +196,11 @@ fn a_megabyte_write_leaves_in_full_segmented_sends() {
 
 #[test]
 fn an_empty_write_completes_over_udp() {
-    let (ia, ib): (IpAddr, IpAddr) = (
-        Ipv4Addr::new(127, 0, 0, 1).into(),
-        Ipv4Addr::new(127, 0, 0, 2).into(),
-    );
-    let port = free_port(ia, ib);
-    let (ca, la) = open(SocketAddr::new(ia, port), 1, 0);
-    let (cb, _lb) = open(SocketAddr::new(ib, port), 2, 0);
-    let (pa, pb) = (ca.alloc_pd().expect("PD a"), cb.alloc_pd().expect("PD b"));
-    let mut cqa = Cq::new(&ca, 16).expect("CQ a");
-    let cqb = Cq::new(&cb, 16).expect("CQ b");
-    let target = pb
-        .register(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
-        .expect("MR b");
-    let mut a = QpBuilder::rc(&pa, &cqa, &cqa).build().expect("QP a");
-    let mut b = QpBuilder::rc(&pb, &cqb, &cqb).build().expect("QP b");
-    let (ea, eb) = (a.endpoint().expect("ep a"), b.endpoint().expect("ep b"));
-    a.connect(&eb).expect("connect a");
-    b.connect(&ea).expect("connect b");
-    let remote = target.remote().slice(0, 0).expect("empty slice");
-    a.post_send(SendWr::new(7, SendOp::Write(remote)))
+    let mut p = pair(4096, 0);
+    let remote = p.target.remote().slice(0, 0).expect("empty slice");
+    p.a.post_send(SendWr::new(7, SendOp::Write(remote)))
         .expect("post the empty WRITE");
-    let t0 = Instant::now();
-    let c = loop {
-        if let Some(c) = cqa.poll_one() {
-            break c;
-        }
-        ca.progress();
-        cb.progress();
-        assert!(t0.elapsed() < STALL, "no completion: {}", la.summary());
-        std::thread::yield_now();
-    };
+    let c = p.wait();
     assert!(c.is_ok(), "{c}");
     assert_eq!(c.wr_id(), 7);
 }

@@ -726,17 +726,26 @@ fn an_error_completion_waits_with_the_flush_while_a_burst_of_the_qp_still_reads(
     assert_eq!(flushed_wqes(&cqes[1..]), [1]);
 }
 
+/// The IPv4 header of a packet from 10.0.0.1 to 10.0.0.`last` (rxe's defaults).
+fn ip_to(last: u8) -> bypass_hw::roce::IpSpec {
+    bypass_hw::roce::IpSpec::from_gids(
+        &crate::Profile::ipv4_gid([10, 0, 0, 1]),
+        &crate::Profile::ipv4_gid([10, 0, 0, last]),
+    )
+    .unwrap()
+}
+
+/// An IPv6 header between two fixed GIDs.
+fn ip_v6() -> bypass_hw::roce::IpSpec {
+    bypass_hw::roce::IpSpec::from_gids(&[0xfe; 16], &[0xfd; 16]).unwrap()
+}
+
 #[test]
 fn ack_frames_written_directly_are_exactly_what_emit_writes() {
     use crate::frame::AckFrame;
-    use bypass_hw::roce::{Aeth, IpSpec, UdpPorts, emit};
+    use bypass_hw::roce::{Aeth, UdpPorts, emit};
     use bypass_hw::syndrome::AethSyndrome;
-    let v4 = IpSpec::from_gids(
-        &crate::Profile::ipv4_gid([10, 0, 0, 1]),
-        &crate::Profile::ipv4_gid([10, 0, 0, 2]),
-    )
-    .unwrap();
-    let v6 = IpSpec::from_gids(&[0xfe; 16], &[0xfd; 16]).unwrap();
+    let (v4, v6) = (ip_to(2), ip_v6());
     let ports = UdpPorts {
         src: 0xc123,
         dst: 4791,
@@ -774,19 +783,9 @@ fn ack_frames_written_directly_are_exactly_what_emit_writes() {
 #[test]
 fn an_ack_writer_writes_what_emit_writes_across_flows_and_repeats() {
     use crate::frame::{AckFrame, AckWriter};
-    use bypass_hw::roce::{Aeth, IpSpec, UdpPorts, emit};
+    use bypass_hw::roce::{Aeth, UdpPorts, emit};
     use bypass_hw::syndrome::AethSyndrome;
-    let v4 = IpSpec::from_gids(
-        &crate::Profile::ipv4_gid([10, 0, 0, 1]),
-        &crate::Profile::ipv4_gid([10, 0, 0, 2]),
-    )
-    .unwrap();
-    let v4b = IpSpec::from_gids(
-        &crate::Profile::ipv4_gid([10, 0, 0, 1]),
-        &crate::Profile::ipv4_gid([10, 0, 0, 3]),
-    )
-    .unwrap();
-    let v6 = IpSpec::from_gids(&[0xfe; 16], &[0xfd; 16]).unwrap();
+    let (v4, v4b, v6) = (ip_to(2), ip_to(3), ip_v6());
     let port = |src| UdpPorts { src, dst: 4791 };
     // Flows that differ in one thing each (address, family, source port, QP), each written
     // several times in a row and returned to after others: the kept headers must follow.

@@ -451,7 +451,7 @@ impl IovList {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::sync::Arc;
 
     use bypass_hw::roce::{ROCE_V2_UDP_DPORT, RocePacket};
@@ -460,15 +460,16 @@ mod tests {
     use crate::memory::{HostMemory, SimMemory};
     use crate::profile::Profile;
 
-    /// A WRITE burst between `src` and `dst` GIDs: message `msg_len` bytes cut at `mtu`, the
-    /// packets from message offset `msg_off` on, first PSN `psn`, AckReq bits `ack_req`, its
-    /// payload in two host buffers (the first holds `split` bytes of it).
-    fn burst(
+    /// A WRITE burst between `src` and `dst` GIDs from UDP source port `sport`: message
+    /// `msg_len` bytes cut at `mtu`, the packets from message offset `msg_off` on, first PSN
+    /// `psn`, AckReq bits `ack_req`, its payload in two host buffers (the first holds `split`
+    /// bytes of it). The UDP link's tests build theirs here too.
+    pub(crate) fn two_run_burst(
         gids: ([u8; 16], [u8; 16]),
         (msg_len, msg_off, mtu): (u32, u32, u32),
         split: usize,
-        psn: u32,
-        ack_req: u128,
+        (psn, ack_req): (u32, u128),
+        sport: u16,
     ) -> Burst {
         let bytes = (msg_len - msg_off) as usize;
         let data: Vec<u8> = (0..bytes).map(|i| (i * 29 + 3) as u8).collect();
@@ -491,7 +492,7 @@ mod tests {
         let mut burst = Burst::blank();
         burst.ip = IpSpec::from_gids(&gids.0, &gids.1).unwrap();
         burst.ports = UdpPorts {
-            src: 0xc0de,
+            src: sport,
             dst: ROCE_V2_UDP_DPORT,
         };
         burst.dest_qp = 0xabcde;
@@ -540,7 +541,7 @@ mod tests {
         let mut gathered = Gathered::default();
         for gids in [v4, v6] {
             for (case, &(shape, split, psn, ack_req)) in cases.iter().enumerate() {
-                let b = burst(gids, shape, split, psn, ack_req);
+                let b = two_run_burst(gids, shape, split, (psn, ack_req), 0xc0de);
                 let want = b.segment();
                 let mut out = Vec::new();
                 gathered.clear();

@@ -140,7 +140,8 @@ impl PsnDeltaCache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use bypass_hw::roce::{BTH_LEN, BthFields, BthOpcode, IpSpec, Ipv4Spec, UdpPorts};
+    use bypass_hw::roce::ip::ipv4_to_gid;
+    use bypass_hw::roce::{BTH_LEN, BthFields, BthOpcode, IpSpec, UdpPorts};
 
     fn bth(psn: u32, ack_req: bool) -> Bth {
         Bth::from_fields(&BthFields {
@@ -162,14 +163,9 @@ mod tests {
 
     #[test]
     fn a_packets_icrc_is_its_neighbours_changed_by_the_psn_delta() {
-        let ip = IpSpec::V4(Ipv4Spec {
-            src: [10, 0, 0, 1],
-            dst: [10, 0, 0, 2],
-            tos: 0,
-            ttl: 64,
-            id: 0,
-            dont_fragment: true,
-        });
+        // rxe's IPv4 header defaults (TTL 64, DF, ID 0).
+        let ip = IpSpec::from_gids(&ipv4_to_gid([10, 0, 0, 1]), &ipv4_to_gid([10, 0, 0, 2]))
+            .expect("IPv4-mapped GIDs");
         let ports = UdpPorts {
             src: 0xc123,
             dst: 4791,

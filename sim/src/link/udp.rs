@@ -2197,52 +2197,21 @@ mod tests {
         got
     }
 
-    /// A WRITE burst from 127.0.0.1 to 127.0.0.2: message `msg_len` bytes cut at `mtu`, the
-    /// packets from message offset `msg_off` on, its payload in two host buffers (the first
-    /// holds `split` bytes of it), AckReq on every odd packet.
+    /// A WRITE burst from 127.0.0.1 to 127.0.0.2 (`gather::tests::two_run_burst`): message
+    /// `msg_len` bytes cut at `mtu`, the packets from message offset `msg_off` on, its payload
+    /// in two host buffers (the first holds `split` bytes of it), the PSN wrapping inside it,
+    /// AckReq on every odd packet.
     fn two_run_burst(msg_len: u32, msg_off: u32, mtu: u32, split: usize, sport: u16) -> Burst {
-        use crate::iommu::HostRun;
-        use crate::memory::{HostMemory, SimMemory};
-        let bytes = (msg_len - msg_off) as usize;
-        let count = (msg_len - msg_off).div_ceil(mtu).max(1);
-        let data: Vec<u8> = (0..bytes).map(|i| (i * 13 + 5) as u8).collect();
-        let (a, b) = data.split_at(split.min(bytes));
-        let m1 = Arc::new(SimMemory::new(bytes + 100).unwrap());
-        let m2 = Arc::new(SimMemory::new(bytes + 100).unwrap());
-        assert!(m1.write_at(100, a) && m2.write_at(7, b));
-        let mut runs = vec![HostRun {
-            mem: m1,
-            off: 100,
-            len: a.len(),
-        }];
-        if !b.is_empty() {
-            runs.push(HostRun {
-                mem: m2,
-                off: 7,
-                len: b.len(),
-            });
-        }
-        let mut burst = Burst::blank();
-        burst.ip = IpSpec::from_gids(
-            &Profile::ipv4_gid([127, 0, 0, 1]),
-            &Profile::ipv4_gid([127, 0, 0, 2]),
+        crate::link::gather::tests::two_run_burst(
+            (
+                Profile::ipv4_gid([127, 0, 0, 1]),
+                Profile::ipv4_gid([127, 0, 0, 2]),
+            ),
+            (msg_len, msg_off, mtu),
+            split,
+            (0xff_fffe, 0xaaaa_aaaa),
+            sport,
         )
-        .unwrap();
-        burst.ports = UdpPorts {
-            src: sport,
-            dst: ROCE_V2_UDP_DPORT,
-        };
-        burst.dest_qp = 0x123;
-        burst.first_psn = 0xff_fffe; // wraps inside the burst
-        burst.count = count;
-        burst.mtu = mtu;
-        burst.msg_off = msg_off;
-        burst.msg_len = msg_len;
-        burst.raddr = 0x7f00_1234_5000;
-        burst.rkey = 0xabcd;
-        burst.ack_req = 0xaaaa_aaaa;
-        burst.src = crate::frame::Payload::Host(runs);
-        burst
     }
 
     #[test]
