@@ -285,20 +285,33 @@ impl Gathered {
                 icrc ^= d.delta(&from, heads.bth());
             }
             slot.copy_from_slice(&icrc.to_le_bytes());
-            // All below 2^32: a burst's payload offsets and lengths are below its message
-            // length (a u32), its pieces fewer than its runs (below IOV_MAX).
+            // All fit: a burst's payload offsets and lengths are below its message length (a
+            // u32), its pieces fewer than its runs (below IOV_MAX), the headers and the tail
+            // a few dozen bytes. Checked anyway: a value that did not fit would send a wrong
+            // packet, where stopping here leaves the rest to the transport's retransmission.
+            let (Ok(hdr_len), Ok(tail_len), Ok(udp_len), Ok(at), Ok(len), Ok(count)) = (
+                u8::try_from(hdr_len),
+                u8::try_from(tail_len),
+                u32::try_from(g.udp_len),
+                u32::try_from(g.payload_at),
+                u32::try_from(g.payload_len),
+                u32::try_from(self.pieces.len() - pieces_at),
+            ) else {
+                self.pieces.truncate(pieces_at);
+                break;
+            };
             out.push(Out::Gather(GatherPkt {
                 hdr,
-                hdr_len: hdr_len as u8,
+                hdr_len,
                 tail,
-                tail_len: tail_len as u8,
+                tail_len,
                 ip_id,
                 burst: index,
-                udp_len: g.udp_len as u32,
-                at: g.payload_at as u32,
-                len: g.payload_len as u32,
+                udp_len,
+                at,
+                len,
                 pieces_at: pieces_at32,
-                pieces: (self.pieces.len() - pieces_at) as u32,
+                pieces: count,
             }));
         }
         let wire = BurstWire {
