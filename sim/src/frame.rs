@@ -463,14 +463,7 @@ impl Burst {
     /// A burst of nothing, to be filled in (`requester::send_burst` writes every field).
     pub(crate) fn blank() -> Self {
         Self {
-            ip: IpSpec::V4(bypass_hw::roce::Ipv4Spec {
-                src: [0; 4],
-                dst: [0; 4],
-                tos: 0,
-                ttl: 0,
-                id: 0,
-                dont_fragment: false,
-            }),
+            ip: IpSpec::V4(bypass_hw::roce::Ipv4Spec::default()),
             ports: UdpPorts { src: 0, dst: 0 },
             dest_qp: 0,
             first_psn: 0,

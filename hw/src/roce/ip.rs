@@ -26,7 +26,9 @@ pub const DEFAULT_TTL: u8 = 64;
 const DF: u16 = 0x4000;
 
 /// The IPv4 header fields a RoCEv2 sender chooses. Lengths, protocol and checksum are derived.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// `Default` is all zero (addresses, TOS, TTL, ID, no DF): a blank to fill in, not what rxe
+/// sends (`IpSpec::from_gids` gives that).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Ipv4Spec {
     /// Source address.
     pub src: [u8; 4],

@@ -22,83 +22,32 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use bypass_hw::roce::{
-    Aeth, BthFields, BthOpcode, ExtFields, IpSpec, Ipv4Spec, PacketSpec, Reth, UdpPorts,
-};
-use bypass_hw::syndrome::AethSyndrome;
+use bypass_hw::roce::opcode::pad_len;
+use bypass_hw::roce::{BthOpcode, ICRC_LEN};
 use nix::sys::socket::{
     ControlMessage, MsgFlags, SockaddrStorage, recvmsg, sendmsg, setsockopt, sockopt,
 };
 
+/// The UDP payload length (BTH .. ICRC) of a packet of opcode `op` carrying `payload` bytes:
+/// its headers (rxe's opcode table length), the payload, its pad to 4 bytes and the ICRC (as
+/// `PacketSpec::udp_payload_len` counts them).
+fn udp_payload_len(op: BthOpcode, payload: usize) -> Option<usize> {
+    Some(op.info()?.length + payload + usize::from(pad_len(payload)) + ICRC_LEN)
+}
+
 /// The UDP payload lengths (BTH .. ICRC) of an RC RDMA WRITE ONLY of `size` bytes (not
 /// inline or inline: the same on the wire) and of the ACK that answers it.
 pub fn write_round_trip_lens(size: usize) -> Option<(usize, usize)> {
-    let (ip, ports) = loopback_ip_ports();
-    let payload = vec![0u8; size];
-    let write = PacketSpec {
-        ip,
-        ports,
-        bth: BthFields {
-            opcode: BthOpcode::RC_RDMA_WRITE_ONLY,
-            ..BthFields::default()
-        },
-        ext: ExtFields {
-            reth: Some(Reth::new(0, 0, u32::try_from(size).ok()?)),
-            ..ExtFields::default()
-        },
-        payload: &payload,
-    };
-    let ack = PacketSpec {
-        ip,
-        ports,
-        bth: BthFields {
-            opcode: BthOpcode::RC_ACKNOWLEDGE,
-            ..BthFields::default()
-        },
-        ext: ExtFields {
-            aeth: Some(Aeth::new(AethSyndrome::ACK_UNLIMITED, 0).ok()?),
-            ..ExtFields::default()
-        },
-        payload: &[],
-    };
-    Some((write.udp_payload_len().ok()?, ack.udp_payload_len().ok()?))
+    Some((
+        udp_payload_len(BthOpcode::RC_RDMA_WRITE_ONLY, size)?,
+        udp_payload_len(BthOpcode::RC_ACKNOWLEDGE, 0)?,
+    ))
 }
 
 /// The UDP payload length (BTH .. ICRC) of a full RDMA WRITE MIDDLE packet at path MTU
 /// `mtu`: the datagrams of a WRITE stream.
 pub fn write_stream_segment_len(mtu: usize) -> Option<usize> {
-    let payload = vec![0u8; mtu];
-    let (ip, ports) = loopback_ip_ports();
-    PacketSpec {
-        ip,
-        ports,
-        bth: BthFields {
-            opcode: BthOpcode::RC_RDMA_WRITE_MIDDLE,
-            ..BthFields::default()
-        },
-        ext: ExtFields::default(),
-        payload: &payload,
-    }
-    .udp_payload_len()
-    .ok()
-}
-
-/// Header fields for the length computations (the lengths do not depend on them).
-fn loopback_ip_ports() -> (IpSpec, UdpPorts) {
-    (
-        IpSpec::V4(Ipv4Spec {
-            src: [127, 0, 0, 1],
-            dst: [127, 0, 0, 2],
-            tos: 0,
-            ttl: 64,
-            id: 0,
-            dont_fragment: true,
-        }),
-        UdpPorts {
-            src: 0xc000,
-            dst: bypass_hw::roce::ROCE_V2_UDP_DPORT,
-        },
-    )
+    udp_payload_len(BthOpcode::RC_RDMA_WRITE_MIDDLE, mtu)
 }
 
 /// A ping-pong between `a` and `b` in one thread where each side sends what a UDP link sends

@@ -82,12 +82,8 @@ fn compute_per_length(zeros: &mut Vec<u8>, len: usize) -> Option<PerLength> {
     let payload = zeros.get(..len)?;
     let ports = UdpPorts { src: 0, dst: 0 };
     let zero = Ipv4Spec {
-        src: [0; 4],
-        dst: [0; 4],
-        tos: 0,
-        ttl: 0,
-        id: 0,
         dont_fragment: true,
+        ..Ipv4Spec::default()
     };
     let c0 = crc_with_id(&zero, ports, payload, 0)?;
     let mut bits = [0u32; 16];
