@@ -904,7 +904,6 @@ mod tests {
             (WcOpcode::Send, WcFlags::WITH_IMM)
         );
         assert_eq!(f.poller.consumer_index(), 5);
-        let _ = &f.table;
     }
 
     #[test]
