@@ -616,7 +616,7 @@ impl Device {
     /// then expired transport timers. Returns true if anything happened (a stepped world calls
     /// it until every device returns false).
     pub fn step(&mut self) -> bool {
-        if self.doorbells.is_empty() && self.rx.is_empty() {
+        if self.doorbells.is_empty() && self.rx.is_empty() && self.waiting_cmds.is_empty() {
             // Only the scan can do something: run it without the rest of the step.
             let scanned = crate::transport::scan(self);
             self.scan_progressed = scanned;

@@ -581,6 +581,31 @@ fn a_retransmitted_write_copies_its_payload_instead_of_reading_it_late() {
 }
 
 #[test]
+fn a_command_waiting_for_a_qps_bursts_runs_at_the_first_step_after_they_are_read() {
+    // A 2RST_QP / DESTROY_QP waits in `waiting_cmds` while a burst of its QP is unread
+    // (`firmware::cmdq::waits_for`). The burst may be let go outside any step (the UDP link
+    // drops it after sending): the very next `step`, with nothing else to do, runs the command.
+    let mut c = connect(1024);
+    c.p.a.dev.set_fast_tx(true);
+    post(&mut c, &[w(3000, 0, 0)]);
+    c.p.a.dev.step();
+    let held: Vec<_> = std::iter::from_fn(|| c.p.a.dev.take_frame()).collect();
+    assert_eq!(held.len(), 1, "one burst by reference: {held:?}");
+    let qpn = c.a_qp.qpn;
+    c.p.a.dev.waiting_cmds.push((0, qpn));
+    assert!(!c.p.a.dev.step(), "nothing runs while the burst reads");
+    assert_eq!(c.p.a.dev.waiting_cmds, [(0, qpn)]);
+    drop(held);
+    assert_eq!(
+        c.p.a.dev.next_deadline(),
+        Some(c.p.a.dev.now),
+        "due at once"
+    );
+    assert!(c.p.a.dev.step(), "the command ran");
+    assert!(c.p.a.dev.waiting_cmds.is_empty());
+}
+
+#[test]
 fn a_flush_waits_until_no_burst_of_the_qp_still_reads_its_memory() {
     // Two WRITEs from a's memory go out as bursts and are held on the wire; the QP is moved
     // to ERR (what QP_2ERR does, `firmware::qp::modify`). A flush CQE hands the buffer back to
