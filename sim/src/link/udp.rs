@@ -65,7 +65,6 @@
 //! The receiving socket is bound to one address, so the destination address of every
 //! datagram it gets is that address (no `IP_PKTINFO` needed).
 
-use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{self, BufWriter};
 use std::net::{IpAddr, SocketAddr, UdpSocket};
@@ -135,17 +134,6 @@ const GSO_MAX_SEGS: usize = 64;
 // Every segment's ID of a segmented send is in the re-stamping table.
 const _: () = assert!(GSO_MAX_SEGS <= TRAIN_IDS);
 
-/// A packet the link received, as the device takes it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Received {
-    /// The IP packet (headers rebuilt, see the module comment), IP header through ICRC.
-    pub packet: Vec<u8>,
-    /// The link computed the ICRC (to find the IPv4 ID) and it matches `packet`: hand it to
-    /// `Device::receive_icrc_checked`, which does not compute it again. False: hand it to
-    /// `Device::receive`, which checks it.
-    pub icrc_checked: bool,
-}
-
 /// A packet [`UdpLink::deliver_rx`] hands on: the IP packet in the link's receive buffer, its
 /// header as the link wrote it, and whether the link checked its ICRC.
 #[derive(Debug, Clone, Copy)]
@@ -158,7 +146,8 @@ pub struct RxPacket<'a> {
     pub ip: &'a IpSpec,
     /// The UDP ports as written.
     pub ports: UdpPorts,
-    /// See [`Received::icrc_checked`].
+    /// The link computed the ICRC (to find the IPv4 ID) and it matches `bytes`: the device
+    /// need not compute it again. False: the device checks it (and counts a mismatch).
     pub icrc_checked: bool,
 }
 
@@ -262,9 +251,6 @@ pub struct UdpLink {
     /// port: a binary search per send, where a `HashMap` hashed the port with SipHash
     /// (~150 instructions a send).
     tx: Vec<(u16, UdpSocket)>,
-    /// The receive buffer of [`UdpLink::recv_batch`] (one datagram, or one `UDP_GRO` train
-    /// of them), reused.
-    buf: Vec<u8>,
     /// The receive buffers of [`UdpLink::fill_rx`], reused: each holds one datagram or
     /// `UDP_GRO` train after [`RX_HEADROOM`] bytes, and the first `rx_filled` are waiting
     /// for [`UdpLink::deliver_rx`].
@@ -278,8 +264,6 @@ pub struct UdpLink {
     wire_memo: WireMemo,
     /// The iovecs of the send being built, reused.
     iov: IovList,
-    /// Packets received and not yet taken by [`UdpLink::recv`].
-    pending: VecDeque<Vec<u8>>,
     /// How the ICRC changes with the IPv4 ID, by payload length.
     deltas: Ipv4IdSolver,
     /// `deltas` for the IDs of one segmented send, looked up per segment sent.
@@ -396,14 +380,12 @@ impl UdpLink {
             local,
             rx,
             tx: Vec::new(),
-            buf: vec![0; MAX_DATAGRAM],
             rx_bufs: Vec::new(),
             rx_filled: 0,
             gso: true,
             wires: Vec::new(),
             wire_memo: WireMemo::default(),
             iov: IovList::default(),
-            pending: VecDeque::new(),
             deltas: Ipv4IdSolver::new(),
             train_deltas: TrainDeltas::default(),
             rx_hdrs: RxHeaders::default(),
@@ -488,12 +470,24 @@ impl UdpLink {
     }
 
     /// Sends every packet of `packets` (IP header through ICRC, as the device built them) and
-    /// empties it. A run of consecutive packets to one peer from one source port whose UDP
-    /// payloads are equally long (the last may be shorter) goes out as one segmented send
-    /// (`UDP_SEGMENT`, Linux `udp_send_skb`): one system call and one trip through the IP
-    /// stack for up to 64 packets; the kernel cuts the train into exactly the
-    /// datagrams [`UdpLink::send`] would have sent one by one (on loopback, and to a socket
-    /// with `UDP_GRO`, it is not even cut: the receiver reads the train whole).
+    /// empties it, as the pump sends them (tests drive the link's send path with it).
+    #[cfg(test)]
+    pub(crate) fn send_batch(&mut self, packets: &mut Vec<Vec<u8>>) {
+        let mut out: Vec<Out> = packets.drain(..).map(Out::Bytes).collect();
+        self.send_all(&mut out, &Gathered::default());
+    }
+
+    /// Sends every packet of `packets`, as bytes (IP header through ICRC, as the device built
+    /// them) or as gather lists whose payload lies in `bursts` (see `link::gather`), leaving
+    /// them in `packets` (the caller reuses their buffers). A run of consecutive packets to
+    /// one peer from one source port whose UDP payloads are equally long (the last may be
+    /// shorter) goes out as one segmented send (`UDP_SEGMENT`, Linux `udp_send_skb`): one
+    /// system call and one trip through the IP stack for up to 64 packets; the kernel cuts
+    /// the train into exactly the datagrams [`UdpLink::send`] would have sent one by one (on
+    /// loopback, and to a socket with `UDP_GRO`, it is not even cut: the receiver reads the
+    /// train whole). A segmented send's iovecs (per packet: the UDP payload's bytes, or the
+    /// BTH (+RETH), the payload's host-memory pieces and the pad + ICRC) add up, per
+    /// segment, to exactly the segment size the kernel cuts at, and stay within [`IOV_MAX`].
     ///
     /// The IPv4 ID of segment `k` of a train is `k`, not 0: segmentation
     /// (`net/ipv4/af_inet.c` `inet_gso_segment`) numbers the segments up from the first's
@@ -502,16 +496,6 @@ impl UdpLink {
     /// it is sent (an XOR, `link::train_ids`); its own IP header, which the kernel does not
     /// read, is re-stamped with ID `k` only when a pcap records it (the pcap shows the header
     /// as sent).
-    pub fn send_batch(&mut self, packets: &mut Vec<Vec<u8>>) {
-        let mut out: Vec<Out> = packets.drain(..).map(Out::Bytes).collect();
-        self.send_all(&mut out, &Gathered::default());
-    }
-
-    /// As [`UdpLink::send_batch`], for packets as bytes or as gather lists whose payload lies
-    /// in `bursts` (see `link::gather`), leaving them in `packets` (the caller reuses their
-    /// buffers). A segmented send's iovecs (per packet: the UDP payload's bytes, or the BTH
-    /// (+RETH), the payload's host-memory pieces and the pad + ICRC) add up, per segment, to
-    /// exactly the segment size the kernel cuts at, and stay within [`IOV_MAX`].
     pub(crate) fn send_all(&mut self, packets: &mut [Out], bursts: &Gathered) {
         // Each packet is parsed once, here; grouping and re-stamping use what this found.
         let mut wires = std::mem::take(&mut self.wires);
@@ -691,85 +675,11 @@ impl UdpLink {
         self.tx.get(at).map_or(&self.rx, |(_, s)| s)
     }
 
-    /// Receives one packet if one is waiting and returns it as the IP packet the device
-    /// takes (headers rebuilt as the module comment says). `None` when nothing is waiting.
-    pub fn recv(&mut self) -> Option<Vec<u8>> {
-        if self.pending.is_empty() {
-            let mut got = Vec::new();
-            self.recv_batch(&mut got, RX_BATCH);
-            self.pending.extend(got.into_iter().map(|r| r.packet));
-        }
-        self.pending.pop_front()
-    }
-
-    /// Receives what is waiting, up to about `max` packets, appending each to `out` as the IP
-    /// packet the device takes; returns how many were appended. A `UDP_GRO` read (a train of
-    /// equal-size datagrams from one sender, `udp_gro_receive`) is cut at the segment size the
-    /// kernel reports, and segment `k` is first tried with IPv4 ID `k` (what
-    /// [`UdpLink::send_batch`] stamps), so that a bypass peer's trains need no ID recovery.
-    pub fn recv_batch(&mut self, out: &mut Vec<Received>, max: usize) -> usize {
-        let before = out.len();
-        while out.len() - before < max {
-            let Some((n, from, seg)) = self.read_one() else {
-                break;
-            };
-            let Some(data) = self.buf.get_mut(..n) else {
-                break;
-            };
-            let seg = if seg == 0 { n.max(1) } else { seg };
-            if seg < n {
-                LinkCounters::add(&self.counters.rx_gro_reads, 1);
-            }
-            // A read well short of a full train most likely emptied the socket (a peer's
-            // burst fits one train): hand it on rather than pay for a read that finds
-            // nothing (the next round reads again). Full trains mean a stream: read on.
-            let drained = n < GSO_MAX_BYTES / 2;
-            for (k, payload) in data.chunks_mut(seg).enumerate() {
-                self.rx_seen += 1;
-                if self.drop_every > 0 && self.rx_seen % self.drop_every == 0 {
-                    LinkCounters::add(&self.counters.rx_injected_drops, 1);
-                    continue;
-                }
-                let hint = u16::try_from(k).unwrap_or(0);
-                match rebuild(
-                    &self.counters,
-                    &mut self.deltas,
-                    &mut self.rx_hdrs,
-                    self.local,
-                    payload,
-                    from,
-                    hint,
-                ) {
-                    Some((packet, icrc_checked)) => {
-                        LinkCounters::add(&self.counters.rx_packets, 1);
-                        LinkCounters::add(&self.counters.rx_bytes, payload.len() as u64);
-                        out.push(Received {
-                            packet,
-                            icrc_checked,
-                        });
-                    }
-                    None => LinkCounters::add(&self.counters.rx_dropped, 1),
-                }
-            }
-            if drained {
-                break;
-            }
-        }
-        if self.pcap.is_some() {
-            for i in before..out.len() {
-                if let Some(r) = out.get(i) {
-                    let p = r.packet.clone();
-                    self.tee(&p);
-                }
-            }
-        }
-        out.len() - before
-    }
-
     /// Reads what is waiting on the socket, up to about `max` packets (and at most
     /// [`RX_BUFS`] datagrams or trains), into the link's receive buffers for
-    /// [`UdpLink::deliver_rx`]; returns how many datagrams (or trains) wait there. As
-    /// [`UdpLink::recv_batch`], a read well short of a full train ends the round.
+    /// [`UdpLink::deliver_rx`]; returns how many datagrams (or trains) wait there. A read
+    /// well short of a full train most likely emptied the socket (a peer's burst fits one
+    /// train) and ends the round; full trains mean a stream, and reading goes on.
     pub fn fill_rx(&mut self, max: usize) -> usize {
         let mut packets = 0usize;
         while self.rx_filled < RX_BUFS && packets < max {
@@ -807,7 +717,7 @@ impl UdpLink {
     /// Hands every packet [`UdpLink::fill_rx`] read to `deliver`, in order, as the IP packet
     /// the device takes, with its header fields and whether the link checked its ICRC (see
     /// [`RxPacket`]); returns how many. Each packet's IP + UDP header is rebuilt (as
-    /// [`UdpLink::recv_batch`] does) in the receive buffer right in front of its UDP payload,
+    /// the module comment says) in the receive buffer right in front of its UDP payload,
     /// over bytes already delivered (the tail of the previous segment, or the headroom), and
     /// the ICRC is checked over the header as written: no copy, no allocation, one header
     /// build and one ICRC pass per packet. `deliver` must be done with a packet when it
@@ -883,12 +793,6 @@ impl UdpLink {
             }
         }
         count
-    }
-
-    /// Reads one datagram (or `UDP_GRO` train) into `self.buf`: its length, sender and segment
-    /// size (0: not a train). `None` when nothing is waiting.
-    fn read_one(&mut self) -> Option<(usize, SocketAddr, usize)> {
-        read_datagram(&self.rx, &mut self.buf, &self.counters)
     }
 
     /// Waits until a datagram is readable or `ms` milliseconds pass.
@@ -1357,53 +1261,6 @@ fn restamp_known(
     let icrc = bypass_hw::roce::icrc::wire_value(packet.get(tail..)?)? ^ delta;
     packet.get_mut(tail..)?.copy_from_slice(&icrc.to_le_bytes());
     Some(())
-}
-
-/// The IP packet of UDP payload `payload` that came from `from` to `local` (headers rebuilt
-/// as the module comment says), in a new buffer; see [`rebuild_header`].
-fn rebuild(
-    counters: &LinkCounters,
-    deltas: &mut Ipv4IdSolver,
-    hdrs: &mut RxHeaders,
-    local: SocketAddr,
-    payload: &mut [u8],
-    from: SocketAddr,
-    hint: u16,
-) -> Option<(Vec<u8>, bool)> {
-    let (hdr, written, checked) =
-        rebuild_header(counters, deltas, hdrs, local, payload, from, hint)?;
-    let mut pkt = Vec::with_capacity(written + payload.len());
-    pkt.extend_from_slice(hdr.get(..written)?);
-    pkt.extend_from_slice(payload);
-    Some((pkt, checked))
-}
-
-/// The IP + UDP header of UDP payload `payload` that came from `from` to `local` (rebuilt as
-/// the module comment says) and its length, with whether the link checked its ICRC (see
-/// [`stamp_header`]).
-fn rebuild_header(
-    counters: &LinkCounters,
-    deltas: &mut Ipv4IdSolver,
-    hdrs: &mut RxHeaders,
-    local: SocketAddr,
-    payload: &mut [u8],
-    from: SocketAddr,
-    hint: u16,
-) -> Option<([u8; RX_HEADROOM], usize, bool)> {
-    let (mut ip, ports) = rx_headers(local, from)?;
-    let hl = ip.header_len() + UDP_HDR_LEN;
-    let mut hdr = [0u8; RX_HEADROOM];
-    let checked = stamp_header(
-        counters,
-        deltas,
-        hdrs,
-        &mut ip,
-        ports,
-        hdr.get_mut(..hl)?,
-        payload,
-        hint,
-    )?;
-    Some((hdr, hl, checked))
 }
 
 /// The IP header fields (IPv4: ID 0, see [`stamp_header`]) and UDP ports of a datagram from
@@ -1920,14 +1777,18 @@ mod tests {
         .unwrap()
     }
 
+    /// The one packet `l` receives next, as handed to the device.
     fn recv_wait(l: &mut UdpLink) -> Vec<u8> {
-        for _ in 0..2000 {
-            if let Some(p) = l.recv() {
-                return p;
-            }
-            l.wait_readable(1);
-        }
-        panic!("nothing arrived on {}", l.local_addr());
+        let mut got = recv_n(l, 1);
+        assert_eq!(got.len(), 1, "one packet on {}", l.local_addr());
+        got.remove(0)
+    }
+
+    /// The next `n` packets `l` receives, as handed to the device.
+    fn recv_n(l: &mut UdpLink, n: usize) -> Vec<Vec<u8>> {
+        let got: Vec<Vec<u8>> = deliver_n(l, n).into_iter().map(|(p, _)| p).collect();
+        assert_eq!(got.len(), n, "{n} packets on {}", l.local_addr());
+        got
     }
 
     #[test]
@@ -2077,7 +1938,7 @@ mod tests {
         let mut batch = sent.clone();
         a.send_batch(&mut batch);
         assert!(batch.is_empty());
-        let got: Vec<Vec<u8>> = (0..expected.len()).map(|_| recv_wait(&mut b)).collect();
+        let got = recv_n(&mut b, expected.len());
         // Datagrams from two source sockets may interleave: compare per source port, in order.
         for sport in [0xc123u16, 0xc124] {
             let of = |v: &[Vec<u8>]| -> Vec<Vec<u8>> {
@@ -2404,25 +2265,12 @@ mod tests {
         bad[60] ^= 0x01;
         assert!(a.send(&good));
         assert!(a.send(&bad));
-        let mut got = Vec::new();
-        for _ in 0..2000 {
-            b.recv_batch(&mut got, RX_BATCH);
-            if got.len() >= 2 {
-                break;
-            }
-            b.wait_readable(1);
-        }
+        let got = deliver_n(&mut b, 2);
         assert_eq!(got.len(), 2);
-        assert!(
-            got[0].icrc_checked,
-            "a good packet's ICRC is computed once, here"
-        );
-        assert!(RocePacket::parse(&got[0].packet).unwrap().icrc_ok());
-        assert!(
-            !got[1].icrc_checked,
-            "a corrupted one is left to the device's check"
-        );
-        assert!(!RocePacket::parse(&got[1].packet).unwrap().icrc_ok());
+        assert!(got[0].1, "a good packet's ICRC is computed once, here");
+        assert!(RocePacket::parse(&got[0].0).unwrap().icrc_ok());
+        assert!(!got[1].1, "a corrupted one is left to the device's check");
+        assert!(!RocePacket::parse(&got[1].0).unwrap().icrc_ok());
     }
 
     #[test]
@@ -2432,8 +2280,9 @@ mod tests {
         let mut a = sender_to(&b);
         let mut batch: Vec<Vec<u8>> = (0..6).map(|i| sized(i, 512, 0xc200)).collect();
         a.send_batch(&mut batch);
-        let got: Vec<u32> = (0..4)
-            .map(|_| RocePacket::parse(&recv_wait(&mut b)).unwrap().bth().psn())
+        let got: Vec<u32> = recv_n(&mut b, 4)
+            .iter()
+            .map(|p| RocePacket::parse(p).unwrap().bth().psn())
             .collect();
         assert_eq!(got, vec![0, 1, 3, 4]);
         assert_eq!(b.counters().rx_injected_drops.load(Ordering::Relaxed), 2);
