@@ -236,6 +236,9 @@ pub enum DriverError {
     /// A simulated device failed in a way hardware cannot (livelock, unknown device id).
     #[error("simulator: {0}")]
     Sim(String),
+    /// The CQ poller refused the ring the driver made for it (a driver bug).
+    #[error("the CQ poller cannot read this CQ's ring: {0}. This is a driver bug: report it")]
+    CqGeometry(#[from] crate::poll::CqGeometryError),
 }
 
 impl DriverError {
