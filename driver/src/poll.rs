@@ -846,17 +846,45 @@ mod tests {
         }
         let table = Arc::new(QpTable::new());
         let poller = CqPoller::new(ring, nent, 64, dbr.ring(), table.clone()).unwrap();
-        assert_eq!(
-            CqPoller::new(cq.ring(), nent, 128, dbr.ring(), table.clone()).err(),
-            Some(CqGeometryError::CqeSize(128)),
-            "128-byte CQEs are refused, with the reason"
-        );
         Fixture {
             _cq: cq,
             _dbr: dbr,
             poller,
             table,
         }
+    }
+
+    #[test]
+    fn a_ring_the_poller_cannot_read_is_refused_with_what_does_not_fit() {
+        let mut cq = TestRing::new(64 * 8);
+        let mut dbr = TestRing::new(64);
+        let table = Arc::new(QpTable::new());
+        let refused =
+            |ring, nent, size, dbr| CqPoller::new(ring, nent, size, dbr, table.clone()).err();
+        assert_eq!(
+            refused(cq.ring(), 8, 128, dbr.ring()),
+            Some(CqGeometryError::CqeSize(128))
+        );
+        assert_eq!(
+            refused(cq.ring(), 6, 64, dbr.ring()),
+            Some(CqGeometryError::Entries(6))
+        );
+        assert_eq!(
+            refused(cq.ring(), 16, 64, dbr.ring()),
+            Some(CqGeometryError::RingTooSmall {
+                ring: 512,
+                nent: 16
+            })
+        );
+        let mut short = [0u32; 1];
+        let base = std::ptr::NonNull::new(short.as_mut_ptr().cast::<u8>()).unwrap();
+        // SAFETY: `short` outlives the ring, which the refused poller never reads.
+        let short = unsafe { RingPtr::new(base, 4) }.unwrap();
+        assert_eq!(
+            refused(cq.ring(), 8, 64, short),
+            Some(CqGeometryError::Doorbell { len: 4 })
+        );
+        assert!(refused(cq.ring(), 8, 64, dbr.ring()).is_none());
     }
 
     fn put(f: &Fixture, index: u32, cqe: &Cqe64) {
@@ -1046,6 +1074,17 @@ mod tests {
         // Start three CQEs short of 2^32: the count must not wrap with the ring arithmetic.
         let start: u64 = (1 << 32) - 3;
         f.table.ci.store(start, Ordering::Relaxed);
+        // QP 5 is attached (its send completions take the fast path once the first has filled
+        // the last-QP cache), its WQE at index i posted with wr_id 0x100 + i.
+        let sh = Arc::new(WqShared::new(5, 8, 4));
+        f.table.attach(sh.clone());
+        let mut sqm = TestRing::new(8 * 64);
+        let mut sq = SqRing::new(sqm.ring());
+        for i in 0..8u32 {
+            let idx = (start as u32).wrapping_add(i);
+            sq.commit(&sh, idx, 1, 0x100 + u64::from(idx & 7));
+        }
+        let wr = |ci: u64| 0x100 + (ci & 7);
         // A SEND CQE of `qpn` at consumer index `ci`, with the owner bit of its lap.
         let at = |f: &Fixture, ci: u64, qpn: u32| {
             put(
@@ -1057,6 +1096,7 @@ mod tests {
         at(&f, start, 5);
         let (wc, seq) = f.poller.poll_one_seq().unwrap();
         assert_eq!((wc.wqe_index(), seq), (start as u16, start + 1));
+        assert_eq!(wc.wr_id(), wr(start));
         assert_eq!(
             f.poller.consumed(),
             seq,
@@ -1066,6 +1106,7 @@ mod tests {
         at(&f, start + 1, 5);
         let (wc, raw, seq) = f.poller.poll_raw_seq().unwrap();
         assert_eq!((wc.wqe_index(), seq), ((start + 1) as u16, start + 2));
+        assert_eq!(wc.wr_id(), wr(start + 1));
         assert_eq!(raw[63] >> 4, CqeOpcode::REQ.0);
 
         // The extended poll across 2^32.
@@ -1073,7 +1114,7 @@ mod tests {
         at(&f, start + 3, 5);
         {
             let mut g = f.poller.start_poll().unwrap();
-            assert_eq!(g.seq(), start + 3);
+            assert_eq!((g.seq(), g.wr_id()), (start + 3, wr(start + 2)));
             assert!(g.next_poll());
             assert_eq!((g.seq(), g.wqe_index()), (start + 4, (start + 3) as u16));
             assert!(!g.next_poll());

@@ -3,7 +3,7 @@
 //! its buffers as soon as the command returns (a NIC quiesces a QP's DMA before it completes
 //! 2RST_QP / DESTROY_QP; the kernel's `mlx5_core_qp_modify` to RESET and `mlx5_core_destroy_qp`
 //! are followed by the buffers' release). On the sim the WRITE goes out as a burst that reads
-//! the sender's memory when it is applied (`bypass_sim::frame`), here on a 10 us link. Two
+//! the sender's memory when it is applied (`bypass_sim::frame`), here on a 10 us link.
 //! Eight WRITEs leave 1 us apart: the stepped fabric's wait for the command advances time to
 //! the next events (the first ones' arrivals), so the last ones are still on the link when
 //! the command would have completed.
