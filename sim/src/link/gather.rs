@@ -136,18 +136,34 @@ impl GatherPkt {
 /// iovecs of every gather packet, built once while the ICRC pass walks the same pieces.
 #[derive(Debug, Default)]
 pub(crate) struct Gathered {
-    bursts: Vec<(Burst, BurstWire)>,
+    /// The round's bursts (boxed as the device sent them), with the device they came from.
+    bursts: Vec<(Box<Burst>, BurstWire, usize)>,
+    /// Boxes of bursts sent and let go, with their device: [`Gathered::take_spent`] hands
+    /// them back (`Device::recycle_burst`) so that the device's next burst is built in one
+    /// of them (no allocation per WRITE).
+    spent: Vec<(usize, Box<Burst>)>,
     pieces: Vec<RawIov>,
     /// How the ICRC of a middle packet changes with its PSN (kept across rounds).
     psn_deltas: PsnDeltaCache,
 }
 
 impl Gathered {
-    /// Lets the bursts go (the send that read their memory has returned); keeps capacity
-    /// and the PSN deltas.
+    /// Lets the bursts go (the send that read their memory has returned): what they held
+    /// (the QP's read hold, the host memory) now, their boxes kept for
+    /// [`Gathered::take_spent`]; keeps capacity and the PSN deltas.
     pub(crate) fn clear(&mut self) {
-        self.bursts.clear();
+        for (mut b, _, dev) in self.bursts.drain(..) {
+            // Read: its sender's flush may go ahead (`frame::BurstReads`).
+            b.hold = None;
+            b.src.release();
+            self.spent.push((dev, b));
+        }
         self.pieces.clear();
+    }
+
+    /// The boxes of the bursts let go since the last call, with the device each came from.
+    pub(crate) fn take_spent(&mut self) -> std::vec::Drain<'_, (usize, Box<Burst>)> {
+        self.spent.drain(..)
     }
 
     /// No burst held.
@@ -158,7 +174,7 @@ impl Gathered {
 
     /// What `g`'s burst's packets share.
     pub(crate) fn wire(&self, g: &GatherPkt) -> Option<&BurstWire> {
-        self.bursts.get(g.burst as usize).map(|(_, w)| w)
+        self.bursts.get(g.burst as usize).map(|(_, w, _)| w)
     }
 
     /// The iovecs of `g`'s payload (pointing into host memory this keeps allocated: valid
@@ -171,7 +187,7 @@ impl Gathered {
     /// Gather packet `g` as one buffer, IP header through ICRC, its IP header with the
     /// IPv4 ID its ICRC is for (for the pcap only: the send never assembles it).
     pub(crate) fn assemble(&self, g: &GatherPkt) -> Option<Vec<u8>> {
-        let (b, w) = self.bursts.get(g.burst as usize)?;
+        let (b, w, _) = self.bursts.get(g.burst as usize)?;
         let ip = match w.ip {
             IpSpec::V4(v4) => IpSpec::V4(bypass_hw::roce::Ipv4Spec { id: g.ip_id, ..v4 }),
             v6 => v6,
@@ -188,7 +204,8 @@ impl Gathered {
         Some(p)
     }
 
-    /// Appends burst `b`'s packets to `out` as gather packets, keeping `b` for the send;
+    /// Appends burst `b`'s packets (from device `dev`) to `out` as gather packets, keeping `b`
+    /// for the send;
     /// returns `b` back, touching nothing, if it is not a host-memory burst the link can send
     /// that way (inline payload, too many runs): the caller then segments it into bytes.
     /// Stops at the first packet that cannot be built (cannot happen for a burst the
@@ -196,6 +213,7 @@ impl Gathered {
     pub(crate) fn push_burst(
         &mut self,
         b: Box<Burst>,
+        dev: usize,
         out: &mut Vec<Out>,
     ) -> Result<(), Box<Burst>> {
         let Some(runs) = b.host_runs() else {
@@ -320,7 +338,7 @@ impl Gathered {
             ports: b.ports,
             ip_udp_len,
         };
-        self.bursts.push((*b, wire));
+        self.bursts.push((b, wire, dev));
         Ok(())
     }
 }
@@ -558,7 +576,7 @@ pub(crate) mod tests {
                 let want = b.segment();
                 let mut out = Vec::new();
                 gathered.clear();
-                assert!(gathered.push_burst(Box::new(b), &mut out).is_ok());
+                assert!(gathered.push_burst(Box::new(b), 0, &mut out).is_ok());
                 assert_eq!(out.len(), want.len(), "case {case}");
                 for (i, (p, want)) in out.iter().zip(&want).enumerate() {
                     let Out::Gather(g) = p else {
@@ -570,5 +588,35 @@ pub(crate) mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_sent_burst_lets_its_memory_go_and_keeps_its_box_for_the_device() {
+        let v4 = (
+            Profile::ipv4_gid([10, 0, 0, 1]),
+            Profile::ipv4_gid([10, 0, 0, 2]),
+        );
+        let b = Box::new(two_run_burst(v4, (3000, 0, 1024), 1000, (7, 0), 0xc0de));
+        let boxed: *const Burst = &*b;
+        let mut gathered = Gathered::default();
+        let mut out = Vec::new();
+        assert!(gathered.push_burst(b, 3, &mut out).is_ok());
+        assert!(
+            gathered.take_spent().next().is_none(),
+            "kept until the send"
+        );
+        gathered.clear();
+        assert!(gathered.is_empty());
+        let spent: Vec<_> = gathered.take_spent().collect();
+        assert_eq!(spent.len(), 1);
+        let (dev, b) = &spent[0];
+        assert_eq!(*dev, 3, "back to the device that sent it");
+        assert!(std::ptr::eq(&**b, boxed), "the same box");
+        assert!(b.hold.is_none());
+        assert!(
+            b.host_runs().is_some_and(<[_]>::is_empty),
+            "no host memory kept alive"
+        );
+        assert!(gathered.take_spent().next().is_none());
     }
 }

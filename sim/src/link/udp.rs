@@ -1567,6 +1567,12 @@ impl UdpWire {
                 max_segments: GSO_MAX_SEGS as u32,
                 max_bytes: GSO_MAX_BYTES as u32,
             });
+            // The boxes of the bursts the last send let go build the devices' next ones.
+            for (id, b) in bursts.take_spent() {
+                if id < n {
+                    w.device(id).recycle_burst(b);
+                }
+            }
             for id in 0..n {
                 let dev = w.device(id);
                 dev.set_time(now);
@@ -1646,7 +1652,7 @@ impl UdpWire {
                         // straight from the sender's memory (`link::gather`; the ICRC pass
                         // reads it here, under the world lock). Others: bytes, as before.
                         Frame::Burst(b) => {
-                            if let Err(b) = bursts.push_burst(b, outbound) {
+                            if let Err(b) = bursts.push_burst(b, id, outbound) {
                                 b.segment_direct_into(segmented, spare, tx_crcs);
                                 outbound.extend(segmented.drain(..).map(Out::Bytes));
                                 // Its box builds the device's next burst (no allocation per
@@ -2132,7 +2138,7 @@ mod tests {
     /// `burst` as gather packets (checked to be accepted), and the bursts they borrow from.
     fn gathered(burst: Burst) -> (Vec<Out>, Gathered) {
         let (mut out, mut bursts) = (Vec::new(), Gathered::default());
-        assert!(bursts.push_burst(Box::new(burst), &mut out).is_ok());
+        assert!(bursts.push_burst(Box::new(burst), 0, &mut out).is_ok());
         (out, bursts)
     }
 
@@ -2191,7 +2197,7 @@ mod tests {
             .collect();
         burst.src = crate::frame::Payload::Host(runs);
         let (mut out, mut bursts) = (Vec::new(), Gathered::default());
-        assert!(bursts.push_burst(Box::new(burst), &mut out).is_err());
+        assert!(bursts.push_burst(Box::new(burst), 0, &mut out).is_err());
         assert!(out.is_empty() && bursts.is_empty());
     }
 
