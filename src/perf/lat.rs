@@ -22,8 +22,10 @@ use crate::stats::LatencyReport;
 /// Round trips run before the measured ones (caches, first-touch of the rings).
 pub const WARMUP: usize = 16;
 
-/// The send queue depth of the latency rig (perftest `DEF_TX_LAT` is 1; each WRITE's
-/// completion is polled before the next is posted, so one is ever outstanding).
+/// The send queue depth the latency rig asks for. Only one WRITE is ever outstanding (each
+/// one's completion is polled before the next is posted, as with perftest's `DEF_TX_LAT` of
+/// 1); the queue is a few entries deeper than that so that the measured loop never meets a
+/// full queue, whatever the driver rounds the size to.
 const LAT_DEPTH: u32 = 4;
 
 /// Runs `iters` round trips of `size`-byte WRITEs and returns the report (perftest

@@ -394,7 +394,9 @@ pub fn run(o: &UdpCompareOpts) -> Result<(), PerfError> {
     let seg = write_stream_segment_len(pair.mtu).ok_or(PerfError::TooLarge {
         size: pair.mtu as u64,
     })?;
-    let window = 128 * seg as u64;
+    // The window the requester keeps (`requester::MAX_UNACKED_PSNS` packets, as rxe).
+    let unacked = bypass_sim::transport::requester::MAX_UNACKED_PSNS.unsigned_abs();
+    let window = u64::from(unacked) * seg as u64;
     let total = o.bw_size.saturating_mul(o.bw_iters);
     let (fa, fb) = (SocketAddr::new(o.addr_a, 0), SocketAddr::new(o.addr_b, 0));
     let mut rtt_rounds = Vec::new();

@@ -24,6 +24,8 @@ use std::time::{Duration, Instant};
 
 use bypass_hw::roce::opcode::pad_len;
 use bypass_hw::roce::{BthOpcode, ICRC_LEN};
+
+use super::udp::{GSO_MAX_BYTES, GSO_MAX_SEGS};
 use nix::sys::socket::{
     ControlMessage, MsgFlags, SockaddrStorage, recvmsg, sendmsg, setsockopt, sockopt,
 };
@@ -53,7 +55,8 @@ pub fn write_stream_segment_len(mtu: usize) -> Option<usize> {
 /// A ping-pong between `a` and `b` in one thread where each side sends what a UDP link sends
 /// in a WRITE ping-pong: one segmented send (`UDP_SEGMENT`) of a `request`-byte and an
 /// `ack`-byte datagram, read by the peer with one `recvmsg` on a `UDP_GRO` socket. The
-/// round-trip times in ns, `iters` of them after `warmup` untimed ones. One thread because
+/// round-trip times in ns, `iters` of them after `warmup` untimed ones; port 0 in `a` or `b`
+/// binds a free port. One thread because
 /// the link's round-trip comparison runs both NICs in one thread: this is the socket calls'
 /// share of that loop.
 pub fn segmented_pingpong_rtts(
@@ -74,7 +77,11 @@ pub fn segmented_pingpong_rtts(
     let (req, ackb) = (vec![0x5au8; request], vec![0x11u8; ack]);
     let mut buf = vec![0u8; 65_536];
     let mut cmsg = nix::cmsg_space!(libc::c_int);
-    let (to_a, to_b) = (SockaddrStorage::from(a), SockaddrStorage::from(b));
+    // The bound addresses: port 0 in `a` or `b` binds a free port.
+    let (to_a, to_b) = (
+        SockaddrStorage::from(sa.local_addr()?),
+        SockaddrStorage::from(sb.local_addr()?),
+    );
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut rtts = Vec::with_capacity(iters);
     for i in 0..iters + warmup {
@@ -84,7 +91,10 @@ pub fn segmented_pingpong_rtts(
             let cm = [ControlMessage::UdpGsoSegments(&seg)];
             sendmsg(from.as_raw_fd(), &iov, &cm, MsgFlags::empty(), Some(dst))
                 .map_err(io::Error::from)?;
-            loop {
+            // Both datagrams, however the kernel hands them over (one coalesced read on
+            // loopback; two if it ever does not coalesce), before the round trip goes on.
+            let mut left = request + ack;
+            while left > 0 {
                 let mut iov = [IoSliceMut::new(&mut buf)];
                 match recvmsg::<SockaddrStorage>(
                     to.as_raw_fd(),
@@ -92,8 +102,8 @@ pub fn segmented_pingpong_rtts(
                     Some(&mut cmsg),
                     MsgFlags::MSG_DONTWAIT,
                 ) {
-                    Ok(_) => break,
-                    Err(_) if Instant::now() < deadline => {}
+                    Ok(r) => left = left.saturating_sub(r.bytes),
+                    Err(nix::errno::Errno::EAGAIN) if Instant::now() < deadline => {}
                     Err(e) => return Err(io::Error::from(e)),
                 }
             }
@@ -104,11 +114,6 @@ pub fn segmented_pingpong_rtts(
     }
     Ok(rtts)
 }
-
-/// The most datagrams in one segmented send (Linux `UDP_MAX_SEGMENTS` before 6.9) and the
-/// most UDP payload one IPv4 datagram carries, as the link uses them.
-const GSO_MAX_SEGS: usize = 64;
-const GSO_MAX_BYTES: usize = 65_000;
 
 /// Streams `total` bytes of UDP payload from `a` to `b` as segmented sends of `seg`-byte
 /// datagrams (as many as fit one send), read by a second thread with `recvmsg` on a
@@ -215,14 +220,9 @@ mod tests {
 
     #[test]
     fn the_segmented_pingpong_times_every_round_trip_it_is_asked_for() {
+        // Port 0: each side binds a free port (no probe-and-rebind race).
         let a: SocketAddr = "127.0.0.1:0".parse().unwrap();
-        let probe = UdpSocket::bind(a).unwrap();
-        let a = probe.local_addr().unwrap();
-        drop(probe);
         let b: SocketAddr = "127.0.0.1:0".parse().unwrap();
-        let probe = UdpSocket::bind(b).unwrap();
-        let b = probe.local_addr().unwrap();
-        drop(probe);
         let rtts = segmented_pingpong_rtts(a, b, 40, 20, 20, 2).unwrap();
         assert_eq!(rtts.len(), 20);
         assert!(rtts.iter().all(|&ns| ns > 0));

@@ -126,10 +126,10 @@ const RX_BATCH: usize = 64;
 
 /// The most UDP payload bytes one segmented (`UDP_SEGMENT`) send carries: an IPv4 datagram
 /// holds at most 65,507 bytes of UDP payload (the kernel refuses more with `EMSGSIZE`).
-const GSO_MAX_BYTES: usize = 65_000;
+pub(crate) const GSO_MAX_BYTES: usize = 65_000;
 
 /// The most segments in one segmented send (Linux `UDP_MAX_SEGMENTS`, 64 before 6.9).
-const GSO_MAX_SEGS: usize = 64;
+pub(crate) const GSO_MAX_SEGS: usize = 64;
 
 // Every segment's ID of a segmented send is in the re-stamping table.
 const _: () = assert!(GSO_MAX_SEGS <= TRAIN_IDS);
