@@ -45,9 +45,11 @@ for t in "$out"/bw.cg-*; do
   case "$n" in '' | *[!0-9]*) continue ;; esac # a thread that collected nothing
   if [ "${n:-0}" -gt "$all" ]; then f="$t" all="$n"; fi
 done
+# (awk reads to the end: an early exit would kill callgrind_annotate with SIGPIPE, which
+# pipefail turns into a silent stop of this script.)
 pkts="$(callgrind_annotate --tree=caller "$f" | awk '
   /< \?\?\?:bypass_sim::link::gather::(Gathered::)?push_burst \(/ { line = $0 }
-  /\* +\?\?\?:.*as bypass_sim::memory::HostMemory>::base/ { print line; exit }' |
+  /\* +\?\?\?:.*as bypass_sim::memory::HostMemory>::base/ && !found { print line; found = 1 }' |
   sed 's/.*(\([0-9,]*\)x).*/\1/' | tr -d ,)"
 crc="$(callgrind_annotate "$f" | awk '/pclmulqdq::calculate/ {gsub(",", "", $1); s += $1} END {print s + 0}')"
 fill=1048592

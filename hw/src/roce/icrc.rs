@@ -91,29 +91,6 @@ fn masked_bth(bth: &[u8]) -> Result<[u8; BTH_LEN]> {
 /// destination QP (rxe `rxe_icrc_hdr`: `bth->qpn |= cpu_to_be32(~BTH_QPN_MASK)`).
 const BTH_MASKED: usize = 4;
 
-/// Whether `a` and `b` (`N` >= 8 bytes: the IPv4 and IPv6 + UDP header lengths) hold the
-/// same bytes, compared as 8-byte words (the last one overlapping the one before when `N` is
-/// not a multiple of 8) with no early exit: a handful of loads and XORs where an array `==`
-/// calls `memcmp`.
-#[inline(always)]
-fn same_words<const N: usize>(a: &[u8; N], b: &[u8; N]) -> bool {
-    let word = |x: &[u8; N], at: usize| {
-        x.get(at..)
-            .and_then(<[u8]>::first_chunk::<8>)
-            .map_or(0, |w| u64::from_ne_bytes(*w))
-    };
-    let mut diff = 0u64;
-    let mut at = 0;
-    while at + 8 <= N {
-        diff |= word(a, at) ^ word(b, at);
-        at += 8;
-    }
-    if at < N && N >= 8 {
-        diff |= word(a, N - 8) ^ word(b, N - 8);
-    }
-    diff == 0 && (N >= 8 || a == b)
-}
-
 /// How many header kinds an [`IcrcHeaderCache`] remembers: a flow's ACKs and WRITEs, each
 /// alone or as a later segment of a train (another IPv4 ID), in each direction.
 const CACHE_SLOTS: usize = 4;
@@ -140,8 +117,8 @@ impl Default for CachedHeaders {
 /// The CRC state after the masked LRH and the masked IP + UDP headers of the last
 /// few header kinds hashed through it. The packets of one flow and length carry the same IP
 /// and UDP headers byte for byte (a flow's ACKs, its equal-size WRITEs), and the ICRC covers
-/// them whole: [`IcrcHasher::new_cached`] hashes them once per kind instead of once per
-/// packet. Owned by whoever builds or checks packets (no global); a few hundred bytes.
+/// them whole: [`IcrcHeaderCache::icrc_in_place`] hashes them once per kind instead of once
+/// per packet. Owned by whoever builds or checks packets (no global); a few hundred bytes.
 #[derive(Debug, Clone, Default)]
 pub struct IcrcHeaderCache {
     slots: [CachedHeaders; CACHE_SLOTS],
@@ -164,25 +141,12 @@ impl IcrcHeaderCache {
         self.state(ip_udp)?.icrc_in_place(covered)
     }
 
-    /// Whether the slot `c` holds headers `ip_udp`: word compares for the IPv4 and IPv6
-    /// header lengths (inlined, no `memcmp` call), a slice compare for any other.
+    /// Whether the slot `c` holds headers `ip_udp`.
     #[inline]
     fn holds(c: &CachedHeaders, ip_udp: &[u8]) -> bool {
-        const V4: usize = 20 + UDP_HDR_LEN;
-        if c.len != ip_udp.len() {
-            return false;
-        }
-        match (
-            <&[u8; V4]>::try_from(ip_udp),
-            <&[u8; MAX_HDRS]>::try_from(ip_udp),
-        ) {
-            (Ok(v4), _) => c
-                .hdrs
-                .first_chunk::<V4>()
-                .is_some_and(|h| same_words(h, v4)),
-            (_, Ok(v6)) => same_words(&c.hdrs, v6),
-            _ => c.hdrs.get(..ip_udp.len()) == Some(ip_udp),
-        }
+        c.hdrs
+            .get(..c.len)
+            .is_some_and(|h| crate::roce::ip::same_ip_udp(h, ip_udp))
     }
 
     /// The CRC state after the masked LRH and headers `ip_udp` (28 or 48 bytes, unmasked).
@@ -196,24 +160,17 @@ impl IcrcHeaderCache {
                 let mut hdrs = [0u8; MAX_HDRS];
                 hdrs[..n].copy_from_slice(ip_udp);
                 let at = self.next % CACHE_SLOTS;
-                if let Some(slot) = self.slots.get_mut(at) {
-                    *slot = CachedHeaders {
-                        len: n,
-                        hdrs,
-                        state,
-                    };
-                }
+                self.slots[at] = CachedHeaders {
+                    len: n,
+                    hdrs,
+                    state,
+                };
                 self.next = (at + 1) % CACHE_SLOTS;
                 at
             }
         };
-        match self.slots.get(at) {
-            Some(c) => Ok(&c.state),
-            None => Err(Error::Malformed {
-                what: "icrc header cache",
-                reason: "slot index out of range (cannot happen)",
-            }),
-        }
+        // `at` is a position in `slots` or taken modulo their number.
+        Ok(&self.slots[at % CACHE_SLOTS].state)
     }
 }
 
@@ -303,17 +260,6 @@ impl IcrcHasher {
         buf[n..n + BTH_LEN].copy_from_slice(&b);
         let mut h = crc32fast::Hasher::new_with_initial(LRH_MASK_CRC);
         h.update(&buf[..n + BTH_LEN]);
-        Ok(Self(h))
-    }
-
-    /// As [`IcrcHasher::new`], starting from the state `cache` holds for headers `ip_udp`
-    /// when it has seen the same bytes recently (then only the BTH is hashed here, and no CPU
-    /// feature detection runs), else computing it and remembering it there. Gives exactly
-    /// [`IcrcHasher::new`]'s state.
-    pub fn new_cached(cache: &mut IcrcHeaderCache, ip_udp: &[u8], bth: &[u8]) -> Result<Self> {
-        let b = masked_bth(bth)?;
-        let mut h = cache.state(ip_udp)?.0.clone();
-        h.update(&b);
         Ok(Self(h))
     }
 
@@ -461,11 +407,13 @@ mod tests {
                 let mut bth = [round, 1, 2, 3, k as u8, 5, 6, 7, 8, 9, 10, 11];
                 let body = [round ^ 0x5a; 13];
                 let mut a = super::IcrcHasher::new(hdrs, &bth).unwrap();
-                bth[4] = !bth[4];
-                let mut b = super::IcrcHasher::new_cached(&mut cache, hdrs, &bth).unwrap();
                 a.update(&body);
-                b.update(&body);
-                assert_eq!(a.finish(), b.finish(), "round {round} kind {k}");
+                // The masked BTH byte differs: the ICRC must not.
+                bth[4] = !bth[4];
+                let mut covered = bth.to_vec();
+                covered.extend_from_slice(&body);
+                let b = cache.icrc_in_place(hdrs, &mut covered).unwrap();
+                assert_eq!(a.finish(), b, "round {round} kind {k}");
             }
         }
     }
@@ -497,8 +445,8 @@ mod tests {
     #[test]
     fn a_cached_header_state_refuses_what_new_refuses() {
         let mut cache = super::IcrcHeaderCache::new();
-        assert!(super::IcrcHasher::new_cached(&mut cache, &[0x45; 27], &[0; 12]).is_err());
-        assert!(super::IcrcHasher::new_cached(&mut cache, &[0x60; 49], &[0; 12]).is_err());
-        assert!(super::IcrcHasher::new_cached(&mut cache, &[0x45; 28], &[0; 11]).is_err());
+        assert!(cache.icrc_in_place(&[0x45; 27], &mut [0; 12]).is_err());
+        assert!(cache.icrc_in_place(&[0x60; 49], &mut [0; 12]).is_err());
+        assert!(cache.icrc_in_place(&[0x45; 28], &mut [0; 11]).is_err());
     }
 }

@@ -1016,38 +1016,13 @@ impl WireMemo {
     }
 }
 
-/// Whether the first `n` bytes of `packet` are those of `head`: compared as 8-byte words for
-/// the IPv4 and IPv6 + UDP header lengths (a few loads, where a slice `==` calls `memcmp`
-/// once per packet sent), a slice compare for any other.
+/// Whether the first `n` bytes of `packet` are the IP + UDP header `head` holds
+/// (`ip::same_ip_udp`: word compares, no `memcmp` per packet sent).
 #[inline]
 fn same_header(head: &[u8; MEMO_HEADER], packet: &[u8], n: usize) -> bool {
-    const V4: usize = 20 + UDP_HDR_LEN;
-    fn words<const N: usize>(a: &[u8; N], b: &[u8; N]) -> bool {
-        let word = |x: &[u8; N], at: usize| {
-            x.get(at..)
-                .and_then(<[u8]>::first_chunk::<8>)
-                .map_or(0, |w| u64::from_ne_bytes(*w))
-        };
-        let (mut diff, mut at) = (0u64, 0);
-        while at + 8 <= N {
-            diff |= word(a, at) ^ word(b, at);
-            at += 8;
-        }
-        if at < N {
-            // The last word overlaps the one before (N is at least 8 here).
-            diff |= word(a, N - 8) ^ word(b, N - 8);
-        }
-        diff == 0
-    }
-    match (
-        n,
-        packet.first_chunk::<V4>(),
-        packet.first_chunk::<MEMO_HEADER>(),
-    ) {
-        (V4, Some(p), _) => head.first_chunk::<V4>().is_some_and(|h| words(h, p)),
-        (MEMO_HEADER, _, Some(p)) => words(head, p),
-        _ => head.get(..n).is_some_and(|h| packet.get(..n) == Some(h)),
-    }
+    head.get(..n)
+        .zip(packet.get(..n))
+        .is_some_and(|(h, p)| bypass_hw::roce::ip::same_ip_udp(h, p))
 }
 
 /// What [`wire_of`] finds for a packet sent as bytes (`None` for a gather packet: its burst
