@@ -56,6 +56,8 @@ struct Pair {
     cb: Arc<Context>,
     la: Arc<LinkCounters>,
     lb: Arc<LinkCounters>,
+    /// The path MTU the QPs connected with, in bytes.
+    mtu: u64,
 }
 
 fn pair(len: usize, drop_every: u64) -> Pair {
@@ -76,9 +78,11 @@ fn pair(len: usize, drop_every: u64) -> Pair {
     let mut a = QpBuilder::rc(&pa, &cqa, &cqa).build().expect("QP a");
     let mut b = QpBuilder::rc(&pb, &cqb, &cqb).build().expect("QP b");
     let (ea, eb) = (a.endpoint().expect("ep a"), b.endpoint().expect("ep b"));
+    let mtu = u64::from(ea.mtu.bytes().min(eb.mtu.bytes()));
     a.connect(&eb).expect("connect a");
     b.connect(&ea).expect("connect b");
     Pair {
+        mtu,
         a,
         _b: b,
         cqa,
@@ -175,11 +179,11 @@ fn a_megabyte_write_leaves_in_full_segmented_sends() {
     // The window (128 packets, an ACK asked for every 64) cuts the message into bursts; each
     // ends where a send ends, so every send is full but the message's first (its
     // WRITE_FIRST, longer by the RETH, and the packet after it) and its last.
-    let packets = la.tx_packets.load(Ordering::Relaxed);
-    let mtu = LEN as u64 / packets;
+    let (packets, mtu) = (la.tx_packets.load(Ordering::Relaxed), p.mtu);
+    assert_eq!(mtu, 4096, "the links' path MTU");
     assert_eq!(
-        packets * mtu,
-        LEN as u64,
+        packets,
+        LEN as u64 / mtu,
         "each packet sent once: {}",
         la.summary()
     );

@@ -334,7 +334,7 @@ impl Device {
         if self.own_gid.as_ref() == Some(gid) {
             return true;
         }
-        let ours = self.profile.ports.iter().any(|p| p.gids.contains(gid));
+        let ours = self.profile.owns_gid(gid);
         if ours {
             self.own_gid = Some(*gid);
         }

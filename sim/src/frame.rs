@@ -83,6 +83,7 @@ impl Frame {
     }
 
     /// The destination GID (`None` for bytes that do not parse as a RoCEv2 packet).
+    #[inline]
     pub fn dgid(&self) -> Option<[u8; 16]> {
         match self {
             Self::Wire(bytes) | Self::WireChecked(bytes) => {
@@ -163,50 +164,15 @@ impl AckFrame {
 
     /// The wire bytes, written into `buf` (resized to the packet; a reused buffer is not
     /// zero-filled first, `emit` writes every byte). False only if the spec cannot be
-    /// emitted, which a frame the device built never is.
-    ///
-    /// Written as `emit` writes the spec (`IpSpec::write_ip_udp`, `Bth::from_fields`, the
-    /// AETH view), with the ICRC computed from those pieces (`emit` parses the finished
-    /// packet again to find them).
+    /// emitted, which a frame the device built never is. For the cold paths (a trace, a link
+    /// that wants bytes once): the UDP link's pump writes ACKs with [`AckWriter`].
     pub fn to_wire_into(&self, buf: &mut Vec<u8>) -> bool {
-        use zerocopy::IntoBytes;
         let spec = Self::spec(self.ip, self.ports, self.dest_qp, self.psn, self.aeth);
-        let (Ok(len), Ok(udp_len), Ok(bth)) = (
-            spec.packet_len(),
-            spec.udp_payload_len(),
-            Bth::from_fields(&spec.bth),
-        ) else {
+        let Ok(len) = spec.packet_len() else {
             return false;
         };
         buf.resize(len, 0);
-        let Ok(at) = spec.ip.write_ip_udp(spec.ports, udp_len, buf) else {
-            return false;
-        };
-        let (bth, aeth) = (bth.as_bytes(), self.aeth.as_bytes());
-        let tail = at + bth.len() + aeth.len();
-        if tail + ICRC_LEN != len {
-            return false;
-        }
-        let Some((b, a)) = buf
-            .get_mut(at..tail)
-            .and_then(|headers| headers.split_at_mut_checked(bth.len()))
-        else {
-            return false;
-        };
-        b.copy_from_slice(bth);
-        a.copy_from_slice(aeth);
-        let (Some(ip_udp), Some(bth)) = (buf.get(..at), buf.get(at..at + bth.len())) else {
-            return false;
-        };
-        let Ok(mut h) = bypass_hw::roce::icrc::IcrcHasher::new(ip_udp, bth) else {
-            return false;
-        };
-        h.update(aeth);
-        let icrc = h.finish();
-        buf.get_mut(tail..).is_some_and(|slot| {
-            slot.copy_from_slice(&icrc.to_le_bytes());
-            true
-        })
+        emit(&spec, buf).is_ok()
     }
 }
 
@@ -235,7 +201,7 @@ struct AckTemplate {
 /// Writes ACK frames as wire bytes for a link that sends bytes (the UDP link's pump), keeping
 /// what repeats between the ACKs of a flow ([`AckTemplate`]): an ACK of the same flow as the
 /// last is its PSN and AETH written into the last one's bytes, and a CRC over its BTH and AETH
-/// from the state after its headers. The bytes are exactly [`AckFrame::to_wire_into`]'s (a
+/// from the state after its headers. The bytes are exactly `emit`'s ([`AckFrame::to_wire_into`]; a
 /// test checks them against `emit` across flows).
 #[derive(Debug, Clone, Default)]
 pub struct AckWriter {

@@ -120,11 +120,12 @@ pub struct Profile {
 impl Profile {
     /// An IPv4-mapped RoCE v2 GID (`::ffff:a.b.c.d`), the form rxe and mlx5 use for IPv4.
     pub fn ipv4_gid(addr: [u8; 4]) -> [u8; 16] {
-        let mut g = [0u8; 16];
-        g[10] = 0xff;
-        g[11] = 0xff;
-        g[12..].copy_from_slice(&addr);
-        g
+        bypass_hw::roce::ip::ipv4_to_gid(addr)
+    }
+
+    /// True if `gid` is in one of this device's ports' GID tables: a packet to it is ours.
+    pub fn owns_gid(&self, gid: &[u8; 16]) -> bool {
+        self.ports.iter().any(|p| p.gids.contains(gid))
     }
 
     /// The default one-port device with MAC and GID derived from `id` (10.0.0.`id`), so two

@@ -441,12 +441,8 @@ impl World {
 
     /// The device that owns the packet's destination address (the first, by id).
     fn route(&mut self, frame: &Frame) -> Option<usize> {
-        // A burst's or an ACK's address is a field: read in place, no parse, no call.
-        let dgid = match frame {
-            Frame::Burst(b) => crate::frame::dst_gid(&b.ip),
-            Frame::Ack(a) => crate::frame::dst_gid(&a.ip),
-            Frame::Wire(_) | Frame::WireChecked(_) => frame.dgid()?,
-        };
+        // A burst's or an ACK's address is a field (`Frame::dgid` reads it in place).
+        let dgid = frame.dgid()?;
         for (g, dst) in self.routes.iter().flatten() {
             if *g == dgid {
                 return Some(*dst);
@@ -455,7 +451,7 @@ impl World {
         let dst = self
             .devices
             .iter()
-            .position(|d| d.profile().ports.iter().any(|p| p.gids.contains(&dgid)))?;
+            .position(|d| d.profile().owns_gid(&dgid))?;
         self.routes.rotate_right(1);
         if let Some(first) = self.routes.first_mut() {
             *first = Some((dgid, dst));

@@ -1562,13 +1562,7 @@ impl UdpWire {
             link.deliver_rx(|p| {
                 let owner = if n > 1 {
                     let (_, dgid) = p.ip.gids();
-                    (0..n).find(|&id| {
-                        w.device(id)
-                            .profile()
-                            .ports
-                            .iter()
-                            .any(|port| port.gids.contains(&dgid))
-                    })
+                    (0..n).find(|&id| w.device(id).profile().owns_gid(&dgid))
                 } else {
                     None
                 };
