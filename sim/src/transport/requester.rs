@@ -719,13 +719,14 @@ fn send_burst(dev: &mut Device, c: &Ctx, req: &mut ReqState, w: &BurstMsg<'_>) -
         .burst_spare
         .pop()
         .unwrap_or_else(|| Box::new(Burst::blank()));
-    burst.src = match w.inline {
+    let src = match w.inline {
         // The whole inline payload (the usual case): shared, not copied.
-        Some(data) if off == 0 && bytes as usize == data.len() => Payload::Inline(data.clone()),
-        Some(data) => {
-            let part = data.get(off as usize..off as usize + bytes as usize)?;
-            Payload::Inline(crate::inline::InlineData::from(part))
+        Some(data) if off == 0 && bytes as usize == data.len() => {
+            Some(Payload::Inline(data.clone()))
         }
+        Some(data) => data
+            .get(off as usize..off as usize + bytes as usize)
+            .map(|part| Payload::Inline(crate::inline::InlineData::from(part))),
         None => {
             let mut runs = burst.src.take_runs().unwrap_or_default();
             gather::resolve(
@@ -735,10 +736,16 @@ fn send_burst(dev: &mut Device, c: &Ctx, req: &mut ReqState, w: &BurstMsg<'_>) -
                 w.sges,
                 (u64::from(off), bytes as usize),
                 &mut runs,
-            )?;
-            Payload::Host(runs)
+            )
+            .map(|()| Payload::Host(runs))
         }
     };
+    let Some(src) = src else {
+        // Refused (the per-packet path reports why): the box goes back for the next burst.
+        dev.burst_spare.push(burst);
+        return None;
+    };
+    burst.src = src;
     // A payload by reference holds its QP's count of bursts in flight (`frame::BurstReads`),
     // so that a flush of the QP waits for its read; an inline one needs none.
     burst.hold = match burst.src {
