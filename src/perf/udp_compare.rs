@@ -35,6 +35,7 @@ use crate::stats::median;
 use bypass_sim::link::floor::{
     segmented_pingpong_rtts, segmented_stream_rate, write_round_trip_lens, write_stream_segment_len,
 };
+use bypass_verbs::SharedLease;
 
 /// Target: UDP WRITE round trip at most this multiple of the plain UDP ping-pong's.
 pub const RTT_TARGET: f64 = 1.25;
@@ -299,24 +300,21 @@ fn reap(end: &mut End, outstanding: &mut u32) -> Result<(), PerfError> {
 // Not inlined: callgrind's `--toggle-collect='*write_bw_rate*'` counts the sending thread's
 // instructions per MiB by this symbol.
 #[inline(never)]
-fn write_bw_rate(p: &mut UdpPair, size: u64, iters: usize, depth: u32) -> Result<f64, PerfError> {
-    let w = p.write_spec(true, size)?;
-    let src = if w.size > w.max_inline {
-        let mut l = p.a.pool.lease(w.size)?;
-        l.as_mut_slice().fill(0x5a);
-        Some(l.freeze())
-    } else {
-        None
-    };
+fn write_bw_rate(
+    p: &mut UdpPair,
+    (w, src): (&WriteSpec, Option<&SharedLease>),
+    iters: usize,
+    depth: u32,
+) -> Result<f64, PerfError> {
     let cq_mod = (depth / 2).max(1) as usize;
     let (mut scnt, mut ccnt) = (0usize, 0usize);
     let t0 = Instant::now();
     while ccnt < iters {
         while scnt < iters && scnt - ccnt < depth as usize {
             let signaled = (scnt + 1) % cq_mod == 0 || scnt + 1 == iters;
-            match &src {
-                Some(src) => p.a.post_write_shared(&w, src, signaled, scnt as u64)?,
-                None => p.a.post_write(&w, 1, signaled, scnt as u64)?,
+            match src {
+                Some(src) => p.a.post_write_shared(w, src, signaled, scnt as u64)?,
+                None => p.a.post_write(w, 1, signaled, scnt as u64)?,
             }
             scnt += 1;
         }
@@ -325,7 +323,21 @@ fn write_bw_rate(p: &mut UdpPair, size: u64, iters: usize, depth: u32) -> Result
             ccnt = ccnt.max((last as usize + 1).min(iters));
         }
     }
-    Ok(size as f64 * iters as f64 / t0.elapsed().as_secs_f64())
+    Ok(w.size as f64 * iters as f64 / t0.elapsed().as_secs_f64())
+}
+
+/// The bandwidth WRITEs of `size` bytes a → b and, for one too large to inline, the one
+/// source buffer every such WRITE reads (filled once, before any run).
+fn bw_source(p: &mut UdpPair, size: u64) -> Result<(WriteSpec, Option<SharedLease>), PerfError> {
+    let w = p.write_spec(true, size)?;
+    let src = if w.size > w.max_inline {
+        let mut l = p.a.pool.lease(w.size)?;
+        l.as_mut_slice().fill(0x5a);
+        Some(l.freeze())
+    } else {
+        None
+    };
+    Ok((w, src))
 }
 
 /// One round's medians of one comparison: the link, its baseline, the floor of its socket
@@ -399,6 +411,11 @@ pub fn run(o: &UdpCompareOpts) -> Result<(), PerfError> {
     let window = u64::from(unacked) * seg as u64;
     let total = o.bw_size.saturating_mul(o.bw_iters);
     let (fa, fb) = (SocketAddr::new(o.addr_a, 0), SocketAddr::new(o.addr_b, 0));
+    let bw_in = if bw {
+        Some(bw_source(&mut pair, o.bw_size)?)
+    } else {
+        None
+    };
     let mut rtt_rounds = Vec::new();
     let mut bw_rounds = Vec::new();
     for _ in 0..o.rounds {
@@ -415,13 +432,18 @@ pub fn run(o: &UdpCompareOpts) -> Result<(), PerfError> {
                 floor,
             });
         }
-        if bw {
+        if let Some((bw_w, bw_src)) = &bw_in {
             let mib = f64::from(1u32 << 20);
             let baseline = median(&tcp_stream_rates(bw_size, bw_iters, o.runs)?).unwrap_or(0.0);
             let mut rates = Vec::new();
             let mut floor = Vec::new();
             for _ in 0..o.runs {
-                rates.push(write_bw_rate(&mut pair, o.bw_size, bw_iters, depth)?);
+                rates.push(write_bw_rate(
+                    &mut pair,
+                    (bw_w, bw_src.as_ref()),
+                    bw_iters,
+                    depth,
+                )?);
                 // The same bytes through the link's socket calls alone, in the same window
                 // the requester keeps (rxe's RXE_MAX_UNACKED_PSNS packets), on fresh ports.
                 floor.push(
