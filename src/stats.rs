@@ -371,6 +371,16 @@ pub fn align_row(header: &str, labels: &[&str], cells: &[String]) -> String {
     row
 }
 
+/// The per-round ratios of an interleaved comparison as one line, `digits` decimals each
+/// (`perf compare`, `perf compare-udp`).
+pub fn ratio_list(ratios: &[f64], digits: usize) -> String {
+    ratios
+        .iter()
+        .map(|r| format!("{r:.digits$}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 /// The median of `samples` (sorted copy; the mean of the two middle values when even).
 /// Returns `None` for an empty slice.
 pub fn median(samples: &[f64]) -> Option<f64> {

@@ -26,7 +26,7 @@ use super::PerfError;
 use super::{bw, lat};
 use crate::args::parse_size;
 use crate::baseline::{memcpy_times, tcp_pingpong_rtts};
-use crate::stats::median;
+use crate::stats::{median, ratio_list};
 
 /// Target: in-process WRITE bandwidth at least this fraction of memcpy's.
 pub const BW_TARGET: f64 = 0.8;
@@ -191,14 +191,8 @@ pub fn run(o: &CompareOpts) -> Result<(), PerfError> {
     for f in &figures {
         println!(" {:<58} {:>12.2}  {:<6}", f.what, f.median, f.unit);
     }
-    let list = |v: &[f64]| {
-        v.iter()
-            .map(|r| format!("{r:.3}"))
-            .collect::<Vec<_>>()
-            .join(" ")
-    };
-    println!(" per round: sim / memcpy {}", list(&bw_ratios));
-    println!(" per round: sim / TCP    {}", list(&rtt_ratios));
+    println!(" per round: sim / memcpy {}", ratio_list(&bw_ratios, 3));
+    println!(" per round: sim / TCP    {}", ratio_list(&rtt_ratios, 3));
     let bw_ratio = m(&bw_ratios);
     let rtt_ratio = m(&rtt_ratios);
     println!(

@@ -31,7 +31,7 @@ use super::remote::{spin_yield, wait_yield};
 use crate::args::{DeviceSpec, parse_size};
 use crate::baseline::elapsed_ns;
 use crate::device::{NetDevice, open_net};
-use crate::stats::median;
+use crate::stats::{median, ratio_list};
 use bypass_sim::link::floor::{
     segmented_pingpong_rtts, segmented_stream_rate, write_round_trip_lens, write_stream_segment_len,
 };
@@ -371,14 +371,6 @@ fn summarize(rounds: &[Round]) -> Summary {
     }
 }
 
-fn ratio_list(ratios: &[f64]) -> String {
-    ratios
-        .iter()
-        .map(|r| format!("{r:.2}"))
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
 /// Runs both comparisons in interleaved rounds and prints medians, ratios and verdicts.
 pub fn run(o: &UdpCompareOpts) -> Result<(), PerfError> {
     let n = usize::try_from(o.iters).unwrap_or(usize::MAX);
@@ -478,7 +470,7 @@ pub fn run(o: &UdpCompareOpts) -> Result<(), PerfError> {
             s.ratio,
             verdict(s.ratio <= RTT_TARGET)
         );
-        println!(" rounds' round-trip ratios: {}", ratio_list(&s.ratios));
+        println!(" rounds' round-trip ratios: {}", ratio_list(&s.ratios, 2));
         println!(
             " its socket calls alone ({request}+{ack} B trains): {:10.2} us  ({:.2} x the ping-pong; the NICs' own work {:.2} us)",
             s.floor,
@@ -501,7 +493,7 @@ pub fn run(o: &UdpCompareOpts) -> Result<(), PerfError> {
             s.ratio,
             verdict(s.ratio >= BW_TARGET)
         );
-        println!(" rounds' bandwidth ratios: {}", ratio_list(&s.ratios));
+        println!(" rounds' bandwidth ratios: {}", ratio_list(&s.ratios, 2));
         println!(
             " its socket calls alone ({seg} B datagrams in segmented sends, {} KiB window): {:.1} MiB/s ({:.2} x TCP)",
             window >> 10,
