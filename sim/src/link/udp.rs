@@ -522,7 +522,7 @@ impl UdpLink {
                     }
                     Some(Out::Gather(g)) => {
                         let w = gather_wire(g, bursts);
-                        self.send_gathered(std::slice::from_mut(g), w, bursts);
+                        self.send_gathered(g, w, bursts);
                     }
                     None => {}
                 },
@@ -533,8 +533,8 @@ impl UdpLink {
     }
 
     /// Sends one gather packet alone (the link does not segment, or it leads no train).
-    fn send_gathered(&mut self, g: &mut [GatherPkt], w: Option<WireOf>, bursts: &Gathered) {
-        let (Some(w), Some(g)) = (w, g.first()) else {
+    fn send_gathered(&mut self, g: &GatherPkt, w: Option<WireOf>, bursts: &Gathered) {
+        let Some(w) = w else {
             LinkCounters::add(&self.counters.tx_malformed, 1);
             return;
         };
@@ -1616,10 +1616,11 @@ impl UdpWire {
                             }
                         }
                         // Read from the sender's memory now, as a NIC reads it when it
-                        // transmits (`crate::frame`): one copy into the packet.
-                        // A host-memory burst: gather packets, the payload sent by the kernel
-                        // straight from the sender's memory (`link::gather`; the ICRC pass
-                        // reads it here, under the world lock). Others: bytes, as before.
+                        // transmits (`crate::frame`). A host-memory burst: gather packets, the
+                        // payload sent by the kernel straight from the sender's memory
+                        // (`link::gather`; the ICRC pass reads it here, under the world
+                        // lock). Others (inline payloads, too many runs): segmented into
+                        // bytes, one copy into the packets.
                         Frame::Burst(b) => {
                             if let Err(b) = bursts.push_burst(b, id, outbound) {
                                 b.segment_direct_into(segmented, spare, tx_crcs);
