@@ -64,7 +64,7 @@ impl CqShared {
     pub fn clean(&self, qpn: u32) -> u32 {
         let n = self
             .table
-            .clean(&self.ring, self.nent, 64, &self.dbr_ring, qpn);
+            .clean(&self.ring, self.nent, &self.dbr_ring, qpn);
         if n > 0 {
             tracing::debug!(
                 cqn = self.cqn,

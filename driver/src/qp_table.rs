@@ -12,7 +12,8 @@ use core::ptr::NonNull;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-use bypass_hw::cqe::{MLX5_CQE_OWNER_MASK, sw_owns};
+use bypass_hw::cqe::{Cqe64, MLX5_CQE_OWNER_MASK, sw_owns};
+use zerocopy::{FromZeros, IntoBytes};
 
 use crate::barrier::{udma_from_device_barrier, udma_to_device_barrier};
 use crate::wq::{RingPtr, WqShared};
@@ -295,20 +296,15 @@ impl QpTable {
     /// the QP's CQEs and copying each kept CQE `freed` slots forward with the destination's own
     /// owner bit, then advance the consumer index by `freed`.
     ///
-    /// `ring`/`nent`/`cqe_size`/`dbr` must describe the CQ this table belongs to.
-    pub fn clean(
-        &self,
-        ring: &RingPtr,
-        nent: u32,
-        cqe_size: usize,
-        dbr: &RingPtr,
-        qpn: u32,
-    ) -> u32 {
+    /// `ring`/`nent`/`dbr` must describe the CQ this table belongs to; its CQEs are 64 bytes
+    /// (the only size the driver creates and the poller reads).
+    pub fn clean(&self, ring: &RingPtr, nent: u32, dbr: &RingPtr, qpn: u32) -> u32 {
+        const CQE: usize = core::mem::size_of::<Cqe64>();
         self.acquire_blocking();
         let count = self.ci.load(Ordering::Relaxed);
         // The ring arithmetic below needs only the low 32 bits (slot and lap parity).
         let ci = count as u32;
-        let off = |i: u32| (i & (nent - 1)) as usize * cqe_size + (cqe_size - 64);
+        let off = |i: u32| (i & (nent - 1)) as usize * CQE;
         let mut prod = ci;
         while prod.wrapping_sub(ci) < nent - 1 && sw_owns(ring.read_u8(off(prod) + 63), prod, nent)
         {
@@ -317,29 +313,19 @@ impl QpTable {
         // The CQEs up to `prod` are software's: read their contents only after their owner bits.
         udma_from_device_barrier();
         let mut freed = 0u32;
-        let mut cqe = [0u8; 128];
-        let cqe = &mut cqe[..cqe_size.min(128)];
+        let mut cqe = Cqe64::new_zeroed();
         while prod != ci {
             prod = prod.wrapping_sub(1);
-            let src = (prod & (nent - 1)) as usize * cqe_size;
-            ring.read(src, cqe);
-            // `sop_drop_qpn` / `s_wqe_opcode_qpn` (bytes 56..60 of the 64-byte CQE): the QPN in
+            ring.read(off(prod), cqe.as_mut_bytes());
+            // `sop_drop_qpn` (`s_wqe_opcode_qpn` in an error CQE, the same bytes): the QPN in
             // the low 24 bits, for good and error CQEs alike.
-            let q = cqe.len() - 8;
-            let this = cqe
-                .get(q..q + 4)
-                .and_then(|b| <[u8; 4]>::try_from(b).ok())
-                .map_or(u32::MAX, |b| u32::from_be_bytes(b) & 0x00ff_ffff);
-            if this == qpn {
+            if cqe.sop_drop_qpn.get() & 0x00ff_ffff == qpn {
                 freed += 1;
             } else if freed > 0 {
-                let dst_index = prod.wrapping_add(freed);
-                let dst = (dst_index & (nent - 1)) as usize * cqe_size;
-                let owner = ring.read_u8(dst + cqe_size - 1) & MLX5_CQE_OWNER_MASK;
-                if let Some(last) = cqe.last_mut() {
-                    *last = (*last & !MLX5_CQE_OWNER_MASK) | owner;
-                }
-                ring.write(dst, cqe);
+                let dst = off(prod.wrapping_add(freed));
+                let owner = ring.read_u8(dst + CQE - 1) & MLX5_CQE_OWNER_MASK;
+                cqe.op_own = (cqe.op_own & !MLX5_CQE_OWNER_MASK) | owner;
+                ring.write(dst, cqe.as_bytes());
             }
         }
         if freed > 0 {
