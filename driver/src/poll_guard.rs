@@ -253,10 +253,17 @@ impl CqPollGuard<'_> {
         unsafe { self.poller.cqe_ptr(self.ci).as_ref() }
     }
 
+    /// The CQE decoded, without the receive WQE index (what every field accessor but
+    /// [`CqPollGuard::wqe_index`] reads: no table lookup on a receive completion).
+    #[inline(always)]
+    fn decoded(&self) -> WorkCompletion {
+        decode(self.cqe()).with_wr_id(self.wr_id)
+    }
+
     /// The whole completion, decoded (the same value [`CqPoller::poll_one`] returns).
     #[inline(always)]
     pub fn completion(&self) -> WorkCompletion {
-        let wc = decode(self.cqe()).with_wr_id(self.wr_id);
+        let wc = self.decoded();
         if wc.completes_a_receive() {
             return self.with_rq_index(wc);
         }
@@ -296,7 +303,7 @@ impl CqPollGuard<'_> {
         if self.is_ok() {
             WcStatus::Success
         } else {
-            self.completion().status()
+            self.decoded().status()
         }
     }
 
@@ -310,37 +317,37 @@ impl CqPollGuard<'_> {
     /// What completed (`ibv_wc_read_opcode`).
     #[inline(always)]
     pub fn opcode(&self) -> WcOpcode {
-        self.completion().opcode()
+        self.decoded().opcode()
     }
 
     /// Bytes received, read, or 8 for atomics (`ibv_wc_read_byte_len`).
     #[inline(always)]
     pub fn byte_len(&self) -> u32 {
-        self.completion().byte_len()
+        self.decoded().byte_len()
     }
 
     /// Immediate data or invalidated rkey (`ibv_wc_read_imm_data`).
     #[inline(always)]
     pub fn imm(&self) -> u32 {
-        self.completion().imm()
+        self.decoded().imm()
     }
 
     /// The local QP (`ibv_wc_read_qp_num`).
     #[inline(always)]
     pub fn qpn(&self) -> u32 {
-        self.completion().qpn()
+        self.decoded().qpn()
     }
 
     /// The remote QP of a receive (`ibv_wc_read_src_qp`).
     #[inline(always)]
     pub fn src_qp(&self) -> u32 {
-        self.completion().src_qp()
+        self.decoded().src_qp()
     }
 
     /// Flags (`ibv_wc_read_wc_flags`).
     #[inline(always)]
     pub fn flags(&self) -> WcFlags {
-        self.completion().flags()
+        self.decoded().flags()
     }
 
     /// The WQE index the CQE carries.
@@ -352,7 +359,7 @@ impl CqPollGuard<'_> {
     /// The vendor syndrome of an error completion (`ibv_wc_read_vendor_err`).
     #[inline(always)]
     pub fn vendor_err(&self) -> u8 {
-        self.completion().vendor_err()
+        self.decoded().vendor_err()
     }
 }
 
