@@ -21,6 +21,10 @@ use std::ptr::NonNull;
 /// not moved, for as long as the value lives, and that those bytes may be read and written
 /// through raw pointers from any thread (they are not covered by a Rust reference that
 /// assumes exclusive or immutable access).
+///
+/// `read_at`/`write_at` are helpers over `base()`/`len()`, not hooks: the device also copies
+/// through `base()` directly (the IOMMU's cache of recent mappings), so an implementation
+/// must not override them with other behaviour.
 pub unsafe trait HostMemory: Send + Sync {
     /// First byte.
     fn base(&self) -> NonNull<u8>;
