@@ -495,7 +495,7 @@ impl Burst {
     /// Reads payload bytes from burst offset `at` into `out`, all of it (the DMA read a
     /// transmit does). False if the runs are shorter (cannot happen for a burst the requester
     /// built).
-    fn read_into(&self, at: usize, out: &mut [u8]) -> bool {
+    pub(crate) fn read_into(&self, at: usize, out: &mut [u8]) -> bool {
         let runs = match &self.src {
             Payload::Host(runs) => runs,
             Payload::Inline(bytes) => {
@@ -826,11 +826,6 @@ impl Burst {
             Payload::Host(runs) => Some(runs),
             Payload::Inline(_) => None,
         }
-    }
-
-    /// Reads payload bytes from burst offset `at` into `out` ([`Burst::read_into`]).
-    pub(crate) fn read_payload(&self, at: usize, out: &mut [u8]) -> bool {
-        self.read_into(at, out)
     }
 
     /// Writes packet `i`'s headers into `heads`: the IP + UDP header, BTH and RETH that

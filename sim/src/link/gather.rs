@@ -197,7 +197,7 @@ impl Gathered {
         p.extend_from_slice(g.hdr());
         let start = p.len();
         p.resize(start + g.len as usize, 0);
-        if !b.read_payload(g.at as usize, p.get_mut(start..)?) {
+        if !b.read_into(g.at as usize, p.get_mut(start..)?) {
             return None;
         }
         p.extend_from_slice(g.tail());
