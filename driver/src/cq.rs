@@ -62,9 +62,7 @@ impl CqShared {
     /// [`QpTable::clean`]) and returns how many. Called after DESTROY_QP and 2RST, when the
     /// device writes no more CQEs for that QP; waits while a poll of this CQ is in progress.
     pub fn clean(&self, qpn: u32) -> u32 {
-        let n = self
-            .table
-            .clean(&self.ring, self.nent, &self.dbr_ring, qpn);
+        let n = self.table.clean(&self.ring, self.nent, &self.dbr_ring, qpn);
         if n > 0 {
             tracing::debug!(
                 cqn = self.cqn,

@@ -809,8 +809,7 @@ impl CqPoller {
 
     /// Removes the unpolled CQEs of QP `qpn` from this CQ (see [`QpTable::clean`]).
     pub fn clean(&self, qpn: u32) -> u32 {
-        self.table
-            .clean(&self.ring, self.nent, &self.dbr, qpn)
+        self.table.clean(&self.ring, self.nent, &self.dbr, qpn)
     }
 
     /// The raw 64 bytes of the CQE at consumer index `ci` (owned by software or not), read with
