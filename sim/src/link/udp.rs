@@ -12,8 +12,9 @@
 //! and the crate's `recycle_burst` (the box of a burst it segmented goes back to the device).
 //!
 //! Fast path: a train of packets to one peer goes out in one `sendmsg` with `UDP_SEGMENT`
-//! and, with `UDP_GRO` on the receiving socket, comes in with one `recvmsg` (on loopback the
-//! train is never cut at all). A pump round reads the socket into reused buffers that keep
+//! (the trains a pump round sends from one socket, in one `sendmmsg`) and, with `UDP_GRO` on
+//! the receiving socket, comes in with one `recvmsg` (on loopback the train is never cut at
+//! all). A pump round reads the socket into reused buffers that keep
 //! room in front of the datagram; each packet's IP + UDP header is then rebuilt in place, in
 //! front of its UDP payload (over the tail of the segment before it, already delivered), and
 //! the device takes the packet from there (`Device::receive_udp_in_place`): no copy and no
@@ -262,8 +263,8 @@ pub struct UdpLink {
     wires: Vec<Option<WireOf>>,
     /// What [`wire_of`] found for the last packets of each kind sent as bytes.
     wire_memo: WireMemo,
-    /// The iovecs of the send being built, reused.
-    iov: IovList,
+    /// The sends one [`UdpLink::send_all`] builds, sent together (`sendmmsg`).
+    batch: SendBatch,
     /// How the ICRC changes with the IPv4 ID, by payload length.
     deltas: Ipv4IdSolver,
     /// `deltas` for the IDs of one segmented send, looked up per segment sent.
@@ -385,7 +386,7 @@ impl UdpLink {
             gso: true,
             wires: Vec::new(),
             wire_memo: WireMemo::default(),
-            iov: IovList::default(),
+            batch: SendBatch::default(),
             deltas: Ipv4IdSolver::new(),
             train_deltas: TrainDeltas::default(),
             rx_hdrs: RxHeaders::default(),
@@ -485,7 +486,10 @@ impl UdpLink {
     /// system call and one trip through the IP stack for up to 64 packets; the kernel cuts
     /// the train into exactly the datagrams [`UdpLink::send`] would have sent one by one (on
     /// loopback, and to a socket with `UDP_GRO`, it is not even cut: the receiver reads the
-    /// train whole). A segmented send's iovecs (per packet: the UDP payload's bytes, or the
+    /// train whole). Consecutive sends from one socket are queued and go out together, in
+    /// one `sendmmsg` (up to [`MAX_BATCH`]): a window of 4 KiB WRITE packets is about five
+    /// trains, five system calls before; measured, 1 MiB WRITE streaming went from 3,689 to
+    /// 3,845 MiB/s (medians of three `perf compare-udp --only bw` runs each, interleaved). A segmented send's iovecs (per packet: the UDP payload's bytes, or the
     /// BTH (+RETH), the payload's host-memory pieces and the pad + ICRC) add up, per
     /// segment, to exactly the segment size the kernel cuts at, and stay within [`IOV_MAX`].
     ///
@@ -518,6 +522,8 @@ impl UdpLink {
                 }
                 _ => match rest.first_mut() {
                     Some(Out::Bytes(p)) => {
+                        // In order after what is queued (one `sendto`, no message header).
+                        self.flush_sends();
                         self.send(p);
                     }
                     Some(Out::Gather(g)) => {
@@ -529,6 +535,7 @@ impl UdpLink {
             }
             i += n.max(1);
         }
+        self.flush_sends();
         self.wires = wires;
     }
 
@@ -542,24 +549,19 @@ impl UdpLink {
             let p = bursts.assemble(g).unwrap_or_default();
             self.tee(&p);
         }
-        let mut iov = std::mem::take(&mut self.iov);
-        iov.clear();
-        let built = push_gather_iov(g, bursts, &mut iov);
         let to = SockaddrStorage::from(SocketAddr::new(w.dst, self.local.port()));
         let fd = self.tx_socket(w.sport).as_raw_fd();
-        let r = if built {
-            sendmsg_iov(fd, &iov, None, &to)
-        } else {
-            Err(nix::errno::Errno::EMSGSIZE)
+        let send = Pending {
+            fd,
+            to,
+            seg: None,
+            packets: 1,
+            gathered: 1,
         };
-        self.iov = iov;
-        match r {
-            Ok(n) => {
-                LinkCounters::add(&self.counters.tx_packets, 1);
-                LinkCounters::add(&self.counters.tx_bytes, n as u64);
-                LinkCounters::add(&self.counters.tx_from_memory, 1);
-            }
-            Err(_) => LinkCounters::add(&self.counters.tx_errors, 1),
+        let iov = self.queue(send);
+        if !push_gather_iov(g, bursts, iov) {
+            self.unqueue_last();
+            LinkCounters::add(&self.counters.tx_errors, 1);
         }
     }
 
@@ -605,51 +607,108 @@ impl UdpLink {
                 }
             }
         }
-        let mut iov = std::mem::take(&mut self.iov);
-        iov.clear();
-        let mut built = true;
-        for p in train.iter() {
-            built &= match p {
-                Out::Bytes(b) => iov.push_slice(b.get(first.header_len..).unwrap_or(&[])),
-                Out::Gather(g) => push_gather_iov(g, bursts, &mut iov),
-            };
-        }
         let Ok(seg) = u16::try_from(first.payload_len) else {
-            self.iov = iov;
             LinkCounters::add(&self.counters.tx_errors, n);
             return;
         };
         let to = SockaddrStorage::from(SocketAddr::new(first.dst, self.local.port()));
         let fd = self.tx_socket(first.sport).as_raw_fd();
-        let r = if built {
-            sendmsg_iov(fd, &iov, Some(seg), &to)
-        } else {
-            // More iovecs than one call takes (`train_len` keeps trains below it).
-            Err(nix::errno::Errno::EMSGSIZE)
+        let gathered = train.iter().filter(|p| matches!(p, Out::Gather(_))).count() as u64;
+        let send = Pending {
+            fd,
+            to,
+            seg: Some(seg),
+            packets: n,
+            gathered,
         };
-        self.iov = iov;
+        let iov = self.queue(send);
+        let mut built = true;
+        for p in train.iter() {
+            built &= match p {
+                Out::Bytes(b) => iov.push_slice(b.get(first.header_len..).unwrap_or(&[])),
+                Out::Gather(g) => push_gather_iov(g, bursts, iov),
+            };
+        }
+        if !built {
+            // More iovecs than one call takes (`train_len` keeps trains below it).
+            self.unqueue_last();
+            LinkCounters::add(&self.counters.tx_errors, n);
+        }
+    }
+
+    /// Queues `send` (sent by [`UdpLink::flush_sends`]; what is queued for another socket,
+    /// or a full batch, is sent first) and returns its iovec list, empty, to fill.
+    fn queue(&mut self, send: Pending) -> &mut IovList {
+        let b = &self.batch;
+        if b.sends.len() >= MAX_BATCH || b.sends.last().is_some_and(|q| q.fd != send.fd) {
+            self.flush_sends();
+        }
+        let b = &mut self.batch;
+        let k = b.sends.len();
+        b.sends.push(send);
+        if b.iovs.len() <= k {
+            b.iovs.resize_with(k + 1, IovList::default);
+        }
+        let iov = &mut b.iovs[k];
+        iov.clear();
+        iov
+    }
+
+    /// Drops the send queued last (its iovecs could not be built; nothing is sent).
+    fn unqueue_last(&mut self) {
+        self.batch.sends.pop();
+    }
+
+    /// Sends what [`UdpLink::queue`] holds: one `sendmsg` for one send, else one `sendmmsg`
+    /// for all (they share a socket), and counts what went and what failed.
+    fn flush_sends(&mut self) {
+        let b = &mut self.batch;
+        let n = b.sends.len();
+        if n == 0 {
+            return;
+        }
+        let mut results = [Ok(0usize); MAX_BATCH];
+        match (b.sends.first(), b.iovs.first()) {
+            (Some(q), Some(iov)) if n == 1 => {
+                results[0] = sendmsg_iov(q.fd, iov, q.seg, &q.to);
+            }
+            _ => sendmmsg_iov(&b.sends, &b.iovs, &mut results),
+        }
+        let sends = std::mem::take(&mut b.sends);
+        for (q, r) in sends.iter().zip(results) {
+            self.count_send(q, r);
+        }
+        self.batch.sends = sends;
+        self.batch.sends.clear();
+    }
+
+    /// Counts one send's outcome.
+    fn count_send(&mut self, q: &Pending, r: Result<usize, nix::errno::Errno>) {
         match r {
             Ok(bytes) => {
-                LinkCounters::add(&self.counters.tx_packets, n);
+                LinkCounters::add(&self.counters.tx_packets, q.packets);
                 LinkCounters::add(&self.counters.tx_bytes, bytes as u64);
-                LinkCounters::add(&self.counters.tx_gso_sends, 1);
-                let gathered = train.iter().filter(|p| matches!(p, Out::Gather(_))).count();
-                LinkCounters::add(&self.counters.tx_from_memory, gathered as u64);
+                if q.seg.is_some() {
+                    LinkCounters::add(&self.counters.tx_gso_sends, 1);
+                }
+                LinkCounters::add(&self.counters.tx_from_memory, q.gathered);
             }
             Err(e) => {
                 // A kernel or route without UDP segmentation (EINVAL, EOPNOTSUPP, EIO): send
                 // one datagram at a time from now on. The train is lost either way; the
                 // transport retransmits it.
-                if matches!(
-                    e,
-                    nix::errno::Errno::EINVAL
-                        | nix::errno::Errno::EOPNOTSUPP
-                        | nix::errno::Errno::EIO
-                        | nix::errno::Errno::ENOPROTOOPT
-                ) {
+                if q.seg.is_some()
+                    && matches!(
+                        e,
+                        nix::errno::Errno::EINVAL
+                            | nix::errno::Errno::EOPNOTSUPP
+                            | nix::errno::Errno::EIO
+                            | nix::errno::Errno::ENOPROTOOPT
+                    )
+                {
                     self.gso = false;
                 }
-                LinkCounters::add(&self.counters.tx_errors, n);
+                LinkCounters::add(&self.counters.tx_errors, q.packets);
             }
         }
     }
@@ -1121,6 +1180,121 @@ fn push_gather_iov(g: &GatherPkt, bursts: &Gathered, iov: &mut IovList) -> bool 
         && iov.push_slice(g.tail())
 }
 
+/// The most sends one `sendmmsg` carries (a pump round's window of 64 4 KiB packets is about
+/// five segmented sends).
+const MAX_BATCH: usize = 16;
+
+/// One send queued by [`UdpLink::queue`]: socket, destination, segment size (`None`: one
+/// datagram), and what it carries, for the counters.
+#[derive(Debug)]
+struct Pending {
+    fd: std::os::fd::RawFd,
+    to: SockaddrStorage,
+    seg: Option<u16>,
+    packets: u64,
+    gathered: u64,
+}
+
+/// The sends of one [`UdpLink::send_all`], all from one socket, and their iovec lists (kept
+/// for reuse: `iovs[k]` is send `k`'s).
+#[derive(Debug, Default)]
+struct SendBatch {
+    sends: Vec<Pending>,
+    iovs: Vec<IovList>,
+}
+
+/// Writes a `UDP_SEGMENT` control message of `seg` into `control` and points `msg` at it
+/// (`msg` then borrows `control`: it must not be used after `control` goes). False if it
+/// does not fit.
+fn set_segment(msg: &mut libc::msghdr, control: &mut [u64; 4], seg: u16) -> bool {
+    // SAFETY: CMSG_SPACE/CMSG_LEN are arithmetic. `msg` is a valid msghdr whose control
+    // buffer is set to `control`, which holds CMSG_SPACE(2) bytes (checked), so CMSG_FIRSTHDR
+    // gives a header inside it with room for CMSG_LEN(2) bytes; the u16 is written
+    // unaligned.
+    unsafe {
+        let space = libc::CMSG_SPACE(std::mem::size_of::<u16>() as u32);
+        if space as usize > std::mem::size_of_val(control) {
+            return false;
+        }
+        msg.msg_control = control.as_mut_ptr().cast();
+        msg.msg_controllen = space as _;
+        let c = libc::CMSG_FIRSTHDR(msg);
+        if c.is_null() {
+            return false;
+        }
+        (*c).cmsg_level = libc::SOL_UDP;
+        (*c).cmsg_type = UDP_SEGMENT;
+        (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<u16>() as u32) as _;
+        std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u16>(), seg);
+    }
+    true
+}
+
+/// `sendmmsg` of `sends` (all on one socket; send `k`'s iovecs in `iovs[k]`): one system call
+/// for up to [`MAX_BATCH`] sends, where a pump round would make one per train. Each send's
+/// outcome goes to `results[k]`: the bytes sent, or the error of the call that failed on it
+/// (the kernel stops at a send that fails; the ones after it are tried again). EINTR is
+/// retried.
+fn sendmmsg_iov(
+    sends: &[Pending],
+    iovs: &[IovList],
+    results: &mut [Result<usize, nix::errno::Errno>; MAX_BATCH],
+) {
+    use nix::sys::socket::SockaddrLike;
+    let n = sends.len().min(MAX_BATCH).min(iovs.len());
+    let Some(fd) = sends.first().map(|q| q.fd) else {
+        return;
+    };
+    let mut controls = [[0u64; 4]; MAX_BATCH];
+    // SAFETY: `mmsghdr` is plain integers and pointers, valid all-zero.
+    let mut hdrs: [libc::mmsghdr; MAX_BATCH] = unsafe { std::mem::zeroed() };
+    for k in 0..n {
+        let (q, iov, h, control) = (&sends[k], &iovs[k], &mut hdrs[k], &mut controls[k]);
+        h.msg_hdr.msg_name = q.to.as_ptr().cast_mut().cast();
+        h.msg_hdr.msg_namelen = q.to.len();
+        h.msg_hdr.msg_iov = iov.as_iovecs().cast_mut();
+        // At most IOV_MAX (1024): fits `msg_iovlen` on every target.
+        h.msg_hdr.msg_iovlen = iov.len() as _;
+        if let Some(seg) = q.seg {
+            if !set_segment(&mut h.msg_hdr, control, seg) {
+                results[k] = Err(nix::errno::Errno::EINVAL);
+            }
+        }
+    }
+    let mut done = 0usize;
+    while done < n {
+        if results[done].is_err() {
+            // Its control message could not be built: not sent.
+            done += 1;
+            continue;
+        }
+        // The run of sends from `done` whose headers were built.
+        let run = (done..n).take_while(|&k| results[k].is_ok()).count();
+        // SAFETY: `hdrs[done..done + run]` are valid headers whose every pointer (`sends`'
+        // addresses, `iovs`' arrays, `controls`, and the memory the iovecs point at: the
+        // link's buffers or host memory the caller keeps until `send_all` returns) outlives
+        // the call; the kernel writes only `msg_len` of each.
+        let r = unsafe { libc::sendmmsg(fd, hdrs[done..].as_mut_ptr(), run as _, 0) };
+        match usize::try_from(r) {
+            Ok(sent) if sent > 0 => {
+                for k in done..done + sent.min(run) {
+                    results[k] = Ok(hdrs[k].msg_len as usize);
+                }
+                done += sent.min(run);
+            }
+            _ => match nix::errno::Errno::last() {
+                nix::errno::Errno::EINTR if r < 0 => {}
+                e => {
+                    // The first of the run failed (the kernel reports an error only when
+                    // nothing was sent): it is lost, the rest are tried again.
+                    results[done] = Err(if r < 0 { e } else { nix::errno::Errno::EIO });
+                    done += 1;
+                }
+            },
+        }
+    }
+}
+
 /// Linux `UDP_SEGMENT` (`include/uapi/linux/udp.h`; the `libc` crate defines it only for
 /// some targets): the segment size of a segmented send, as a `SOL_UDP` control message.
 const UDP_SEGMENT: libc::c_int = 103;
@@ -1148,27 +1322,17 @@ fn sendmsg_iov(
         // iovecs, no control). Every pointer set below outlives the call: `to`'s address and
         // `control` are borrowed for this block, `iov`'s array is borrowed and unchanged, and
         // the memory each iovec points at is the link's own buffers or host memory the
-        // caller keeps allocated until this returns (`link::gather`). CMSG_FIRSTHDR of a
-        // `msghdr` whose control buffer holds CMSG_SPACE(2) bytes gives a header with room
-        // for CMSG_LEN(2) bytes, the u16 written unaligned into its data.
+        // caller keeps allocated until this returns (`link::gather`).
         let r = unsafe {
             let mut msg: libc::msghdr = std::mem::zeroed();
             msg.msg_name = to.as_ptr().cast_mut().cast();
             msg.msg_namelen = to.len();
             msg.msg_iov = iov.as_iovecs().cast_mut();
             msg.msg_iovlen = iovlen;
-            if let Some(seg) = seg {
-                let space = libc::CMSG_SPACE(std::mem::size_of::<u16>() as u32);
-                msg.msg_control = control.as_mut_ptr().cast();
-                msg.msg_controllen = space as _;
-                let c = libc::CMSG_FIRSTHDR(&raw const msg);
-                if c.is_null() || space as usize > std::mem::size_of_val(&control) {
-                    return Err(nix::errno::Errno::EINVAL);
-                }
-                (*c).cmsg_level = libc::SOL_UDP;
-                (*c).cmsg_type = UDP_SEGMENT;
-                (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<u16>() as u32) as _;
-                std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u16>(), seg);
+            if let Some(seg) = seg
+                && !set_segment(&mut msg, &mut control, seg)
+            {
+                return Err(nix::errno::Errno::EINVAL);
             }
             libc::sendmsg(fd, &raw const msg, 0)
         };
@@ -1894,6 +2058,77 @@ mod tests {
                 assert!(RocePacket::parse(&q).unwrap().icrc_ok());
             }
         }
+    }
+
+    #[test]
+    fn the_trains_of_one_round_leave_in_batches_and_arrive_in_order() {
+        let mut b = link(2);
+        let mut a = sender_to(&b);
+        // More two-packet trains than one `sendmmsg` carries (the shorter second packet ends
+        // each), from one source port, then two from another (a batch per socket).
+        let trains = MAX_BATCH + 3;
+        let mut sent = Vec::new();
+        for t in 0..trains as u32 {
+            sent.push(sized(2 * t, 1024, 0xc123));
+            sent.push(sized(2 * t + 1, 100, 0xc123));
+        }
+        for t in 0..2u32 {
+            sent.push(sized(100 + 2 * t, 512, 0xc124));
+            sent.push(sized(101 + 2 * t, 8, 0xc124));
+        }
+        // Segment k of a train carries IPv4 ID k.
+        let expected: Vec<Vec<u8>> = sent
+            .iter()
+            .enumerate()
+            .map(|(i, p)| with_id(p, (i % 2) as u16))
+            .collect();
+        let mut batch = sent.clone();
+        a.send_batch(&mut batch);
+        let got = recv_n(&mut b, expected.len());
+        for sport in [0xc123u16, 0xc124] {
+            let of = |v: &[Vec<u8>]| -> Vec<Vec<u8>> {
+                v.iter()
+                    .filter(|p| RocePacket::parse(p).unwrap().ports().src == sport)
+                    .cloned()
+                    .collect()
+            };
+            assert_eq!(of(&got), of(&expected), "source port {sport:#x}");
+        }
+        let c = a.counters();
+        assert_eq!(c.tx_packets.load(Ordering::Relaxed), expected.len() as u64);
+        assert_eq!(c.tx_gso_sends.load(Ordering::Relaxed), trains as u64 + 2);
+        assert_eq!(c.tx_errors.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn a_send_the_kernel_refuses_is_reported_and_the_rest_of_the_batch_still_goes() {
+        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        rx.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let to = SockaddrStorage::from(rx.local_addr().unwrap());
+        let pending = |seg| Pending {
+            fd: tx.as_raw_fd(),
+            to,
+            seg,
+            packets: 1,
+            gathered: 0,
+        };
+        // The second is larger than any UDP datagram (EMSGSIZE); the third is a train.
+        let (small, huge, pair) = (vec![1u8; 100], vec![2u8; 70_000], vec![3u8; 60]);
+        let sends = [pending(None), pending(None), pending(Some(40))];
+        let mut iovs = vec![IovList::default(), IovList::default(), IovList::default()];
+        for (iov, bytes) in iovs.iter_mut().zip([&small, &huge, &pair]) {
+            assert!(iov.push_slice(bytes));
+        }
+        let mut results = [Ok(0usize); MAX_BATCH];
+        sendmmsg_iov(&sends, &iovs, &mut results);
+        assert_eq!(results[0], Ok(100));
+        assert_eq!(results[1], Err(nix::errno::Errno::EMSGSIZE));
+        assert_eq!(results[2], Ok(60));
+        // What arrives: the first, then the train cut into its 40- and 20-byte datagrams.
+        let mut buf = [0u8; 2048];
+        let lens: Vec<usize> = (0..3).map(|_| rx.recv(&mut buf).unwrap()).collect();
+        assert_eq!(lens, [100, 40, 20]);
     }
 
     #[test]
