@@ -2,9 +2,9 @@
 //! medians and ratios, with the project's targets.
 //!
 //! Owns: the two comparisons and their baselines: an 8-byte RDMA WRITE round trip between two
-//! simulated NICs on UDP sockets (127.0.0.1 and 127.0.0.2 by default, both driven by this
-//! thread) against a plain UDP busy-poll ping-pong between the same two addresses, with the floor of the link's own socket calls
-//! (`bypass_sim::link::floor`); and 1 MiB RDMA WRITE streaming bandwidth over those links
+//! simulated NICs on UDP sockets (127.0.0.1 and 127.0.0.2 by default, each driven by its own
+//! thread, `--rtt-threads`) against a plain UDP busy-poll ping-pong between the same two
+//! addresses, with the floor of the link's own socket calls (`bypass_sim::link::floor`); and 1 MiB RDMA WRITE streaming bandwidth over those links
 //! against TCP loopback streaming throughput (1 MiB writes). `--only rtt|bw` runs one of the
 //! two. Must not print tables (the verdict lines only) or touch the device outside the
 //! verbs API.
@@ -60,6 +60,10 @@ pub struct UdpCompareOpts {
     /// Round trips measured in each round (after a warm-up).
     #[arg(short = 'n', long, default_value_t = 2000, value_parser = clap::value_parser!(u64).range(50..))]
     pub iters: u64,
+    /// Threads of the WRITE ping-pong: 2, one per NIC (as the baseline's two sockets, and
+    /// as two processes), or 1 (both NICs in one thread, one after the other).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u8).range(1..=2))]
+    pub rtt_threads: u8,
     /// WRITEs per bandwidth run.
     #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(8..))]
     pub bw_iters: u64,
@@ -240,14 +244,73 @@ impl UdpPair {
     }
 }
 
-/// The WRITE ping-pong, both ends in this thread (as `lat`): round-trip times in ns.
+/// The WRITE ping-pong: round-trip times in ns. With `threads` 2 (the default) each NIC is
+/// driven by its own thread, as the baseline's two sockets are and as two processes run
+/// `bypass perf write-lat`: the client thread posts and spins on its buffer, the server
+/// thread spins on its own and answers. With 1, both ends run in this thread, one after the
+/// other (`scripts/callgrind-udp.sh` counts that loop: no empty polls in it).
 ///
-/// One thread, not two as the baseline's sockets: measured on this project's 2-core host,
-/// two threads each busy-polling one NIC took 17.8 us a round trip where one thread took
-/// 12.8 us in the same run (each side's wait loop pumps a link and yields; the packet is
-/// found one pump round late on average, and a yield hands the core to anything runnable).
-/// In one thread every packet is waiting in its socket when the loop reads it.
-fn write_rtts(p: &mut UdpPair, size: u64, iters: usize) -> Result<Vec<u64>, PerfError> {
+/// Two threads, measured on this project's 2-core host (2026-11-30, the same run): 10.1 us
+/// a round trip, where one thread took 11.2 us and the baseline 7.4 us. In one thread the
+/// socket calls of both sides and both NICs' work add up; in two, each side's work after
+/// its send overlaps the peer's receive, as it does between two processes. (An earlier
+/// build, whose empty pump rounds stepped the devices, took 17.8 us with two threads and
+/// 12.8 us with one: the packet was found one costly pump round late.)
+fn write_rtts(
+    p: &mut UdpPair,
+    size: u64,
+    iters: usize,
+    threads: u8,
+) -> Result<Vec<u64>, PerfError> {
+    if threads < 2 {
+        return write_rtts_one_thread(p, size, iters);
+    }
+    let (ab, ba) = (p.write_spec(true, size)?, p.write_spec(false, size)?);
+    let bytes = ab.size;
+    let (ea, eb) = (&mut p.a, &mut p.b);
+    std::thread::scope(|s| {
+        // The server: waits for the client's WRITE, answers with its own (a stalled client
+        // ends it by `spin_yield`'s stall limit).
+        let server = s.spawn(move || -> Result<(), PerfError> {
+            let mut ob = 0u32;
+            for i in 0..(iters + WARMUP) {
+                let tag = (i % 255) as u8 + 1;
+                spin_yield(eb, bytes, tag)?;
+                eb.post_write(&ba, tag, true, i as u64)?;
+                ob += 1;
+                reap(eb, &mut ob)?;
+            }
+            drain_all(eb, &mut ob)
+        });
+        let client = (|| -> Result<Vec<u64>, PerfError> {
+            let mut rtts = Vec::with_capacity(iters);
+            let mut oa = 0u32;
+            for i in 0..(iters + WARMUP) {
+                let tag = (i % 255) as u8 + 1;
+                let t0 = Instant::now();
+                ea.post_write(&ab, tag, true, i as u64)?;
+                oa += 1;
+                spin_yield(ea, bytes, tag)?;
+                if i >= WARMUP {
+                    rtts.push(elapsed_ns(t0));
+                }
+                reap(ea, &mut oa)?;
+            }
+            drain_all(ea, &mut oa)?;
+            Ok(rtts)
+        })();
+        let served = server
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        // The client's error first: a server that stalled did so because the client stopped.
+        let rtts = client?;
+        served?;
+        Ok(rtts)
+    })
+}
+
+/// [`write_rtts`] with both ends in this thread.
+fn write_rtts_one_thread(p: &mut UdpPair, size: u64, iters: usize) -> Result<Vec<u64>, PerfError> {
     let (ab, ba) = (p.write_spec(true, size)?, p.write_spec(false, size)?);
     let bytes = ab.size;
     let mut rtts = Vec::with_capacity(iters);
@@ -414,10 +477,10 @@ pub fn run(o: &UdpCompareOpts) -> Result<(), PerfError> {
         if rtt {
             let baseline = median_us(&udp_pingpong_rtts(ba, bb, lat_size, n)?);
             let floor = median_us(
-                &segmented_pingpong_rtts(ba, bb, request, ack, n, WARMUP)
+                &segmented_pingpong_rtts(ba, bb, (request, ack), (n, WARMUP), o.rtt_threads)
                     .map_err(io("the segmented ping-pong"))?,
             );
-            let link = median_us(&write_rtts(&mut pair, o.lat_size, n)?);
+            let link = median_us(&write_rtts(&mut pair, o.lat_size, n, o.rtt_threads)?);
             rtt_rounds.push(Round {
                 link,
                 baseline,

@@ -52,20 +52,20 @@ pub fn write_stream_segment_len(mtu: usize) -> Option<usize> {
     udp_payload_len(BthOpcode::RC_RDMA_WRITE_MIDDLE, mtu)
 }
 
-/// A ping-pong between `a` and `b` in one thread where each side sends what a UDP link sends
-/// in a WRITE ping-pong: one segmented send (`UDP_SEGMENT`) of a `request`-byte and an
-/// `ack`-byte datagram, read by the peer with one `recvmsg` on a `UDP_GRO` socket. The
-/// round-trip times in ns, `iters` of them after `warmup` untimed ones; port 0 in `a` or `b`
-/// binds a free port. One thread because
-/// the link's round-trip comparison runs both NICs in one thread: this is the socket calls'
-/// share of that loop.
+/// A ping-pong between `a` and `b` where each side sends what a UDP link sends in a WRITE
+/// ping-pong: one segmented send (`UDP_SEGMENT`) of a `request`-byte and an `ack`-byte
+/// datagram, read by the peer with `recvmsg` on a `UDP_GRO` socket. The round-trip times in
+/// ns, `iters` of them after `warmup` untimed ones; port 0 in `a` or `b` binds a free port.
+/// `threads` 2: each side in its own thread, busy-polling and yielding between polls (as the
+/// link's wait loops and the plain ping-pong baseline do); 1: both sides in this thread, one
+/// after the other (as `bypass perf compare-udp --rtt-threads 1` runs the two NICs). This is
+/// the socket calls' share of that loop.
 pub fn segmented_pingpong_rtts(
     a: SocketAddr,
     b: SocketAddr,
-    request: usize,
-    ack: usize,
-    iters: usize,
-    warmup: usize,
+    (request, ack): (usize, usize),
+    (iters, warmup): (usize, usize),
+    threads: u8,
 ) -> io::Result<Vec<u64>> {
     let sa = UdpSocket::bind(a)?;
     let sb = UdpSocket::bind(b)?;
@@ -73,46 +73,116 @@ pub fn segmented_pingpong_rtts(
         s.set_nonblocking(true)?;
         setsockopt(s, sockopt::UdpGroSegment, &true).map_err(io::Error::from)?;
     }
-    let seg = u16::try_from(request).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-    let (req, ackb) = (vec![0x5au8; request], vec![0x11u8; ack]);
-    let mut buf = vec![0u8; 65_536];
-    let mut cmsg = nix::cmsg_space!(libc::c_int);
     // The bound addresses: port 0 in `a` or `b` binds a free port.
     let (to_a, to_b) = (
         SockaddrStorage::from(sa.local_addr()?),
         SockaddrStorage::from(sb.local_addr()?),
     );
+    let pair = Pair::new(request, ack)?;
     let deadline = Instant::now() + Duration::from_secs(30);
+    let total = iters + warmup;
     let mut rtts = Vec::with_capacity(iters);
-    for i in 0..iters + warmup {
-        let t0 = Instant::now();
-        for (from, to, dst) in [(&sa, &sb, &to_b), (&sb, &sa, &to_a)] {
-            let iov = [IoSlice::new(&req), IoSlice::new(&ackb)];
-            let cm = [ControlMessage::UdpGsoSegments(&seg)];
-            sendmsg(from.as_raw_fd(), &iov, &cm, MsgFlags::empty(), Some(dst))
-                .map_err(io::Error::from)?;
-            // Both datagrams, however the kernel hands them over (one coalesced read on
-            // loopback; two if it ever does not coalesce), before the round trip goes on.
-            let mut left = request + ack;
-            while left > 0 {
-                let mut iov = [IoSliceMut::new(&mut buf)];
-                match recvmsg::<SockaddrStorage>(
-                    to.as_raw_fd(),
-                    &mut iov,
-                    Some(&mut cmsg),
-                    MsgFlags::MSG_DONTWAIT,
-                ) {
-                    Ok(r) => left = left.saturating_sub(r.bytes),
-                    Err(nix::errno::Errno::EAGAIN) if Instant::now() < deadline => {}
-                    Err(e) => return Err(io::Error::from(e)),
-                }
+    if threads < 2 {
+        let mut buf = vec![0u8; 65_536];
+        for i in 0..total {
+            let t0 = Instant::now();
+            pair.send(&sa, &to_b)?;
+            pair.recv(&sb, &mut buf, deadline, false)?;
+            pair.send(&sb, &to_a)?;
+            pair.recv(&sa, &mut buf, deadline, false)?;
+            if i >= warmup {
+                rtts.push(u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX));
             }
         }
-        if i >= warmup {
-            rtts.push(u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX));
-        }
+        return Ok(rtts);
     }
+    std::thread::scope(|s| {
+        let echo = s.spawn(|| -> io::Result<()> {
+            let mut buf = vec![0u8; 65_536];
+            for _ in 0..total {
+                pair.recv(&sb, &mut buf, deadline, true)?;
+                pair.send(&sb, &to_a)?;
+            }
+            Ok(())
+        });
+        let mut buf = vec![0u8; 65_536];
+        let timed = (|| -> io::Result<()> {
+            for i in 0..total {
+                let t0 = Instant::now();
+                pair.send(&sa, &to_b)?;
+                pair.recv(&sa, &mut buf, deadline, true)?;
+                if i >= warmup {
+                    rtts.push(u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX));
+                }
+            }
+            Ok(())
+        })();
+        let echoed = echo
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        timed.and(echoed)
+    })?;
     Ok(rtts)
+}
+
+/// The two datagrams one side of [`segmented_pingpong_rtts`] sends.
+struct Pair {
+    req: Vec<u8>,
+    ack: Vec<u8>,
+    seg: u16,
+}
+
+impl Pair {
+    fn new(request: usize, ack: usize) -> io::Result<Self> {
+        let seg =
+            u16::try_from(request).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        Ok(Self {
+            req: vec![0x5au8; request],
+            ack: vec![0x11u8; ack],
+            seg,
+        })
+    }
+
+    /// Both datagrams in one segmented send from `from` to `to`.
+    fn send(&self, from: &UdpSocket, to: &SockaddrStorage) -> io::Result<()> {
+        let iov = [IoSlice::new(&self.req), IoSlice::new(&self.ack)];
+        let cm = [ControlMessage::UdpGsoSegments(&self.seg)];
+        sendmsg(from.as_raw_fd(), &iov, &cm, MsgFlags::empty(), Some(to))
+            .map_err(io::Error::from)?;
+        Ok(())
+    }
+
+    /// Reads both datagrams on `on`, however the kernel hands them over (one coalesced read
+    /// on loopback; two if it ever does not coalesce); `yielding`: yields the core between
+    /// empty polls.
+    fn recv(
+        &self,
+        on: &UdpSocket,
+        buf: &mut [u8],
+        deadline: Instant,
+        yielding: bool,
+    ) -> io::Result<()> {
+        let mut cmsg = nix::cmsg_space!(libc::c_int);
+        let mut left = self.req.len() + self.ack.len();
+        while left > 0 {
+            let mut iov = [IoSliceMut::new(buf)];
+            match recvmsg::<SockaddrStorage>(
+                on.as_raw_fd(),
+                &mut iov,
+                Some(&mut cmsg),
+                MsgFlags::MSG_DONTWAIT,
+            ) {
+                Ok(r) => left = left.saturating_sub(r.bytes),
+                Err(nix::errno::Errno::EAGAIN) if Instant::now() < deadline => {
+                    if yielding {
+                        std::thread::yield_now();
+                    }
+                }
+                Err(e) => return Err(io::Error::from(e)),
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Streams `total` bytes of UDP payload from `a` to `b` as segmented sends of `seg`-byte
@@ -223,8 +293,10 @@ mod tests {
         // Port 0: each side binds a free port (no probe-and-rebind race).
         let a: SocketAddr = "127.0.0.1:0".parse().unwrap();
         let b: SocketAddr = "127.0.0.1:0".parse().unwrap();
-        let rtts = segmented_pingpong_rtts(a, b, 40, 20, 20, 2).unwrap();
-        assert_eq!(rtts.len(), 20);
-        assert!(rtts.iter().all(|&ns| ns > 0));
+        for threads in [1, 2] {
+            let rtts = segmented_pingpong_rtts(a, b, (40, 20), (20, 2), threads).unwrap();
+            assert_eq!(rtts.len(), 20);
+            assert!(rtts.iter().all(|&ns| ns > 0));
+        }
     }
 }
