@@ -2,7 +2,8 @@
 # User-space instructions of the UDP link, counted by callgrind (the figures quoted in the
 # README's "UDP link" benchmarks; instruction counts do not depend on how busy the host is).
 #
-#   round trip: `bypass perf compare-udp --only rtt -n 2000 --rounds 1`, collecting only in the
+#   round trip: `bypass perf compare-udp --only rtt -n 2000 --rounds 1 --rtt-threads 1` (both
+#               NICs in one thread: no empty polls counted), collecting only in the
 #               WRITE ping-pong's own functions (spin_yield, End::post_write, End::drain: the
 #               posting thread drives both NICs there, doorbells, link pumps and all); total /
 #               2016 round trips (2000 + the 16 warm-up ones).
@@ -31,7 +32,7 @@ total() { callgrind_annotate "$1" | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); pr
 valgrind --tool=callgrind --callgrind-out-file="$out/rtt.cg" \
   --toggle-collect='*spin_yield*' --toggle-collect='*pair*End*post_write*' \
   --toggle-collect='*End*drain*' \
-  "$bin" perf compare-udp --only rtt -n 2000 --rounds 1 >/dev/null 2>"$out/rtt.log"
+  "$bin" perf compare-udp --only rtt -n 2000 --rounds 1 --rtt-threads 1 >/dev/null 2>"$out/rtt.log"
 rtt="$(total "$out/rtt.cg")"
 echo "round trip: $rtt instructions / 2016 round trips = $((rtt / 2016)) per 8-byte WRITE round trip"
 

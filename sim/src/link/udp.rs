@@ -549,7 +549,7 @@ impl UdpLink {
             let p = bursts.assemble(g).unwrap_or_default();
             self.tee(&p);
         }
-        let to = SockaddrStorage::from(SocketAddr::new(w.dst, self.local.port()));
+        let to = SocketAddr::new(w.dst, self.local.port());
         let fd = self.tx_socket(w.sport).as_raw_fd();
         let send = Pending {
             fd,
@@ -558,7 +558,7 @@ impl UdpLink {
             packets: 1,
             gathered: 1,
         };
-        let iov = self.queue(send);
+        let (iov, _) = self.queue(send);
         if !push_gather_iov(g, bursts, iov) {
             self.unqueue_last();
             LinkCounters::add(&self.counters.tx_errors, 1);
@@ -611,22 +611,24 @@ impl UdpLink {
             LinkCounters::add(&self.counters.tx_errors, n);
             return;
         };
-        let to = SockaddrStorage::from(SocketAddr::new(first.dst, self.local.port()));
+        let to = SocketAddr::new(first.dst, self.local.port());
         let fd = self.tx_socket(first.sport).as_raw_fd();
-        let gathered = train.iter().filter(|p| matches!(p, Out::Gather(_))).count() as u64;
         let send = Pending {
             fd,
             to,
             seg: Some(seg),
             packets: n,
-            gathered,
+            gathered: 0,
         };
-        let iov = self.queue(send);
+        let (iov, queued) = self.queue(send);
         let mut built = true;
         for p in train.iter() {
             built &= match p {
                 Out::Bytes(b) => iov.push_slice(b.get(first.header_len..).unwrap_or(&[])),
-                Out::Gather(g) => push_gather_iov(g, bursts, iov),
+                Out::Gather(g) => {
+                    queued.gathered += 1;
+                    push_gather_iov(g, bursts, iov)
+                }
             };
         }
         if !built {
@@ -637,21 +639,22 @@ impl UdpLink {
     }
 
     /// Queues `send` (sent by [`UdpLink::flush_sends`]; what is queued for another socket,
-    /// or a full batch, is sent first) and returns its iovec list, empty, to fill.
-    fn queue(&mut self, send: Pending) -> &mut IovList {
+    /// or a full batch, is sent first) and returns its iovec list, empty, to fill, and the
+    /// send as queued.
+    fn queue(&mut self, send: Pending) -> (&mut IovList, &mut Pending) {
         let b = &self.batch;
         if b.sends.len() >= MAX_BATCH || b.sends.last().is_some_and(|q| q.fd != send.fd) {
             self.flush_sends();
         }
         let b = &mut self.batch;
         let k = b.sends.len();
-        b.sends.push(send);
         if b.iovs.len() <= k {
             b.iovs.resize_with(k + 1, IovList::default);
         }
+        b.sends.push(send);
         let iov = &mut b.iovs[k];
         iov.clear();
-        iov
+        (iov, &mut b.sends[k])
     }
 
     /// Drops the send queued last (its iovecs could not be built; nothing is sent).
@@ -662,55 +665,22 @@ impl UdpLink {
     /// Sends what [`UdpLink::queue`] holds: one `sendmsg` for one send, else one `sendmmsg`
     /// for all (they share a socket), and counts what went and what failed.
     fn flush_sends(&mut self) {
-        let b = &mut self.batch;
-        let n = b.sends.len();
-        if n == 0 {
-            return;
-        }
-        let mut results = [Ok(0usize); MAX_BATCH];
-        match (b.sends.first(), b.iovs.first()) {
-            (Some(q), Some(iov)) if n == 1 => {
-                results[0] = sendmsg_iov(q.fd, iov, q.seg, &q.to);
+        let (b, counters, gso) = (&mut self.batch, &*self.counters, &mut self.gso);
+        match (b.sends.as_slice(), b.iovs.first()) {
+            ([], _) => return,
+            ([q], Some(iov)) => {
+                let to = SockaddrStorage::from(q.to);
+                count_send(counters, gso, q, sendmsg_iov(q.fd, iov, q.seg, &to));
             }
-            _ => sendmmsg_iov(&b.sends, &b.iovs, &mut results),
-        }
-        let sends = std::mem::take(&mut b.sends);
-        for (q, r) in sends.iter().zip(results) {
-            self.count_send(q, r);
-        }
-        self.batch.sends = sends;
-        self.batch.sends.clear();
-    }
-
-    /// Counts one send's outcome.
-    fn count_send(&mut self, q: &Pending, r: Result<usize, nix::errno::Errno>) {
-        match r {
-            Ok(bytes) => {
-                LinkCounters::add(&self.counters.tx_packets, q.packets);
-                LinkCounters::add(&self.counters.tx_bytes, bytes as u64);
-                if q.seg.is_some() {
-                    LinkCounters::add(&self.counters.tx_gso_sends, 1);
+            (sends, _) => {
+                let mut results = [Ok(0usize); MAX_BATCH];
+                sendmmsg_iov(sends, &b.iovs, &mut results);
+                for (q, r) in sends.iter().zip(results) {
+                    count_send(counters, gso, q, r);
                 }
-                LinkCounters::add(&self.counters.tx_from_memory, q.gathered);
-            }
-            Err(e) => {
-                // A kernel or route without UDP segmentation (EINVAL, EOPNOTSUPP, EIO): send
-                // one datagram at a time from now on. The train is lost either way; the
-                // transport retransmits it.
-                if q.seg.is_some()
-                    && matches!(
-                        e,
-                        nix::errno::Errno::EINVAL
-                            | nix::errno::Errno::EOPNOTSUPP
-                            | nix::errno::Errno::EIO
-                            | nix::errno::Errno::ENOPROTOOPT
-                    )
-                {
-                    self.gso = false;
-                }
-                LinkCounters::add(&self.counters.tx_errors, q.packets);
             }
         }
+        b.sends.clear();
     }
     /// The socket that sends from UDP source port `sport` (bound on first use; the listening
     /// socket when the port cannot be bound, counted).
@@ -1189,7 +1159,7 @@ const MAX_BATCH: usize = 16;
 #[derive(Debug)]
 struct Pending {
     fd: std::os::fd::RawFd,
-    to: SockaddrStorage,
+    to: SocketAddr,
     seg: Option<u16>,
     packets: u64,
     gathered: u64,
@@ -1230,6 +1200,42 @@ fn set_segment(msg: &mut libc::msghdr, control: &mut [u64; 4], seg: u16) -> bool
     true
 }
 
+/// Counts one send's outcome; a segmented send the kernel cannot do at all clears `gso`.
+fn count_send(
+    counters: &LinkCounters,
+    gso: &mut bool,
+    q: &Pending,
+    r: Result<usize, nix::errno::Errno>,
+) {
+    match r {
+        Ok(bytes) => {
+            LinkCounters::add(&counters.tx_packets, q.packets);
+            LinkCounters::add(&counters.tx_bytes, bytes as u64);
+            if q.seg.is_some() {
+                LinkCounters::add(&counters.tx_gso_sends, 1);
+            }
+            LinkCounters::add(&counters.tx_from_memory, q.gathered);
+        }
+        Err(e) => {
+            // A kernel or route without UDP segmentation (EINVAL, EOPNOTSUPP, EIO): send one
+            // datagram at a time from now on. The train is lost either way; the transport
+            // retransmits it.
+            if q.seg.is_some()
+                && matches!(
+                    e,
+                    nix::errno::Errno::EINVAL
+                        | nix::errno::Errno::EOPNOTSUPP
+                        | nix::errno::Errno::EIO
+                        | nix::errno::Errno::ENOPROTOOPT
+                )
+            {
+                *gso = false;
+            }
+            LinkCounters::add(&counters.tx_errors, q.packets);
+        }
+    }
+}
+
 /// `sendmmsg` of `sends` (all on one socket; send `k`'s iovecs in `iovs[k]`): one system call
 /// for up to [`MAX_BATCH`] sends, where a pump round would make one per train. Each send's
 /// outcome goes to `results[k]`: the bytes sent, or the error of the call that failed on it
@@ -1246,12 +1252,16 @@ fn sendmmsg_iov(
         return;
     };
     let mut controls = [[0u64; 4]; MAX_BATCH];
+    let addrs: [Option<SockaddrStorage>; MAX_BATCH] =
+        std::array::from_fn(|k| sends.get(k).map(|q| SockaddrStorage::from(q.to)));
     // SAFETY: `mmsghdr` is plain integers and pointers, valid all-zero.
     let mut hdrs: [libc::mmsghdr; MAX_BATCH] = unsafe { std::mem::zeroed() };
     for k in 0..n {
         let (q, iov, h, control) = (&sends[k], &iovs[k], &mut hdrs[k], &mut controls[k]);
-        h.msg_hdr.msg_name = q.to.as_ptr().cast_mut().cast();
-        h.msg_hdr.msg_namelen = q.to.len();
+        if let Some(to) = &addrs[k] {
+            h.msg_hdr.msg_name = to.as_ptr().cast_mut().cast();
+            h.msg_hdr.msg_namelen = to.len();
+        }
         h.msg_hdr.msg_iov = iov.as_iovecs().cast_mut();
         // At most IOV_MAX (1024): fits `msg_iovlen` on every target.
         h.msg_hdr.msg_iovlen = iov.len() as _;
@@ -1270,8 +1280,8 @@ fn sendmmsg_iov(
         }
         // The run of sends from `done` whose headers were built.
         let run = (done..n).take_while(|&k| results[k].is_ok()).count();
-        // SAFETY: `hdrs[done..done + run]` are valid headers whose every pointer (`sends`'
-        // addresses, `iovs`' arrays, `controls`, and the memory the iovecs point at: the
+        // SAFETY: `hdrs[done..done + run]` are valid headers whose every pointer (`addrs`,
+        // `iovs`' arrays, `controls`, and the memory the iovecs point at: the
         // link's buffers or host memory the caller keeps until `send_all` returns) outlives
         // the call; the kernel writes only `msg_len` of each.
         let r = unsafe { libc::sendmmsg(fd, hdrs[done..].as_mut_ptr(), run as _, 0) };
@@ -2105,7 +2115,7 @@ mod tests {
         let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
         rx.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
         let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
-        let to = SockaddrStorage::from(rx.local_addr().unwrap());
+        let to = rx.local_addr().unwrap();
         let pending = |seg| Pending {
             fd: tx.as_raw_fd(),
             to,
