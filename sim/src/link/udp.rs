@@ -489,9 +489,10 @@ impl UdpLink {
     /// train whole). Consecutive sends from one socket are queued and go out together, in
     /// one `sendmmsg` (up to [`MAX_BATCH`]): a window of 4 KiB WRITE packets is about five
     /// trains, five system calls before; measured, 1 MiB WRITE streaming went from 3,689 to
-    /// 3,845 MiB/s (medians of three `perf compare-udp --only bw` runs each, interleaved). A segmented send's iovecs (per packet: the UDP payload's bytes, or the
-    /// BTH (+RETH), the payload's host-memory pieces and the pad + ICRC) add up, per
-    /// segment, to exactly the segment size the kernel cuts at, and stay within [`IOV_MAX`].
+    /// 3,845 MiB/s (medians of three `perf compare-udp --only bw` runs each, interleaved).
+    /// A segmented send's iovecs (per packet: the UDP payload's bytes, or the BTH (+RETH),
+    /// the payload's host-memory pieces and the pad + ICRC) add up, per segment, to exactly
+    /// the segment size the kernel cuts at, and stay within [`IOV_MAX`].
     ///
     /// The IPv4 ID of segment `k` of a train is `k`, not 0: segmentation
     /// (`net/ipv4/af_inet.c` `inet_gso_segment`) numbers the segments up from the first's
