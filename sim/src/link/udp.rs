@@ -2071,6 +2071,20 @@ mod tests {
         }
     }
 
+    /// `got` holds exactly `expected`'s packets from each of `sports`, in `expected`'s order:
+    /// datagrams from two source sockets may interleave, so the order is compared per port.
+    fn assert_same_per_port(got: &[Vec<u8>], expected: &[Vec<u8>], sports: &[u16]) {
+        for &sport in sports {
+            let of = |v: &[Vec<u8>]| -> Vec<Vec<u8>> {
+                v.iter()
+                    .filter(|p| RocePacket::parse(p).unwrap().ports().src == sport)
+                    .cloned()
+                    .collect()
+            };
+            assert_eq!(of(got), of(expected), "source port {sport:#x}");
+        }
+    }
+
     #[test]
     fn the_trains_of_one_round_leave_in_batches_and_arrive_in_order() {
         let mut b = link(2);
@@ -2096,15 +2110,7 @@ mod tests {
         let mut batch = sent.clone();
         a.send_batch(&mut batch);
         let got = recv_n(&mut b, expected.len());
-        for sport in [0xc123u16, 0xc124] {
-            let of = |v: &[Vec<u8>]| -> Vec<Vec<u8>> {
-                v.iter()
-                    .filter(|p| RocePacket::parse(p).unwrap().ports().src == sport)
-                    .cloned()
-                    .collect()
-            };
-            assert_eq!(of(&got), of(&expected), "source port {sport:#x}");
-        }
+        assert_same_per_port(&got, &expected, &[0xc123, 0xc124]);
         let c = a.counters();
         assert_eq!(c.tx_packets.load(Ordering::Relaxed), expected.len() as u64);
         assert_eq!(c.tx_gso_sends.load(Ordering::Relaxed), trains as u64 + 2);
@@ -2161,16 +2167,7 @@ mod tests {
         a.send_batch(&mut batch);
         assert!(batch.is_empty());
         let got = recv_n(&mut b, expected.len());
-        // Datagrams from two source sockets may interleave: compare per source port, in order.
-        for sport in [0xc123u16, 0xc124] {
-            let of = |v: &[Vec<u8>]| -> Vec<Vec<u8>> {
-                v.iter()
-                    .filter(|p| RocePacket::parse(p).unwrap().ports().src == sport)
-                    .cloned()
-                    .collect()
-            };
-            assert_eq!(of(&got), of(&expected), "source port {sport:#x}");
-        }
+        assert_same_per_port(&got, &expected, &[0xc123, 0xc124]);
         for p in &got {
             assert!(RocePacket::parse(p).unwrap().icrc_ok());
         }
