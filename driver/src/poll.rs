@@ -16,7 +16,6 @@
 
 use core::ptr::NonNull;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 use bypass_hw::cqe::{Cqe64, CqeOpcode};
 use bypass_hw::syndrome::CqeSyndrome;
@@ -26,6 +25,7 @@ use zerocopy::IntoBytes;
 use crate::barrier::{udma_from_device_barrier, udma_to_device_barrier};
 use crate::poll_guard::FastStep;
 pub use crate::qp_table::QpTable;
+use crate::qp_table::{Held, HeldRef};
 use crate::wq::{RingPtr, WqShared};
 
 /// Whether a work request succeeded.
@@ -394,10 +394,10 @@ pub fn decode(cqe: &Cqe64) -> WorkCompletion {
 }
 
 /// Fills the completion's `wr_id` and retires its WQE(s) in its QP's bookkeeping (nothing if
-/// no QP of that number reports to `table`'s CQ). The caller must hold the table's flag.
+/// no QP of that number reports to the CQ whose consumer side `held` holds).
 #[inline(always)]
-pub(crate) fn retire(table: &QpTable, wc: &mut WorkCompletion) {
-    if let Some(w) = table.find(wc.qpn()) {
+pub(crate) fn retire(held: HeldRef<'_>, wc: &mut WorkCompletion) {
+    if let Some(w) = held.find(wc.qpn()) {
         wc.wr_id = retire_on(w, wc);
     }
 }
@@ -418,7 +418,8 @@ pub(crate) fn retire_on(w: &WqShared, wc: &mut WorkCompletion) -> u64 {
     if wc.tail() >> 60 == 0 || !wc.is_recv_cqe() {
         w.complete_send(wc.wqe_index())
     } else {
-        // The caller holds the CQ's consumer flag: nobody else moves the tail meanwhile.
+        // The caller holds the CQ's consumer side (`retire`'s `Held`): nobody else moves the
+        // tail meanwhile.
         wc.set_wqe_index(w.rq_tail() as u16);
         w.complete_recv()
     }
@@ -495,9 +496,10 @@ pub struct CqPoller {
 // `RingPtr`); what crosses threads is the right to poll, exercised through `&mut self` and the
 // table's consumer flag.
 unsafe impl Send for CqPoller {}
-// SAFETY: as for `Send`; `&self` methods only read ring bytes with volatile loads, except
-// through `taken`, a `Cell` that only `start_poll` touches, under its `&mut self` (so never from
-// two threads at once).
+// SAFETY: as for `Send`; `&self` methods only read ring bytes with volatile loads (what they
+// change in the table, they change through its `Held`, which one thread at a time has), except
+// through `taken`, a `Cell` that only `start_poll` touches, under its `&mut self` (so never
+// from two threads at once).
 unsafe impl Sync for CqPoller {}
 
 impl CqPoller {
@@ -551,7 +553,7 @@ impl CqPoller {
     /// The consumer index (CQEs consumed, 24 bits used by the device): the low 32 bits of
     /// [`CqPoller::consumed`].
     pub fn consumer_index(&self) -> u32 {
-        self.table.ci.load(Ordering::Relaxed) as u32
+        self.table.consumed() as u32
     }
 
     /// CQEs consumed since the CQ was created (free-running, 64 bits): the count the `*_seq`
@@ -620,22 +622,11 @@ impl CqPoller {
         Some(unsafe { p.as_ref() })
     }
 
-    /// Fills the completion's `wr_id` and retires its WQE(s) in the QP's bookkeeping.
+    /// Moves the consumer count to `ci` and publishes the consumer index in the doorbell
+    /// record (rdma-core `update_cons_index`), the consumer side held by `held`.
     #[inline(always)]
-    pub(crate) fn retire(&mut self, wc: &mut WorkCompletion) {
-        retire(&self.table, wc);
-    }
-
-    /// Publishes the consumer index in the doorbell record (rdma-core `update_cons_index`).
-    #[inline(always)]
-    pub(crate) fn publish_ci(&self, ci: u64) {
-        self.publish_ci_in(&self.table, ci);
-    }
-
-    /// [`CqPoller::publish_ci`] with `table` (`self.table`) already at hand.
-    #[inline(always)]
-    pub(crate) fn publish_ci_in(&self, table: &QpTable, ci: u64) {
-        table.ci.store(ci, Ordering::Relaxed);
+    pub(crate) fn publish_ci(&self, held: HeldRef<'_>, ci: u64) {
+        held.set_ci(ci);
         // Keep the CQE reads above from being moved after the store that gives the entries
         // back to the device (a compiler fence on x86-64, whose loads are not reordered with
         // later stores; `dmb oshst` on aarch64).
@@ -669,21 +660,20 @@ impl CqPoller {
     #[inline(always)]
     fn poll_counted(&mut self, out: &mut [WorkCompletion]) -> (usize, u64) {
         let this: &CqPoller = self;
-        let table: &QpTable = &this.table;
-        if !table.try_acquire() {
+        let Some(held) = this.table.try_acquire() else {
             return (0, 0);
-        }
-        let first = table.ci.load(Ordering::Relaxed);
+        };
+        let first = held.get().ci();
         let mut ci = first;
         let mut n = 0;
         for slot in out.iter_mut() {
-            let wc = match this.take_fast(table, ci) {
+            let wc = match this.take_fast(held.get(), ci) {
                 // SAFETY: `take_fast` found the CQE at `p` software's and passed the read
                 // barrier; it stays so until the consumer index is published past it, below;
                 // inside the ring, and `Cqe64` has alignment 1 and accepts any bytes.
                 Ok((wr_id, p)) => decode(unsafe { p.as_ref() }).with_wr_id(wr_id),
                 Err(false) => break,
-                Err(true) => match this.take_general(ci) {
+                Err(true) => match this.take_general(held.get(), ci) {
                     Some(wc) => wc,
                     None => break,
                 },
@@ -693,20 +683,21 @@ impl CqPoller {
             n += 1;
         }
         if n > 0 {
-            this.publish_ci_in(table, ci);
+            this.publish_ci(held.get(), ci);
         }
-        table.release();
+        held.release();
         (n, first)
     }
 
-    /// The general step at `ci` (the flag held): the owner-bit rule, the whole decode, the
-    /// table lookup and retire; for the CQEs the fast step leaves (other opcodes, other QPs).
+    /// The general step at `ci` (the side held by `held`): the owner-bit rule, the whole
+    /// decode, the table lookup and retire; for the CQEs the fast step leaves (other opcodes,
+    /// other QPs).
     #[cold]
     #[inline(never)]
-    fn take_general(&self, ci: u64) -> Option<WorkCompletion> {
+    fn take_general(&self, held: HeldRef<'_>, ci: u64) -> Option<WorkCompletion> {
         let cqe = self.next_cqe(ci)?;
         let mut wc = decode(cqe);
-        retire(&self.table, &mut wc);
+        retire(held, &mut wc);
         Some(wc)
     }
 
@@ -733,22 +724,21 @@ impl CqPoller {
     fn poll_one_in<T>(
         &mut self,
         fast: impl FnOnce(WorkCompletion, u64) -> T,
-        held: fn(&Self, u64) -> Option<T>,
+        slow: fn(&Self, u64) -> Option<T>,
     ) -> Option<T> {
         let this: &CqPoller = self;
-        let table: &QpTable = &this.table;
-        match this.acquire_fast(table) {
-            FastStep::Taken { ci, wr_id, p } => {
+        match this.acquire_fast(&this.table) {
+            FastStep::Taken { held, ci, wr_id, p } => {
                 // SAFETY: `take_fast` found the CQE at `p` (consumer index `ci`) software's and
-                // passed the read barrier; it stays so until `publish_ci_in` below; inside the
+                // passed the read barrier; it stays so until `publish_ci` below; inside the
                 // ring (`cqe_ptr`), and `Cqe64` has alignment 1 and accepts any bytes.
                 let wc = decode(unsafe { p.as_ref() }).with_wr_id(wr_id);
-                this.publish_ci_in(table, ci.wrapping_add(1));
-                table.release();
+                this.publish_ci(held.get(), ci.wrapping_add(1));
+                held.release();
                 Some(fast(wc, ci))
             }
             FastStep::Nothing => None,
-            FastStep::Slow { ci } => held(this, ci),
+            FastStep::Slow { ci } => slow(this, ci),
         }
     }
 
@@ -759,11 +749,14 @@ impl CqPoller {
     #[cold]
     #[inline(never)]
     fn poll_one_held(&self, ci: u64) -> Option<WorkCompletion> {
-        let r = self.take_general(ci);
+        // SAFETY: called only for `FastStep::Slow` (`poll_one_in`): the side is held, its
+        // `Held` kept for this call; this is the only `Held` of it.
+        let held = unsafe { Held::resume(&self.table) };
+        let r = self.take_general(held.get(), ci);
         if r.is_some() {
-            self.publish_ci(ci.wrapping_add(1));
+            self.publish_ci(held.get(), ci.wrapping_add(1));
         }
-        self.table.release();
+        held.release();
         r
     }
 
@@ -790,20 +783,18 @@ impl CqPoller {
     /// One completion, `f` applied to its CQE, and its sequence number.
     #[inline(always)]
     fn poll_with<R>(&mut self, f: impl FnOnce(&Cqe64) -> R) -> Option<(WorkCompletion, R, u64)> {
-        if !self.table.try_acquire() {
-            return None;
-        }
-        let ci = self.table.ci.load(Ordering::Relaxed);
+        let held = self.table.try_acquire()?;
+        let ci = held.get().ci();
         let Some(cqe) = self.next_cqe(ci) else {
-            self.table.release();
+            held.release();
             return None;
         };
         let r = f(cqe);
         let mut wc = decode(cqe);
-        self.retire(&mut wc);
+        retire(held.get(), &mut wc);
         let seq = ci.wrapping_add(1);
-        self.publish_ci(seq);
-        self.table.release();
+        self.publish_ci(held.get(), seq);
+        held.release();
         Some((wc, r, seq))
     }
 
@@ -1072,7 +1063,9 @@ mod tests {
         let mut f = fixture(4);
         // Start three CQEs short of 2^32: the count must not wrap with the ring arithmetic.
         let start: u64 = (1 << 32) - 3;
-        f.table.ci.store(start, Ordering::Relaxed);
+        let held = f.table.try_acquire().unwrap();
+        held.get().set_ci(start);
+        held.release();
         // QP 5 is attached (its send completions take the fast path once the first has filled
         // the last-QP cache), its WQE at index i posted with wr_id 0x100 + i.
         let sh = Arc::new(WqShared::new(5, 8, 4));
@@ -1339,9 +1332,9 @@ mod tests {
         assert_eq!(f.poller.consumer_index(), 3);
         // While a QP destroy or reset holds the consumer side, the poll takes nothing.
         put(&f, 3, &req(5, 3, WqeOpcode::SEND, false));
-        assert!(f.table.try_acquire());
+        let held = f.table.try_acquire().unwrap();
         assert!(f.poller.start_poll().is_none());
-        f.table.release();
+        held.release();
         assert_eq!(f.poller.start_poll().unwrap().wqe_index(), 3);
     }
 }

@@ -3,11 +3,14 @@
 //! the right to move it, the open-addressed QP table and the one-entry "last QP" cache the
 //! poller compares a CQE's QPN with first.
 //!
-//! Owns: [`QpTable`] (attach, detach, [`QpTable::clean`]) and the QPN key the poller compares
-//! raw CQE bytes with. Must not: decode CQEs beyond the QPN (`poll.rs`), or wait on the
-//! polling side (the poller only ever tries the flag; only the control path spins).
+//! Owns: [`QpTable`] (attach, detach, [`QpTable::clean`]), [`Held`] and [`HeldRef`] (the flag
+//! held: the only
+//! way to the lookup, its cache and the consumer count's writes) and the QPN key the poller
+//! compares raw CQE bytes with. Must not: decode CQEs beyond the QPN (`poll.rs`), or wait on
+//! the polling side (the poller only ever tries the flag; only the control path spins).
 
-use core::cell::UnsafeCell;
+use core::cell::{Cell, UnsafeCell};
+use core::marker::PhantomData;
 use core::ptr::NonNull;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -70,9 +73,10 @@ const BUSY: u32 = 1;
 /// The poller compares a CQE's QPN with the last QP it found first (one compare, no pointer
 /// chase: one QP per CQ, or bursts of one QP's completions, hit it); otherwise the QPs sit in
 /// an open-addressed table indexed by `qpn & mask` (linear probing, at most half full). The
-/// table, the cache and the consumer index are touched only by the holder of `busy`: the
-/// poller tries it once per poll (never waits: a poll that finds it taken returns nothing),
-/// the control path (QP attach, detach, CQ clean) spins until it gets it.
+/// table, the cache and the consumer index are touched only by the holder of `busy`, through
+/// the [`Held`] that taking it gives: the poller tries it once per poll (never waits: a poll
+/// that finds it taken returns nothing), the control path (QP attach, detach, CQ clean) spins
+/// until it gets it.
 #[derive(Debug)]
 pub struct QpTable {
     /// [`BUSY`] while held; taken with one `lock bts` on x86-64 (`fetch_or` of one bit whose
@@ -83,16 +87,17 @@ pub struct QpTable {
     /// takes its low 24 bits, the ring slot and lap parity its low bits). Only the holder of
     /// `busy` changes it, and only upwards: it is the sequence the verbs layer's completion
     /// proofs are numbered by (see [`QpTable::consumed`]).
-    pub(crate) ci: AtomicU64,
+    ci: AtomicU64,
     cache: UnsafeCell<Cached>,
     slots: UnsafeCell<Box<[Slot]>>,
     /// What free slots hold (an empty queue pair's bookkeeping under `EMPTY_QPN`).
     placeholder: Arc<WqShared>,
 }
 
-// SAFETY: `slots` and `cache` are read and written only by the holder of `busy` (acquired with
-// `Acquire`, released with `Release`), so accesses from different threads never overlap and
-// each sees the previous holder's writes; `cache.wq` points into an `Arc` the table holds
+// SAFETY: `slots` and `cache` are read and written only through a `Held` (made only when `busy`
+// was taken with `Acquire`, and released with `Release` when it drops; not `Sync`, so one
+// thread at a time uses it), so accesses from different threads never overlap and each sees
+// the previous holder's writes; `cache.wq` points into an `Arc` the table holds
 // (`Cached::wq`), and `WqShared` is `Sync`; everything else is atomic.
 unsafe impl Sync for QpTable {}
 // SAFETY: as for `Sync`: the cached pointer is to data the table itself keeps alive.
@@ -147,17 +152,12 @@ impl QpTable {
     /// Runs `f` on the slots while holding the consumer side (control path), with the cache
     /// reset first: whatever `f` changes, no cached pointer outlives the slot that kept it.
     fn with_slots<R>(&self, f: impl FnOnce(&mut Box<[Slot]>) -> R) -> R {
-        self.acquire_blocking();
-        // SAFETY: we hold `busy`: nobody else touches `cache` or `slots` until `release`.
-        unsafe {
-            *self.cache.get() = Cached {
-                key: EMPTY_KEY,
-                wq: NonNull::from(&*self.placeholder),
-            };
-        }
-        // SAFETY: as above.
-        let r = f(unsafe { &mut *self.slots.get() });
-        self.release();
+        let held = self.acquire_blocking();
+        held.get().forget_cached();
+        // SAFETY: `held` holds `busy`: nobody else touches `slots` until it is released, and
+        // the cache (reset above) points into no slot this may replace.
+        let r = f(unsafe { &mut *held.table.slots.get() });
+        held.release();
         r
     }
 
@@ -189,62 +189,8 @@ impl QpTable {
         });
     }
 
-    /// The bookkeeping of the QP whose [`qpn_key`] is `key` if it is the cached one (the
-    /// poller's first test: one compare). The caller must hold `busy`.
-    #[inline(always)]
-    pub(crate) fn cached(&self, key: u32) -> Option<&WqShared> {
-        // SAFETY: the caller holds `busy`, so nobody writes `cache` while we read it.
-        let c = unsafe { *self.cache.get() };
-        if c.key == key {
-            // SAFETY: `c.wq` points at a `WqShared` an `Arc` of this table keeps alive until
-            // the next change of the slots, which needs `busy` (`with_slots`), held by the
-            // caller for as long as the returned borrow of `self` lives.
-            Some(unsafe { c.wq.as_ref() })
-        } else {
-            None
-        }
-    }
-
-    /// The bookkeeping of QP `qpn` (the cache, its home slot, then probing), which becomes
-    /// the cached one. The caller must hold `busy`.
-    #[inline(always)]
-    pub(crate) fn find(&self, qpn: u32) -> Option<&WqShared> {
-        let key = qpn_key(qpn);
-        match self.cached(key) {
-            Some(w) => Some(w),
-            None => self.find_uncached(qpn, key),
-        }
-    }
-
-    /// [`QpTable::find`] past the cache: the home slot, then probing; a hit is cached.
-    #[inline(always)]
-    fn find_uncached(&self, qpn: u32, key: u32) -> Option<&WqShared> {
-        // SAFETY: the caller holds `busy` (the poller, between `try_acquire` and `release`),
-        // so nobody replaces or mutates `slots` while this shared borrow lives.
-        let slots = unsafe { &*self.slots.get() };
-        let i = qpn as usize & slots.len().wrapping_sub(1);
-        debug_assert!(i < slots.len());
-        // SAFETY: `slots` always has a power-of-two length of at least 16 (`new`,
-        // `build_slots`), so `qpn & (len - 1) < len`.
-        let s = unsafe { slots.get_unchecked(i) };
-        let w = if s.qpn == qpn {
-            &s.wq
-        } else {
-            Self::probe(slots, qpn)?
-        };
-        // SAFETY: the caller holds `busy`: nobody else reads or writes `cache`; `w` is held
-        // by an `Arc` in `slots`, which stays until the next `with_slots` resets the cache.
-        unsafe {
-            *self.cache.get() = Cached {
-                key,
-                wq: NonNull::from(&**w),
-            };
-        }
-        Some(w)
-    }
-
     /// Linear probing past the home slot (rare: out of line, so that the pollers that inline
-    /// [`QpTable::find`] keep their registers).
+    /// [`HeldRef::find`] keep their registers).
     #[cold]
     #[inline(never)]
     fn probe(slots: &[Slot], qpn: u32) -> Option<&Arc<WqShared>> {
@@ -263,21 +209,23 @@ impl QpTable {
     }
 
     /// Takes the consumer side, waiting (control path only) while the poller holds it.
-    fn acquire_blocking(&self) {
-        while !self.try_acquire() {
+    fn acquire_blocking(&self) -> Held<'_> {
+        loop {
+            if let Some(held) = self.try_acquire() {
+                return held;
+            }
             std::thread::yield_now();
         }
     }
 
-    /// Takes the consumer side if free (the poller: never waits). One `lock bts` on x86-64.
+    /// Takes the consumer side if free (the poller: never waits): one `lock bts` on x86-64.
+    /// [`Held::release`] gives it back.
     #[inline(always)]
-    pub(crate) fn try_acquire(&self) -> bool {
-        self.busy.fetch_or(BUSY, Ordering::Acquire) & BUSY == 0
-    }
-
-    #[inline(always)]
-    pub(crate) fn release(&self) {
-        self.busy.store(0, Ordering::Release);
+    pub(crate) fn try_acquire(&self) -> Option<Held<'_>> {
+        (self.busy.fetch_or(BUSY, Ordering::Acquire) & BUSY == 0).then_some(Held {
+            table: self,
+            _one_thread: PhantomData,
+        })
     }
 
     /// Removes every CQE of QP `qpn` still unpolled in the CQ ring, moving the others up and the
@@ -300,8 +248,8 @@ impl QpTable {
     /// (the only size the driver creates and the poller reads).
     pub fn clean(&self, ring: &RingPtr, nent: u32, dbr: &RingPtr, qpn: u32) -> u32 {
         const CQE: usize = core::mem::size_of::<Cqe64>();
-        self.acquire_blocking();
-        let count = self.ci.load(Ordering::Relaxed);
+        let held = self.acquire_blocking();
+        let count = held.get().ci();
         // The ring arithmetic below needs only the low 32 bits (slot and lap parity).
         let ci = count as u32;
         let off = |i: u32| (i & (nent - 1)) as usize * CQE;
@@ -331,13 +279,161 @@ impl QpTable {
         if freed > 0 {
             // The dropped CQEs count as consumed: the count moves up, never down.
             let count = count.wrapping_add(u64::from(freed));
-            self.ci.store(count, Ordering::Relaxed);
+            held.get().set_ci(count);
             // The moved CQEs must be in memory before the slots are given back.
             udma_to_device_barrier();
             dbr.write_be32(0, (count as u32) & 0x00ff_ffff);
         }
-        self.release();
+        held.release();
         freed
+    }
+}
+
+/// The consumer side of a [`QpTable`], held: made only by [`QpTable::try_acquire`] (or the
+/// control path's blocking take), given back by [`Held::release`], which consumes it. What
+/// only the holder may touch, the QP lookup with its cache and the consumer count's writes, is
+/// reached through it ([`Held::get`]), so the compiler checks what used to be a comment's
+/// promise: no lookup without the side held, and no looked-up bookkeeping borrowed past its
+/// release. A reference to the table and nothing more. Not `Sync` (a lookup writes the cache:
+/// one thread at a time uses it); it may move to another thread, as a poll guard may.
+///
+/// Released explicitly, not on drop: a `Drop` would give every poll that calls out of line
+/// (the cold paths) an unwinding landing pad and the registers it keeps live, measured at 2
+/// to 3 instructions per poll. One dropped without `release` leaves the side held: polls then
+/// find nothing and a QP destroy waits, which is safe, and the tests would show it.
+#[derive(Debug)]
+#[must_use = "the consumer side stays held until `Held::release`"]
+pub(crate) struct Held<'t> {
+    table: &'t QpTable,
+    _one_thread: PhantomData<Cell<()>>,
+}
+
+impl<'t> Held<'t> {
+    /// The side of `table`, already held: what a hot path that let its `Held` go
+    /// ([`Held::keep`], to pass nothing to a cold call) takes back in that call.
+    ///
+    /// # Safety
+    /// `busy` of `table` must be held, by the caller's thread, and no other `Held` of it live
+    /// (the one kept is the only one; this one is what releases the side).
+    #[inline(always)]
+    pub(crate) unsafe fn resume(table: &'t QpTable) -> Self {
+        debug_assert!(table.busy.load(Ordering::Relaxed) & BUSY != 0);
+        Held {
+            table,
+            _one_thread: PhantomData,
+        }
+    }
+
+    /// Lets this `Held` go with the side still held, for a later [`Held::resume`] in the same
+    /// thread to take back (a hot path handing the side to a cold call without passing it).
+    #[inline(always)]
+    pub(crate) fn keep(self) {}
+
+    /// Releases the side (a plain store with `Release`: everything done while holding it is
+    /// seen by the next holder, which takes it with `Acquire`).
+    #[inline(always)]
+    pub(crate) fn release(self) {
+        self.table.busy.store(0, Ordering::Release);
+    }
+
+    /// The hold, borrowed: what the lookups and the consumer count are reached through,
+    /// passed by value (one pointer in a register; a `&Held` handed to an out-of-line call
+    /// would keep its owner in memory: measured, 5 instructions a CQE on `next_poll`).
+    #[inline(always)]
+    pub(crate) fn get(&self) -> HeldRef<'_> {
+        HeldRef {
+            table: self.table,
+            _this_thread: PhantomData,
+        }
+    }
+}
+
+/// A borrow of a [`Held`]: the consumer side held for as long as `'h`. Copied freely within
+/// the thread that holds the side (not `Send` or `Sync`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct HeldRef<'h> {
+    table: &'h QpTable,
+    _this_thread: PhantomData<*const ()>,
+}
+
+impl<'h> HeldRef<'h> {
+    /// The consumer count (see [`QpTable::consumed`]).
+    #[inline(always)]
+    pub(crate) fn ci(self) -> u64 {
+        self.table.ci.load(Ordering::Relaxed)
+    }
+
+    /// Moves the consumer count to `ci` (a poll, after taking CQEs up to it; the doorbell
+    /// record is the caller's). `Relaxed`: the release of the side ([`Held::release`]) orders
+    /// it before the next holder.
+    #[inline(always)]
+    pub(crate) fn set_ci(self, ci: u64) {
+        self.table.ci.store(ci, Ordering::Relaxed);
+    }
+
+    /// The bookkeeping of the QP whose [`qpn_key`] is `key` if it is the cached one (the
+    /// poller's first test: one compare).
+    #[inline(always)]
+    pub(crate) fn cached(self, key: u32) -> Option<&'h WqShared> {
+        // SAFETY: the side is held (for `'h`), so nobody writes `cache` while we read it.
+        let c = unsafe { *self.table.cache.get() };
+        if c.key == key {
+            // SAFETY: `c.wq` points at a `WqShared` an `Arc` of this table keeps alive until
+            // the next change of the slots, which needs the side (`with_slots`): not within
+            // `'h`, which the returned borrow does not outlive.
+            Some(unsafe { c.wq.as_ref() })
+        } else {
+            None
+        }
+    }
+
+    /// The bookkeeping of QP `qpn` (the cache, its home slot, then probing), which becomes
+    /// the cached one.
+    #[inline(always)]
+    pub(crate) fn find(self, qpn: u32) -> Option<&'h WqShared> {
+        let key = qpn_key(qpn);
+        match self.cached(key) {
+            Some(w) => Some(w),
+            None => self.find_uncached(qpn, key),
+        }
+    }
+
+    /// [`HeldRef::find`] past the cache: the home slot, then probing; a hit is cached.
+    #[inline(always)]
+    fn find_uncached(self, qpn: u32, key: u32) -> Option<&'h WqShared> {
+        // SAFETY: the side is held for `'h`, so nobody replaces or mutates `slots` while this
+        // shared borrow lives.
+        let slots: &'h [Slot] = unsafe { &*self.table.slots.get() };
+        let i = qpn as usize & slots.len().wrapping_sub(1);
+        debug_assert!(i < slots.len());
+        // SAFETY: `slots` always has a power-of-two length of at least 16 (`new`,
+        // `build_slots`), so `qpn & (len - 1) < len`.
+        let s = unsafe { slots.get_unchecked(i) };
+        let w = if s.qpn == qpn {
+            &s.wq
+        } else {
+            QpTable::probe(slots, qpn)?
+        };
+        // SAFETY: the side is held: nobody else reads or writes `cache`; `w` is held by an
+        // `Arc` in `slots`, which stays until the next `with_slots` resets the cache.
+        unsafe {
+            *self.table.cache.get() = Cached {
+                key,
+                wq: NonNull::from(&**w),
+            };
+        }
+        Some(w)
+    }
+
+    /// Empties the cache (before the slots change: no cached pointer outlives its slot).
+    fn forget_cached(self) {
+        // SAFETY: the side is held: nobody else reads or writes `cache`.
+        unsafe {
+            *self.table.cache.get() = Cached {
+                key: EMPTY_KEY,
+                wq: NonNull::from(&*self.table.placeholder),
+            };
+        }
     }
 }
 
@@ -392,35 +488,37 @@ mod tests {
         let b = Arc::new(WqShared::new(25, 8, 4));
         t.attach(a.clone());
         t.attach(b.clone());
-        assert!(t.try_acquire());
-        assert!(t.cached(qpn_key(9)).is_none(), "nothing found yet");
-        assert_eq!(t.find(9).map(WqShared::qpn), Some(9));
-        assert_eq!(t.cached(qpn_key(9)).map(WqShared::qpn), Some(9));
+        let h = t.try_acquire().unwrap();
+        assert!(h.get().cached(qpn_key(9)).is_none(), "nothing found yet");
+        assert_eq!(h.get().find(9).map(WqShared::qpn), Some(9));
+        assert_eq!(h.get().cached(qpn_key(9)).map(WqShared::qpn), Some(9));
         // QP 25 shares QP 9's home slot in a 16-slot table: found by probing, then cached.
-        assert_eq!(t.find(25).map(WqShared::qpn), Some(25));
+        assert_eq!(h.get().find(25).map(WqShared::qpn), Some(25));
         assert!(
-            t.cached(qpn_key(9)).is_none(),
+            h.get().cached(qpn_key(9)).is_none(),
             "one entry: the last QP found"
         );
-        assert_eq!(t.cached(qpn_key(25)).map(WqShared::qpn), Some(25));
-        assert!(t.find(0x77).is_none());
+        assert_eq!(h.get().cached(qpn_key(25)).map(WqShared::qpn), Some(25));
+        assert!(h.get().find(0x77).is_none());
         assert_eq!(
-            t.cached(qpn_key(25)).map(WqShared::qpn),
+            h.get().cached(qpn_key(25)).map(WqShared::qpn),
             Some(25),
             "a miss keeps the cache"
         );
-        t.release();
+        h.release();
         t.detach(25);
-        assert!(t.try_acquire());
-        assert!(t.cached(qpn_key(25)).is_none(), "detach forgets it");
-        assert!(t.find(25).is_none());
-        assert_eq!(t.find(9).map(WqShared::qpn), Some(9));
-        t.release();
+        let h = t.try_acquire().unwrap();
+        assert!(h.get().cached(qpn_key(25)).is_none(), "detach forgets it");
+        assert!(h.get().find(25).is_none());
+        assert_eq!(h.get().find(9).map(WqShared::qpn), Some(9));
+        h.release();
         // Attaching another QP resets the cache too (the slots are rebuilt).
         t.attach(Arc::new(WqShared::new(3, 1, 1)));
-        assert!(t.try_acquire());
-        assert!(t.cached(qpn_key(9)).is_none());
-        assert!(!t.try_acquire(), "held: a second try fails");
-        t.release();
+        let h = t.try_acquire().unwrap();
+        assert!(h.get().cached(qpn_key(9)).is_none());
+        assert!(t.try_acquire().is_none(), "held: a second try fails");
+        h.release();
+        let h = t.try_acquire().expect("released");
+        h.release();
     }
 }
