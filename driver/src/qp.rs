@@ -340,6 +340,18 @@ impl Qp {
         self.sq.cur_post
     }
 
+    /// Receive WQEs the RQ holds (a power of two, `1 << log_rq_size`).
+    pub fn rq_wqes(&self) -> u32 {
+        self.rq.wqes
+    }
+
+    /// Receives posted since the QP was created or last reset (rdma-core `rq.head`),
+    /// wrapping: the index, modulo [`Qp::rq_wqes`], that the next receive takes, and that its
+    /// completion's `wqe_index` names.
+    pub fn rq_head(&self) -> u32 {
+        self.rq.head
+    }
+
     /// The PD.
     pub fn pd(&self) -> &Arc<Pd> {
         &self.res.pd

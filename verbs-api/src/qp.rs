@@ -176,9 +176,9 @@ impl<'a> QpBuilder<'a> {
             .unwrap_or((qpn.wrapping_mul(0x9e37_79b1) >> 8) & crate::endpoint::MAX_24BIT);
         Ok(Qp {
             sq: Outstanding::new(inner.sq_wqebbs()),
-            rq: Outstanding::new(self.opts.caps.max_recv_wr.max(1).next_power_of_two()),
+            // The driver's sizes: a slot per WQE its rings hold.
+            rq: Outstanding::new(inner.rq_wqes()),
             inner,
-            rq_pos: 0,
             last_send: None,
             send_cq: CqLink::of(self.send_cq),
             recv_cq: CqLink::of(self.recv_cq),
@@ -247,7 +247,6 @@ pub struct Qp {
     inner: DriverQp,
     sq: Outstanding,
     rq: Outstanding,
-    rq_pos: u32,
     /// Start WQEBB and size of the last send WQE (research access).
     last_send: Option<(u32, u32)>,
     send_cq: CqLink,
@@ -447,7 +446,6 @@ impl Qp {
         self.inner.reset()?;
         self.sq.clear();
         self.rq.clear();
-        self.rq_pos = 0;
         self.last_send = None;
         Ok(())
     }
@@ -580,12 +578,13 @@ impl Qp {
             return Err(VerbsError::TooManySges { sges: n, max });
         }
         let seq = self.recv_cq.now();
+        // The RQ index this receive takes (its completion names it).
+        let at = self.inner.rq_head();
         self.inner.post_recv(&post::RecvWr {
             wr_id: wr.wr_id,
             sges: sges.get(..n).unwrap_or(&[]),
         })?;
-        self.rq.park(self.rq_pos, 1, wr.sges, seq);
-        self.rq_pos = self.rq_pos.wrapping_add(1);
+        self.rq.park(at, 1, wr.sges, seq);
         Ok(())
     }
 
@@ -618,14 +617,18 @@ impl Qp {
             };
         }
         let seq = self.recv_cq.now();
+        let first = self.inner.rq_head();
         let res = self.inner.post_recv_list(&dwrs);
         let posted = match &res {
             Ok(()) => N,
             Err(e) => e.index,
         };
-        for wr in wrs.into_iter().take(posted) {
-            self.rq.park(self.rq_pos, 1, wr.sges, seq);
-            self.rq_pos = self.rq_pos.wrapping_add(1);
+        for (at, wr) in (0u32..)
+            .map(|k| first.wrapping_add(k))
+            .zip(wrs)
+            .take(posted)
+        {
+            self.rq.park(at, 1, wr.sges, seq);
         }
         Ok(res?)
     }

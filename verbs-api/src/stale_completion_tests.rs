@@ -187,3 +187,50 @@ fn a_receive_completion_kept_while_its_slot_is_reposted_releases_no_other_receiv
     );
     Ok(())
 }
+
+#[test]
+fn the_receive_table_follows_the_drivers_queue_through_laps_when_max_recv_wr_is_not_a_power_of_two()
+-> Result<(), VerbsError> {
+    use crate::RecvWr;
+    let pair = Context::sim_pair(17)?;
+    let (pd_a, pd_b) = (pair.a.alloc_pd()?, pair.b.alloc_pd()?);
+    let (mut cq_a, mut cq_b) = (Cq::new(&pair.a, 64)?, Cq::new(&pair.b, 64)?);
+    let pool_a = pd_a.create_pool(256, 4)?;
+    let pool_b = pd_b.create_pool(256, 8)?;
+    let mut x = QpBuilder::rc(&pd_a, &cq_a, &cq_a).build()?;
+    // Three asked for: the driver's RQ holds 4, and the verbs table must hold as many.
+    let mut y = QpBuilder::rc(&pd_b, &cq_b, &cq_b).max_recv_wr(3).build()?;
+    let (ex, ey) = (x.endpoint()?, y.endpoint()?);
+    x.connect(&ey)?;
+    y.connect(&ex)?;
+    let slots = 4u32;
+    // Three laps of the ring, each slot's buffer tagged with its receive's number; every
+    // completion must give back exactly its own receive's buffer.
+    let mut next = 0u32;
+    for _lap in 0..3 {
+        while next < slots * 3 && y.recvs_outstanding() < slots {
+            let mut l = pool_b.lease(64)?;
+            l.as_mut_slice().fill(next as u8);
+            y.post_recv(RecvWr::new(u64::from(next), l))?;
+            next += 1;
+        }
+        for _ in 0..slots {
+            x.post_send(SendWr::new(9, SendOp::Send).sge(pool_a.lease(8)?))?;
+            let c = cq_b.wait(WAIT)?.expect("a receive completion");
+            assert!(c.is_ok(), "{c:?}");
+            let k = c.wr_id();
+            let tags: Vec<u8> = y
+                .reclaim(c)?
+                .into_leases()
+                // The SEND overwrote the first 8 bytes; the last keeps the tag.
+                .map(|l| l.as_slice().get(63).copied().unwrap_or(0xff))
+                .collect();
+            assert_eq!(tags, [k as u8], "receive {k} gave back these buffers");
+            // The sender's completion too, so its pool does not run dry.
+            let ca = cq_a.wait(WAIT)?.expect("the SEND's completion");
+            drop(x.reclaim(ca)?);
+        }
+    }
+    assert_eq!(pool_b.leased(), 0, "every receive buffer went back");
+    Ok(())
+}
