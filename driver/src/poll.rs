@@ -189,7 +189,7 @@ impl WorkCompletion {
     }
 
     #[inline(always)]
-    const fn cqe_opcode(&self) -> CqeOpcode {
+    pub(crate) const fn cqe_opcode(&self) -> CqeOpcode {
         CqeOpcode(self.op_own() >> 4)
     }
 
@@ -695,6 +695,14 @@ impl CqPoller {
     #[cold]
     #[inline(never)]
     fn take_general(&self, held: HeldRef<'_>, ci: u64) -> Option<WorkCompletion> {
+        self.general_step(held, ci)
+    }
+
+    /// The body of [`CqPoller::take_general`], inlined into each cold path that takes it
+    /// (the poll guard's too: a call layer more cost its cache-filling polls a dozen
+    /// instructions).
+    #[inline(always)]
+    pub(crate) fn general_step(&self, held: HeldRef<'_>, ci: u64) -> Option<WorkCompletion> {
         let cqe = self.next_cqe(ci)?;
         let mut wc = decode(cqe);
         retire(held, &mut wc);

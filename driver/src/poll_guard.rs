@@ -16,9 +16,7 @@ use bypass_hw::cqe::{Cqe64, CqeOpcode};
 use zerocopy::IntoBytes;
 
 use crate::barrier::udma_from_device_barrier;
-use crate::poll::{
-    CqPoller, SW_OWNS_BELOW, WcFlags, WcOpcode, WcStatus, WorkCompletion, decode, retire,
-};
+use crate::poll::{CqPoller, SW_OWNS_BELOW, WcFlags, WcOpcode, WcStatus, WorkCompletion, decode};
 use crate::qp_table::{Held, HeldRef, QpTable, cqe_qpn_key};
 
 /// The current CQE of a poll in progress, and the right to take more. While it lives the
@@ -153,23 +151,21 @@ impl CqPoller {
         Ok((w.complete_send_word(word), p))
     }
 
-    /// The general step at `ci`: the owner-bit rule, any opcode, the table lookup (nothing
-    /// found: `wr_id` 0, nothing retired, as [`CqPoller::poll_one`]), the consumer side held
-    /// by `held`.
+    /// The general step at `ci` ([`CqPoller::general_step`]: the owner-bit rule, any opcode,
+    /// the table lookup and retire), kept as the guard keeps it: the `wr_id` and the CQE's
+    /// opcode, or nothing (`opcode: None`) when software owns no CQE there.
     #[cold]
     #[inline(never)]
     fn take_slow(&self, held: HeldRef<'_>, ci: u64) -> Taken {
-        let Some(cqe) = self.next_cqe(ci) else {
-            return Taken {
+        match self.general_step(held, ci) {
+            Some(wc) => Taken {
+                wr_id: wc.wr_id(),
+                opcode: Some(wc.cqe_opcode()),
+            },
+            None => Taken {
                 wr_id: 0,
                 opcode: None,
-            };
-        };
-        let mut wc = decode(cqe);
-        retire(held, &mut wc);
-        Taken {
-            wr_id: wc.wr_id(),
-            opcode: Some(CqeOpcode(cqe.op_own >> 4)),
+            },
         }
     }
 

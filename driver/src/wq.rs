@@ -315,11 +315,7 @@ impl WqShared {
     /// wrid[idx]; sq.tail = wqe_head[idx] + 1`).
     #[inline(always)]
     pub fn complete_send(&self, wqe_counter: u16) -> u64 {
-        let s = self.sq_slot(u32::from(wqe_counter));
-        let wr_id = s.wr_id.load(Ordering::Relaxed);
-        self.sq_tail
-            .store(s.next.load(Ordering::Relaxed), Ordering::Release);
-        wr_id
+        self.retire_send(self.sq_slot(u32::from(wqe_counter)))
     }
 
     /// [`WqShared::complete_send`] from CQE bytes 60..64 read as one big-endian word (`wqe_counter`
@@ -333,6 +329,13 @@ impl WqShared {
         // 0) and at most `sq_mask << SQ_SLOT_SHIFT`, so it addresses slot `off >> SQ_SLOT_SHIFT
         // <= sq_mask < sq_slots.len()`, inside the array and aligned.
         let s = unsafe { &*self.sq_slots.as_ptr().byte_add(off as usize) };
+        self.retire_send(s)
+    }
+
+    /// Retires the send WQE of slot `s` and the unsignaled ones before it: its `wr_id`, the
+    /// SQ tail moved to the producer counter just after it.
+    #[inline(always)]
+    fn retire_send(&self, s: &SqSlot) -> u64 {
         let wr_id = s.wr_id.load(Ordering::Relaxed);
         self.sq_tail
             .store(s.next.load(Ordering::Relaxed), Ordering::Release);
