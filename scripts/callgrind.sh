@@ -25,7 +25,10 @@
 #   poll ext:   Cq::start_poll, wr_id + status read, guard dropped (ibv_start_poll/end_poll);
 #   poll ext x16: start_poll + next_poll up to 16 CQEs, one end_poll;
 #   post_write x64: a WriteBatch of 64 WRITEs, one doorbell (ibv_wr_start, 64 x rdma_write +
-#                   set_sge, ibv_wr_complete), per WQE.
+#                   set_sge, ibv_wr_complete), per WQE;
+#   poll ext, 2 QPs alternating: start_poll as above, with two QPs on the CQ whose WRITEs
+#                   alternate, so that no CQE is of the QP before it (the general step: the
+#                   table lookup, the whole decode; the figures above are the cache hits).
 #
 # Usage: scripts/callgrind.sh [rounds]   (64 posts and polls per round; default 32)
 set -euo pipefail
@@ -92,6 +95,9 @@ eb_posts="$(echo "$eb_counts" | awk '{print $2}')"
 eb_batches="$(echo "$eb_counts" | awk '{print $8}')"
 cg post post_write_batch bypass_measured_post_write_batch ext-batch
 cg poll poll_ext_batch bypass_measured_poll_ext_batch ext-batch
+two_counts="$("$bin" "$rounds" ext-2qp)"
+two_polls="$(echo "$two_counts" | awk '{print $4}')"
+cg poll poll_ext_2qp bypass_measured_poll_ext ext-2qp
 
 post_ir="$(count "$out/post.out")"
 batch_ir="$(count "$out/poll_batch.out")"
@@ -117,6 +123,10 @@ awk -v p="$pw_ir" -v n="$ext_posts" -v q="$pe_ir" -v m="$ext_polls" \
 }'
 awk -v p="$pb_ir" -v n="$eb_posts" -v k="$eb_batches" 'BEGIN {
   printf "post_write x64: %d instructions / %d WRITEs in %d WriteBatches (one doorbell each) = %.1f per WQE\n", p, n, k, p / n;
+}'
+two_ir="$(count "$out/poll_ext_2qp.out")"
+awk -v q="$two_ir" -v m="$two_polls" 'BEGIN {
+  printf "poll ext, 2 QPs alternating: %d instructions / %d polls = %.1f per poll (every CQE misses the last-QP cache: the general step)\n", q, m, q / m;
 }'
 if [ -n "${CALLGRIND_ANNOTATE:-}" ]; then
   callgrind_annotate "$out/post.out" | head -${CALLGRIND_LINES:-40}

@@ -10,7 +10,9 @@
 //! and polls through `bypass_measured_poll_ext` (`Cq::start_poll`, reading `wr_id` and status,
 //! ending the poll); `ext-batch` posts 64 WRITEs per `WriteBatch` (one doorbell,
 //! `bypass_measured_post_write_batch`) and polls up to 16 per `start_poll` with `next_poll`
-//! (`bypass_measured_poll_ext_batch`).
+//! (`bypass_measured_poll_ext_batch`). `ext-2qp` is `ext` with two QPs on the CQ, their WRITEs
+//! alternating: every CQE is of the other QP than the one before, so every poll misses the
+//! last-QP cache and takes the general step (the cold path the other figures leave out).
 
 mod common;
 
@@ -21,7 +23,7 @@ use bypass_driver::poll::{WorkCompletion, decode};
 use bypass_driver::post::{PostError, RemoteAddr, SendFlags, SendOp, SendWr, Sge};
 use bypass_driver::post_refused::PostRefused;
 use bypass_driver::qp::Qp;
-use common::{settle, setup};
+use common::{second_pair, settle, setup};
 
 /// One `post_send` (the measured function).
 #[inline(never)]
@@ -127,6 +129,38 @@ fn main() {
     let (mut posts, mut polls) = (0usize, 0usize);
     let mode = std::env::args().nth(2).unwrap_or_default();
     let batch = mode == "batch";
+    if mode == "ext-2qp" {
+        let (mut qa2, _qb2) = second_pair(&a, &b);
+        let local = sge[0];
+        for _ in 0..rounds * BATCH / 2 {
+            // One WRITE on each QP, then both completions: the device completes them in
+            // posting order, so the CQEs alternate QPs from one pair to the next too.
+            for qp in [&mut a.qp, &mut qa2] {
+                let r = bypass_measured_post_write(
+                    qp,
+                    black_box(7),
+                    black_box(local),
+                    black_box(remote),
+                    black_box(SendFlags::SIGNALED),
+                );
+                if r.is_ok() {
+                    posts += 1;
+                }
+            }
+            settle(&f);
+            for _ in 0..2 {
+                if bypass_measured_poll_ext(&mut a.cq).is_none() {
+                    missing("start_poll");
+                }
+                polls += 1;
+            }
+            if a.cq.start_poll().is_some() {
+                missing("an empty CQ after the pair");
+            }
+        }
+        println!("posts {posts} polls {polls}");
+        return;
+    }
     if mode == "ext" || mode == "ext-batch" {
         let local = sge[0];
         let mut out = [(0u64, false); 16];

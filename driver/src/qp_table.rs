@@ -398,6 +398,35 @@ impl<'h> HeldRef<'h> {
         }
     }
 
+    /// The bookkeeping of the QP whose [`qpn_key`] is `key` if it sits in its home slot (the
+    /// common case, the table at most half full), which becomes the cached one; `None` for a
+    /// QP that probing would find, or none ([`HeldRef::find`] then looks further). For the
+    /// poll guard's cold step on a CQE of another QP than the last: no decode, no walk.
+    #[inline(always)]
+    pub(crate) fn find_home(self, key: u32) -> Option<&'h WqShared> {
+        let qpn = u32::from_be_bytes(key.to_ne_bytes()) & 0x00ff_ffff;
+        // SAFETY: the side is held for `'h`, so nobody replaces or mutates `slots` while this
+        // shared borrow lives.
+        let slots: &'h [Slot] = unsafe { &*self.table.slots.get() };
+        let i = qpn as usize & slots.len().wrapping_sub(1);
+        debug_assert!(i < slots.len());
+        // SAFETY: `slots` always has a power-of-two length of at least 16 (`new`,
+        // `build_slots`), so `qpn & (len - 1) < len`.
+        let s = unsafe { slots.get_unchecked(i) };
+        if s.qpn != qpn {
+            return None;
+        }
+        // SAFETY: the side is held: nobody else reads or writes `cache`; `s.wq` is held by an
+        // `Arc` in `slots`, which stays until the next `with_slots` resets the cache.
+        unsafe {
+            *self.table.cache.get() = Cached {
+                key,
+                wq: NonNull::from(&*s.wq),
+            };
+        }
+        Some(&s.wq)
+    }
+
     /// [`HeldRef::find`] past the cache: the home slot, then probing; a hit is cached.
     #[inline(always)]
     fn find_uncached(self, qpn: u32, key: u32) -> Option<&'h WqShared> {

@@ -63,6 +63,24 @@ pub fn setup() -> (SimFabric, Side, Side) {
     (f, a, b)
 }
 
+/// A second connected RC pair on the same two devices, PDs, MRs and CQs as `a` and `b` (its
+/// completions land in the same CQs as the first pair's).
+pub fn second_pair(a: &Side, b: &Side) -> (Qp, Qp) {
+    let caps = QpCaps {
+        max_send_wr: 256,
+        ..QpCaps::default()
+    };
+    let mut qa = Qp::create(&a._pd, &a.cq, &a.cq, QpType::Rc, &caps).expect("qp");
+    let mut qb = Qp::create(&b._pd, &b.cq, &b.cq, QpType::Rc, &caps).expect("qp");
+    let (aq, bq) = (qa.qpn(), qb.qpn());
+    for (q, dest, rgid, sq, rq) in [(&mut qa, bq, b.gid, 3, 4), (&mut qb, aq, a.gid, 4, 3)] {
+        q.rst2init(&Rst2Init::default()).expect("init");
+        q.init2rtr(&Init2Rtr::rc(dest, rq, rgid)).expect("rtr");
+        q.rtr2rts(&Rtr2Rts::new(sq)).expect("rts");
+    }
+    (qa, qb)
+}
+
 /// Runs the fabric until the network is quiet (ACKs delivered, timers fired).
 pub fn settle(f: &SimFabric) {
     let quiet = f.with_world(|w| w.settle(10_000_000_000));
