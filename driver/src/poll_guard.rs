@@ -129,7 +129,7 @@ impl CqPoller {
     /// [`CqPoller::take_fast`] with the QP found by `lookup` (from the CQE's [`qpn_key`]):
     /// the cache on the hot path; the home slot ([`HeldRef::find_home`]) on the poll guard's
     /// cold one, where a CQE of another QP than the last would otherwise take the whole
-    /// decode (two QPs alternating on a CQ: 126 instructions a `start_poll` became 106).
+    /// decode (two QPs alternating on a CQ: 126 instructions a `start_poll` became 105).
     /// Trying the home slot on the hot path itself measured 55 for that case, but 41 for the
     /// cache hit (40 now: the miss block sat in the hit's straight line, whatever the hint).
     ///

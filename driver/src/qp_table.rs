@@ -4,9 +4,8 @@
 //! poller compares a CQE's QPN with first.
 //!
 //! Owns: [`QpTable`] (attach, detach, [`QpTable::clean`]), [`Held`] and [`HeldRef`] (the flag
-//! held: the only
-//! way to the lookup, its cache and the consumer count's writes) and the QPN key the poller
-//! compares raw CQE bytes with. Must not: decode CQEs beyond the QPN (`poll.rs`), or wait on
+//! held: the only way to the lookup, its cache and the consumer count's writes) and the QPN
+//! key the poller compares raw CQE bytes with. Must not: decode CQEs beyond the QPN (`poll.rs`), or wait on
 //! the polling side (the poller only ever tries the flag; only the control path spins).
 
 use core::cell::{Cell, UnsafeCell};
@@ -95,7 +94,7 @@ pub struct QpTable {
 }
 
 // SAFETY: `slots` and `cache` are read and written only through a `Held` (made only when `busy`
-// was taken with `Acquire`, and released with `Release` when it drops; not `Sync`, so one
+// was taken with `Acquire`, given back with `Release` by `Held::release`; not `Sync`, so one
 // thread at a time uses it), so accesses from different threads never overlap and each sees
 // the previous holder's writes; `cache.wq` points into an `Arc` the table holds
 // (`Cached::wq`), and `WqShared` is `Sync`; everything else is atomic.
@@ -405,44 +404,44 @@ impl<'h> HeldRef<'h> {
     #[inline(always)]
     pub(crate) fn find_home(self, key: u32) -> Option<&'h WqShared> {
         let qpn = u32::from_be_bytes(key.to_ne_bytes()) & 0x00ff_ffff;
-        // SAFETY: the side is held for `'h`, so nobody replaces or mutates `slots` while this
-        // shared borrow lives.
-        let slots: &'h [Slot] = unsafe { &*self.table.slots.get() };
-        let i = qpn as usize & slots.len().wrapping_sub(1);
-        debug_assert!(i < slots.len());
-        // SAFETY: `slots` always has a power-of-two length of at least 16 (`new`,
-        // `build_slots`), so `qpn & (len - 1) < len`.
-        let s = unsafe { slots.get_unchecked(i) };
-        if s.qpn != qpn {
-            return None;
-        }
-        // SAFETY: the side is held: nobody else reads or writes `cache`; `s.wq` is held by an
-        // `Arc` in `slots`, which stays until the next `with_slots` resets the cache.
-        unsafe {
-            *self.table.cache.get() = Cached {
-                key,
-                wq: NonNull::from(&*s.wq),
-            };
-        }
-        Some(&s.wq)
+        let s = Self::home(self.slots(), qpn);
+        (s.qpn == qpn).then(|| self.remember(key, &s.wq))
     }
 
     /// [`HeldRef::find`] past the cache: the home slot, then probing; a hit is cached.
     #[inline(always)]
     fn find_uncached(self, qpn: u32, key: u32) -> Option<&'h WqShared> {
-        // SAFETY: the side is held for `'h`, so nobody replaces or mutates `slots` while this
-        // shared borrow lives.
-        let slots: &'h [Slot] = unsafe { &*self.table.slots.get() };
-        let i = qpn as usize & slots.len().wrapping_sub(1);
-        debug_assert!(i < slots.len());
-        // SAFETY: `slots` always has a power-of-two length of at least 16 (`new`,
-        // `build_slots`), so `qpn & (len - 1) < len`.
-        let s = unsafe { slots.get_unchecked(i) };
+        let slots = self.slots();
+        let s = Self::home(slots, qpn);
         let w = if s.qpn == qpn {
             &s.wq
         } else {
             QpTable::probe(slots, qpn)?
         };
+        Some(self.remember(key, w))
+    }
+
+    /// The slots, for as long as the side is held.
+    #[inline(always)]
+    fn slots(self) -> &'h [Slot] {
+        // SAFETY: the side is held for `'h`, so nobody replaces or mutates `slots` while this
+        // shared borrow lives.
+        unsafe { &*self.table.slots.get() }
+    }
+
+    /// QP `qpn`'s home slot in `slots` (whoever holds it).
+    #[inline(always)]
+    fn home(slots: &'h [Slot], qpn: u32) -> &'h Slot {
+        let i = qpn as usize & slots.len().wrapping_sub(1);
+        debug_assert!(i < slots.len());
+        // SAFETY: `slots` always has a power-of-two length of at least 16 (`new`,
+        // `build_slots`), so `qpn & (len - 1) < len`.
+        unsafe { slots.get_unchecked(i) }
+    }
+
+    /// Makes `w`, the bookkeeping of the QP whose key is `key`, the cached one; returns it.
+    #[inline(always)]
+    fn remember(self, key: u32, w: &'h Arc<WqShared>) -> &'h WqShared {
         // SAFETY: the side is held: nobody else reads or writes `cache`; `w` is held by an
         // `Arc` in `slots`, which stays until the next `with_slots` resets the cache.
         unsafe {
@@ -451,7 +450,7 @@ impl<'h> HeldRef<'h> {
                 wq: NonNull::from(&**w),
             };
         }
-        Some(w)
+        w
     }
 
     /// Empties the cache (before the slots change: no cached pointer outlives its slot).
