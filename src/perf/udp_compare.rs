@@ -4,20 +4,20 @@
 //! Owns: the two comparisons and their baselines: an 8-byte RDMA WRITE round trip between two
 //! simulated NICs on UDP sockets (127.0.0.1 and 127.0.0.2 by default, each driven by its own
 //! thread, `--rtt-threads`) against a plain UDP busy-poll ping-pong between the same two
-//! addresses, with the floor of the link's own socket calls (`bypass_sim::link::floor`); and 1 MiB RDMA WRITE streaming bandwidth over those links
-//! against TCP loopback streaming throughput (1 MiB writes). `--only rtt|bw` runs one of the
-//! two. Must not print tables (the verdict lines only) or touch the device outside the
-//! verbs API.
+//! addresses, with the floor of the link's own socket calls (`bypass_sim::link::floor`); and
+//! 1 MiB RDMA WRITE streaming bandwidth over those links against TCP loopback streaming
+//! throughput (1 MiB writes). `--only rtt|bw` runs one of the two. Must not print tables (the
+//! verdict lines only) or touch the device outside the verbs API.
 //!
 //! The measurements run in interleaved rounds (`--rounds`, as `perf compare` does; all the
 //! bandwidth rounds, then all the round-trip rounds): each round measures the baseline, the
 //! floor and the link, so that a stall of this shared host, or a baseline that jumps between
 //! two modes (the two-thread ping-pong does, with how the scheduler places its threads), hits
-//! both sides of a ratio alike. A round's figure is a
-//! median: round trips of per-iteration times, bandwidth of whole runs (`--runs`, each
-//! `bw_iters` WRITEs from first post to last completion). Printed: the median of the rounds'
-//! figures, every round's ratio, and the verdict on the median of the rounds' ratios. The
-//! baselines use another port of the same two addresses: the links hold theirs.
+//! both sides of a ratio alike. A round's figure is a median: round trips of per-iteration
+//! times, bandwidth of whole runs (`--runs`, each `bw_iters` WRITEs from first post to last
+//! completion). Printed: the median of the rounds' figures, every round's ratio, and the
+//! verdict on the median of the rounds' ratios. The baselines use another port of the same
+//! two addresses: the links hold theirs.
 
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};
@@ -248,8 +248,9 @@ impl UdpPair {
 /// The WRITE ping-pong: round-trip times in ns. With `threads` 2 (the default) each NIC is
 /// driven by its own thread, as the baseline's two sockets are and as two processes run
 /// `bypass perf write-lat`: the client thread posts and spins on its buffer, the server
-/// thread spins on its own and answers. With 1, both ends run in this thread, one after the
-/// other (`scripts/callgrind-udp.sh` counts that loop: no empty polls in it).
+/// thread spins on its own and answers; each reaps its completions after it posts, as
+/// perftest's `run_iter_lat_write` polls after posting. With 1, both ends run in this thread,
+/// one after the other (`scripts/callgrind-udp.sh` counts that loop: no empty polls in it).
 ///
 /// Two threads, measured on this project's 2-core host (2026-11-30, the same run): 10.1 us
 /// a round trip, where one thread took 11.2 us and the baseline 7.4 us. In one thread the

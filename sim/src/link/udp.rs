@@ -683,6 +683,7 @@ impl UdpLink {
         }
         b.sends.clear();
     }
+
     /// The socket that sends from UDP source port `sport` (bound on first use; the listening
     /// socket when the port cannot be bound, counted).
     fn tx_socket(&mut self, sport: u16) -> &UdpSocket {
