@@ -27,7 +27,24 @@ fn rounds_ratios(out: &str, label: &str) -> usize {
 
 #[test]
 fn the_round_trip_comparison_alone_reports_the_write_the_ping_pong_the_ratio_and_the_floor() {
-    let (code, out, err) = bypass(&[
+    round_trip_comparison_reports(&[]);
+}
+
+#[test]
+fn the_round_trip_comparison_with_both_nics_in_one_thread_reports_the_same_lines() {
+    round_trip_comparison_reports(&["--rtt-threads", "1"]);
+}
+
+#[test]
+fn a_thread_count_other_than_one_or_two_is_refused() {
+    let (code, _, err) = bypass(&["perf", "compare-udp", "--rtt-threads", "3"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("rtt-threads"), "{err}");
+}
+
+/// `compare-udp --only rtt` with `extra` options: every line of the round-trip comparison.
+fn round_trip_comparison_reports(extra: &[&str]) {
+    let mut args = vec![
         "perf",
         "compare-udp",
         "--only",
@@ -36,7 +53,9 @@ fn the_round_trip_comparison_alone_reports_the_write_the_ping_pong_the_ratio_and
         "50",
         "--rounds",
         "2",
-    ]);
+    ];
+    args.extend_from_slice(extra);
+    let (code, out, err) = bypass(&args);
     assert_eq!(code, 0, "{out}{err}");
     let write = figure(&out, "8-byte RDMA WRITE round trip over UDP").expect(&out);
     let udp = figure(&out, "8-byte UDP busy-poll ping-pong").expect(&out);
