@@ -136,24 +136,12 @@ fn main() {
             // One WRITE on each QP, then both completions: the device completes them in
             // posting order, so the CQEs alternate QPs from one pair to the next too.
             for qp in [&mut a.qp, &mut qa2] {
-                let r = bypass_measured_post_write(
-                    qp,
-                    black_box(7),
-                    black_box(local),
-                    black_box(remote),
-                    black_box(SendFlags::SIGNALED),
-                );
-                if r.is_ok() {
-                    posts += 1;
-                }
+                posts += post_one_write(qp, local, remote);
             }
             settle(&f);
-            for _ in 0..2 {
-                if bypass_measured_poll_ext(&mut a.cq).is_none() {
-                    missing("start_poll");
-                }
-                polls += 1;
-            }
+            polls += poll_each(&mut a.cq, 2, "start_poll", |cq| {
+                bypass_measured_poll_ext(cq).is_some()
+            });
             if a.cq.start_poll().is_some() {
                 missing("an empty CQ after the pair");
             }
@@ -169,16 +157,7 @@ fn main() {
             let before = posts;
             if mode == "ext" {
                 for _ in 0..BATCH {
-                    let r = bypass_measured_post_write(
-                        &mut a.qp,
-                        black_box(7),
-                        black_box(local),
-                        black_box(remote),
-                        black_box(SendFlags::SIGNALED),
-                    );
-                    if r.is_ok() {
-                        posts += 1;
-                    }
+                    posts += post_one_write(&mut a.qp, local, remote);
                 }
             } else {
                 posts += bypass_measured_post_write_batch(
@@ -191,12 +170,9 @@ fn main() {
             settle(&f);
             if mode == "ext" {
                 // Exactly one CQE per signalled WRITE: every measured call returns one.
-                for _ in before..posts {
-                    if bypass_measured_poll_ext(&mut a.cq).is_none() {
-                        missing("start_poll");
-                    }
-                    polls += 1;
-                }
+                polls += poll_each(&mut a.cq, posts - before, "start_poll", |cq| {
+                    bypass_measured_poll_ext(cq).is_some()
+                });
                 if a.cq.start_poll().is_some() {
                     missing("an empty CQ after the round");
                 }
@@ -247,17 +223,37 @@ fn main() {
             }
         }
         settle(&f);
-        for _ in before..posts {
-            if bypass_measured_poll(&mut a.cq).is_none() {
-                missing("poll_one");
-            }
-            polls += 1;
-        }
+        polls += poll_each(&mut a.cq, posts - before, "poll_one", |cq| {
+            bypass_measured_poll(cq).is_some()
+        });
         if a.cq.poll_one().is_some() {
             missing("an empty CQ after the round");
         }
     }
     println!("posts {posts} polls {polls}");
+}
+
+/// One signalled WRITE through the measured `post_write`: 1 if it was posted, else 0.
+fn post_one_write(qp: &mut Qp, local: Sge, remote: RemoteAddr) -> usize {
+    let r = bypass_measured_post_write(
+        qp,
+        black_box(7),
+        black_box(local),
+        black_box(remote),
+        black_box(SendFlags::SIGNALED),
+    );
+    usize::from(r.is_ok())
+}
+
+/// Polls `n` CQEs from `cq` with `poll`, each of which must return one (else the run stops,
+/// naming `what`); returns `n`.
+fn poll_each(cq: &mut Cq, n: usize, what: &str, mut poll: impl FnMut(&mut Cq) -> bool) -> usize {
+    for _ in 0..n {
+        if !poll(cq) {
+            missing(what);
+        }
+    }
+    n
 }
 
 /// The measured polls must each return a CQE (and the CQ be empty after them): otherwise the

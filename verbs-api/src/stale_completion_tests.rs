@@ -15,8 +15,13 @@ const WAIT: Duration = Duration::from_secs(2);
 
 /// An RC QP on `cq_a` connected to a new QP on `cq_b`.
 fn connected(a: &crate::Pd, cq_a: &Cq, b: &crate::Pd, cq_b: &Cq) -> Result<(Qp, Qp), VerbsError> {
+    connected_with(a, cq_a, QpBuilder::rc(b, cq_b, cq_b))
+}
+
+/// An RC QP on `cq_a` connected to the QP `y` builds.
+fn connected_with(a: &crate::Pd, cq_a: &Cq, y: QpBuilder) -> Result<(Qp, Qp), VerbsError> {
     let mut x = QpBuilder::rc(a, cq_a, cq_a).build()?;
-    let mut y = QpBuilder::rc(b, cq_b, cq_b).build()?;
+    let mut y = y.build()?;
     let (ex, ey) = (x.endpoint()?, y.endpoint()?);
     x.connect(&ey)?;
     y.connect(&ex)?;
@@ -145,11 +150,11 @@ fn a_receive_completion_kept_while_its_slot_is_reposted_releases_no_other_receiv
     let (cq_a, mut cq_b) = (Cq::new(&pair.a, 64)?, Cq::new(&pair.b, 64)?);
     let pool_a = pd_a.create_pool(256, 4)?;
     let pool_b = pd_b.create_pool(256, 8)?;
-    let mut x = QpBuilder::rc(&pd_a, &cq_a, &cq_a).build()?;
-    let mut y = QpBuilder::rc(&pd_b, &cq_b, &cq_b).max_recv_wr(4).build()?;
-    let (ex, ey) = (x.endpoint()?, y.endpoint()?);
-    x.connect(&ey)?;
-    y.connect(&ex)?;
+    let (mut x, mut y) = connected_with(
+        &pd_a,
+        &cq_a,
+        QpBuilder::rc(&pd_b, &cq_b, &cq_b).max_recv_wr(4),
+    )?;
     let slots = 4u32; // the receive table of `max_recv_wr(4)`: receive 4 reuses slot 0
     assert_eq!(y.options().caps.max_recv_wr, slots);
     // Fill the receive queue; each buffer tagged with its receive's number.
@@ -197,12 +202,12 @@ fn the_receive_table_follows_the_drivers_queue_through_laps_when_max_recv_wr_is_
     let (mut cq_a, mut cq_b) = (Cq::new(&pair.a, 64)?, Cq::new(&pair.b, 64)?);
     let pool_a = pd_a.create_pool(256, 4)?;
     let pool_b = pd_b.create_pool(256, 8)?;
-    let mut x = QpBuilder::rc(&pd_a, &cq_a, &cq_a).build()?;
     // Three asked for: the driver's RQ holds 4, and the verbs table must hold as many.
-    let mut y = QpBuilder::rc(&pd_b, &cq_b, &cq_b).max_recv_wr(3).build()?;
-    let (ex, ey) = (x.endpoint()?, y.endpoint()?);
-    x.connect(&ey)?;
-    y.connect(&ex)?;
+    let (mut x, mut y) = connected_with(
+        &pd_a,
+        &cq_a,
+        QpBuilder::rc(&pd_b, &cq_b, &cq_b).max_recv_wr(3),
+    )?;
     let slots = 4u32;
     // Three laps of the ring, each slot's buffer tagged with its receive's number; every
     // completion must give back exactly its own receive's buffer.
