@@ -26,7 +26,6 @@ use bypass_hw::roce::{
 };
 
 use crate::iommu::HostRun;
-use crate::link::gather::for_each_piece;
 use crate::memory::HostMemory;
 
 /// The largest path MTU: a burst's packets carry at most this many payload bytes.
@@ -703,6 +702,41 @@ impl Burst {
         out.push(buf);
         true
     }
+}
+
+/// Calls `f` with each piece (host run, offset in it, bytes) of burst payload bytes
+/// `at..at + len`, in order. False if the runs are shorter or a run lies outside its buffer
+/// (cannot happen for a burst the requester built). The one walk over a burst's runs: the
+/// link's gather transmit (`link::gather`) and `Burst::read_into`'s copy both go through it.
+pub(crate) fn for_each_piece(
+    runs: &[HostRun],
+    mut at: usize,
+    len: usize,
+    mut f: impl FnMut(&HostRun, usize, usize),
+) -> bool {
+    let mut done = 0;
+    for r in runs {
+        if done == len {
+            break;
+        }
+        if at >= r.len {
+            at -= r.len;
+            continue;
+        }
+        let n = (r.len - at).min(len - done);
+        let in_buffer = r
+            .off
+            .checked_add(at)
+            .and_then(|s| s.checked_add(n))
+            .is_some_and(|end| end <= r.mem.len());
+        if !in_buffer {
+            return false;
+        }
+        f(r, r.off + at, n);
+        done += n;
+        at = 0;
+    }
+    done == len
 }
 
 /// Copies the burst's payload into the destination runs, in order (the one copy of the

@@ -33,7 +33,7 @@ use bypass_hw::roce::icrc::IcrcHasher;
 use bypass_hw::roce::{BTH_LEN, Bth, ICRC_LEN, IpSpec, Reth, UdpPorts};
 use zerocopy::IntoBytes;
 
-use crate::frame::{Burst, PacketHeads};
+use crate::frame::{Burst, PacketHeads, for_each_piece};
 use crate::iommu::HostRun;
 use crate::link::psn_deltas::PsnDeltaCache;
 
@@ -341,41 +341,6 @@ impl Gathered {
         self.bursts.push((b, wire, dev));
         Ok(())
     }
-}
-
-/// Calls `f` with each piece (host run, offset in it, bytes) of burst payload bytes
-/// `at..at + len`, in order. False if the runs are shorter or a run lies outside its buffer
-/// (cannot happen for a burst the requester built). The one walk over a burst's runs: the
-/// gather transmit here and `Burst::read_into`'s copy both go through it.
-pub(crate) fn for_each_piece(
-    runs: &[HostRun],
-    mut at: usize,
-    len: usize,
-    mut f: impl FnMut(&HostRun, usize, usize),
-) -> bool {
-    let mut done = 0;
-    for r in runs {
-        if done == len {
-            break;
-        }
-        if at >= r.len {
-            at -= r.len;
-            continue;
-        }
-        let n = (r.len - at).min(len - done);
-        let in_buffer = r
-            .off
-            .checked_add(at)
-            .and_then(|s| s.checked_add(n))
-            .is_some_and(|end| end <= r.mem.len());
-        if !in_buffer {
-            return false;
-        }
-        f(r, r.off + at, n);
-        done += n;
-        at = 0;
-    }
-    done == len
 }
 
 /// Feeds payload piece `off..off + n` of run `r` (as [`for_each_piece`] gives it) to `h`,
