@@ -4,10 +4,11 @@
 //!
 //! Owns: [`Frame`] and [`Burst`], and the segmentation of a burst into the exact wire packets
 //! the per-packet path would have sent (headers, AckReq bits, RETH on the first packet of the
-//! message, pad, ICRC); [`AckFrame`] and [`AckWriter`] (an ACK frame as those bytes, a flow's
-//! headers and their ICRC state kept between ACKs). Must not: decide transport semantics (the requester builds bursts, the
-//! responder applies them or, when anything differs from the plain case, segments them and
-//! takes the packets one by one).
+//! message, pad, ICRC); the one walk over a burst's payload runs (`for_each_piece`);
+//! [`AckFrame`] and [`AckWriter`] (an ACK frame as those bytes, a flow's headers and their
+//! ICRC state kept between ACKs). Must not: decide transport semantics (the requester builds
+//! bursts, the responder applies them or, when anything differs from the plain case, segments
+//! them and takes the packets one by one).
 //!
 //! Why a burst may carry its payload by reference: a NIC reads the source buffer by DMA when
 //! it transmits, and RC semantics forbid the application to change it before the WRITE
