@@ -709,6 +709,7 @@ impl Burst {
 /// `at..at + len`, in order. False if the runs are shorter or a run lies outside its buffer
 /// (cannot happen for a burst the requester built). The one walk over a burst's runs: the
 /// link's gather transmit (`link::gather`) and `Burst::read_into`'s copy both go through it.
+#[inline]
 pub(crate) fn for_each_piece(
     runs: &[HostRun],
     mut at: usize,

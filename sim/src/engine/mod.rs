@@ -123,19 +123,17 @@ pub(crate) fn fetch(dev: &mut Device, qpn: u32, bf: Option<Vec<u8>>) {
             None
         };
         match read_wqe(dev, qpn, rq_bytes, sq_wqebbs, ci, mine) {
-            Ok(bytes) => {
+            Ok((bytes, wqebbs)) => {
                 let at = dev.now;
                 dev.trace.record(|| TraceEvent::Wqe {
                     at,
                     qpn,
                     bytes: bytes.clone(),
                 });
-                // The WQEBBs `parse` gives the WQE (from its ctrl segment; one if that cannot
-                // be read), known before parsing: a WQE reaching past the budget is not
+                // The WQEBBs `parse` gives the WQE (`read_wqe` read them from its ctrl
+                // segment), known before parsing: a WQE reaching past the budget is not
                 // parsed, and one that fits is parsed straight into the queue (no moves of
                 // the parsed WQE on the way).
-                let wqebbs = CtrlSeg::read_from_prefix(&bytes[..])
-                    .map_or(1, |(c, _)| u32::from(wqe::wqebbs(&c)));
                 let fits = wqebbs <= remaining;
                 if fits {
                     if let Some(qp) = dev.objs.qps.get_mut(qpn) {
@@ -176,7 +174,9 @@ pub(crate) fn fetch(dev: &mut Device, qpn: u32, bf: Option<Vec<u8>>) {
 }
 
 /// Reads the WQE at SQ counter `ci`: its ctrl segment, then the rest, WQEBB by WQEBB, wrapping
-/// at the end of the SQ. `bf` replaces the ring bytes where it has them.
+/// at the end of the SQ. `bf` replaces the ring bytes where it has them. Returns the bytes (at
+/// most the SQ's size) and the WQEBBs the ctrl segment claims (one if it cannot be read; not
+/// capped: a WQE claiming more than the fetch budget is not parsed).
 fn read_wqe(
     dev: &mut Device,
     qpn: u32,
@@ -184,9 +184,9 @@ fn read_wqe(
     sq_wqebbs: u32,
     ci: u32,
     bf: Option<Vec<u8>>,
-) -> Result<Vec<u8>, crate::iommu::DmaFault> {
+) -> Result<(Vec<u8>, u32), crate::iommu::DmaFault> {
     let Some(qp) = dev.objs.qps.get(qpn) else {
-        return Ok(Vec::new());
+        return Ok((Vec::new(), 1));
     };
     let mut first = [0u8; MLX5_SEND_WQE_BB];
     match bf.as_deref().and_then(|b| b.get(..MLX5_SEND_WQE_BB)) {
@@ -197,16 +197,15 @@ fn read_wqe(
             &mut first,
         )?,
     }
-    let nbb = CtrlSeg::read_from_prefix(&first[..])
-        .map(|(c, _)| u32::from(wqe::wqebbs(&c)))
-        .unwrap_or(1)
-        .min(sq_wqebbs);
+    let claimed =
+        CtrlSeg::read_from_prefix(&first[..]).map_or(1, |(c, _)| u32::from(wqe::wqebbs(&c)));
+    let nbb = claimed.min(sq_wqebbs);
     let whole = nbb as usize * MLX5_SEND_WQE_BB;
     let bf = match bf {
         // BlueFlame carried the whole WQE: its bytes are the WQE (no copy).
         Some(mut b) if b.len() >= whole => {
             b.truncate(whole);
-            return Ok(b);
+            return Ok((b, claimed));
         }
         partial => partial,
     };
@@ -224,7 +223,7 @@ fn read_wqe(
             }
         }
     }
-    Ok(bytes)
+    Ok((bytes, claimed))
 }
 
 /// Completes every outstanding send WQE of `qpn`, and every WQE posted up to the doorbell
