@@ -330,3 +330,84 @@ fn multi_wqebb_wqe_with_many_sges() {
     assert_eq!(c.p.b.read(b.off, 120), expect);
     assert_eq!(c.a_qp.sq_pi, 4);
 }
+
+#[test]
+fn a_connection_carried_as_the_udp_link_hands_packets_over_ends_as_one_carried_parsed() {
+    // The same exchange twice: a 5000-byte WRITE at a 1024 MTU (five packets), a SEND with
+    // immediate into a posted receive, and an 8-byte READ; once carried with every packet
+    // parsed (`Device::receive`), once with the IP and UDP headers given as the UDP link gives
+    // them (`Device::receive_udp_in_place`). Memory, CQEs and counters must agree.
+    let outcome = |udp: bool| {
+        let mut c = connect(1024);
+        let (a, b) = (c.a_mr, c.b_mr);
+        c.p.a.write(a.off, &pattern(5000, 7));
+        c.p.b.write(b.off + 0x8000, &pattern(8, 9));
+        c.p.b.post_recv(&mut c.b_qp, &[(b.key, b.va + 0x4000, 64)]);
+        let write = Wqe::new(WqeOpcode::RDMA_WRITE, c.a_qp.sq_pi, c.a_qp.qpn)
+            .raddr(b.va, b.key)
+            .data(a.key, a.va, 5000)
+            .finish();
+        c.p.a.post_send(&mut c.a_qp, &write);
+        let send = Wqe::new(WqeOpcode::SEND_IMM, c.a_qp.sq_pi, c.a_qp.qpn)
+            .imm(0x1234_5678)
+            .data(a.key, a.va, 32)
+            .finish();
+        c.p.a.post_send(&mut c.a_qp, &send);
+        let read = Wqe::new(WqeOpcode::RDMA_READ, c.a_qp.sq_pi, c.a_qp.qpn)
+            .flags(MLX5_WQE_CTRL_CQ_UPDATE)
+            .raddr(b.va + 0x8000, b.key)
+            .data(a.key, a.va + 0x8000, 8)
+            .finish();
+        c.p.a.post_send(&mut c.a_qp, &read);
+        let carried = if udp {
+            c.p.run_udp_in_place()
+        } else {
+            c.p.run()
+        };
+        let mut cqes = Vec::new();
+        while let Some(e) = c.p.a.poll(&mut c.a_cq) {
+            cqes.push(e);
+        }
+        while let Some(e) = c.p.b.poll(&mut c.b_cq) {
+            cqes.push(e);
+        }
+        let memory = (
+            c.p.b.read(b.off, 5000),
+            c.p.b.read(b.off + 0x4000, 32),
+            c.p.a.read(a.off + 0x8000, 8),
+        );
+        let counters = |d: &crate::device::Device| {
+            let k = &d.counters;
+            (
+                k.port_rcv_packets,
+                k.port_xmit_packets,
+                k.rx_icrc_errors,
+                k.rx_discards,
+            )
+        };
+        (
+            carried,
+            cqes,
+            memory,
+            counters(&c.p.a.dev),
+            counters(&c.p.b.dev),
+        )
+    };
+    let (parsed, given) = (outcome(false), outcome(true));
+    assert_eq!(given, parsed);
+    let (_, cqes, (written, sent, read), _, (b_rcv, ..)) = given;
+    assert_eq!(written, pattern(5000, 7));
+    assert_eq!(sent, pattern(32, 7));
+    assert_eq!(read, pattern(8, 9));
+    assert!(
+        b_rcv >= 7,
+        "five WRITE packets, a SEND and a READ request: {b_rcv}"
+    );
+    assert!(
+        cqes.iter().all(|e| {
+            let op = cqe(e).opcode();
+            op == CqeOpcode::REQ || op == CqeOpcode::RESP_SEND_IMM
+        }),
+        "every completion succeeded"
+    );
+}
