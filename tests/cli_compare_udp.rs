@@ -5,24 +5,13 @@
 
 mod cli_support;
 
-use cli_support::bypass;
+use cli_support::{bypass, numbers_after};
 
 /// The number on a line starting with `label` (after the colon), if it parses.
 fn figure(out: &str, label: &str) -> Option<f64> {
     let line = out.lines().find(|l| l.trim_start().starts_with(label))?;
     let (_, rest) = line.split_once(':')?;
     rest.split_whitespace().next()?.parse().ok()
-}
-
-/// How many ratios the line starting with `label` lists (one per round), 0 without the line.
-fn rounds_ratios(out: &str, label: &str) -> usize {
-    out.lines()
-        .find_map(|l| l.trim_start().strip_prefix(label))
-        .map_or(0, |rest| {
-            rest.split_whitespace()
-                .filter(|w| w.parse::<f64>().is_ok())
-                .count()
-        })
 }
 
 #[test]
@@ -65,7 +54,7 @@ fn round_trip_comparison_reports(extra: &[&str]) {
         "{out}"
     );
     assert_eq!(
-        rounds_ratios(&out, "rounds' round-trip ratios:"),
+        numbers_after(&out, "rounds' round-trip ratios:"),
         2,
         "{out}"
     );
@@ -105,7 +94,7 @@ fn the_bandwidth_comparison_alone_reports_the_write_stream_tcp_the_ratio_and_the
         "{out}"
     );
     assert!(out.contains("target >= 1:"), "{out}");
-    assert_eq!(rounds_ratios(&out, "rounds' bandwidth ratios:"), 2, "{out}");
+    assert_eq!(numbers_after(&out, "rounds' bandwidth ratios:"), 2, "{out}");
     assert!(
         out.lines()
             .any(|l| l.contains("its socket calls alone (4112 B datagrams")),

@@ -3,7 +3,7 @@
 
 mod cli_support;
 
-use cli_support::bypass;
+use cli_support::{bypass, numbers_after};
 
 // One bandwidth run uses completion moderation (`-Q 16`): unsignalled WRITEs followed by a
 // signalled one, with BlueFlame on, on the threaded sim — the interleaving that once lost a
@@ -112,13 +112,7 @@ fn compare_reports_medians_ratios_and_verdicts() {
     assert_eq!(code, 0, "stdout:\n{out}\nstderr:\n{err}");
     // One ratio per round, for each comparison.
     for what in ["per round: sim / memcpy", "per round: sim / TCP"] {
-        let line = out.lines().find(|l| l.contains(what));
-        let ratios = line.map_or(0, |l| {
-            l.split_whitespace()
-                .filter(|w| w.parse::<f64>().is_ok())
-                .count()
-        });
-        assert_eq!(ratios, 2, "{what} in\n{out}");
+        assert_eq!(numbers_after(&out, what), 2, "{what} in\n{out}");
     }
     for what in [
         "memcpy 65536 B",

@@ -14,3 +14,16 @@ pub fn bypass(args: &[&str]) -> (i32, String, String) {
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
 }
+
+/// How many numbers follow `label` on the first line of `out` that holds it (one ratio per
+/// round on the perf comparisons' "per round" lines); 0 without such a line.
+#[allow(dead_code)] // each test binary uses a subset
+pub fn numbers_after(out: &str, label: &str) -> usize {
+    out.lines()
+        .find_map(|l| l.split_once(label).map(|(_, rest)| rest))
+        .map_or(0, |rest| {
+            rest.split_whitespace()
+                .filter(|w| w.parse::<f64>().is_ok())
+                .count()
+        })
+}
