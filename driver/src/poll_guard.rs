@@ -185,7 +185,7 @@ impl CqPoller {
                 wr_id: 0,
                 opcode: None,
             },
-            Err(true) => self.take_general_kept(held, ci),
+            Err(true) => self.guard_general_step(held, ci),
         }
     }
 
@@ -193,7 +193,7 @@ impl CqPoller {
     /// home-slot case above saves no registers for it).
     #[cold]
     #[inline(never)]
-    fn take_general_kept(&self, held: HeldRef<'_>, ci: u64) -> Taken {
+    fn guard_general_step(&self, held: HeldRef<'_>, ci: u64) -> Taken {
         match self.general_step(held, ci) {
             Some(wc) => Taken {
                 wr_id: wc.wr_id(),
