@@ -647,6 +647,40 @@ fn a_2rst_waits_for_its_qps_unread_burst_and_runs_at_the_first_step_after_it_is_
 }
 
 #[test]
+fn the_flush_cqes_held_for_a_burst_are_written_before_a_2rst_waiting_for_it_runs() {
+    // The QP enters ERR while its burst is unread: its flush CQEs wait for the burst
+    // (`engine::post_err_when_read`), and so does a 2RST_QP issued meanwhile. A NIC wrote
+    // the flush CQEs when the QP entered ERR, before any reset: once the burst is read, they
+    // must be written before the reset forgets the QP's work.
+    let mut c = connect(1024);
+    c.p.a.dev.set_fast_tx(true);
+    post(&mut c, &[w(3000, 0, 0)]);
+    c.p.a.dev.step();
+    let held: Vec<_> = std::iter::from_fn(|| c.p.a.dev.take_frame()).collect();
+    assert_eq!(held.len(), 1, "one burst by reference: {held:?}");
+    let qpn = c.a_qp.qpn;
+    c.p.a.dev.set_qp_state(qpn, QpState::Err);
+    let entry = post_2rst(&mut c, qpn);
+    for _ in 0..3 {
+        c.p.a.dev.step();
+    }
+    assert!(
+        a_cqes(&mut c).is_empty(),
+        "no flush CQE while the burst reads"
+    );
+    assert_eq!(c.p.a.inline_cmd_output(entry), None, "nor the reset");
+
+    drop(held);
+    assert!(c.p.a.dev.step());
+    assert_eq!(flushed_wqes(&a_cqes(&mut c)), [0], "the WRITE is flushed");
+    assert_cmd_ok(&c, entry);
+    let qp = c.p.a.dev.objs.qps.get(qpn).expect("qp a");
+    assert_eq!(qp.state, QpState::Rst);
+    assert_eq!(qp.counters.req_cqe_flush_error, 1);
+    assert!(c.p.a.dev.deferred_flushes.is_empty() && c.p.a.dev.waiting_cmds.is_empty());
+}
+
+#[test]
 fn a_flush_waits_until_no_burst_of_the_qp_still_reads_its_memory() {
     // Two WRITEs from a's memory go out as bursts and are held on the wire; the QP is moved
     // to ERR (what QP_2ERR does, `firmware::qp::modify`). A flush CQE hands the buffer back to
