@@ -653,7 +653,12 @@ impl Device {
     }
 
     fn step_inner(&mut self, force_scan: bool) -> bool {
-        let mut progress = !self.waiting_cmds.is_empty() && crate::firmware::retry_waiting(self);
+        // Error CQEs held for bursts now read (`engine::post_err_when_read`) go first: a NIC
+        // wrote them when the QP entered ERR, before any later command; a 2RST_QP waiting for
+        // the same bursts would forget them (`firmware::qp::modify::to_reset`).
+        let mut progress =
+            !self.deferred_flushes.is_empty() && crate::engine::retry_deferred_flushes(self);
+        progress |= !self.waiting_cmds.is_empty() && crate::firmware::retry_waiting(self);
         while let Some(db) = self.doorbells.pop_front() {
             progress = true;
             self.ring(db);
@@ -879,34 +884,77 @@ mod tests {
 
     #[test]
     fn a_packet_with_its_header_given_meets_every_check_a_parsed_one_meets() {
-        // Ours with an unknown QP, another device's, a bad ICRC (unchecked), and one whose ICRC
-        // the link vouched for: the two entry points count each alike.
-        let ours = Profile::with_id(1);
+        // Each case: destination, ICRC corrupted, ICRC vouched for by the link, a doorbell
+        // waiting (the packet is queued behind it, a copy, and taken by the next step), and
+        // the counters (packets, ICRC errors, discards) both entry points must leave.
+        struct Case {
+            dst: [u8; 4],
+            corrupt: bool,
+            checked: bool,
+            queued: bool,
+            counts: (u64, u64, u64),
+        }
+        let case = |dst, corrupt, checked, queued, counts| Case {
+            dst,
+            corrupt,
+            checked,
+            queued,
+            counts,
+        };
+        let (us, other) = ([10, 0, 0, 1], [10, 0, 0, 7]);
         let cases = [
-            (send_packet([10, 0, 0, 1], 0x42), false, false),
-            (send_packet([10, 0, 0, 7], 0x42), false, false),
-            (send_packet([10, 0, 0, 1], 0x42), true, false),
-            (send_packet([10, 0, 0, 1], 0x42), true, true),
+            // Ours, but no QP 0x42: discarded (`receive_packet`'s QP lookup).
+            case(us, false, false, false, (1, 0, 1)),
+            // Another device's address: discarded.
+            case(other, false, false, false, (1, 0, 1)),
+            // A bad ICRC, not checked by the link: an ICRC error, nothing else looked at.
+            case(us, true, false, false, (1, 1, 0)),
+            // A bad ICRC the link vouched for: not computed again, so it passes, and the
+            // unknown QP discards the packet.
+            case(us, true, true, false, (1, 0, 1)),
+            // Behind a waiting doorbell: queued, then counted as case 0 by the step.
+            case(us, false, false, true, (1, 0, 1)),
         ];
-        for (i, ((mut bytes, ip, ports), corrupt, checked)) in cases.into_iter().enumerate() {
-            if corrupt {
+        let ours = Profile::with_id(1);
+        let counts = |d: &Device| {
+            (
+                d.counters.port_rcv_packets,
+                d.counters.rx_icrc_errors,
+                d.counters.rx_discards,
+            )
+        };
+        for (i, c) in cases.into_iter().enumerate() {
+            let (mut bytes, ip, ports) = send_packet(c.dst, 0x42);
+            if c.corrupt {
                 let n = bytes.len();
                 bytes[n - 6] ^= 1;
             }
             let hl = ip.header_len() + bypass_hw::roce::ip::UDP_HDR_LEN;
             let mut parsed = Device::new(ours.clone());
-            parsed.receive_in_place(&bytes, checked);
             let mut given = Device::new(ours.clone());
-            given.receive_udp_in_place(&bytes, hl, &ip, ports, checked);
-            let c = |d: &Device| {
-                (
-                    d.counters.port_rcv_packets,
-                    d.counters.rx_icrc_errors,
-                    d.counters.rx_discards,
-                )
-            };
-            assert_eq!(c(&given), c(&parsed), "case {i}");
-            assert_eq!(c(&given).0, 1);
+            if c.queued {
+                // An empty `cmd_dbell` write: latched, and a no-op when rung.
+                for d in [&mut parsed, &mut given] {
+                    d.mmio_write(iseg::CMD_DBELL as u64, &be(0)).unwrap();
+                }
+            }
+            parsed.receive_in_place(&bytes, c.checked);
+            given.receive_udp_in_place(&bytes, hl, &ip, ports, c.checked);
+            if c.queued {
+                for d in [&mut parsed, &mut given] {
+                    assert_eq!(counts(d), (0, 0, 0), "case {i}: queued, not taken yet");
+                    assert_eq!(d.rx.len(), 1, "case {i}: queued");
+                    assert!(d.step(), "case {i}");
+                }
+            }
+            assert_eq!(counts(&given), c.counts, "case {i}: header given");
+            assert_eq!(counts(&parsed), c.counts, "case {i}: parsed");
+            assert_eq!(given.counters.port_rcv_data, bytes.len() as u64, "case {i}");
+            assert_eq!(
+                parsed.counters.port_rcv_data,
+                bytes.len() as u64,
+                "case {i}"
+            );
         }
     }
 

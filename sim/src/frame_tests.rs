@@ -580,11 +580,35 @@ fn a_retransmitted_write_copies_its_payload_instead_of_reading_it_late() {
     assert_eq!(cqes.len(), 1, "the WRITE completed");
 }
 
+/// A QP_2RST of `qpn` through a's command queue, slot 0 (the device runs it at its next step).
+fn post_2rst(c: &mut Conn, qpn: u32) -> usize {
+    use bypass_hw::cmd::Opcode;
+    use bypass_hw::cmd::qp::Qp2RstIn;
+    let mut input = [0u8; 16];
+    let mut v = Qp2RstIn::new_checked(&mut input[..]).expect("16 bytes");
+    v.set_opcode(u32::from(Opcode::QP_2RST.0)).expect("opcode");
+    v.set_qpn(qpn).expect("qpn");
+    c.p.a.post_inline_cmd(0, &input)
+}
+
+/// Asserts the command at `entry` completed with status OK.
+fn assert_cmd_ok(c: &Conn, entry: usize) {
+    use bypass_hw::cmd::MboxOut;
+    use bypass_hw::syndrome::CmdStatus;
+    let out =
+        c.p.a
+            .inline_cmd_output(entry)
+            .expect("the command completed");
+    let out = MboxOut::new_checked(&out[..]).expect("16 bytes");
+    assert_eq!(out.cmd_status(), CmdStatus::OK);
+}
+
 #[test]
-fn a_command_waiting_for_a_qps_bursts_runs_at_the_first_step_after_they_are_read() {
-    // A 2RST_QP / DESTROY_QP waits in `waiting_cmds` while a burst of its QP is unread
-    // (`firmware::cmdq::waits_for`). The burst may be let go outside any step (the UDP link
-    // drops it after sending): the very next `step`, with nothing else to do, runs the command.
+fn a_2rst_waits_for_its_qps_unread_burst_and_runs_at_the_first_step_after_it_is_read() {
+    // A 2RST_QP hands the QP's buffers back: it may complete only once no burst of the QP
+    // still reads them (`firmware::cmdq::waits_for`). The burst may be let go outside any
+    // step (the UDP link drops it after sending): the very next `step`, with nothing else to
+    // do, runs the command.
     let mut c = connect(1024);
     c.p.a.dev.set_fast_tx(true);
     post(&mut c, &[w(3000, 0, 0)]);
@@ -592,9 +616,24 @@ fn a_command_waiting_for_a_qps_bursts_runs_at_the_first_step_after_they_are_read
     let held: Vec<_> = std::iter::from_fn(|| c.p.a.dev.take_frame()).collect();
     assert_eq!(held.len(), 1, "one burst by reference: {held:?}");
     let qpn = c.a_qp.qpn;
-    c.p.a.dev.waiting_cmds.push((0, qpn));
-    assert!(!c.p.a.dev.step(), "nothing runs while the burst reads");
-    assert_eq!(c.p.a.dev.waiting_cmds, [(0, qpn)]);
+    let entry = post_2rst(&mut c, qpn);
+    assert!(c.p.a.dev.step(), "the command doorbell is taken");
+    for _ in 0..3 {
+        c.p.a.dev.step();
+    }
+    assert_eq!(
+        c.p.a.inline_cmd_output(entry),
+        None,
+        "the entry stays the device's while the burst reads"
+    );
+    let state = |c: &Conn| c.p.a.dev.objs.qps.get(qpn).expect("qp a").state;
+    assert_eq!(state(&c), QpState::Rts, "not reset while the burst reads");
+    let now = c.p.a.dev.now;
+    assert!(
+        c.p.a.dev.next_deadline().is_some_and(|t| t > now),
+        "only the ACK timeout is due until it is read"
+    );
+
     drop(held);
     assert_eq!(
         c.p.a.dev.next_deadline(),
@@ -602,7 +641,43 @@ fn a_command_waiting_for_a_qps_bursts_runs_at_the_first_step_after_they_are_read
         "due at once"
     );
     assert!(c.p.a.dev.step(), "the command ran");
+    assert_cmd_ok(&c, entry);
+    assert_eq!(state(&c), QpState::Rst);
     assert!(c.p.a.dev.waiting_cmds.is_empty());
+}
+
+#[test]
+fn the_flush_cqes_held_for_a_burst_are_written_before_a_2rst_waiting_for_it_runs() {
+    // The QP enters ERR while its burst is unread: its flush CQEs wait for the burst
+    // (`engine::post_err_when_read`), and so does a 2RST_QP issued meanwhile. A NIC wrote
+    // the flush CQEs when the QP entered ERR, before any reset: once the burst is read, they
+    // must be written before the reset forgets the QP's work.
+    let mut c = connect(1024);
+    c.p.a.dev.set_fast_tx(true);
+    post(&mut c, &[w(3000, 0, 0)]);
+    c.p.a.dev.step();
+    let held: Vec<_> = std::iter::from_fn(|| c.p.a.dev.take_frame()).collect();
+    assert_eq!(held.len(), 1, "one burst by reference: {held:?}");
+    let qpn = c.a_qp.qpn;
+    c.p.a.dev.set_qp_state(qpn, QpState::Err);
+    let entry = post_2rst(&mut c, qpn);
+    for _ in 0..3 {
+        c.p.a.dev.step();
+    }
+    assert!(
+        a_cqes(&mut c).is_empty(),
+        "no flush CQE while the burst reads"
+    );
+    assert_eq!(c.p.a.inline_cmd_output(entry), None, "nor the reset");
+
+    drop(held);
+    assert!(c.p.a.dev.step());
+    assert_eq!(flushed_wqes(&a_cqes(&mut c)), [0], "the WRITE is flushed");
+    assert_cmd_ok(&c, entry);
+    let qp = c.p.a.dev.objs.qps.get(qpn).expect("qp a");
+    assert_eq!(qp.state, QpState::Rst);
+    assert_eq!(qp.counters.req_cqe_flush_error, 1);
+    assert!(c.p.a.dev.deferred_flushes.is_empty() && c.p.a.dev.waiting_cmds.is_empty());
 }
 
 #[test]

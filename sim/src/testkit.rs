@@ -9,10 +9,14 @@
 
 use std::sync::Arc;
 
+use bypass_hw::cmd::entry::{
+    CMD_ENTRY_SIZE, CMD_INLINE_LEN, CmdLayout, DeliveryStatus, MLX5_PCI_CMD_XPORT,
+};
 use bypass_hw::cmd::qp::{QpState, service_type as st};
 use bypass_hw::cqe::CQE_INVALID_OP_OWN;
+use bypass_hw::init_seg as iseg;
 use bypass_hw::wqe::{CtrlParams, CtrlSeg, DataSeg, MLX5_WQE_CTRL_CQ_UPDATE, WqeOpcode};
-use zerocopy::IntoBytes;
+use zerocopy::{FromBytes, FromZeros, IntoBytes};
 
 use crate::buffer::PageList;
 use crate::device::Device;
@@ -39,6 +43,8 @@ pub struct Host {
     pub uar: u32,
     pub pd: u32,
     pub eqn: u32,
+    /// Offset of the command queue page, once [`Host::post_inline_cmd`] has set it up.
+    cmdq: Option<usize>,
 }
 
 /// A CQ as the host sees it.
@@ -96,6 +102,7 @@ impl Host {
             uar,
             pd,
             eqn: 0,
+            cmdq: None,
         };
         let eq_off = h.alloc(PAGE_SIZE);
         // EQEs start owned by hardware (owner = 1).
@@ -363,6 +370,60 @@ impl Host {
         }
         qp.rq_pi += 1;
         self.write(qp.dbr_off, &(qp.rq_pi & 0xffff).to_be_bytes());
+    }
+
+    /// Writes a command whose input and output fit in the entry's 16 inline bytes (as those
+    /// of 2RST_QP and DESTROY_QP do: no mailboxes) into command queue `slot`, hands it to the
+    /// device and rings `cmd_dbell` for it (kernel `cmd_work_handler`: ownership set last,
+    /// then the doorbell); the device runs it at its next step. The first call tells the
+    /// device where the queue is (rdma-core `mlx5_vfio_init_cmd_interface`) and marks its
+    /// firmware initialized, as the objects the rig makes stand for. Returns the
+    /// entry's offset, for [`Host::inline_cmd_output`].
+    pub fn post_inline_cmd(&mut self, slot: u8, input: &[u8; CMD_INLINE_LEN]) -> usize {
+        let cmdq = match self.cmdq {
+            Some(off) => off,
+            None => {
+                let off = self.alloc(PAGE_SIZE);
+                let iova = self.iova(off);
+                for (reg, v) in [
+                    (iseg::CMDQ_ADDR_H, (iova >> 32) as u32),
+                    (iseg::CMDQ_ADDR_L_SZ, iova as u32 & 0xffff_f000),
+                ] {
+                    self.dev
+                        .mmio_write(reg as u64, &v.to_be_bytes())
+                        .expect("cmdq address");
+                }
+                // The objects the rig made directly stand for a device brought up.
+                self.dev.fw.stage = crate::firmware::Stage::Initialized;
+                self.cmdq = Some(off);
+                off
+            }
+        };
+        let entry_off = cmdq + usize::from(slot) * CMD_ENTRY_SIZE;
+        let mut e = CmdLayout::new_zeroed();
+        e.set_cmd_type(MLX5_PCI_CMD_XPORT)
+            .set_inlen(CMD_INLINE_LEN as u32)
+            .set_outlen(CMD_INLINE_LEN as u32)
+            .set_token(slot.wrapping_add(1));
+        e.input = *input;
+        e.give_to_hw();
+        self.write(entry_off, e.as_bytes());
+        self.dev
+            .mmio_write(iseg::CMD_DBELL as u64, &(1u32 << slot).to_be_bytes())
+            .expect("cmd_dbell");
+        entry_off
+    }
+
+    /// The inline output of the command at `entry_off` ([`Host::post_inline_cmd`]), or None
+    /// while the entry is still the device's. Panics unless it was delivered.
+    pub fn inline_cmd_output(&self, entry_off: usize) -> Option<[u8; CMD_INLINE_LEN]> {
+        let raw = self.read(entry_off, CMD_ENTRY_SIZE);
+        let e = CmdLayout::read_from_bytes(&raw[..]).expect("an entry");
+        if e.hw_owned() {
+            return None;
+        }
+        assert_eq!(e.delivery_status(), DeliveryStatus::OK, "delivered");
+        Some(e.output)
     }
 
     /// Polls one CQE (owner-bit rule), updating the CQ doorbell record's CI.

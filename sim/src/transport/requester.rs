@@ -392,11 +392,11 @@ fn step(dev: &mut Device, c: &Ctx, req: &mut ReqState) -> Step {
     if c.st == st::RC && psn_diff(req.psn, req.una) >= MAX_UNACKED_PSNS {
         return Step::Stall;
     }
-    if c.st == st::RC
-        && dev.fast_tx
-        && w.opcode == WqeOpcode::RDMA_WRITE
-        && train_wait(dev.tx_trains, c.mtu, req, w.len)
-    {
+    // An RC WRITE on the fast path goes as a burst of this many packets (computed once for
+    // the wait below and the burst).
+    let burst = (c.st == st::RC && dev.fast_tx && w.opcode == WqeOpcode::RDMA_WRITE)
+        .then(|| burst_count(dev.tx_trains, c.mtu, req, w.len));
+    if burst.is_some_and(|count| train_wait(c.mtu, req, w.len, count)) {
         // The rest of the window would start a send the link cannot fill: wait for the ACK
         // that is on its way.
         return Step::Stall;
@@ -404,7 +404,7 @@ fn step(dev: &mut Device, c: &Ctx, req: &mut ReqState) -> Step {
     let r = if c.st == st::UD {
         send_ud(dev, c, req)
     } else {
-        send_rc(dev, c, req)
+        send_rc(dev, c, req, burst)
     };
     match r {
         Ok(()) => Step::Sent,
@@ -542,15 +542,16 @@ fn payload(
     })
 }
 
-/// One RC packet of `wqes[cur]`.
-fn send_rc(dev: &mut Device, c: &Ctx, req: &mut ReqState) -> Result<(), CqeSyndrome> {
+/// One RC packet of `wqes[cur]`, or, for a WRITE on the fast path, a burst of `burst`
+/// packets ([`burst_count`]; None otherwise).
+fn send_rc(
+    dev: &mut Device,
+    c: &Ctx,
+    req: &mut ReqState,
+    burst: Option<u32>,
+) -> Result<(), CqeSyndrome> {
     let cur = req.cur;
-    if dev.fast_tx
-        && req
-            .wqes
-            .get(cur)
-            .is_some_and(|w| w.opcode == WqeOpcode::RDMA_WRITE)
-    {
+    if let Some(count) = burst {
         // The WQE's buffers are lent out of the queue for the burst (no copy of them, no
         // move of the whole WQE), and put back before the queue moves on.
         if let Some(slot) = req.wqes.get_mut(cur) {
@@ -563,7 +564,7 @@ fn send_rc(dev: &mut Device, c: &Ctx, req: &mut ReqState) -> Result<(), CqeSyndr
                 inline: inline.as_ref(),
                 sges: &sges,
             };
-            let sent = send_burst(dev, c, req, &msg);
+            let sent = send_burst(dev, c, req, &msg, count);
             if let Some(slot) = req.wqes.get_mut(cur) {
                 slot.sges = sges;
                 slot.inline = inline;
@@ -688,11 +689,16 @@ struct BurstMsg<'a> {
     sges: &'a [crate::engine::wqe::Sge],
 }
 
-fn send_burst(dev: &mut Device, c: &Ctx, req: &mut ReqState, w: &BurstMsg<'_>) -> Option<bool> {
+fn send_burst(
+    dev: &mut Device,
+    c: &Ctx,
+    req: &mut ReqState,
+    w: &BurstMsg<'_>,
+    count: u32,
+) -> Option<bool> {
     let mtu = c.mtu;
     let off = req.cur_pkt.saturating_mul(mtu).min(w.len);
     let left = w.len - off;
-    let count = burst_count(dev.tx_trains, mtu, req, w.len);
     if left == 0 || count == 0 {
         return None;
     }
@@ -853,11 +859,10 @@ fn burst_count(trains: Option<crate::frame::TxTrains>, mtu: u32, req: &ReqState,
 }
 
 /// Whether the WRITE of `len` bytes being sent waits for an ACK before its next burst:
-/// [`burst_count`] sends nothing though packets are left (an empty message, or one whose
+/// [`burst_count`] gave `count` = 0 though packets are left (an empty message, or one whose
 /// packets are all out, does not wait).
-fn train_wait(trains: Option<crate::frame::TxTrains>, mtu: u32, req: &ReqState, len: u32) -> bool {
-    let left = req.cur_pkt.saturating_mul(mtu.max(1)) < len;
-    left && burst_count(trains, mtu, req, len) == 0
+fn train_wait(mtu: u32, req: &ReqState, len: u32, count: u32) -> bool {
+    count == 0 && req.cur_pkt.saturating_mul(mtu.max(1)) < len
 }
 
 fn count_retransmits(dev: &mut Device, qpn: u32, n: u64) {
@@ -1134,13 +1139,18 @@ mod tests {
         assert_eq!(burst_count(Some(UDP), MTU, &req(64, 252, 0), MIB), 4);
     }
 
+    /// [`train_wait`] on the count [`burst_count`] gives (as the requester's step calls it).
+    fn waits(trains: Option<crate::frame::TxTrains>, req: &ReqState, len: u32) -> bool {
+        train_wait(MTU, req, len, burst_count(trains, MTU, req, len))
+    }
+
     #[test]
     fn an_empty_write_never_waits_for_a_train() {
-        assert!(!train_wait(Some(UDP), MTU, &req(118, 0, 20), 0));
-        assert!(!train_wait(Some(UDP), MTU, &req(0, 0, 0), 0));
+        assert!(!waits(Some(UDP), &req(118, 0, 20), 0));
+        assert!(!waits(Some(UDP), &req(0, 0, 0), 0));
         // One that has packets left and less than a send of window does.
-        assert!(train_wait(Some(UDP), MTU, &req(118, 122, 20), MIB));
-        assert!(!train_wait(None, MTU, &req(118, 122, 20), MIB));
+        assert!(waits(Some(UDP), &req(118, 122, 20), MIB));
+        assert!(!waits(None, &req(118, 122, 20), MIB));
     }
 
     #[test]
