@@ -686,10 +686,10 @@ impl Device {
     /// Keeps the box of a burst it received for one it sends, its payload let go (no buffer
     /// is kept alive by a spare).
     pub(crate) fn recycle_burst(&mut self, mut b: Box<crate::frame::Burst>) {
-        // Read: its sender's flush may go ahead (`frame::BurstReads`).
-        b.hold = None;
+        // Read: its sender's flush may go ahead (`frame::BurstReads`). A box not kept drops,
+        // which lets go of the same.
         if self.burst_spare.len() < BURST_SPARES {
-            b.src.release();
+            b.let_go();
             self.burst_spare.push(b);
         }
     }

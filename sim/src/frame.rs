@@ -426,6 +426,14 @@ pub(crate) fn write_opcode(first: bool, last: bool) -> BthOpcode {
 }
 
 impl Burst {
+    /// Lets go of what the burst holds once it has been read (or dropped unread): its QP's
+    /// read hold (the sender's flush and reset may go ahead, `BurstReads`) and its payload's
+    /// buffers; the box stays for the device's next burst.
+    pub(crate) fn let_go(&mut self) {
+        self.hold = None;
+        self.src.release();
+    }
+
     /// A burst of nothing, to be filled in (`requester::send_burst` writes every field).
     pub(crate) fn blank() -> Self {
         Self {

@@ -154,8 +154,7 @@ impl Gathered {
     pub(crate) fn clear(&mut self) {
         for (mut b, _, dev) in self.bursts.drain(..) {
             // Read: its sender's flush may go ahead (`frame::BurstReads`).
-            b.hold = None;
-            b.src.release();
+            b.let_go();
             self.spent.push((dev, b));
         }
         self.pieces.clear();
