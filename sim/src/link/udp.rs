@@ -453,6 +453,11 @@ impl UdpLink {
             LinkCounters::add(&self.counters.tx_malformed, 1);
             return false;
         };
+        self.send_known(packet, &w)
+    }
+
+    /// [`UdpLink::send`] of a packet [`wire_of`] already parsed into `w`.
+    fn send_known(&mut self, packet: &[u8], w: &WireOf) -> bool {
         let to = SocketAddr::new(w.dst, self.local.port());
         self.tee(packet);
         let payload = packet.get(w.header_len..).unwrap_or(&[]);
@@ -521,17 +526,20 @@ impl UdpLink {
                 (Some(train), Some(train_wires)) if n > 1 => {
                     self.send_train(train, train_wires, bursts);
                 }
-                _ => match rest.first_mut() {
-                    Some(Out::Bytes(p)) => {
+                _ => match (rest.first_mut(), rest_wires.first()) {
+                    (Some(Out::Bytes(p)), Some(Some(w))) => {
                         // In order after what is queued (one `sendto`, no message header).
                         self.flush_sends();
-                        self.send(p);
+                        self.send_known(p, w);
                     }
-                    Some(Out::Gather(g)) => {
+                    (Some(Out::Bytes(_)), _) => {
+                        LinkCounters::add(&self.counters.tx_malformed, 1);
+                    }
+                    (Some(Out::Gather(g)), _) => {
                         let w = gather_wire(g, bursts);
                         self.send_gathered(g, w, bursts);
                     }
-                    None => {}
+                    (None, _) => {}
                 },
             }
             i += n.max(1);
