@@ -567,7 +567,10 @@ impl UdpLink {
             packets: 1,
             gathered: 1,
         };
-        let (iov, _) = self.queue(send);
+        let Some((iov, _)) = self.queue(send) else {
+            LinkCounters::add(&self.counters.tx_errors, 1);
+            return;
+        };
         if !push_gather_iov(g, bursts, iov) {
             self.unqueue_last();
             LinkCounters::add(&self.counters.tx_errors, 1);
@@ -629,7 +632,10 @@ impl UdpLink {
             packets: n,
             gathered: 0,
         };
-        let (iov, queued) = self.queue(send);
+        let Some((iov, queued)) = self.queue(send) else {
+            LinkCounters::add(&self.counters.tx_errors, n);
+            return;
+        };
         let mut built = true;
         for p in train.iter() {
             built &= match p {
@@ -649,8 +655,8 @@ impl UdpLink {
 
     /// Queues `send` (sent by [`UdpLink::flush_sends`]; what is queued for another socket,
     /// or a full batch, is sent first) and returns its iovec list, empty, to fill, and the
-    /// send as queued.
-    fn queue(&mut self, send: Pending) -> (&mut IovList, &mut Pending) {
+    /// send as queued (`None` cannot happen: both were just made).
+    fn queue(&mut self, send: Pending) -> Option<(&mut IovList, &mut Pending)> {
         let b = &self.batch;
         if b.sends.len() >= MAX_BATCH || b.sends.last().is_some_and(|q| q.fd != send.fd) {
             self.flush_sends();
@@ -661,9 +667,10 @@ impl UdpLink {
             b.iovs.resize_with(k + 1, IovList::default);
         }
         b.sends.push(send);
-        let iov = &mut b.iovs[k];
+        // Both are there (`iovs` was just grown to `k + 1`, `send` just pushed).
+        let iov = b.iovs.get_mut(k)?;
         iov.clear();
-        (iov, &mut b.sends[k])
+        Some((iov, b.sends.last_mut()?))
     }
 
     /// Drops the send queued last (its iovecs could not be built; nothing is sent).
@@ -1266,48 +1273,58 @@ fn sendmmsg_iov(
         std::array::from_fn(|k| sends.get(k).map(|q| SockaddrStorage::from(q.to)));
     // SAFETY: `mmsghdr` is plain integers and pointers, valid all-zero.
     let mut hdrs: [libc::mmsghdr; MAX_BATCH] = unsafe { std::mem::zeroed() };
-    for k in 0..n {
-        let (q, iov, h, control) = (&sends[k], &iovs[k], &mut hdrs[k], &mut controls[k]);
-        if let Some(to) = &addrs[k] {
+    let built = sends
+        .iter()
+        .zip(iovs)
+        .zip(hdrs.iter_mut().zip(controls.iter_mut()))
+        .zip(addrs.iter().zip(results.iter_mut()));
+    for (((q, iov), (h, control)), (to, result)) in built {
+        if let Some(to) = to {
             h.msg_hdr.msg_name = to.as_ptr().cast_mut().cast();
             h.msg_hdr.msg_namelen = to.len();
         }
         h.msg_hdr.msg_iov = iov.as_iovecs().cast_mut();
         // At most IOV_MAX (1024): fits `msg_iovlen` on every target.
         h.msg_hdr.msg_iovlen = iov.len() as _;
-        if let Some(seg) = q.seg {
-            if !set_segment(&mut h.msg_hdr, control, seg) {
-                results[k] = Err(nix::errno::Errno::EINVAL);
-            }
+        if let Some(seg) = q.seg
+            && !set_segment(&mut h.msg_hdr, control, seg)
+        {
+            *result = Err(nix::errno::Errno::EINVAL);
         }
     }
     let mut done = 0usize;
     while done < n {
-        if results[done].is_err() {
-            // Its control message could not be built: not sent.
+        let (Some(rs), Some(hs)) = (results.get_mut(done..n), hdrs.get_mut(done..n)) else {
+            break;
+        };
+        // The run of sends from `done` whose headers were built (none: the first's control
+        // message could not be built, it is not sent).
+        let run = rs.iter().take_while(|r| r.is_ok()).count();
+        if run == 0 {
             done += 1;
             continue;
         }
-        // The run of sends from `done` whose headers were built.
-        let run = (done..n).take_while(|&k| results[k].is_ok()).count();
-        // SAFETY: `hdrs[done..done + run]` are valid headers whose every pointer (`addrs`,
-        // `iovs`' arrays, `controls`, and the memory the iovecs point at: the
-        // link's buffers or host memory the caller keeps until `send_all` returns) outlives
-        // the call; the kernel writes only `msg_len` of each.
-        let r = unsafe { libc::sendmmsg(fd, hdrs[done..].as_mut_ptr(), run as _, 0) };
+        // SAFETY: `hs[..run]` are valid headers whose every pointer (`addrs`, `iovs`' arrays,
+        // `controls`, and the memory the iovecs point at: the link's buffers or host memory
+        // the caller keeps until `send_all` returns) outlives the call; the kernel writes
+        // only `msg_len` of each.
+        let r = unsafe { libc::sendmmsg(fd, hs.as_mut_ptr(), run as _, 0) };
         match usize::try_from(r) {
             Ok(sent) if sent > 0 => {
-                for k in done..done + sent.min(run) {
-                    results[k] = Ok(hdrs[k].msg_len as usize);
+                let sent = sent.min(run);
+                for (r, h) in rs.iter_mut().zip(hs.iter()).take(sent) {
+                    *r = Ok(h.msg_len as usize);
                 }
-                done += sent.min(run);
+                done += sent;
             }
             _ => match nix::errno::Errno::last() {
                 nix::errno::Errno::EINTR if r < 0 => {}
                 e => {
                     // The first of the run failed (the kernel reports an error only when
                     // nothing was sent): it is lost, the rest are tried again.
-                    results[done] = Err(if r < 0 { e } else { nix::errno::Errno::EIO });
+                    if let Some(first) = rs.first_mut() {
+                        *first = Err(if r < 0 { e } else { nix::errno::Errno::EIO });
+                    }
                     done += 1;
                 }
             },
