@@ -214,6 +214,9 @@ pub struct LinkCounters {
     /// Packets sent (counted in `tx_packets` too) whose payload the kernel read straight
     /// from the sender's memory (`sendmsg` iovecs, no copy into a link buffer).
     pub tx_from_memory: AtomicU64,
+    /// Send system calls made (`sendto`, `sendmsg` or `sendmmsg`, each counted once however
+    /// many datagrams it carried).
+    pub tx_send_calls: AtomicU64,
 }
 
 impl LinkCounters {
@@ -225,9 +228,10 @@ impl LinkCounters {
     pub fn summary(&self) -> String {
         let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
         format!(
-            "tx {} pkts / {} B in {} segmented sends ({} from the sender's memory), rx {} pkts / {} B in {} coalesced reads, tx errors {}, tx malformed {}, source-port fallbacks {}, rx IP IDs recovered {}, rx dropped {}, rx dropped on purpose {}",
+            "tx {} pkts / {} B in {} send calls, {} segmented sends ({} from the sender's memory), rx {} pkts / {} B in {} coalesced reads, tx errors {}, tx malformed {}, source-port fallbacks {}, rx IP IDs recovered {}, rx dropped {}, rx dropped on purpose {}",
             g(&self.tx_packets),
             g(&self.tx_bytes),
+            g(&self.tx_send_calls),
             g(&self.tx_gso_sends),
             g(&self.tx_from_memory),
             g(&self.rx_packets),
@@ -461,6 +465,7 @@ impl UdpLink {
         let to = SocketAddr::new(w.dst, self.local.port());
         self.tee(packet);
         let payload = packet.get(w.header_len..).unwrap_or(&[]);
+        LinkCounters::add(&self.counters.tx_send_calls, 1);
         let sock = self.tx_socket(w.sport);
         match sock.send_to(payload, to) {
             Ok(n) => {
@@ -686,11 +691,13 @@ impl UdpLink {
             ([], _) => return,
             ([q], Some(iov)) => {
                 let to = SockaddrStorage::from(q.to);
+                LinkCounters::add(&counters.tx_send_calls, 1);
                 count_send(counters, gso, q, sendmsg_iov(q.fd, iov, q.seg, &to));
             }
             (sends, _) => {
                 let mut results = [Ok(0usize); MAX_BATCH];
-                sendmmsg_iov(sends, &b.iovs, &mut results);
+                let calls = sendmmsg_iov(sends, &b.iovs, &mut results);
+                LinkCounters::add(&counters.tx_send_calls, calls);
                 for (q, r) in sends.iter().zip(results) {
                     count_send(counters, gso, q, r);
                 }
@@ -1257,17 +1264,18 @@ fn count_send(
 /// for up to [`MAX_BATCH`] sends, where a pump round would make one per train. Each send's
 /// outcome goes to `results[k]`: the bytes sent, or the error of the call that failed on it
 /// (the kernel stops at a send that fails; the ones after it are tried again). EINTR is
-/// retried.
+/// retried. Returns how many `sendmmsg` calls it made.
 fn sendmmsg_iov(
     sends: &[Pending],
     iovs: &[IovList],
     results: &mut [Result<usize, nix::errno::Errno>; MAX_BATCH],
-) {
+) -> u64 {
     use nix::sys::socket::SockaddrLike;
     let n = sends.len().min(MAX_BATCH).min(iovs.len());
     let Some(fd) = sends.first().map(|q| q.fd) else {
-        return;
+        return 0;
     };
+    let mut calls = 0u64;
     let mut controls = [[0u64; 4]; MAX_BATCH];
     let addrs: [Option<SockaddrStorage>; MAX_BATCH] =
         std::array::from_fn(|k| sends.get(k).map(|q| SockaddrStorage::from(q.to)));
@@ -1309,6 +1317,7 @@ fn sendmmsg_iov(
         // the caller keeps until `send_all` returns) outlives the call; the kernel writes
         // only `msg_len` of each.
         let r = unsafe { libc::sendmmsg(fd, hs.as_mut_ptr(), run as _, 0) };
+        calls += 1;
         match usize::try_from(r) {
             Ok(sent) if sent > 0 => {
                 let sent = sent.min(run);
@@ -1330,6 +1339,7 @@ fn sendmmsg_iov(
             },
         }
     }
+    calls
 }
 
 /// Linux `UDP_SEGMENT` (`include/uapi/linux/udp.h`; the `libc` crate defines it only for
@@ -2141,6 +2151,10 @@ mod tests {
         assert_eq!(c.tx_packets.load(Ordering::Relaxed), expected.len() as u64);
         assert_eq!(c.tx_gso_sends.load(Ordering::Relaxed), trains as u64 + 2);
         assert_eq!(c.tx_errors.load(Ordering::Relaxed), 0);
+        // Batched, not one call per train: the first port's 19 trains in a full `sendmmsg`
+        // of MAX_BATCH and one of the 3 left, the other port's 2 in a third.
+        assert_eq!(MAX_BATCH, 16);
+        assert_eq!(c.tx_send_calls.load(Ordering::Relaxed), 3);
     }
 
     #[test]
@@ -2164,7 +2178,9 @@ mod tests {
             assert!(iov.push_slice(bytes));
         }
         let mut results = [Ok(0usize); MAX_BATCH];
-        sendmmsg_iov(&sends, &iovs, &mut results);
+        // One call sends the first and stops at the second, which a second call finds
+        // refused; a third sends the train.
+        assert_eq!(sendmmsg_iov(&sends, &iovs, &mut results), 3);
         assert_eq!(results[0], Ok(100));
         assert_eq!(results[1], Err(nix::errno::Errno::EMSGSIZE));
         assert_eq!(results[2], Ok(60));
