@@ -2,9 +2,13 @@
 //! what they are built from, with the ICRC's CRC state after them.
 //!
 //! Owns: [`RxHeaders`]. Must not: decide any header field (`link::udp` does, from the socket
-//! addresses and the IPv4 ID it tries); this only remembers what `IpSpec::write_ip_udp`
-//! wrote for the same fields and length, so that a peer's packets of one kind (its ACKs, its
-//! equal-size WRITEs, segment k of its trains) cost a copy and no CRC over the headers.
+//! addresses); this only remembers what `IpSpec::write_ip_udp` wrote for the same fields and
+//! length. The link asks it for IPv4 headers with ID 0 only (`stamp_header`): a train's
+//! segments differ from one another only in their IDs (segment `k` carries ID `k`), so
+//! keyed with ID 0 one kind covers a whole train, and a peer's packets of one kind (its
+//! ACKs, its equal-size WRITEs, every segment of its trains) cost a copy and no CRC over
+//! the headers. The ICRC with another ID follows from the ID-0 one by XOR (`link::ipv4_id`),
+//! and the header with that ID is written by the link.
 
 use bypass_hw::roce::icrc::IcrcHeaderState;
 use bypass_hw::roce::ip::{IPV6_HDR_LEN, UDP_HDR_LEN};
@@ -13,8 +17,8 @@ use bypass_hw::roce::{IpSpec, UdpPorts};
 /// The longest IP + UDP header: IPv6's.
 const MAX_HDRS: usize = IPV6_HDR_LEN + UDP_HDR_LEN;
 
-/// How many kinds of header are kept: a peer's ACKs and WRITEs, alone or as a later segment
-/// of a train (another IPv4 ID).
+/// How many kinds of header are kept: a peer's ACKs and WRITEs of a few lengths (full
+/// packets, a message's last one).
 const SLOTS: usize = 4;
 
 /// One header as written: the fields and UDP payload length it was built from, its bytes and

@@ -18,9 +18,11 @@
 //! room in front of the datagram; each packet's IP + UDP header is then rebuilt in place, in
 //! front of its UDP payload (over the tail of the segment before it, already delivered), and
 //! the device takes the packet from there (`Device::receive_udp_in_place`): no copy and no
-//! allocation in the link. Each header is written once, and each packet costs one ICRC pass,
-//! over the header as written (IPv4: with the ID its place in a train predicts, else 0; any
-//! other ID is then found by XOR, see `Ipv4IdSolver`), and none in the device, which takes a
+//! allocation in the link. Each header is written once (IPv4 with ID 0, a copy when a peer's
+//! packet of the same kind came lately, `link::rx_headers`), and each packet costs one ICRC
+//! pass, over that header; an IPv4 packet with another ID (segment `k` of a train carries ID
+//! `k`, rxe's are random) is matched by XOR (see `Ipv4IdSolver`) and its header rewritten
+//! with that ID. None in the device, which takes a
 //! packet the link matched as checked, and takes the header's fields from the link as given
 //! (no parse of the header, no IPv4 checksum verification: the kernel verified the real one). On transmit the link takes the device's frames
 //! (`Device::set_fast_tx`): a burst of WRITE packets whose payload is in host memory is sent
@@ -271,10 +273,12 @@ pub struct UdpLink {
     batch: SendBatch,
     /// How the ICRC changes with the IPv4 ID, by payload length.
     deltas: Ipv4IdSolver,
-    /// `deltas` for the IDs of one segmented send, looked up per segment sent.
+    /// `deltas` for the IDs of one segmented send, looked up per segment sent, and per
+    /// segment received that does not check with ID 0 (segment `k` of a peer's train).
     train_deltas: TrainDeltas,
-    /// The IP + UDP headers last written in front of received packets, with the ICRC's CRC
-    /// state after them (a peer's ACKs and equal-size WRITEs repeat them byte for byte).
+    /// The IP + UDP headers (IPv4 ID 0) last written in front of received packets, with the
+    /// ICRC's CRC state after them (a peer's ACKs and equal-size WRITEs, wherever they sit in
+    /// a train, repeat them byte for byte).
     rx_hdrs: RxHeaders,
     /// Drop every n-th packet received (0: none), and how many were received so far.
     drop_every: u64,
@@ -781,6 +785,7 @@ impl UdpLink {
             rx_bufs,
             rx_filled,
             deltas,
+            train_deltas,
             rx_hdrs,
             drop_every,
             rx_seen,
@@ -820,7 +825,15 @@ impl UdpLink {
                     continue;
                 };
                 let Some(checked) = stamp_header(
-                    counters, deltas, rx_hdrs, &mut ip, ports, hdr, payload, hint,
+                    counters,
+                    deltas,
+                    train_deltas,
+                    rx_hdrs,
+                    &mut ip,
+                    ports,
+                    hdr,
+                    payload,
+                    hint,
                 ) else {
                     LinkCounters::add(&counters.rx_dropped, 1);
                     continue;
@@ -1487,18 +1500,23 @@ fn icrc_of(crc: &IcrcHeaderState, payload: &mut [u8]) -> Option<u32> {
 }
 
 /// Writes the IP + UDP header of UDP payload `payload` into `hdr` (exactly its length) from
-/// `ip` and `ports`, and checks the packet's ICRC over the bytes just written: the one header
-/// build and the one ICRC pass of a received packet (the device then takes the header as
-/// given, `Device::receive_udp_in_place`). IPv4: the ID is `hint` if the ICRC checks with it
-/// (segment `hint` of a bypass peer's train; tried first, so a bypass peer's packets cost one
-/// pass and no XOR), else 0 or the ID [`Ipv4IdSolver`] finds by XOR; it is left in `ip`. True
-/// when the ICRC matches the header as written; false (an ICRC no ID explains, or a payload
-/// too short to carry one) leaves the check to the device, IPv4 with ID 0, which counts the
-/// error as it should. `None` only when no header can be written (a datagram over 64 KiB).
+/// `ip` and `ports`, and checks the packet's ICRC: the one header build and the one ICRC pass
+/// of a received packet (the device then takes the header as given,
+/// `Device::receive_udp_in_place`). The header is written with IPv4 ID 0, from `hdrs` (a
+/// copy and a kept CRC state when these fields and this length came lately, whatever the
+/// packet's place in a train), and the ICRC `c0` computed over it. IPv4: the ID is 0 if
+/// `c0` matches; else `hint` (segment `hint` of a bypass peer's train) if `c0 ^ delta(hint)`
+/// does, `delta` from `trains`, the table the send side stamps train segments with; else
+/// the ID [`Ipv4IdSolver`] finds by XOR (rxe's random IDs). The header's ID and checksum
+/// are then set to the ID found (`ip::set_ipv4_id`), which is left in `ip`. True when the ICRC matches the header as
+/// written; false (an ICRC no ID explains, or a payload too short to carry one) leaves the
+/// check to the device, IPv4 with ID 0, which counts the error as it should. `None` only
+/// when no header can be written (a datagram over 64 KiB).
 #[allow(clippy::too_many_arguments)] // the receive path's state, borrowed field by field
 fn stamp_header(
     counters: &LinkCounters,
-    deltas: &mut Ipv4IdSolver,
+    solver: &mut Ipv4IdSolver,
+    trains: &mut TrainDeltas,
     hdrs: &mut RxHeaders,
     ip: &mut IpSpec,
     ports: UdpPorts,
@@ -1508,51 +1526,48 @@ fn stamp_header(
 ) -> Option<bool> {
     let n = payload.len();
     if let IpSpec::V4(v4) = ip {
-        v4.id = hint;
+        v4.id = 0;
     }
-    // The header as `write_ip_udp` writes it, copied when these fields came lately.
+    // The header with ID 0 as `write_ip_udp` writes it, copied when these fields came lately.
     let crc = hdrs.write(ip, ports, n, hdr)?;
-    let (Some(want), Some(c)) = (
+    let (Some(want), Some(c0)) = (
         bypass_hw::roce::icrc::wire_value(payload),
         icrc_of(crc, payload),
     ) else {
-        if hint != 0 {
-            restamp_id(ip, ports, n, hdr, 0)?;
-        }
         return Some(false);
     };
-    if c == want {
+    if c0 == want {
         return Some(true);
     }
     let IpSpec::V4(_) = ip else {
         return Some(false);
     };
-    // `c` is the ICRC with ID `hint`; with ID 0 it is `c ^ delta(hint)`, and with any other ID
-    // `c0 ^ delta(id)` (see `Ipv4IdSolver`).
-    let c0 = if hint == 0 {
-        Some(c)
+    // With ID `id` the ICRC is `c0 ^ delta(id)` (see `Ipv4IdSolver`).
+    let found = if hint != 0
+        && trains
+            .delta(solver, n, hint)
+            .is_some_and(|d| c0 ^ d == want)
+    {
+        Some(hint)
     } else {
-        deltas.delta(n, hint).map(|d| c ^ d)
+        let id = solver.solve(n, want ^ c0);
+        if id.is_some_and(|id| id != 0) {
+            LinkCounters::add(&counters.rx_ip_id_recovered, 1);
+        }
+        id
     };
-    let found = match c0 {
-        Some(c0) if c0 == want => Some(0),
-        Some(c0) => deltas.solve(n, want ^ c0),
-        None => None,
-    };
-    if found.is_some_and(|id| id != 0) {
-        LinkCounters::add(&counters.rx_ip_id_recovered, 1);
-    }
-    restamp_id(ip, ports, n, hdr, found.unwrap_or(0))?;
+    restamp_id(ip, hdr, found.unwrap_or(0))?;
     Some(found.is_some())
 }
 
-/// Rewrites header `hdr` of an IPv4 packet with ID `id` (and its checksum), `ip` with it.
-fn restamp_id(ip: &mut IpSpec, ports: UdpPorts, n: usize, hdr: &mut [u8], id: u16) -> Option<()> {
-    if let IpSpec::V4(v4) = ip {
-        if v4.id != id {
-            v4.id = id;
-            ip.write_ip_udp(ports, n, hdr).ok()?;
-        }
+/// Gives header `hdr` of an IPv4 packet, as `write_ip_udp` wrote it from `ip`, the ID `id`
+/// (and the checksum that goes with it: `ip::set_ipv4_id`, a few adds), `ip` with it.
+fn restamp_id(ip: &mut IpSpec, hdr: &mut [u8], id: u16) -> Option<()> {
+    if let IpSpec::V4(v4) = ip
+        && v4.id != id
+    {
+        v4.id = id;
+        bypass_hw::roce::ip::set_ipv4_id(hdr, id).ok()?;
     }
     Some(())
 }
