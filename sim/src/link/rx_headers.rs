@@ -128,28 +128,41 @@ mod tests {
         let mut memo = RxHeaders::default();
         // The covered bytes after the header: a BTH (byte 4 masked) and an AETH.
         let body = [0x11u8, 0, 0xff, 0xff, 0, 0, 0, 0x12, 0, 0, 0, 5, 0, 0, 0, 1];
+        let check = |memo: &mut RxHeaders, (ip, p, n): &(IpSpec, UdpPorts, usize), what: &str| {
+            let hl = ip.header_len() + UDP_HDR_LEN;
+            let mut want = vec![0u8; hl];
+            ip.write_ip_udp(*p, *n, &mut want).unwrap();
+            let mut got = vec![0xa5u8; hl];
+            let crc = memo.write(ip, *p, *n, &mut got).unwrap();
+            let mut covered = body;
+            let icrc = crc.icrc_in_place(&mut covered).unwrap();
+            assert_eq!(got, want, "{what}");
+            let fresh = IcrcHeaderState::new(&want).unwrap();
+            assert_eq!(icrc, fresh.icrc_in_place(&mut covered).unwrap(), "{what}");
+        };
+        // Each kind twice in a row (written, then copied from its slot), then all of them
+        // again: with more kinds than slots, the first ones were evicted and are rebuilt.
         for round in 0..3 {
-            for (k, (ip, p, n)) in kinds.iter().enumerate() {
-                let hl = ip.header_len() + UDP_HDR_LEN;
-                let mut want = vec![0u8; hl];
-                ip.write_ip_udp(*p, *n, &mut want).unwrap();
-                let mut got = vec![0xa5u8; hl];
-                let crc = memo.write(ip, *p, *n, &mut got).unwrap();
-                let mut covered = body;
-                let icrc = crc.icrc_in_place(&mut covered).unwrap();
-                assert_eq!(got, want, "round {round} kind {k}");
-                let fresh = IcrcHeaderState::new(&want).unwrap();
-                assert_eq!(icrc, fresh.icrc_in_place(&mut covered).unwrap());
+            for (k, kind) in kinds.iter().enumerate() {
+                check(&mut memo, kind, &format!("round {round} kind {k}"));
+                if round == 0 {
+                    // A new kind moves `next` on; a kept one does not.
+                    let next = memo.next;
+                    check(&mut memo, kind, &format!("kind {k} again"));
+                    assert_eq!(memo.next, next, "kind {k} again is copied from its slot");
+                }
             }
         }
-        // A header of the wrong length is refused, kept kind or not.
+        // The last kind written is kept: a header of the wrong length is refused for it, as
+        // for a kind not kept.
+        let (ip, p, n) = kinds[5];
         assert!(
-            memo.write(&kinds[0].0, kinds[0].1, 20, &mut [0u8; 27])
-                .is_none()
+            memo.slots
+                .iter()
+                .flatten()
+                .any(|w| w.ip == ip && w.payload_len == n)
         );
-        assert!(
-            memo.write(&v4(9, 9), kinds[0].1, 20, &mut [0u8; 27])
-                .is_none()
-        );
+        assert!(memo.write(&ip, p, n, &mut [0u8; 27]).is_none());
+        assert!(memo.write(&v4(9, 9), p, 20, &mut [0u8; 27]).is_none());
     }
 }
