@@ -18,6 +18,8 @@ pub const IPV4_HDR_LEN: usize = 20;
 pub const IPV6_HDR_LEN: usize = 40;
 /// UDP header length.
 pub const UDP_HDR_LEN: usize = 8;
+/// The longest IP + UDP header rxe sends or parses: IPv6's (no extension headers) + UDP.
+pub const MAX_IP_UDP_HDR_LEN: usize = IPV6_HDR_LEN + UDP_HDR_LEN;
 /// IP protocol / next header number of UDP.
 pub const IPPROTO_UDP: u8 = 17;
 /// The TTL / hop limit rxe uses by default (the route's `ip4_dst_hoplimit`, 64 on Linux).
@@ -147,7 +149,7 @@ fn same_words<const N: usize>(a: &[u8; N], b: &[u8; N]) -> bool {
 #[inline]
 pub fn same_ip_udp(a: &[u8], b: &[u8]) -> bool {
     const V4: usize = IPV4_HDR_LEN + UDP_HDR_LEN;
-    const V6: usize = IPV6_HDR_LEN + UDP_HDR_LEN;
+    const V6: usize = MAX_IP_UDP_HDR_LEN;
     match (a.len(), b.len()) {
         (V4, V4) => a
             .first_chunk::<V4>()

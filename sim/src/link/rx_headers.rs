@@ -11,11 +11,8 @@
 //! and the header with that ID is written by the link.
 
 use bypass_hw::roce::icrc::IcrcHeaderState;
-use bypass_hw::roce::ip::{IPV6_HDR_LEN, UDP_HDR_LEN};
+use bypass_hw::roce::ip::MAX_IP_UDP_HDR_LEN;
 use bypass_hw::roce::{IpSpec, UdpPorts};
-
-/// The longest IP + UDP header: IPv6's.
-const MAX_HDRS: usize = IPV6_HDR_LEN + UDP_HDR_LEN;
 
 /// How many kinds of header are kept: a peer's ACKs and WRITEs of a few lengths (full
 /// packets, a message's last one).
@@ -28,7 +25,7 @@ struct Written {
     ip: IpSpec,
     ports: UdpPorts,
     payload_len: usize,
-    bytes: [u8; MAX_HDRS],
+    bytes: [u8; MAX_IP_UDP_HDR_LEN],
     len: usize,
     crc: IcrcHeaderState,
 }
@@ -71,7 +68,7 @@ impl RxHeaders {
                 let len = ip.write_ip_udp(ports, payload_len, hdr).ok()?;
                 let written = hdr.get(..len)?;
                 let crc = IcrcHeaderState::new(written).ok()?;
-                let mut bytes = [0u8; MAX_HDRS];
+                let mut bytes = [0u8; MAX_IP_UDP_HDR_LEN];
                 bytes.get_mut(..len)?.copy_from_slice(written);
                 let at = self.next % SLOTS;
                 self.next = (at + 1) % SLOTS;
@@ -93,6 +90,7 @@ impl RxHeaders {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bypass_hw::roce::ip::UDP_HDR_LEN;
     use bypass_hw::roce::{Ipv4Spec, Ipv6Spec};
 
     #[test]

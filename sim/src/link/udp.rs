@@ -79,7 +79,7 @@ use std::time::{Duration, Instant};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use bypass_hw::roce::icrc::{IcrcHeaderCache, IcrcHeaderState};
-use bypass_hw::roce::ip::{DEFAULT_TTL, UDP_HDR_LEN};
+use bypass_hw::roce::ip::{DEFAULT_TTL, MAX_IP_UDP_HDR_LEN, UDP_HDR_LEN};
 use bypass_hw::roce::{
     BthOpcode, ICRC_LEN, IpSpec, Ipv4Spec, Ipv6Spec, ROCE_V2_UDP_DPORT, RocePacket, UdpPorts,
 };
@@ -976,7 +976,7 @@ fn sockaddr_of(s: &libc::sockaddr_storage, len: libc::socklen_t) -> Option<Socke
 
 /// Room left before a received datagram in an [`RxBuf`]: the largest IP + UDP header
 /// (IPv6), rebuilt there in front of the first segment.
-const RX_HEADROOM: usize = bypass_hw::roce::ip::IPV6_HDR_LEN + UDP_HDR_LEN;
+const RX_HEADROOM: usize = MAX_IP_UDP_HDR_LEN;
 
 /// The most receive buffers one pump round fills before the devices run.
 const RX_BUFS: usize = 8;
@@ -1045,7 +1045,7 @@ fn wire_of(packet: &[u8]) -> Option<WireOf> {
 }
 
 /// The longest IP + UDP header: IPv6's.
-const MEMO_HEADER: usize = bypass_hw::roce::ip::IPV6_HDR_LEN + UDP_HDR_LEN;
+const MEMO_HEADER: usize = MAX_IP_UDP_HDR_LEN;
 
 /// The packets of one kind a device sends (a flow's ACKs, its small WRITEs) have the same
 /// IP and UDP headers, byte for byte (the IPv4 ID is 0, the PSN is past them): what
