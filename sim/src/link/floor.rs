@@ -22,20 +22,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use bypass_hw::roce::opcode::pad_len;
-use bypass_hw::roce::{BthOpcode, ICRC_LEN};
+use bypass_hw::roce::BthOpcode;
+use bypass_hw::roce::packet::udp_payload_len;
 
 use super::udp::{GSO_MAX_BYTES, GSO_MAX_SEGS};
 use nix::sys::socket::{
     ControlMessage, MsgFlags, SockaddrStorage, recvmsg, sendmsg, setsockopt, sockopt,
 };
-
-/// The UDP payload length (BTH .. ICRC) of a packet of opcode `op` carrying `payload` bytes:
-/// its headers (rxe's opcode table length), the payload, its pad to 4 bytes and the ICRC (as
-/// `PacketSpec::udp_payload_len` counts them).
-fn udp_payload_len(op: BthOpcode, payload: usize) -> Option<usize> {
-    Some(op.info()?.length + payload + usize::from(pad_len(payload)) + ICRC_LEN)
-}
 
 /// The UDP payload lengths (BTH .. ICRC) of an RC RDMA WRITE ONLY of `size` bytes (not
 /// inline or inline: the same on the wire) and of the ACK that answers it.
