@@ -795,7 +795,7 @@ impl UdpLink {
         } = self;
         let mut count = 0;
         for b in rx_bufs.iter_mut().take(std::mem::take(rx_filled)) {
-            let Some((mut ip, ports)) = rx_headers(*local, b.from) else {
+            let Some((mut ip, ports)) = rx_fields(*local, b.from) else {
                 // No header can say where such a datagram came from: none is delivered.
                 let n = b.len.div_ceil(b.seg.max(1)) as u64;
                 LinkCounters::add(&counters.rx_dropped, n);
@@ -925,7 +925,10 @@ fn read_datagram(
 }
 
 /// The `UDP_GRO` segment size among the control messages `recvmsg` wrote into `msg` (0: none,
-/// the datagram is not a train).
+/// the datagram is not a train). Linux `net/ipv4/udp.c` `udp_recvmsg` (and `udp6_recvmsg`)
+/// adds it on a socket with `UDP_GRO` through `include/linux/udp.h` `udp_cmsg_recv`: a
+/// `SOL_UDP`/`UDP_GRO` message carrying the skb's `gso_size` as an `int`, for a coalesced
+/// train only.
 fn gro_segment(msg: &libc::msghdr) -> usize {
     let mut seg = 0;
     // SAFETY: `msg` is the header `recvmsg` filled: its control pointer and (updated) length
@@ -1276,8 +1279,10 @@ fn count_send(
 /// `sendmmsg` of `sends` (all on one socket; send `k`'s iovecs in `iovs[k]`): one system call
 /// for up to [`MAX_BATCH`] sends, where a pump round would make one per train. Each send's
 /// outcome goes to `results[k]`: the bytes sent, or the error of the call that failed on it
-/// (the kernel stops at a send that fails; the ones after it are tried again). EINTR is
-/// retried. Returns how many `sendmmsg` calls it made.
+/// (the kernel stops at a send that fails and returns how many it sent, the error only when
+/// the first fails: Linux `net/socket.c` `__sys_sendmmsg`, "We only return an error if no
+/// datagrams were able to be sent"; the ones after it are tried again). EINTR is retried.
+/// Returns how many `sendmmsg` calls it made.
 fn sendmmsg_iov(
     sends: &[Pending],
     iovs: &[IovList],
@@ -1426,13 +1431,6 @@ fn restamp_gather(
     Some(())
 }
 
-/// [`restamp_known`], parsing the packet first.
-#[cfg(test)]
-fn restamp_ipv4_id(packet: &mut [u8], id: u16, deltas: &mut Ipv4IdSolver) -> Option<()> {
-    let w = wire_of(packet)?;
-    restamp_known(packet, &w, id, true, &mut |n, id| deltas.delta(n, id))
-}
-
 /// Gives an IPv4 packet built with IP ID 0, which [`wire_of`] parsed into `w`, the IP ID `id`
 /// (header checksum too) and the ICRC that goes with it (`icrc(0) ^ delta(id)`, see
 /// [`Ipv4IdSolver`], `delta` here); IPv6 packets (no ID) are left as they are. The IP header
@@ -1465,7 +1463,7 @@ fn restamp_known(
 /// The IP header fields (IPv4: ID 0, see [`stamp_header`]) and UDP ports of a datagram from
 /// `from` to `local`, rebuilt as the module comment says; `None` when the two addresses are
 /// of different families.
-fn rx_headers(local: SocketAddr, from: SocketAddr) -> Option<(IpSpec, UdpPorts)> {
+fn rx_fields(local: SocketAddr, from: SocketAddr) -> Option<(IpSpec, UdpPorts)> {
     let ip = match (from.ip(), local.ip()) {
         (IpAddr::V4(src), IpAddr::V4(dst)) => IpSpec::V4(Ipv4Spec {
             src: src.octets(),
@@ -2087,6 +2085,12 @@ mod tests {
         let mut bad = sized(7, 64, 0xc000);
         bad[9] = 6; // TCP
         assert_eq!(memo.wire_of(&bad), None);
+    }
+
+    /// [`restamp_known`], parsing the packet first.
+    fn restamp_ipv4_id(packet: &mut [u8], id: u16, deltas: &mut Ipv4IdSolver) -> Option<()> {
+        let w = wire_of(packet)?;
+        restamp_known(packet, &w, id, true, &mut |n, id| deltas.delta(n, id))
     }
 
     /// `packet` with IPv4 ID `id`, header checksum and ICRC recomputed from scratch.
