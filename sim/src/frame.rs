@@ -177,7 +177,7 @@ impl AckFrame {
 }
 
 /// The longest IP + UDP header: IPv6's.
-const MAX_IP_UDP: usize = bypass_hw::roce::ip::IPV6_HDR_LEN + bypass_hw::roce::ip::UDP_HDR_LEN;
+const MAX_IP_UDP: usize = bypass_hw::roce::ip::MAX_IP_UDP_HDR_LEN;
 
 /// The longest ACK on the wire: IPv6 + UDP headers, BTH, AETH, ICRC.
 const MAX_ACK: usize = MAX_IP_UDP + BTH_LEN + std::mem::size_of::<Aeth>() + ICRC_LEN;
@@ -803,7 +803,7 @@ fn copy_runs(src: &[HostRun], dst: &[HostRun]) -> bool {
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct PacketHeads {
     /// IP + UDP header (IPv4 ID as the burst's), the first `ip_udp_len` bytes.
-    ip_udp: [u8; bypass_hw::roce::ip::IPV6_HDR_LEN + bypass_hw::roce::ip::UDP_HDR_LEN],
+    ip_udp: [u8; MAX_IP_UDP],
     /// The last packet's BTH.
     bth: Bth,
     /// Its RETH (a message's first packet only).
@@ -817,7 +817,7 @@ pub(crate) struct PacketHeads {
 impl Default for PacketHeads {
     fn default() -> Self {
         Self {
-            ip_udp: [0; bypass_hw::roce::ip::IPV6_HDR_LEN + bypass_hw::roce::ip::UDP_HDR_LEN],
+            ip_udp: [0; MAX_IP_UDP],
             bth: Bth::default(),
             reth: None,
             key: None,

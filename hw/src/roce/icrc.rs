@@ -24,13 +24,10 @@
 
 use crate::error::{Error, Result};
 use crate::roce::bth::BTH_LEN;
-use crate::roce::ip::{IPV6_HDR_LEN, IpSpec, UDP_HDR_LEN, UdpPorts, split_ip_udp};
+use crate::roce::ip::{IpSpec, MAX_IP_UDP_HDR_LEN, UDP_HDR_LEN, UdpPorts, split_ip_udp};
 
 /// Size of the ICRC trailer (rxe `RXE_ICRC_SIZE`).
 pub const ICRC_LEN: usize = 4;
-
-/// Largest IP + UDP header the ICRC covers (IPv6 + UDP).
-const MAX_HDRS: usize = IPV6_HDR_LEN + UDP_HDR_LEN;
 
 /// The CRC-32 of the eight `0xff` bytes standing for the masked LRH, as a finished CRC value
 /// (`crc32fast::Hasher::new_with_initial` continues from it). rxe starts its register at
@@ -65,7 +62,7 @@ fn check_hdrs_len(ip_udp: &[u8]) -> Result<()> {
             got: ip_udp.len(),
         });
     }
-    if ip_udp.len() > MAX_HDRS {
+    if ip_udp.len() > MAX_IP_UDP_HDR_LEN {
         return Err(Error::Malformed {
             what: "roce ip+udp header",
             reason: "longer than an IPv6 + UDP header",
@@ -100,7 +97,7 @@ const CACHE_SLOTS: usize = 4;
 struct CachedHeaders {
     /// 0 for a slot never filled (no header is that short).
     len: usize,
-    hdrs: [u8; MAX_HDRS],
+    hdrs: [u8; MAX_IP_UDP_HDR_LEN],
     state: IcrcHeaderState,
 }
 
@@ -108,7 +105,7 @@ impl Default for CachedHeaders {
     fn default() -> Self {
         Self {
             len: 0,
-            hdrs: [0; MAX_HDRS],
+            hdrs: [0; MAX_IP_UDP_HDR_LEN],
             state: IcrcHeaderState(crc32fast::Hasher::new_with_initial(LRH_MASK_CRC)),
         }
     }
@@ -157,7 +154,7 @@ impl IcrcHeaderCache {
             Some(at) => at,
             None => {
                 let state = IcrcHeaderState::new(ip_udp)?;
-                let mut hdrs = [0u8; MAX_HDRS];
+                let mut hdrs = [0u8; MAX_IP_UDP_HDR_LEN];
                 hdrs[..n].copy_from_slice(ip_udp);
                 let at = self.next % CACHE_SLOTS;
                 self.slots[at] = CachedHeaders {
@@ -187,7 +184,7 @@ impl IcrcHeaderState {
     pub fn new(ip_udp: &[u8]) -> Result<Self> {
         check_hdrs_len(ip_udp)?;
         let n = ip_udp.len();
-        let mut hdrs = [0u8; MAX_HDRS];
+        let mut hdrs = [0u8; MAX_IP_UDP_HDR_LEN];
         hdrs[..n].copy_from_slice(ip_udp);
         mask_ip_udp(&mut hdrs[..n]);
         let mut h = crc32fast::Hasher::new_with_initial(LRH_MASK_CRC);
@@ -254,7 +251,7 @@ impl IcrcHasher {
         // after the eight 0xff bytes of the masked LRH (rxe's seed): one CRC call per packet
         // header instead of three.
         let n = ip_udp.len();
-        let mut buf = [0u8; MAX_HDRS + BTH_LEN];
+        let mut buf = [0u8; MAX_IP_UDP_HDR_LEN + BTH_LEN];
         buf[..n].copy_from_slice(ip_udp);
         mask_ip_udp(&mut buf[..n]);
         buf[n..n + BTH_LEN].copy_from_slice(&b);
@@ -300,7 +297,7 @@ pub fn check(packet: &[u8]) -> Result<bool> {
 /// `ip` and `ports` must be exactly what is on the wire (in particular the IPv4 ID and DF, which
 /// the ICRC covers), and the IP and UDP lengths are taken from the payload length.
 pub fn compute_udp_payload(ip: &IpSpec, ports: UdpPorts, udp_payload: &[u8]) -> Result<u32> {
-    let mut hdrs = [0u8; MAX_HDRS];
+    let mut hdrs = [0u8; MAX_IP_UDP_HDR_LEN];
     let n = ip.write_ip_udp(ports, udp_payload.len(), &mut hdrs)?;
     compute_parts(&hdrs[..n], udp_payload)
 }

@@ -18,6 +18,8 @@ pub const IPV4_HDR_LEN: usize = 20;
 pub const IPV6_HDR_LEN: usize = 40;
 /// UDP header length.
 pub const UDP_HDR_LEN: usize = 8;
+/// The longest IP + UDP header rxe sends or parses: IPv6's (no extension headers) + UDP.
+pub const MAX_IP_UDP_HDR_LEN: usize = IPV6_HDR_LEN + UDP_HDR_LEN;
 /// IP protocol / next header number of UDP.
 pub const IPPROTO_UDP: u8 = 17;
 /// The TTL / hop limit rxe uses by default (the route's `ip4_dst_hoplimit`, 64 on Linux).
@@ -147,7 +149,7 @@ fn same_words<const N: usize>(a: &[u8; N], b: &[u8; N]) -> bool {
 #[inline]
 pub fn same_ip_udp(a: &[u8], b: &[u8]) -> bool {
     const V4: usize = IPV4_HDR_LEN + UDP_HDR_LEN;
-    const V6: usize = IPV6_HDR_LEN + UDP_HDR_LEN;
+    const V6: usize = MAX_IP_UDP_HDR_LEN;
     match (a.len(), b.len()) {
         (V4, V4) => a
             .first_chunk::<V4>()
@@ -163,6 +165,33 @@ pub fn same_ip_udp(a: &[u8], b: &[u8]) -> bool {
 
 fn be16(b: &[u8], at: usize) -> u16 {
     u16::from_be_bytes([b[at], b[at + 1]])
+}
+
+/// Gives the IPv4 header at the front of `hdr` (20 bytes, no options, as
+/// [`IpSpec::write_ip_udp`] writes it) the ID `id`, and its header checksum the value that
+/// goes with it, updated from the one there (RFC 1624 eqn. 3, `HC' = ~(~HC + ~m + m')`): the
+/// same bytes `write_ip_udp` writes with that ID, for a few adds (a receiver that rebuilds
+/// one header per train segment, each with its own ID, pays one full build).
+pub fn set_ipv4_id(hdr: &mut [u8], id: u16) -> Result<()> {
+    let got = hdr.len();
+    let h = hdr
+        .get_mut(..IPV4_HDR_LEN)
+        .ok_or(truncated("roce ipv4 header", IPV4_HDR_LEN, got))?;
+    if h[0] != 0x45 {
+        return Err(Error::Malformed {
+            what: "roce ipv4 header",
+            reason: "not an IPv4 header of 20 bytes (version 4, IHL 5)",
+        });
+    }
+    let old = u16::from_be_bytes([h[4], h[5]]);
+    let hc = u16::from_be_bytes([h[10], h[11]]);
+    // One's-complement sum, end-around carry folded twice (three 16-bit terms).
+    let mut sum = u32::from(!hc) + u32::from(!old) + u32::from(id);
+    sum = (sum & 0xffff) + (sum >> 16);
+    sum = (sum & 0xffff) + (sum >> 16);
+    h[4..6].copy_from_slice(&id.to_be_bytes());
+    h[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+    Ok(())
 }
 
 fn truncated(what: &'static str, need: usize, got: usize) -> Error {
@@ -424,6 +453,41 @@ pub(crate) fn split_ip_udp(pkt: &[u8], check_v4_csum: bool) -> Result<IpUdpSplit
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn setting_the_ipv4_id_writes_the_header_write_ip_udp_writes_with_that_id() {
+        let mut v4 = Ipv4Spec {
+            src: [10, 0, 0, 1],
+            dst: [192, 168, 7, 200],
+            tos: 0,
+            ttl: 64,
+            id: 0,
+            dont_fragment: true,
+        };
+        let ports = UdpPorts {
+            src: 0xc0de,
+            dst: 4791,
+        };
+        for (dst, len) in [([192, 168, 7, 200], 20usize), ([255, 255, 255, 255], 4112)] {
+            v4.dst = dst;
+            for from in [0u16, 1, 0x8000] {
+                for id in (0..=u16::MAX).step_by(97).chain([1, 63, 0xfffe, u16::MAX]) {
+                    let mut got = [0u8; IPV4_HDR_LEN + UDP_HDR_LEN];
+                    IpSpec::V4(Ipv4Spec { id: from, ..v4 })
+                        .write_ip_udp(ports, len, &mut got)
+                        .unwrap();
+                    set_ipv4_id(&mut got, id).unwrap();
+                    let mut want = [0u8; IPV4_HDR_LEN + UDP_HDR_LEN];
+                    IpSpec::V4(Ipv4Spec { id, ..v4 })
+                        .write_ip_udp(ports, len, &mut want)
+                        .unwrap();
+                    assert_eq!(got, want, "from id {from} to {id}, dst {dst:?}");
+                }
+            }
+        }
+        assert!(set_ipv4_id(&mut [0x45; 19], 1).is_err());
+        assert!(set_ipv4_id(&mut [0x60; 40], 1).is_err());
+    }
 
     #[test]
     fn checksum_of_rfc1071_example_header() {

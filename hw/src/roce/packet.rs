@@ -1,7 +1,8 @@
 //! Whole RoCEv2 packets: emit one into a caller's buffer, or view a received one.
 //!
-//! Owns: [`PacketSpec`] / [`ExtFields`] (what to send), [`emit`] / [`emit_udp_payload`]
-//! (write it, smoltcp style, no allocation), and [`RocePacket`] (a checked, zero-copy view of
+//! Owns: [`PacketSpec`] / [`ExtFields`] (what to send), [`udp_payload_len`] (how long its
+//! UDP payload is), [`emit`] / [`emit_udp_payload`] (write it, smoltcp style, no
+//! allocation), and [`RocePacket`] (a checked, zero-copy view of
 //! a received packet, from the IP header or from the UDP payload).
 //! Must not: allocate, or panic on any input.
 //!
@@ -82,20 +83,28 @@ pub struct PacketSpec<'a> {
     pub payload: &'a [u8],
 }
 
+/// Length of the UDP payload (BTH .. ICRC) of a packet of opcode `op` carrying `payload`
+/// bytes: its headers (rxe `rxe_opcode.c` `length`), the payload, its pad to 4 bytes and the
+/// ICRC. `None` for an opcode bypass does not know.
+pub fn udp_payload_len(op: BthOpcode, payload: usize) -> Option<usize> {
+    Some(op.info()?.length + payload + usize::from(pad_len(payload)) + ICRC_LEN)
+}
+
+/// A [`PacketSpec`] whose opcode bypass does not know.
+const UNKNOWN_OPCODE: Error = Error::Malformed {
+    what: "roce packet spec",
+    reason: "unknown BTH opcode",
+};
+
 impl PacketSpec<'_> {
     /// The table row of the opcode; an opcode bypass does not know is [`Error::Malformed`].
     fn info(&self) -> Result<&'static OpcodeInfo> {
-        self.bth.opcode.info().ok_or(Error::Malformed {
-            what: "roce packet spec",
-            reason: "unknown BTH opcode",
-        })
+        self.bth.opcode.info().ok_or(UNKNOWN_OPCODE)
     }
 
     /// Length of the UDP payload (BTH .. ICRC).
     pub fn udp_payload_len(&self) -> Result<usize> {
-        let info = self.info()?;
-        let n = self.payload.len();
-        Ok(info.length + n + pad_len(n) as usize + ICRC_LEN)
+        udp_payload_len(self.bth.opcode, self.payload.len()).ok_or(UNKNOWN_OPCODE)
     }
 
     /// Length of the whole packet from the IP header.

@@ -22,20 +22,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use bypass_hw::roce::opcode::pad_len;
-use bypass_hw::roce::{BthOpcode, ICRC_LEN};
+use bypass_hw::roce::BthOpcode;
+use bypass_hw::roce::packet::udp_payload_len;
 
 use super::udp::{GSO_MAX_BYTES, GSO_MAX_SEGS};
 use nix::sys::socket::{
     ControlMessage, MsgFlags, SockaddrStorage, recvmsg, sendmsg, setsockopt, sockopt,
 };
-
-/// The UDP payload length (BTH .. ICRC) of a packet of opcode `op` carrying `payload` bytes:
-/// its headers (rxe's opcode table length), the payload, its pad to 4 bytes and the ICRC (as
-/// `PacketSpec::udp_payload_len` counts them).
-fn udp_payload_len(op: BthOpcode, payload: usize) -> Option<usize> {
-    Some(op.info()?.length + payload + usize::from(pad_len(payload)) + ICRC_LEN)
-}
 
 /// The UDP payload lengths (BTH .. ICRC) of an RC RDMA WRITE ONLY of `size` bytes (not
 /// inline or inline: the same on the wire) and of the ACK that answers it.
@@ -83,13 +76,13 @@ pub fn segmented_pingpong_rtts(
     let total = iters + warmup;
     let mut rtts = Vec::with_capacity(iters);
     if threads < 2 {
-        let mut buf = vec![0u8; 65_536];
+        let (mut buf, mut cmsg) = (vec![0u8; 65_536], nix::cmsg_space!(libc::c_int));
         for i in 0..total {
             let t0 = Instant::now();
             pair.send(&sa, &to_b)?;
-            pair.recv(&sb, &mut buf, deadline, false)?;
+            pair.recv(&sb, &mut buf, &mut cmsg, deadline, false)?;
             pair.send(&sb, &to_a)?;
-            pair.recv(&sa, &mut buf, deadline, false)?;
+            pair.recv(&sa, &mut buf, &mut cmsg, deadline, false)?;
             if i >= warmup {
                 rtts.push(u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX));
             }
@@ -98,19 +91,19 @@ pub fn segmented_pingpong_rtts(
     }
     std::thread::scope(|s| {
         let echo = s.spawn(|| -> io::Result<()> {
-            let mut buf = vec![0u8; 65_536];
+            let (mut buf, mut cmsg) = (vec![0u8; 65_536], nix::cmsg_space!(libc::c_int));
             for _ in 0..total {
-                pair.recv(&sb, &mut buf, deadline, true)?;
+                pair.recv(&sb, &mut buf, &mut cmsg, deadline, true)?;
                 pair.send(&sb, &to_a)?;
             }
             Ok(())
         });
-        let mut buf = vec![0u8; 65_536];
+        let (mut buf, mut cmsg) = (vec![0u8; 65_536], nix::cmsg_space!(libc::c_int));
         let timed = (|| -> io::Result<()> {
             for i in 0..total {
                 let t0 = Instant::now();
                 pair.send(&sa, &to_b)?;
-                pair.recv(&sa, &mut buf, deadline, true)?;
+                pair.recv(&sa, &mut buf, &mut cmsg, deadline, true)?;
                 if i >= warmup {
                     rtts.push(u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX));
                 }
@@ -153,23 +146,24 @@ impl Pair {
     }
 
     /// Reads both datagrams on `on`, however the kernel hands them over (one coalesced read
-    /// on loopback; two if it ever does not coalesce); `yielding`: yields the core between
-    /// empty polls.
+    /// on loopback; two if it ever does not coalesce), into `buf`, with the caller's control
+    /// message buffer `cmsg` (`nix::cmsg_space!(libc::c_int)`, made once: the timed loop
+    /// allocates nothing); `yielding`: yields the core between empty polls.
     fn recv(
         &self,
         on: &UdpSocket,
         buf: &mut [u8],
+        cmsg: &mut Vec<u8>,
         deadline: Instant,
         yielding: bool,
     ) -> io::Result<()> {
-        let mut cmsg = nix::cmsg_space!(libc::c_int);
         let mut left = self.req.len() + self.ack.len();
         while left > 0 {
             let mut iov = [IoSliceMut::new(buf)];
             match recvmsg::<SockaddrStorage>(
                 on.as_raw_fd(),
                 &mut iov,
-                Some(&mut cmsg),
+                Some(&mut *cmsg),
                 MsgFlags::MSG_DONTWAIT,
             ) {
                 Ok(r) => left = left.saturating_sub(r.bytes),

@@ -2,19 +2,20 @@
 //! what they are built from, with the ICRC's CRC state after them.
 //!
 //! Owns: [`RxHeaders`]. Must not: decide any header field (`link::udp` does, from the socket
-//! addresses and the IPv4 ID it tries); this only remembers what `IpSpec::write_ip_udp`
-//! wrote for the same fields and length, so that a peer's packets of one kind (its ACKs, its
-//! equal-size WRITEs, segment k of its trains) cost a copy and no CRC over the headers.
+//! addresses); this only remembers what `IpSpec::write_ip_udp` wrote for the same fields and
+//! length. The link asks it for IPv4 headers with ID 0 only (`stamp_header`): a train's
+//! segments differ from one another only in their IDs (segment `k` carries ID `k`), so
+//! keyed with ID 0 one kind covers a whole train, and a peer's packets of one kind (its
+//! ACKs, its equal-size WRITEs, every segment of its trains) cost a copy and no CRC over
+//! the headers. The ICRC with another ID follows from the ID-0 one by XOR (`link::ipv4_id`),
+//! and the header with that ID is written by the link.
 
 use bypass_hw::roce::icrc::IcrcHeaderState;
-use bypass_hw::roce::ip::{IPV6_HDR_LEN, UDP_HDR_LEN};
+use bypass_hw::roce::ip::MAX_IP_UDP_HDR_LEN;
 use bypass_hw::roce::{IpSpec, UdpPorts};
 
-/// The longest IP + UDP header: IPv6's.
-const MAX_HDRS: usize = IPV6_HDR_LEN + UDP_HDR_LEN;
-
-/// How many kinds of header are kept: a peer's ACKs and WRITEs, alone or as a later segment
-/// of a train (another IPv4 ID).
+/// How many kinds of header are kept: a peer's ACKs and WRITEs of a few lengths (full
+/// packets, a message's last one).
 const SLOTS: usize = 4;
 
 /// One header as written: the fields and UDP payload length it was built from, its bytes and
@@ -24,7 +25,7 @@ struct Written {
     ip: IpSpec,
     ports: UdpPorts,
     payload_len: usize,
-    bytes: [u8; MAX_HDRS],
+    bytes: [u8; MAX_IP_UDP_HDR_LEN],
     len: usize,
     crc: IcrcHeaderState,
 }
@@ -67,7 +68,7 @@ impl RxHeaders {
                 let len = ip.write_ip_udp(ports, payload_len, hdr).ok()?;
                 let written = hdr.get(..len)?;
                 let crc = IcrcHeaderState::new(written).ok()?;
-                let mut bytes = [0u8; MAX_HDRS];
+                let mut bytes = [0u8; MAX_IP_UDP_HDR_LEN];
                 bytes.get_mut(..len)?.copy_from_slice(written);
                 let at = self.next % SLOTS;
                 self.next = (at + 1) % SLOTS;
@@ -89,6 +90,7 @@ impl RxHeaders {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bypass_hw::roce::ip::UDP_HDR_LEN;
     use bypass_hw::roce::{Ipv4Spec, Ipv6Spec};
 
     #[test]
@@ -124,28 +126,41 @@ mod tests {
         let mut memo = RxHeaders::default();
         // The covered bytes after the header: a BTH (byte 4 masked) and an AETH.
         let body = [0x11u8, 0, 0xff, 0xff, 0, 0, 0, 0x12, 0, 0, 0, 5, 0, 0, 0, 1];
+        let check = |memo: &mut RxHeaders, (ip, p, n): &(IpSpec, UdpPorts, usize), what: &str| {
+            let hl = ip.header_len() + UDP_HDR_LEN;
+            let mut want = vec![0u8; hl];
+            ip.write_ip_udp(*p, *n, &mut want).unwrap();
+            let mut got = vec![0xa5u8; hl];
+            let crc = memo.write(ip, *p, *n, &mut got).unwrap();
+            let mut covered = body;
+            let icrc = crc.icrc_in_place(&mut covered).unwrap();
+            assert_eq!(got, want, "{what}");
+            let fresh = IcrcHeaderState::new(&want).unwrap();
+            assert_eq!(icrc, fresh.icrc_in_place(&mut covered).unwrap(), "{what}");
+        };
+        // Each kind twice in a row (written, then copied from its slot), then all of them
+        // again: with more kinds than slots, the first ones were evicted and are rebuilt.
         for round in 0..3 {
-            for (k, (ip, p, n)) in kinds.iter().enumerate() {
-                let hl = ip.header_len() + UDP_HDR_LEN;
-                let mut want = vec![0u8; hl];
-                ip.write_ip_udp(*p, *n, &mut want).unwrap();
-                let mut got = vec![0xa5u8; hl];
-                let crc = memo.write(ip, *p, *n, &mut got).unwrap();
-                let mut covered = body;
-                let icrc = crc.icrc_in_place(&mut covered).unwrap();
-                assert_eq!(got, want, "round {round} kind {k}");
-                let fresh = IcrcHeaderState::new(&want).unwrap();
-                assert_eq!(icrc, fresh.icrc_in_place(&mut covered).unwrap());
+            for (k, kind) in kinds.iter().enumerate() {
+                check(&mut memo, kind, &format!("round {round} kind {k}"));
+                if round == 0 {
+                    // A new kind moves `next` on; a kept one does not.
+                    let next = memo.next;
+                    check(&mut memo, kind, &format!("kind {k} again"));
+                    assert_eq!(memo.next, next, "kind {k} again is copied from its slot");
+                }
             }
         }
-        // A header of the wrong length is refused, kept kind or not.
+        // The last kind written is kept: a header of the wrong length is refused for it, as
+        // for a kind not kept.
+        let (ip, p, n) = kinds[5];
         assert!(
-            memo.write(&kinds[0].0, kinds[0].1, 20, &mut [0u8; 27])
-                .is_none()
+            memo.slots
+                .iter()
+                .flatten()
+                .any(|w| w.ip == ip && w.payload_len == n)
         );
-        assert!(
-            memo.write(&v4(9, 9), kinds[0].1, 20, &mut [0u8; 27])
-                .is_none()
-        );
+        assert!(memo.write(&ip, p, n, &mut [0u8; 27]).is_none());
+        assert!(memo.write(&v4(9, 9), p, 20, &mut [0u8; 27]).is_none());
     }
 }

@@ -112,5 +112,17 @@ mod tests {
                 }
             }
         }
+        // Two lengths the last round left in the table, in turn: each look-up finds its
+        // length in a slot other than the one used last (`hot`).
+        for id in (0..TRAIN_IDS as u16).chain([64, u16::MAX]) {
+            for len in [4112usize, 1000] {
+                let (hot, next) = (table.hot, table.next);
+                assert_eq!(table.delta(&mut solver, len, id), check.delta(len, id));
+                if usize::from(id) < TRAIN_IDS {
+                    assert_ne!(table.hot, hot, "length {len} id {id} is in another slot");
+                }
+                assert_eq!(table.next, next, "length {len} is kept, not built again");
+            }
+        }
     }
 }

@@ -18,9 +18,11 @@
 //! room in front of the datagram; each packet's IP + UDP header is then rebuilt in place, in
 //! front of its UDP payload (over the tail of the segment before it, already delivered), and
 //! the device takes the packet from there (`Device::receive_udp_in_place`): no copy and no
-//! allocation in the link. Each header is written once, and each packet costs one ICRC pass,
-//! over the header as written (IPv4: with the ID its place in a train predicts, else 0; any
-//! other ID is then found by XOR, see `Ipv4IdSolver`), and none in the device, which takes a
+//! allocation in the link. Each header is written once (IPv4 with ID 0, a copy when a peer's
+//! packet of the same kind came lately, `link::rx_headers`), and each packet costs one ICRC
+//! pass, over that header; an IPv4 packet with another ID (segment `k` of a train carries ID
+//! `k`, rxe's are random) is matched by XOR (see `Ipv4IdSolver`) and its header rewritten
+//! with that ID. None in the device, which takes a
 //! packet the link matched as checked, and takes the header's fields from the link as given
 //! (no parse of the header, no IPv4 checksum verification: the kernel verified the real one). On transmit the link takes the device's frames
 //! (`Device::set_fast_tx`): a burst of WRITE packets whose payload is in host memory is sent
@@ -77,7 +79,7 @@ use std::time::{Duration, Instant};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use bypass_hw::roce::icrc::{IcrcHeaderCache, IcrcHeaderState};
-use bypass_hw::roce::ip::{DEFAULT_TTL, UDP_HDR_LEN};
+use bypass_hw::roce::ip::{DEFAULT_TTL, MAX_IP_UDP_HDR_LEN, UDP_HDR_LEN};
 use bypass_hw::roce::{
     BthOpcode, ICRC_LEN, IpSpec, Ipv4Spec, Ipv6Spec, ROCE_V2_UDP_DPORT, RocePacket, UdpPorts,
 };
@@ -214,6 +216,9 @@ pub struct LinkCounters {
     /// Packets sent (counted in `tx_packets` too) whose payload the kernel read straight
     /// from the sender's memory (`sendmsg` iovecs, no copy into a link buffer).
     pub tx_from_memory: AtomicU64,
+    /// Send system calls made (`sendto`, `sendmsg` or `sendmmsg`, each counted once however
+    /// many datagrams it carried).
+    pub tx_send_calls: AtomicU64,
 }
 
 impl LinkCounters {
@@ -225,9 +230,10 @@ impl LinkCounters {
     pub fn summary(&self) -> String {
         let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
         format!(
-            "tx {} pkts / {} B in {} segmented sends ({} from the sender's memory), rx {} pkts / {} B in {} coalesced reads, tx errors {}, tx malformed {}, source-port fallbacks {}, rx IP IDs recovered {}, rx dropped {}, rx dropped on purpose {}",
+            "tx {} pkts / {} B in {} send calls, {} segmented sends ({} from the sender's memory), rx {} pkts / {} B in {} coalesced reads, tx errors {}, tx malformed {}, source-port fallbacks {}, rx IP IDs recovered {}, rx dropped {}, rx dropped on purpose {}",
             g(&self.tx_packets),
             g(&self.tx_bytes),
+            g(&self.tx_send_calls),
             g(&self.tx_gso_sends),
             g(&self.tx_from_memory),
             g(&self.rx_packets),
@@ -267,10 +273,12 @@ pub struct UdpLink {
     batch: SendBatch,
     /// How the ICRC changes with the IPv4 ID, by payload length.
     deltas: Ipv4IdSolver,
-    /// `deltas` for the IDs of one segmented send, looked up per segment sent.
+    /// `deltas` for the IDs of one segmented send, looked up per segment sent, and per
+    /// segment received that does not check with ID 0 (segment `k` of a peer's train).
     train_deltas: TrainDeltas,
-    /// The IP + UDP headers last written in front of received packets, with the ICRC's CRC
-    /// state after them (a peer's ACKs and equal-size WRITEs repeat them byte for byte).
+    /// The IP + UDP headers (IPv4 ID 0) last written in front of received packets, with the
+    /// ICRC's CRC state after them (a peer's ACKs and equal-size WRITEs, wherever they sit in
+    /// a train, repeat them byte for byte).
     rx_hdrs: RxHeaders,
     /// Drop every n-th packet received (0: none), and how many were received so far.
     drop_every: u64,
@@ -453,9 +461,15 @@ impl UdpLink {
             LinkCounters::add(&self.counters.tx_malformed, 1);
             return false;
         };
+        self.send_known(packet, &w)
+    }
+
+    /// [`UdpLink::send`] of a packet [`wire_of`] already parsed into `w`.
+    fn send_known(&mut self, packet: &[u8], w: &WireOf) -> bool {
         let to = SocketAddr::new(w.dst, self.local.port());
         self.tee(packet);
         let payload = packet.get(w.header_len..).unwrap_or(&[]);
+        LinkCounters::add(&self.counters.tx_send_calls, 1);
         let sock = self.tx_socket(w.sport);
         match sock.send_to(payload, to) {
             Ok(n) => {
@@ -521,17 +535,20 @@ impl UdpLink {
                 (Some(train), Some(train_wires)) if n > 1 => {
                     self.send_train(train, train_wires, bursts);
                 }
-                _ => match rest.first_mut() {
-                    Some(Out::Bytes(p)) => {
+                _ => match (rest.first_mut(), rest_wires.first()) {
+                    (Some(Out::Bytes(p)), Some(Some(w))) => {
                         // In order after what is queued (one `sendto`, no message header).
                         self.flush_sends();
-                        self.send(p);
+                        self.send_known(p, w);
                     }
-                    Some(Out::Gather(g)) => {
+                    (Some(Out::Bytes(_)), _) => {
+                        LinkCounters::add(&self.counters.tx_malformed, 1);
+                    }
+                    (Some(Out::Gather(g)), _) => {
                         let w = gather_wire(g, bursts);
                         self.send_gathered(g, w, bursts);
                     }
-                    None => {}
+                    (None, _) => {}
                 },
             }
             i += n.max(1);
@@ -559,7 +576,10 @@ impl UdpLink {
             packets: 1,
             gathered: 1,
         };
-        let (iov, _) = self.queue(send);
+        let Some((iov, _)) = self.queue(send) else {
+            LinkCounters::add(&self.counters.tx_errors, 1);
+            return;
+        };
         if !push_gather_iov(g, bursts, iov) {
             self.unqueue_last();
             LinkCounters::add(&self.counters.tx_errors, 1);
@@ -621,7 +641,10 @@ impl UdpLink {
             packets: n,
             gathered: 0,
         };
-        let (iov, queued) = self.queue(send);
+        let Some((iov, queued)) = self.queue(send) else {
+            LinkCounters::add(&self.counters.tx_errors, n);
+            return;
+        };
         let mut built = true;
         for p in train.iter() {
             built &= match p {
@@ -641,8 +664,8 @@ impl UdpLink {
 
     /// Queues `send` (sent by [`UdpLink::flush_sends`]; what is queued for another socket,
     /// or a full batch, is sent first) and returns its iovec list, empty, to fill, and the
-    /// send as queued.
-    fn queue(&mut self, send: Pending) -> (&mut IovList, &mut Pending) {
+    /// send as queued (`None` cannot happen: both were just made).
+    fn queue(&mut self, send: Pending) -> Option<(&mut IovList, &mut Pending)> {
         let b = &self.batch;
         if b.sends.len() >= MAX_BATCH || b.sends.last().is_some_and(|q| q.fd != send.fd) {
             self.flush_sends();
@@ -653,9 +676,10 @@ impl UdpLink {
             b.iovs.resize_with(k + 1, IovList::default);
         }
         b.sends.push(send);
-        let iov = &mut b.iovs[k];
+        // Both are there (`iovs` was just grown to `k + 1`, `send` just pushed).
+        let iov = b.iovs.get_mut(k)?;
         iov.clear();
-        (iov, &mut b.sends[k])
+        Some((iov, b.sends.last_mut()?))
     }
 
     /// Drops the send queued last (its iovecs could not be built; nothing is sent).
@@ -671,11 +695,13 @@ impl UdpLink {
             ([], _) => return,
             ([q], Some(iov)) => {
                 let to = SockaddrStorage::from(q.to);
+                LinkCounters::add(&counters.tx_send_calls, 1);
                 count_send(counters, gso, q, sendmsg_iov(q.fd, iov, q.seg, &to));
             }
             (sends, _) => {
                 let mut results = [Ok(0usize); MAX_BATCH];
-                sendmmsg_iov(sends, &b.iovs, &mut results);
+                let calls = sendmmsg_iov(sends, &b.iovs, &mut results);
+                LinkCounters::add(&counters.tx_send_calls, calls);
                 for (q, r) in sends.iter().zip(results) {
                     count_send(counters, gso, q, r);
                 }
@@ -759,6 +785,7 @@ impl UdpLink {
             rx_bufs,
             rx_filled,
             deltas,
+            train_deltas,
             rx_hdrs,
             drop_every,
             rx_seen,
@@ -768,7 +795,7 @@ impl UdpLink {
         } = self;
         let mut count = 0;
         for b in rx_bufs.iter_mut().take(std::mem::take(rx_filled)) {
-            let Some((mut ip, ports)) = rx_headers(*local, b.from) else {
+            let Some((mut ip, ports)) = rx_fields(*local, b.from) else {
                 // No header can say where such a datagram came from: none is delivered.
                 let n = b.len.div_ceil(b.seg.max(1)) as u64;
                 LinkCounters::add(&counters.rx_dropped, n);
@@ -798,7 +825,15 @@ impl UdpLink {
                     continue;
                 };
                 let Some(checked) = stamp_header(
-                    counters, deltas, rx_hdrs, &mut ip, ports, hdr, payload, hint,
+                    counters,
+                    deltas,
+                    train_deltas,
+                    rx_hdrs,
+                    &mut ip,
+                    ports,
+                    hdr,
+                    payload,
+                    hint,
                 ) else {
                     LinkCounters::add(&counters.rx_dropped, 1);
                     continue;
@@ -890,7 +925,10 @@ fn read_datagram(
 }
 
 /// The `UDP_GRO` segment size among the control messages `recvmsg` wrote into `msg` (0: none,
-/// the datagram is not a train).
+/// the datagram is not a train). Linux `net/ipv4/udp.c` `udp_recvmsg` (and `udp6_recvmsg`)
+/// adds it on a socket with `UDP_GRO` through `include/linux/udp.h` `udp_cmsg_recv`: a
+/// `SOL_UDP`/`UDP_GRO` message carrying the skb's `gso_size` as an `int`, for a coalesced
+/// train only.
 fn gro_segment(msg: &libc::msghdr) -> usize {
     let mut seg = 0;
     // SAFETY: `msg` is the header `recvmsg` filled: its control pointer and (updated) length
@@ -941,7 +979,7 @@ fn sockaddr_of(s: &libc::sockaddr_storage, len: libc::socklen_t) -> Option<Socke
 
 /// Room left before a received datagram in an [`RxBuf`]: the largest IP + UDP header
 /// (IPv6), rebuilt there in front of the first segment.
-const RX_HEADROOM: usize = bypass_hw::roce::ip::IPV6_HDR_LEN + UDP_HDR_LEN;
+const RX_HEADROOM: usize = MAX_IP_UDP_HDR_LEN;
 
 /// The most receive buffers one pump round fills before the devices run.
 const RX_BUFS: usize = 8;
@@ -1010,7 +1048,7 @@ fn wire_of(packet: &[u8]) -> Option<WireOf> {
 }
 
 /// The longest IP + UDP header: IPv6's.
-const MEMO_HEADER: usize = bypass_hw::roce::ip::IPV6_HDR_LEN + UDP_HDR_LEN;
+const MEMO_HEADER: usize = MAX_IP_UDP_HDR_LEN;
 
 /// The packets of one kind a device sends (a flow's ACKs, its small WRITEs) have the same
 /// IP and UDP headers, byte for byte (the IPv4 ID is 0, the PSN is past them): what
@@ -1241,70 +1279,85 @@ fn count_send(
 /// `sendmmsg` of `sends` (all on one socket; send `k`'s iovecs in `iovs[k]`): one system call
 /// for up to [`MAX_BATCH`] sends, where a pump round would make one per train. Each send's
 /// outcome goes to `results[k]`: the bytes sent, or the error of the call that failed on it
-/// (the kernel stops at a send that fails; the ones after it are tried again). EINTR is
-/// retried.
+/// (the kernel stops at a send that fails and returns how many it sent, the error only when
+/// the first fails: Linux `net/socket.c` `__sys_sendmmsg`, "We only return an error if no
+/// datagrams were able to be sent"; the ones after it are tried again). EINTR is retried.
+/// Returns how many `sendmmsg` calls it made.
 fn sendmmsg_iov(
     sends: &[Pending],
     iovs: &[IovList],
     results: &mut [Result<usize, nix::errno::Errno>; MAX_BATCH],
-) {
+) -> u64 {
     use nix::sys::socket::SockaddrLike;
     let n = sends.len().min(MAX_BATCH).min(iovs.len());
     let Some(fd) = sends.first().map(|q| q.fd) else {
-        return;
+        return 0;
     };
+    let mut calls = 0u64;
     let mut controls = [[0u64; 4]; MAX_BATCH];
     let addrs: [Option<SockaddrStorage>; MAX_BATCH] =
         std::array::from_fn(|k| sends.get(k).map(|q| SockaddrStorage::from(q.to)));
     // SAFETY: `mmsghdr` is plain integers and pointers, valid all-zero.
     let mut hdrs: [libc::mmsghdr; MAX_BATCH] = unsafe { std::mem::zeroed() };
-    for k in 0..n {
-        let (q, iov, h, control) = (&sends[k], &iovs[k], &mut hdrs[k], &mut controls[k]);
-        if let Some(to) = &addrs[k] {
+    let built = sends
+        .iter()
+        .zip(iovs)
+        .zip(hdrs.iter_mut().zip(controls.iter_mut()))
+        .zip(addrs.iter().zip(results.iter_mut()));
+    for (((q, iov), (h, control)), (to, result)) in built {
+        if let Some(to) = to {
             h.msg_hdr.msg_name = to.as_ptr().cast_mut().cast();
             h.msg_hdr.msg_namelen = to.len();
         }
         h.msg_hdr.msg_iov = iov.as_iovecs().cast_mut();
         // At most IOV_MAX (1024): fits `msg_iovlen` on every target.
         h.msg_hdr.msg_iovlen = iov.len() as _;
-        if let Some(seg) = q.seg {
-            if !set_segment(&mut h.msg_hdr, control, seg) {
-                results[k] = Err(nix::errno::Errno::EINVAL);
-            }
+        if let Some(seg) = q.seg
+            && !set_segment(&mut h.msg_hdr, control, seg)
+        {
+            *result = Err(nix::errno::Errno::EINVAL);
         }
     }
     let mut done = 0usize;
     while done < n {
-        if results[done].is_err() {
-            // Its control message could not be built: not sent.
+        let (Some(rs), Some(hs)) = (results.get_mut(done..n), hdrs.get_mut(done..n)) else {
+            break;
+        };
+        // The run of sends from `done` whose headers were built (none: the first's control
+        // message could not be built, it is not sent).
+        let run = rs.iter().take_while(|r| r.is_ok()).count();
+        if run == 0 {
             done += 1;
             continue;
         }
-        // The run of sends from `done` whose headers were built.
-        let run = (done..n).take_while(|&k| results[k].is_ok()).count();
-        // SAFETY: `hdrs[done..done + run]` are valid headers whose every pointer (`addrs`,
-        // `iovs`' arrays, `controls`, and the memory the iovecs point at: the
-        // link's buffers or host memory the caller keeps until `send_all` returns) outlives
-        // the call; the kernel writes only `msg_len` of each.
-        let r = unsafe { libc::sendmmsg(fd, hdrs[done..].as_mut_ptr(), run as _, 0) };
+        // SAFETY: `hs[..run]` are valid headers whose every pointer (`addrs`, `iovs`' arrays,
+        // `controls`, and the memory the iovecs point at: the link's buffers or host memory
+        // the caller keeps until `send_all` returns) outlives the call; the kernel writes
+        // only `msg_len` of each.
+        let r = unsafe { libc::sendmmsg(fd, hs.as_mut_ptr(), run as _, 0) };
+        calls += 1;
         match usize::try_from(r) {
             Ok(sent) if sent > 0 => {
-                for k in done..done + sent.min(run) {
-                    results[k] = Ok(hdrs[k].msg_len as usize);
+                let sent = sent.min(run);
+                for (r, h) in rs.iter_mut().zip(hs.iter()).take(sent) {
+                    *r = Ok(h.msg_len as usize);
                 }
-                done += sent.min(run);
+                done += sent;
             }
             _ => match nix::errno::Errno::last() {
                 nix::errno::Errno::EINTR if r < 0 => {}
                 e => {
                     // The first of the run failed (the kernel reports an error only when
                     // nothing was sent): it is lost, the rest are tried again.
-                    results[done] = Err(if r < 0 { e } else { nix::errno::Errno::EIO });
+                    if let Some(first) = rs.first_mut() {
+                        *first = Err(if r < 0 { e } else { nix::errno::Errno::EIO });
+                    }
                     done += 1;
                 }
             },
         }
     }
+    calls
 }
 
 /// Linux `UDP_SEGMENT` (`include/uapi/linux/udp.h`; the `libc` crate defines it only for
@@ -1378,13 +1431,6 @@ fn restamp_gather(
     Some(())
 }
 
-/// [`restamp_known`], parsing the packet first.
-#[cfg(test)]
-fn restamp_ipv4_id(packet: &mut [u8], id: u16, deltas: &mut Ipv4IdSolver) -> Option<()> {
-    let w = wire_of(packet)?;
-    restamp_known(packet, &w, id, true, &mut |n, id| deltas.delta(n, id))
-}
-
 /// Gives an IPv4 packet built with IP ID 0, which [`wire_of`] parsed into `w`, the IP ID `id`
 /// (header checksum too) and the ICRC that goes with it (`icrc(0) ^ delta(id)`, see
 /// [`Ipv4IdSolver`], `delta` here); IPv6 packets (no ID) are left as they are. The IP header
@@ -1417,7 +1463,7 @@ fn restamp_known(
 /// The IP header fields (IPv4: ID 0, see [`stamp_header`]) and UDP ports of a datagram from
 /// `from` to `local`, rebuilt as the module comment says; `None` when the two addresses are
 /// of different families.
-fn rx_headers(local: SocketAddr, from: SocketAddr) -> Option<(IpSpec, UdpPorts)> {
+fn rx_fields(local: SocketAddr, from: SocketAddr) -> Option<(IpSpec, UdpPorts)> {
     let ip = match (from.ip(), local.ip()) {
         (IpAddr::V4(src), IpAddr::V4(dst)) => IpSpec::V4(Ipv4Spec {
             src: src.octets(),
@@ -1452,18 +1498,23 @@ fn icrc_of(crc: &IcrcHeaderState, payload: &mut [u8]) -> Option<u32> {
 }
 
 /// Writes the IP + UDP header of UDP payload `payload` into `hdr` (exactly its length) from
-/// `ip` and `ports`, and checks the packet's ICRC over the bytes just written: the one header
-/// build and the one ICRC pass of a received packet (the device then takes the header as
-/// given, `Device::receive_udp_in_place`). IPv4: the ID is `hint` if the ICRC checks with it
-/// (segment `hint` of a bypass peer's train; tried first, so a bypass peer's packets cost one
-/// pass and no XOR), else 0 or the ID [`Ipv4IdSolver`] finds by XOR; it is left in `ip`. True
-/// when the ICRC matches the header as written; false (an ICRC no ID explains, or a payload
-/// too short to carry one) leaves the check to the device, IPv4 with ID 0, which counts the
-/// error as it should. `None` only when no header can be written (a datagram over 64 KiB).
+/// `ip` and `ports`, and checks the packet's ICRC: the one header build and the one ICRC pass
+/// of a received packet (the device then takes the header as given,
+/// `Device::receive_udp_in_place`). The header is written with IPv4 ID 0, from `hdrs` (a
+/// copy and a kept CRC state when these fields and this length came lately, whatever the
+/// packet's place in a train), and the ICRC `c0` computed over it. IPv4: the ID is 0 if
+/// `c0` matches; else `hint` (segment `hint` of a bypass peer's train) if `c0 ^ delta(hint)`
+/// does, `delta` from `trains`, the table the send side stamps train segments with; else
+/// the ID [`Ipv4IdSolver`] finds by XOR (rxe's random IDs). The header's ID and checksum
+/// are then set to the ID found (`ip::set_ipv4_id`), which is left in `ip`. True when the ICRC matches the header as
+/// written; false (an ICRC no ID explains, or a payload too short to carry one) leaves the
+/// check to the device, IPv4 with ID 0, which counts the error as it should. `None` only
+/// when no header can be written (a datagram over 64 KiB).
 #[allow(clippy::too_many_arguments)] // the receive path's state, borrowed field by field
 fn stamp_header(
     counters: &LinkCounters,
-    deltas: &mut Ipv4IdSolver,
+    solver: &mut Ipv4IdSolver,
+    trains: &mut TrainDeltas,
     hdrs: &mut RxHeaders,
     ip: &mut IpSpec,
     ports: UdpPorts,
@@ -1473,51 +1524,48 @@ fn stamp_header(
 ) -> Option<bool> {
     let n = payload.len();
     if let IpSpec::V4(v4) = ip {
-        v4.id = hint;
+        v4.id = 0;
     }
-    // The header as `write_ip_udp` writes it, copied when these fields came lately.
+    // The header with ID 0 as `write_ip_udp` writes it, copied when these fields came lately.
     let crc = hdrs.write(ip, ports, n, hdr)?;
-    let (Some(want), Some(c)) = (
+    let (Some(want), Some(c0)) = (
         bypass_hw::roce::icrc::wire_value(payload),
         icrc_of(crc, payload),
     ) else {
-        if hint != 0 {
-            restamp_id(ip, ports, n, hdr, 0)?;
-        }
         return Some(false);
     };
-    if c == want {
+    if c0 == want {
         return Some(true);
     }
     let IpSpec::V4(_) = ip else {
         return Some(false);
     };
-    // `c` is the ICRC with ID `hint`; with ID 0 it is `c ^ delta(hint)`, and with any other ID
-    // `c0 ^ delta(id)` (see `Ipv4IdSolver`).
-    let c0 = if hint == 0 {
-        Some(c)
+    // With ID `id` the ICRC is `c0 ^ delta(id)` (see `Ipv4IdSolver`).
+    let found = if hint != 0
+        && trains
+            .delta(solver, n, hint)
+            .is_some_and(|d| c0 ^ d == want)
+    {
+        Some(hint)
     } else {
-        deltas.delta(n, hint).map(|d| c ^ d)
+        let id = solver.solve(n, want ^ c0);
+        if id.is_some_and(|id| id != 0) {
+            LinkCounters::add(&counters.rx_ip_id_recovered, 1);
+        }
+        id
     };
-    let found = match c0 {
-        Some(c0) if c0 == want => Some(0),
-        Some(c0) => deltas.solve(n, want ^ c0),
-        None => None,
-    };
-    if found.is_some_and(|id| id != 0) {
-        LinkCounters::add(&counters.rx_ip_id_recovered, 1);
-    }
-    restamp_id(ip, ports, n, hdr, found.unwrap_or(0))?;
+    restamp_id(ip, hdr, found.unwrap_or(0))?;
     Some(found.is_some())
 }
 
-/// Rewrites header `hdr` of an IPv4 packet with ID `id` (and its checksum), `ip` with it.
-fn restamp_id(ip: &mut IpSpec, ports: UdpPorts, n: usize, hdr: &mut [u8], id: u16) -> Option<()> {
-    if let IpSpec::V4(v4) = ip {
-        if v4.id != id {
-            v4.id = id;
-            ip.write_ip_udp(ports, n, hdr).ok()?;
-        }
+/// Gives header `hdr` of an IPv4 packet, as `write_ip_udp` wrote it from `ip`, the ID `id`
+/// (and the checksum that goes with it: `ip::set_ipv4_id`, a few adds), `ip` with it.
+fn restamp_id(ip: &mut IpSpec, hdr: &mut [u8], id: u16) -> Option<()> {
+    if let IpSpec::V4(v4) = ip
+        && v4.id != id
+    {
+        v4.id = id;
+        bypass_hw::roce::ip::set_ipv4_id(hdr, id).ok()?;
     }
     Some(())
 }
@@ -2039,6 +2087,12 @@ mod tests {
         assert_eq!(memo.wire_of(&bad), None);
     }
 
+    /// [`restamp_known`], parsing the packet first.
+    fn restamp_ipv4_id(packet: &mut [u8], id: u16, deltas: &mut Ipv4IdSolver) -> Option<()> {
+        let w = wire_of(packet)?;
+        restamp_known(packet, &w, id, true, &mut |n, id| deltas.delta(n, id))
+    }
+
     /// `packet` with IPv4 ID `id`, header checksum and ICRC recomputed from scratch.
     fn with_id(packet: &[u8], id: u16) -> Vec<u8> {
         let p = RocePacket::parse(packet).unwrap();
@@ -2116,6 +2170,10 @@ mod tests {
         assert_eq!(c.tx_packets.load(Ordering::Relaxed), expected.len() as u64);
         assert_eq!(c.tx_gso_sends.load(Ordering::Relaxed), trains as u64 + 2);
         assert_eq!(c.tx_errors.load(Ordering::Relaxed), 0);
+        // Batched, not one call per train: the first port's 19 trains in a full `sendmmsg`
+        // of MAX_BATCH and one of the 3 left, the other port's 2 in a third.
+        assert_eq!(MAX_BATCH, 16);
+        assert_eq!(c.tx_send_calls.load(Ordering::Relaxed), 3);
     }
 
     #[test]
@@ -2139,7 +2197,9 @@ mod tests {
             assert!(iov.push_slice(bytes));
         }
         let mut results = [Ok(0usize); MAX_BATCH];
-        sendmmsg_iov(&sends, &iovs, &mut results);
+        // One call sends the first and stops at the second, which a second call finds
+        // refused; a third sends the train.
+        assert_eq!(sendmmsg_iov(&sends, &iovs, &mut results), 3);
         assert_eq!(results[0], Ok(100));
         assert_eq!(results[1], Err(nix::errno::Errno::EMSGSIZE));
         assert_eq!(results[2], Ok(60));
