@@ -157,12 +157,6 @@ fn a_megabyte_write_over_udp_trains_survives_packets_lost_inside_them() {
     );
 }
 
-/// The packets of one segmented send for WRITE packets of `mtu` bytes: the link's limits
-/// (65,000 bytes of UDP payload, 64 segments) over BTH + payload + ICRC.
-fn train_packets(mtu: u64) -> u64 {
-    (65_000 / (mtu + 16)).min(64)
-}
-
 #[test]
 fn a_megabyte_write_leaves_in_full_segmented_sends() {
     const LEN: usize = 1 << 20;
@@ -187,7 +181,7 @@ fn a_megabyte_write_leaves_in_full_segmented_sends() {
         "each packet sent once: {}",
         la.summary()
     );
-    let t = train_packets(mtu);
+    let t = u64::from(bypass_sim::link::udp::GSO_TRAINS.packets(mtu as u32));
     let full = 1 + (packets - 2).div_ceil(t);
     assert_eq!(
         la.tx_gso_sends.load(Ordering::Relaxed),

@@ -52,8 +52,19 @@ impl TxTrains {
     /// Packets of one send for WRITE packets of `mtu` payload bytes (BTH, payload and ICRC:
     /// the middle packets of a message), at least 1.
     pub fn packets(&self, mtu: u32) -> u32 {
-        let udp = mtu.saturating_add((BTH_LEN + ICRC_LEN) as u32).max(1);
+        let udp = mtu.saturating_add((BTH_LEN + ICRC_LEN) as u32);
         (self.max_bytes / udp).min(self.max_segments).max(1)
+    }
+
+    /// The last place at or before packet `end` of a WRITE message (packets numbered from 0)
+    /// where one of the link's sends ends, for packets of `mtu` payload bytes: the message's
+    /// first send is its first two packets (the WRITE_FIRST is longer, by its RETH, than the
+    /// packets after it, and a send's segments are equally long but for a shorter last, so
+    /// the second packet ends it), then [`TxTrains::packets`] at a time. 0 before the first
+    /// send's end.
+    pub fn send_end(&self, mtu: u32, end: u32) -> u32 {
+        let t = self.packets(mtu);
+        if end >= 2 { 2 + (end - 2) / t * t } else { 0 }
     }
 }
 

@@ -134,6 +134,13 @@ pub(crate) const GSO_MAX_BYTES: usize = 65_000;
 /// The most segments in one segmented send (Linux `UDP_MAX_SEGMENTS`, 64 before 6.9).
 pub(crate) const GSO_MAX_SEGS: usize = 64;
 
+/// The link's segmented sends as the requester sees them ([`TxTrains`]: it ends window-cut
+/// WRITE bursts where a send ends).
+pub const GSO_TRAINS: TxTrains = TxTrains {
+    max_segments: GSO_MAX_SEGS as u32,
+    max_bytes: GSO_MAX_BYTES as u32,
+};
+
 // Every segment's ID of a segmented send is in the re-stamping table.
 const _: () = assert!(GSO_MAX_SEGS <= TRAIN_IDS);
 
@@ -1762,10 +1769,7 @@ impl UdpWire {
             };
             let n = w.len();
             let allowed = w.fast_path();
-            let trains = link.gso.then_some(TxTrains {
-                max_segments: GSO_MAX_SEGS as u32,
-                max_bytes: GSO_MAX_BYTES as u32,
-            });
+            let trains = link.gso.then_some(GSO_TRAINS);
             // The boxes of the bursts the last send let go build the devices' next ones.
             for (id, b) in bursts.take_spent() {
                 if id < n {

@@ -825,10 +825,9 @@ fn send_burst(
 /// The packets the next burst of a WRITE of `len` bytes sends: the rest of the message, as
 /// much as the window allows (at most 128 packets, the window; also the width of
 /// `Burst::ack_req`). When the window cuts it short and the link groups packets into sends
-/// (`trains`), the burst ends where one of the link's sends ends: those of a message are its
-/// first two packets (the WRITE_FIRST is longer, by its RETH, than the packets after it, and
-/// a send's segments are equally long but for a shorter last), then `trains.packets(mtu)` at a
-/// time, so that a burst that starts at such an end fills all its sends; the rest of the
+/// (`trains`), the burst ends where one of the link's sends ends
+/// ([`crate::frame::TxTrains::send_end`]), so that a burst that starts at such an end fills
+/// all its sends; the rest of the
 /// window waits for the next ACK. 0 then (nothing to send now) when the cut leaves nothing,
 /// but only if a packet asking for an ACK is in flight (the last such packet is unacknowledged:
 /// `noack`, the packets since it, is below those in flight), so that the ACK that opens the
@@ -848,9 +847,7 @@ fn burst_count(trains: Option<crate::frame::TxTrains>, mtu: u32, req: &ReqState,
     if count == left {
         return count;
     }
-    let t = trains.packets(mtu);
-    let end = first.saturating_add(count);
-    let aligned = if end >= 2 { 2 + (end - 2) / t * t } else { 0 };
+    let aligned = trains.send_end(mtu, first.saturating_add(count));
     match aligned.checked_sub(first) {
         Some(n) if n > 0 => n,
         _ if i64::from(in_flight) > i64::from(req.noack) => 0,
@@ -1091,11 +1088,8 @@ mod tests {
     use super::*;
     use crate::frame::TxTrains;
 
-    /// The UDP link's segmented sends: 64 segments, 65,000 bytes (15 packets of a 4 KiB MTU).
-    const UDP: TxTrains = TxTrains {
-        max_segments: 64,
-        max_bytes: 65_000,
-    };
+    /// The UDP link's segmented sends (15 packets of a 4 KiB MTU).
+    const UDP: TxTrains = crate::link::udp::GSO_TRAINS;
     const MTU: u32 = 4096;
     const MIB: u32 = 1 << 20;
 
