@@ -803,7 +803,7 @@ impl Device {
     /// default: it does not). The requester then ends a WRITE burst that its window cuts
     /// short where such a send ends, when an ACK is sure to come for what is in flight (see
     /// `transport::requester`); what is sent, and in which order, does not change.
-    pub fn set_tx_trains(&mut self, trains: Option<crate::frame::TxTrains>) {
+    pub(crate) fn set_tx_trains(&mut self, trains: Option<crate::frame::TxTrains>) {
         self.tx_trains = trains;
     }
 

@@ -177,7 +177,7 @@ impl AckFrame {
     /// zero-filled first, `emit` writes every byte). False only if the spec cannot be
     /// emitted, which a frame the device built never is. For the cold paths (a trace, a link
     /// that wants bytes once): the UDP link's pump writes ACKs with [`AckWriter`].
-    pub fn to_wire_into(&self, buf: &mut Vec<u8>) -> bool {
+    pub(crate) fn to_wire_into(self, buf: &mut Vec<u8>) -> bool {
         let spec = Self::spec(self.ip, self.ports, self.dest_qp, self.psn, self.aeth);
         let Ok(len) = spec.packet_len() else {
             return false;
@@ -215,13 +215,13 @@ struct AckTemplate {
 /// from the state after its headers. The bytes are exactly `emit`'s ([`AckFrame::to_wire_into`]; a
 /// test checks them against `emit` across flows).
 #[derive(Debug, Clone, Default)]
-pub struct AckWriter {
+pub(crate) struct AckWriter {
     last: Option<AckTemplate>,
 }
 
 impl AckWriter {
     /// A writer that has written nothing yet.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::default()
     }
 
@@ -260,7 +260,7 @@ impl AckWriter {
 
     /// `a`'s wire bytes, written into `buf` (resized to the packet; every byte is written).
     /// False only if the spec cannot be emitted, which a frame the device built never is.
-    pub fn write(&mut self, a: &AckFrame, buf: &mut Vec<u8>) -> bool {
+    pub(crate) fn write(&mut self, a: &AckFrame, buf: &mut Vec<u8>) -> bool {
         use zerocopy::IntoBytes;
         let Some(t) = Self::template(&mut self.last, a) else {
             return false;
