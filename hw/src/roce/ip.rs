@@ -235,6 +235,14 @@ impl IpSpec {
         }
     }
 
+    /// The destination address.
+    pub fn dst_addr(&self) -> core::net::IpAddr {
+        match self {
+            Self::V4(v) => core::net::IpAddr::from(v.dst),
+            Self::V6(v) => core::net::IpAddr::from(v.dst),
+        }
+    }
+
     /// Source and destination as GIDs (IPv4 addresses mapped).
     pub fn gids(&self) -> ([u8; 16], [u8; 16]) {
         match self {

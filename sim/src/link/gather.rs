@@ -27,10 +27,9 @@
 //! each payload piece as `&[u8]` for the length of one CRC update; see [`crc_piece`] for why
 //! nothing writes it meanwhile.
 
-use std::net::IpAddr;
-
 use bypass_hw::roce::icrc::IcrcHasher;
-use bypass_hw::roce::{BTH_LEN, Bth, ICRC_LEN, IpSpec, Reth, UdpPorts};
+use bypass_hw::roce::ip::UDP_HDR_LEN;
+use bypass_hw::roce::{BTH_LEN, Bth, ICRC_LEN, IpSpec, Reth};
 use zerocopy::IntoBytes;
 
 use crate::frame::{Burst, PacketHeads, for_each_piece};
@@ -56,20 +55,6 @@ pub(crate) enum Out {
     Bytes(Vec<u8>),
     /// A WRITE packet whose payload stays in the sender's memory.
     Gather(GatherPkt),
-}
-
-/// What the packets of one gathered burst share: where they go (their IP + UDP header is
-/// written from this, not kept per packet).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct BurstWire {
-    /// The burst's IP header fields (the IPv4 ID its packets' ICRCs start from).
-    pub ip: IpSpec,
-    /// `ip`'s destination address.
-    pub dst: IpAddr,
-    /// UDP ports.
-    pub ports: UdpPorts,
-    /// Bytes of IP + UDP header in front of each packet's UDP payload.
-    pub ip_udp_len: usize,
 }
 
 /// The parts of a WRITE packet sent as a gather list; what its burst's packets share is in
@@ -137,7 +122,7 @@ impl GatherPkt {
 #[derive(Debug, Default)]
 pub(crate) struct Gathered {
     /// The round's bursts (boxed as the device sent them), with the device they came from.
-    bursts: Vec<(Box<Burst>, BurstWire, usize)>,
+    bursts: Vec<(Box<Burst>, usize)>,
     /// Boxes of bursts sent and let go, with their device: [`Gathered::take_spent`] hands
     /// them back (`Device::recycle_burst`) so that the device's next burst is built in one
     /// of them (no allocation per WRITE).
@@ -152,7 +137,7 @@ impl Gathered {
     /// (the QP's read hold, the host memory) now, their boxes kept for
     /// [`Gathered::take_spent`]; keeps capacity and the PSN deltas.
     pub(crate) fn clear(&mut self) {
-        for (mut b, _, dev) in self.bursts.drain(..) {
+        for (mut b, dev) in self.bursts.drain(..) {
             // Read: its sender's flush may go ahead (`frame::BurstReads`).
             b.let_go();
             self.spent.push((dev, b));
@@ -171,9 +156,9 @@ impl Gathered {
         self.bursts.is_empty()
     }
 
-    /// What `g`'s burst's packets share.
-    pub(crate) fn wire(&self, g: &GatherPkt) -> Option<&BurstWire> {
-        self.bursts.get(g.burst as usize).map(|(_, w, _)| w)
+    /// `g`'s burst (what its packets share: their IP and UDP header fields).
+    pub(crate) fn burst(&self, g: &GatherPkt) -> Option<&Burst> {
+        self.bursts.get(g.burst as usize).map(|(b, _)| &**b)
     }
 
     /// The iovecs of `g`'s payload (pointing into host memory this keeps allocated: valid
@@ -186,13 +171,13 @@ impl Gathered {
     /// Gather packet `g` as one buffer, IP header through ICRC, its IP header with the
     /// IPv4 ID its ICRC is for (for the pcap only: the send never assembles it).
     pub(crate) fn assemble(&self, g: &GatherPkt) -> Option<Vec<u8>> {
-        let (b, w, _) = self.bursts.get(g.burst as usize)?;
-        let ip = match w.ip {
+        let b = self.burst(g)?;
+        let ip = match b.ip {
             IpSpec::V4(v4) => IpSpec::V4(bypass_hw::roce::Ipv4Spec { id: g.ip_id, ..v4 }),
             v6 => v6,
         };
-        let mut p = vec![0u8; w.ip_udp_len];
-        ip.write_ip_udp(w.ports, g.udp_len(), &mut p).ok()?;
+        let mut p = vec![0u8; ip.header_len() + UDP_HDR_LEN];
+        ip.write_ip_udp(b.ports, g.udp_len(), &mut p).ok()?;
         p.extend_from_slice(g.hdr());
         let start = p.len();
         p.resize(start + g.len as usize, 0);
@@ -224,10 +209,6 @@ impl Gathered {
         let Ok(index) = u32::try_from(self.bursts.len()) else {
             return Err(b);
         };
-        let dst = match b.ip {
-            IpSpec::V4(v) => IpAddr::from(v.dst),
-            IpSpec::V6(v) => IpAddr::from(v.dst),
-        };
         let ip_id = match b.ip {
             IpSpec::V4(v) => v.id,
             IpSpec::V6(_) => 0,
@@ -236,12 +217,10 @@ impl Gathered {
         // The CRC state after the headers of the last packet built in full, and its BTH.
         let mut reference: Option<(IcrcHasher, Bth)> = None;
         out.reserve(b.count as usize);
-        let mut ip_udp_len = 0;
         for i in 0..b.count {
             let Some(g) = b.write_headers(i, &mut heads) else {
                 break;
             };
-            ip_udp_len = g.ip_udp_len;
             // A patched packet's headers differ from the last fully built one's only in
             // AckReq and PSN: its CRC starts from that one's state after the headers, and
             // the difference is applied at the end (`link::psn_deltas`).
@@ -331,13 +310,7 @@ impl Gathered {
                 pieces: count,
             }));
         }
-        let wire = BurstWire {
-            ip: b.ip,
-            dst,
-            ports: b.ports,
-            ip_udp_len,
-        };
-        self.bursts.push((b, wire, dev));
+        self.bursts.push((b, dev));
         Ok(())
     }
 }
@@ -449,7 +422,7 @@ impl IovList {
 pub(crate) mod tests {
     use std::sync::Arc;
 
-    use bypass_hw::roce::{ROCE_V2_UDP_DPORT, RocePacket};
+    use bypass_hw::roce::{ROCE_V2_UDP_DPORT, RocePacket, UdpPorts};
 
     use super::*;
     use crate::memory::{HostMemory, SimMemory};

@@ -1039,10 +1039,7 @@ struct WireOf {
 /// The destination, source port and layout of a device's packet, if it is RoCEv2 over IP.
 fn wire_of(packet: &[u8]) -> Option<WireOf> {
     let p = RocePacket::parse(packet).ok()?;
-    let dst = match p.ip() {
-        IpSpec::V4(v) => IpAddr::from(v.dst),
-        IpSpec::V6(v) => IpAddr::from(v.dst),
-    };
+    let dst = p.ip().dst_addr();
     let payload_len = p.udp_payload().len();
     Some(WireOf {
         ip: *p.ip(),
@@ -1113,12 +1110,12 @@ fn bytes_wire(p: &Out, memo: &mut WireMemo) -> Option<WireOf> {
 
 /// What [`wire_of`] would find for gather packet `g` (from its burst in `bursts`).
 fn gather_wire(g: &GatherPkt, bursts: &Gathered) -> Option<WireOf> {
-    bursts.wire(g).map(|w| WireOf {
-        ip: w.ip,
-        ports: w.ports,
-        dst: w.dst,
-        sport: w.ports.src,
-        header_len: w.ip_udp_len,
+    bursts.burst(g).map(|b| WireOf {
+        ip: b.ip,
+        ports: b.ports,
+        dst: b.ip.dst_addr(),
+        sport: b.ports.src,
+        header_len: b.ip.header_len() + UDP_HDR_LEN,
         payload_len: g.udp_len(),
     })
 }
