@@ -742,16 +742,15 @@ impl Device {
         crate::transport::receive(self, packet, icrc_checked);
     }
 
-    /// As [`Device::receive_in_place`], for a packet whose IP and UDP headers (its first
-    /// `headers` bytes) the link wrote itself from what its socket reported, `ip` and
-    /// `ports`: the device takes them as given instead of parsing them again, and does not
+    /// As [`Device::receive_in_place`], for a packet whose IP and UDP headers (the first
+    /// `ip.header_len()` + 8 bytes) the link wrote itself from what its socket reported, `ip`
+    /// and `ports`: the device takes them as given instead of parsing them again, and does not
     /// verify the IPv4 header checksum (the kernel verified the one on the wire; the link's
     /// is right by construction). Every other receive check is made. Queued behind waiting
     /// doorbells or packets as [`Device::receive_in_place`] queues (then parsed as any packet).
     pub fn receive_udp_in_place(
         &mut self,
         packet: &[u8],
-        headers: usize,
         ip: &bypass_hw::roce::IpSpec,
         ports: bypass_hw::roce::UdpPorts,
         icrc_checked: bool,
@@ -760,7 +759,7 @@ impl Device {
             self.receive_in_place(packet, icrc_checked);
             return;
         }
-        crate::transport::receive_udp(self, packet, headers, ip, ports, icrc_checked);
+        crate::transport::receive_udp(self, packet, ip, ports, icrc_checked);
     }
 
     /// Takes the next packet the device sent, if any (IP header through ICRC). A burst the
@@ -929,7 +928,6 @@ mod tests {
                 let n = bytes.len();
                 bytes[n - 6] ^= 1;
             }
-            let hl = ip.header_len() + bypass_hw::roce::ip::UDP_HDR_LEN;
             let mut parsed = Device::new(ours.clone());
             let mut given = Device::new(ours.clone());
             if c.queued {
@@ -939,7 +937,7 @@ mod tests {
                 }
             }
             parsed.receive_in_place(&bytes, c.checked);
-            given.receive_udp_in_place(&bytes, hl, &ip, ports, c.checked);
+            given.receive_udp_in_place(&bytes, &ip, ports, c.checked);
             if c.queued {
                 for d in [&mut parsed, &mut given] {
                     assert_eq!(counts(d), (0, 0, 0), "case {i}: queued, not taken yet");

@@ -625,8 +625,7 @@ impl Pair {
         fn hand(p: &[u8], to: &mut crate::device::Device) {
             let parsed = bypass_hw::roce::RocePacket::parse(p).expect("a packet the device built");
             let (ip, ports) = (*parsed.ip(), parsed.ports());
-            let headers = ip.header_len() + bypass_hw::roce::ip::UDP_HDR_LEN;
-            to.receive_udp_in_place(p, headers, &ip, ports, false);
+            to.receive_udp_in_place(p, &ip, ports, false);
         }
         let mut carried = 0;
         for _ in 0..100_000 {

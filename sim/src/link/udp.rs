@@ -150,8 +150,6 @@ const _: () = assert!(GSO_MAX_SEGS <= TRAIN_IDS);
 pub struct RxPacket<'a> {
     /// The IP packet, IP header through ICRC (header rebuilt, see the module comment).
     pub bytes: &'a [u8],
-    /// Bytes of IP + UDP header at the front of `bytes`.
-    pub headers: usize,
     /// The IP header's fields as written (IPv4: the ID the ICRC check found).
     pub ip: &'a IpSpec,
     /// The UDP ports as written.
@@ -857,7 +855,6 @@ impl UdpLink {
                 }
                 deliver(&RxPacket {
                     bytes: pkt,
-                    headers: hl,
                     ip: &ip,
                     ports,
                     icrc_checked: checked,
@@ -1794,7 +1791,6 @@ impl UdpWire {
                 if n > 0 {
                     w.device(owner.unwrap_or(0)).receive_udp_in_place(
                         p.bytes,
-                        p.headers,
                         p.ip,
                         p.ports,
                         p.icrc_checked,
@@ -2293,7 +2289,10 @@ mod tests {
                     let parsed = RocePacket::parse(p.bytes).expect("the rebuilt header parses");
                     assert_eq!(parsed.ip(), p.ip);
                     assert_eq!(parsed.ports(), p.ports);
-                    assert_eq!(p.headers + parsed.udp_payload().len(), p.bytes.len());
+                    assert_eq!(
+                        p.ip.header_len() + UDP_HDR_LEN + parsed.udp_payload().len(),
+                        p.bytes.len()
+                    );
                     assert_eq!(parsed.icrc_ok(), p.icrc_checked);
                     got.push((parsed.ports().src, *p.ip, p.icrc_checked));
                 });

@@ -41,22 +41,21 @@ pub(crate) fn receive(dev: &mut Device, bytes: &[u8], icrc_checked: bool) {
     receive_packet(dev, &pkt, icrc_checked);
 }
 
-/// As [`receive`], for a packet whose IP and UDP headers (its first `headers` bytes) a UDP
-/// link wrote itself from what its socket reported, `ip` and `ports`: they are taken as
+/// As [`receive`], for a packet whose IP and UDP headers (its first `ip.header_len()` + 8
+/// bytes) a UDP link wrote itself from what its socket reported, `ip` and `ports`: they are taken as
 /// given, not parsed again, and the IPv4 header checksum is not verified (the kernel checked
 /// the one on the wire; the link's own is right by construction). The rest of the packet is
 /// parsed and checked as [`receive`] does (`RocePacket::parse_udp_payload`).
 pub(crate) fn receive_udp(
     dev: &mut Device,
     bytes: &[u8],
-    headers: usize,
     ip: &IpSpec,
     ports: UdpPorts,
     icrc_checked: bool,
 ) {
     count_and_trace(dev, bytes);
     let Some(Ok(pkt)) = bytes
-        .get(headers..)
+        .get(ip.header_len() + bypass_hw::roce::ip::UDP_HDR_LEN..)
         .map(|p| RocePacket::parse_udp_payload(*ip, ports, p))
     else {
         dev.counters.rx_discards += 1;
