@@ -44,14 +44,16 @@ struct PerLength {
 /// The hasher of the per-length map: its keys are packet lengths the link itself measured, not
 /// chosen by a peer to collide (a sender can only pick among a few thousand lengths, and a
 /// full map is emptied anyway), so the std map's SipHash — ~100 instructions per lookup, and
-/// the link looks a length up for every re-stamped segment — buys nothing here. One
-/// multiplication (Fibonacci hashing) spreads consecutive lengths over the table.
+/// the link looks a length up for every received ID it solves for — buys nothing here. One
+/// multiplication (Fibonacci hashing) spreads lengths into the high bits; `finish` folds them
+/// onto the low bits, which pick the bucket (the low bits of a product depend only on the
+/// low bits of the length: 16 and 4112 would share a bucket).
 #[derive(Debug, Default, Clone, Copy)]
 struct LenHasher(u64);
 
 impl Hasher for LenHasher {
     fn finish(&self) -> u64 {
-        self.0
+        self.0 ^ (self.0 >> 32)
     }
 
     fn write(&mut self, bytes: &[u8]) {
