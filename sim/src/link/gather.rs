@@ -169,7 +169,10 @@ impl Gathered {
     }
 
     /// Gather packet `g` as one buffer, IP header through ICRC, its IP header with the
-    /// IPv4 ID its ICRC is for (for the pcap only: the send never assembles it).
+    /// IPv4 ID its ICRC is for (for the pcap only: the send never assembles it). The payload
+    /// is read from the burst again (`Burst::read_into`), not through the iovecs the send
+    /// gives the kernel: the pcap shows the packet as built; that the iovecs carry the same
+    /// bytes is `link::udp`'s test `gather_packets_arrive_as_exactly_the_segmented_bursts_packets`.
     pub(crate) fn assemble(&self, g: &GatherPkt) -> Option<Vec<u8>> {
         let b = self.burst(g)?;
         let ip = match b.ip {
