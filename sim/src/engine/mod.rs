@@ -244,19 +244,17 @@ pub(crate) fn flush_sq(dev: &mut Device, qpn: u32) {
     };
     let wqes = std::mem::take(&mut qp.req.wqes);
     qp.req.reset_after_flush();
-    if qp.flush_wait.is_none() && qp.reads.none_in_flight() {
-        for w in wqes {
-            cqe::post_err(dev, qpn, w.index, w.opcode, CqeSyndrome::WR_FLUSH_ERR);
-        }
-        flush_posted(dev, qpn);
-        return;
-    }
+    let now = qp.flush_wait.is_none() && qp.reads.none_in_flight();
     let flushes = wqes.iter().map(|w| cqe::PendingErr {
         index: w.index,
         opcode: w.opcode,
         syndrome: CqeSyndrome::WR_FLUSH_ERR,
     });
-    wait_for_reads(dev, qpn, flushes);
+    if now {
+        post_errs(dev, qpn, flushes);
+    } else {
+        wait_for_reads(dev, qpn, flushes);
+    }
 }
 
 /// Writes requester error CQE `e` of QP `qpn` now, unless a burst of the QP still reads its
@@ -294,6 +292,15 @@ fn wait_for_reads(dev: &mut Device, qpn: u32, errs: impl Iterator<Item = cqe::Pe
     }
 }
 
+/// Writes the error CQEs `errs` of QP `qpn` (WQE order) and then what follows its flush
+/// ([`flush_posted`]).
+fn post_errs(dev: &mut Device, qpn: u32, errs: impl IntoIterator<Item = cqe::PendingErr>) {
+    for e in errs {
+        cqe::post_err(dev, qpn, e.index, e.opcode, e.syndrome);
+    }
+    flush_posted(dev, qpn);
+}
+
 /// Writes the error CQEs [`post_err_when_read`] held back, then flushes the WQEs posted
 /// since, for the QPs that have no burst in flight any more. Returns true if it wrote any. A
 /// QP destroyed or reset meanwhile has nothing left to complete.
@@ -311,10 +318,7 @@ pub(crate) fn retry_deferred_flushes(dev: &mut Device) -> bool {
         };
         dev.deferred_flushes.swap_remove(i);
         if let Some(errs) = ready {
-            for e in errs {
-                cqe::post_err(dev, qpn, e.index, e.opcode, e.syndrome);
-            }
-            flush_posted(dev, qpn);
+            post_errs(dev, qpn, errs);
             any = true;
         }
     }
