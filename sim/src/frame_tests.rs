@@ -580,6 +580,17 @@ fn a_retransmitted_write_copies_its_payload_instead_of_reading_it_late() {
     assert_eq!(cqes.len(), 1, "the WRITE completed");
 }
 
+/// a posts a 3000-byte WRITE, which leaves as one burst by reference; the burst, held (its
+/// memory unread until it drops).
+fn hold_one_burst(c: &mut Conn) -> Vec<crate::frame::Frame> {
+    c.p.a.dev.set_fast_tx(true);
+    post(c, &[w(3000, 0, 0)]);
+    c.p.a.dev.step();
+    let held: Vec<_> = std::iter::from_fn(|| c.p.a.dev.take_frame()).collect();
+    assert_eq!(held.len(), 1, "one burst by reference: {held:?}");
+    held
+}
+
 /// A QP_2RST of `qpn` through a's command queue, slot 0 (the device runs it at its next step).
 fn post_2rst(c: &mut Conn, qpn: u32) -> usize {
     use bypass_hw::cmd::Opcode;
@@ -610,11 +621,7 @@ fn a_2rst_waits_for_its_qps_unread_burst_and_runs_at_the_first_step_after_it_is_
     // step (the UDP link drops it after sending): the very next `step`, with nothing else to
     // do, runs the command.
     let mut c = connect(1024);
-    c.p.a.dev.set_fast_tx(true);
-    post(&mut c, &[w(3000, 0, 0)]);
-    c.p.a.dev.step();
-    let held: Vec<_> = std::iter::from_fn(|| c.p.a.dev.take_frame()).collect();
-    assert_eq!(held.len(), 1, "one burst by reference: {held:?}");
+    let held = hold_one_burst(&mut c);
     let qpn = c.a_qp.qpn;
     let entry = post_2rst(&mut c, qpn);
     assert!(c.p.a.dev.step(), "the command doorbell is taken");
@@ -653,11 +660,7 @@ fn the_flush_cqes_held_for_a_burst_are_written_before_a_2rst_waiting_for_it_runs
     // the flush CQEs when the QP entered ERR, before any reset: once the burst is read, they
     // must be written before the reset forgets the QP's work.
     let mut c = connect(1024);
-    c.p.a.dev.set_fast_tx(true);
-    post(&mut c, &[w(3000, 0, 0)]);
-    c.p.a.dev.step();
-    let held: Vec<_> = std::iter::from_fn(|| c.p.a.dev.take_frame()).collect();
-    assert_eq!(held.len(), 1, "one burst by reference: {held:?}");
+    let held = hold_one_burst(&mut c);
     let qpn = c.a_qp.qpn;
     c.p.a.dev.set_qp_state(qpn, QpState::Err);
     let entry = post_2rst(&mut c, qpn);
