@@ -19,7 +19,9 @@
 
 use std::sync::Arc;
 
-use bypass_hw::roce::icrc::{IcrcHeaderCache, IcrcHeaderState};
+use bypass_hw::roce::icrc::IcrcHeaderState;
+
+use crate::header_cache::HeaderCache;
 use bypass_hw::roce::opcode::{pad_len, psn_add};
 use bypass_hw::roce::{
     Aeth, BTH_LEN, Bth, BthFields, BthOpcode, DEFAULT_PKEY, ExtFields, ICRC_LEN, IpSpec,
@@ -637,11 +639,11 @@ impl Burst {
     /// and the ICRC is computed over the finished packet (`icrc::compute`, one pass).
     /// A transmit-heavy link (the UDP link) builds its packets here, keeping `crcs` (the
     /// ICRC's state after each kind of IP + UDP header it sent lately) from call to call.
-    pub fn segment_direct_into(
+    pub(crate) fn segment_direct_into(
         &self,
         out: &mut Vec<Vec<u8>>,
         spare: &mut Vec<Vec<u8>>,
-        crcs: &mut IcrcHeaderCache,
+        crcs: &mut HeaderCache,
     ) {
         for i in 0..self.count {
             if !self.build_direct(i, out, spare, crcs) {
@@ -657,7 +659,7 @@ impl Burst {
         i: u32,
         out: &mut Vec<Vec<u8>>,
         spare: &mut Vec<Vec<u8>>,
-        crcs: &mut IcrcHeaderCache,
+        crcs: &mut HeaderCache,
     ) -> bool {
         use zerocopy::IntoBytes;
         let (off, n, first, _) = packet_at(self.msg_off, self.msg_len, self.mtu, i);
@@ -679,7 +681,13 @@ impl Burst {
         let mut buf = spare.pop().unwrap_or_default();
         // Stale bytes are fine: every byte up to `len` is written below.
         buf.resize(len, 0);
-        let Ok(ip_udp_len) = spec.ip.write_ip_udp(spec.ports, udp_len, &mut buf) else {
+        let ip_udp_len = spec.ip.header_len() + bypass_hw::roce::ip::UDP_HDR_LEN;
+        // The IP + UDP header, copied when this kind went lately, with the ICRC's state after
+        // it.
+        let Some(crc) = buf
+            .get_mut(..ip_udp_len)
+            .and_then(|h| crcs.write(&spec.ip, spec.ports, udp_len, h))
+        else {
             return false;
         };
         let mut at = ip_udp_len;
@@ -704,15 +712,12 @@ impl Burst {
         };
         pad.fill(0);
         // The ICRC of the packet as written (`icrc::compute` would parse it first to find
-        // these pieces): the masked IP + UDP (their CRC state from `crcs` when this kind
-        // of header went lately), then the BTH, RETH, payload and pad in one pass.
-        let Some((ip_udp, covered)) = buf
-            .get_mut(..tail)
-            .and_then(|p| p.split_at_mut_checked(ip_udp_len))
-        else {
+        // these pieces): from the state after the masked IP + UDP header, the BTH, RETH,
+        // payload and pad in one pass.
+        let Some(covered) = buf.get_mut(ip_udp_len..tail) else {
             return false;
         };
-        let Ok(icrc) = crcs.icrc_in_place(ip_udp, covered) else {
+        let Ok(icrc) = crc.icrc_in_place(covered) else {
             return false;
         };
         let Some(slot) = buf.get_mut(tail..) else {

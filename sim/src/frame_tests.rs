@@ -510,7 +510,7 @@ fn bursts_segmented_straight_into_their_buffers_are_exactly_the_packets_of_the_b
     let mut spare: Vec<Vec<u8>> = (0..40).map(|i| vec![0x5a; 50 + i * 131]).collect();
     let mut got = Vec::new();
     // One header cache for all the bursts, as the link keeps it: hits and evictions.
-    let mut crcs = bypass_hw::roce::icrc::IcrcHeaderCache::new();
+    let mut crcs = crate::header_cache::HeaderCache::default();
     while let Some(frame) = fast.p.a.dev.take_frame() {
         let crate::frame::Frame::Burst(b) = frame else {
             panic!("a burst per WRITE");

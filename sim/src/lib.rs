@@ -25,6 +25,7 @@ mod events;
 pub mod faults;
 mod firmware;
 pub mod frame;
+mod header_cache;
 mod inline;
 pub mod iommu;
 pub mod link;

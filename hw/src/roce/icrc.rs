@@ -3,9 +3,8 @@
 //! Owns: [`compute`], [`check`] (over a whole IP packet) and [`compute_udp_payload`],
 //! [`check_udp_payload`] (over a UDP payload, the IP and UDP headers rebuilt from what the
 //! socket reports), [`IcrcHasher`] (a packet fed in pieces), [`IcrcHeaderState`] (the CRC
-//! state after one packet's IP + UDP headers, for packets that repeat them) and
-//! [`IcrcHeaderCache`] (those states for the last few header kinds seen). Must not: allocate;
-//! the masked header copies live on the stack or in the cache.
+//! state after one packet's IP + UDP headers, for packets that repeat them; the sim keeps
+//! them by header kind). Must not: allocate; the masked header copies live on the stack.
 //!
 //! What is covered (rxe `rxe_icrc.c` `rxe_icrc_hdr`; IBTA annex A17.3.3):
 //! 1. eight bytes of `0xff` standing for the masked LRH (rxe starts from the seed
@@ -88,93 +87,9 @@ fn masked_bth(bth: &[u8]) -> Result<[u8; BTH_LEN]> {
 /// destination QP (rxe `rxe_icrc_hdr`: `bth->qpn |= cpu_to_be32(~BTH_QPN_MASK)`).
 const BTH_MASKED: usize = 4;
 
-/// How many header kinds an [`IcrcHeaderCache`] remembers: a flow's ACKs and WRITEs, each
-/// alone or as a later segment of a train (another IPv4 ID), in each direction.
-const CACHE_SLOTS: usize = 4;
-
-/// One remembered header kind: its (unmasked) bytes and the CRC state after them.
-#[derive(Debug, Clone)]
-struct CachedHeaders {
-    /// 0 for a slot never filled (no header is that short).
-    len: usize,
-    hdrs: [u8; MAX_IP_UDP_HDR_LEN],
-    state: IcrcHeaderState,
-}
-
-impl Default for CachedHeaders {
-    fn default() -> Self {
-        Self {
-            len: 0,
-            hdrs: [0; MAX_IP_UDP_HDR_LEN],
-            state: IcrcHeaderState(crc32fast::Hasher::new_with_initial(LRH_MASK_CRC)),
-        }
-    }
-}
-
-/// The CRC state after the masked LRH and the masked IP + UDP headers of the last
-/// few header kinds hashed through it. The packets of one flow and length carry the same IP
-/// and UDP headers byte for byte (a flow's ACKs, its equal-size WRITEs), and the ICRC covers
-/// them whole: [`IcrcHeaderCache::icrc_in_place`] hashes them once per kind instead of once
-/// per packet. Owned by whoever builds or checks packets (no global); a few hundred bytes.
-#[derive(Debug, Clone, Default)]
-pub struct IcrcHeaderCache {
-    slots: [CachedHeaders; CACHE_SLOTS],
-    /// The slot the next new kind replaces.
-    next: usize,
-}
-
-impl IcrcHeaderCache {
-    /// An empty cache.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// The ICRC of the packet whose (unmasked) IP + UDP headers are `ip_udp` and whose UDP
-    /// payload up to its ICRC is `covered` (BTH first: [`compute`]'s value for that packet),
-    /// hashed in one piece after the cached header state: the BTH's FECN/BECN/reserved byte
-    /// is set to all ones while it is hashed and put back after, so `covered` is left as it
-    /// was. For a packet in a buffer the caller owns (one it builds, or one it received).
-    pub fn icrc_in_place(&mut self, ip_udp: &[u8], covered: &mut [u8]) -> Result<u32> {
-        self.state(ip_udp)?.icrc_in_place(covered)
-    }
-
-    /// Whether the slot `c` holds headers `ip_udp`.
-    #[inline]
-    fn holds(c: &CachedHeaders, ip_udp: &[u8]) -> bool {
-        c.hdrs
-            .get(..c.len)
-            .is_some_and(|h| crate::roce::ip::same_ip_udp(h, ip_udp))
-    }
-
-    /// The CRC state after the masked LRH and headers `ip_udp` (28 or 48 bytes, unmasked).
-    fn state(&mut self, ip_udp: &[u8]) -> Result<&IcrcHeaderState> {
-        check_hdrs_len(ip_udp)?;
-        let n = ip_udp.len();
-        let at = match self.slots.iter().position(|c| Self::holds(c, ip_udp)) {
-            Some(at) => at,
-            None => {
-                let state = IcrcHeaderState::new(ip_udp)?;
-                let mut hdrs = [0u8; MAX_IP_UDP_HDR_LEN];
-                hdrs[..n].copy_from_slice(ip_udp);
-                let at = self.next % CACHE_SLOTS;
-                self.slots[at] = CachedHeaders {
-                    len: n,
-                    hdrs,
-                    state,
-                };
-                self.next = (at + 1) % CACHE_SLOTS;
-                at
-            }
-        };
-        // `at` is a position in `slots` or taken modulo their number.
-        Ok(&self.slots[at % CACHE_SLOTS].state)
-    }
-}
-
 /// The ICRC's CRC state after the masked LRH and one packet's masked IP + UDP headers: every
 /// packet with these headers, byte for byte (a flow's ACKs, its equal-size WRITEs), starts
-/// from it. For a sender that keeps a flow's headers itself (see [`IcrcHeaderCache`] for one
-/// that does not).
+/// from it.
 #[derive(Debug, Clone)]
 pub struct IcrcHeaderState(crc32fast::Hasher);
 
@@ -380,10 +295,8 @@ mod tests {
     }
 
     #[test]
-    fn a_cached_header_state_gives_the_uncached_icrc_for_every_kind_and_eviction() {
-        let mut cache = super::IcrcHeaderCache::new();
-        // Eight header kinds (more than the cache holds), IPv4 and IPv6, each hashed twice in
-        // an order that evicts and refills slots; BTHs that differ only in byte 4 (masked).
+    fn a_header_state_gives_the_hashers_icrc_for_every_kind_whatever_the_masked_bth_byte() {
+        // Eight header kinds, IPv4 and IPv6; BTHs that differ only in byte 4 (masked).
         let mut kinds = std::vec::Vec::new();
         for k in 0..6u8 {
             let n = if k % 2 == 0 { 28 } else { 48 };
@@ -409,7 +322,10 @@ mod tests {
                 bth[4] = !bth[4];
                 let mut covered = bth.to_vec();
                 covered.extend_from_slice(&body);
-                let b = cache.icrc_in_place(hdrs, &mut covered).unwrap();
+                let b = super::IcrcHeaderState::new(hdrs)
+                    .unwrap()
+                    .icrc_in_place(&mut covered)
+                    .unwrap();
                 assert_eq!(a.finish(), b, "round {round} kind {k}");
             }
         }
@@ -417,7 +333,6 @@ mod tests {
 
     #[test]
     fn an_icrc_computed_in_place_equals_compute_and_leaves_the_bytes_as_they_were() {
-        let mut cache = super::IcrcHeaderCache::new();
         for v6 in [false, true, false, true] {
             for len in [0usize, 8, 333] {
                 let payload: std::vec::Vec<u8> = (0..len as u32).map(|i| (i * 13) as u8).collect();
@@ -431,19 +346,19 @@ mod tests {
                 let before = pkt.clone();
                 let end = pkt.len() - super::ICRC_LEN;
                 let (ip_udp, rest) = pkt.split_at_mut(hl);
-                let got = cache.icrc_in_place(ip_udp, &mut rest[..end - hl]).unwrap();
+                let state = super::IcrcHeaderState::new(ip_udp).unwrap();
+                let got = state.icrc_in_place(&mut rest[..end - hl]).unwrap();
                 assert_eq!(got, want, "v6 {v6} len {len}");
                 assert_eq!(pkt, before);
             }
         }
-        assert!(cache.icrc_in_place(&[0x45; 28], &mut [0; 11]).is_err());
     }
 
     #[test]
-    fn a_cached_header_state_refuses_what_new_refuses() {
-        let mut cache = super::IcrcHeaderCache::new();
-        assert!(cache.icrc_in_place(&[0x45; 27], &mut [0; 12]).is_err());
-        assert!(cache.icrc_in_place(&[0x60; 49], &mut [0; 12]).is_err());
-        assert!(cache.icrc_in_place(&[0x45; 28], &mut [0; 11]).is_err());
+    fn a_header_state_refuses_headers_of_neither_length_and_a_body_shorter_than_a_bth() {
+        assert!(super::IcrcHeaderState::new(&[0x45; 27]).is_err());
+        assert!(super::IcrcHeaderState::new(&[0x60; 49]).is_err());
+        let state = super::IcrcHeaderState::new(&[0x45; 28]).unwrap();
+        assert!(state.icrc_in_place(&mut [0; 11]).is_err());
     }
 }

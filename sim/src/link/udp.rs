@@ -19,7 +19,7 @@
 //! front of its UDP payload (over the tail of the segment before it, already delivered), and
 //! the device takes the packet from there (`Device::receive_udp_in_place`): no copy and no
 //! allocation in the link. Each header is written once (IPv4 with ID 0, a copy when a peer's
-//! packet of the same kind came lately, `link::rx_headers`), and each packet costs one ICRC
+//! packet of the same kind came lately, `crate::header_cache`), and each packet costs one ICRC
 //! pass, over that header; an IPv4 packet with another ID (segment `k` of a train carries ID
 //! `k`, rxe's are random) is matched by XOR (see `Ipv4IdSolver`) and its header rewritten
 //! with that ID. None in the device, which takes a
@@ -78,7 +78,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use bypass_hw::roce::icrc::{IcrcHeaderCache, IcrcHeaderState};
+use bypass_hw::roce::icrc::IcrcHeaderState;
 use bypass_hw::roce::ip::{DEFAULT_TTL, MAX_IP_UDP_HDR_LEN, UDP_HDR_LEN};
 use bypass_hw::roce::{
     BthOpcode, ICRC_LEN, IpSpec, Ipv4Spec, Ipv6Spec, ROCE_V2_UDP_DPORT, RocePacket, UdpPorts,
@@ -89,9 +89,9 @@ use nix::sys::socket::{
 };
 
 use crate::frame::{AckWriter, Frame, TxTrains};
+use crate::header_cache::HeaderCache;
 use crate::link::gather::{GatherPkt, Gathered, IOV_MAX, IovList, Out};
 use crate::link::ipv4_id::Ipv4IdSolver;
-use crate::link::rx_headers::RxHeaders;
 use crate::link::train_ids::{TRAIN_IDS, TrainDeltas};
 use crate::pcap::PcapWriter;
 use crate::profile::Profile;
@@ -284,7 +284,7 @@ pub struct UdpLink {
     /// The IP + UDP headers (IPv4 ID 0) last written in front of received packets, with the
     /// ICRC's CRC state after them (a peer's ACKs and equal-size WRITEs, wherever they sit in
     /// a train, repeat them byte for byte).
-    rx_hdrs: RxHeaders,
+    rx_hdrs: HeaderCache,
     /// Drop every n-th packet received (0: none), and how many were received so far.
     drop_every: u64,
     rx_seen: u64,
@@ -402,7 +402,7 @@ impl UdpLink {
             batch: SendBatch::default(),
             deltas: Ipv4IdSolver::new(),
             train_deltas: TrainDeltas::default(),
-            rx_hdrs: RxHeaders::default(),
+            rx_hdrs: HeaderCache::default(),
             drop_every: 0,
             rx_seen: 0,
             counters: Arc::new(LinkCounters::default()),
@@ -1516,7 +1516,7 @@ fn stamp_header(
     counters: &LinkCounters,
     solver: &mut Ipv4IdSolver,
     trains: &mut TrainDeltas,
-    hdrs: &mut RxHeaders,
+    hdrs: &mut HeaderCache,
     ip: &mut IpSpec,
     ports: UdpPorts,
     hdr: &mut [u8],
@@ -1634,7 +1634,7 @@ struct PumpState {
     ack_writer: AckWriter,
     /// The ICRC's state after the IP + UDP headers of the kinds of WRITE packet segmented
     /// lately (`Burst::segment_direct_into`).
-    tx_crcs: IcrcHeaderCache,
+    tx_crcs: HeaderCache,
     /// Buffers of packets already sent, for the next packets built (at most
     /// [`SPARE_BUFFERS`]).
     spare: Vec<Vec<u8>>,
@@ -1690,7 +1690,7 @@ impl UdpWire {
                 acks: Vec::new(),
                 held: false,
                 ack_writer: AckWriter::new(),
-                tx_crcs: IcrcHeaderCache::new(),
+                tx_crcs: HeaderCache::default(),
                 spare: Vec::with_capacity(SPARE_BUFFERS),
             }),
             poller,

@@ -1,20 +1,23 @@
-//! The IP + UDP headers the UDP link writes in front of the packets it receives, kept by
-//! what they are built from, with the ICRC's CRC state after them.
+//! IP + UDP headers kept by what they are built from, with the ICRC's CRC state after them:
+//! the headers the UDP link writes in front of the packets it receives, and those of the
+//! packets a burst is segmented into (`Burst::segment_direct_into`, the inline WRITEs the
+//! link sends as bytes).
 //!
-//! Owns: [`RxHeaders`]. Must not: decide any header field (`link::udp` does, from the socket
-//! addresses); this only remembers what `IpSpec::write_ip_udp` wrote for the same fields and
-//! length. The link asks it for IPv4 headers with ID 0 only (`stamp_header`): a train's
-//! segments differ from one another only in their IDs (segment `k` carries ID `k`), so
-//! keyed with ID 0 one kind covers a whole train, and a peer's packets of one kind (its
-//! ACKs, its equal-size WRITEs, every segment of its trains) cost a copy and no CRC over
-//! the headers. The ICRC with another ID follows from the ID-0 one by XOR (`link::ipv4_id`),
-//! and the header with that ID is written by the link.
+//! Owns: [`HeaderCache`]. Must not: decide any header field (the link does, from the socket
+//! addresses; a burst from its spec); this only remembers what `IpSpec::write_ip_udp` wrote
+//! for the same fields and length, so that a hit costs a field compare and a copy, no header
+//! write and no CRC over it. The link asks it for received IPv4 headers with ID 0 only
+//! (`stamp_header`): a train's segments differ from one another only in their IDs (segment
+//! `k` carries ID `k`), so keyed with ID 0 one kind covers a whole train, and a peer's
+//! packets of one kind (its ACKs, its equal-size WRITEs, every segment of its trains) cost a
+//! copy and no CRC over the headers. The ICRC with another ID follows from the ID-0 one by
+//! XOR (`link::ipv4_id`), and the header with that ID is written by the link.
 
 use bypass_hw::roce::icrc::IcrcHeaderState;
 use bypass_hw::roce::ip::MAX_IP_UDP_HDR_LEN;
 use bypass_hw::roce::{IpSpec, UdpPorts};
 
-/// How many kinds of header are kept: a peer's ACKs and WRITEs of a few lengths (full
+/// How many kinds of header are kept: a flow's ACKs and WRITEs of a few lengths (full
 /// packets, a message's last one).
 const SLOTS: usize = 4;
 
@@ -32,13 +35,13 @@ struct Written {
 
 /// The last few headers written (see the module comment).
 #[derive(Debug, Default)]
-pub(crate) struct RxHeaders {
+pub(crate) struct HeaderCache {
     slots: [Option<Written>; SLOTS],
     /// The slot the next new kind replaces.
     next: usize,
 }
 
-impl RxHeaders {
+impl HeaderCache {
     /// Writes the IP + UDP header of a UDP payload of `payload_len` bytes, from `ip` and
     /// `ports`, into `hdr` (exactly its length), byte for byte as `IpSpec::write_ip_udp`
     /// writes it, and returns the ICRC's CRC state after that header. `None` when
@@ -123,10 +126,10 @@ mod tests {
             (v4(0, 2), ports(0xc000), 40),
             (v6, ports(0xc000), 20),
         ];
-        let mut memo = RxHeaders::default();
+        let mut memo = HeaderCache::default();
         // The covered bytes after the header: a BTH (byte 4 masked) and an AETH.
         let body = [0x11u8, 0, 0xff, 0xff, 0, 0, 0, 0x12, 0, 0, 0, 5, 0, 0, 0, 1];
-        let check = |memo: &mut RxHeaders, (ip, p, n): &(IpSpec, UdpPorts, usize), what: &str| {
+        let check = |memo: &mut HeaderCache, (ip, p, n): &(IpSpec, UdpPorts, usize), what: &str| {
             let hl = ip.header_len() + UDP_HDR_LEN;
             let mut want = vec![0u8; hl];
             ip.write_ip_udp(*p, *n, &mut want).unwrap();
