@@ -8,8 +8,9 @@
 //!
 //! Why it exists: in a WRITE ping-pong each side's reply leaves as one segmented send
 //! (`UDP_SEGMENT`) of two datagrams, the WRITE and the ACK of the peer's WRITE held for it
-//! (see `link::udp`), and is read with one `recvmsg` (`UDP_GRO`). Those calls cost more
-//! than a plain one-datagram `sendto`/`recvfrom` ping-pong; how much is measured here,
+//! (see `link::udp`), sent on a socket `connect`ed to the peer (`link::connected`), and is
+//! read with one `recvmsg` (`UDP_GRO`) on the unconnected receiving socket. Those calls
+//! cost more than a plain one-datagram `sendto`/`recvfrom` ping-pong; how much is measured here,
 //! in the same run, so that the link's own overhead is the difference above this floor. A
 //! WRITE stream goes out as segmented sends of 4 KiB-MTU packets read with `UDP_GRO`; what
 //! those calls alone carry, with the same window of unacknowledged bytes, is the streaming
@@ -47,7 +48,8 @@ pub fn write_stream_segment_len(mtu: usize) -> Option<usize> {
 
 /// A ping-pong between `a` and `b` where each side sends what a UDP link sends in a WRITE
 /// ping-pong: one segmented send (`UDP_SEGMENT`) of a `request`-byte and an `ack`-byte
-/// datagram, read by the peer with `recvmsg` on a `UDP_GRO` socket. The round-trip times in
+/// datagram from a sending socket connected to the peer, read by the peer with `recvmsg` on
+/// its receiving `UDP_GRO` socket. The round-trip times in
 /// ns, `iters` of them after `warmup` untimed ones; port 0 in `a` or `b` binds a free port.
 /// `threads` 2: each side in its own thread, busy-polling and yielding between polls (as the
 /// link's wait loops and the plain ping-pong baseline do); 1: both sides in this thread, one
@@ -66,10 +68,12 @@ pub fn segmented_pingpong_rtts(
         s.set_nonblocking(true)?;
         setsockopt(s, sockopt::UdpGroSegment, &true).map_err(io::Error::from)?;
     }
-    // The bound addresses: port 0 in `a` or `b` binds a free port.
-    let (to_a, to_b) = (
-        SockaddrStorage::from(sa.local_addr()?),
-        SockaddrStorage::from(sb.local_addr()?),
+    // The sending sockets, as the link's: one per side, connected to the peer's receiving
+    // socket (port 0 in `a` or `b` bound a free port: connect to the one bound).
+    // `to_b`: a's socket to b; `to_a`: b's to a.
+    let (to_b, to_a) = (
+        connected(a, sb.local_addr()?)?,
+        connected(b, sa.local_addr()?)?,
     );
     let pair = Pair::new(request, ack)?;
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -79,9 +83,9 @@ pub fn segmented_pingpong_rtts(
         let (mut buf, mut cmsg) = (vec![0u8; 65_536], nix::cmsg_space!(libc::c_int));
         for i in 0..total {
             let t0 = Instant::now();
-            pair.send(&sa, &to_b)?;
+            pair.send(&to_b)?;
             pair.recv(&sb, &mut buf, &mut cmsg, deadline, false)?;
-            pair.send(&sb, &to_a)?;
+            pair.send(&to_a)?;
             pair.recv(&sa, &mut buf, &mut cmsg, deadline, false)?;
             if i >= warmup {
                 rtts.push(u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX));
@@ -94,7 +98,7 @@ pub fn segmented_pingpong_rtts(
             let (mut buf, mut cmsg) = (vec![0u8; 65_536], nix::cmsg_space!(libc::c_int));
             for _ in 0..total {
                 pair.recv(&sb, &mut buf, &mut cmsg, deadline, true)?;
-                pair.send(&sb, &to_a)?;
+                pair.send(&to_a)?;
             }
             Ok(())
         });
@@ -102,7 +106,7 @@ pub fn segmented_pingpong_rtts(
         let timed = (|| -> io::Result<()> {
             for i in 0..total {
                 let t0 = Instant::now();
-                pair.send(&sa, &to_b)?;
+                pair.send(&to_b)?;
                 pair.recv(&sa, &mut buf, &mut cmsg, deadline, true)?;
                 if i >= warmup {
                     rtts.push(u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX));
@@ -136,15 +140,25 @@ impl Pair {
         })
     }
 
-    /// Both datagrams in one segmented send from `from` to `to`.
-    fn send(&self, from: &UdpSocket, to: &SockaddrStorage) -> io::Result<()> {
+    /// Both datagrams in one segmented send on `to`, a socket connected to the peer.
+    fn send(&self, to: &UdpSocket) -> io::Result<()> {
         let iov = [IoSlice::new(&self.req), IoSlice::new(&self.ack)];
         let cm = [ControlMessage::UdpGsoSegments(&self.seg)];
-        sendmsg(from.as_raw_fd(), &iov, &cm, MsgFlags::empty(), Some(to))
+        sendmsg::<SockaddrStorage>(to.as_raw_fd(), &iov, &cm, MsgFlags::empty(), None)
             .map_err(io::Error::from)?;
         Ok(())
     }
+}
 
+/// A sending socket on `local`'s address (any port) connected to `to`, as a link's
+/// (`link::connected`).
+fn connected(local: SocketAddr, to: SocketAddr) -> io::Result<UdpSocket> {
+    let s = UdpSocket::bind(SocketAddr::new(local.ip(), 0))?;
+    s.connect(to)?;
+    Ok(s)
+}
+
+impl Pair {
     /// Reads both datagrams on `on`, however the kernel hands them over (one coalesced read
     /// on loopback; two if it ever does not coalesce), into `buf`, with the caller's control
     /// message buffer `cmsg` (`nix::cmsg_space!(libc::c_int)`, made once: the timed loop
@@ -230,8 +244,8 @@ pub fn segmented_stream_rate(
             }
         })
     };
-    // Port 0 binds any free port: send to the one bound.
-    let to = SockaddrStorage::from(b_bound);
+    // Port 0 binds any free port: send to the one bound, connected as a link's sends are.
+    sa.connect(b_bound)?;
     let t0 = Instant::now();
     let mut sent = 0u64;
     while sent < total && Instant::now() < deadline {
@@ -242,7 +256,7 @@ pub fn segmented_stream_rate(
         let len = usize::try_from(total - sent).map_or(train.len(), |r| r.min(train.len()));
         let iov = [IoSlice::new(train.get(..len).unwrap_or(&[]))];
         let cm = [ControlMessage::UdpGsoSegments(&seg16)];
-        sent += sendmsg(sa.as_raw_fd(), &iov, &cm, MsgFlags::empty(), Some(&to))
+        sent += sendmsg::<SockaddrStorage>(sa.as_raw_fd(), &iov, &cm, MsgFlags::empty(), None)
             .map_err(io::Error::from)? as u64;
     }
     while got.load(Ordering::Acquire) < total && Instant::now() < deadline {

@@ -33,9 +33,11 @@
 //! and the payload pieces (`bypass_hw::roce::icrc::IcrcHasher`), nothing assembled. Other
 //! bursts (inline payloads, or one scattered over more runs than a `sendmsg` takes) are
 //! segmented (`Burst::segment_direct_into`) into the buffers of packets already sent, one copy
-//! per byte. The wire bytes are the same either way. Sockets stay
-//! unconnected: a connected UDP socket numbers its IPv4 IDs from a random per-socket counter
-//! (`ip_select_ident_segs`), which the peer's ICRC check could not predict.
+//! per byte. The wire bytes are the same either way. A flow's sends leave on a socket
+//! `connect`ed to its peer (`link::connected`: the kernel keeps the route instead of looking
+//! it up per send), once the link has learned the IPv4 IDs that socket stamps (a random
+//! per-socket counter, which the ICRC covers); until then, or where it cannot be learned,
+//! on the source port's unconnected socket with ID 0.
 //!
 //! When ACKs leave: a wait loop's round ([`Pumper::App`]) that produces only ACKs holds them
 //! for one round; the next round of this process, whatever it is (the doorbell of the
@@ -52,12 +54,14 @@
 //! - The ICRC covers the IP and UDP headers except TTL/TOS/flow label/checksums
 //!   (`rxe_icrc.c` `rxe_icrc_hdr`), so the UDP source port on the wire must be the one the
 //!   device chose (`rxe_qp.c`: `0xc000 + hash(qpn)`): a socket bound to that port sends it.
-//!   The IPv4 header the peer checks must be what the device hashed: DF set and IP ID 0, which
-//!   is what Linux sends on a socket with `IP_MTU_DISCOVER = IP_PMTUDISC_DO`
-//!   (`ip_select_ident`: DF datagrams of unconnected sockets get ID 0; measured against rxe
-//!   by `scripts/guest-test.sh rxe`, see `scripts/guest/README.md`).
+//!   The IPv4 header the peer checks must be what the device hashed: DF set (`IP_MTU_DISCOVER
+//!   = IP_PMTUDISC_DO`) and the ID the kernel stamps: 0 on an unconnected socket
+//!   (`ip_select_ident`), the connected socket's counted ID otherwise, which the link XORs
+//!   into the ICRC the device computed with ID 0 (measured against rxe by
+//!   `scripts/guest-test.sh rxe`, see `scripts/guest/README.md`).
 //! - On receive the link rebuilds the IP + UDP header from what the socket saw: the sender's
-//!   address and port, our bound address, DF, ID 0, and destination port 4791 (what the
+//!   address and port, our bound address, DF, ID 0 (or the ID the ICRC shows: a connected
+//!   peer's, guessed from its last, or rxe's random one), and destination port 4791 (what the
 //!   sender hashed, even when this link listens elsewhere for tests on one host). TTL, TOS
 //!   and the checksums are masked out of the ICRC, so their rebuilt values do not matter.
 //!   The device checks the ICRC as for any packet.
@@ -90,6 +94,7 @@ use nix::sys::socket::{
 
 use crate::frame::{AckWriter, Frame, TxTrains};
 use crate::header_cache::HeaderCache;
+use crate::link::connected::{Connected, RxIds};
 use crate::link::gather::{GatherPkt, Gathered, IOV_MAX, IovList, Out};
 use crate::link::ipv4_id::Ipv4IdSolver;
 use crate::link::train_ids::{TRAIN_IDS, TrainDeltas};
@@ -224,10 +229,20 @@ pub struct LinkCounters {
     /// Send system calls made (`sendto`, `sendmsg` or `sendmmsg`, each counted once however
     /// many datagrams it carried).
     pub tx_send_calls: AtomicU64,
+    /// Sends (datagrams or segmented sends) that went out on a connected socket (see
+    /// `link::connected`); the rest went out unconnected, with IPv4 ID 0.
+    pub tx_connected: AtomicU64,
+    /// Empty datagrams sent to learn a connected socket's IPv4 ID (`link::connected`).
+    pub tx_id_probes: AtomicU64,
+    /// Connected sockets whose IPv4 ID could not be learned (the device does not loop
+    /// transmit timestamps back): their flows go out unconnected.
+    pub tx_id_probe_failures: AtomicU64,
+    /// Empty datagrams received (a bypass peer's ID probes), skipped.
+    pub rx_empty: AtomicU64,
 }
 
 impl LinkCounters {
-    fn add(c: &AtomicU64, n: u64) {
+    pub(crate) fn add(c: &AtomicU64, n: u64) {
         c.fetch_add(n, Ordering::Relaxed);
     }
 
@@ -235,12 +250,15 @@ impl LinkCounters {
     pub fn summary(&self) -> String {
         let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
         format!(
-            "tx {} pkts / {} B in {} send calls, {} segmented sends ({} from the sender's memory), rx {} pkts / {} B in {} coalesced reads, tx errors {}, tx malformed {}, source-port fallbacks {}, rx IP IDs recovered {}, rx dropped {}, rx dropped on purpose {}",
+            "tx {} pkts / {} B in {} send calls, {} segmented sends ({} from the sender's memory), {} sends connected ({} ID probes, {} failed), rx {} pkts / {} B in {} coalesced reads, tx errors {}, tx malformed {}, source-port fallbacks {}, rx IP IDs recovered {}, rx dropped {}, rx dropped on purpose {}, rx empty {}",
             g(&self.tx_packets),
             g(&self.tx_bytes),
             g(&self.tx_send_calls),
             g(&self.tx_gso_sends),
             g(&self.tx_from_memory),
+            g(&self.tx_connected),
+            g(&self.tx_id_probes),
+            g(&self.tx_id_probe_failures),
             g(&self.rx_packets),
             g(&self.rx_bytes),
             g(&self.rx_gro_reads),
@@ -249,7 +267,8 @@ impl LinkCounters {
             g(&self.tx_sport_fallbacks),
             g(&self.rx_ip_id_recovered),
             g(&self.rx_dropped),
-            g(&self.rx_injected_drops)
+            g(&self.rx_injected_drops),
+            g(&self.rx_empty)
         )
     }
 }
@@ -263,6 +282,15 @@ pub struct UdpLink {
     /// port: a binary search per send, where a `HashMap` hashed the port with SipHash
     /// (~150 instructions a send).
     tx: Vec<(u16, UdpSocket)>,
+    /// Sending sockets connected to one peer each, with the IPv4 IDs they stamp: the flows'
+    /// sends go out on these once the ID is known (`link::connected`).
+    connected: Connected,
+    /// Send on connected sockets where the ID can be learned (on by default; off: every
+    /// send unconnected, IPv4 ID 0, as before `link::connected`).
+    connect: bool,
+    /// The IPv4 ID each connected peer most likely sends next (a guess tried before the
+    /// solver).
+    rx_ids: RxIds,
     /// The receive buffers of [`UdpLink::fill_rx`], reused: each holds one datagram or
     /// `UDP_GRO` train after [`RX_HEADROOM`] bytes, and the first `rx_filled` are waiting
     /// for [`UdpLink::deliver_rx`].
@@ -366,6 +394,11 @@ fn udp_socket(addr: SocketAddr, shared: bool) -> Result<UdpSocket, LinkError> {
     Ok(UdpSocket::from(fd))
 }
 
+/// A link's sending socket bound to `local` (shared: see [`udp_socket`]).
+pub(crate) fn sending_socket(local: SocketAddr) -> Result<UdpSocket, LinkError> {
+    udp_socket(local, true)
+}
+
 impl UdpLink {
     /// Binds the receiving socket to `local` (`ADDR:PORT`; the port is also where peers are
     /// sent to, so every peer of a link must listen on the same port: 4791 normally).
@@ -394,6 +427,9 @@ impl UdpLink {
             local,
             rx,
             tx: Vec::new(),
+            connected: Connected::default(),
+            connect: true,
+            rx_ids: RxIds::default(),
             rx_bufs: Vec::new(),
             rx_filled: 0,
             gso: true,
@@ -408,6 +444,13 @@ impl UdpLink {
             counters: Arc::new(LinkCounters::default()),
             pcap: None,
         })
+    }
+
+    /// Sends on connected sockets (the default: see `link::connected`), or, `false`, every
+    /// packet unconnected with IPv4 ID 0 (to measure the difference, or for a peer that
+    /// cannot take IDs other than 0).
+    pub fn connect_sends(&mut self, on: bool) {
+        self.connect = on;
     }
 
     /// Records every packet the link sends and receives (the IP packets as the device sent
@@ -466,26 +509,78 @@ impl UdpLink {
             LinkCounters::add(&self.counters.tx_malformed, 1);
             return false;
         };
-        self.send_known(packet, &w)
+        // A copy: a connected socket's ID is stamped into the packet (this is not the pump's
+        // path, which sends the device's own buffers).
+        self.send_known(&mut packet.to_vec(), &w)
     }
 
-    /// [`UdpLink::send`] of a packet [`wire_of`] already parsed into `w`.
-    fn send_known(&mut self, packet: &[u8], w: &WireOf) -> bool {
+    /// [`UdpLink::send`] of a packet [`wire_of`] already parsed into `w`, re-stamped for the
+    /// ID of the socket it leaves on.
+    fn send_known(&mut self, packet: &mut [u8], w: &WireOf) -> bool {
         let to = SocketAddr::new(w.dst, self.local.port());
+        let route = self.tx_route(w.sport, to);
+        if route.id != 0 {
+            let header = self.pcap.is_some();
+            let (solver, table) = (&mut self.deltas, &mut self.train_deltas);
+            let mut delta = |len: usize, id: u16| table.delta(solver, len, id);
+            if restamp_known(packet, w, route.id, header, &mut delta).is_none() {
+                LinkCounters::add(&self.counters.tx_malformed, 1);
+                return false;
+            }
+        }
         self.tee(packet);
         let payload = packet.get(w.header_len..).unwrap_or(&[]);
         LinkCounters::add(&self.counters.tx_send_calls, 1);
-        let sock = self.tx_socket(w.sport);
-        match sock.send_to(payload, to) {
+        let sent = match route.conn {
+            Some(conn) => {
+                LinkCounters::add(&self.counters.tx_connected, 1);
+                let r = self.connected.socket(conn).map(|s| s.send(payload));
+                match r {
+                    Some(Ok(n)) => {
+                        self.connected.sent(conn);
+                        Ok(n)
+                    }
+                    _ => {
+                        self.connected.failed(conn);
+                        Err(())
+                    }
+                }
+            }
+            None => self.tx_socket(w.sport).send_to(payload, to).map_err(|_| ()),
+        };
+        match sent {
             Ok(n) => {
                 LinkCounters::add(&self.counters.tx_packets, 1);
                 LinkCounters::add(&self.counters.tx_bytes, n as u64);
                 true
             }
-            Err(_) => {
+            Err(()) => {
                 LinkCounters::add(&self.counters.tx_errors, 1);
                 false
             }
+        }
+    }
+
+    /// Where a send from source port `sport` to `to` leaves: the flow's connected socket
+    /// when its next IPv4 ID is known (with that ID), else the port's unconnected socket
+    /// (ID 0). The listening port's own sends stay on the listening socket.
+    fn tx_route(&mut self, sport: u16, to: SocketAddr) -> TxRoute {
+        if self.connect
+            && sport != self.local.port()
+            && let Some(r) = self
+                .connected
+                .route(self.local.ip(), sport, to, &self.counters)
+        {
+            return TxRoute {
+                fd: r.fd,
+                conn: Some(r.conn),
+                id: r.id,
+            };
+        }
+        TxRoute {
+            fd: self.tx_socket(sport).as_raw_fd(),
+            conn: None,
+            id: 0,
         }
     }
 
@@ -563,20 +658,29 @@ impl UdpLink {
     }
 
     /// Sends one gather packet alone (the link does not segment, or it leads no train).
-    fn send_gathered(&mut self, g: &GatherPkt, w: Option<WireOf>, bursts: &Gathered) {
+    fn send_gathered(&mut self, g: &mut GatherPkt, w: Option<WireOf>, bursts: &Gathered) {
         let Some(w) = w else {
             LinkCounters::add(&self.counters.tx_malformed, 1);
             return;
         };
+        let to = SocketAddr::new(w.dst, self.local.port());
+        let route = self.tx_route(w.sport, to);
+        if route.id != 0 {
+            let (solver, table) = (&mut self.deltas, &mut self.train_deltas);
+            let mut delta = |len: usize, id: u16| table.delta(solver, len, id);
+            if restamp_gather(g, &w, route.id, &mut delta).is_none() {
+                LinkCounters::add(&self.counters.tx_malformed, 1);
+                return;
+            }
+        }
         if self.pcap.is_some() {
             let p = bursts.assemble(g).unwrap_or_default();
             self.tee(&p);
         }
-        let to = SocketAddr::new(w.dst, self.local.port());
-        let fd = self.tx_socket(w.sport).as_raw_fd();
         let send = Pending {
-            fd,
+            fd: route.fd,
             to,
+            conn: route.conn,
             seg: None,
             packets: 1,
             gathered: 1,
@@ -603,14 +707,17 @@ impl UdpLink {
             LinkCounters::add(&self.counters.tx_malformed, n);
             return;
         };
+        let to = SocketAddr::new(first.dst, self.local.port());
+        let route = self.tx_route(first.sport, to);
         // The kernel writes the IP headers of a segmented send itself: a packet's own IP
         // header is only read by the pcap, and re-stamped only for it.
         let header = self.pcap.is_some();
         let (solver, table) = (&mut self.deltas, &mut self.train_deltas);
         let mut delta = |len: usize, id: u16| table.delta(solver, len, id);
         for (k, (p, w)) in train.iter_mut().zip(wires).enumerate() {
-            let id = u16::try_from(k).unwrap_or(u16::MAX);
-            let done = k == 0
+            // Segment `k` leaves with the send's ID + `k` (the packets were built with 0).
+            let id = route.id.wrapping_add(u16::try_from(k).unwrap_or(u16::MAX));
+            let done = id == 0
                 || match (p, w) {
                     (Out::Bytes(p), Some(w)) => restamp_known(p, w, id, header, &mut delta),
                     // Its IP version is the first's (`train_len`: same header length).
@@ -637,11 +744,10 @@ impl UdpLink {
             LinkCounters::add(&self.counters.tx_errors, n);
             return;
         };
-        let to = SocketAddr::new(first.dst, self.local.port());
-        let fd = self.tx_socket(first.sport).as_raw_fd();
         let send = Pending {
-            fd,
+            fd: route.fd,
             to,
+            conn: route.conn,
             seg: Some(seg),
             packets: n,
             gathered: 0,
@@ -670,10 +776,14 @@ impl UdpLink {
     /// Queues `send` (sent by [`UdpLink::flush_sends`]; what is queued for another socket,
     /// or a full batch, is sent first) and returns its iovec list, empty, to fill, and the
     /// send as queued (`None` cannot happen: both were just made).
+    /// A send on a connected socket takes its ID here: the next one queued gets the next.
     fn queue(&mut self, send: Pending) -> Option<(&mut IovList, &mut Pending)> {
         let b = &self.batch;
         if b.sends.len() >= MAX_BATCH || b.sends.last().is_some_and(|q| q.fd != send.fd) {
             self.flush_sends();
+        }
+        if let Some(conn) = send.conn {
+            self.connected.sent(conn);
         }
         let b = &mut self.batch;
         let k = b.sends.len();
@@ -687,28 +797,35 @@ impl UdpLink {
         Some((iov, b.sends.last_mut()?))
     }
 
-    /// Drops the send queued last (its iovecs could not be built; nothing is sent).
+    /// Drops the send queued last (its iovecs could not be built; nothing is sent). A
+    /// connected socket's count of IDs is then one ahead: it is probed again.
     fn unqueue_last(&mut self) {
-        self.batch.sends.pop();
+        if let Some(conn) = self.batch.sends.pop().and_then(|q| q.conn) {
+            self.connected.failed(conn);
+        }
     }
 
     /// Sends what [`UdpLink::queue`] holds: one `sendmsg` for one send, else one `sendmmsg`
     /// for all (they share a socket), and counts what went and what failed.
     fn flush_sends(&mut self) {
         let (b, counters, gso) = (&mut self.batch, &*self.counters, &mut self.gso);
+        let connected = &mut self.connected;
         match (b.sends.as_slice(), b.iovs.first()) {
             ([], _) => return,
             ([q], Some(iov)) => {
-                let to = SockaddrStorage::from(q.to);
+                // A connected socket's send names no address (one would make the kernel
+                // look the route up again, `udp_sendmsg`).
+                let to = q.conn.is_none().then(|| SockaddrStorage::from(q.to));
                 LinkCounters::add(&counters.tx_send_calls, 1);
-                count_send(counters, gso, q, sendmsg_iov(q.fd, iov, q.seg, &to));
+                let r = sendmsg_iov(q.fd, iov, q.seg, to.as_ref());
+                count_send(counters, gso, connected, q, r);
             }
             (sends, _) => {
                 let mut results = [Ok(0usize); MAX_BATCH];
                 let calls = sendmmsg_iov(sends, &b.iovs, &mut results);
                 LinkCounters::add(&counters.tx_send_calls, calls);
                 for (q, r) in sends.iter().zip(results) {
-                    count_send(counters, gso, q, r);
+                    count_send(counters, gso, connected, q, r);
                 }
             }
         }
@@ -762,6 +879,11 @@ impl UdpLink {
             let Some((n, from, seg)) = read_datagram(&self.rx, space, &self.counters) else {
                 break;
             };
+            if n == 0 {
+                // A peer link's ID probe (`link::connected`): nothing to hand on.
+                LinkCounters::add(&self.counters.rx_empty, 1);
+                continue;
+            }
             let seg = if seg == 0 { n.max(1) } else { seg };
             if seg < n {
                 LinkCounters::add(&self.counters.rx_gro_reads, 1);
@@ -792,6 +914,7 @@ impl UdpLink {
             deltas,
             train_deltas,
             rx_hdrs,
+            rx_ids,
             drop_every,
             rx_seen,
             counters,
@@ -810,9 +933,13 @@ impl UdpLink {
             let end = RX_HEADROOM + b.len;
             let mut start = RX_HEADROOM;
             let mut k = 0usize;
+            // The ID a connected peer's send most likely began with (segment `k` carries it
+            // + `k`), then the one segment 0 was found with.
+            let mut first = rx_ids.guess(b.from);
             while start < end {
                 let stop = start.saturating_add(b.seg).min(end);
                 let hint = u16::try_from(k).unwrap_or(0);
+                let guess = first.map(|f| f.wrapping_add(hint));
                 k += 1;
                 let seg_start = std::mem::replace(&mut start, stop);
                 *rx_seen += 1;
@@ -838,11 +965,22 @@ impl UdpLink {
                     ports,
                     hdr,
                     payload,
-                    hint,
+                    (hint, guess),
                 ) else {
                     LinkCounters::add(&counters.rx_dropped, 1);
                     continue;
                 };
+                if k == 1
+                    && let IpSpec::V4(v4) = ip
+                    && checked
+                {
+                    // Segment 0's ID starts the train; a non-zero one is a connected
+                    // peer's, whose next send takes the next ID.
+                    first = (v4.id != 0).then_some(v4.id);
+                    if let Some(f) = first {
+                        rx_ids.saw(b.from, f);
+                    }
+                }
                 let plen = payload.len();
                 let Some(pkt) = b.data.get(at..stop) else {
                     LinkCounters::add(&counters.rx_dropped, 1);
@@ -1195,12 +1333,23 @@ fn push_gather_iov(g: &GatherPkt, bursts: &Gathered, iov: &mut IovList) -> bool 
 /// five segmented sends).
 const MAX_BATCH: usize = 16;
 
+/// Where [`UdpLink::tx_route`] sends a flow's packets: the socket, which connected socket it
+/// is (`None`: unconnected), and the IPv4 ID its next datagram gets (0 unconnected).
+#[derive(Debug, Clone, Copy)]
+struct TxRoute {
+    fd: std::os::fd::RawFd,
+    conn: Option<u32>,
+    id: u16,
+}
+
 /// One send queued by [`UdpLink::queue`]: socket, destination, segment size (`None`: one
 /// datagram), and what it carries, for the counters.
 #[derive(Debug)]
 struct Pending {
     fd: std::os::fd::RawFd,
     to: SocketAddr,
+    /// The connected socket `fd` is (`None`: an unconnected one, sent to `to`).
+    conn: Option<u32>,
     seg: Option<u16>,
     packets: u64,
     gathered: u64,
@@ -1242,12 +1391,17 @@ fn set_segment(msg: &mut libc::msghdr, control: &mut [u64; 4], seg: u16) -> bool
 }
 
 /// Counts one send's outcome; a segmented send the kernel cannot do at all clears `gso`.
+/// A failed send on a connected socket leaves its count of IDs uncertain: it is probed again.
 fn count_send(
     counters: &LinkCounters,
     gso: &mut bool,
+    connected: &mut Connected,
     q: &Pending,
     r: Result<usize, nix::errno::Errno>,
 ) {
+    if q.conn.is_some() {
+        LinkCounters::add(&counters.tx_connected, 1);
+    }
     match r {
         Ok(bytes) => {
             LinkCounters::add(&counters.tx_packets, q.packets);
@@ -1271,6 +1425,9 @@ fn count_send(
                 )
             {
                 *gso = false;
+            }
+            if let Some(conn) = q.conn {
+                connected.failed(conn);
             }
             LinkCounters::add(&counters.tx_errors, q.packets);
         }
@@ -1296,8 +1453,13 @@ fn sendmmsg_iov(
     };
     let mut calls = 0u64;
     let mut controls = [[0u64; 4]; MAX_BATCH];
-    let addrs: [Option<SockaddrStorage>; MAX_BATCH] =
-        std::array::from_fn(|k| sends.get(k).map(|q| SockaddrStorage::from(q.to)));
+    // A connected socket's sends name no address.
+    let addrs: [Option<SockaddrStorage>; MAX_BATCH] = std::array::from_fn(|k| {
+        sends
+            .get(k)
+            .filter(|q| q.conn.is_none())
+            .map(|q| SockaddrStorage::from(q.to))
+    });
     // SAFETY: `mmsghdr` is plain integers and pointers, valid all-zero.
     let mut hdrs: [libc::mmsghdr; MAX_BATCH] = unsafe { std::mem::zeroed() };
     let built = sends
@@ -1365,8 +1527,9 @@ fn sendmmsg_iov(
 /// some targets): the segment size of a segmented send, as a `SOL_UDP` control message.
 const UDP_SEGMENT: libc::c_int = 103;
 
-/// `sendmsg` of the iovecs `iov` to `to` on socket `fd`, with a `UDP_SEGMENT` control
-/// message of `seg` when given; the bytes sent. EINTR is retried.
+/// `sendmsg` of the iovecs `iov` to `to` on socket `fd` (`None`: the socket's connected
+/// peer), with a `UDP_SEGMENT` control message of `seg` when given; the bytes sent. EINTR is
+/// retried.
 ///
 /// Raw `libc::sendmsg` rather than nix's: nix takes `IoSlice`s, Rust references, and a
 /// gather packet's payload must stay unreferenced host memory (see `link::gather`).
@@ -1374,7 +1537,7 @@ fn sendmsg_iov(
     fd: std::os::fd::RawFd,
     iov: &IovList,
     seg: Option<u16>,
-    to: &SockaddrStorage,
+    to: Option<&SockaddrStorage>,
 ) -> Result<usize, nix::errno::Errno> {
     use nix::sys::socket::SockaddrLike;
     // Room for one cmsghdr and a u16, aligned as a cmsghdr (CMSG_SPACE(2) is 24 on 64-bit
@@ -1391,8 +1554,10 @@ fn sendmsg_iov(
         // caller keeps allocated until this returns (`link::gather`).
         let r = unsafe {
             let mut msg: libc::msghdr = std::mem::zeroed();
-            msg.msg_name = to.as_ptr().cast_mut().cast();
-            msg.msg_namelen = to.len();
+            if let Some(to) = to {
+                msg.msg_name = to.as_ptr().cast_mut().cast();
+                msg.msg_namelen = to.len();
+            }
             msg.msg_iov = iov.as_iovecs().cast_mut();
             msg.msg_iovlen = iovlen;
             if let Some(seg) = seg
@@ -1504,9 +1669,10 @@ fn icrc_of(crc: &IcrcHeaderState, payload: &mut [u8]) -> Option<u32> {
 /// `Device::receive_udp_in_place`). The header is written with IPv4 ID 0, from `hdrs` (a
 /// copy and a kept CRC state when these fields and this length came lately, whatever the
 /// packet's place in a train), and the ICRC `c0` computed over it. IPv4: the ID is 0 if
-/// `c0` matches; else `hint` (segment `hint` of a bypass peer's train) if `c0 ^ delta(hint)`
-/// does, `delta` from `trains`, the table the send side stamps train segments with; else
-/// the ID [`Ipv4IdSolver`] finds by XOR (rxe's random IDs). The header's ID and checksum
+/// `c0` matches; else `guess` (a connected bypass peer's next ID, `link::connected`) if
+/// `c0 ^ delta(guess)` does, or `hint` (segment `hint` of an unconnected bypass peer's
+/// train), `delta` from `trains`, the table the send side stamps train segments with; else
+/// the ID [`Ipv4IdSolver`] finds by XOR (rxe's random IDs, a connected peer's first). The header's ID and checksum
 /// are then set to the ID found (`ip::set_ipv4_id`), which is left in `ip`. True when the ICRC matches the header as
 /// written; false (an ICRC no ID explains, or a payload too short to carry one) leaves the
 /// check to the device, IPv4 with ID 0, which counts the error as it should. `None` only
@@ -1521,7 +1687,7 @@ fn stamp_header(
     ports: UdpPorts,
     hdr: &mut [u8],
     payload: &mut [u8],
-    hint: u16,
+    (hint, guess): (u16, Option<u16>),
 ) -> Option<bool> {
     let n = payload.len();
     if let IpSpec::V4(v4) = ip {
@@ -1542,11 +1708,11 @@ fn stamp_header(
         return Some(false);
     };
     // With ID `id` the ICRC is `c0 ^ delta(id)` (see `Ipv4IdSolver`).
-    let found = if hint != 0
-        && trains
-            .delta(solver, n, hint)
-            .is_some_and(|d| c0 ^ d == want)
-    {
+    let mut matches =
+        |id: u16| id != 0 && trains.delta(solver, n, id).is_some_and(|d| c0 ^ d == want);
+    let found = if let Some(g) = guess.filter(|&g| matches(g)) {
+        Some(g)
+    } else if matches(hint) {
         Some(hint)
     } else {
         let id = solver.solve(n, want ^ c0);
@@ -1995,7 +2161,13 @@ mod tests {
         let sent = packet([127, 0, 0, 1], [127, 0, 0, 2], 0xc123);
         assert!(a.send(&sent));
         let got = recv_wait(&mut b);
-        assert_eq!(got, sent, "the rebuilt packet is the one the device built");
+        // Sent on a connected socket: with its ID, which the ICRC covers.
+        assert_eq!(a.counters().tx_connected.load(Ordering::Relaxed), 1);
+        assert_eq!(
+            id0(&got),
+            sent,
+            "the rebuilt packet is the one the device built"
+        );
         let p = RocePacket::parse(&got).unwrap();
         assert!(p.icrc_ok());
         assert_eq!(p.ports().src, 0xc123);
@@ -2090,6 +2262,20 @@ mod tests {
         restamp_known(packet, &w, id, true, &mut |n, id| deltas.delta(n, id))
     }
 
+    /// `packet` as the device built it, IPv4 ID 0 (header checksum and ICRC changed with it):
+    /// a link's connected sockets send with their own IDs (`link::connected`), which the
+    /// ICRC covers.
+    fn id0(packet: &[u8]) -> Vec<u8> {
+        let mut p = packet.to_vec();
+        if let Some(w) = wire_of(&p)
+            && let IpSpec::V4(v4) = w.ip
+            && v4.id != 0
+        {
+            restamp_ipv4_id(&mut p, 0, &mut Ipv4IdSolver::new()).unwrap();
+        }
+        p
+    }
+
     /// `packet` with IPv4 ID `id`, header checksum and ICRC recomputed from scratch.
     fn with_id(packet: &[u8], id: u16) -> Vec<u8> {
         let p = RocePacket::parse(packet).unwrap();
@@ -2141,6 +2327,8 @@ mod tests {
     fn the_trains_of_one_round_leave_in_batches_and_arrive_in_order() {
         let mut b = link(2);
         let mut a = sender_to(&b);
+        // The IDs of an unconnected sender's trains (connected: `connected_trains_…`).
+        a.connect_sends(false);
         // More two-packet trains than one `sendmmsg` carries (the shorter second packet ends
         // each), from one source port, then two from another (a batch per socket).
         let trains = MAX_BATCH + 3;
@@ -2182,6 +2370,7 @@ mod tests {
         let pending = |seg| Pending {
             fd: tx.as_raw_fd(),
             to,
+            conn: None,
             seg,
             packets: 1,
             gathered: 0,
@@ -2210,6 +2399,8 @@ mod tests {
     fn a_segmented_train_arrives_as_exactly_the_datagrams_sent_one_by_one() {
         let mut b = link(2);
         let mut a = sender_to(&b);
+        // The IDs of an unconnected sender's trains (connected: `connected_trains_…`).
+        a.connect_sends(false);
         // Five full packets, a shorter last one, then one to another source port (a
         // second send), then an ACK-sized one for the first port again (a third).
         let mut sent: Vec<Vec<u8>> = (0..5).map(|i| sized(i, 1024, 0xc123)).collect();
@@ -2246,9 +2437,61 @@ mod tests {
     }
 
     #[test]
+    fn connected_trains_leave_with_the_sockets_ids_and_the_receiver_guesses_them() {
+        let mut b = link(2);
+        let mut a = sender_to(&b);
+        // A train of four, a lone packet, a train of three (last one shorter), each send
+        // from the flow's connected socket.
+        let sent: Vec<Vec<u8>> = (0..4)
+            .map(|i| sized(i, 256, 0xc331))
+            .chain([sized(4, 8, 0xc331)])
+            .chain((5..7).map(|i| sized(i, 512, 0xc331)))
+            .chain([sized(7, 100, 0xc331)])
+            .collect();
+        let mut first = sent[..4].to_vec();
+        a.send_batch(&mut first);
+        a.send(&sent[4]);
+        let mut last = sent[5..].to_vec();
+        a.send_batch(&mut last);
+        let c = a.counters();
+        assert_eq!(c.tx_connected.load(Ordering::Relaxed), 3);
+        assert_eq!(c.tx_id_probes.load(Ordering::Relaxed), 1);
+        let got = deliver_n(&mut b, sent.len());
+        assert!(
+            got.iter().all(|(_, checked)| *checked),
+            "every ICRC matched"
+        );
+        let ids: Vec<u16> = got
+            .iter()
+            .map(|(p, _)| match RocePacket::parse(p).unwrap().ip() {
+                IpSpec::V4(v4) => v4.id,
+                IpSpec::V6(_) => unreachable!(),
+            })
+            .collect();
+        // Segment k of a send carries the send's ID + k; each send takes the next ID.
+        let id = ids[0];
+        let want: Vec<u16> = [0u16, 1, 2, 3, 1, 2, 3, 4]
+            .iter()
+            .map(|k| id.wrapping_add(*k))
+            .collect();
+        assert_eq!(ids, want);
+        let plain: Vec<Vec<u8>> = got.iter().map(|(p, _)| id0(p)).collect();
+        assert_eq!(plain, sent);
+        // Only the flow's first packet needed the solver: the rest were guessed.
+        assert_eq!(b.counters().rx_ip_id_recovered.load(Ordering::Relaxed), 1);
+        assert_eq!(
+            b.counters().rx_empty.load(Ordering::Relaxed),
+            1,
+            "the probe"
+        );
+    }
+
+    #[test]
     fn trains_of_packets_shorter_than_their_rebuilt_headers_are_delivered_in_place_exactly() {
         let mut b = link(2);
         let mut a = sender_to(&b);
+        // The IDs of an unconnected sender's trains (connected: `connected_trains_…`).
+        a.connect_sends(false);
         // 16-byte UDP payloads (BTH + ICRC) under a 28-byte IPv4 + UDP header: each rebuilt
         // header overwrites the segments before it. Then a second train of 1 KiB packets.
         let mut sent: Vec<Vec<u8>> = (0..6).map(|i| sized(i, 0, 0xc321)).collect();
@@ -2274,6 +2517,8 @@ mod tests {
     fn the_header_fields_handed_to_the_device_are_those_its_bytes_parse_to() {
         let mut b = link(2);
         let mut a = sender_to(&b);
+        // The IDs of an unconnected sender's trains (connected: `connected_trains_…`).
+        a.connect_sends(false);
         // A train (segment k carries IPv4 ID k), a lone packet, and one whose ICRC no ID
         // explains: the device takes the fields as given instead of parsing the bytes, so they
         // must be what a parse of the bytes gives, the header checksum included.
@@ -2392,7 +2637,14 @@ mod tests {
             a.send_all(&mut out, &bursts);
             let got = deliver_n(&mut b, n);
             assert_eq!(want.len(), n, "case {case}");
-            assert_eq!(got, want, "case {case}: the receiver sees the same packets");
+            // Each send leaves with the next IDs of the flow's connected socket.
+            let plain =
+                |v: &[(Vec<u8>, bool)]| -> Vec<Vec<u8>> { v.iter().map(|(p, _)| id0(p)).collect() };
+            assert_eq!(
+                plain(&got),
+                plain(&want),
+                "case {case}: the receiver sees the same packets"
+            );
             for (p, checked) in &got {
                 assert!(checked, "case {case}: the link matched every ICRC");
                 assert!(RocePacket::parse(p).unwrap().icrc_ok());
@@ -2424,7 +2676,10 @@ mod tests {
         let mut out = Vec::new();
         while at + 16 <= f.len() {
             let n = u32::from_le_bytes(f[at + 8..at + 12].try_into().unwrap()) as usize;
-            out.push(f[at + 16..at + 16 + n].to_vec());
+            let p = &f[at + 16..at + 16 + n];
+            // The headers as sent: the connected socket's IDs, which the ICRC covers.
+            assert!(RocePacket::parse(p).unwrap().icrc_ok());
+            out.push(id0(p));
             at += 16 + n;
         }
         out
