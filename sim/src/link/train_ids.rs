@@ -1,34 +1,47 @@
-//! The ICRC differences a UDP link applies to the segments of a segmented send: segment `k`
-//! of a train leaves with IPv4 ID `k` (`inet_gso_segment` numbers the segments up from the
-//! first's ID 0), and its ICRC, computed with ID 0, is XORed with `delta(k)` for its length
-//! (see `link::ipv4_id` for why that is exact).
+//! The ICRC differences a UDP link applies for the IPv4 IDs its packets leave with: segment
+//! `k` of a train leaves with the send's ID + `k` (`inet_gso_segment` numbers the segments up
+//! from the first's: 0 on an unconnected socket, the socket's counted ID on a connected one,
+//! `link::connected`), and its ICRC, computed with ID 0, is XORed with `delta(id)` for its
+//! length (see `link::ipv4_id` for why that is exact). The receive side checks a connected
+//! peer's guessed IDs with the same table.
 //!
-//! Owns: [`TrainDeltas`], a small table of `delta(k)` for `k` below the most segments of one
-//! send, per UDP payload length, so that re-stamping a segment costs one look-up (the
-//! solver's per-length table sits behind a `HashMap`, hashed per call). Must not: touch
-//! sockets or headers, or solve received IDs (`link::ipv4_id` does; the receive path asks it).
+//! Owns: [`TrainDeltas`], `delta(id)` of every 16-bit ID for the last few UDP payload
+//! lengths, as two 256-entry tables per length (`delta` is linear in the ID's bits:
+//! `delta(id) = lo[id & 0xff] ^ hi[id >> 8]`), so that re-stamping a packet costs two
+//! look-ups (the solver's per-length table sits behind a `HashMap`, hashed per call, and
+//! XORs up to 16 values). Must not: touch sockets or headers, or solve received IDs
+//! (`link::ipv4_id` does; the receive path asks it).
 
 use super::ipv4_id::Ipv4IdSolver;
 
-/// IDs the table holds: a segmented send has at most this many segments (Linux
-/// `UDP_MAX_SEGMENTS`, the link's `GSO_MAX_SEGS`).
+/// The most segments of one segmented send (Linux `UDP_MAX_SEGMENTS`, the link's
+/// `GSO_MAX_SEGS`): a train's IDs run from its first ID to at most this many on.
 pub(crate) const TRAIN_IDS: usize = 64;
 
 /// Lengths kept at once: a sending flow has a handful (full packets, a WRITE_FIRST with its
 /// RETH, a message's last packet, ACKs).
 const SLOTS: usize = 4;
 
-/// `delta(k)` for `k < TRAIN_IDS` of one UDP payload length.
-#[derive(Debug, Clone, Copy)]
+/// `delta(id)` of one UDP payload length, for every ID: the low byte's and the high byte's.
+#[derive(Debug, Clone)]
 struct Slot {
     len: usize,
-    deltas: [u32; TRAIN_IDS],
+    lo: [u32; 256],
+    hi: [u32; 256],
 }
 
-/// `delta(id)` of the last few lengths sent, for the IDs of one segmented send.
+impl Slot {
+    #[inline]
+    fn delta(&self, id: u16) -> Option<u32> {
+        let [h, l] = id.to_be_bytes();
+        Some(self.lo.get(usize::from(l))? ^ self.hi.get(usize::from(h))?)
+    }
+}
+
+/// `delta(id)` of the last few lengths sent or received, for any ID.
 #[derive(Debug, Default)]
 pub(crate) struct TrainDeltas {
-    slots: [Option<Slot>; SLOTS],
+    slots: [Option<Box<Slot>>; SLOTS],
     /// The slot the next new length replaces (round robin).
     next: usize,
     /// The slot the last look-up used (a train's segments have one length but its last).
@@ -36,56 +49,56 @@ pub(crate) struct TrainDeltas {
 }
 
 impl TrainDeltas {
-    /// `delta(id)` for UDP payloads of `len` bytes: from the table when `id` is below
-    /// [`TRAIN_IDS`] (built from the solver's single-bit values the first time `len` is
-    /// seen), else from `solver` directly. `None` as the solver gives it (a length it has no
-    /// table for).
+    /// `delta(id)` for UDP payloads of `len` bytes, from the table (built from the solver's
+    /// single-bit values the first time `len` is seen). `None` as the solver gives it (a
+    /// length it has no table for).
     #[inline]
     pub(crate) fn delta(&mut self, solver: &mut Ipv4IdSolver, len: usize, id: u16) -> Option<u32> {
         if let Some(Some(s)) = self.slots.get(self.hot)
             && s.len == len
-            && let Some(d) = s.deltas.get(usize::from(id))
         {
-            return Some(*d);
+            return s.delta(id);
         }
         self.delta_slow(solver, len, id)
     }
 
-    /// [`TrainDeltas::delta`] when the last slot used is not for `len` or `id` is beyond it.
+    /// [`TrainDeltas::delta`] when the last slot used is not for `len`.
     #[inline(never)]
     fn delta_slow(&mut self, solver: &mut Ipv4IdSolver, len: usize, id: u16) -> Option<u32> {
-        let k = usize::from(id);
-        if k >= TRAIN_IDS {
-            return solver.delta(len, id);
-        }
         if let Some(at) = self
             .slots
             .iter()
             .position(|s| s.as_ref().is_some_and(|s| s.len == len))
         {
             self.hot = at;
-            return self.slots.get(at)?.as_ref()?.deltas.get(k).copied();
+            return self.slots.get(at)?.as_ref()?.delta(id);
         }
-        // delta is linear in the ID's bits: delta(k) = delta(k without its lowest set bit)
-        // ^ delta(that bit).
-        let mut bits = [0u32; 6];
-        for (b, d) in bits.iter_mut().enumerate() {
-            *d = solver.delta(len, 1 << b)?;
-        }
-        let mut deltas = [0u32; TRAIN_IDS];
-        for j in 1..TRAIN_IDS {
-            let low = j.trailing_zeros() as usize;
-            let rest = deltas.get(j & (j - 1)).copied().unwrap_or(0);
-            let bit = bits.get(low).copied().unwrap_or(0);
-            if let Some(d) = deltas.get_mut(j) {
-                *d = rest ^ bit;
+        // delta is linear in the ID's bits: delta(j) = delta(j without its lowest set bit)
+        // ^ delta(that bit), for each byte's 256 values.
+        let mut slot = Box::new(Slot {
+            len,
+            lo: [0; 256],
+            hi: [0; 256],
+        });
+        for (shift, table) in [(0u32, &mut slot.lo), (8, &mut slot.hi)] {
+            let mut bits = [0u32; 8];
+            for (b, d) in (0u32..).zip(bits.iter_mut()) {
+                *d = solver.delta(len, 1 << (b + shift))?;
+            }
+            for j in 1..256usize {
+                let low = j.trailing_zeros() as usize;
+                let rest = table.get(j & (j - 1)).copied().unwrap_or(0);
+                let bit = bits.get(low).copied().unwrap_or(0);
+                if let Some(d) = table.get_mut(j) {
+                    *d = rest ^ bit;
+                }
             }
         }
-        let slot = self.slots.get_mut(self.next)?;
-        *slot = Some(Slot { len, deltas });
+        let d = slot.delta(id);
+        *self.slots.get_mut(self.next)? = Some(slot);
         self.hot = self.next;
         self.next = (self.next + 1) % SLOTS;
-        deltas.get(k).copied()
+        d
     }
 }
 
@@ -103,7 +116,7 @@ mod tests {
         // More lengths than slots, revisited: replaced slots are rebuilt the same.
         for round in 0..2 {
             for len in [20usize, 36, 4112, 4128, 1000, 61] {
-                for id in (0..TRAIN_IDS as u16).chain([64, 65, 1000, u16::MAX]) {
+                for id in (0..TRAIN_IDS as u16).chain([64, 65, 256, 1000, 0xbeef, u16::MAX]) {
                     assert_eq!(
                         table.delta(&mut solver, len, id),
                         check.delta(len, id),
@@ -118,9 +131,7 @@ mod tests {
             for len in [4112usize, 1000] {
                 let (hot, next) = (table.hot, table.next);
                 assert_eq!(table.delta(&mut solver, len, id), check.delta(len, id));
-                if usize::from(id) < TRAIN_IDS {
-                    assert_ne!(table.hot, hot, "length {len} id {id} is in another slot");
-                }
+                assert_ne!(table.hot, hot, "length {len} id {id} is in another slot");
                 assert_eq!(table.next, next, "length {len} is kept, not built again");
             }
         }
