@@ -41,11 +41,12 @@ impl Slot {
 /// `delta(id)` of the last few lengths sent or received, for any ID.
 #[derive(Debug, Default)]
 pub(crate) struct TrainDeltas {
+    /// Each slot's length (0: empty), side by side: a look-up scans these, not the boxes (a
+    /// round trip alternates two lengths, a WRITE's and an ACK's).
+    lens: [usize; SLOTS],
     slots: [Option<Box<Slot>>; SLOTS],
     /// The slot the next new length replaces (round robin).
     next: usize,
-    /// The slot the last look-up used (a train's segments have one length but its last).
-    hot: usize,
 }
 
 impl TrainDeltas {
@@ -54,25 +55,19 @@ impl TrainDeltas {
     /// length it has no table for).
     #[inline]
     pub(crate) fn delta(&mut self, solver: &mut Ipv4IdSolver, len: usize, id: u16) -> Option<u32> {
-        if let Some(Some(s)) = self.slots.get(self.hot)
-            && s.len == len
+        if len != 0
+            && let Some(at) = self.lens.iter().position(|&l| l == len)
+            && let Some(Some(s)) = self.slots.get(at)
         {
             return s.delta(id);
         }
         self.delta_slow(solver, len, id)
     }
 
-    /// [`TrainDeltas::delta`] when the last slot used is not for `len`.
+    /// [`TrainDeltas::delta`] of a length no slot holds: its tables are built into the next
+    /// slot.
     #[inline(never)]
     fn delta_slow(&mut self, solver: &mut Ipv4IdSolver, len: usize, id: u16) -> Option<u32> {
-        if let Some(at) = self
-            .slots
-            .iter()
-            .position(|s| s.as_ref().is_some_and(|s| s.len == len))
-        {
-            self.hot = at;
-            return self.slots.get(at)?.as_ref()?.delta(id);
-        }
         // delta is linear in the ID's bits: delta(j) = delta(j without its lowest set bit)
         // ^ delta(that bit), for each byte's 256 values.
         let mut slot = Box::new(Slot {
@@ -96,7 +91,7 @@ impl TrainDeltas {
         }
         let d = slot.delta(id);
         *self.slots.get_mut(self.next)? = Some(slot);
-        self.hot = self.next;
+        *self.lens.get_mut(self.next)? = len;
         self.next = (self.next + 1) % SLOTS;
         d
     }
@@ -125,13 +120,11 @@ mod tests {
                 }
             }
         }
-        // Two lengths the last round left in the table, in turn: each look-up finds its
-        // length in a slot other than the one used last (`hot`).
+        // Two lengths the last round left in the table, in turn: each is found in its slot.
         for id in (0..TRAIN_IDS as u16).chain([64, u16::MAX]) {
             for len in [4112usize, 1000] {
-                let (hot, next) = (table.hot, table.next);
+                let next = table.next;
                 assert_eq!(table.delta(&mut solver, len, id), check.delta(len, id));
-                assert_ne!(table.hot, hot, "length {len} id {id} is in another slot");
                 assert_eq!(table.next, next, "length {len} is kept, not built again");
             }
         }
