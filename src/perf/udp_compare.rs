@@ -545,7 +545,7 @@ pub fn run(o: &UdpCompareOpts) -> Result<(), PerfError> {
         );
         println!(" rounds' round-trip ratios: {}", ratio_list(&s.ratios, 2));
         println!(
-            " its socket calls alone ({request}+{ack} B trains): {:10.2} us  ({:.2} x the ping-pong; the NICs' own work {:.2} us)",
+            " its socket calls alone ({request}+{ack} B trains): {:10.2} us  ({:.2} x the ping-pong; the link above it {:.2} us)",
             s.floor,
             s.floor / s.baseline,
             s.link - s.floor
