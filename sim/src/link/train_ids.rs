@@ -25,7 +25,6 @@ const SLOTS: usize = 4;
 /// `delta(id)` of one UDP payload length, for every ID: the low byte's and the high byte's.
 #[derive(Debug, Clone)]
 struct Slot {
-    len: usize,
     lo: [u32; 256],
     hi: [u32; 256],
 }
@@ -71,7 +70,6 @@ impl TrainDeltas {
         // delta is linear in the ID's bits: delta(j) = delta(j without its lowest set bit)
         // ^ delta(that bit), for each byte's 256 values.
         let mut slot = Box::new(Slot {
-            len,
             lo: [0; 256],
             hi: [0; 256],
         });
