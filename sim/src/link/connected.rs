@@ -49,6 +49,10 @@ pub(crate) const MAX_CONNECTED: usize = 256;
 /// that timestamps late shows the packet a few pump rounds after the send).
 const PROBE_READS: u16 = 64;
 
+/// Probes in a row the kernel may refuse (an unreachable peer's ICMP errors) before the link
+/// gives up on the socket: each one costs the sends that meet it three system calls more.
+const PROBE_SENDS: u8 = 8;
+
 /// What the link knows of a connected socket's next IPv4 ID.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum NextId {
@@ -56,8 +60,9 @@ enum NextId {
     Known(u16),
     /// A probe is out: its looped-back copy has not been read yet (reads so far).
     Probing(u16),
-    /// A send failed: the count may be off; the next use probes again.
-    Stale,
+    /// A send failed: the count may be off; the next use probes again (probes the kernel
+    /// refused so far).
+    Stale(u8),
     /// No ID can be learned here (no socket, no transmit timestamps): unconnected for good.
     Never,
 }
@@ -128,8 +133,8 @@ impl Connected {
                 });
             }
             NextId::Never => return None,
-            NextId::Stale => {
-                e.next = probe(sock, counters);
+            NextId::Stale(refused) => {
+                e.next = probe(sock, counters, refused);
             }
             NextId::Probing(reads) => {
                 e.next = match looped_id(sock) {
@@ -166,7 +171,7 @@ impl Connected {
             && e.to.is_ipv4()
             && let NextId::Known(_) = e.next
         {
-            e.next = NextId::Stale;
+            e.next = NextId::Stale(0);
         }
     }
 
@@ -189,7 +194,7 @@ impl Connected {
                 let next = match &sock {
                     None => NextId::Never,
                     Some(_) if to.is_ipv6() => NextId::Known(0),
-                    Some(s) => probe(s, counters),
+                    Some(s) => probe(s, counters, 0),
                 };
                 self.entries.push(Entry {
                     sport,
@@ -214,8 +219,8 @@ fn connected_socket(local: SocketAddr, to: SocketAddr) -> Result<UdpSocket, nix:
 
 /// Sends the empty probe datagram on `sock` with a software transmit timestamp asked for,
 /// and reads its looped-back copy if it is there already (loopback, veth and tap loop it
-/// back within the send).
-fn probe(sock: &UdpSocket, counters: &LinkCounters) -> NextId {
+/// back within the send). `refused`: the probes before this one the kernel refused.
+fn probe(sock: &UdpSocket, counters: &LinkCounters, refused: u8) -> NextId {
     let flags = TimestampingFlag::SOF_TIMESTAMPING_TX_SOFTWARE
         | TimestampingFlag::SOF_TIMESTAMPING_SOFTWARE;
     if setsockopt(sock, sockopt::Timestamping, &flags).is_err() {
@@ -233,8 +238,13 @@ fn probe(sock: &UdpSocket, counters: &LinkCounters) -> NextId {
     {}
     LinkCounters::add(&counters.tx_id_probes, 1);
     if sock.send(&[]).is_err() {
-        // Refused (an ICMP error reported on the socket, say): try again on the next use.
-        return NextId::Stale;
+        // Refused (an ICMP error reported on the socket, say): try again on the next use, a
+        // few times.
+        if refused + 1 >= PROBE_SENDS {
+            LinkCounters::add(&counters.tx_id_probe_failures, 1);
+            return NextId::Never;
+        }
+        return NextId::Stale(refused + 1);
     }
     match looped_id(sock) {
         Some(id) => learned(sock, id),

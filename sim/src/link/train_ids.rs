@@ -14,10 +14,6 @@
 
 use super::ipv4_id::Ipv4IdSolver;
 
-/// The most segments of one segmented send (Linux `UDP_MAX_SEGMENTS`, the link's
-/// `GSO_MAX_SEGS`): a train's IDs run from its first ID to at most this many on.
-pub(crate) const TRAIN_IDS: usize = 64;
-
 /// Lengths kept at once: a sending flow has a handful (full packets, a WRITE_FIRST with its
 /// RETH, a message's last packet, ACKs).
 const SLOTS: usize = 4;
@@ -98,6 +94,9 @@ impl TrainDeltas {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The most segments of one segmented send (Linux `UDP_MAX_SEGMENTS`): a train's IDs.
+    const TRAIN_IDS: usize = 64;
 
     #[test]
     fn every_train_id_gets_the_solvers_delta_for_each_length() {

@@ -20,8 +20,9 @@
 //! the device takes the packet from there (`Device::receive_udp_in_place`): no copy and no
 //! allocation in the link. Each header is written once (IPv4 with ID 0, a copy when a peer's
 //! packet of the same kind came lately, `crate::header_cache`), and each packet costs one ICRC
-//! pass, over that header; an IPv4 packet with another ID (segment `k` of a train carries ID
-//! `k`, rxe's are random) is matched by XOR (see `Ipv4IdSolver`) and its header rewritten
+//! pass, over that header; an IPv4 packet with another ID (segment `k` of a train carries its send's ID + `k`: `k`
+//! from an unconnected peer, the socket's counted ID + `k` from a connected one, guessed from
+//! its last; rxe's are random) is matched by XOR (see `Ipv4IdSolver`) and its header rewritten
 //! with that ID. None in the device, which takes a
 //! packet the link matched as checked, and takes the header's fields from the link as given
 //! (no parse of the header, no IPv4 checksum verification: the kernel verified the real one). On transmit the link takes the device's frames
@@ -97,7 +98,7 @@ use crate::header_cache::HeaderCache;
 use crate::link::connected::{Connected, RxIds};
 use crate::link::gather::{GatherPkt, Gathered, IOV_MAX, IovList, Out};
 use crate::link::ipv4_id::Ipv4IdSolver;
-use crate::link::train_ids::{TRAIN_IDS, TrainDeltas};
+use crate::link::train_ids::TrainDeltas;
 use crate::pcap::PcapWriter;
 use crate::profile::Profile;
 use crate::world::World;
@@ -145,9 +146,6 @@ pub const GSO_TRAINS: TxTrains = TxTrains {
     max_segments: GSO_MAX_SEGS as u32,
     max_bytes: GSO_MAX_BYTES as u32,
 };
-
-// Every segment's ID of a segmented send is in the re-stamping table.
-const _: () = assert!(GSO_MAX_SEGS <= TRAIN_IDS);
 
 /// A packet [`UdpLink::deliver_rx`] hands on: the IP packet in the link's receive buffer, its
 /// header as the link wrote it, and whether the link checked its ICRC.
@@ -504,14 +502,14 @@ impl UdpLink {
     /// Sends one packet a device transmitted (IP header through ICRC) as a UDP datagram from
     /// the source port in its UDP header to its destination address. False if it was not sent
     /// (counted; the transport recovers as from a loss).
-    pub fn send(&mut self, packet: &[u8]) -> bool {
+    /// The packet is re-stamped in place with the IPv4 ID of the socket it leaves on (its
+    /// ICRC too; see `link::connected`).
+    pub fn send(&mut self, packet: &mut [u8]) -> bool {
         let Some(w) = wire_of(packet) else {
             LinkCounters::add(&self.counters.tx_malformed, 1);
             return false;
         };
-        // A copy: a connected socket's ID is stamped into the packet (this is not the pump's
-        // path, which sends the device's own buffers).
-        self.send_known(&mut packet.to_vec(), &w)
+        self.send_known(packet, &w)
     }
 
     /// [`UdpLink::send`] of a packet [`wire_of`] already parsed into `w`, re-stamped for the
@@ -2159,7 +2157,7 @@ mod tests {
         let mut b = link(2);
         let mut a = sender_to(&b);
         let sent = packet([127, 0, 0, 1], [127, 0, 0, 2], 0xc123);
-        assert!(a.send(&sent));
+        assert!(a.send(&mut sent.clone()));
         let got = recv_wait(&mut b);
         // Sent on a connected socket: with its ID, which the ICRC covers.
         assert_eq!(a.counters().tx_connected.load(Ordering::Relaxed), 1);
@@ -2450,7 +2448,7 @@ mod tests {
             .collect();
         let mut first = sent[..4].to_vec();
         a.send_batch(&mut first);
-        a.send(&sent[4]);
+        a.send(&mut sent[4].clone());
         let mut last = sent[5..].to_vec();
         a.send_batch(&mut last);
         let c = a.counters();
@@ -2526,7 +2524,7 @@ mod tests {
         a.send_batch(&mut batch);
         let mut bad = sized(9, 64, 0xc311);
         bad[50] ^= 0x10;
-        assert!(a.send(&bad));
+        assert!(a.send(&mut bad.clone()));
         let mut got = Vec::new();
         for _ in 0..2000 {
             if b.fill_rx(RX_BATCH) > 0 {
@@ -2798,8 +2796,8 @@ mod tests {
         let good = sized(1, 256, 0xc300);
         let mut bad = sized(2, 256, 0xc300);
         bad[60] ^= 0x01;
-        assert!(a.send(&good));
-        assert!(a.send(&bad));
+        assert!(a.send(&mut good.clone()));
+        assert!(a.send(&mut bad.clone()));
         let got = deliver_n(&mut b, 2);
         assert_eq!(got.len(), 2);
         assert!(got[0].1, "a good packet's ICRC is computed once, here");
