@@ -59,7 +59,7 @@ fn round_trip_comparison_reports(extra: &[&str]) {
         "{out}"
     );
     assert!(
-        figure(&out, "its socket calls alone (40+20 B trains)").is_some(),
+        figure(&out, "its socket calls alone (40 B, then 20 B)").is_some(),
         "{out}"
     );
     assert!(

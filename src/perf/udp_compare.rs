@@ -34,7 +34,7 @@ use crate::baseline::elapsed_ns;
 use crate::device::{NetDevice, open_net};
 use crate::stats::{median, ratio_list};
 use bypass_sim::link::floor::{
-    segmented_pingpong_rtts, segmented_stream_rate, write_round_trip_lens, write_stream_segment_len,
+    link_pingpong_rtts, segmented_stream_rate, write_round_trip_lens, write_stream_segment_len,
 };
 use bypass_verbs::SharedLease;
 
@@ -512,8 +512,8 @@ pub fn run(o: &UdpCompareOpts) -> Result<(), PerfError> {
         for _ in 0..o.rounds {
             let baseline = median_us(&udp_pingpong_rtts(ba, bb, lat_size, n)?);
             let floor = median_us(
-                &segmented_pingpong_rtts(ba, bb, (request, ack), (n, WARMUP), o.rtt_threads)
-                    .map_err(io("the segmented ping-pong"))?,
+                &link_pingpong_rtts(ba, bb, (request, ack), (n, WARMUP), o.rtt_threads)
+                    .map_err(io("the link-shaped ping-pong"))?,
             );
             let link = median_us(&write_rtts(&mut pair, o.lat_size, n, o.rtt_threads)?);
             rtt_rounds.push(Round {
@@ -545,7 +545,7 @@ pub fn run(o: &UdpCompareOpts) -> Result<(), PerfError> {
         );
         println!(" rounds' round-trip ratios: {}", ratio_list(&s.ratios, 2));
         println!(
-            " its socket calls alone ({request}+{ack} B trains): {:10.2} us  ({:.2} x the ping-pong; the link above it {:.2} us)",
+            " its socket calls alone ({request} B, then {ack} B): {:10.2} us  ({:.2} x the ping-pong; the link above it {:.2} us)",
             s.floor,
             s.floor / s.baseline,
             s.link - s.floor

@@ -1,17 +1,17 @@
 //! The kernel's share of a UDP link's round trip: what a WRITE ping-pong over the link costs
 //! in socket calls alone, with no device behind them.
 //!
-//! Owns: [`segmented_pingpong_rtts`] and [`segmented_stream_rate`] (the floors `bypass perf
+//! Owns: [`link_pingpong_rtts`] and [`segmented_stream_rate`] (the floors `bypass perf
 //! compare-udp` prints beside its plain UDP and TCP baselines) and [`write_round_trip_lens`]
 //! (the UDP payload lengths of the packets a WRITE round trip puts on the wire). Must not:
 //! touch a device or the link's sockets; it binds its own.
 //!
-//! Why it exists: in a WRITE ping-pong each side's reply leaves as one segmented send
-//! (`UDP_SEGMENT`) of two datagrams, the WRITE and the ACK of the peer's WRITE held for it
-//! (see `link::udp`), sent on a socket `connect`ed to the peer (`link::connected`), and is
-//! read with one `recvmsg` (`UDP_GRO`) on the unconnected receiving socket. Those calls
-//! cost more than a plain one-datagram `sendto`/`recvfrom` ping-pong; how much is measured here,
-//! in the same run, so that the link's own overhead is the difference above this floor. A
+//! Why it exists: in a WRITE ping-pong each side's reply leaves as one send of the WRITE
+//! alone, followed by a second send of the ACK of the peer's WRITE held for it (see
+//! `link::udp`), both on a socket `connect`ed to the peer (`link::connected`); each is read
+//! with its own `recvmsg` on the unconnected `UDP_GRO` receiving socket. Those calls cost
+//! something other than a plain one-datagram `sendto`/`recvfrom` ping-pong; what is measured
+//! here, in the same run, so that the link's own overhead is the difference above this floor. A
 //! WRITE stream goes out as segmented sends of 4 KiB-MTU packets read with `UDP_GRO`; what
 //! those calls alone carry, with the same window of unacknowledged bytes, is the streaming
 //! floor.
@@ -47,21 +47,27 @@ pub fn write_stream_segment_len(mtu: usize) -> Option<usize> {
 }
 
 /// A ping-pong between `a` and `b` where each side sends what a UDP link sends in a WRITE
-/// ping-pong: one segmented send (`UDP_SEGMENT`) of a `request`-byte and an `ack`-byte
-/// datagram from a sending socket connected to the peer, read by the peer with `recvmsg` on
-/// its receiving `UDP_GRO` socket. The round-trip times in
-/// ns, `iters` of them after `warmup` untimed ones; port 0 in `a` or `b` binds a free port.
+/// ping-pong: a `request`-byte datagram, then an `ack`-byte one (the ACK of the peer's last
+/// request) in a second send, both from a sending socket connected to the peer (`link::udp`
+/// sends a round's requests before the ACKs held for them), read by the peer with `recvmsg`
+/// on its receiving `UDP_GRO` socket: the request when it arrives, the ACK on the way to the
+/// next request (where the link's next wait-loop round reads it). The round-trip times in ns,
+/// `iters` of them after `warmup` untimed ones; port 0 in `a` or `b` binds a free port.
 /// `threads` 2: each side in its own thread, busy-polling and yielding between polls (as the
 /// link's wait loops and the plain ping-pong baseline do); 1: both sides in this thread, one
 /// after the other (as `bypass perf compare-udp --rtt-threads 1` runs the two NICs). This is
-/// the socket calls' share of that loop.
-pub fn segmented_pingpong_rtts(
+/// the socket calls' share of that loop. A `request` no longer than `ack` is refused
+/// (`InvalidInput`): the reader tells them apart by length.
+pub fn link_pingpong_rtts(
     a: SocketAddr,
     b: SocketAddr,
     (request, ack): (usize, usize),
     (iters, warmup): (usize, usize),
     threads: u8,
 ) -> io::Result<Vec<u64>> {
+    if request <= ack {
+        return Err(io::Error::from(io::ErrorKind::InvalidInput));
+    }
     let sa = UdpSocket::bind(a)?;
     let sb = UdpSocket::bind(b)?;
     for s in [&sa, &sb] {
@@ -75,7 +81,10 @@ pub fn segmented_pingpong_rtts(
         connected(a, sb.local_addr()?)?,
         connected(b, sa.local_addr()?)?,
     );
-    let pair = Pair::new(request, ack)?;
+    let pair = Pair {
+        req: vec![0x5au8; request],
+        ack: vec![0x11u8; ack],
+    };
     let deadline = Instant::now() + Duration::from_secs(30);
     let total = iters + warmup;
     let mut rtts = Vec::with_capacity(iters);
@@ -122,31 +131,60 @@ pub fn segmented_pingpong_rtts(
     Ok(rtts)
 }
 
-/// The two datagrams one side of [`segmented_pingpong_rtts`] sends.
+/// The two datagrams one side of [`link_pingpong_rtts`] sends.
 struct Pair {
     req: Vec<u8>,
     ack: Vec<u8>,
-    seg: u16,
 }
 
 impl Pair {
-    fn new(request: usize, ack: usize) -> io::Result<Self> {
-        let seg =
-            u16::try_from(request).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-        Ok(Self {
-            req: vec![0x5au8; request],
-            ack: vec![0x11u8; ack],
-            seg,
-        })
+    /// The request, then the ACK, each in its own send on `to`, a socket connected to the
+    /// peer (no address, as the link sends on one).
+    fn send(&self, to: &UdpSocket) -> io::Result<()> {
+        for d in [&self.req, &self.ack] {
+            sendmsg::<SockaddrStorage>(
+                to.as_raw_fd(),
+                &[IoSlice::new(d)],
+                &[],
+                MsgFlags::empty(),
+                None,
+            )
+            .map_err(io::Error::from)?;
+        }
+        Ok(())
     }
 
-    /// Both datagrams in one segmented send on `to`, a socket connected to the peer.
-    fn send(&self, to: &UdpSocket) -> io::Result<()> {
-        let iov = [IoSlice::new(&self.req), IoSlice::new(&self.ack)];
-        let cm = [ControlMessage::UdpGsoSegments(&self.seg)];
-        sendmsg::<SockaddrStorage>(to.as_raw_fd(), &iov, &cm, MsgFlags::empty(), None)
-            .map_err(io::Error::from)?;
-        Ok(())
+    /// Reads datagrams on `on` until the peer's request, into `buf`, with the caller's control
+    /// message buffer `cmsg` (`nix::cmsg_space!(libc::c_int)`, made once: the timed loop
+    /// allocates nothing); an ACK read on the way is the one sent after the peer's previous
+    /// request. `yielding`: yields the core between empty polls.
+    fn recv(
+        &self,
+        on: &UdpSocket,
+        buf: &mut [u8],
+        cmsg: &mut Vec<u8>,
+        deadline: Instant,
+        yielding: bool,
+    ) -> io::Result<()> {
+        loop {
+            let mut iov = [IoSliceMut::new(buf)];
+            match recvmsg::<SockaddrStorage>(
+                on.as_raw_fd(),
+                &mut iov,
+                Some(&mut *cmsg),
+                MsgFlags::MSG_DONTWAIT,
+            ) {
+                // The request (or, should the kernel ever coalesce them, a train holding it).
+                Ok(r) if r.bytes > self.ack.len() => return Ok(()),
+                Ok(_) => {}
+                Err(nix::errno::Errno::EAGAIN) if Instant::now() < deadline => {
+                    if yielding {
+                        std::thread::yield_now();
+                    }
+                }
+                Err(e) => return Err(io::Error::from(e)),
+            }
+        }
     }
 }
 
@@ -156,41 +194,6 @@ fn connected(local: SocketAddr, to: SocketAddr) -> io::Result<UdpSocket> {
     let s = UdpSocket::bind(SocketAddr::new(local.ip(), 0))?;
     s.connect(to)?;
     Ok(s)
-}
-
-impl Pair {
-    /// Reads both datagrams on `on`, however the kernel hands them over (one coalesced read
-    /// on loopback; two if it ever does not coalesce), into `buf`, with the caller's control
-    /// message buffer `cmsg` (`nix::cmsg_space!(libc::c_int)`, made once: the timed loop
-    /// allocates nothing); `yielding`: yields the core between empty polls.
-    fn recv(
-        &self,
-        on: &UdpSocket,
-        buf: &mut [u8],
-        cmsg: &mut Vec<u8>,
-        deadline: Instant,
-        yielding: bool,
-    ) -> io::Result<()> {
-        let mut left = self.req.len() + self.ack.len();
-        while left > 0 {
-            let mut iov = [IoSliceMut::new(buf)];
-            match recvmsg::<SockaddrStorage>(
-                on.as_raw_fd(),
-                &mut iov,
-                Some(&mut *cmsg),
-                MsgFlags::MSG_DONTWAIT,
-            ) {
-                Ok(r) => left = left.saturating_sub(r.bytes),
-                Err(nix::errno::Errno::EAGAIN) if Instant::now() < deadline => {
-                    if yielding {
-                        std::thread::yield_now();
-                    }
-                }
-                Err(e) => return Err(io::Error::from(e)),
-            }
-        }
-        Ok(())
-    }
 }
 
 /// Streams `total` bytes of UDP payload from `a` to `b` as segmented sends of `seg`-byte
@@ -297,14 +300,17 @@ mod tests {
     }
 
     #[test]
-    fn the_segmented_pingpong_times_every_round_trip_it_is_asked_for() {
+    fn the_link_pingpong_times_every_round_trip_it_is_asked_for() {
         // Port 0: each side binds a free port (no probe-and-rebind race).
         let a: SocketAddr = "127.0.0.1:0".parse().unwrap();
         let b: SocketAddr = "127.0.0.1:0".parse().unwrap();
         for threads in [1, 2] {
-            let rtts = segmented_pingpong_rtts(a, b, (40, 20), (20, 2), threads).unwrap();
+            let rtts = link_pingpong_rtts(a, b, (40, 20), (20, 2), threads).unwrap();
             assert_eq!(rtts.len(), 20);
             assert!(rtts.iter().all(|&ns| ns > 0));
         }
+        // The reader tells the request from the ACK by its length.
+        let same = link_pingpong_rtts(a, b, (20, 20), (1, 0), 1).unwrap_err();
+        assert_eq!(same.kind(), io::ErrorKind::InvalidInput);
     }
 }
