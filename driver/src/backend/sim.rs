@@ -409,18 +409,19 @@ impl SimBackend {
 
     fn mmio_write(&self, off: u64, bytes: &[u8]) {
         let inner = &self.fabric.inner;
-        let (r, handed_off) = {
+        // UDP: the device acts on a doorbell in this thread (see `sim/udp.rs`).
+        let udp = self.fabric.ring(|world| {
+            let dev = world.device(self.id);
+            let r = dev.mmio_write(off, bytes);
+            let rang = dev.pending_doorbells() > 0;
+            (r, rang)
+        });
+        let (r, handed_off) = if let Some(r) = udp {
+            (r, false)
+        } else {
             let mut world = lock(&inner.world);
             let r = world.device(self.id).mmio_write(off, bytes);
-            if self.fabric.has_wire() {
-                // UDP: the device acts on a doorbell in this thread (see `sim/udp.rs`).
-                let rang = world.device(self.id).pending_doorbells() > 0;
-                drop(world);
-                if rang {
-                    self.fabric.pump(bypass_sim::link::udp::Pumper::Doorbell);
-                }
-                (r, false)
-            } else if inner.inline_doorbells && world.device(self.id).pending_doorbells() > 0 {
+            if inner.inline_doorbells && world.device(self.id).pending_doorbells() > 0 {
                 // Inline doorbells: the device acts on it now, in this thread, and so does
                 // everything it sets off on a zero-latency link.
                 match run_inline(&mut world, inner.start) {

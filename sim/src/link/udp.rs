@@ -190,7 +190,8 @@ pub enum LinkError {
     },
 }
 
-/// What a link did: packets and the reasons some were not sent or not delivered.
+/// What a link did: packets and the reasons some were not sent or not delivered. The link
+/// that owns them is their only writer ([`LinkCounters::add`]); anyone may read them.
 #[derive(Debug, Default)]
 pub struct LinkCounters {
     /// Datagrams sent.
@@ -240,8 +241,13 @@ pub struct LinkCounters {
 }
 
 impl LinkCounters {
+    /// Adds `n` to counter `c`: a load and a store, not an atomic add. Only the link that
+    /// owns the counters writes them (from `&mut UdpLink`, or under its `UdpWire`'s lock: one
+    /// writer at a time, the lock ordering the writes); readers holding
+    /// [`UdpLink::counters`] only load. A `lock`-prefixed add costs about 20 cycles, and a
+    /// packet's trip through the link counts four to six times on the round trip's path.
     pub(crate) fn add(c: &AtomicU64, n: u64) {
-        c.fetch_add(n, Ordering::Relaxed);
+        c.store(c.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
     }
 
     /// A one-line summary (`tx 10 pkts / 1234 B, rx …`).
@@ -1912,6 +1918,48 @@ impl UdpWire {
                 None => return false,
             },
         };
+        // The socket is read with the world unlocked; the packets wait in the link's
+        // buffers and are handed to the devices in place below.
+        let busy = by != Pumper::Doorbell && g.link.fill_rx(RX_BATCH) > 0;
+        if by == Pumper::App && !busy && !g.held && t < self.next_timer.load(Ordering::Relaxed) {
+            return false;
+        }
+        let w = lock(world);
+        // Taken again after a doorbell round's wait for the lock (the others only try it).
+        let now = if by == Pumper::Doorbell {
+            self.now_ns()
+        } else {
+            t
+        };
+        self.round(&mut g, w, by, now, busy)
+    }
+
+    /// A [`Pumper::Doorbell`] round with the MMIO write that rings the doorbell in it: locks
+    /// the link, then the world, and runs `ring` on the world (the write); when it says a
+    /// doorbell is pending, the round goes on under the same lock, as [`UdpWire::pump`]'s
+    /// would after it (one world lock for the write and the round, where a write and a
+    /// separate pump took it twice on every post). Returns what `ring` returned.
+    pub fn ring<R>(&self, world: &Mutex<World>, ring: impl FnOnce(&mut World) -> (R, bool)) -> R {
+        let mut g = lock(&self.state);
+        let mut w = lock(world);
+        let (r, rang) = ring(&mut w);
+        if rang {
+            let now = self.now_ns();
+            self.round(&mut g, w, Pumper::Doorbell, now, false);
+        }
+        r
+    }
+
+    /// The rest of a round, with the link and the world locked (`w`, let go before the
+    /// sends), at device time `now`; `busy`: the round read packets. See [`UdpWire::pump`].
+    fn round(
+        &self,
+        g: &mut PumpState,
+        mut w: MutexGuard<'_, World>,
+        by: Pumper,
+        now: u64,
+        mut busy: bool,
+    ) -> bool {
         let PumpState {
             link,
             outbound,
@@ -1922,23 +1970,10 @@ impl UdpWire {
             ack_writer,
             tx_crcs,
             spare,
-        } = &mut *g;
-        // The socket is read with the world unlocked; the packets wait in the link's
-        // buffers and are handed to the devices in place below.
-        let mut busy = by != Pumper::Doorbell && link.fill_rx(RX_BATCH) > 0;
+        } = g;
         // A device's SQ flush waits for bursts this round sends (`engine::post_err_when_read`).
         let mut flush_waits = false;
-        if by == Pumper::App && !busy && !*held && t < self.next_timer.load(Ordering::Relaxed) {
-            return false;
-        }
         {
-            let mut w = lock(world);
-            // Taken again after a doorbell round's wait for the lock (the others only try it).
-            let now = if by == Pumper::Doorbell {
-                self.now_ns()
-            } else {
-                t
-            };
             let n = w.len();
             let allowed = w.fast_path();
             let trains = link.gso.then_some(GSO_TRAINS);
@@ -2033,6 +2068,7 @@ impl UdpWire {
                 }
             }
             self.next_timer.store(next_timer, Ordering::Relaxed);
+            drop(w);
         }
         let sending = !outbound.is_empty() || !acks.is_empty();
         busy |= sending;

@@ -40,8 +40,14 @@ impl SimFabric {
             .is_some_and(|w| w.pump(&self.inner.world, by))
     }
 
-    /// True for a UDP fabric.
-    pub(super) fn has_wire(&self) -> bool {
-        self.inner.wire.is_some()
+    /// A UDP fabric's MMIO write `write` to the world, and the doorbell round it rings (when it
+    /// says a doorbell is pending) in the caller's thread, under one world lock
+    /// ([`UdpWire::ring`]); `None` (nothing done) on other fabrics.
+    pub(super) fn ring<R>(
+        &self,
+        write: impl FnOnce(&mut bypass_sim::world::World) -> (R, bool),
+    ) -> Option<R> {
+        let wire = self.inner.wire.as_ref()?;
+        Some(wire.ring(&self.inner.world, write))
     }
 }
