@@ -9,9 +9,10 @@
 //! Why it exists: in a WRITE ping-pong each side's reply leaves as one send of the WRITE
 //! alone, followed by a second send of the ACK of the peer's WRITE held for it (see
 //! `link::udp`), both on a socket `connect`ed to the peer (`link::connected`); each is read
-//! with its own `recvmsg` on the unconnected `UDP_GRO` receiving socket. Those calls cost
-//! something other than a plain one-datagram `sendto`/`recvfrom` ping-pong; what is measured
-//! here, in the same run, so that the link's own overhead is the difference above this floor. A
+//! with its own `recvfrom` on the unconnected receiving socket, whose `UDP_GRO` the link
+//! turns off while only small datagrams arrive (`link::rx_mode`). Those calls cost something
+//! other than a plain one-datagram `sendto`/`recvfrom` ping-pong; what is measured here, in
+//! the same run, so that the link's own overhead is the difference above this floor. A
 //! WRITE stream goes out as segmented sends of 4 KiB-MTU packets read with `UDP_GRO`; what
 //! those calls alone carry, with the same window of unacknowledged bytes, is the streaming
 //! floor.
@@ -49,9 +50,10 @@ pub fn write_stream_segment_len(mtu: usize) -> Option<usize> {
 /// A ping-pong between `a` and `b` where each side sends what a UDP link sends in a WRITE
 /// ping-pong: a `request`-byte datagram, then an `ack`-byte one (the ACK of the peer's last
 /// request) in a second send, both from a sending socket connected to the peer (`link::udp`
-/// sends a round's requests before the ACKs held for them), read by the peer with `recvmsg`
-/// on its receiving `UDP_GRO` socket: the request when it arrives, the ACK on the way to the
-/// next request (where the link's next wait-loop round reads it). The round-trip times in ns,
+/// sends a round's requests before the ACKs held for them), read by the peer with `recvfrom`
+/// on its receiving socket, `UDP_GRO` off, as a link reads single small datagrams
+/// (`link::rx_mode`): the request when it arrives, the ACK on the way to the next request
+/// (where the link's next wait-loop round reads it). The round-trip times in ns,
 /// `iters` of them after `warmup` untimed ones; port 0 in `a` or `b` binds a free port.
 /// `threads` 2: each side in its own thread, busy-polling and yielding between polls (as the
 /// link's wait loops and the plain ping-pong baseline do); 1: both sides in this thread, one
@@ -72,7 +74,6 @@ pub fn link_pingpong_rtts(
     let sb = UdpSocket::bind(b)?;
     for s in [&sa, &sb] {
         s.set_nonblocking(true)?;
-        setsockopt(s, sockopt::UdpGroSegment, &true).map_err(io::Error::from)?;
     }
     // The sending sockets, as the link's: one per side, connected to the peer's receiving
     // socket (port 0 in `a` or `b` bound a free port: connect to the one bound).
@@ -89,13 +90,13 @@ pub fn link_pingpong_rtts(
     let total = iters + warmup;
     let mut rtts = Vec::with_capacity(iters);
     if threads < 2 {
-        let (mut buf, mut cmsg) = (vec![0u8; 65_536], nix::cmsg_space!(libc::c_int));
+        let mut buf = vec![0u8; 65_536];
         for i in 0..total {
             let t0 = Instant::now();
             pair.send(&to_b)?;
-            pair.recv(&sb, &mut buf, &mut cmsg, deadline, false)?;
+            pair.recv(&sb, &mut buf, deadline, false)?;
             pair.send(&to_a)?;
-            pair.recv(&sa, &mut buf, &mut cmsg, deadline, false)?;
+            pair.recv(&sa, &mut buf, deadline, false)?;
             if i >= warmup {
                 rtts.push(u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX));
             }
@@ -104,19 +105,19 @@ pub fn link_pingpong_rtts(
     }
     std::thread::scope(|s| {
         let echo = s.spawn(|| -> io::Result<()> {
-            let (mut buf, mut cmsg) = (vec![0u8; 65_536], nix::cmsg_space!(libc::c_int));
+            let mut buf = vec![0u8; 65_536];
             for _ in 0..total {
-                pair.recv(&sb, &mut buf, &mut cmsg, deadline, true)?;
+                pair.recv(&sb, &mut buf, deadline, true)?;
                 pair.send(&to_a)?;
             }
             Ok(())
         });
-        let (mut buf, mut cmsg) = (vec![0u8; 65_536], nix::cmsg_space!(libc::c_int));
+        let mut buf = vec![0u8; 65_536];
         let timed = (|| -> io::Result<()> {
             for i in 0..total {
                 let t0 = Instant::now();
                 pair.send(&to_b)?;
-                pair.recv(&sa, &mut buf, &mut cmsg, deadline, true)?;
+                pair.recv(&sa, &mut buf, deadline, true)?;
                 if i >= warmup {
                     rtts.push(u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX));
                 }
@@ -154,35 +155,26 @@ impl Pair {
         Ok(())
     }
 
-    /// Reads datagrams on `on` until the peer's request, into `buf`, with the caller's control
-    /// message buffer `cmsg` (`nix::cmsg_space!(libc::c_int)`, made once: the timed loop
-    /// allocates nothing); an ACK read on the way is the one sent after the peer's previous
-    /// request. `yielding`: yields the core between empty polls.
+    /// Reads datagrams on `on` (`recvfrom`) until the peer's request, into `buf`; an ACK read
+    /// on the way is the one sent after the peer's previous request. `yielding`: yields the
+    /// core between empty polls.
     fn recv(
         &self,
         on: &UdpSocket,
         buf: &mut [u8],
-        cmsg: &mut Vec<u8>,
         deadline: Instant,
         yielding: bool,
     ) -> io::Result<()> {
         loop {
-            let mut iov = [IoSliceMut::new(buf)];
-            match recvmsg::<SockaddrStorage>(
-                on.as_raw_fd(),
-                &mut iov,
-                Some(&mut *cmsg),
-                MsgFlags::MSG_DONTWAIT,
-            ) {
-                // The request (or, should the kernel ever coalesce them, a train holding it).
-                Ok(r) if r.bytes > self.ack.len() => return Ok(()),
+            match on.recv_from(buf) {
+                Ok((n, _)) if n > self.ack.len() => return Ok(()),
                 Ok(_) => {}
-                Err(nix::errno::Errno::EAGAIN) if Instant::now() < deadline => {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock && Instant::now() < deadline => {
                     if yielding {
                         std::thread::yield_now();
                     }
                 }
-                Err(e) => return Err(io::Error::from(e)),
+                Err(e) => return Err(e),
             }
         }
     }

@@ -7,7 +7,8 @@
 //! (measured by `bypass perf compare-udp`); `gather`, the WRITE packets the UDP link sends
 //! straight from the sender's memory (`sendmsg` iovecs), `train_ids`, the ICRC
 //! differences of the IDs a segmented send's segments leave with, `psn_deltas`, those of
-//! the PSNs of a burst's middle packets (the headers written in front of received packets
+//! the PSNs of a burst's middle packets, `rx_mode`, whether the receiving socket is read with
+//! `UDP_GRO` or plain (the headers written in front of received packets
 //! are kept by `crate::header_cache`). Must not: change what a device sends; a link only
 //! moves the bytes.
 
@@ -16,5 +17,6 @@ pub mod floor;
 pub(crate) mod gather;
 pub mod ipv4_id;
 mod psn_deltas;
+mod rx_mode;
 mod train_ids;
 pub mod udp;

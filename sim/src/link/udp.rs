@@ -93,6 +93,7 @@ use nix::sys::socket::{
     AddressFamily, SockFlag, SockType, SockaddrStorage, bind, setsockopt, socket, sockopt,
 };
 
+use super::rx_mode::{RxMode, STREAM_BYTES, Switch};
 use crate::frame::{AckWriter, Frame, TxTrains};
 use crate::header_cache::HeaderCache;
 use crate::link::connected::{Connected, RxIds};
@@ -238,6 +239,9 @@ pub struct LinkCounters {
     pub tx_id_probe_failures: AtomicU64,
     /// Empty datagrams received (a bypass peer's ID probes), skipped.
     pub rx_empty: AtomicU64,
+    /// Times the receiving socket's `UDP_GRO` was turned off (single datagrams arriving:
+    /// plain reads) or on again (a stream) (see `link::rx_mode`).
+    pub rx_gro_switches: AtomicU64,
 }
 
 impl LinkCounters {
@@ -254,7 +258,7 @@ impl LinkCounters {
     pub fn summary(&self) -> String {
         let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
         format!(
-            "tx {} pkts / {} B in {} send calls, {} segmented sends ({} from the sender's memory), {} sends connected ({} ID probes, {} failed), rx {} pkts / {} B in {} coalesced reads, tx errors {}, tx malformed {}, source-port fallbacks {}, rx IP IDs recovered {}, rx dropped {}, rx dropped on purpose {}, rx empty {}",
+            "tx {} pkts / {} B in {} send calls, {} segmented sends ({} from the sender's memory), {} sends connected ({} ID probes, {} failed), rx {} pkts / {} B in {} coalesced reads, tx errors {}, tx malformed {}, source-port fallbacks {}, rx IP IDs recovered {}, rx dropped {}, rx dropped on purpose {}, rx empty {}, rx GRO switches {}",
             g(&self.tx_packets),
             g(&self.tx_bytes),
             g(&self.tx_send_calls),
@@ -272,7 +276,8 @@ impl LinkCounters {
             g(&self.rx_ip_id_recovered),
             g(&self.rx_dropped),
             g(&self.rx_injected_drops),
-            g(&self.rx_empty)
+            g(&self.rx_empty),
+            g(&self.rx_gro_switches)
         )
     }
 }
@@ -300,6 +305,9 @@ pub struct UdpLink {
     /// for [`UdpLink::deliver_rx`].
     rx_bufs: Vec<RxBuf>,
     rx_filled: usize,
+    /// Whether the receiving socket is read with `UDP_GRO` on (`recvmsg`) or plain
+    /// (`recvfrom`), and when that changes (`link::rx_mode`).
+    rx_mode: RxMode,
     /// Send segmented trains (`UDP_SEGMENT`); cleared when the kernel refuses one.
     gso: bool,
     /// What [`bytes_wire`] found for each packet of the batch being sent, reused.
@@ -420,7 +428,7 @@ impl UdpLink {
             let _ = setsockopt(&rx, sockopt::RcvBuf, &RCVBUF);
         }
         // Best effort: without UDP_GRO (kernels before 5.0) every datagram is read alone.
-        let _ = setsockopt(&rx, sockopt::UdpGroSegment, &true);
+        let gro = setsockopt(&rx, sockopt::UdpGroSegment, &true).is_ok();
         // Port 0 asks the kernel for one: report what it chose.
         let local = rx.local_addr().map_err(|source| LinkError::Socket {
             what: "reading the bound address",
@@ -436,6 +444,7 @@ impl UdpLink {
             rx_ids: RxIds::default(),
             rx_bufs: Vec::new(),
             rx_filled: 0,
+            rx_mode: RxMode::new(gro),
             gso: true,
             wires: Vec::new(),
             wire_memo: WireMemo::default(),
@@ -880,7 +889,9 @@ impl UdpLink {
             let Some(space) = b.data.get_mut(RX_HEADROOM..) else {
                 break;
             };
-            let Some((n, from, seg)) = read_datagram(&self.rx, space, &self.counters) else {
+            let trains = self.rx_mode.reads_trains();
+            let Some((n, from, seg)) = read_datagram(&self.rx, space, &self.counters, trains)
+            else {
                 break;
             };
             if n == 0 {
@@ -894,12 +905,31 @@ impl UdpLink {
             }
             (b.len, b.from, b.seg) = (n, from, seg);
             self.rx_filled += 1;
+            match self.rx_mode.read(seg < n || n >= STREAM_BYTES) {
+                Switch::Keep => {}
+                Switch::Off => self.set_gro(false),
+                Switch::On => self.set_gro(true),
+            }
             packets += n.div_ceil(seg);
             if n < GSO_MAX_BYTES / 2 {
                 break;
             }
         }
         self.rx_filled
+    }
+
+    /// Turns the receiving socket's `UDP_GRO` on or off, as [`RxMode`] asked (a refusal
+    /// leaves the mode as it was).
+    fn set_gro(&mut self, on: bool) {
+        let ok = setsockopt(&self.rx, sockopt::UdpGroSegment, &on).is_ok();
+        if ok {
+            LinkCounters::add(&self.counters.rx_gro_switches, 1);
+        }
+        if on {
+            self.rx_mode.turned_on(ok);
+        } else {
+            self.rx_mode.turned_off(ok, Instant::now());
+        }
     }
 
     /// Hands every packet [`UdpLink::fill_rx`] read to `deliver`, in order, as the IP packet
@@ -1028,7 +1058,11 @@ fn read_datagram(
     sock: &UdpSocket,
     buf: &mut [u8],
     counters: &LinkCounters,
+    trains: bool,
 ) -> Option<(usize, SocketAddr, usize)> {
+    if !trains {
+        return read_plain(sock, buf, counters);
+    }
     loop {
         // Room for one cmsghdr and a c_int (CMSG_SPACE(4) is 24 on 64-bit Linux, 16 on
         // 32-bit), aligned as a cmsghdr.
@@ -1065,6 +1099,44 @@ fn read_datagram(
         let seg = gro_segment(&msg);
         match sockaddr_of(&from, msg.msg_namelen) {
             Some(from) => return Some((n, from, seg)),
+            None => LinkCounters::add(&counters.rx_dropped, 1),
+        }
+    }
+}
+
+/// [`read_datagram`] with `UDP_GRO` off (`link::rx_mode`): one datagram by `recvfrom`, no
+/// control message, segment size 0. Raw `libc::recvfrom` for the same reason as there.
+fn read_plain(
+    sock: &UdpSocket,
+    buf: &mut [u8],
+    counters: &LinkCounters,
+) -> Option<(usize, SocketAddr, usize)> {
+    loop {
+        // SAFETY: all-zero bytes are a valid `sockaddr_storage` (plain integers).
+        let mut from: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+        let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        // SAFETY: `buf` and `from` are live and exclusively borrowed for the call, with the
+        // lengths given: the kernel writes at most `buf.len()` bytes of datagram and `len`
+        // bytes of address, and reports the address length in `len`.
+        let r = unsafe {
+            libc::recvfrom(
+                sock.as_raw_fd(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                libc::MSG_DONTWAIT,
+                (&raw mut from).cast(),
+                &raw mut len,
+            )
+        };
+        let Ok(n) = usize::try_from(r) else {
+            match nix::errno::Errno::last() {
+                nix::errno::Errno::EINTR => continue,
+                // EAGAIN, or an ICMP error reported on the socket: nothing to hand on.
+                _ => return None,
+            }
+        };
+        match sockaddr_of(&from, len) {
+            Some(from) => return Some((n, from, 0)),
             None => LinkCounters::add(&counters.rx_dropped, 1),
         }
     }
@@ -1675,7 +1747,9 @@ fn icrc_of(crc: &IcrcHeaderState, payload: &mut [u8]) -> Option<u32> {
 /// packet's place in a train), and the ICRC `c0` computed over it. IPv4: the ID is 0 if
 /// `c0` matches; else `guess` (a connected bypass peer's next ID, `link::connected`) if
 /// `c0 ^ delta(guess)` does, or `hint` (segment `hint` of an unconnected bypass peer's
-/// train), `delta` from `trains`, the table the send side stamps train segments with; else
+/// train), or one of the 64 IDs before `guess` (a connected peer's send after a train read
+/// one datagram at a time), `delta` from `trains`, the table the send side stamps train
+/// segments with; else
 /// the ID [`Ipv4IdSolver`] finds by XOR (rxe's random IDs, a connected peer's first). The header's ID and checksum
 /// are then set to the ID found (`ip::set_ipv4_id`), which is left in `ip`. True when the ICRC matches the header as
 /// written; false (an ICRC no ID explains, or a payload too short to carry one) leaves the
@@ -1714,10 +1788,17 @@ fn stamp_header(
     // With ID `id` the ICRC is `c0 ^ delta(id)` (see `Ipv4IdSolver`).
     let mut matches =
         |id: u16| id != 0 && trains.delta(solver, n, id).is_some_and(|d| c0 ^ d == want);
+    // A connected peer's send after a train of k segments takes the train's first ID + 1,
+    // k - 1 behind the guess (one ID per send, `link::connected`): read whole, the train
+    // moved the guess by one; read as single datagrams (`UDP_GRO` off, `link::rx_mode`), by
+    // k. Tried only when the guess fails, at most one train's length back.
+    let behind = |g: u16| (1..=GSO_MAX_SEGS as u16).map(move |d| g.wrapping_sub(d));
     let found = if let Some(g) = guess.filter(|&g| matches(g)) {
         Some(g)
     } else if matches(hint) {
         Some(hint)
+    } else if let Some(g) = guess.and_then(|g| behind(g).find(|&id| matches(id))) {
+        Some(g)
     } else {
         let id = solver.solve(n, want ^ c0);
         if id.is_some_and(|id| id != 0) {
@@ -2536,6 +2617,47 @@ mod tests {
             1,
             "the probe"
         );
+    }
+
+    #[test]
+    fn small_datagrams_turn_gro_off_and_trains_still_arrive_as_the_datagrams_sent() {
+        use super::super::rx_mode::{GRO_AFTER, PLAIN_AFTER};
+        let mut b = link(2);
+        let mut a = sender_to(&b);
+        let switches = |l: &UdpLink| l.counters().rx_gro_switches.load(Ordering::Relaxed);
+        // Small packets one at a time, as a latency ping-pong sends them: after
+        // PLAIN_AFTER of them the receiving socket's UDP_GRO goes off.
+        let singles: Vec<Vec<u8>> = (0..PLAIN_AFTER).map(|i| sized(i, 8, 0xc341)).collect();
+        for p in &singles {
+            assert!(a.send(&mut p.clone()));
+            let got = recv_wait(&mut b);
+            assert_eq!(id0(&got), *p);
+        }
+        assert_eq!(switches(&b), 1, "UDP_GRO off");
+        // Trains from the same flow's connected socket now reach a socket without UDP_GRO:
+        // the kernel cuts them, the link reads them one datagram at a time (draining, then
+        // plain), each still exactly as sent, ICRC checked with the ID it left with.
+        let trains: Vec<Vec<u8>> = (0..2 * GRO_AFTER)
+            .map(|i| sized(100 + i, 1024, 0xc341))
+            .collect();
+        for t in trains.chunks(4) {
+            a.send_batch(&mut t.to_vec());
+        }
+        a.send(&mut sized(200, 8, 0xc341));
+        let got = deliver_n(&mut b, trains.len() + 1);
+        assert!(
+            got.iter().all(|(_, checked)| *checked),
+            "every ICRC matched"
+        );
+        let plain: Vec<Vec<u8>> = got.iter().map(|(p, _)| id0(p)).collect();
+        let mut want = trains.clone();
+        want.push(sized(200, 8, 0xc341));
+        assert_eq!(plain, want);
+        // Guessed, not solved for: the flow's first packet was the only one.
+        assert_eq!(b.counters().rx_ip_id_recovered.load(Ordering::Relaxed), 1);
+        // GRO_AFTER stream-sized datagrams in a row turned UDP_GRO on again.
+        assert_eq!(switches(&b), 2, "UDP_GRO on again");
+        assert_eq!(b.counters().rx_dropped.load(Ordering::Relaxed), 0);
     }
 
     #[test]

@@ -1,0 +1,224 @@
+//! How a UDP link reads its receiving socket: with `UDP_GRO` on, by `recvmsg` (a bypass
+//! peer's segmented sends arrive whole, one read for up to 64 packets, and the segment size
+//! comes in a control message), or with it off, by `recvfrom` (one datagram a read, cheaper).
+//!
+//! Owns: [`RxMode`], the choice between the two and when it changes. Must not: touch the
+//! socket (the link sets the option and makes the reads [`RxMode`] asks for).
+//!
+//! Why both: on this project's 2-core host (2026-11-30, C, loopback) a successful `recvmsg`
+//! with an address and a control buffer took 896 ns and `recvfrom` 738 ns, an empty one 404
+//! against 281. A round trip waits for one successful read on each side, and for half a
+//! busy-poll loop's period (an empty read and a yield) on each: plain reads took 0.33 us off
+//! the 8-byte WRITE round trip of `bypass perf compare-udp` (9.58 to 9.25 us, medians of five
+//! runs each, interleaved). A stream needs `UDP_GRO`: without it the kernel cuts every
+//! segmented send into datagrams before it queues them (`net/ipv4/udp.c`
+//! `udp_queue_rcv_skb`, `udp_unexpected_gso`), on the sender's time, and each is read alone.
+//!
+//! So the link starts with `UDP_GRO` on; after [`PLAIN_AFTER`] reads in a row that each got
+//! one small datagram (a peer answering small packets one at a time: ACKs, a latency
+//! ping-pong) it turns it off, and turns it on again after [`GRO_AFTER`] reads in a row of a
+//! stream's datagrams: [`STREAM_BYTES`] or more (a path-MTU packet at MTU 256 or above).
+//! With it on, a train or a stream-sized datagram (a stream from a peer that does not
+//! segment, such as rxe) keeps it on.
+//!
+//! Turning it off is not instant for the reader. A segmented send the kernel began to queue
+//! before the option changed may still arrive whole, and `recvfrom` cannot tell a train from
+//! one datagram (the segment size only comes with `recvmsg`). The link keeps reading with
+//! `recvmsg` for [`DRAIN`] after the change; only then are reads plain. (Were a train ever
+//! read plain, its ICRC would not check: the device drops it and counts the error, and the
+//! transport resends what it held. Nothing wrong is delivered.)
+
+use std::time::{Duration, Instant};
+
+/// Reads in a row of single small datagrams after which `UDP_GRO` goes off.
+pub(crate) const PLAIN_AFTER: u32 = 64;
+
+/// Reads in a row of stream-sized datagrams, with `UDP_GRO` off, after which it goes on
+/// again.
+pub(crate) const GRO_AFTER: u32 = 8;
+
+/// The UDP payload length from which a datagram counts as a stream's: a full packet at path
+/// MTU 256 is 272 bytes (BTH 12 + 256 + ICRC 4); an 8-byte WRITE is 40, an ACK 20.
+pub(crate) const STREAM_BYTES: usize = 256;
+
+/// How long reads stay `recvmsg` after `UDP_GRO` went off: far longer than the kernel takes
+/// from deciding not to cut a train to queueing it.
+pub(crate) const DRAIN: Duration = Duration::from_millis(10);
+
+/// What the link should do with the socket's `UDP_GRO` option.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Switch {
+    /// Nothing.
+    Keep,
+    /// Turn it off, then report with [`RxMode::turned_off`].
+    Off,
+    /// Turn it on, then report with [`RxMode::turned_on`].
+    On,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Gro {
+    /// The kernel has no `UDP_GRO`: every datagram arrives alone, reads are plain.
+    Unsupported,
+    On,
+    /// Off since this instant; reads stay `recvmsg` until [`DRAIN`] has passed.
+    Draining(Instant),
+    Off,
+}
+
+/// The receiving socket's read mode (see the module comment).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RxMode {
+    gro: Gro,
+    /// `On`: reads in a row of single small datagrams; off: reads in a row of a stream's.
+    run: u32,
+}
+
+impl RxMode {
+    /// A socket on which `UDP_GRO` is on (`gro`), or could not be turned on.
+    pub(crate) fn new(gro: bool) -> Self {
+        Self {
+            gro: if gro { Gro::On } else { Gro::Unsupported },
+            run: 0,
+        }
+    }
+
+    /// Whether the next read must be a `recvmsg` that can report a train's segment size;
+    /// false: `recvfrom`. Ends a drain whose time has passed (reading the clock only then).
+    pub(crate) fn reads_trains(&mut self) -> bool {
+        match self.gro {
+            Gro::On => true,
+            Gro::Draining(since) if since.elapsed() < DRAIN => true,
+            Gro::Draining(_) => {
+                self.gro = Gro::Off;
+                false
+            }
+            Gro::Off | Gro::Unsupported => false,
+        }
+    }
+
+    /// A read got a datagram; `stream`: a coalesced train, or one of [`STREAM_BYTES`] or
+    /// more.
+    pub(crate) fn read(&mut self, stream: bool) -> Switch {
+        match self.gro {
+            Gro::Unsupported => Switch::Keep,
+            Gro::On => {
+                self.run = if stream {
+                    0
+                } else {
+                    self.run.saturating_add(1)
+                };
+                if self.run >= PLAIN_AFTER {
+                    Switch::Off
+                } else {
+                    Switch::Keep
+                }
+            }
+            Gro::Draining(_) | Gro::Off => {
+                self.run = if stream {
+                    self.run.saturating_add(1)
+                } else {
+                    0
+                };
+                if self.run >= GRO_AFTER {
+                    Switch::On
+                } else {
+                    Switch::Keep
+                }
+            }
+        }
+    }
+
+    /// The link tried to turn `UDP_GRO` off (`ok`: it is off since `now`).
+    pub(crate) fn turned_off(&mut self, ok: bool, now: Instant) {
+        self.run = 0;
+        if ok {
+            self.gro = Gro::Draining(now);
+        }
+    }
+
+    /// The link tried to turn `UDP_GRO` on again (`ok`: it is on).
+    pub(crate) fn turned_on(&mut self, ok: bool) {
+        self.run = 0;
+        if ok {
+            self.gro = Gro::On;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gro_on(m: &RxMode) -> bool {
+        m.gro == Gro::On
+    }
+
+    #[test]
+    fn small_datagrams_turn_gro_off_and_reads_stay_trains_until_the_drain_ends() {
+        let mut m = RxMode::new(true);
+        assert!(m.reads_trains());
+        for _ in 1..PLAIN_AFTER {
+            assert_eq!(m.read(false), Switch::Keep);
+        }
+        // A train (or a stream-sized datagram) starts the count again.
+        assert_eq!(m.read(true), Switch::Keep);
+        for _ in 1..PLAIN_AFTER {
+            assert_eq!(m.read(false), Switch::Keep);
+        }
+        assert_eq!(m.read(false), Switch::Off);
+        let now = Instant::now();
+        m.turned_off(true, now);
+        assert!(!gro_on(&m));
+        // Still draining: what the kernel queued whole before the change is read whole.
+        assert!(m.reads_trains());
+        // Once the drain has passed, reads are plain.
+        m.gro = Gro::Draining(now - DRAIN);
+        assert!(!m.reads_trains());
+        assert_eq!(m.gro, Gro::Off);
+    }
+
+    #[test]
+    fn a_refused_switch_keeps_the_mode_and_counts_again() {
+        let mut m = RxMode::new(true);
+        for _ in 1..PLAIN_AFTER {
+            m.read(false);
+        }
+        assert_eq!(m.read(false), Switch::Off);
+        m.turned_off(false, Instant::now());
+        assert!(gro_on(&m));
+        assert_eq!(m.read(false), Switch::Keep);
+    }
+
+    #[test]
+    fn a_stream_turns_gro_on_again_and_small_datagrams_break_the_run() {
+        let mut m = RxMode::new(true);
+        m.gro = Gro::Off;
+        for _ in 1..GRO_AFTER {
+            assert_eq!(m.read(true), Switch::Keep);
+        }
+        // A small datagram (an ACK, a ping-pong's request) starts the count again.
+        assert_eq!(m.read(false), Switch::Keep);
+        for _ in 1..GRO_AFTER {
+            assert_eq!(m.read(true), Switch::Keep);
+        }
+        assert_eq!(m.read(true), Switch::On);
+        m.turned_on(true);
+        assert!(gro_on(&m) && m.reads_trains());
+        // With GRO on, a stream keeps it on however long it lasts.
+        for _ in 0..2 * PLAIN_AFTER {
+            assert_eq!(m.read(true), Switch::Keep);
+        }
+    }
+
+    #[test]
+    fn without_udp_gro_every_read_is_plain_and_nothing_switches() {
+        let mut m = RxMode::new(false);
+        assert!(!m.reads_trains());
+        for _ in 0..2 * PLAIN_AFTER {
+            assert_eq!(m.read(false), Switch::Keep);
+            assert_eq!(m.read(true), Switch::Keep);
+        }
+        assert!(!m.reads_trains());
+    }
+}
