@@ -154,19 +154,23 @@ mod tests {
         m.gro == Gro::On
     }
 
+    /// `n` reads (`stream` or not): every one but the last asks for no switch; what the last
+    /// asks for.
+    fn feed(m: &mut RxMode, stream: bool, n: u32) -> Switch {
+        for _ in 1..n {
+            assert_eq!(m.read(stream), Switch::Keep);
+        }
+        m.read(stream)
+    }
+
     #[test]
     fn small_datagrams_turn_gro_off_and_reads_stay_trains_until_the_drain_ends() {
         let mut m = RxMode::new(true);
         assert!(m.reads_trains());
-        for _ in 1..PLAIN_AFTER {
-            assert_eq!(m.read(false), Switch::Keep);
-        }
+        assert_eq!(feed(&mut m, false, PLAIN_AFTER - 1), Switch::Keep);
         // A train (or a stream-sized datagram) starts the count again.
         assert_eq!(m.read(true), Switch::Keep);
-        for _ in 1..PLAIN_AFTER {
-            assert_eq!(m.read(false), Switch::Keep);
-        }
-        assert_eq!(m.read(false), Switch::Off);
+        assert_eq!(feed(&mut m, false, PLAIN_AFTER), Switch::Off);
         let now = Instant::now();
         m.turned_off(true, now);
         assert!(!gro_on(&m));
@@ -181,10 +185,7 @@ mod tests {
     #[test]
     fn a_refused_switch_keeps_the_mode_and_counts_again() {
         let mut m = RxMode::new(true);
-        for _ in 1..PLAIN_AFTER {
-            m.read(false);
-        }
-        assert_eq!(m.read(false), Switch::Off);
+        assert_eq!(feed(&mut m, false, PLAIN_AFTER), Switch::Off);
         m.turned_off(false, Instant::now());
         assert!(gro_on(&m));
         assert_eq!(m.read(false), Switch::Keep);
@@ -194,21 +195,14 @@ mod tests {
     fn a_stream_turns_gro_on_again_and_small_datagrams_break_the_run() {
         let mut m = RxMode::new(true);
         m.gro = Gro::Off;
-        for _ in 1..GRO_AFTER {
-            assert_eq!(m.read(true), Switch::Keep);
-        }
+        assert_eq!(feed(&mut m, true, GRO_AFTER - 1), Switch::Keep);
         // A small datagram (an ACK, a ping-pong's request) starts the count again.
         assert_eq!(m.read(false), Switch::Keep);
-        for _ in 1..GRO_AFTER {
-            assert_eq!(m.read(true), Switch::Keep);
-        }
-        assert_eq!(m.read(true), Switch::On);
+        assert_eq!(feed(&mut m, true, GRO_AFTER), Switch::On);
         m.turned_on(true);
         assert!(gro_on(&m) && m.reads_trains());
         // With GRO on, a stream keeps it on however long it lasts.
-        for _ in 0..2 * PLAIN_AFTER {
-            assert_eq!(m.read(true), Switch::Keep);
-        }
+        assert_eq!(feed(&mut m, true, 2 * PLAIN_AFTER), Switch::Keep);
     }
 
     #[test]
