@@ -1747,10 +1747,10 @@ fn icrc_of(crc: &IcrcHeaderState, payload: &mut [u8]) -> Option<u32> {
 /// packet's place in a train), and the ICRC `c0` computed over it. IPv4: the ID is 0 if
 /// `c0` matches; else `guess` (a connected bypass peer's next ID, `link::connected`) if
 /// `c0 ^ delta(guess)` does, or `hint` (segment `hint` of an unconnected bypass peer's
-/// train), or one of the 64 IDs before `guess` (a connected peer's send after a train read
-/// one datagram at a time), `delta` from `trains`, the table the send side stamps train
-/// segments with; else
-/// the ID [`Ipv4IdSolver`] finds by XOR (rxe's random IDs, a connected peer's first). The header's ID and checksum
+/// train), `delta` from `trains`, the table the send side stamps train segments with; else
+/// the ID [`Ipv4IdSolver`] finds by XOR (rxe's random IDs, a connected peer's first; one up
+/// to 64 behind `guess`, a connected peer's send after a train read one datagram at a time,
+/// is not counted as recovered). The header's ID and checksum
 /// are then set to the ID found (`ip::set_ipv4_id`), which is left in `ip`. True when the ICRC matches the header as
 /// written; false (an ICRC no ID explains, or a payload too short to carry one) leaves the
 /// check to the device, IPv4 with ID 0, which counts the error as it should. `None` only
@@ -1788,20 +1788,20 @@ fn stamp_header(
     // With ID `id` the ICRC is `c0 ^ delta(id)` (see `Ipv4IdSolver`).
     let mut matches =
         |id: u16| id != 0 && trains.delta(solver, n, id).is_some_and(|d| c0 ^ d == want);
-    // A connected peer's send after a train of k segments takes the train's first ID + 1,
-    // k - 1 behind the guess (one ID per send, `link::connected`): read whole, the train
-    // moved the guess by one; read as single datagrams (`UDP_GRO` off, `link::rx_mode`), by
-    // k. Tried only when the guess fails, at most one train's length back.
-    let behind = |g: u16| (1..=GSO_MAX_SEGS as u16).map(move |d| g.wrapping_sub(d));
     let found = if let Some(g) = guess.filter(|&g| matches(g)) {
         Some(g)
     } else if matches(hint) {
         Some(hint)
-    } else if let Some(g) = guess.and_then(|g| behind(g).find(|&id| matches(id))) {
-        Some(g)
     } else {
         let id = solver.solve(n, want ^ c0);
-        if id.is_some_and(|id| id != 0) {
+        // A connected peer's send after a train of k segments takes the train's first ID + 1,
+        // k - 1 behind the guess (one ID per send, `link::connected`): read whole, the train
+        // moved the guess by one; read one datagram at a time (`UDP_GRO` off,
+        // `link::rx_mode`), by k. Such an ID was expected, not recovered.
+        let expected = |id: u16| {
+            guess.is_some_and(|g| (1..=GSO_MAX_SEGS as u16).contains(&g.wrapping_sub(id)))
+        };
+        if id.is_some_and(|id| id != 0 && !expected(id)) {
             LinkCounters::add(&counters.rx_ip_id_recovered, 1);
         }
         id
