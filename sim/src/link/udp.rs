@@ -1973,62 +1973,60 @@ impl UdpWire {
     /// the device that owns its destination GID (else device 0), step the devices at the
     /// current device time (ns since [`UdpWire::new`]) until idle, and send what they
     /// transmit. True if anything moved. [`Pumper::App`] and [`Pumper::Engine`] return false
-    /// at once when another thread is running a round.
+    /// at once when another thread is running a round; [`Pumper::Doorbell`] waits for it (a
+    /// doorbell written already: the round [`UdpWire::ring`] runs after its write).
     ///
     /// An application round that reads nothing, holds no ACKs and comes before the earliest
     /// device timer the last round saw does not touch the world: a device only has work after
-    /// a doorbell (acted on by [`Pumper::Doorbell`] rounds), a packet, or a timer, so stepping
-    /// it would change nothing. A busy-poll loop's empty rounds then cost one `recvmsg`, as a
-    /// plain socket's do.
+    /// a doorbell (acted on by doorbell rounds), a packet, or a timer, so stepping it would
+    /// change nothing. A busy-poll loop's empty rounds then cost one read, as a plain
+    /// socket's do.
     pub fn pump(&self, world: &Mutex<World>, by: Pumper) -> bool {
-        // Device time of the round (a doorbell round takes it once it holds the link).
-        let t = if by == Pumper::Doorbell {
-            0
-        } else {
-            self.now_ns()
-        };
+        if by == Pumper::Doorbell {
+            return self.ring_round(world, |_| ((), true)).1;
+        }
+        let t = self.now_ns();
         if by == Pumper::App {
             // Only a wait loop reads the socket: a doorbell alone (a CQ armed before a
             // blocking wait, say) must not keep the engine off it.
             self.app_pumped.store(t, Ordering::Relaxed);
         }
-        let mut g = match by {
-            Pumper::Doorbell => lock(&self.state),
-            Pumper::App | Pumper::Engine => match try_lock(&self.state) {
-                Some(g) => g,
-                None => return false,
-            },
+        let Some(mut g) = try_lock(&self.state) else {
+            return false;
         };
         // The socket is read with the world unlocked; the packets wait in the link's
         // buffers and are handed to the devices in place below.
-        let busy = by != Pumper::Doorbell && g.link.fill_rx(RX_BATCH) > 0;
+        let busy = g.link.fill_rx(RX_BATCH) > 0;
         if by == Pumper::App && !busy && !g.held && t < self.next_timer.load(Ordering::Relaxed) {
             return false;
         }
         let w = lock(world);
-        // Taken again after a doorbell round's wait for the lock (the others only try it).
-        let now = if by == Pumper::Doorbell {
-            self.now_ns()
-        } else {
-            t
-        };
-        self.round(&mut g, w, by, now, busy)
+        self.round(&mut g, w, by, t, busy)
     }
 
     /// A [`Pumper::Doorbell`] round with the MMIO write that rings the doorbell in it: locks
-    /// the link, then the world, and runs `ring` on the world (the write); when it says a
-    /// doorbell is pending, the round goes on under the same lock, as [`UdpWire::pump`]'s
-    /// would after it (one world lock for the write and the round, where a write and a
-    /// separate pump took it twice on every post). Returns what `ring` returned.
+    /// the link (waiting for a round another thread runs), then the world, and runs `ring` on
+    /// the world (the write); when it says a doorbell is pending, the round goes on under the
+    /// same lock, at the time read then (one world lock for the write and the round, where a
+    /// write and a separate pump took it twice on every post). Returns what `ring` returned.
     pub fn ring<R>(&self, world: &Mutex<World>, ring: impl FnOnce(&mut World) -> (R, bool)) -> R {
+        self.ring_round(world, ring).0
+    }
+
+    /// [`UdpWire::ring`], and whether its round moved anything.
+    fn ring_round<R>(
+        &self,
+        world: &Mutex<World>,
+        ring: impl FnOnce(&mut World) -> (R, bool),
+    ) -> (R, bool) {
         let mut g = lock(&self.state);
         let mut w = lock(world);
         let (r, rang) = ring(&mut w);
-        if rang {
+        let moved = rang && {
             let now = self.now_ns();
-            self.round(&mut g, w, Pumper::Doorbell, now, false);
-        }
-        r
+            self.round(&mut g, w, Pumper::Doorbell, now, false)
+        };
+        (r, moved)
     }
 
     /// The rest of a round, with the link and the world locked (`w`, let go before the
