@@ -471,7 +471,7 @@ pub enum CqGeometryError {
 }
 
 /// The CQE size the poller reads (rdma-core's default `cqe_sz`; the driver creates no other).
-const CQE_SIZE: usize = 64;
+pub(crate) const CQE_SIZE: usize = 64;
 
 /// The consumer side of a CQ ring: consumer index, the owner-bit rule, the doorbell record.
 #[derive(Debug)]

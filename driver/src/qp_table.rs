@@ -14,10 +14,11 @@ use core::ptr::NonNull;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-use bypass_hw::cqe::{Cqe64, MLX5_CQE_OWNER_MASK, sw_owns};
+use bypass_hw::cqe::{Cqe64, MLX5_CQE_OWNER_MASK, cqe_slot, sw_owns};
 use zerocopy::{FromZeros, IntoBytes};
 
 use crate::barrier::{udma_from_device_barrier, udma_to_device_barrier};
+use crate::poll::CQE_SIZE;
 use crate::wq::{RingPtr, WqShared};
 
 /// One slot of the QP table: a QPN (`EMPTY_QPN` when free) and its bookkeeping (for a free
@@ -246,12 +247,11 @@ impl QpTable {
     /// `ring`/`nent`/`dbr` must describe the CQ this table belongs to; its CQEs are 64 bytes
     /// (the only size the driver creates and the poller reads).
     pub fn clean(&self, ring: &RingPtr, nent: u32, dbr: &RingPtr, qpn: u32) -> u32 {
-        const CQE: usize = core::mem::size_of::<Cqe64>();
         let held = self.acquire_blocking();
         let count = held.get().ci();
         // The ring arithmetic below needs only the low 32 bits (slot and lap parity).
         let ci = count as u32;
-        let off = |i: u32| (i & (nent - 1)) as usize * CQE;
+        let off = |i: u32| cqe_slot(i, nent) as usize * CQE_SIZE;
         let mut prod = ci;
         while prod.wrapping_sub(ci) < nent - 1 && sw_owns(ring.read_u8(off(prod) + 63), prod, nent)
         {
@@ -266,11 +266,11 @@ impl QpTable {
             ring.read(off(prod), cqe.as_mut_bytes());
             // `sop_drop_qpn` (`s_wqe_opcode_qpn` in an error CQE, the same bytes): the QPN in
             // the low 24 bits, for good and error CQEs alike.
-            if cqe.sop_drop_qpn.get() & 0x00ff_ffff == qpn {
+            if cqe.qpn() == qpn {
                 freed += 1;
             } else if freed > 0 {
                 let dst = off(prod.wrapping_add(freed));
-                let owner = ring.read_u8(dst + CQE - 1) & MLX5_CQE_OWNER_MASK;
+                let owner = ring.read_u8(dst + CQE_SIZE - 1) & MLX5_CQE_OWNER_MASK;
                 cqe.op_own = (cqe.op_own & !MLX5_CQE_OWNER_MASK) | owner;
                 ring.write(dst, cqe.as_bytes());
             }
