@@ -23,7 +23,12 @@
 //! unread, `rxe_recv.c` `rxe_rcv`: shorter than a BTH; a bypass link skips it) with a
 //! software transmit timestamp requested: the kernel loops the packet as sent, headers
 //! included, back to the socket's error queue (`SOF_TIMESTAMPING_TX_SOFTWARE`,
-//! `Documentation/networking/timestamping.rst`), where its ID is read. From then on the link
+//! `Documentation/networking/timestamping.rst`), where its ID is read. The packet comes back
+//! with its headers only where `net.core.tstamp_allow_data` is 1 (the default) or the process
+//! has `CAP_NET_RAW` (`net/core/skbuff.c` `skb_may_tx_timestamp`); elsewhere every probe reads
+//! nothing and the flows go out unconnected. Segment `k` = ID + `k` holds where the kernel
+//! segments in software (loopback, veth, tap); a NIC segmenting a UDP send itself numbers
+//! the segments as it does. From then on the link
 //! counts one ID per send, and stamps the packets' ICRCs with it (an XOR,
 //! `link::ipv4_id`). When anything makes the count uncertain (a send the kernel refused),
 //! the socket is probed again; until the ID is known, and wherever probing does not work
@@ -45,8 +50,9 @@ use super::udp::LinkCounters;
 /// out unconnected (ID 0), as every flow did before.
 pub(crate) const MAX_CONNECTED: usize = 256;
 
-/// Reads of the error queue a probe gets before the link gives up on the socket (a device
-/// that timestamps late shows the packet a few pump rounds after the send).
+/// Reads of the error queue a probe gets before the link gives up on the socket, one per
+/// send the flow makes meanwhile (a device that timestamps late shows the packet a few
+/// sends after the probe).
 const PROBE_READS: u16 = 64;
 
 /// Probes in a row the kernel may refuse (an unreachable peer's ICMP errors) before the link
@@ -71,6 +77,8 @@ enum NextId {
 struct Entry {
     sport: u16,
     to: SocketAddr,
+    /// The port `sock` is bound to (`sport`, or the kernel's pick for `sport` 0).
+    bound: u16,
     sock: Option<UdpSocket>,
     next: NextId,
 }
@@ -99,13 +107,17 @@ impl Connected {
     /// The connected socket sending from `sport` on `local` to `to`, with the ID its next
     /// datagram gets; `None` when the flow goes out unconnected for now (its ID is being
     /// learned, or cannot be). Creates the socket and probes it on first use; the probes go
-    /// to `counters`.
+    /// to `counters`. `queued(fd)`: sends on socket `fd` wait in the caller's batch. A socket
+    /// whose count went stale is probed again only when none do: a probe sent ahead of them
+    /// would take the ID the count gives the first of them, and every ID after it would be
+    /// one off for good.
     pub(crate) fn route(
         &mut self,
         local: IpAddr,
         sport: u16,
         to: SocketAddr,
         counters: &LinkCounters,
+        queued: impl Fn(RawFd) -> bool,
     ) -> Option<Route> {
         let at = match self.last {
             Some(at)
@@ -133,11 +145,12 @@ impl Connected {
                 });
             }
             NextId::Never => return None,
+            NextId::Stale(_) if queued(sock.as_raw_fd()) => {}
             NextId::Stale(refused) => {
-                e.next = probe(sock, counters, refused);
+                e.next = probe(sock, (e.bound, e.to), counters, refused);
             }
             NextId::Probing(reads) => {
-                e.next = match looped_id(sock) {
+                e.next = match looped_id(sock, e.bound, e.to) {
                     Some(id) => learned(sock, id),
                     None if reads >= PROBE_READS => {
                         LinkCounters::add(&counters.tx_id_probe_failures, 1);
@@ -191,14 +204,19 @@ impl Connected {
                 }
                 let at = u32::try_from(self.entries.len()).ok()?;
                 let sock = connected_socket(SocketAddr::new(local, sport), to).ok();
+                let bound = sock
+                    .as_ref()
+                    .and_then(|s| s.local_addr().ok())
+                    .map_or(sport, |a| a.port());
                 let next = match &sock {
                     None => NextId::Never,
                     Some(_) if to.is_ipv6() => NextId::Known(0),
-                    Some(s) => probe(s, counters, 0),
+                    Some(s) => probe(s, (bound, to), counters, 0),
                 };
                 self.entries.push(Entry {
                     sport,
                     to,
+                    bound,
                     sock,
                     next,
                 });
@@ -219,8 +237,14 @@ fn connected_socket(local: SocketAddr, to: SocketAddr) -> Result<UdpSocket, nix:
 
 /// Sends the empty probe datagram on `sock` with a software transmit timestamp asked for,
 /// and reads its looped-back copy if it is there already (loopback, veth and tap loop it
-/// back within the send). `refused`: the probes before this one the kernel refused.
-fn probe(sock: &UdpSocket, counters: &LinkCounters, refused: u8) -> NextId {
+/// back within the send); `(bound, to)`: its bound port and peer. `refused`: the probes
+/// before this one the kernel refused.
+fn probe(
+    sock: &UdpSocket,
+    (bound, to): (u16, SocketAddr),
+    counters: &LinkCounters,
+    refused: u8,
+) -> NextId {
     let flags = TimestampingFlag::SOF_TIMESTAMPING_TX_SOFTWARE
         | TimestampingFlag::SOF_TIMESTAMPING_SOFTWARE;
     if setsockopt(sock, sockopt::Timestamping, &flags).is_err() {
@@ -231,7 +255,7 @@ fn probe(sock: &UdpSocket, counters: &LinkCounters, refused: u8) -> NextId {
     while recvmsg::<()>(
         sock.as_raw_fd(),
         &mut [IoSliceMut::new(&mut [0u8; 64])],
-        Some(&mut nix::cmsg_space!([libc::timespec; 3])),
+        None,
         MsgFlags::MSG_ERRQUEUE | MsgFlags::MSG_DONTWAIT,
     )
     .is_ok()
@@ -246,31 +270,33 @@ fn probe(sock: &UdpSocket, counters: &LinkCounters, refused: u8) -> NextId {
         }
         return NextId::Stale(refused + 1);
     }
-    match looped_id(sock) {
+    match looped_id(sock, bound, to) {
         Some(id) => learned(sock, id),
         None => NextId::Probing(1),
     }
 }
 
 /// The probe on `sock` left with ID `id`: the next datagram gets the next one. The socket
-/// stops asking for timestamps (best effort: one that keeps them only fills its error queue,
-/// which nothing reads).
+/// stops asking for timestamps; one that cannot stop would queue a copy of every send in an
+/// error queue nothing reads, so its flow goes unconnected for good instead.
 fn learned(sock: &UdpSocket, id: u16) -> NextId {
-    let _ = setsockopt(sock, sockopt::Timestamping, &TimestampingFlag::empty());
-    NextId::Known(id.wrapping_add(1))
+    match setsockopt(sock, sockopt::Timestamping, &TimestampingFlag::empty()) {
+        Ok(()) => NextId::Known(id.wrapping_add(1)),
+        Err(_) => NextId::Never,
+    }
 }
 
-/// The IPv4 ID of the probe the error queue of `sock` holds, if it is there.
-fn looped_id(sock: &UdpSocket) -> Option<u16> {
-    let (sport, to) = (sock.local_addr().ok()?.port(), sock.peer_addr().ok()?);
+/// The IPv4 ID of the probe the error queue of `sock` (bound to port `sport`, connected to
+/// `to`) holds, if it is there. Only the looped-back packet is read: with no room for the
+/// control messages (the timestamps) the kernel only flags them cut (`MSG_CTRUNC`).
+fn looped_id(sock: &UdpSocket, sport: u16, to: SocketAddr) -> Option<u16> {
     let mut buf = [0u8; 128];
-    let mut cmsg = nix::cmsg_space!([libc::timespec; 3]);
     let n = {
         let mut iov = [IoSliceMut::new(&mut buf)];
         recvmsg::<()>(
             sock.as_raw_fd(),
             &mut iov,
-            Some(&mut cmsg),
+            None,
             MsgFlags::MSG_ERRQUEUE | MsgFlags::MSG_DONTWAIT,
         )
         .ok()?
@@ -345,6 +371,7 @@ mod tests {
 
     #[test]
     fn a_probe_learns_the_id_the_kernel_stamps_next() {
+        let none = |_| false;
         let peer = bound([127, 0, 0, 2]);
         let to = peer.local_addr().unwrap();
         let mut c = Connected::default();
@@ -353,7 +380,7 @@ mod tests {
         let probes = |n: &LinkCounters| n.tx_id_probes.load(std::sync::atomic::Ordering::Relaxed);
         // Loopback loops the probe back within the send: known at once.
         let r = c
-            .route(local, 0, to, &n)
+            .route(local, 0, to, &n, none)
             .expect("loopback timestamps its packets");
         assert_eq!(probes(&n), 1);
         // The probe arrived empty; sends from here on carry the counted IDs.
@@ -361,13 +388,18 @@ mod tests {
         assert_eq!(peer.recv(&mut buf).unwrap(), 0);
         c.socket(r.conn).unwrap().send(b"x").unwrap();
         c.sent(r.conn);
-        let r2 = c.route(local, 0, to, &n).unwrap();
+        let r2 = c.route(local, 0, to, &n, none).unwrap();
         assert_eq!(r2.id, r.id.wrapping_add(1));
         assert_eq!(r2.fd, r.fd);
-        // A failed send makes the count uncertain: the next use probes again.
+        // A failed send makes the count uncertain: the next use probes again, but not while
+        // sends on the socket wait in the caller's batch (they would go out after the probe,
+        // each with the ID after the one the count gave it).
         c.failed(r2.conn);
-        assert_eq!(c.route(local, 0, to, &n), None, "probing again");
-        let r3 = c.route(local, 0, to, &n).unwrap();
+        let queued_here = |fd| fd == r2.fd;
+        assert_eq!(c.route(local, 0, to, &n, queued_here), None, "sends wait");
+        assert_eq!(probes(&n), 1, "no probe ahead of queued sends");
+        assert_eq!(c.route(local, 0, to, &n, none), None, "probing again");
+        let r3 = c.route(local, 0, to, &n, none).unwrap();
         assert_eq!(probes(&n), 2);
         // The second probe took r2's ID (nothing was sent with it).
         assert_eq!(r3.id, r2.id.wrapping_add(1));

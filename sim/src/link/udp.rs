@@ -580,9 +580,11 @@ impl UdpLink {
     fn tx_route(&mut self, sport: u16, to: SocketAddr) -> TxRoute {
         if self.connect
             && sport != self.local.port()
-            && let Some(r) = self
-                .connected
-                .route(self.local.ip(), sport, to, &self.counters)
+            && let Some(r) =
+                self.connected
+                    .route(self.local.ip(), sport, to, &self.counters, |fd| {
+                        self.batch.sends.iter().any(|q| q.fd == fd)
+                    })
         {
             return TxRoute {
                 fd: r.fd,
