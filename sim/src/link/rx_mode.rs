@@ -21,10 +21,13 @@
 //! With it on, a train or a stream-sized datagram (a stream from a peer that does not
 //! segment, such as rxe) keeps it on.
 //!
-//! Turning it off is not instant for the reader. A segmented send the kernel began to queue
-//! before the option changed may still arrive whole, and `recvfrom` cannot tell a train from
-//! one datagram (the segment size only comes with `recvmsg`). The link keeps reading with
-//! `recvmsg` for [`DRAIN`] after the change; only then are reads plain. (Were a train ever
+//! Turning it off is not instant for the reader. A train queued whole before the option
+//! changed stays in the socket's queue until it is read, however long that takes, and the
+//! kernel decides whether to cut a train when it queues it (`net/ipv4/udp.c`
+//! `udp_queue_rcv_skb`, `udp_unexpected_gso`), so one in flight as the option changes may
+//! still arrive whole; `recvfrom` cannot tell a train from one datagram (the segment size
+//! only comes with `recvmsg`). The link keeps reading with `recvmsg` until a read finds the
+//! queue empty at least [`DRAIN`] after the change; only then are reads plain. (Were a train ever
 //! read plain, its ICRC would not check: the device drops it and counts the error, and the
 //! transport resends what it held. Nothing wrong is delivered.)
 
@@ -41,8 +44,8 @@ pub(crate) const GRO_AFTER: u32 = 8;
 /// MTU 256 is 272 bytes (BTH 12 + 256 + ICRC 4); an 8-byte WRITE is 40, an ACK 20.
 pub(crate) const STREAM_BYTES: usize = 256;
 
-/// How long reads stay `recvmsg` after `UDP_GRO` went off: far longer than the kernel takes
-/// from deciding not to cut a train to queueing it.
+/// How long after `UDP_GRO` went off an empty queue ends the drain: far longer than the
+/// kernel takes from deciding not to cut a train to queueing it.
 pub(crate) const DRAIN: Duration = Duration::from_millis(10);
 
 /// What the link should do with the socket's `UDP_GRO` option.
@@ -61,7 +64,8 @@ enum Gro {
     /// The kernel has no `UDP_GRO`: every datagram arrives alone, reads are plain.
     Unsupported,
     On,
-    /// Off since this instant; reads stay `recvmsg` until [`DRAIN`] has passed.
+    /// Off since this instant; reads stay `recvmsg` until one finds the queue empty
+    /// [`DRAIN`] or more after it.
     Draining(Instant),
     Off,
 }
@@ -84,16 +88,18 @@ impl RxMode {
     }
 
     /// Whether the next read must be a `recvmsg` that can report a train's segment size;
-    /// false: `recvfrom`. Ends a drain whose time has passed (reading the clock only then).
-    pub(crate) fn reads_trains(&mut self) -> bool {
-        match self.gro {
-            Gro::On => true,
-            Gro::Draining(since) if since.elapsed() < DRAIN => true,
-            Gro::Draining(_) => {
-                self.gro = Gro::Off;
-                false
-            }
-            Gro::Off | Gro::Unsupported => false,
+    /// false: `recvfrom`.
+    pub(crate) fn reads_trains(&self) -> bool {
+        matches!(self.gro, Gro::On | Gro::Draining(_))
+    }
+
+    /// A read found the queue empty: a drain [`DRAIN`] old or more ends (the clock is read
+    /// only here, while draining).
+    pub(crate) fn empty(&mut self) {
+        if let Gro::Draining(since) = self.gro
+            && since.elapsed() >= DRAIN
+        {
+            self.gro = Gro::Off;
         }
     }
 
@@ -174,10 +180,18 @@ mod tests {
         let now = Instant::now();
         m.turned_off(true, now);
         assert!(!gro_on(&m));
-        // Still draining: what the kernel queued whole before the change is read whole.
+        // Still draining: what the kernel queued whole before the change is read whole, even
+        // past the drain time while the queue still holds packets.
         assert!(m.reads_trains());
-        // Once the drain has passed, reads are plain.
+        m.empty();
+        assert!(m.reads_trains(), "an empty queue right after the change");
         m.gro = Gro::Draining(now - DRAIN);
+        assert!(
+            m.reads_trains(),
+            "past the drain time, packets still queued"
+        );
+        // The first empty read after the drain time: reads are plain.
+        m.empty();
         assert!(!m.reads_trains());
         assert_eq!(m.gro, Gro::Off);
     }

@@ -892,9 +892,14 @@ impl UdpLink {
                 break;
             };
             let trains = self.rx_mode.reads_trains();
-            let Some((n, from, seg)) = read_datagram(&self.rx, space, &self.counters, trains)
-            else {
-                break;
+            let (n, from, seg) = match read_datagram(&self.rx, space, &self.counters, trains) {
+                Ok(got) => got,
+                Err(e) => {
+                    if e == nix::errno::Errno::EAGAIN {
+                        self.rx_mode.empty();
+                    }
+                    break;
+                }
             };
             if n == 0 {
                 // A peer link's ID probe (`link::connected`): nothing to hand on.
@@ -1049,9 +1054,11 @@ impl UdpLink {
 }
 
 /// Reads one datagram (or `UDP_GRO` train) from `sock` into `buf`: its length, sender and
-/// segment size (0: not a train). `None` when nothing is waiting.
+/// segment size (0: not a train). `trains`: by `recvmsg`, which reports a train's segment
+/// size; else by `recvfrom`, one datagram, cheaper (`link::rx_mode`). `Err` when nothing was
+/// read: `EAGAIN` (the queue is empty), or an ICMP error reported on the socket.
 ///
-/// Raw `libc::recvmsg` rather than nix's: this is the one call of every pump round of a
+/// Raw `libc` calls rather than nix's: this is the one call of every pump round of a
 /// busy-poll loop, and nix's wrapper (its `SockaddrStorage`, `RecvMsg`, control-message
 /// iterator and `SocketAddr` conversion) cost ~300 instructions a call more than the call
 /// itself; here the header, the address and the one `UDP_GRO` control message are read in
@@ -1061,87 +1068,83 @@ fn read_datagram(
     buf: &mut [u8],
     counters: &LinkCounters,
     trains: bool,
-) -> Option<(usize, SocketAddr, usize)> {
-    if !trains {
-        return read_plain(sock, buf, counters);
-    }
+) -> Result<(usize, SocketAddr, usize), nix::errno::Errno> {
     loop {
-        // Room for one cmsghdr and a c_int (CMSG_SPACE(4) is 24 on 64-bit Linux, 16 on
-        // 32-bit), aligned as a cmsghdr.
-        let mut control = [0u64; 4];
         // SAFETY: all-zero bytes are a valid `sockaddr_storage` (plain integers).
         let mut from: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-        let mut iov = libc::iovec {
-            iov_base: buf.as_mut_ptr().cast(),
-            iov_len: buf.len(),
-        };
-        // SAFETY: `msghdr` is plain integers and pointers, valid all-zero. Every pointer set
-        // in it points at a local or at `buf`, each live and exclusively borrowed for the
-        // call, with the lengths given: the kernel writes at most `iov_len` bytes of
-        // datagram, `msg_namelen` bytes of address and `msg_controllen` bytes of control
-        // messages, and reports how much it wrote in the same fields.
-        let (r, msg) = unsafe {
-            let mut msg: libc::msghdr = std::mem::zeroed();
-            msg.msg_name = (&raw mut from).cast();
-            msg.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as _;
-            msg.msg_iov = &raw mut iov;
-            msg.msg_iovlen = 1;
-            msg.msg_control = control.as_mut_ptr().cast();
-            msg.msg_controllen = std::mem::size_of_val(&control) as _;
-            let r = libc::recvmsg(sock.as_raw_fd(), &raw mut msg, libc::MSG_DONTWAIT);
-            (r, msg)
+        let (r, len, seg) = if trains {
+            recv_train(sock, buf, &mut from)
+        } else {
+            recv_plain(sock, buf, &mut from)
         };
         let Ok(n) = usize::try_from(r) else {
             match nix::errno::Errno::last() {
                 nix::errno::Errno::EINTR => continue,
-                // EAGAIN, or an ICMP error reported on the socket: nothing to hand on.
-                _ => return None,
+                e => return Err(e),
             }
         };
-        let seg = gro_segment(&msg);
-        match sockaddr_of(&from, msg.msg_namelen) {
-            Some(from) => return Some((n, from, seg)),
+        match sockaddr_of(&from, len) {
+            Some(from) => return Ok((n, from, seg)),
             None => LinkCounters::add(&counters.rx_dropped, 1),
         }
     }
 }
 
-/// [`read_datagram`] with `UDP_GRO` off (`link::rx_mode`): one datagram by `recvfrom`, no
-/// control message, segment size 0. Raw `libc::recvfrom` for the same reason as there.
-fn read_plain(
+/// One `recvmsg` into `buf`, the sender into `from`: the call's result, the address length
+/// and the `UDP_GRO` segment size.
+fn recv_train(
     sock: &UdpSocket,
     buf: &mut [u8],
-    counters: &LinkCounters,
-) -> Option<(usize, SocketAddr, usize)> {
-    loop {
-        // SAFETY: all-zero bytes are a valid `sockaddr_storage` (plain integers).
-        let mut from: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-        let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-        // SAFETY: `buf` and `from` are live and exclusively borrowed for the call, with the
-        // lengths given: the kernel writes at most `buf.len()` bytes of datagram and `len`
-        // bytes of address, and reports the address length in `len`.
-        let r = unsafe {
-            libc::recvfrom(
-                sock.as_raw_fd(),
-                buf.as_mut_ptr().cast(),
-                buf.len(),
-                libc::MSG_DONTWAIT,
-                (&raw mut from).cast(),
-                &raw mut len,
-            )
-        };
-        let Ok(n) = usize::try_from(r) else {
-            match nix::errno::Errno::last() {
-                nix::errno::Errno::EINTR => continue,
-                // EAGAIN, or an ICMP error reported on the socket: nothing to hand on.
-                _ => return None,
-            }
-        };
-        match sockaddr_of(&from, len) {
-            Some(from) => return Some((n, from, 0)),
-            None => LinkCounters::add(&counters.rx_dropped, 1),
-        }
-    }
+    from: &mut libc::sockaddr_storage,
+) -> (isize, libc::socklen_t, usize) {
+    // Room for one cmsghdr and a c_int (CMSG_SPACE(4) is 24 on 64-bit Linux, 16 on 32-bit),
+    // aligned as a cmsghdr.
+    let mut control = [0u64; 4];
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    // SAFETY: `msghdr` is plain integers and pointers, valid all-zero. Every pointer set in
+    // it points at a local, at `from` or at `buf`, each live and exclusively borrowed for
+    // the call, with the lengths given: the kernel writes at most `iov_len` bytes of
+    // datagram, `msg_namelen` bytes of address and `msg_controllen` bytes of control
+    // messages, and reports how much it wrote in the same fields.
+    let (r, msg) = unsafe {
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_name = std::ptr::from_mut(from).cast();
+        msg.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as _;
+        msg.msg_iov = &raw mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control.as_mut_ptr().cast();
+        msg.msg_controllen = std::mem::size_of_val(&control) as _;
+        let r = libc::recvmsg(sock.as_raw_fd(), &raw mut msg, libc::MSG_DONTWAIT);
+        (r, msg)
+    };
+    (r, msg.msg_namelen, gro_segment(&msg))
+}
+
+/// One `recvfrom` into `buf`, the sender into `from`: the call's result, the address length
+/// and segment size 0.
+fn recv_plain(
+    sock: &UdpSocket,
+    buf: &mut [u8],
+    from: &mut libc::sockaddr_storage,
+) -> (isize, libc::socklen_t, usize) {
+    let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    // SAFETY: `buf` and `from` are live and exclusively borrowed for the call, with the
+    // lengths given: the kernel writes at most `buf.len()` bytes of datagram and `len` bytes
+    // of address, and reports the address length in `len`.
+    let r = unsafe {
+        libc::recvfrom(
+            sock.as_raw_fd(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            libc::MSG_DONTWAIT,
+            std::ptr::from_mut(from).cast(),
+            &raw mut len,
+        )
+    };
+    (r, len, 0)
 }
 
 /// The `UDP_GRO` segment size among the control messages `recvmsg` wrote into `msg` (0: none,
