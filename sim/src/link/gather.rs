@@ -13,7 +13,7 @@
 //! The bytes on the wire are exactly those of `Burst::segment_direct_into`: the same headers,
 //! the payload read from the same runs, zero pad, and the ICRC of the whole packet with IPv4
 //! ID 0 (one CRC pass over the payload pieces, no assembled copy); the link re-stamps segment
-//! `k` of a train with ID `k` by XOR, as for any packet. Per packet, only what differs is
+//! `k` of a train with its send's ID + `k` by XOR, as for any packet. Per packet, only what differs is
 //! done: a middle packet's headers are the previous packet's with PSN and AckReq patched
 //! (`Burst::write_headers`), and its CRC continues from the state after the headers of the
 //! last packet built in full, changed at the end by the PSN/AckReq difference

@@ -8,8 +8,8 @@
 //!
 //! Linux rxe fills the ID with `__ip_select_ident` (random) in `rxe_net.c`
 //! `prepare_ipv4_hdr` before `rxe_icrc_generate`, and `rxe_icrc.c` `rxe_icrc_hdr` does not
-//! mask it; the kernel numbers the segments of a `UDP_SEGMENT` train 0, 1, 2, ...
-//! (`inet_gso_segment`). The ICRC is a CRC-32, affine in its input: for two inputs of the same
+//! mask it; the kernel numbers the segments of a `UDP_SEGMENT` train up from the send's ID
+//! (`inet_gso_segment`): 0, 1, 2, ... on an unconnected socket with DF. The ICRC is a CRC-32, affine in its input: for two inputs of the same
 //! length, `crc(a) ^ crc(b)` depends only on `a ^ b`. So `icrc(id) = icrc(0) ^ delta(id)`,
 //! where `delta` is linear in the 16 bits of `id` and its 16 single-bit values depend on the
 //! packet's length alone, not on its addresses, ports or payload. They are computed (16 CRCs

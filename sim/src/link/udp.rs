@@ -14,7 +14,8 @@
 //! Fast path: a train of packets to one peer goes out in one `sendmsg` with `UDP_SEGMENT`
 //! (the trains a pump round sends from one socket, in one `sendmmsg`) and, with `UDP_GRO` on
 //! the receiving socket, comes in with one `recvmsg` (on loopback the train is never cut at
-//! all). A pump round reads the socket into reused buffers that keep
+//! all); while only small single datagrams arrive, `UDP_GRO` is off and each is read with a
+//! cheaper `recvfrom` (`link::rx_mode`). A pump round reads the socket into reused buffers that keep
 //! room in front of the datagram; each packet's IP + UDP header is then rebuilt in place, in
 //! front of its UDP payload (over the tail of the segment before it, already delivered), and
 //! the device takes the packet from there (`Device::receive_udp_in_place`): no copy and no
@@ -43,8 +44,9 @@
 //! When ACKs leave: a wait loop's round ([`Pumper::App`]) that produces only ACKs holds them
 //! for one round; the next round of this process, whatever it is (the doorbell of the
 //! application's reply, its next wait-loop round, or the engine's timer round at most
-//! [`IDLE_POLL_MS`] later when the application stops pumping), sends them, after its own
-//! packets, so that a reply and the ACKs it carries leave as one segmented send. An ACK is
+//! [`IDLE_POLL_MS`] later when the application stops pumping), sends them in a send of their
+//! own right after its requests (the peer reads a request alone and answers it while the
+//! ACK's send and read happen; see [`UdpWire::pump`]'s round). An ACK is
 //! thus late by at most the process's own next pump round: microseconds in a busy loop, a
 //! millisecond at worst, far below any ACK timeout (IBTA `local_ack_timeout` 4.096 us x
 //! 2^timeout: perftest's timeout 14 is ~67 ms).
@@ -334,7 +336,8 @@ pub struct UdpLink {
 }
 
 /// Sets `IP_MTU_DISCOVER` (or `IPV6_MTU_DISCOVER`) to "do": DF set, never fragment, and —
-/// for IPv4 — IP ID 0, the header the peer's ICRC check expects (see the module comment).
+/// for IPv4 on an unconnected socket — IP ID 0, the header the peer's ICRC check expects (see
+/// the module comment; a connected socket stamps its counter, `link::connected`).
 fn set_pmtudisc_do(fd: &impl AsRawFd, v6: bool) -> io::Result<()> {
     let (level, name, value) = if v6 {
         (
@@ -623,13 +626,13 @@ impl UdpLink {
     /// the payload's host-memory pieces and the pad + ICRC) add up, per segment, to exactly
     /// the segment size the kernel cuts at, and stay within [`IOV_MAX`].
     ///
-    /// The IPv4 ID of segment `k` of a train is `k`, not 0: segmentation
+    /// The IPv4 ID of segment `k` of a train is the send's ID + `k`: segmentation
     /// (`net/ipv4/af_inet.c` `inet_gso_segment`) numbers the segments up from the first's
-    /// ID (0: an unconnected socket with DF, `include/net/ip.h` `ip_select_ident_segs`),
-    /// and the ICRC covers the ID, so segment `k`'s ICRC is changed to that of ID `k` before
-    /// it is sent (an XOR, `link::train_ids`); its own IP header, which the kernel does not
-    /// read, is re-stamped with ID `k` only when a pcap records it (the pcap shows the header
-    /// as sent).
+    /// ID (0 on an unconnected socket with DF, `include/net/ip.h` `ip_select_ident_segs`;
+    /// the counted ID on a connected one, `link::connected`), and the ICRC covers the ID, so
+    /// segment `k`'s ICRC is changed to that of its ID before it is sent (an XOR,
+    /// `link::train_ids`); its own IP header, which the kernel does not read, is re-stamped
+    /// with that ID only when a pcap records it (the pcap shows the header as sent).
     pub(crate) fn send_all(&mut self, packets: &mut [Out], bursts: &Gathered) {
         // Each packet is parsed once, here; grouping and re-stamping use what this found.
         let mut wires = std::mem::take(&mut self.wires);
@@ -1828,8 +1831,8 @@ fn restamp_id(ip: &mut IpSpec, hdr: &mut [u8], id: u16) -> Option<()> {
 }
 
 /// The IPv4 ID the sender hashed into the ICRC of `payload`, which a UDP socket does not
-/// report: 0 when the packet checks with ID 0 (what a socket with `IP_PMTUDISC_DO` sends, so
-/// every bypass peer), else the one ID whose ICRC matches, or `None`.
+/// report: 0 when the packet checks with ID 0 (what an unconnected socket with
+/// `IP_PMTUDISC_DO` sends), else the one ID whose ICRC matches, or `None`.
 ///
 /// Linux rxe fills the ID with `__ip_select_ident` (random) in `rxe_net.c`
 /// `prepare_ipv4_hdr` before `rxe_icrc_generate`, and `rxe_icrc.c` `rxe_icrc_hdr` does not
@@ -2491,9 +2494,8 @@ mod tests {
         assert_eq!(c.tx_packets.load(Ordering::Relaxed), expected.len() as u64);
         assert_eq!(c.tx_gso_sends.load(Ordering::Relaxed), trains as u64 + 2);
         assert_eq!(c.tx_errors.load(Ordering::Relaxed), 0);
-        // Batched, not one call per train: the first port's 19 trains in a full `sendmmsg`
-        // of MAX_BATCH and one of the 3 left, the other port's 2 in a third.
-        assert_eq!(MAX_BATCH, 16);
+        // Batched, not one call per train: the first port's MAX_BATCH + 3 trains in a full
+        // `sendmmsg` and one of the 3 left, the other port's 2 in a third.
         assert_eq!(c.tx_send_calls.load(Ordering::Relaxed), 3);
     }
 
