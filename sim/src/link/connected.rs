@@ -229,7 +229,7 @@ impl Connected {
 
 /// A sending socket bound to `local` (shared, as the link's unconnected ones) and connected
 /// to `to`.
-fn connected_socket(local: SocketAddr, to: SocketAddr) -> Result<UdpSocket, nix::Error> {
+pub(crate) fn connected_socket(local: SocketAddr, to: SocketAddr) -> Result<UdpSocket, nix::Error> {
     let s = super::udp::sending_socket(local).map_err(|_| nix::errno::Errno::EINVAL)?;
     connect(s.as_raw_fd(), &SockaddrStorage::from(to))?;
     Ok(s)

@@ -180,12 +180,10 @@ impl Pair {
     }
 }
 
-/// A sending socket on `local`'s address (any port) connected to `to`, as a link's
-/// (`link::connected`).
+/// A sending socket on `local`'s address (any port) connected to `to`, the link's own
+/// (`link::connected`: `IP_PMTUDISC_DO`, shared port).
 fn connected(local: SocketAddr, to: SocketAddr) -> io::Result<UdpSocket> {
-    let s = UdpSocket::bind(SocketAddr::new(local.ip(), 0))?;
-    s.connect(to)?;
-    Ok(s)
+    super::connected::connected_socket(SocketAddr::new(local.ip(), 0), to).map_err(io::Error::from)
 }
 
 /// Streams `total` bytes of UDP payload from `a` to `b` as segmented sends of `seg`-byte
