@@ -164,7 +164,8 @@ impl Connected {
     }
 
     /// The socket of `conn` (a [`Route`]'s).
-    pub(crate) fn socket(&self, conn: u32) -> Option<&UdpSocket> {
+    #[cfg(test)]
+    fn socket(&self, conn: u32) -> Option<&UdpSocket> {
         self.entries.get(conn as usize)?.sock.as_ref()
     }
 

@@ -546,35 +546,31 @@ impl UdpLink {
         }
         self.tee(packet);
         let payload = packet.get(w.header_len..).unwrap_or(&[]);
-        LinkCounters::add(&self.counters.tx_send_calls, 1);
-        let sent = match route.conn {
-            Some(conn) => {
-                LinkCounters::add(&self.counters.tx_connected, 1);
-                let r = self.connected.socket(conn).map(|s| s.send(payload));
-                match r {
-                    Some(Ok(n)) => {
-                        self.connected.sent(conn);
-                        Ok(n)
-                    }
-                    _ => {
-                        self.connected.failed(conn);
-                        Err(())
-                    }
-                }
-            }
-            None => self.tx_socket(w.sport).send_to(payload, to).map_err(|_| ()),
+        let q = Pending {
+            fd: route.fd,
+            to,
+            conn: route.conn,
+            seg: None,
+            packets: 1,
+            gathered: 0,
         };
-        match sent {
-            Ok(n) => {
-                LinkCounters::add(&self.counters.tx_packets, 1);
-                LinkCounters::add(&self.counters.tx_bytes, n as u64);
-                true
-            }
-            Err(()) => {
-                LinkCounters::add(&self.counters.tx_errors, 1);
-                false
-            }
+        if let Some(conn) = q.conn {
+            self.connected.sent(conn);
         }
+        LinkCounters::add(&self.counters.tx_send_calls, 1);
+        // A connected socket's send names no address (as `flush_sends`).
+        let r = match q.conn {
+            Some(_) => nix::sys::socket::send(q.fd, payload, nix::sys::socket::MsgFlags::empty()),
+            None => nix::sys::socket::sendto(
+                q.fd,
+                payload,
+                &SockaddrStorage::from(to),
+                nix::sys::socket::MsgFlags::empty(),
+            ),
+        };
+        let ok = r.is_ok();
+        count_send(&self.counters, &mut self.gso, &mut self.connected, &q, r);
+        ok
     }
 
     /// Where a send from source port `sport` to `to` leaves: the flow's connected socket
