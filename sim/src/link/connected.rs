@@ -406,6 +406,69 @@ mod tests {
         assert_eq!(r3.id, r2.id.wrapping_add(1));
     }
 
+    /// The IPv4 ID of the next packet `sock`'s error queue loops back (timestamps on), and
+    /// its UDP length.
+    fn looped(sock: &UdpSocket) -> Option<(u16, u16)> {
+        let mut buf = [0u8; 256];
+        let n = recvmsg::<()>(
+            sock.as_raw_fd(),
+            &mut [IoSliceMut::new(&mut buf)],
+            None,
+            MsgFlags::MSG_ERRQUEUE | MsgFlags::MSG_DONTWAIT,
+        )
+        .ok()?
+        .bytes;
+        let p = buf.get(..n)?;
+        [0usize, 14].into_iter().find_map(|at| {
+            let ip = p.get(at..at + 28)?;
+            (ip[0] == 0x45 && ip[9] == 17).then(|| {
+                (
+                    u16::from_be_bytes([ip[4], ip[5]]),
+                    u16::from_be_bytes([ip[24], ip[25]]),
+                )
+            })
+        })
+    }
+
+    #[test]
+    fn the_kernel_stamps_the_ids_the_count_gives_a_train_and_the_send_after_it() {
+        use nix::sys::socket::{ControlMessage, SockaddrStorage, sendmsg};
+        let peer = bound([127, 0, 0, 2]);
+        let to = peer.local_addr().unwrap();
+        let mut c = Connected::default();
+        let n = LinkCounters::default();
+        let local = IpAddr::V4(Ipv4Addr::LOCALHOST);
+        let r = c.route(local, 0, to, &n, |_| false).unwrap();
+        let sock = c.socket(r.conn).unwrap();
+        // Ask the kernel to loop every send back, as the probe did, to read its IDs.
+        let flags = TimestampingFlag::SOF_TIMESTAMPING_TX_SOFTWARE
+            | TimestampingFlag::SOF_TIMESTAMPING_SOFTWARE;
+        setsockopt(sock, sockopt::Timestamping, &flags).unwrap();
+        // A segmented send of four 16-byte datagrams, counted as the link counts one send.
+        let seg = 16u16;
+        let train = [0x5au8; 64];
+        sendmsg::<SockaddrStorage>(
+            sock.as_raw_fd(),
+            &[std::io::IoSlice::new(&train)],
+            &[ControlMessage::UdpGsoSegments(&seg)],
+            MsgFlags::empty(),
+            None,
+        )
+        .unwrap();
+        c.sent(r.conn);
+        // The kernel's own record: the train left with the ID the count gave it (the
+        // segments take it + k as the kernel cuts them, `inet_gso_segment`).
+        let (id, udp_len) = looped(c.socket(r.conn).unwrap()).expect("the train looped back");
+        assert_eq!(udp_len, 8 + 64, "the train, before segmentation");
+        assert_eq!(id, r.id);
+        // The send after it takes the next ID: one per send, not one per segment.
+        let r2 = c.route(local, 0, to, &n, |_| false).unwrap();
+        c.socket(r2.conn).unwrap().send(b"after").unwrap();
+        let (id2, _) = looped(c.socket(r2.conn).unwrap()).expect("the send looped back");
+        assert_eq!(id2, r2.id);
+        assert_eq!(r2.id, r.id.wrapping_add(1));
+    }
+
     #[test]
     fn the_probe_is_found_behind_an_ethernet_header_or_none() {
         let to: SocketAddr = "10.0.0.2:4791".parse().unwrap();
