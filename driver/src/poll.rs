@@ -726,13 +726,14 @@ impl CqPoller {
     }
 
     /// The body of [`CqPoller::poll_one`] and [`CqPoller::poll_one_seq`]: `fast` makes the
-    /// result of a CQE the fast step took (from the completion and its consumer index), `held`
-    /// is the cold path, called in tail position (so the caller keeps no stack frame for it).
+    /// result of a CQE the fast step took (from the completion and its consumer index), `slow`
+    /// is the cold path, called in tail position (so the caller keeps no stack frame for it),
+    /// only with the consumer side held (its contract).
     #[inline(always)]
     fn poll_one_in<T>(
         &mut self,
         fast: impl FnOnce(WorkCompletion, u64) -> T,
-        slow: fn(&Self, u64) -> Option<T>,
+        slow: unsafe fn(&Self, u64) -> Option<T>,
     ) -> Option<T> {
         let this: &CqPoller = self;
         match this.acquire_fast(&this.table) {
@@ -746,7 +747,9 @@ impl CqPoller {
                 Some(fast(wc, ci))
             }
             FastStep::Nothing => None,
-            FastStep::Slow { ci } => slow(this, ci),
+            // SAFETY: `Slow`: `acquire_fast` took the consumer side and kept it for this call
+            // (`Held::keep`); no other `Held` of it exists.
+            FastStep::Slow { ci } => unsafe { slow(this, ci) },
         }
     }
 
@@ -754,11 +757,14 @@ impl CqPoller {
     /// opcode, another QP), with the flag held: the general decode and retire, then the
     /// consumer index published and the flag released. Out of line and in tail position, so
     /// `poll_one` keeps no frame for it.
+    ///
+    /// # Safety
+    /// This thread holds the table's consumer side, its `Held` kept (`Held::keep`) for this
+    /// call, and no other `Held` of it exists (a `FastStep::Slow`).
     #[cold]
     #[inline(never)]
-    fn poll_one_held(&self, ci: u64) -> Option<WorkCompletion> {
-        // SAFETY: called only for `FastStep::Slow` (`poll_one_in`): the side is held, its
-        // `Held` kept for this call; this is the only `Held` of it.
+    unsafe fn poll_one_held(&self, ci: u64) -> Option<WorkCompletion> {
+        // SAFETY: the caller's contract above.
         let held = unsafe { Held::resume(&self.table) };
         let r = self.take_general(held.get(), ci);
         if r.is_some() {
@@ -769,11 +775,15 @@ impl CqPoller {
     }
 
     /// [`CqPoller::poll_one_held`] for [`CqPoller::poll_one_seq`]: with the sequence number.
+    ///
+    /// # Safety
+    /// As [`CqPoller::poll_one_held`].
     #[cold]
     #[inline(never)]
-    fn poll_one_held_seq(&self, ci: u64) -> Option<(WorkCompletion, u64)> {
+    unsafe fn poll_one_held_seq(&self, ci: u64) -> Option<(WorkCompletion, u64)> {
         let seq = ci.wrapping_add(1);
-        self.poll_one_held(ci).map(|wc| (wc, seq))
+        // SAFETY: the caller's contract, passed on.
+        unsafe { self.poll_one_held(ci) }.map(|wc| (wc, seq))
     }
 
     /// Polls one completion and returns the CQE's 64 bytes too (research access; copies the

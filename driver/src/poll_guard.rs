@@ -212,11 +212,14 @@ impl CqPoller {
     /// `None`), so that nothing of the caller's stays live across this call and the hot path
     /// needs no stack frame (returning the whole guard from here put it in memory on every
     /// path: 36.3 instructions per CQE of `start_poll` + 15 `next_poll` became 45.3).
+    ///
+    /// # Safety
+    /// This thread holds the table's consumer side, its `Held` kept (`Held::keep`) for this
+    /// call, and no other `Held` of it exists (a `FastStep::Slow`).
     #[cold]
     #[inline(never)]
-    fn start_poll_slow(&self) -> Option<&Self> {
-        // SAFETY: `acquire_fast` took the side and kept it for this call (`Slow`, `Held::keep`);
-        // this thread holds it, and this is the only `Held` of it.
+    unsafe fn start_poll_slow(&self) -> Option<&Self> {
+        // SAFETY: the caller's contract above.
         let held = unsafe { Held::resume(&self.table) };
         let t = self.take_slow(held.get(), held.get().ci());
         self.taken.set(t);
@@ -252,7 +255,9 @@ impl CqPoller {
             FastStep::Nothing => return None,
             FastStep::Slow { .. } => {}
         }
-        let poller = this.start_poll_slow()?;
+        // SAFETY: `Slow`: `acquire_fast` took the consumer side and kept it for this call; no
+        // other `Held` of it exists.
+        let poller = unsafe { this.start_poll_slow() }?;
         let taken = poller.taken.get();
         // SAFETY: `start_poll_slow` returned `Some`: it took a CQE and kept the side held, its
         // `Held` kept for this one.
