@@ -15,15 +15,16 @@ pub fn bypass(args: &[&str]) -> (i32, String, String) {
     )
 }
 
-/// How many numbers follow `label` on the first line of `out` that holds it (one ratio per
-/// round on the perf comparisons' "per round" lines); 0 without such a line.
+/// How many positive finite numbers follow `label` on the first line of `out` that holds it
+/// (one ratio per round on the perf comparisons' "per round" lines); 0 without such a line.
+/// ("NaN" and "inf" parse as numbers: they are not counted.)
 #[allow(dead_code)] // each test binary uses a subset
 pub fn numbers_after(out: &str, label: &str) -> usize {
     out.lines()
         .find_map(|l| l.split_once(label).map(|(_, rest)| rest))
         .map_or(0, |rest| {
             rest.split_whitespace()
-                .filter(|w| w.parse::<f64>().is_ok())
+                .filter(|w| w.parse::<f64>().is_ok_and(|x| x.is_finite() && x > 0.0))
                 .count()
         })
 }
