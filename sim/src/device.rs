@@ -653,12 +653,7 @@ impl Device {
     }
 
     fn step_inner(&mut self, force_scan: bool) -> bool {
-        // Error CQEs held for bursts now read (`engine::post_err_when_read`) go first: a NIC
-        // wrote them when the QP entered ERR, before any later command; a 2RST_QP waiting for
-        // the same bursts would forget them (`firmware::qp::modify::to_reset`).
-        let mut progress =
-            !self.deferred_flushes.is_empty() && crate::engine::retry_deferred_flushes(self);
-        progress |= !self.waiting_cmds.is_empty() && crate::firmware::retry_waiting(self);
+        let mut progress = !self.waiting_cmds.is_empty() && crate::firmware::retry_waiting(self);
         while let Some(db) = self.doorbells.pop_front() {
             progress = true;
             self.ring(db);

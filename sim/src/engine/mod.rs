@@ -304,6 +304,24 @@ fn post_errs(dev: &mut Device, qpn: u32, errs: impl IntoIterator<Item = cqe::Pen
 /// Writes the error CQEs [`post_err_when_read`] held back, then flushes the WQEs posted
 /// since, for the QPs that have no burst in flight any more. Returns true if it wrote any. A
 /// QP destroyed or reset meanwhile has nothing left to complete.
+/// Writes the error CQEs held for `qpn`'s bursts now if those bursts are all read (a 2RST_QP
+/// about to forget them waited for the reads). True if it wrote any.
+pub(crate) fn post_held_errs(dev: &mut Device, qpn: u32) -> bool {
+    let errs = dev
+        .objs
+        .qps
+        .get_mut(qpn)
+        .filter(|qp| qp.reads.none_in_flight())
+        .and_then(|qp| qp.flush_wait.take());
+    match errs {
+        Some(errs) => {
+            post_errs(dev, qpn, errs);
+            true
+        }
+        None => false,
+    }
+}
+
 pub(crate) fn retry_deferred_flushes(dev: &mut Device) -> bool {
     let mut any = false;
     let mut i = 0;

@@ -161,6 +161,11 @@ pub(super) fn modify_qp(
 /// `__mlx5_ib_cq_clean` on a move to RESET), counters and transport state start over, and the
 /// attributes the transitions set are cleared.
 fn to_reset(dev: &mut Device, qpn: u32) {
+    // Error CQEs held for the QP's bursts (`engine::post_err_when_read`) are written first: a
+    // NIC wrote them when the QP entered ERR, before this command, which waited for those
+    // bursts to be read (`firmware::cmdq::waits_for`). Anything else waiting is forgotten
+    // with the rest.
+    crate::engine::post_held_errs(dev, qpn);
     dev.set_qp_state(qpn, QpState::Rst);
     let Some(qp) = dev.objs.qps.get_mut(qpn) else {
         return;
@@ -168,7 +173,6 @@ fn to_reset(dev: &mut Device, qpn: u32) {
     qp.sq_ci = 0;
     qp.rq_ci = 0;
     qp.req = ReqState::default();
-    // A flush still waiting for bursts in flight is forgotten with the rest.
     qp.flush_wait = None;
     qp.resp = RespState::default();
     qp.attrs = QpAttrs::default();
