@@ -633,10 +633,12 @@ impl LenMemo {
 impl Burst {
     /// As [`Burst::segment_into`] (the same packets, byte for byte), with the payload read
     /// straight into each packet's buffer: one copy per byte where `segment_into` reads it
-    /// into scratch and `emit` copies it again. The headers are written through the
-    /// `bypass_hw` views (`IpSpec::write_ip_udp`, `Bth::from_fields` with the pad count
-    /// `emit` would give, `Reth`), the pad is zeroed as `emit` zeroes it (rxe sends zeroes),
-    /// and the ICRC is computed over the finished packet (`icrc::compute`, one pass).
+    /// into scratch and `emit` copies it again. The IP + UDP header comes from `crcs`
+    /// (`crate::header_cache`: `IpSpec::write_ip_udp`'s bytes, copied when the kind came
+    /// lately, with the ICRC's state after them), the BTH and RETH through the `bypass_hw`
+    /// views (`Bth::from_fields` with the pad count `emit` would give, `Reth`), the pad is
+    /// zeroed as `emit` zeroes it (rxe sends zeroes), and the ICRC continues from the header's
+    /// state over the rest of the packet (one pass).
     /// A transmit-heavy link (the UDP link) builds its packets here, keeping `crcs` (the
     /// ICRC's state after each kind of IP + UDP header it sent lately) from call to call.
     pub(crate) fn segment_direct_into(

@@ -598,45 +598,32 @@ impl Pair {
     /// Steps both devices and carries packets between them until nothing moves; returns the
     /// packets carried.
     pub fn run(&mut self) -> usize {
-        let mut carried = 0;
-        for _ in 0..100_000 {
-            let mut progress = self.a.dev.step() | self.b.dev.step();
-            while let Some(p) = self.a.dev.take_tx() {
-                self.b.dev.receive(p);
-                carried += 1;
-                progress = true;
-            }
-            while let Some(p) = self.b.dev.take_tx() {
-                self.a.dev.receive(p);
-                carried += 1;
-                progress = true;
-            }
-            if !progress {
-                return carried;
-            }
-        }
-        panic!("the pair never went idle");
+        self.run_with(|p, to| to.receive(p))
     }
 
     /// As [`Pair::run`], each packet handed over as a UDP link hands it: its IP and UDP
     /// header fields given (`Device::receive_udp_in_place`), its ICRC not checked by the link.
     /// Returns the packets carried.
     pub fn run_udp_in_place(&mut self) -> usize {
-        fn hand(p: &[u8], to: &mut crate::device::Device) {
-            let parsed = bypass_hw::roce::RocePacket::parse(p).expect("a packet the device built");
+        self.run_with(|p, to| {
+            let parsed = bypass_hw::roce::RocePacket::parse(&p).expect("a packet the device built");
             let (ip, ports) = (*parsed.ip(), parsed.ports());
-            to.receive_udp_in_place(p, &ip, ports, false);
-        }
+            to.receive_udp_in_place(&p, &ip, ports, false);
+        })
+    }
+
+    /// [`Pair::run`] with each packet handed to its receiver by `hand`.
+    fn run_with(&mut self, mut hand: impl FnMut(Vec<u8>, &mut crate::device::Device)) -> usize {
         let mut carried = 0;
         for _ in 0..100_000 {
             let mut progress = self.a.dev.step() | self.b.dev.step();
             while let Some(p) = self.a.dev.take_tx() {
-                hand(&p, &mut self.b.dev);
+                hand(p, &mut self.b.dev);
                 carried += 1;
                 progress = true;
             }
             while let Some(p) = self.b.dev.take_tx() {
-                hand(&p, &mut self.a.dev);
+                hand(p, &mut self.a.dev);
                 carried += 1;
                 progress = true;
             }
