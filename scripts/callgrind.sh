@@ -27,8 +27,9 @@
 #   post_write x64: a WriteBatch of 64 WRITEs, one doorbell (ibv_wr_start, 64 x rdma_write +
 #                   set_sge, ibv_wr_complete), per WQE;
 #   poll ext, 2 QPs alternating: start_poll as above, with two QPs on the CQ whose WRITEs
-#                   alternate, so that no CQE is of the QP before it (the general step: the
-#                   table lookup, the whole decode; the figures above are the cache hits).
+#                   alternate, so that no CQE is of the QP before it (the cold path: the
+#                   home-slot step, else the table lookup and the whole decode; the figures
+#                   above are the cache hits).
 #
 # Usage: scripts/callgrind.sh [rounds]   (64 posts and polls per round; default 32)
 set -euo pipefail
@@ -126,7 +127,7 @@ awk -v p="$pb_ir" -v n="$eb_posts" -v k="$eb_batches" 'BEGIN {
 }'
 two_ir="$(count "$out/poll_ext_2qp.out")"
 awk -v q="$two_ir" -v m="$two_polls" 'BEGIN {
-  printf "poll ext, 2 QPs alternating: %d instructions / %d polls = %.1f per poll (every CQE misses the last-QP cache: the general step)\n", q, m, q / m;
+  printf "poll ext, 2 QPs alternating: %d instructions / %d polls = %.1f per poll (every CQE misses the last-QP cache: the cold path)\n", q, m, q / m;
 }'
 if [ -n "${CALLGRIND_ANNOTATE:-}" ]; then
   callgrind_annotate "$out/post.out" | head -${CALLGRIND_LINES:-40}
