@@ -9,10 +9,10 @@ use std::path::Path;
 use std::sync::Arc;
 
 use bypass_driver::backend::Backend;
-use bypass_driver::backend::sim::SimFabric;
 use bypass_driver::backend::vfio::{VfioBackend, VfioError};
 use bypass_driver::{DriverError, Hca};
 use bypass_sim::Profile;
+use bypass_sim::fabric::SimFabric;
 use bypass_sim::link::udp::{LinkCounters, LinkError, UdpLink};
 use bypass_verbs::Context;
 
@@ -91,14 +91,16 @@ pub fn open_hca(spec: &DeviceSpec, seed: u64) -> Result<Hca, DeviceError> {
         }
         DeviceSpec::Sim => {
             let fabric = SimFabric::stepped(seed);
-            let backend = fabric.add_device(Profile::with_id(1)).map_err(driver)?;
+            let backend = fabric
+                .add_device(Profile::with_id(1))
+                .map_err(|e| driver(e.into()))?;
             Hca::open(backend as Arc<_>).map_err(driver)
         }
         DeviceSpec::Udp(addr) => {
             let link = UdpLink::bind(*addr)?;
             let profile = link.profile();
             let fabric = SimFabric::udp(seed, link)?;
-            let backend = fabric.add_device(profile).map_err(driver)?;
+            let backend = fabric.add_device(profile).map_err(|e| driver(e.into()))?;
             Hca::open(backend as Arc<_>).map_err(driver)
         }
     }
@@ -166,7 +168,7 @@ pub fn open_net(
                 .add_device(profile)
                 .map_err(|source| DeviceError::Driver {
                     device: spec.to_string(),
-                    source,
+                    source: source.into(),
                 })?;
             let ctx = Context::new(backend).map_err(|source| DeviceError::Verbs {
                 device: spec.to_string(),

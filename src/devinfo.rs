@@ -88,7 +88,7 @@ fn run_vfio(addr: &str) -> Result<(), DevinfoError> {
     println!(
         "  enabled: {:?}, {} eventfd(s)",
         vfio.irq_kind(),
-        bypass_driver::backend::Backend::irq_vectors(vfio.as_ref())
+        bypass_driver::backend::Interrupts::irq_vectors(vfio.as_ref())
     );
     let iommu = vfio.iommu_info();
     println!(

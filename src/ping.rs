@@ -10,7 +10,7 @@ use std::io::Write;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bypass_verbs::driver::backend::sim::SimFabric;
+use bypass_testbed::{SimContext, SimFabric};
 use bypass_verbs::driver::qp_attr::Rtr2Rts;
 use bypass_verbs::wr::{RecvWr, SendOp, SendWr};
 use bypass_verbs::{Completion, Context, Cq, MemoryPool, Pd, Qp, QpBuilder, QpEndpoint};

@@ -15,8 +15,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bypass_sim::counters::Counters;
+use bypass_sim::fabric::SimFabric;
 use bypass_sim::faults::{FaultPlan, FaultStats, Rate};
-use bypass_verbs::driver::backend::sim::SimFabric;
+use bypass_testbed::SimContext;
 use bypass_verbs::wr::{RecvWr, SendOp, SendWr};
 use bypass_verbs::{
     Completion, Context, MemoryPool, Mtu, Qp, QpBuilder, QpState, WcOpcode, WcStatus,

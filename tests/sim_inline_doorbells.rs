@@ -4,7 +4,8 @@
 //! completion is in the CQ, with no wait, no `progress()` and no engine thread involved; the
 //! payload travels as a burst (one copy) and arrives intact.
 
-use bypass_verbs::driver::backend::sim::{FabricOptions, SimFabric};
+use bypass_sim::fabric::{FabricOptions, SimFabric};
+use bypass_testbed::SimContext;
 use bypass_verbs::{Access, Context, Cq, QpBuilder, SendOp, SendWr};
 
 #[test]

@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use bypass_sim::fabric::SimFabric;
 use bypass_sim::link::udp::{LinkCounters, UdpLink};
-use bypass_verbs::driver::backend::sim::SimFabric;
 use bypass_verbs::{
     Access, Completion, Context, Cq, MemoryPool, Mr, Qp, QpBuilder, SendOp, SendWr,
 };

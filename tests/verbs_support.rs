@@ -6,7 +6,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use bypass_verbs::driver::backend::sim::SimFabric;
+use bypass_sim::fabric::SimFabric;
+use bypass_testbed::SimContext;
 use bypass_verbs::{
     Access, Completion, Context, Cq, MemoryPool, Mr, Pd, Qp, QpBuilder, SendOp, SendWr,
 };

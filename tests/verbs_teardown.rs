@@ -4,6 +4,7 @@
 #[path = "verbs_support.rs"]
 mod support;
 
+use bypass_testbed::SimContext;
 use bypass_verbs::driver::qp_attr::query_qp_input;
 use bypass_verbs::wr::RecvWr;
 use support::*;

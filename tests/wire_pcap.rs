@@ -21,8 +21,8 @@ use std::time::Duration;
 use bypass_hw::roce::RocePacket;
 use bypass_hw::roce::opcode::Direction;
 use bypass_sim::Profile;
+use bypass_sim::fabric::SimFabric;
 use bypass_sim::pcap::PcapWriter;
-use bypass_verbs::driver::backend::sim::SimFabric;
 use bypass_verbs::wr::{RecvWr, SendOp, SendWr};
 use bypass_verbs::{Access, Context, Cq, Mtu, QpBuilder};
 

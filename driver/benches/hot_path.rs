@@ -10,8 +10,8 @@ mod common;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use bypass_driver::backend::sim::SimFabric;
 use bypass_driver::post::{RemoteAddr, SendFlags, SendOp, SendWr};
+use bypass_sim::fabric::SimFabric;
 use common::{settle, setup};
 use criterion::{Criterion, criterion_group, criterion_main};
 

@@ -17,13 +17,11 @@ use std::ptr::NonNull;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use memmap2::MmapMut;
-use nix::sys::resource::{Resource, getrlimit};
 
-use crate::backend::{Backend, IovaRange};
+use crate::backend::{Backend, HostMemory, IovaRange};
 use crate::error::{DriverError, Result};
 
-/// The IOMMU page size bypass maps with (VFIO type1 on x86: 4 KiB).
-pub const PAGE_SIZE: usize = 4096;
+pub use bypass_seam::{MemlockState, PAGE_SIZE};
 /// Largest IOVA alignment the allocator uses (rdma-core `MLX5_VFIO_BLOCK_SIZE`, 2 MiB).
 pub const MAX_IOVA_ALIGN: u64 = 2 << 20;
 /// Largest single DMA allocation (64 TiB; anything near it is a bug).
@@ -57,71 +55,12 @@ unsafe impl Send for DmaRegion {}
 // SAFETY: as above; no method hands out a Rust reference into the memory.
 unsafe impl Sync for DmaRegion {}
 
-/// How much the process may lock, and how much it has locked (bytes).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct MemlockState {
-    /// `RLIMIT_MEMLOCK` soft limit in bytes; `None` = unlimited.
-    pub limit: Option<u64>,
-    /// `VmLck` from `/proc/self/status`, bytes.
-    pub locked: u64,
-    /// The process has `CAP_IPC_LOCK` in its effective set (the limit does not apply; mlock(2)).
-    pub cap_ipc_lock: bool,
-}
-
-impl MemlockState {
-    /// The state of this process now.
-    pub fn current() -> Self {
-        let limit = match getrlimit(Resource::RLIMIT_MEMLOCK) {
-            Ok((soft, _)) if soft == nix::libc::RLIM_INFINITY => None,
-            Ok((soft, _)) => Some(soft),
-            Err(_) => None,
-        };
-        // The calling thread's status: capabilities are per thread (mlock checks the
-        // caller's), VmLck is per process and the same in every thread's file.
-        let status = std::fs::read_to_string("/proc/thread-self/status")
-            .or_else(|_| std::fs::read_to_string("/proc/self/status"))
-            .unwrap_or_default();
-        let field = |name: &str| {
-            status
-                .lines()
-                .find_map(|l| l.strip_prefix(name))
-                .map(str::trim)
-        };
-        let locked = field("VmLck:")
-            .and_then(|v| v.trim_end_matches("kB").trim().parse::<u64>().ok())
-            .map_or(0, |kb| kb * 1024);
-        // CAP_IPC_LOCK is capability 14 (linux/capability.h).
-        let cap_ipc_lock = field("CapEff:")
-            .and_then(|v| u64::from_str_radix(v, 16).ok())
-            .is_some_and(|caps| caps & (1 << 14) != 0);
-        Self {
-            limit,
-            locked,
-            cap_ipc_lock,
-        }
-    }
-
-    /// Checks that `needed` more bytes may be locked.
-    pub fn check(&self, needed: u64) -> Result<()> {
-        match self.limit {
-            Some(limit) if !self.cap_ipc_lock && self.locked.saturating_add(needed) > limit => {
-                Err(DriverError::MemlockLimit {
-                    needed,
-                    locked: self.locked,
-                    limit,
-                })
-            }
-            _ => Ok(()),
-        }
-    }
-}
-
 impl DmaRegion {
     /// Maps `len` bytes (rounded up to whole pages) of zeroed anonymous memory and pins it.
     ///
-    /// Errors: [`DriverError::MemlockLimit`] if pinning would pass `RLIMIT_MEMLOCK` (with the
-    /// numbers and how to raise it), [`DriverError::Mlock`], [`DriverError::Mmap`],
-    /// [`DriverError::BadDmaLength`].
+    /// Errors: [`DriverError::Backend`] with `MemlockLimit` if pinning would pass
+    /// `RLIMIT_MEMLOCK` (with the numbers and how to raise it), [`DriverError::Mlock`],
+    /// [`DriverError::Mmap`], [`DriverError::BadDmaLength`].
     pub fn new(len: usize) -> Result<Self> {
         Self::alloc(len, true)
     }
@@ -194,11 +133,11 @@ impl Drop for DmaRegion {
     }
 }
 
-#[cfg(feature = "sim")]
 // SAFETY: `base()`/`len()` describe the live mapping owned by the region, which never moves
-// and stays allocated while the region (held by the IOMMU model through an Arc) lives; the
-// region never creates Rust references into it, so raw reads/writes from any thread are fine.
-unsafe impl bypass_sim::memory::HostMemory for DmaRegion {
+// and stays allocated while the region (held by the backend through an Arc while mapped)
+// lives; the region never creates Rust references into it, so raw reads/writes from any
+// thread are fine.
+unsafe impl HostMemory for DmaRegion {
     fn base(&self) -> NonNull<u8> {
         self.ptr
     }
@@ -358,9 +297,12 @@ impl DmaMapper {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .alloc(rlen as u64, align)?;
-        if let Err(e) = self.backend.map_dma(iova, region.clone()) {
+        if let Err(e) = self
+            .backend
+            .map_dma(iova, region.clone() as Arc<dyn HostMemory>)
+        {
             self.free_iova(iova, rlen);
-            return Err(e);
+            return Err(e.into());
         }
         Ok(DmaBuf {
             region,

@@ -298,6 +298,6 @@ impl CompletionEq {
 
     /// Waits up to `timeout` for the EQ's interrupt.
     pub fn wait(&self, timeout: Duration) -> Result<bool> {
-        self.backend.wait_irq(self.vector, timeout)
+        Ok(self.backend.wait_irq(self.vector, timeout)?)
     }
 }

@@ -17,18 +17,6 @@ pub type Result<T, E = DriverError> = std::result::Result<T, E>;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum DriverError {
-    /// Pinning would exceed `RLIMIT_MEMLOCK`.
-    #[error(
-        "pinning {needed} bytes of DMA memory would exceed the locked-memory limit: {locked} bytes are locked already and RLIMIT_MEMLOCK is {limit} bytes. Raise it: `ulimit -l unlimited` (or a size in KiB) in the shell, `LimitMEMLOCK=infinity` in the systemd unit, or a `memlock` line in /etc/security/limits.conf; or run with CAP_IPC_LOCK"
-    )]
-    MemlockLimit {
-        /// Bytes this allocation pins.
-        needed: u64,
-        /// Bytes the process has locked already (`VmLck`).
-        locked: u64,
-        /// The soft limit in bytes.
-        limit: u64,
-    },
     /// `mlock` failed.
     #[error(
         "mlock of {len} bytes of DMA memory failed: {source}. Raise the locked-memory limit (`ulimit -l`, `LimitMEMLOCK=` in systemd, /etc/security/limits.conf) or free pinned memory"
@@ -64,18 +52,6 @@ pub enum DriverError {
         len: u64,
         /// Alignment asked for.
         align: u64,
-    },
-    /// The backend refused to map or unmap DMA memory.
-    #[error("{op} of IOVA {iova:#x} ({len:#x} bytes) failed: {reason}")]
-    DmaMap {
-        /// `map` or `unmap`.
-        op: &'static str,
-        /// IOVA.
-        iova: u64,
-        /// Length.
-        len: usize,
-        /// The backend's explanation, with its fix.
-        reason: String,
     },
     /// An offset/length outside a DMA buffer.
     #[error(
@@ -207,24 +183,6 @@ pub enum DriverError {
         /// What to do.
         fix: &'static str,
     },
-    /// An interrupt vector that does not exist.
-    #[error(
-        "MSI-X vector {vector} does not exist (the device has {available}): use a vector below {available}"
-    )]
-    NoVector {
-        /// Vector asked for.
-        vector: u16,
-        /// Vectors available.
-        available: u16,
-    },
-    /// Waiting on an interrupt eventfd failed.
-    #[error("waiting for MSI-X vector {vector} failed: {source}")]
-    Irq {
-        /// Vector.
-        vector: u16,
-        /// The errno.
-        source: nix::Error,
-    },
     /// The firmware asked for pages and the driver could not give them.
     #[error("giving {pages} pages to the firmware failed: {reason}")]
     Pages {
@@ -233,9 +191,10 @@ pub enum DriverError {
         /// Why.
         reason: String,
     },
-    /// A simulated device failed in a way hardware cannot (livelock, unknown device id).
-    #[error("simulator: {0}")]
-    Sim(String),
+    /// The device refused a DMA mapping or an interrupt wait, or pinning would pass
+    /// `RLIMIT_MEMLOCK` (the seam's error; its text has the cause and the fix).
+    #[error(transparent)]
+    Backend(#[from] bypass_seam::BackendError),
     /// The CQ poller refused the ring the driver made for it (a driver bug).
     #[error("the CQ poller cannot read this CQ's ring: {0}. This is a driver bug: report it")]
     CqGeometry(#[from] crate::poll::CqGeometryError),

@@ -40,7 +40,7 @@ use crate::qp_attr::{
     create_qp_input, destroy_qp_input, init2rtr_input, query_qp_input, rst2init_input,
     rtr2rts_input, rts2rts_input, to_err_input, to_rst_input,
 };
-use crate::uar::{Bfreg, Mmio, shut_up_bf};
+use crate::uar::{Bfreg, MmioHandle, shut_up_bf};
 use crate::wq::{RingPtr, RqRing, SqRing, Word32, WqShared};
 pub use batch::WriteBatch;
 
@@ -144,7 +144,7 @@ pub struct Qp {
     shared: Arc<WqShared>,
     limits: SendLimits,
     bfreg: Bfreg,
-    mmio: Mmio,
+    mmio: MmioHandle,
     state: QpState,
     /// `state` is RTS, SQD or ERR: sends may be posted (kept with `state`).
     can_send: bool,
@@ -293,7 +293,7 @@ impl Qp {
             write_bf: bfreg.use_blueflame_one(WRITE_DS),
             shared,
             bfreg,
-            mmio: Mmio::new(hca.backend().clone()),
+            mmio: MmioHandle::new(hca.backend().clone()),
             state: QpState::Rst,
             can_send: false,
             rc_send: false,

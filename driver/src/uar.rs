@@ -15,7 +15,7 @@
 //! shared UAR page with 8-byte doorbells, which are single atomic stores and need no lock
 //! either.
 //!
-//! Owns: [`Bfreg`], [`shut_up_bf`], [`Mmio`] (the backend resolved once for the data path).
+//! Owns: [`Bfreg`], [`shut_up_bf`], [`MmioHandle`] (the backend's MMIO resolved once for the data path).
 //! Must not: allocate UAR pages (the QP does, `qp.rs`) or
 //! build WQEs.
 
@@ -24,27 +24,33 @@ use std::sync::Arc;
 
 use bypass_hw::uar::{bf_buf_size, bfreg_offset, uar_bar_offset};
 
-use crate::backend::Backend;
+use crate::backend::Mmio;
 
-/// The device backend as the data path rings it: resolved once (at QP creation) to the
+/// The device's MMIO as the data path rings it: resolved once (at QP creation) to the
 /// backend object itself, so a doorbell is one indirect call through its vtable, not the
-/// `Arc<dyn Backend>` pointer arithmetic on every post. Holds the `Arc`, so the object lives
-/// as long as this handle.
-#[derive(Debug, Clone)]
-pub struct Mmio {
-    obj: NonNull<dyn Backend>,
-    _keep: Arc<dyn Backend>,
+/// `Arc<dyn Mmio>` pointer arithmetic on every post. Holds the `Arc`, so the object lives as
+/// long as this handle. The data path holds nothing else of the backend.
+#[derive(Clone)]
+pub struct MmioHandle {
+    obj: NonNull<dyn Mmio>,
+    _keep: Arc<dyn Mmio>,
 }
 
-// SAFETY: `obj` points at the `dyn Backend` that `_keep` owns, and `Backend: Send + Sync`; the
-// handle only gives out `&dyn Backend`, exactly what sharing the `Arc` would.
-unsafe impl Send for Mmio {}
-// SAFETY: as for `Send`.
-unsafe impl Sync for Mmio {}
+impl std::fmt::Debug for MmioHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MmioHandle").finish_non_exhaustive()
+    }
+}
 
-impl Mmio {
-    /// The handle of `backend`.
-    pub fn new(backend: Arc<dyn Backend>) -> Self {
+// SAFETY: `obj` points at the `dyn Mmio` that `_keep` owns, and `Mmio: Send + Sync`; the
+// handle only gives out `&dyn Mmio`, exactly what sharing the `Arc` would.
+unsafe impl Send for MmioHandle {}
+// SAFETY: as for `Send`.
+unsafe impl Sync for MmioHandle {}
+
+impl MmioHandle {
+    /// The handle of `backend`'s MMIO.
+    pub fn new(backend: Arc<dyn Mmio>) -> Self {
         let obj = NonNull::from(&*backend);
         Self {
             obj,
@@ -52,9 +58,9 @@ impl Mmio {
         }
     }
 
-    /// The backend.
+    /// The backend's MMIO.
     #[inline(always)]
-    pub fn get(&self) -> &dyn Backend {
+    pub fn get(&self) -> &dyn Mmio {
         // SAFETY: `obj` points into the allocation `_keep` holds, which lives at least as long
         // as `self`; only shared references are ever made from it.
         unsafe { self.obj.as_ref() }

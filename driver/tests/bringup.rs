@@ -4,9 +4,9 @@
 use std::sync::Arc;
 
 use bypass_driver::Hca;
-use bypass_driver::backend::Backend;
-use bypass_driver::backend::sim::{SimBackend, SimFabric};
+use bypass_driver::backend::{Backend, Mmio};
 use bypass_driver::cmdq::CompletionMode;
+use bypass_sim::fabric::{SimBackend, SimFabric};
 use bypass_sim::{Profile, Stage};
 
 fn device(fabric: &SimFabric) -> Arc<SimBackend> {

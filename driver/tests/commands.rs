@@ -1,13 +1,13 @@
 //! The command interface through `Hca::cmd()`: typed failures that explain themselves, and
 //! completion by CMD event once the async EQ exists.
 
-use bypass_driver::backend::sim::SimFabric;
 use bypass_driver::cmdq::input;
 use bypass_driver::hw::cmd::Opcode;
 use bypass_driver::hw::cmd::cq::DestroyCqIn;
 use bypass_driver::hw::syndrome::CmdStatus;
 use bypass_driver::{DriverError, Hca};
 use bypass_sim::Profile;
+use bypass_sim::fabric::SimFabric;
 use bypass_sim::trace::TraceEvent;
 
 #[test]

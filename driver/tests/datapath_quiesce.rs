@@ -21,7 +21,7 @@ const N: usize = 8;
 
 /// A pair on a 10 us link with the fast path on, and `N` WRITEs of a's of `LEN` bytes of 0x11
 /// (from offsets `k * LEN` to the same offsets of b's) on the link, sent 1 us apart.
-fn writes_in_flight(seed: u64) -> (bypass_driver::backend::sim::SimFabric, Side, Side) {
+fn writes_in_flight(seed: u64) -> (bypass_sim::fabric::SimFabric, Side, Side) {
     let (f, mut a, b) = pair(seed, QpType::Rc, true);
     f.with_world(|w| {
         w.set_link(LinkConfig {

@@ -2,9 +2,10 @@
 //! fix, and the partial bring-up is undone. Its own test binary: it lowers RLIMIT_MEMLOCK and
 //! drops CAP_IPC_LOCK for the whole process, which must not affect other tests.
 
-use bypass_driver::backend::sim::SimFabric;
+use bypass_driver::backend::BackendError;
 use bypass_driver::dma::MemlockState;
 use bypass_driver::{DriverError, Hca};
+use bypass_sim::fabric::SimFabric;
 use bypass_sim::{Profile, Stage};
 use nix::libc;
 use nix::sys::resource::{Resource, getrlimit, setrlimit};
@@ -61,11 +62,11 @@ fn memlock_limit_too_small_is_a_typed_error_with_the_numbers() {
     setrlimit(Resource::RLIMIT_MEMLOCK, soft, hard).unwrap();
 
     let e = r.unwrap_err();
-    let DriverError::MemlockLimit {
+    let DriverError::Backend(BackendError::MemlockLimit {
         needed,
         limit: l,
         locked,
-    } = e
+    }) = e
     else {
         panic!("expected MemlockLimit, got {e:?}");
     };

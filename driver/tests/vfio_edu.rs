@@ -12,11 +12,11 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use bypass_driver::DriverError;
-use bypass_driver::backend::Backend;
 use bypass_driver::backend::vfio::edu::{self, Edu};
 use bypass_driver::backend::vfio::{
     IrqKind, MIN_IOVA, VfioBackend, VfioError, region, usable_ranges,
 };
+use bypass_driver::backend::{Backend, BackendError, DmaMap, Interrupts, Mmio};
 use bypass_driver::dma::{DmaBuf, DmaMapper};
 
 const T: Duration = Duration::from_secs(10);
@@ -205,7 +205,7 @@ fn msi_interrupts_arrive_on_their_eventfd() {
     assert!(vfio.irq_fd(0).is_some() && vfio.irq_fd(1).is_none());
     assert!(matches!(
         vfio.wait_irq(1, T),
-        Err(DriverError::NoVector { .. })
+        Err(BackendError::NoVector { .. })
     ));
     // Nothing raised: nothing pending.
     assert!(!vfio.wait_irq(0, Duration::from_millis(20)).unwrap());
@@ -441,7 +441,10 @@ fn a_memlock_limit_too_small_for_the_mapping_is_a_clear_error() {
     // Too big to pin at all.
     let e = mapper.alloc(2 << 20).unwrap_err();
     println!("2 MiB: {e}");
-    assert!(matches!(e, DriverError::MemlockLimit { .. }), "{e}");
+    assert!(
+        matches!(e, DriverError::Backend(BackendError::MemlockLimit { .. })),
+        "{e}"
+    );
     // 768 KiB fits: VFIO's pin is the only charge (the driver does not also mlock memory a
     // pinning backend maps), and exactly 768 KiB of the limit is used.
     let before = bypass_driver::dma::MemlockState::current().locked;
@@ -454,7 +457,7 @@ fn a_memlock_limit_too_small_for_the_mapping_is_a_clear_error() {
     let e = mapper.alloc(512 << 10).unwrap_err();
     println!("512 KiB more: {e}");
     assert!(
-        matches!(e, DriverError::MemlockLimit { needed, limit, .. } if needed == 512 << 10 && limit == LIMIT),
+        matches!(e, DriverError::Backend(BackendError::MemlockLimit { needed, limit, .. }) if needed == 512 << 10 && limit == LIMIT),
         "{e}"
     );
     assert!(e.to_string().contains("RLIMIT_MEMLOCK") && e.to_string().contains("ulimit -l"));

@@ -16,12 +16,15 @@
 //! - [`link`]: wires outside the stepped world (a UDP socket speaking RoCEv2 like rxe).
 //! - [`counters`], [`trace`]: what `rdma statistic` would show, and an optional event log.
 //! - [`faults`], [`pcap`]: seeded link faults for the stepped [`World`], and a pcap writer.
+//! - [`fabric`]: devices on a world as the seam's backends (`bypass-seam`): stepped, threaded,
+//!   or on a UDP link, opened by a driver as it opens a VFIO device.
 
 pub mod buffer;
 pub mod counters;
 pub mod device;
 mod engine;
 mod events;
+pub mod fabric;
 pub mod faults;
 mod firmware;
 pub mod frame;

@@ -1,8 +1,9 @@
 //! Host memory that a device can reach by DMA.
 //!
-//! Owns: the [`HostMemory`] contract (what the IOMMU model needs from a piece of host memory)
-//! and [`SimMemory`], a page-aligned, zeroed allocation for tests and for callers without a
-//! pinned mapping of their own. Must not: know about IOVAs (that is [`crate::iommu`]).
+//! Owns: [`SimMemory`], a page-aligned, zeroed allocation for tests and for callers without a
+//! pinned mapping of their own, and [`copy_between`], one DMA copy between two buffers. The
+//! [`HostMemory`] contract itself is the seam's (`bypass-seam`), re-exported here. Must not:
+//! know about IOVAs (that is [`crate::iommu`]).
 //!
 //! Memory shared with a device is written by the host CPU and by the device's DMA engine
 //! without Rust borrows in between, exactly like real DMA memory. All device-side access
@@ -14,58 +15,7 @@
 use std::alloc::{Layout, alloc_zeroed, dealloc};
 use std::ptr::NonNull;
 
-/// A host buffer a device may DMA to and from.
-///
-/// # Safety
-/// Implementors promise that `base()` points to `len()` bytes that stay allocated, and are
-/// not moved, for as long as the value lives, and that those bytes may be read and written
-/// through raw pointers from any thread (they are not covered by a Rust reference that
-/// assumes exclusive or immutable access).
-///
-/// `read_at`/`write_at` are helpers over `base()`/`len()`, not hooks: the device also copies
-/// through `base()` directly (the IOMMU's cache of recent mappings), so an implementation
-/// must not override them with other behaviour.
-pub unsafe trait HostMemory: Send + Sync {
-    /// First byte.
-    fn base(&self) -> NonNull<u8>;
-    /// Length in bytes.
-    fn len(&self) -> usize;
-
-    /// True for a zero-length buffer.
-    fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// Copies `dst.len()` bytes starting at `offset` into `dst`. Returns false (copying
-    /// nothing) if the range is not inside the buffer.
-    fn read_at(&self, offset: usize, dst: &mut [u8]) -> bool {
-        if !in_bounds(offset, dst.len(), self.len()) {
-            return false;
-        }
-        // SAFETY: offset..offset+dst.len() is inside the buffer (checked above), which the
-        // trait contract keeps valid for reads; dst is a distinct Rust slice.
-        unsafe {
-            copy_small(
-                self.base().as_ptr().add(offset),
-                dst.as_mut_ptr(),
-                dst.len(),
-            )
-        };
-        true
-    }
-
-    /// Copies `src` into the buffer at `offset`. Returns false (writing nothing) if the range
-    /// is not inside the buffer.
-    fn write_at(&self, offset: usize, src: &[u8]) -> bool {
-        if !in_bounds(offset, src.len(), self.len()) {
-            return false;
-        }
-        // SAFETY: the destination range is inside the buffer (checked above), which the trait
-        // contract keeps valid for raw writes; src is a distinct Rust slice.
-        unsafe { copy_small(src.as_ptr(), self.base().as_ptr().add(offset), src.len()) };
-        true
-    }
-}
+pub use bypass_seam::{HostMemory, PAGE_SIZE, copy_small};
 
 /// Copies `len` bytes from `src` at `src_off` to `dst` at `dst_off` (one device-side DMA
 /// copy between two host buffers, which may be the same one). Returns false, copying
@@ -93,32 +43,9 @@ pub fn copy_between(
     true
 }
 
-/// `ptr::copy_nonoverlapping(src, dst, len)`, with the sizes the device moves most (a 4- or
-/// 8-byte doorbell record or counter, a 64-byte CQE or EQE) copied by a few moves of a known
-/// size rather than a `memcpy` call.
-///
-/// # Safety
-/// As `ptr::copy_nonoverlapping`: `src` valid for reads and `dst` for writes of `len` bytes,
-/// the ranges not overlapping.
-#[inline(always)]
-pub(crate) unsafe fn copy_small(src: *const u8, dst: *mut u8, len: usize) {
-    // SAFETY: the caller's contract, for the same `len` in every arm.
-    unsafe {
-        match len {
-            4 => std::ptr::copy_nonoverlapping(src, dst, 4),
-            8 => std::ptr::copy_nonoverlapping(src, dst, 8),
-            64 => std::ptr::copy_nonoverlapping(src, dst, 64),
-            n => std::ptr::copy_nonoverlapping(src, dst, n),
-        }
-    }
-}
-
 fn in_bounds(offset: usize, len: usize, total: usize) -> bool {
     offset.checked_add(len).is_some_and(|end| end <= total)
 }
-
-/// The page size the IOMMU model maps with (VFIO type1 on x86: 4 KiB).
-pub const PAGE_SIZE: usize = 4096;
 
 /// A zeroed, page-aligned host allocation, shareable with a device (`Arc<SimMemory>`).
 #[derive(Debug)]

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bypass_verbs::driver::backend::sim::{FabricOptions, SimFabric};
+use bypass_testbed::{FabricOptions, SimContext, SimFabric};
 use bypass_verbs::driver::mr::MkeyAccess;
 use bypass_verbs::wr::{SendOp, SendWr};
 use bypass_verbs::{

@@ -1,15 +1,13 @@
 //! The device context: an open HCA (the driver's [`Hca`]) shared by every object made from
-//! it, its ports and GIDs, and the sim conveniences that open simulated NICs for examples and
-//! tests.
+//! it, its ports and GIDs.
 //!
-//! Owns: [`Context`] and [`SimPair`]. Must not: create device objects other than through the
-//! driver, or keep global state (every object holds an `Arc<Context>` instead).
+//! Owns: [`Context`]. Must not: create device objects other than through the driver, know
+//! which backend is behind it (simulated NICs are opened by `bypass-testbed`), or keep global
+//! state (every object holds an `Arc<Context>` instead).
 
 use std::sync::Arc;
 
-use crate::driver::backend::sim::{SimBackend, SimFabric};
 use crate::driver::backend::{Backend, Progress};
-use crate::driver::sim::Profile;
 use crate::driver::{DeviceInfo, Hca, Port};
 use crate::endpoint::{Gid, Mtu};
 use crate::error::VerbsError;
@@ -20,66 +18,20 @@ use crate::pd::Pd;
 #[derive(Debug)]
 pub struct Context {
     hca: Arc<Hca>,
-    sim: Option<Arc<SimBackend>>,
-}
-
-/// Two simulated NICs on one stepped (deterministic) fabric, opened: what tests and examples
-/// start from.
-#[derive(Debug)]
-pub struct SimPair {
-    /// The fabric both NICs are on (run it, inspect its devices).
-    pub fabric: SimFabric,
-    /// The first NIC (`Profile::with_id(1)`).
-    pub a: Arc<Context>,
-    /// The second NIC (`Profile::with_id(2)`).
-    pub b: Arc<Context>,
 }
 
 impl Context {
-    /// Opens the device behind `backend` (brings it up: command queue, pages, EQs, UAR). The
-    /// VFIO backend plugs in here too.
+    /// Opens the device behind `backend` (brings it up: command queue, pages, EQs, UAR): a
+    /// VFIO device, or a simulated NIC (`bypass-testbed`'s `SimContext` does this for one).
     pub fn new(backend: Arc<dyn Backend>) -> Result<Arc<Self>, VerbsError> {
         Ok(Arc::new(Context {
             hca: Arc::new(Hca::open(backend)?),
-            sim: None,
         }))
-    }
-
-    /// Adds a simulated NIC with `Profile::with_id(id)` (its GID is `10.0.0.id`) to `fabric`
-    /// and opens it.
-    pub fn open_sim(fabric: &SimFabric, id: u8) -> Result<Arc<Self>, VerbsError> {
-        let dev = fabric.add_device(Profile::with_id(id))?;
-        let backend: Arc<dyn Backend> = dev.clone();
-        Ok(Arc::new(Context {
-            hca: Arc::new(Hca::open(backend)?),
-            sim: Some(dev),
-        }))
-    }
-
-    /// Two simulated NICs on a new stepped fabric seeded with `seed` (deterministic: the
-    /// fabric moves only while the driver waits, e.g. in [`crate::Cq::wait`]).
-    ///
-    /// ```
-    /// let pair = bypass_verbs::Context::sim_pair(1)?;
-    /// assert_ne!(pair.a.gid(1)?, pair.b.gid(1)?);
-    /// # Ok::<(), bypass_verbs::VerbsError>(())
-    /// ```
-    pub fn sim_pair(seed: u64) -> Result<SimPair, VerbsError> {
-        let fabric = SimFabric::stepped(seed);
-        let a = Self::open_sim(&fabric, 1)?;
-        let b = Self::open_sim(&fabric, 2)?;
-        Ok(SimPair { fabric, a, b })
     }
 
     /// The driver's device (commands, caps, DMA; research access).
     pub fn hca(&self) -> &Arc<Hca> {
         &self.hca
-    }
-
-    /// The sim backend, when the context is a simulated NIC (its device's counters, pages,
-    /// trace through `with_device`).
-    pub fn sim(&self) -> Option<&Arc<SimBackend>> {
-        self.sim.as_ref()
     }
 
     /// A summary of the device (`ibv_devinfo`).

@@ -241,12 +241,6 @@ pub enum VerbsError {
         /// The operation ("a receive", "an RDMA READ", "an atomic").
         op: &'static str,
     },
-    /// The sim convenience constructors were asked for on a context that is not a sim.
-    #[error("{what} needs a sim device: open the context with Context::open_sim / sim_pair")]
-    NotSim {
-        /// What needed it.
-        what: &'static str,
-    },
     /// The port has no usable GID or MTU.
     #[error(
         "port {port} has no {what}: check the port is up (bypass devinfo) and has a GID configured"

@@ -6,6 +6,7 @@
 //!
 //! ```
 //! use std::time::Duration;
+//! use bypass_testbed::SimContext; // the simulated NICs (a dev-dependency)
 //! use bypass_verbs::{Context, Cq, QpBuilder, RecvWr, SendOp, SendWr};
 //!
 //! let pair = Context::sim_pair(1)?; // two simulated NICs on a stepped fabric
@@ -165,7 +166,7 @@ pub mod qp;
 pub mod shared;
 pub mod wr;
 
-pub use context::{Context, SimPair};
+pub use context::Context;
 pub use cq::{Completion, Cq, Poll};
 pub use driver::mr::MkeyAccess as Access;
 pub use driver::poll::{WcFlags, WcOpcode, WcStatus};

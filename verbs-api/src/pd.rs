@@ -48,6 +48,7 @@ impl Pd {
     ///
     /// ```
     /// use bypass_verbs::{Access, Context};
+    /// use bypass_testbed::SimContext;
     /// let pair = Context::sim_pair(1)?;
     /// let pd = pair.a.alloc_pd()?;
     /// let mr = pd.register(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
@@ -66,6 +67,7 @@ impl Pd {
     ///
     /// ```
     /// use bypass_verbs::Context;
+    /// use bypass_testbed::SimContext;
     /// let pair = Context::sim_pair(1)?;
     /// let pool = pair.a.alloc_pd()?.create_pool(4096, 16)?;
     /// let mut lease = pool.lease(100)?;

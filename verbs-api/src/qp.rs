@@ -407,6 +407,7 @@ impl Qp {
     ///
     /// ```
     /// use bypass_verbs::{Context, Cq, QpBuilder, QpState};
+    /// use bypass_testbed::SimContext;
     /// let pair = Context::sim_pair(1)?;
     /// let (pa, pb) = (pair.a.alloc_pd()?, pair.b.alloc_pd()?);
     /// let (ca, cb) = (Cq::new(&pair.a, 64)?, Cq::new(&pair.b, 64)?);

@@ -7,12 +7,12 @@
 use std::sync::Arc;
 
 use bypass_driver::Hca;
-use bypass_driver::backend::sim::SimFabric;
 use bypass_driver::cq::Cq;
 use bypass_driver::mr::{MkeyAccess, Mr};
 use bypass_driver::pd::Pd;
 use bypass_driver::qp::Qp;
 use bypass_driver::qp_attr::{Init2Rtr, QpCaps, QpType, Rst2Init, Rtr2Rts};
+use bypass_sim::fabric::SimFabric;
 
 /// One side's objects; field order is drop order.
 pub struct Side {

@@ -9,7 +9,6 @@ use std::sync::Arc;
 
 use bypass_driver::Hca;
 use bypass_driver::backend::Backend;
-use bypass_driver::backend::sim::{SimBackend, SimFabric};
 use bypass_driver::cq::Cq;
 use bypass_driver::mr::{MkeyAccess, Mr};
 use bypass_driver::pd::Pd;
@@ -18,6 +17,7 @@ use bypass_driver::post::RecvWr;
 use bypass_driver::qp::Qp;
 use bypass_driver::qp_attr::{Init2Rtr, QpCaps, QpType, Rst2Init, Rtr2Rts};
 use bypass_sim::Profile;
+use bypass_sim::fabric::{SimBackend, SimFabric};
 use bypass_sim::trace::TraceEvent;
 
 /// The Q_Key UD tests use.

@@ -33,13 +33,17 @@ use vfio_bindings::bindings::vfio::{
 use vfio_ioctls::{VfioContainer, VfioDevice};
 use vmm_sys_util::eventfd::{EFD_NONBLOCK, EventFd};
 
-use super::{Backend, IovaRange, Progress};
-use crate::dma::{DmaRegion, MemlockState, PAGE_SIZE};
-use crate::error::{DriverError, Result};
+use super::{
+    Backend, BackendError, DmaMap, HostMemory, Interrupts, IovaRange, MemlockState, Mmio, Progress,
+};
+use crate::dma::PAGE_SIZE;
 pub use error::{GroupMember, VfioError};
 pub use iommu_info::IommuInfo;
 pub use region::{Bar, RegionInfo};
 pub use sysfs::{Sysfs, parse_bdf};
+
+/// The DMA mappings a device holds: IOVA → (length, the memory, kept alive while mapped).
+type Mappings = BTreeMap<u64, (usize, Arc<dyn HostMemory>)>;
 
 /// The most interrupt vectors enabled at open (each is one eventfd).
 pub const MAX_VECTORS: u32 = 64;
@@ -85,7 +89,7 @@ pub struct VfioBackend {
     eventfds: Vec<EventFd>,
     iommu: IommuInfo,
     reset_supported: bool,
-    mappings: Mutex<BTreeMap<u64, (usize, Arc<DmaRegion>)>>,
+    mappings: Mutex<Mappings>,
     mmio_errors: AtomicU64,
     device: Option<VfioDevice>,
     container: Arc<VfioContainer>,
@@ -402,8 +406,8 @@ impl VfioBackend {
         tracing::warn!(bdf = %self.bdf, off, what, "MMIO access outside BAR0 or misaligned; refused");
     }
 
-    fn map_err(&self, op: &'static str, iova: u64, len: usize, reason: String) -> DriverError {
-        DriverError::DmaMap {
+    fn map_err(&self, op: &'static str, iova: u64, len: usize, reason: String) -> BackendError {
+        BackendError::DmaMap {
             op,
             iova,
             len,
@@ -445,11 +449,7 @@ fn device_flags(device: &VfioDevice) -> u32 {
     if rc < 0 { 0 } else { info[1] }
 }
 
-impl Backend for VfioBackend {
-    fn name(&self) -> String {
-        self.bdf.clone()
-    }
-
+impl Mmio for VfioBackend {
     fn bar0_len(&self) -> u64 {
         self.bar0.as_ref().map_or(0, Bar::len)
     }
@@ -490,12 +490,14 @@ impl Backend for VfioBackend {
     fn mmio_errors(&self) -> u64 {
         self.mmio_errors.load(Ordering::Relaxed)
     }
+}
 
+impl DmaMap for VfioBackend {
     fn iova_ranges(&self) -> Vec<IovaRange> {
         usable_ranges(&self.iommu.ranges)
     }
 
-    fn map_dma(&self, iova: u64, region: Arc<DmaRegion>) -> Result<()> {
+    fn map_dma(&self, iova: u64, region: Arc<dyn HostMemory>) -> Result<(), BackendError> {
         let len = region.len();
         let page = PAGE_SIZE as u64;
         if iova % page != 0 {
@@ -526,11 +528,11 @@ impl Backend for VfioBackend {
         // the numbers instead of a bare ENOMEM.
         MemlockState::current().check(len as u64)?;
         let container = self.container.as_ref();
-        // SAFETY: region.as_ptr()..+len is a live anonymous mapping that `region` owns; the
-        // Arc is kept in `mappings` until the IOVA is unmapped, so the memory outlives the
-        // device's access. No Rust reference into it exists (DmaRegion hands out raw pointers
-        // only).
-        let r = unsafe { container.vfio_dma_map(iova, len, region.as_ptr().as_ptr()) };
+        // SAFETY: region.base()..+len is live memory that `region` keeps allocated and in place
+        // (the `HostMemory` contract); the Arc is kept in `mappings` until the IOVA is
+        // unmapped, so the memory outlives the device's access. The contract also rules out
+        // Rust references into it, which the device's writes would alias.
+        let r = unsafe { container.vfio_dma_map(iova, len, region.base().as_ptr()) };
         if let Err(e) = r {
             let hint = match &e {
                 vfio_ioctls::VfioError::IommuDmaMap(errno) => match errno.errno() {
@@ -554,7 +556,7 @@ impl Backend for VfioBackend {
         true
     }
 
-    fn unmap_dma(&self, iova: u64, len: usize) -> Result<()> {
+    fn unmap_dma(&self, iova: u64, len: usize) -> Result<(), BackendError> {
         let mut maps = self.mappings.lock().unwrap_or_else(PoisonError::into_inner);
         match maps.get(&iova) {
             Some(&(mapped, _)) if mapped == len => {}
@@ -582,7 +584,9 @@ impl Backend for VfioBackend {
         maps.remove(&iova);
         Ok(())
     }
+}
 
+impl Interrupts for VfioBackend {
     fn irq_vectors(&self) -> u16 {
         u16::try_from(self.eventfds.len()).unwrap_or(u16::MAX)
     }
@@ -594,9 +598,9 @@ impl Backend for VfioBackend {
         Some(unsafe { BorrowedFd::borrow_raw(fd.as_raw_fd()) })
     }
 
-    fn wait_irq(&self, vector: u16, timeout: Duration) -> Result<bool> {
+    fn wait_irq(&self, vector: u16, timeout: Duration) -> Result<bool, BackendError> {
         let Some(efd) = self.eventfds.get(usize::from(vector)) else {
-            return Err(DriverError::NoVector {
+            return Err(BackendError::NoVector {
                 vector,
                 available: self.irq_vectors(),
             });
@@ -615,17 +619,23 @@ impl Backend for VfioBackend {
                 Ok(0) => continue,
                 Ok(_) => break,
                 Err(nix::errno::Errno::EINTR) => continue,
-                Err(source) => return Err(DriverError::Irq { vector, source }),
+                Err(source) => return Err(BackendError::Irq { vector, source }),
             }
         }
         match efd.read() {
             Ok(_) => Ok(true),
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(false),
-            Err(e) => Err(DriverError::Irq {
+            Err(e) => Err(BackendError::Irq {
                 vector,
                 source: nix::errno::Errno::from_raw(e.raw_os_error().unwrap_or(nix::libc::EIO)),
             }),
         }
+    }
+}
+
+impl Backend for VfioBackend {
+    fn name(&self) -> String {
+        self.bdf.clone()
     }
 
     fn progress(&self) -> Progress {

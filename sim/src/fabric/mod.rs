@@ -1,7 +1,8 @@
-//! The sim backend: in-process `bypass-sim` devices behind the [`Backend`] trait.
+//! The sim's fabrics: simulated devices behind the seam's [`Backend`] traits, as a driver opens
+//! them.
 //!
-//! Owns: [`SimFabric`] (a `bypass_sim::World` behind `Arc<Mutex<..>>`, stepped or driven by
-//! an engine thread) and [`SimBackend`] (one device of it). Must not: reach into the sim's
+//! Owns: [`SimFabric`] (a [`World`] behind `Arc<Mutex<..>>`, stepped or driven by an engine
+//! thread) and [`SimBackend`] (one device of it). Must not: reach into the device's
 //! internals (only `World`/`Device` public methods), or know mlx5 formats.
 //!
 //! - Stepped ([`SimFabric::stepped`]): deterministic. The world moves only inside
@@ -17,7 +18,7 @@
 //!   latency is 0; the engine thread only runs timers and packets still in flight. This is the
 //!   low-latency mode of `bypass perf` (no thread hand-off per message). The device itself is
 //!   unchanged: it still acts on doorbells in `Device::step`, which the fabric calls.
-//! - UDP ([`SimFabric::udp`], in `sim/udp.rs`): a real UDP socket as the wire; doorbells
+//! - UDP ([`SimFabric::udp`], in `fabric/udp.rs`): a real UDP socket as the wire; doorbells
 //!   and `progress()` pump it in the caller's thread, the engine thread runs timers.
 //!
 //! MMIO goes to `Device::mmio_read`/`mmio_write` with the bytes as they appear on the bus
@@ -31,14 +32,17 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use bypass_sim::iommu::Perm;
-use bypass_sim::{Device, LinkConfig, Profile, World};
+use bypass_seam::{
+    Backend, BackendError, DmaMap, HostMemory, Interrupts, IovaRange, Mmio, Progress,
+};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::eventfd::{EfdFlags, EventFd};
 
-use super::{Backend, IovaRange, Progress};
-use crate::dma::DmaRegion;
-use crate::error::{DriverError, Result};
+use crate::Profile;
+use crate::device::Device;
+use crate::iommu::Perm;
+use crate::link::udp::{Pumper, UdpWire};
+use crate::world::{LinkConfig, Livelock, World};
 
 mod udp;
 
@@ -94,8 +98,8 @@ struct FabricInner {
     engine: Mutex<Option<Engine>>,
     /// World errors (livelock) seen by progress() or the engine.
     errors: AtomicU64,
-    /// The UDP fabric's wire (`sim/udp.rs`), pumped by doorbells and `progress()`.
-    wire: Option<Arc<bypass_sim::link::udp::UdpWire>>,
+    /// The UDP fabric's wire (`fabric/udp.rs`), pumped by doorbells and `progress()`.
+    wire: Option<Arc<UdpWire>>,
 }
 
 impl Drop for FabricInner {
@@ -170,7 +174,7 @@ impl SimFabric {
     fn with_engine(
         seed: u64,
         opts: FabricOptions,
-        wire: Option<Arc<bypass_sim::link::udp::UdpWire>>,
+        wire: Option<Arc<UdpWire>>,
         engine: impl FnOnce(&Mutex<World>, &AtomicBool, Instant) + Send + 'static,
     ) -> Self {
         let mut w = World::new(seed);
@@ -212,12 +216,14 @@ impl SimFabric {
 
     /// Adds a device with `profile` and returns its backend (with one eventfd per MSI-X
     /// vector wired to the device's interrupt handler).
-    pub fn add_device(&self, profile: Profile) -> Result<Arc<SimBackend>> {
+    ///
+    /// Errors: [`BackendError::Irq`] when an eventfd cannot be created.
+    pub fn add_device(&self, profile: Profile) -> Result<Arc<SimBackend>, BackendError> {
         let vectors = profile.msix_vectors;
         let mut fds = Vec::with_capacity(usize::from(vectors));
         for v in 0..vectors {
             let fd = EventFd::from_flags(EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC)
-                .map_err(|source| DriverError::Irq { vector: v, source })?;
+                .map_err(|source| BackendError::Irq { vector: v, source })?;
             fds.push(fd);
         }
         let fds = Arc::new(fds);
@@ -243,13 +249,19 @@ impl SimFabric {
 
     /// Runs `f` on device `id` with the world locked (for tests: counters, trace,
     /// `firmware_pages()`, `request_pages(n)`, the IOMMU's mappings).
-    pub fn with_device<R>(&self, id: usize, f: impl FnOnce(&mut Device) -> R) -> Result<R> {
+    ///
+    /// Errors: [`NoDevice`] when the fabric has no device `id`.
+    pub fn with_device<R>(
+        &self,
+        id: usize,
+        f: impl FnOnce(&mut Device) -> R,
+    ) -> Result<R, NoDevice> {
         let mut world = lock(&self.inner.world);
         if id >= world.len() {
-            return Err(DriverError::Sim(format!(
-                "no device {id} on this fabric (it has {})",
-                world.len()
-            )));
+            return Err(NoDevice {
+                id,
+                devices: world.len(),
+            });
         }
         Ok(f(world.device(id)))
     }
@@ -260,11 +272,10 @@ impl SimFabric {
     }
 
     /// Runs the world until idle (stepped fabrics; harmless on threaded ones).
-    pub fn run_until_idle(&self) -> Result<()> {
-        lock(&self.inner.world)
-            .run_until_idle()
-            .map(|_| ())
-            .map_err(|e| DriverError::Sim(e.to_string()))
+    ///
+    /// Errors: [`Livelock`] when the world keeps busy without reaching idle.
+    pub fn run_until_idle(&self) -> Result<(), Livelock> {
+        lock(&self.inner.world).run_until_idle().map(|_| ())
     }
 
     /// World errors (livelocks) seen so far.
@@ -289,7 +300,7 @@ impl SimFabric {
     /// Stepped: runs to idle, then advances to the next event and runs to idle again.
     fn step(&self) -> Progress {
         if self.threaded {
-            self.pump(bypass_sim::link::udp::Pumper::App);
+            self.pump(Pumper::App);
             return Progress::Running;
         }
         let mut world = lock(&self.inner.world);
@@ -314,7 +325,7 @@ impl SimFabric {
 
 /// Advances `w` to the wall-clock time since `start` (a threaded fabric's virtual time),
 /// running everything due on the way.
-fn catch_up(w: &mut World, start: Instant) -> std::result::Result<(), bypass_sim::world::Livelock> {
+fn catch_up(w: &mut World, start: Instant) -> Result<(), Livelock> {
     let real = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
     let dt = real.saturating_sub(w.now());
     w.advance(dt)
@@ -326,10 +337,7 @@ fn catch_up(w: &mut World, start: Instant) -> std::result::Result<(), bypass_sim
 /// Returns true if the engine thread must be woken: a packet is in flight, or time was
 /// caught up and an event is still pending. A timer that is not due yet needs no wake (the
 /// engine checks the world every `ENGINE_IDLE` anyway).
-fn run_inline(
-    w: &mut World,
-    start: Instant,
-) -> std::result::Result<bool, bypass_sim::world::Livelock> {
+fn run_inline(w: &mut World, start: Instant) -> Result<bool, Livelock> {
     w.run_until_idle()?;
     let Some(t) = w.next_event() else {
         return Ok(w.in_flight() > 0);
@@ -403,7 +411,7 @@ impl SimBackend {
     }
 
     /// Runs `f` on this device with the world locked.
-    pub fn with_device<R>(&self, f: impl FnOnce(&mut Device) -> R) -> Result<R> {
+    pub fn with_device<R>(&self, f: impl FnOnce(&mut Device) -> R) -> Result<R, NoDevice> {
         self.fabric.with_device(self.id, f)
     }
 
@@ -446,11 +454,7 @@ impl SimBackend {
     }
 }
 
-impl Backend for SimBackend {
-    fn name(&self) -> String {
-        format!("sim{}", self.id)
-    }
-
+impl Mmio for SimBackend {
     fn bar0_len(&self) -> u64 {
         self.bar0_len
     }
@@ -492,19 +496,21 @@ impl Backend for SimBackend {
     fn mmio_errors(&self) -> u64 {
         self.mmio_errors.load(Ordering::Relaxed)
     }
+}
 
+impl DmaMap for SimBackend {
     fn iova_ranges(&self) -> Vec<IovaRange> {
         SIM_IOVA_RANGES.to_vec()
     }
 
-    fn map_dma(&self, iova: u64, region: Arc<DmaRegion>) -> Result<()> {
+    fn map_dma(&self, iova: u64, region: Arc<dyn HostMemory>) -> Result<(), BackendError> {
         let len = region.len();
         let mut world = lock(&self.fabric.inner.world);
         world
             .device(self.id)
             .iommu()
             .map(iova, region, 0, len, Perm::RW)
-            .map_err(|e| DriverError::DmaMap {
+            .map_err(|e| BackendError::DmaMap {
                 op: "map",
                 iova,
                 len,
@@ -512,21 +518,23 @@ impl Backend for SimBackend {
             })
     }
 
-    fn unmap_dma(&self, iova: u64, len: usize) -> Result<()> {
+    fn unmap_dma(&self, iova: u64, len: usize) -> Result<(), BackendError> {
         let mut world = lock(&self.fabric.inner.world);
         world
             .device(self.id)
             .iommu()
             .unmap(iova, len)
             .map(|_| ())
-            .map_err(|e| DriverError::DmaMap {
+            .map_err(|e| BackendError::DmaMap {
                 op: "unmap",
                 iova,
                 len,
                 reason: e.to_string(),
             })
     }
+}
 
+impl Interrupts for SimBackend {
     fn irq_vectors(&self) -> u16 {
         u16::try_from(self.irq_fds.len()).unwrap_or(u16::MAX)
     }
@@ -535,18 +543,18 @@ impl Backend for SimBackend {
         self.irq_fds.get(usize::from(vector)).map(AsFd::as_fd)
     }
 
-    fn wait_irq(&self, vector: u16, timeout: Duration) -> Result<bool> {
+    fn wait_irq(&self, vector: u16, timeout: Duration) -> Result<bool, BackendError> {
         let fd = self
             .irq_fds
             .get(usize::from(vector))
-            .ok_or(DriverError::NoVector {
+            .ok_or(BackendError::NoVector {
                 vector,
                 available: self.irq_vectors(),
             })?;
         let consume = || match fd.read() {
             Ok(n) => Ok(n > 0),
             Err(nix::errno::Errno::EAGAIN) => Ok(false),
-            Err(source) => Err(DriverError::Irq { vector, source }),
+            Err(source) => Err(BackendError::Irq { vector, source }),
         };
         if !self.fabric.threaded {
             // Deterministic: run the world event by event until the vector fires or nothing
@@ -573,8 +581,14 @@ impl Backend for SimBackend {
             Ok(0) => Ok(false),
             Ok(_) => consume(),
             Err(nix::errno::Errno::EINTR) => Ok(false),
-            Err(source) => Err(DriverError::Irq { vector, source }),
+            Err(source) => Err(BackendError::Irq { vector, source }),
         }
+    }
+}
+
+impl Backend for SimBackend {
+    fn name(&self) -> String {
+        format!("sim{}", self.id)
     }
 
     fn progress(&self) -> Progress {
@@ -582,6 +596,18 @@ impl Backend for SimBackend {
     }
 
     fn syndrome_name(&self, syndrome: u32) -> Option<&'static str> {
-        bypass_sim::syndromes::name(syndrome)
+        crate::syndromes::name(syndrome)
     }
+}
+
+/// A device id the fabric does not have.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "no device {id} on this fabric (it has {devices}): use an id a SimFabric::add_device returned"
+)]
+pub struct NoDevice {
+    /// The id asked for.
+    pub id: usize,
+    /// Devices on the fabric.
+    pub devices: usize,
 }

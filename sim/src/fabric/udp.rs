@@ -1,9 +1,9 @@
 //! The UDP fabric: one sim device whose wire is a real UDP socket
-//! (`bypass_sim::link::udp::UdpWire`).
+//! ([`UdpWire`]).
 //!
 //! Owns: [`SimFabric::udp`] and how the fabric's threads share the wire: a doorbell is acted on
 //! in the thread that rang it (the device steps and its packets are sent before the MMIO write
-//! returns), [`Backend::progress`](super::Backend::progress) runs a pump round in the
+//! returns), [`Backend::progress`](bypass_seam::Backend::progress) runs a pump round in the
 //! caller's thread (driver wait loops and the `bypass` busy-poll loops call it), and the
 //! engine thread runs timers, and the link whenever no application thread pumps it. Must not:
 //! touch sockets or packets itself (the sim's link does), or change how the in-process
@@ -11,7 +11,8 @@
 
 use std::sync::Arc;
 
-use bypass_sim::link::udp::{LinkError, Pumper, UdpLink, UdpWire};
+use crate::link::udp::{LinkError, Pumper, UdpLink, UdpWire};
+use crate::world::World;
 
 use super::{FabricOptions, SimFabric};
 
@@ -43,10 +44,7 @@ impl SimFabric {
     /// A UDP fabric's MMIO write `write` to the world, and the doorbell round it rings (when it
     /// says a doorbell is pending) in the caller's thread, under one world lock
     /// ([`UdpWire::ring`]); `None` (nothing done) on other fabrics.
-    pub(super) fn ring<R>(
-        &self,
-        write: impl FnOnce(&mut bypass_sim::world::World) -> (R, bool),
-    ) -> Option<R> {
+    pub(super) fn ring<R>(&self, write: impl FnOnce(&mut World) -> (R, bool)) -> Option<R> {
         let wire = self.inner.wire.as_ref()?;
         Some(wire.ring(&self.inner.world, write))
     }
