@@ -1,5 +1,5 @@
 //! The VFIO backend on a real kernel: QEMU's `edu` device behind an intel vIOMMU, driven
-//! through the `Backend` trait by `backend::vfio::edu::Edu`.
+//! through the `Backend` trait by the test support's `edu::Edu`.
 //!
 //! Every test here is `#[ignore]`d on the host (no `/dev/vfio`, no edu device): they run in
 //! the QEMU guest through `scripts/guest-test.sh vfio`, which builds this binary, boots the
@@ -12,12 +12,14 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use bypass_driver::DriverError;
-use bypass_driver::backend::vfio::edu::{self, Edu};
 use bypass_driver::backend::vfio::{
     IrqKind, MIN_IOVA, VfioBackend, VfioError, region, usable_ranges,
 };
 use bypass_driver::backend::{Backend, BackendError, DmaMap, Interrupts, Mmio};
 use bypass_driver::dma::{DmaBuf, DmaMapper};
+
+mod support;
+use support::edu::{self, Edu};
 
 const T: Duration = Duration::from_secs(10);
 

@@ -5,13 +5,13 @@
 //! exact-width volatile MMIO, config space through the fd), Bus Master Enable, the IOMMU's
 //! IOVA apertures, DMA map/unmap of the driver's pinned memory, MSI-X (or MSI) vectors as
 //! eventfds, device reset, and orderly teardown. Must not: know any device's registers (mlx5
-//! is the rest of the driver; `edu` is [`edu`]), or allocate IOVAs (`dma::DmaMapper` does).
+//! is the rest of the driver; QEMU's `edu` test device is the driver's test support), or
+//! allocate IOVAs (`dma::DmaMapper` does).
 //!
 //! The kernel interface is `include/uapi/linux/vfio.h`; the order of operations follows
 //! rdma-core `providers/mlx5/mlx5_vfio.c` (`mlx5_vfio_open_device`, `mlx5_vfio_get_iommu_info`,
 //! `mlx5_vfio_init_bar0`) and the kernel's `Documentation/driver-api/vfio.rst`.
 
-pub mod edu;
 pub mod error;
 pub mod iommu_info;
 pub mod region;

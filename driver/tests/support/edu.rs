@@ -1,5 +1,6 @@
 //! A driver for QEMU's `edu` educational PCI device, written against the [`Backend`] trait:
-//! the proof that the VFIO backend moves registers, DMA and interrupts on a real kernel.
+//! the proof that the VFIO backend moves registers, DMA and interrupts on a real kernel. Test
+//! support of `vfio_edu.rs`, not part of the driver's API.
 //!
 //! Owns: edu's register map and its operations (identification, liveness, factorial, DMA
 //! between host memory and the device's 4 KiB buffer, interrupt raise/acknowledge). Must
@@ -15,7 +16,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::backend::Backend;
+use bypass_driver::backend::Backend;
 
 /// PCI vendor ID of `edu`.
 pub const VENDOR_ID: u32 = 0x1234;
@@ -127,11 +128,6 @@ impl Edu {
             });
         }
         Ok(Self { backend })
-    }
-
-    /// The backend.
-    pub fn backend(&self) -> &Arc<dyn Backend> {
-        &self.backend
     }
 
     /// The ID register (`0x010000ed` for version 1.0).
