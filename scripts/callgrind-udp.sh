@@ -54,7 +54,7 @@ done
 # pipefail turns into a silent stop of this script.)
 pkts="$(callgrind_annotate --tree=caller "$f" | awk '
   /< \?\?\?:bypass_sim::link::gather::(Gathered::)?push_burst \(/ { line = $0 }
-  /\* +\?\?\?:.*as bypass_sim::memory::HostMemory>::base/ && !found { print line; found = 1 }' |
+  /\* +\?\?\?:.*as bypass_seam::dma::HostMemory>::base/ && !found { print line; found = 1 }' |
   sed 's/.*(\([0-9,]*\)x).*/\1/' | tr -d ,)"
 crc="$(callgrind_annotate "$f" | awk '/pclmulqdq::calculate/ {gsub(",", "", $1); s += $1} END {print s + 0}')"
 [ -n "$pkts" ] && [ "$pkts" -gt 0 ] || { echo "could not count the packets built" >&2; exit 1; }

@@ -68,8 +68,8 @@ cg() {
   local kind=$1 name=$2 fn=$3 mode=${4:-}
   local sim=()
   if [ "$kind" = post ]; then
-    sim=(--toggle-collect='*SimBackend as bypass_driver::backend::Backend>::write64*'
-         --toggle-collect='*SimBackend as bypass_driver::backend::Backend>::write_bf*')
+    sim=(--toggle-collect='*SimBackend as bypass_seam::mmio::Mmio>::write64*'
+         --toggle-collect='*SimBackend as bypass_seam::mmio::Mmio>::write_bf*')
   fi
   # shellcheck disable=SC2086 # MODE is one word or nothing
   valgrind --tool=callgrind --callgrind-out-file="$out/$name.out" --collect-atstart=no \
