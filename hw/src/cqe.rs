@@ -1,7 +1,7 @@
 //! Completion queue entries: what the NIC (or the sim) writes into a CQ ring, and the rule that
 //! says whether an entry belongs to software yet.
 //!
-//! Follows rdma-core `providers/mlx5/mlx5dv.h` (`struct mlx5_cqe64`, `struct mlx5_err_cqe`,
+//! Sources: rdma-core `providers/mlx5/mlx5dv.h` (`struct mlx5_cqe64`, `struct mlx5_err_cqe`,
 //! `MLX5_CQE_*`, `MLX5_INLINE_SCATTER_*`, `mlx5dv_get_cqe_owner/se/format/opcode`) and
 //! `providers/mlx5/cq.c` (`get_sw_cqe`, buffer initialisation in `mlx5_alloc_cq_buf`,
 //! `mlx5_handle_error_cqe`). Every multi-byte field is big-endian. `hw/tests/mlx5dv_oracle.rs`

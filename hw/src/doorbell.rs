@@ -1,7 +1,7 @@
 //! Doorbell records (host memory the NIC reads) and doorbell words (what the driver writes to
 //! the UAR page), for QPs, CQs and EQs.
 //!
-//! Follows rdma-core `providers/mlx5/mlx5dv.h` (`MLX5_RCV_DBR`, `MLX5_SND_DBR`,
+//! Sources: rdma-core `providers/mlx5/mlx5dv.h` (`MLX5_RCV_DBR`, `MLX5_SND_DBR`,
 //! `MLX5_CQ_DB_REQ_NOT_SOL`, `MLX5_CQ_DB_REQ_NOT`), `providers/mlx5/mlx5.h`
 //! (`MLX5_CQ_SET_CI`, `MLX5_CQ_ARM_DB`), `providers/mlx5/cq.c` (`update_cons_index`,
 //! `mlx5_arm_cq`), `providers/mlx5/qp.c` (`post_send_db`, `mlx5_post_recv`), and for the EQ

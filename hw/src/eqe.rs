@@ -1,7 +1,7 @@
 //! Event queue entries: what the NIC (or the sim) writes into an EQ ring to report
 //! completions on a CQ, command completions, page requests and asynchronous errors.
 //!
-//! Follows the Linux kernel `include/linux/mlx5/device.h` (`struct mlx5_eqe` and the
+//! Sources: the Linux kernel `include/linux/mlx5/device.h` (`struct mlx5_eqe` and the
 //! `struct mlx5_eqe_*` members of `union ev_data`, `enum mlx5_event`,
 //! `MLX5_EQE_OWNER_INIT_VAL`, `MLX5_PORT_CHANGE_SUBTYPE_*`, `MLX5_EVENT_QUEUE_TYPE_*`) and
 //! rdma-core `providers/mlx5/mlx5_vfio.{c,h}` (`mlx5_eq_get_eqe`, the CMD and PAGE_REQUEST

@@ -1,6 +1,7 @@
 //! The initialization segment: the registers at the start of BAR0 through which a driver finds
 //! the firmware version, hands over the command queue, rings command doorbells, waits for the
-//! firmware to finish initializing, and watches the device's health.
+//! firmware to finish initializing, and watches the device's health. All registers are
+//! big-endian 32-bit.
 //!
 //! Sources: Linux `include/linux/mlx5/device.h` `struct mlx5_init_seg` and
 //! `struct health_buffer` (byte offsets), `include/linux/mlx5/mlx5_ifc.h`
@@ -8,9 +9,7 @@
 //! constants here in `tests/ifc_layout_bringup.rs`) and `MLX5_INITIAL_SEG_HEALTH_SYNDROME_*`;
 //! kernel `drivers/net/ethernet/mellanox/mlx5/core/health.c` (`hsynd_str`, `sensor_*`) and
 //! `mlx5_core.h` (`MLX5_NIC_IFC_*`); rdma-core `mlx5_vfio.c` (`mlx5_vfio_wait_fw_init`,
-//! `mlx5_vfio_init_cmd_interface`, `mlx5_health_check_fatal_sensors`);
-//! the kernel's `struct mlx5_init_seg` (`include/linux/mlx5/device.h`). All registers are
-//! big-endian 32-bit.
+//! `mlx5_vfio_init_cmd_interface`, `mlx5_health_check_fatal_sensors`).
 //!
 //! Owns: the register map and a length-checked view over a copy or mapping of it.
 //! Must not: do MMIO (the driver's backend reads the registers with volatile accesses of the

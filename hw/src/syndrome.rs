@@ -7,6 +7,10 @@
 //!
 //! Each type is a newtype over the raw value, so a value the tables do not know (new firmware,
 //! a buggy peer) still round-trips and prints as `UNKNOWN(0x..)` instead of being lost.
+//!
+//! Sources: kernel `include/linux/mlx5/device.h` (`MLX5_CMD_STAT_*`), rdma-core
+//! `providers/mlx5/mlx5dv.h` (`MLX5_CQE_SYNDROME_*`) and `cq.c` (`mlx5_handle_error_cqe`),
+//! IBTA vol. 1 §9.7.5.1 and rxe `rxe_hdr.h` (AETH syndromes), cited at each table.
 
 use core::fmt;
 

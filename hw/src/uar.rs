@@ -1,7 +1,7 @@
 //! The UAR ("user access region") page: where in BAR0 a UAR lives and where in it each
 //! doorbell and BlueFlame register is.
 //!
-//! Follows rdma-core `providers/mlx5/mlx5dv.h` (`MLX5_CQ_DOORBELL`), `providers/mlx5/mlx5.c`
+//! Sources: rdma-core `providers/mlx5/mlx5dv.h` (`MLX5_CQ_DOORBELL`), `providers/mlx5/mlx5.c`
 //! (bfreg setup in `mlx5_map_uar` / `mlx5_init_context`: `bf->reg = uar + MLX5_BF_OFFSET +
 //! j * bf_reg_size`, `buf_size = bf_reg_size / 2` except for bfreg 0), `kernel-headers/rdma/
 //! mlx5-abi.h` (`MLX5_NUM_BFREGS_PER_UAR`), `providers/mlx5/qp.c` (`post_send_db`: `bf->offset

@@ -1,7 +1,7 @@
 //! Send and receive WQE segments: what the driver writes into an SQ/RQ ring and the NIC
 //! (or the sim) reads back by DMA.
 //!
-//! Follows rdma-core `providers/mlx5/mlx5dv.h` (the public segment structs and the
+//! Sources: rdma-core `providers/mlx5/mlx5dv.h` (the public segment structs and the
 //! `mlx5dv_set_ctrl_seg` / `mlx5dv_set_data_seg` / `mlx5dv_set_dgram_seg` helpers, the
 //! `MLX5_OPCODE_*`, `MLX5_WQE_CTRL_*`, `MLX5_INLINE_SEG`, `MLX5_INVALID_LKEY`,
 //! `MLX5_EXTENDED_UD_AV` constants) and `providers/mlx5/qp.c` (`_mlx5_post_send`,

@@ -1,7 +1,7 @@
 //! Capabilities: QUERY_HCA_CAP / SET_HCA_CAP and the capability pages they carry: the general
 //! device page (`cmd_hca_cap`) and the RoCE page (`roce_cap`).
 //!
-//! Source: Linux `include/linux/mlx5/mlx5_ifc.h` (`mlx5_ifc_query_hca_cap_{in,out}_bits`,
+//! Sources: Linux `include/linux/mlx5/mlx5_ifc.h` (`mlx5_ifc_query_hca_cap_{in,out}_bits`,
 //! `mlx5_ifc_set_hca_cap_{in,out}_bits`, `mlx5_ifc_cmd_hca_cap_bits`, `mlx5_ifc_roce_cap_bits`),
 //! `include/linux/mlx5/device.h` (`enum mlx5_cap_type`, `HCA_CAP_OPMOD_GET_{MAX,CUR}`). Use:
 //! rdma-core `mlx5_vfio.c` `mlx5_vfio_query_hca_caps` / `handle_hca_cap` / `handle_hca_cap_roce`.

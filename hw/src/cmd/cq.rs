@@ -1,10 +1,11 @@
 //! Completion queue commands: the CQ context (`cqc`) and CREATE_CQ / QUERY_CQ / MODIFY_CQ /
 //! DESTROY_CQ, plus the CQ status, CQE size and arm-command values.
 //!
-//! Source: Linux `include/linux/mlx5/mlx5_ifc.h` (`mlx5_ifc_cqc_bits`, `mlx5_ifc_create_cq_in_bits`
-//! and friends; the field table in `tests/data/mlx5_ifc_fields.tsv` pins the kernel version) and
-//! `include/linux/mlx5/cq.h` (arm commands, modify field-select bits). rdma-core's
-//! `tests/mlx5_base.py` (`Mlx5DevxRcResources.create_cq`) shows the fields a minimal CQ sets.
+//! Sources: Linux `include/linux/mlx5/mlx5_ifc.h` (`mlx5_ifc_cqc_bits`,
+//! `mlx5_ifc_create_cq_in_bits` and friends; the field table in `tests/data/mlx5_ifc_fields.tsv`
+//! pins the kernel version) and `include/linux/mlx5/cq.h` (arm commands, modify field-select bits).
+//! rdma-core's `tests/mlx5_base.py` (`Mlx5DevxRcResources.create_cq`) shows the fields a minimal CQ
+//! sets.
 //!
 //! Owns: the CQ command layouts (the trailing `pas[]` list helpers are in [`super::list`]).
 //! Must not: keep CQ state or ring doorbells (that is the driver's `cq` and the sim's engine).

@@ -2,23 +2,17 @@
 //! block (576 bytes) that carries the part of a command's input or output that does not fit
 //! inline in the entry.
 //!
-//! Sources: Linux `include/linux/mlx5/device.h` `struct mlx5_cmd_layout` and
-//! `struct mlx5_cmd_prot_block`, the same fields as PRM bit layouts in `mlx5_ifc.h`
-//! (`mlx5_ifc_cmd_queue_entry_bits`, `mlx5_ifc_cmd_if_box_bits`); rdma-core
-//! `providers/mlx5/mlx5_vfio.h` (`struct mlx5_cmd_layout`, `struct mlx5_cmd_block`) and
-//! `mlx5_vfio.c` (`mlx5_calc_cmd_blocks`, `mlx5_vfio_post_cmd`). The entry
-//! is the kernel's `struct mlx5_cmd_layout`, a mailbox block `struct mlx5_cmd_prot_block`
-//! (`include/linux/mlx5/device.h`). `tests/ifc_layout_bringup.rs` checks
-//! every byte offset here against the kernel's bit layouts.
-//!
 //! A message of `len` bytes travels as: its first [`CMD_INLINE_LEN`] bytes inline in the entry
 //! (`in` / `out`), the rest in a chain of mailbox blocks of [`MAILBOX_DATA_LEN`] bytes each,
 //! linked by `next` and numbered by `block_num` from 0; `in_ptr` / `out_ptr` point at the first.
+//! The `sig` / `ctrl_sig` bytes are checked only under the `cmdif_checksum` capability, which
+//! rdma-core clears in SET_HCA_CAP and never computes; bypass does the same and leaves them 0.
 //!
-//! Signatures: the `sig` / `ctrl_sig` bytes are only checked by the device when the
-//! `cmdif_checksum` capability is enabled. rdma-core never computes them and clears
-//! `cmdif_checksum` in SET_HCA_CAP; bypass does the same, so no checksum helper is defined and
-//! the signature bytes are left zero.
+//! Sources: Linux `include/linux/mlx5/device.h` (`struct mlx5_cmd_layout`,
+//! `struct mlx5_cmd_prot_block`) and `mlx5_ifc.h` (`mlx5_ifc_cmd_queue_entry_bits`,
+//! `mlx5_ifc_cmd_if_box_bits`); rdma-core `providers/mlx5/mlx5_vfio.{h,c}` (`struct
+//! mlx5_cmd_layout`, `struct mlx5_cmd_block`, `mlx5_calc_cmd_blocks`, `mlx5_vfio_post_cmd`).
+//! `tests/ifc_layout_bringup.rs` checks every byte offset against the kernel's bit layouts.
 //!
 //! Owns: the formats and the block arithmetic. Must not: post commands (the driver's `cmdq`).
 

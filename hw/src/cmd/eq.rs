@@ -1,10 +1,10 @@
 //! Event queue commands: the EQ context (`eqc`) and CREATE_EQ / QUERY_EQ / DESTROY_EQ, with the
 //! EQ status and arm-state values and the event-type subscription bitmask.
 //!
-//! Source: Linux `include/linux/mlx5/mlx5_ifc.h` (`mlx5_ifc_eqc_bits`, `mlx5_ifc_create_eq_in_bits`,
-//! `MLX5_EQC_*`); the event-type subscription follows the kernel's
-//! `drivers/net/ethernet/mellanox/mlx5/core/eq.c` (`create_map_eq`: bit `t % 64` of 64-bit word
-//! `t / 64` of `event_bitmask`) and rdma-core `providers/mlx5/mlx5_vfio.c` (`create_async_eqs`).
+//! Sources: Linux `include/linux/mlx5/mlx5_ifc.h` (`mlx5_ifc_eqc_bits`,
+//! `mlx5_ifc_create_eq_in_bits`, `MLX5_EQC_*`); the event-type subscription follows the kernel's
+//! `drivers/net/ethernet/mellanox/mlx5/core/eq.c` (`create_map_eq`: bit `t % 64` of 64-bit word `t
+//! / 64` of `event_bitmask`) and rdma-core `providers/mlx5/mlx5_vfio.c` (`create_async_eqs`).
 //!
 //! Owns: the EQ command layouts. Must not: poll EQs or keep state.
 

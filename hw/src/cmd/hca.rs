@@ -2,7 +2,7 @@
 //! INIT_HCA / TEARDOWN_HCA, ACCESS_REG (with the HOST_ENDIANNESS and PAOS registers) and
 //! SET_DRIVER_VERSION.
 //!
-//! Source of every layout: Linux `include/linux/mlx5/mlx5_ifc.h` (`mlx5_ifc_<name>_bits`, named
+//! Sources (every layout): Linux `include/linux/mlx5/mlx5_ifc.h` (`mlx5_ifc_<name>_bits`, named
 //! in each view's `IFC_NAME`), checked field by field in `tests/ifc_layout_bringup.rs`; the
 //! order of use: rdma-core `providers/mlx5/mlx5_vfio.c` `mlx5_vfio_setup_function`
 //! (and the kernel's `mlx5_function_setup` in `drivers/net/ethernet/mellanox/mlx5/core/main.c`).

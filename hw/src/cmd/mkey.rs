@@ -1,11 +1,11 @@
 //! Memory key commands: the mkey context (`mkc`) and CREATE_MKEY / QUERY_MKEY / DESTROY_MKEY,
 //! the MTT list that follows CREATE_MKEY, access modes and flags, and key arithmetic.
 //!
-//! Source: Linux `include/linux/mlx5/mlx5_ifc.h` (`mlx5_ifc_mkc_bits`, `mlx5_ifc_create_mkey_in_bits`,
-//! `MLX5_MKC_ACCESS_MODE_*`), `include/linux/mlx5/device.h` (`MLX5_MTT_READ`/`WRITE`) and
-//! rdma-core `providers/mlx5/mlx5_vfio.c` (`vfio_reg_mr`: `lr = 1`, lw/rw/rr/a from the
-//! `IBV_ACCESS_*` flags, `mkey = mkey_index << 8 | mkey_7_0`, `get_octo_len`, MTT entries
-//! `iova | MLX5_MTT_READ | MLX5_MTT_WRITE`).
+//! Sources: Linux `include/linux/mlx5/mlx5_ifc.h` (`mlx5_ifc_mkc_bits`,
+//! `mlx5_ifc_create_mkey_in_bits`, `MLX5_MKC_ACCESS_MODE_*`), `include/linux/mlx5/device.h`
+//! (`MLX5_MTT_READ`/`WRITE`) and rdma-core `providers/mlx5/mlx5_vfio.c` (`vfio_reg_mr`: `lr = 1`,
+//! lw/rw/rr/a from the `IBV_ACCESS_*` flags, `mkey = mkey_index << 8 | mkey_7_0`, `get_octo_len`,
+//! MTT entries `iova | MLX5_MTT_READ | MLX5_MTT_WRITE`).
 //!
 //! Owns: the mkey command layouts and helpers. Must not: allocate keys or keep state.
 

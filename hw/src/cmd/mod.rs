@@ -1,8 +1,9 @@
 //! Firmware commands: the command queue entry and mailboxes, the common in/out headers,
 //! opcodes, and one module per command family with its PRM layouts.
 //!
-//! Source of every layout: the kernel's `include/linux/mlx5/mlx5_ifc.h` (`mlx5_ifc_*_bits`);
-//! `tests/ifc_layout.rs` checks every field position here against a table taken from it.
+//! Sources (every layout): the kernel's `include/linux/mlx5/mlx5_ifc.h` (`mlx5_ifc_*_bits`);
+//! `tests/ifc_layout_bringup.rs` and `tests/ifc_layout_objects.rs` check every field position
+//! here against a table taken from it (`tests/data/mlx5_ifc_fields.tsv`).
 //! Bit positions follow PRM numbering (see [`crate::prm`]).
 //!
 //! Owns: formats only. Must not: post commands or keep state (that is the driver's `cmdq` and

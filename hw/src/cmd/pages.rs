@@ -2,7 +2,7 @@
 //! MANAGE_PAGES (give pages to it, or take them back), with the list of page addresses (`pas`,
 //! big-endian 64-bit DMA addresses) that follows the MANAGE_PAGES header.
 //!
-//! Source: Linux `include/linux/mlx5/mlx5_ifc.h` `mlx5_ifc_query_pages_{in,out}_bits`,
+//! Sources: Linux `include/linux/mlx5/mlx5_ifc.h` `mlx5_ifc_query_pages_{in,out}_bits`,
 //! `mlx5_ifc_manage_pages_{in,out}_bits` and their `op_mod` enums; use: kernel
 //! `drivers/net/ethernet/mellanox/mlx5/core/pagealloc.c`, rdma-core `mlx5_vfio.c`
 //! (`mlx5_vfio_satisfy_startup_pages`, `mlx5_vfio_give_pages`).

@@ -1,9 +1,12 @@
 //! Protection domains and UAR pages: ALLOC_PD / DEALLOC_PD, ALLOC_UAR / DEALLOC_UAR.
 //!
-//! Source: Linux `include/linux/mlx5/mlx5_ifc.h` `mlx5_ifc_{alloc,dealloc}_{pd,uar}_{in,out}_bits`.
 //! A UAR index `n` is the 4 KiB page at BAR0 + n × 4096 (rdma-core `mlx5_vfio.c` `uar2iova`).
 //!
-//! Owns: formats. Must not: keep the PD/UAR tables (the driver's `pd` / `uar`, the sim's `firmware`).
+//! Sources: Linux `include/linux/mlx5/mlx5_ifc.h`
+//! `mlx5_ifc_{alloc,dealloc}_{pd,uar}_{in,out}_bits`.
+//!
+//! Owns: formats. Must not: keep the PD/UAR tables (the driver's `pd` / `uar`, the sim's
+//! `firmware`).
 
 crate::prm_layout! {
     /// ALLOC_PD input (`mlx5_ifc_alloc_pd_in_bits`).

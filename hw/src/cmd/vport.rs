@@ -1,11 +1,12 @@
 //! Vport commands: QUERY_HCA_VPORT_CONTEXT (port state, LID, GUIDs), QUERY_HCA_VPORT_GID (the
 //! GID table), QUERY_NIC_VPORT_CONTEXT / MODIFY_NIC_VPORT_CONTEXT (RoCE enable, MTU, MAC).
 //!
-//! Source: Linux `include/linux/mlx5/mlx5_ifc.h` (`mlx5_ifc_query_hca_vport_context_{in,out}_bits`,
-//! `mlx5_ifc_hca_vport_context_bits`, `mlx5_ifc_query_hca_vport_gid_{in,out}_bits`,
+//! Sources: Linux `include/linux/mlx5/mlx5_ifc.h`
+//! (`mlx5_ifc_query_hca_vport_context_{in,out}_bits`, `mlx5_ifc_hca_vport_context_bits`,
+//! `mlx5_ifc_query_hca_vport_gid_{in,out}_bits`,
 //! `mlx5_ifc_{query,modify}_nic_vport_context_{in,out}_bits`, `mlx5_ifc_nic_vport_context_bits`,
-//! `mlx5_ifc_modify_nic_vport_field_select_bits`, `mlx5_ifc_mac_address_layout_bits`); use:
-//! kernel `drivers/net/ethernet/mellanox/mlx5/core/vport.c`, rdma-core `mlx5_vfio.c`
+//! `mlx5_ifc_modify_nic_vport_field_select_bits`, `mlx5_ifc_mac_address_layout_bits`); use: kernel
+//! `drivers/net/ethernet/mellanox/mlx5/core/vport.c`, rdma-core `mlx5_vfio.c`
 //! (`mlx5_vfio_nic_vport_update_roce_state`).
 //!
 //! Owns: formats. Must not: decide port policy (the driver).
@@ -272,7 +273,8 @@ crate::prm_layout! {
 }
 
 crate::prm_layout! {
-    /// Which fields MODIFY_NIC_VPORT_CONTEXT changes (`mlx5_ifc_modify_nic_vport_field_select_bits`).
+    /// Which fields MODIFY_NIC_VPORT_CONTEXT changes
+    /// (`mlx5_ifc_modify_nic_vport_field_select_bits`).
     pub struct ModifyNicVportFieldSelect("modify_nic_vport_field_select", 0x4) {
         /// Change the affiliation.
         affiliation, set_affiliation: 0x12, 1;

@@ -1,25 +1,18 @@
 //! The RoCEv2 invariant CRC (ICRC), computed exactly as Linux rxe does.
 //!
-//! Owns: [`compute`], [`check`] (over a whole IP packet) and [`compute_udp_payload`],
-//! [`check_udp_payload`] (over a UDP payload, the IP and UDP headers rebuilt from what the
-//! socket reports), [`IcrcHasher`] (a packet fed in pieces), [`IcrcHeaderState`] (the CRC
-//! state after one packet's IP + UDP headers, for packets that repeat them; the sim keeps
-//! them by header kind). Must not: allocate; the masked header copies live on the stack.
+//! Covered (rxe `rxe_icrc.c` `rxe_icrc_hdr`; IBTA annex A17.3.3): eight `0xff` bytes for the
+//! masked LRH (rxe's seed `0xdebb20e3` is the CRC register after them); the IP header with
+//! IPv4 TOS, TTL and checksum, or IPv6 traffic class, flow label and hop limit, set to all
+//! ones; the UDP header with its checksum set to all ones; the BTH with byte 4 (FECN, BECN,
+//! reserved) set to all ones; then everything up to the ICRC. rxe runs `crc32_le` from that
+//! seed and stores `~crc` little-endian: the standard CRC-32 (IEEE 802.3) of those bytes,
+//! which is what these functions return; the wire bytes are its `to_le_bytes()`.
 //!
-//! What is covered (rxe `rxe_icrc.c` `rxe_icrc_hdr`; IBTA annex A17.3.3):
-//! 1. eight bytes of `0xff` standing for the masked LRH (rxe starts from the seed
-//!    `0xdebb20e3`, the CRC register after those eight bytes);
-//! 2. the IP header, with IPv4 TOS, TTL and header checksum set to all ones, or IPv6 traffic
-//!    class, flow label and hop limit set to all ones;
-//! 3. the UDP header with its checksum set to all ones;
-//! 4. the BTH with its FECN/BECN/reserved byte (byte 4) set to all ones;
-//! 5. everything after the BTH up to the ICRC: extension headers, payload, pad.
-//!
-//! rxe uses the kernel's `crc32_le` without pre- or post-inversion from that seed and stores
-//! `~crc` in CPU (little-endian) order, which is the standard CRC-32 (IEEE 802.3,
-//! reflected, init and xorout `0xffffffff`) of the bytes above, written little-endian: the
-//! value these functions return is that CRC-32, and the four bytes on the wire are its
-//! `to_le_bytes()`.
+//! Owns: [`compute`] / [`check`] (a whole IP packet), [`compute_udp_payload`] /
+//! [`check_udp_payload`] (a UDP payload with the header fields the socket reports),
+//! [`IcrcHasher`] (a packet fed in pieces) and [`IcrcHeaderState`] (the CRC state after one
+//! packet's IP + UDP headers, for packets that repeat them).
+//! Must not: allocate (the masked header copies live on the stack).
 
 use crate::error::{Error, Result};
 use crate::roce::bth::BTH_LEN;
@@ -163,8 +156,7 @@ impl IcrcHasher {
         check_hdrs_len(ip_udp)?;
         let b = masked_bth(bth)?;
         // The masked headers and the BTH in one buffer, fed in one update from the CRC state
-        // after the eight 0xff bytes of the masked LRH (rxe's seed): one CRC call per packet
-        // header instead of three.
+        // after the eight 0xff bytes of the masked LRH (rxe's seed).
         let n = ip_udp.len();
         let mut buf = [0u8; MAX_IP_UDP_HDR_LEN + BTH_LEN];
         buf[..n].copy_from_slice(ip_udp);

@@ -102,9 +102,8 @@ pub fn ipv4_to_gid(ip: [u8; 4]) -> [u8; 16] {
 /// as received: a correct header then sums to 0).
 pub fn ipv4_checksum(hdr: &[u8]) -> u16 {
     // One's-complement sum of big-endian 16-bit words, an odd last byte padded with zero
-    // (RFC 1071). Summed four bytes at a time into a 64-bit accumulator and folded at the end
-    // (the sum of big-endian 32-bit words folds to the same 16-bit sum): five adds for a
-    // 20-byte header, which every packet the UDP link sends or receives goes through.
+    // (RFC 1071), taken four bytes at a time into a 64-bit accumulator and folded at the end:
+    // 32-bit words fold to the same 16-bit sum (RFC 1071 §2(B), parallel summation).
     let quads = hdr.chunks_exact(4);
     let tail = quads.remainder();
     let mut sum: u64 = quads.fold(0, |s, q| {
@@ -121,8 +120,7 @@ pub fn ipv4_checksum(hdr: &[u8]) -> u16 {
 
 /// Whether `a` and `b` (`N` >= 8 bytes: the IPv4 and IPv6 + UDP header lengths) hold the
 /// same bytes, compared as 8-byte words (the last one overlapping the one before when `N` is
-/// not a multiple of 8) with no early exit: a handful of loads and XORs (an array `==` of 48
-/// bytes calls `bcmp`; of 28, compiles to vector compares of its own).
+/// not a multiple of 8), XORed together with no early exit and no call to `bcmp`.
 #[inline(always)]
 fn same_words<const N: usize>(a: &[u8; N], b: &[u8; N]) -> bool {
     const { assert!(N >= 8, "whole 8-byte words only") };
@@ -143,10 +141,9 @@ fn same_words<const N: usize>(a: &[u8; N], b: &[u8; N]) -> bool {
     diff == 0
 }
 
-/// Whether the IP + UDP headers `a` and `b` are the same bytes. Compared as 8-byte words
-/// (no `memcmp` call) at the IPv4 + UDP and IPv6 + UDP lengths, with a slice compare for any
-/// other: the per-packet test of the header caches of a link that receives or sends many
-/// packets of one flow.
+/// Whether the IP + UDP headers `a` and `b` are the same bytes: compared as 8-byte words at
+/// the IPv4 + UDP and IPv6 + UDP lengths, as a slice at any other (headers of different
+/// lengths are never the same). The sim's header caches test every packet of a flow with it.
 #[inline]
 pub fn same_ip_udp(a: &[u8], b: &[u8]) -> bool {
     const V4: usize = IPV4_HDR_LEN + UDP_HDR_LEN;
@@ -170,9 +167,11 @@ fn be16(b: &[u8], at: usize) -> u16 {
 
 /// Gives the IPv4 header at the front of `hdr` (20 bytes, no options, as
 /// [`IpSpec::write_ip_udp`] writes it) the ID `id`, and its header checksum the value that
-/// goes with it, updated from the one there (RFC 1624 eqn. 3, `HC' = ~(~HC + ~m + m')`): the
-/// same bytes `write_ip_udp` writes with that ID, for a few adds (a receiver that rebuilds
-/// one header per train segment, each with its own ID, pays one full build).
+/// goes with it, updated incrementally from the one there (RFC 1624 eqn. 3,
+/// `HC' = ~(~HC + ~m + m')`): the same bytes `write_ip_udp` writes with that ID.
+///
+/// Errors: [`Error::Truncated`] when `hdr` is shorter than 20 bytes, [`Error::Malformed`]
+/// when its first byte is not `0x45` (version 4, IHL 5); `hdr` is unchanged then.
 pub fn set_ipv4_id(hdr: &mut [u8], id: u16) -> Result<()> {
     let got = hdr.len();
     let h = hdr
