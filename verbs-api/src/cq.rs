@@ -1,21 +1,17 @@
 //! Completion queues: polling as an iterator of [`Completion`]s, blocking [`Cq::wait`], and
 //! the raw CQE bytes for research.
 //!
-//! A [`Completion`] is the proof the soundness design rests on (crate docs, rule 3): only a
-//! CQ makes one, it cannot be copied, and it carries the CQ's number and its position in the
-//! CQ's sequence of completions, so [`crate::Qp::reclaim`] can refuse one that belongs to
-//! another QP or CQ, or that was polled before the WQE now at its ring slot was posted.
-//!
-//! The position is the driver's consumer count (`QpTable::consumed`): the number of CQEs the
-//! CQ had consumed once this one was, handed back by the driver's poll while it still holds
-//! the CQ's consumer side. It must not be assigned after the poll has let go: between the two,
-//! another thread could destroy the completion's QP (its CQ clean waits only for the consumer
-//! side), create a QP that gets the same number and post on it, and a count taken then would
-//! rank the old completion after that post, letting it release the new WQE's buffers while
-//! the NIC may still use them.
+//! A [`Completion`] is the proof the soundness rules rest on (crate docs, rule 3): only a CQ
+//! makes one, it cannot be copied, and it carries the CQ's identity and its sequence number,
+//! the driver's consumer count (`QpTable::consumed`) once its CQE was consumed. The number is
+//! the one the driver's poll returns while it still holds the CQ's consumer side, never one
+//! read after the poll let go, so that [`crate::Qp::reclaim`] can refuse a completion of
+//! another QP or CQ, or one polled before the WQE now at its ring slot was posted.
 //!
 //! Owns: [`Cq`], [`Completion`], [`Poll`]. Must not: decode CQEs (the driver does) or
 //! allocate, lock or format while polling.
+//! Sources: rdma-core `providers/mlx5/cq.c` (`mlx5_parse_cqe`: a queue's CQEs arrive in
+//! order, so one CQE retires every earlier WQE of its queue).
 
 use std::fmt;
 use std::sync::Arc;

@@ -1,8 +1,8 @@
 //! # bypass-verbs: the safe application API of bypass
 //!
-//! [`Context`], [`Pd`], [`Mr`], [`MemoryPool`], [`Cq`] and [`Qp`] on top of `bypass-driver`,
-//! plus the endpoints two peers exchange ([`QpEndpoint`], [`RemoteBuffer`]) and a TCP
-//! out-of-band exchange ([`exchange`]).
+//! [`Context`], [`Pd`], [`Mr`], [`MemoryPool`], [`Cq`] and [`Qp`] over `bypass-driver`, the
+//! endpoints two peers exchange ([`QpEndpoint`], [`RemoteBuffer`]) and a TCP out-of-band
+//! exchange ([`exchange`]).
 //!
 //! ```
 //! use std::time::Duration;
@@ -38,69 +38,60 @@
 //!
 //! Owns: the public API and its soundness rules. Must not: format WQEs or CQEs itself (the
 //! driver does), or touch the device except through the driver.
+//! Sources: the libibverbs verbs (`ibv_post_send`, `ibv_poll_cq`, `ibv_modify_qp`) for what
+//! each call does; io_uring's owned buffers and `vm-memory`'s guest memory for the ownership
+//! rules below.
 //!
 //! ## Soundness: who may touch memory the NIC may access
 //!
-//! The hazard (phoenix-dataplane #83, "post_send should be unsafe"): `post_send(&buf);
-//! drop(buf);` lets the NIC DMA into freed memory, and `post_recv(&buf); buf[0]` reads bytes
-//! the NIC may be writing. rust-ibverbs and sideway made posting `unsafe`. bypass keeps the
-//! safe path safe by **ownership**, io_uring style, and offers the `unsafe` path for users
-//! who manage lifetimes themselves:
+//! `post_send(&buf); drop(buf);` lets the NIC DMA from freed memory, and
+//! `post_recv(&buf); buf[0]` reads bytes the NIC may be writing (phoenix-dataplane #83, "post_send
+//! should be unsafe"). bypass keeps posting safe by **ownership**:
 //!
 //! 1. **Leases.** Application buffers come from a [`MemoryPool`]: one region registered once,
-//!    cut into chunks, each handed out as a [`Lease`] — an owned, non-`Clone` handle that is
-//!    the only way to reach its bytes (`as_slice`/`as_mut_slice`) and returns the chunk to the
-//!    pool when dropped. No registration per message, no allocation (the pool's free set is an
-//!    atomic bitmap).
+//!    cut into chunks, each handed out as a [`Lease`], an owned, non-`Clone` handle that is the
+//!    only way to reach its bytes (`as_slice`/`as_mut_slice`) and returns the chunk to the pool
+//!    when dropped. Leasing neither registers nor allocates (the free set is an atomic bitmap).
 //! 2. **Posting moves the lease.** A work request ([`wr::SendWr`], [`wr::RecvWr`]) owns its
 //!    buffers in a fixed-size [`wr::SgeList`]; `post_send`/`post_recv` move that list into the
-//!    QP's outstanding table, a pre-sized array indexed by the WQE's ring index (no
-//!    allocation). From then on no safe code holds a handle: the bytes cannot be read,
-//!    written or freed while the NIC may access them.
-//! 3. **The completion gives it back.** A polled completion is a proof, produced only by the
-//!    CQ, that the NIC is done with its WQE and every earlier WQE of that queue (mlx5 writes a
-//!    queue's CQEs in order). `Qp::reclaim(completion)` consumes the proof and hands back the
-//!    buffers of that WQE (a receive's data, a READ's result), dropping those of earlier
-//!    unsignaled WQEs back into their pools. A completion cannot be forged or copied, and a
-//!    stale one releases nothing: each [`Completion`] carries its CQ's identity and its
-//!    sequence number — the CQ's consumer count once its CQE was consumed, which the
-//!    driver's poll hands back while it still holds the CQ's consumer side — and each parked
-//!    WQE the consumer count when it was posted, so a completion polled *before* the WQE now
-//!    at its ring slot was posted (of a destroyed QP whose number the firmware gave to this
-//!    one, or of a WQE before a reset) is refused ([`VerbsError::StaleCompletion`]); the
-//!    16-bit WQE index a completion names (a send CQE's `wqe_counter`; for a receive, the
-//!    receive WQE the driver matched it to, in order) is matched against the outstanding
-//!    window modulo 2^16 (rings hold at most 2^15 WQEBBs, so it is never ambiguous; an
-//!    earlier lap's completion, kept while its slot was reposted, falls outside the window
-//!    and releases nothing). The number is taken under the consumer side
-//!    because a QP's destroy or reset takes that side to clean the CQ: a poll that took a
-//!    CQE of the old QP is ordered before the clean, and every post after it reads a count
-//!    at least that CQE's (see `driver::poll::QpTable::consumed`).
+//!    QP's outstanding table, a pre-sized array indexed by the WQE's ring index. From then on no
+//!    safe code holds a handle: the bytes cannot be read, written or freed while the NIC may
+//!    access them.
+//! 3. **The completion gives it back.** A polled [`Completion`] is a proof, made only by a
+//!    [`Cq`], that the NIC is done with its WQE and every earlier WQE of that queue (mlx5 writes
+//!    a queue's CQEs in order). [`Qp::reclaim`] consumes it and hands back that WQE's buffers (a
+//!    receive's data, a READ's result), dropping those of earlier unsignaled WQEs into their
+//!    pools. A completion cannot be forged or copied, and a stale one releases nothing:
+//!    - it carries its CQ's identity and a sequence number, the CQ's consumer count once its CQE
+//!      was consumed, taken by the driver's poll while it still holds the CQ's consumer side;
+//!      each parked WQE keeps the count at its post. A completion polled before the WQE now at
+//!      its ring slot was posted (of a destroyed QP whose number the firmware gave to this one,
+//!      or from before a reset) is refused with [`VerbsError::StaleCompletion`];
+//!    - the 16-bit WQE index it names (a send CQE's `wqe_counter`; for a receive, the receive
+//!      WQE the driver matched it to) is matched against the outstanding window modulo 2^16
+//!      (rings hold at most 2^15 WQEBBs), so a completion of an earlier lap of the ring, kept
+//!      while its slot was reposted, falls outside the window.
 //! 4. **Teardown.** A QP destroys its hardware object first (after DESTROY_QP the NIC stops),
-//!    then drops the parked leases. [`Qp::reset`] is refused while WQEs are outstanding
-//!    (their CQEs could still be in the CQ and be taken, after the reset, for WQEs posted
-//!    later): move the QP to ERR, poll and reclaim the flushed completions, then reset.
-//!    CQEs a destroyed (or reset) QP left unpolled are removed from its CQs by the driver
-//!    (as rdma-core `__mlx5_cq_clean`), so a new QP that gets the same QPN is never credited
-//!    with them. Parents (`Pd`, `Cq`, the pool's
-//!    `Mr`, the `Context`) are held by `Arc`, so an MR cannot be deregistered while a lease of
-//!    its pool exists, nor a CQ destroyed under a QP.
-//! 5. **Inline data is borrowed**, because it is copied into the WQE before `post_send`
-//!    returns.
+//!    then drops the parked leases. The driver removes the CQEs a destroyed or reset QP left
+//!    unpolled from its CQs (as rdma-core `__mlx5_cq_clean`), so a new QP with the same QPN is
+//!    never credited with them. [`Qp::reset`] is refused while WQEs are outstanding: move the QP
+//!    to ERR, poll and reclaim the flushed completions, then reset. Parents (`Pd`, `Cq`, the
+//!    pool's `Mr`, the `Context`) are held by `Arc`: an MR lives as long as any lease of its
+//!    pool, a CQ as long as any QP on it.
+//! 5. **Inline data is borrowed**: it is copied into the WQE before `post_send` returns.
 //! 6. **Remote access.** Memory a peer may write (REMOTE_WRITE/ATOMIC) can change at any time
-//!    without a local completion, so no `&[u8]` into it is ever handed out: such regions are
-//!    read and written through copies that use raw pointers only (as `vm-memory` treats guest
-//!    memory). The pool registers its region for local access only.
-//!
+//!    without a local completion, so no `&[u8]` into it is handed out: [`Mr::read`] and
+//!    [`Mr::write`] copy through raw pointers (as `vm-memory` treats guest memory). The pool
+//!    registers its region for local access only.
 //! 7. **Shared sources.** [`Lease::freeze`] turns a lease into a [`SharedLease`]: read-only,
-//!    `Clone` (one atomic count, no allocation per clone), postable by many SENDs and WRITEs
-//!    at once — the NIC only reads a gather list, as perftest `ib_write_bw` posts every WRITE
-//!    from one buffer. No `&mut` to its bytes exists while any clone lives, including the
-//!    clones parked in QPs by posted requests; [`SharedLease::try_unfreeze`] gives the
-//!    writable lease back only to the last handle. Receives, READs and atomics, where the NIC
-//!    writes, refuse it ([`VerbsError::SharedBufferWritten`]).
+//!    `Clone` (one atomic count, no allocation per clone), postable by many SENDs and WRITEs at
+//!    once, as perftest `ib_write_bw` posts every WRITE from one buffer (the NIC only reads a
+//!    gather list). No `&mut` to its bytes exists while any clone lives, those parked in QPs
+//!    included; [`SharedLease::try_unfreeze`] gives the writable lease back to the last handle
+//!    only. Receives, READs and atomics, where the NIC writes, refuse it
+//!    ([`VerbsError::SharedBufferWritten`]).
 //!
-//! What the compiler refuses, in tests:
+//! What the compiler refuses (each example is a `compile_fail` doc test):
 //!
 //! A lease moved into a work request cannot be touched afterwards:
 //! ```compile_fail,E0382

@@ -1,24 +1,20 @@
 //! The per-queue table of buffers owned by outstanding work requests: a pre-sized array
 //! indexed by the WQE's ring index (SQ: the WQEBB index the WQE starts at, which the CQE's
-//! `wqe_counter` names; RQ: the receive WQE index, which the driver's receive completion
-//! names: `WorkCompletion::wqe_index`), so parking and reclaiming allocate nothing. A
-//! completion is always matched by the index it names, never "the oldest outstanding": a
-//! receive completion kept while its slot was reposted must not release the next receive.
-//!
-//! The rule it enforces: a buffer parked at index `i` leaves the table only when
-//! - a completion for index `i` or a later index of the same queue is reclaimed (mlx5 writes a
-//!   queue's CQEs in order, so a CQE for `i` means the NIC is done with every WQE up to `i`:
-//!   rdma-core `providers/mlx5/cq.c` `mlx5_parse_cqe` advances `wq->tail` to
-//!   `wqe_head[wqe_ctr] + 1`, releasing unsignaled WQEs before it the same way); or
+//! `wqe_counter` names; RQ: the receive WQE index, `WorkCompletion::wqe_index`), so parking
+//! and reclaiming allocate nothing. A completion is matched by the index it names, never as
+//! "the oldest outstanding". A buffer parked at index `i` leaves the table only when
+//! - a completion for `i` or a later index of the same queue is reclaimed (mlx5 writes a
+//!   queue's CQEs in order, so the NIC is done with every WQE up to `i`); or
 //! - the queue is destroyed or reset (the NIC no longer touches its WQEs); or
-//! - the driver reuses the index for a new WQE (it only does once that ring slot's completion
-//!   was seen, otherwise the post fails with "queue full").
+//! - the driver reuses the index for a new WQE (only once that slot's completion was seen;
+//!   otherwise the post fails with "queue full").
 //!
-//! Stale completions (for WQEs already reclaimed) release nothing, so reclaiming in any order
-//! is sound.
+//! Stale completions release nothing, so reclaiming in any order is sound.
 //!
 //! Owns: the table. Must not: decide when the NIC is done (the caller proves it with a polled
 //! completion).
+//! Sources: rdma-core `providers/mlx5/cq.c` `mlx5_parse_cqe` (`wq->tail` advances to
+//! `wqe_head[wqe_ctr] + 1`, retiring the unsignaled WQEs before it).
 
 use crate::wr::SgeList;
 

@@ -1,7 +1,6 @@
 //! The memory pool: one registered region cut into equal chunks, leased out as owned
-//! [`Lease`]s that return to the pool when dropped (the ixy.rs mempool idea, with an atomic
-//! bitmap instead of a locked stack so a lease can be returned from any thread without a lock
-//! or an allocation).
+//! [`Lease`]s that return to the pool when dropped. The free set is an atomic bitmap, so a
+//! lease is taken and returned from any thread without a lock or an allocation.
 //!
 //! A [`Lease`] is the unit of the soundness design (see the crate docs): it is the only handle
 //! to its bytes, so whoever holds it may take `&mut [u8]`; posting a work request *moves* the
@@ -9,7 +8,8 @@
 //! the bytes while the NIC may access them.
 //!
 //! Owns: the chunk bitmap and the leases. Must not: register memory itself (the region comes
-//! registered, see [`PoolMemory`]) or talk to the device.
+//! registered, see `PoolMemory`) or talk to the device.
+//! Sources: ixy.rs's `Mempool` (fixed-size buffers of one pinned region, returned on drop).
 
 use std::fmt;
 use std::ptr::NonNull;

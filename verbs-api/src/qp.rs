@@ -5,6 +5,8 @@
 //! Owns: [`Qp`], [`QpBuilder`], [`QpOptions`]. Must not: write WQEs or ring doorbells (the
 //! driver's `Qp` does), or release a parked buffer without a completion, a reset or the
 //! QP's destruction (see the crate docs and `outstanding`).
+//! Sources: the libibverbs QP state machine (`ibv_modify_qp`, `enum ibv_qp_state`); rdma-core
+//! `libibverbs/examples/rc_pingpong.c` `pp_connect_ctx` (the RTR/RTS attributes `connect` sets).
 
 use std::fmt;
 use std::sync::Arc;
@@ -211,27 +213,13 @@ impl CqLink {
 
     /// The CQ's consumer count now: the `posted_at` of a WQE about to be posted.
     ///
-    /// Why a completion whose `seq` is at most this can never be one of the WQE posted now
-    /// (`Outstanding::complete` refuses `seq <= posted_at`):
-    /// - its own CQE: the NIC writes it at or past the consumer index, which is at least this
-    ///   count from here on (the driver's clean only moves CQEs forward, by as many as it
-    ///   adds to the count), so the poll that takes it numbers it above this;
-    /// - a CQE of an earlier QP with this QP's number (destroyed, its number reused by the
-    ///   firmware) or of this QP before a reset: the poll that took it numbered it and
-    ///   published the count while holding the CQ's consumer side; the destroy or reset then
-    ///   cleaned this CQ, which takes that side (`QpTable::clean` always does, even when no
-    ///   CQE of the QP is left), so it ran after the poll and saw its count; this post comes
-    ///   after the destroy or reset (the new QP was created after it, or this QP was reset
-    ///   before this post), and the count never decreases, so this reads at least that seq.
-    ///
-    /// An earlier lap of this QP's own ring is told apart by position, not by this count: the
-    /// driver lets a slot be reused once a poll retired the WQE there, which it does before
-    /// it publishes the count, so a post may read the count from before that poll; but the
-    /// reused slot's new position differs from the old one modulo 2^16 (rings hold at most
-    /// 2^15 entries) and the old position has left the outstanding window, so the old
-    /// completion releases nothing. (A position equal modulo 2^16 needs two more laps, hence
-    /// retires by later polls, which take the consumer side after this poll published its
-    /// count: `Cq` takes one CQE per hold of the consumer side.)
+    /// Contract (`Outstanding::complete` refuses `seq <= posted_at` on it): no completion
+    /// numbered at most this count is one of the WQE posted now. Its own CQE is numbered by a
+    /// later poll, above this count; a CQE of an earlier QP with this number, or of this QP
+    /// before a reset, was numbered by a poll that the destroy's or reset's CQ clean
+    /// (`QpTable::clean`, which always takes the consumer side) ordered before this post. An
+    /// earlier lap of this QP's own ring is told apart by position modulo 2^16, not by this
+    /// count.
     #[inline]
     fn now(&self) -> u64 {
         self.table.consumed()
@@ -517,8 +505,8 @@ impl Qp {
         let start = self.inner.sq_cur_post();
         let seq = self.send_cq.now();
         match (dwr.op, dwr.payload, dwr.ud) {
-            // A one-SGE RDMA WRITE takes the driver's specialised post (same WQE, same errors,
-            // fewer instructions: `bypass_driver::qp::Qp::post_write`).
+            // A one-SGE RDMA WRITE takes the driver's specialised post, which writes the same
+            // WQE and refuses with the same errors (`bypass_driver::qp::Qp::post_write`).
             (post::SendOp::Write { remote }, Payload::Sges([one]), None) => self
                 .inner
                 .post_write(dwr.wr_id, *one, remote, dwr.flags)

@@ -1,20 +1,18 @@
 //! Shared (frozen) leases: one registered buffer that many outstanding SENDs and WRITEs read
 //! at once, as perftest's `ib_write_bw` posts every WRITE from the same local buffer.
 //!
-//! The contract: a [`SharedLease`] is a [`Lease`] frozen behind an `Arc`. Freezing gives up
-//! `&mut` for good (until [`SharedLease::try_unfreeze`] proves no other handle exists), so
-//! while any clone lives — including the clones parked in a QP by posted work requests —
-//! the bytes can only be *read*, by safe code and by the NIC alike. The NIC only reads the
-//! gather list of a SEND or WRITE (rdma-core `providers/mlx5/qp.c` `set_data_ptr_seg` builds
-//! the same data segment for both; the device DMA-reads it), so concurrent reads are sound.
-//! A shared lease is refused wherever the NIC would write: receives, the local buffer of a
-//! READ and of the atomics ([`VerbsError::SharedBufferWritten`]).
-//!
-//! Each clone keeps the chunk (and through it the pool and its registration) alive, so the
-//! buffer cannot be freed while a posted work request holds one; the clone a work request
-//! holds is dropped when its completion (or a later one of the same queue) is reclaimed.
+//! A [`SharedLease`] is a [`Lease`] frozen behind an `Arc`. Freezing gives up `&mut` until
+//! [`SharedLease::try_unfreeze`] proves no other handle exists, so while any clone lives (the
+//! clones parked in a QP by posted work requests included) safe code and the NIC only read the
+//! bytes. The NIC only reads the gather list of a SEND or WRITE, so concurrent reads are sound; a
+//! shared lease is refused wherever the NIC would write: receives, the local buffer of a READ or an
+//! atomic ([`crate::VerbsError::SharedBufferWritten`]). Each clone keeps the chunk (and the pool
+//! and its registration) alive; a work request's clone drops when its completion, or a later one of
+//! the same queue, is reclaimed.
 //!
 //! Owns: the frozen handle. Must not: lease or register memory (the pool does).
+//! Sources: rdma-core `providers/mlx5/qp.c` `set_data_ptr_seg` (the same gather segment for
+//! SEND and WRITE, read by DMA); perftest `run_iter_bw` (one source buffer for every WRITE).
 
 use std::fmt;
 use std::sync::Arc;

@@ -125,8 +125,8 @@ fn a_completion_of_a_destroyed_qp_numbered_after_its_poll_let_go_cannot_release_
     assert_eq!(pool.leased(), 1, "the READ's buffer stays parked");
     assert_eq!(x2.sends_outstanding(), 1);
 
-    // The same completion numbered when it was wrapped (the count had moved on: the old
-    // scheme's timing) would have passed; this is what the poll-time number prevents.
+    // The same completion numbered at wrap time instead (the count has moved on since the
+    // destroy) passes: the number taken at poll time is what refuses it.
     let late = cq_a.wrap((wc, cq_a.inner.consumed() + 1));
     let released = x2.reclaim(late)?;
     assert!(
@@ -205,7 +205,7 @@ fn a_receive_completion_kept_while_its_slot_is_reposted_releases_no_other_receiv
         .collect();
     // Receive 0's slot was overwritten by a later lap (its buffer went back to the pool when
     // receive `slots` took the slot: `Outstanding::park`), so its completion releases nothing;
-    // the old matching released receive 1's buffer here.
+    // matching "the oldest outstanding receive" instead would release receive 1's buffer here.
     assert!(
         tags.is_empty(),
         "receive 0's completion released the buffers tagged {tags:?}"

@@ -6,6 +6,8 @@
 //! borrowed: it is copied into the WQE during the post, so the borrow ends when `post` returns.
 //!
 //! Owns: the request types. Must not: build WQE bytes (the driver does).
+//! Sources: libibverbs `struct ibv_send_wr` / `struct ibv_recv_wr` and the `IBV_SEND_*` flags
+//! (`verbs.h`), whose fields these types carry.
 
 pub use crate::driver::post::UdDest;
 use crate::endpoint::RemoteBuffer;
