@@ -1,23 +1,18 @@
 //! `bypass pingpong`: rdma-core's `ibv_rc_pingpong`, on a simulated NIC whose wire is a UDP
 //! socket, interoperable with the real tool on a Linux rxe (or any RoCEv2) peer.
 //!
+//! The protocol is `libibverbs/examples/rc_pingpong.c`'s: both sides post `rx_depth`
+//! receives and swap `"%04x:%06x:%06x:%s"` (lid:qpn:psn:gid) over TCP port `-p` (18515); the
+//! server connects its QP *before* answering (`pp_server_exch_dest`), the client answers with
+//! `"done"` and connects after. The client posts the first SEND; each side posts its next SEND
+//! once its last SEND and a RECV completed (`parse_single_wc`), refills receives when one or
+//! fewer are left, and stops after `iters` of each. QP attributes: `-m` (1024), RTR/RTS as
+//! `pp_connect_ctx` (timeout 14, retry 7, RNR retry 7), PSN `lrand48() & 0xffffff`. Output:
+//! the address lines, then `bytes` (size × iters × 2) and usec/iter, in the same formats.
+//!
 //! Owns: the command's options, its out-of-band exchange as a server (the client side is
 //! `bypass_verbs::exchange::exchange_pingpong_as_client`), the ping-pong loop and its output.
 //! Must not build WQEs or touch the device except through the verbs API.
-//!
-//! The protocol follows rdma-core `libibverbs/examples/rc_pingpong.c`:
-//! - Both sides post `rx_depth` receives, then swap `"%04x:%06x:%06x:%s"` (lid:qpn:psn:gid,
-//!   `pp_client_exch_dest` / `pp_server_exch_dest`) over TCP port `-p` (18515). The server
-//!   reads the client's message, connects its QP (INIT → RTR → RTS) *before* answering, so
-//!   the client's first SEND finds it ready; the client answers the server's message with
-//!   `"done"` and connects after.
-//! - The client posts the first SEND. Each side keeps `pending` = {SEND, RECV}: when both of
-//!   its last SEND and a RECV completed, it posts the next SEND (`parse_single_wc`). Receives
-//!   are refilled when one or fewer are left. It stops after `iters` SENDs and `iters` RECVs.
-//! - Output: the local and remote address lines, then `bytes` (= size × iters × 2) and the
-//!   usec/iter line, with the same formats.
-//! - QP attributes: path MTU `-m` (default 1024), RTR/RTS as `pp_connect_ctx` (timeout 14,
-//!   retry 7, RNR retry 7); the PSN is random (`lrand48() & 0xffffff`).
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};

@@ -270,9 +270,9 @@ impl BwReport {
     /// `completed_ns[j]` is when message `j`'s completion was seen; with completion
     /// moderation (`cq_mod` > 1) only every `cq_mod`-th message (and the last) produces a CQE,
     /// so only those entries are read, as in perftest. perftest `print_report_bw`:
-    /// average = size × iters / (tcompleted[last] − tposted[0]); peak = size / min over
-    /// windows of (tcompleted[j] − tposted[i]) / (j − i + 1), for post-list starts `i` and
-    /// signalled `j ≥ i`.
+    /// average = `size × iters / (tcompleted[last] − tposted[0])`; peak = `size` / the minimum
+    /// over windows of `(tcompleted[j] − tposted[i]) / (j − i + 1)`, for post-list starts `i`
+    /// and signalled `j ≥ i`.
     pub fn from_times(
         bytes: u64,
         posted_ns: &[u64],

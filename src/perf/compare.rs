@@ -1,24 +1,19 @@
 //! `bypass perf compare`: the sim measured against its baselines in one run, as medians and
-//! ratios, with the project's targets.
+//! ratios, with the project's targets ([`BW_TARGET`], [`RTT_TARGET`]).
+//!
+//! Medians:
+//! - memcpy: of per-copy bandwidths, one source buffer into one destination (the memory the
+//!   WRITE stream touches too: every WRITE reads one shared source into one remote buffer).
+//! - sim WRITE bandwidth: of per-segment bandwidths, a segment being the WRITEs between two
+//!   signalled completions one send queue apart: the steady-state rate, without the ramp-up.
+//! - round trips: of per-iteration round-trip times (not halved).
+//!
+//! The four run in interleaved rounds (`--rounds`): the figures printed are the medians of all
+//! rounds' samples pooled; each verdict is the median of the rounds' ratios, so that a stall
+//! during one measurement moves one round, not the verdict.
 //!
 //! Owns: which measurements are compared, how each median is taken, and the verdict lines.
 //! Must not measure anything itself: it calls `lat`, `bw` and `crate::baseline`.
-//!
-//! Medians:
-//! - memcpy: the median of per-copy bandwidths (`size` / copy time), one source buffer into
-//!   one destination — the memory the sim's WRITE stream touches too (every WRITE reads the
-//!   same shared source and lands in the same remote buffer, as perftest `ib_write_bw`).
-//! - sim WRITE bandwidth: the median of per-segment bandwidths, a segment being the WRITEs
-//!   between two signalled completions one send queue apart (WRITEs × `size` / the time
-//!   between them): the steady-state rate, not diluted by ramp-up, over about a millisecond
-//!   at 1 MiB — short enough that, like the per-copy memcpy figure, most segments are not
-//!   cut by the scheduler on a shared machine.
-//! - round trips: the median of per-iteration round-trip times (not halved).
-//!
-//! The four run in interleaved rounds (`--rounds`): the printed figures are the medians of
-//! every round's samples pooled; each ratio's verdict is the median of the rounds' ratios, so
-//! that a stall of this shared machine during one measurement moves one round, not the
-//! verdict.
 
 use clap::Args;
 

@@ -1,23 +1,21 @@
 //! `bypass perf compare-udp`: the UDP link measured against plain sockets in one run, as
-//! medians and ratios, with the project's targets.
+//! medians and ratios, with the project's targets ([`RTT_TARGET`], [`BW_TARGET`]).
 //!
-//! Owns: the two comparisons and their baselines: an 8-byte RDMA WRITE round trip between two
-//! simulated NICs on UDP sockets (127.0.0.1 and 127.0.0.2 by default, each driven by its own
-//! thread, `--rtt-threads`) against a plain UDP busy-poll ping-pong between the same two
-//! addresses, with the floor of the link's own socket calls (`bypass_sim::link::floor`); and
-//! 1 MiB RDMA WRITE streaming bandwidth over those links against TCP loopback streaming
-//! throughput (1 MiB writes). `--only rtt|bw` runs one of the two. Must not print tables (the
-//! verdict lines only) or touch the device outside the verbs API.
+//! Two comparisons (`--only rtt|bw` runs one): an 8-byte RDMA WRITE round trip between two
+//! simulated NICs on UDP sockets (127.0.0.1 and 127.0.0.2 by default, one thread each,
+//! `--rtt-threads`) against a plain UDP busy-poll ping-pong between the same addresses; 1 MiB
+//! RDMA WRITE bandwidth over those links against TCP loopback streaming of 1 MiB writes. Each
+//! also measures the floor of the link's own socket calls (`bypass_sim::link::floor`). They run
+//! in interleaved rounds (`--rounds`; the bandwidth rounds first): each round measures the
+//! baseline, the floor and the link, so that a stall, or a baseline that jumps between modes
+//! with how the scheduler places its threads, hits both sides of a ratio alike. A round's
+//! figure is a median of per-iteration round trips, or of whole bandwidth runs (`--runs`, each
+//! from first post to last completion). Printed: the median of the rounds' figures, every
+//! round's ratio, the verdict on their median.
 //!
-//! The measurements run in interleaved rounds (`--rounds`, as `perf compare` does; all the
-//! bandwidth rounds, then all the round-trip rounds): each round measures the baseline, the
-//! floor and the link, so that a stall of this shared host, or a baseline that jumps between
-//! two modes (the two-thread ping-pong does, with how the scheduler places its threads), hits
-//! both sides of a ratio alike. A round's figure is a median: round trips of per-iteration
-//! times, bandwidth of whole runs (`--runs`, each `bw_iters` WRITEs from first post to last
-//! completion). Printed: the median of the rounds' figures, every round's ratio, and the
-//! verdict on the median of the rounds' ratios. The baselines use another port of the same
-//! two addresses: the links hold theirs.
+//! Owns: the two comparisons and their baselines (on another port of the same two addresses:
+//! the links hold theirs). Must not print tables (the verdict lines only) or touch the device
+//! outside the verbs API.
 
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};
@@ -252,12 +250,9 @@ impl UdpPair {
 /// perftest's `run_iter_lat_write` polls after posting. With 1, both ends run in this thread,
 /// one after the other (`scripts/callgrind-udp.sh` counts that loop: no empty polls in it).
 ///
-/// Two threads, measured on this project's 2-core host (2026-11-30, the same run): 10.1 us
-/// a round trip, where one thread took 11.2 us and the baseline 7.4 us. In one thread the
-/// socket calls of both sides and both NICs' work add up; in two, each side's work after
-/// its send overlaps the peer's receive, as it does between two processes. (An earlier
-/// build, whose empty pump rounds stepped the devices, took 17.8 us with two threads and
-/// 12.8 us with one: the packet was found one costly pump round late.)
+/// In one thread the socket calls and the NIC work of both sides add up on the round trip; in
+/// two, each side's work after its send overlaps the peer's receive, as between two processes
+/// (docs/perf.md has the figures of both).
 fn write_rtts(
     p: &mut UdpPair,
     size: u64,
@@ -362,8 +357,8 @@ fn reap(end: &mut End, outstanding: &mut u32) -> Result<(), PerfError> {
 /// WRITE too large to inline reads one shared source buffer, as `perf write-bw` and perftest
 /// `ib_write_bw` post them (and as the TCP baseline writes one buffer): a lease per WRITE
 /// would stream `depth` MiB of cold source memory through the cache instead.
-// Not inlined: callgrind's `--toggle-collect='*write_bw_rate*'` counts the sending thread's
-// instructions per MiB by this symbol.
+// Not inlined: `scripts/callgrind-udp.sh` collects the sending thread's instructions under
+// this symbol (`--toggle-collect='*write_bw_rate*'`).
 #[inline(never)]
 fn write_bw_rate(
     p: &mut UdpPair,
@@ -475,12 +470,9 @@ pub fn run(o: &UdpCompareOpts) -> Result<(), PerfError> {
     };
     let mut rtt_rounds = Vec::new();
     let mut bw_rounds = Vec::new();
-    // The bandwidth rounds first: measured after the two-thread round trips, TCP read about
-    // 10 % lower for the rest of the process (2026-11-30: a TCP run before each round trip
-    // phase and one after it both read lower once the first had run, with the link and the
-    // engine threads idle; how the scheduler places the threads, most likely), which
-    // flattered the bandwidth ratio. Within each comparison the rounds still interleave the
-    // link and its baseline.
+    // The bandwidth rounds first: after the two-thread round trips, TCP streaming reads lower
+    // for the rest of the process (docs/perf.md), which would flatter the bandwidth ratio.
+    // Within each comparison the rounds still interleave the link and its baseline.
     if let Some((bw_w, bw_src)) = &bw_in {
         for _ in 0..o.rounds {
             let mib = f64::from(1u32 << 20);
