@@ -1,14 +1,14 @@
 //! `bypass perf`: perftest-style tables from the sim benchmarks and the baselines. These
-//! tests check the output's form, never the timings (the machine is noisy).
+//! tests check the output's form, never the timings (speed is measured, not tested).
 
 mod cli_support;
 
 use cli_support::{bypass, numbers_after};
 
 // One bandwidth run uses completion moderation (`-Q 16`): unsignalled WRITEs followed by a
-// signalled one, with BlueFlame on, on the threaded sim — the interleaving that once lost a
-// WQE (a late BlueFlame copy taken for the wrong index; fixed in the sim's engine, with a
-// deterministic test in `sim/src/engine/tests/ring.rs`). The others ask for every completion.
+// signalled one, with BlueFlame on, on the threaded sim, where a BlueFlame copy taken for the
+// wrong ring index would lose a WQE (`sim/src/engine/tests/ring.rs` tests that interleaving
+// deterministically). The others ask for every completion.
 
 const LAT_HEADER: &str = " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec]";
 const BW_HEADER: &str =

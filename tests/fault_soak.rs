@@ -7,8 +7,7 @@
 //! rest flushed.
 //!
 //! Message count per setting: `BYPASS_SOAK_MESSAGES`. A plain `cargo test` runs 3 000 per
-//! setting (the same checks, a few seconds); `scripts/test.sh` runs the full soak, 100 000 per
-//! setting (about 2.5 minutes for the six settings in a debug build on two cores). Seed:
+//! setting (the same checks); `scripts/test.sh` runs the full soak, 100 000 per setting. Seed:
 //! `BYPASS_SEED` (default fixed); a failure prints the seed and the command that replays it.
 
 use std::sync::Arc;
