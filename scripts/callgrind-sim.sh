@@ -8,7 +8,7 @@
 # it twice, with -n 20000 and -n 10000, counts the posting thread (the thread that executed
 # most) in each, and divides the difference by 10000: set-up and teardown cancel out.
 # Instruction counts do not depend on how busy the host is; the engine thread's timing moves
-# the figure by well under one per cent.
+# the figure slightly.
 #
 # Built for baseline x86-64 (valgrind 3.19 cannot decode AVX-512).
 # Usage: scripts/callgrind-sim.sh

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# User-space instructions of the UDP link, counted by callgrind (the figures quoted in the
-# README's "UDP link" benchmarks; instruction counts do not depend on how busy the host is).
+# User-space instructions of the UDP link, counted by callgrind (the figures docs/perf.md
+# records for the UDP link; instruction counts do not depend on how busy the host is).
 #
 #   round trip: `bypass perf compare-udp --only rtt -n 2000 --rounds 1 --rtt-threads 1` (both
 #               NICs in one thread: no empty polls counted), collecting only in the
@@ -12,8 +12,8 @@
 #               builds and sends most of the WRITE packets); per packet it built, counted as
 #               the calls of HostMemory::base from the gather path (one payload piece per
 #               packet here), with the CRC (crc32fast) shown apart (the source buffer is
-#               filled before, outside the count). This one moves by a few per cent from
-#               run to run: which packets the engine thread sends instead depends on timing.
+#               filled before, outside the count). This figure varies from run to run:
+#               which packets the engine thread sends instead depends on timing.
 #
 # Built for baseline x86-64 (valgrind 3.19 cannot decode AVX-512); under valgrind crc32fast
 # takes its 128-bit PCLMULQDQ path, so the CRC share is larger than on the real CPU.

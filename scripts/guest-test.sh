@@ -155,8 +155,8 @@ rxe_explain_retransmissions() {
 }
 
 rxe_interop() {
-  # A release build: the guest (TCG) is slow enough already; a debug bypass adds tens of ms
-  # per 64 KiB message on a loaded host, which rxe's 67 ms retransmit timer notices.
+  # A release build: the guest (TCG) is slow already, and a debug bypass on a loaded host
+  # can answer a 64 KiB message late enough for rxe's 67 ms retransmit timer to fire.
   local profile=${RXE_PROFILE:-release}
   cargo build --manifest-path "$ROOT/Cargo.toml" -p bypass --bin bypass $([ "$profile" = release ] && echo --release)
   CLI=$(cargo metadata --manifest-path "$ROOT/Cargo.toml" --format-version 1 --no-deps \

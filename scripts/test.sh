@@ -80,7 +80,7 @@ scripts/guest-test.sh vfio
 
 # Interop with Linux Soft-RoCE: the guest's ibv_rc_pingpong on rxe against bypass pingpong over
 # the UDP link (both roles, 1 B/4 KiB/64 KiB, MTU 1024/4096; rxe's counters; a pcap checked
-# by tshark and scapy). About a minute plus a release build.
+# by tshark and scapy). Needs a release build of bypass.
 scripts/guest-test.sh rxe
 
 fuzz_seconds="${FUZZ_SECONDS:-20}"
