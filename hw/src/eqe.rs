@@ -20,8 +20,8 @@ named_codes! {
     /// The event type of an EQE (`mlx5_eqe.type`, byte 1).
     ///
     /// Values: the kernel's `include/linux/mlx5/device.h` `enum mlx5_event`
-    /// (`MLX5_EVENT_TYPE_*`, without the prefix; `COMP` is spelled `COMPLETION` here for
-    /// readability; the kernel's `enum mlx5_event` in `include/linux/mlx5/device.h`). The same numbers index `create_eq_in.event_bitmask`.
+    /// (`MLX5_EVENT_TYPE_*`, without the prefix; `COMP` is spelled `COMPLETION` here). The
+    /// same numbers index `create_eq_in.event_bitmask`.
     pub struct EventType(u8) {
         /// `MLX5_EVENT_TYPE_COMP`: a CQ has a new completion (data: [`EqeComp`]).
         COMPLETION = 0x00,

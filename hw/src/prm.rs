@@ -126,7 +126,7 @@ pub fn check_len(what: &'static str, buf: &[u8], need: usize) -> Result<()> {
 ///     pub struct Example("example", 8) {
 ///         /// 4 bits at the top of byte 0.
 ///         state, set_state: 0x0, 4;
-///         /// A 64-bit field at byte 0... no, a 32-bit one at byte 4.
+///         /// A 32-bit field at byte 4.
 ///         word, set_word: 0x20, 32;
 ///     }
 /// }

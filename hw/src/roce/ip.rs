@@ -41,7 +41,8 @@ pub struct Ipv4Spec {
     /// Time to live; masked out of the ICRC.
     pub ttl: u8,
     /// Identification. Covered by the ICRC, so the receiver must see exactly what the sender
-    /// computed it over: 0 is what a UDP socket with `IP_PMTUDISC_DO` sends (`qemu/README.md`).
+    /// computed it over: an unconnected UDP socket with `IP_PMTUDISC_DO` sends 0, a connected
+    /// one its own counter (`scripts/guest/README.md`).
     pub id: u16,
     /// Don't-fragment flag (rxe always sets it).
     pub dont_fragment: bool,
