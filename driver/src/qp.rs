@@ -8,7 +8,7 @@
 //! toggle the BlueFlame half; and `mlx5_post_recv`: data segments → `udma_to_device_barrier`
 //! → RQ DBR (no MMIO). QP commands follow rdma-core `tests/mlx5_base.py` (see `qp_attr.rs`).
 //!
-//! Owns: [`Qp`], [`PostListError`]. Must not: decode completions (`poll.rs`) or build WQE
+//! Owns: [`Qp`], [`PostListError`], [`WriteBatch`]. Must not: decode completions (`poll.rs`) or build WQE
 //! bytes (`post.rs`); allocate, lock, make syscalls or format in `post_send`/`post_recv`.
 
 use std::sync::Arc;
@@ -34,7 +34,6 @@ use crate::post_write::{
     WRITE_DS, WriteTemplate, WriteWqe, write_rdma_write, write_rdma_write_reserved,
 };
 
-mod batch;
 use crate::qp_attr::{
     CreateQpParams, Init2Rtr, QpCaps, QpGeometry, QpInfo, QpType, Rst2Init, Rtr2Rts, Rts2Rts,
     create_qp_input, destroy_qp_input, init2rtr_input, query_qp_input, rst2init_input,
@@ -42,7 +41,6 @@ use crate::qp_attr::{
 };
 use crate::uar::{Bfreg, MmioHandle, shut_up_bf};
 use crate::wq::{RingPtr, RqRing, SqRing, Word32, WqShared};
-pub use batch::WriteBatch;
 
 /// A UAR page of the QP's own (for a BlueFlame register nobody else rings).
 #[derive(Debug)]
@@ -732,5 +730,94 @@ impl Qp {
             self.dbr.write_be32(0, self.rq.head & 0xffff);
         }
         res
+    }
+}
+
+/// RDMA WRITEs written to the SQ but not yet announced: [`WriteBatch::write`] adds one,
+/// [`WriteBatch::complete`] (or dropping the batch) rings one doorbell for all of them. Holds
+/// the QP (`&mut`), so nothing else posts in between. A batch leaked with `mem::forget` rings
+/// nothing: its WQEs stay written and counted, and the QP's next doorbell announces them.
+#[derive(Debug)]
+pub struct WriteBatch<'a> {
+    qp: &'a mut Qp,
+    /// WQEs written so far.
+    n: u32,
+    /// The last one (valid when `n > 0`).
+    last: WriteWqe,
+}
+
+impl Qp {
+    /// Starts a batch of RDMA WRITEs (rdma-core `ibv_wr_start`). The QP must be able to take
+    /// [`Qp::post_write`] (RC, in RTS/SQD/ERR, at least one send SGE): otherwise the error
+    /// that says why, and no batch.
+    #[inline]
+    pub fn write_batch(&mut self) -> core::result::Result<WriteBatch<'_>, PostError> {
+        if !self.write_ok {
+            return Err(self.write_refusal().into());
+        }
+        Ok(WriteBatch {
+            qp: self,
+            n: 0,
+            last: WriteWqe {
+                slot: 0,
+                doorbell: 0,
+            },
+        })
+    }
+}
+
+impl WriteBatch<'_> {
+    /// Writes an RDMA WRITE of `local` to `remote` (rdma-core `ibv_wr_rdma_write` +
+    /// `ibv_wr_set_sge`): the same WQE as [`Qp::post_write`], not yet visible to the NIC.
+    /// [`Refusal::SqFull`] when the SQ has no free WQEBB (the WQEs written before stay in
+    /// the batch; complete it, poll, and go on).
+    #[inline]
+    pub fn write(
+        &mut self,
+        wr_id: u64,
+        local: Sge,
+        remote: RemoteAddr,
+        flags: SendFlags,
+    ) -> core::result::Result<(), PostRefused> {
+        let q = &mut *self.qp;
+        let Some(w) = write_rdma_write(
+            &mut q.sq,
+            &q.shared,
+            &q.write_tpl,
+            wr_id,
+            &local,
+            &remote,
+            flags,
+        ) else {
+            return Err(PostRefused::new(q.res.qpn, Refusal::SqFull));
+        };
+        self.last = w;
+        self.n += 1;
+        Ok(())
+    }
+
+    /// WQEs written so far.
+    pub fn len(&self) -> u32 {
+        self.n
+    }
+
+    /// True when nothing was written yet.
+    pub fn is_empty(&self) -> bool {
+        self.n == 0
+    }
+
+    /// Rings one doorbell for the batch (rdma-core `ibv_wr_complete`); nothing when it is
+    /// empty. Same as dropping it.
+    #[inline]
+    pub fn complete(self) {}
+}
+
+impl Drop for WriteBatch<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        if self.n > 0 {
+            // rdma-core `post_send_db`: BlueFlame only for a lone WQE.
+            self.qp.ring_write(self.last, self.n == 1);
+        }
     }
 }
