@@ -21,8 +21,8 @@ use std::hint::black_box;
 
 use bypass_driver::cq::Cq;
 use bypass_driver::poll::{WorkCompletion, decode};
+use bypass_driver::post::PostRefused;
 use bypass_driver::post::{PostError, RemoteAddr, SendFlags, SendOp, SendWr, Sge};
-use bypass_driver::post_refused::PostRefused;
 use bypass_driver::qp::Qp;
 use common::{second_pair, settle, setup};
 

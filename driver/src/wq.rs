@@ -8,7 +8,7 @@
 //! from `rq.tail`).
 //!
 //! Owns: [`RingPtr`] (a bounds-masked view of ring memory), [`SqRing`], [`RqRing`],
-//! [`WqShared`]. Must not: build WQE contents (that is `post.rs`), ring doorbells, or decode
+//! [`WqShared`]. Must not: build WQE contents (that is `wqe.rs`), ring doorbells, or decode
 //! CQEs (that is `poll.rs`).
 
 use core::ptr::NonNull;
