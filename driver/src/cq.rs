@@ -23,8 +23,7 @@ use crate::cmdq::input;
 use crate::dma::DmaBuf;
 use crate::error::{DriverError, Result};
 use crate::hca::Hca;
-use crate::poll::{CqPoller, QpTable, WorkCompletion};
-use crate::poll_guard::CqPollGuard;
+use crate::poll::{CqPollGuard, CqPoller, QpTable, WorkCompletion};
 use crate::wq::RingPtr;
 
 /// The `op_own` every CQE starts with: opcode INVALID, owner 1 (as the raw test driver and

@@ -18,7 +18,7 @@ use bypass_hw::cqe::{Cqe64, MLX5_CQE_OWNER_MASK, cqe_slot, sw_owns};
 use zerocopy::{FromZeros, IntoBytes};
 
 use crate::barrier::{udma_from_device_barrier, udma_to_device_barrier};
-use crate::poll::CQE_SIZE;
+use crate::completion::CQE_SIZE;
 use crate::wq::{RingPtr, WqShared};
 
 /// One slot of the QP table: a QPN (`EMPTY_QPN` when free) and its bookkeeping (for a free
@@ -33,25 +33,27 @@ struct Slot {
 /// No QPN has bit 24 or above set (QPNs are 24 bits), so this never matches a CQE's.
 const EMPTY_QPN: u32 = u32::MAX;
 
-/// The bits of [`cqe_qpn_key`] that hold the QPN: CQE bytes 57..60 (`sop_drop_qpn` 23:0,
-/// big-endian) of the native-order word at bytes 56..60; byte 56 (the WQE opcode) cleared.
-pub(crate) const QPN_KEY_MASK: u32 = u32::from_ne_bytes([0, 0xff, 0xff, 0xff]);
-
-/// A key no CQE has: its byte 56 is not 0 (a CQE's key always has that byte cleared).
+/// A key no CQE has: a CQE's key is below 2^24 ([`cqe_qpn_key`]).
 const EMPTY_KEY: u32 = u32::MAX;
 
-/// QPN `qpn` as [`cqe_qpn_key`] reads it from a CQE of that QP: the three big-endian QPN
-/// bytes in place, so the poller compares the CQE's word with no byte swap. Any host order.
-#[inline(always)]
-pub(crate) const fn qpn_key(qpn: u32) -> u32 {
-    u32::from_ne_bytes(qpn.to_be_bytes()) & QPN_KEY_MASK
-}
-
 /// The QPN key of a CQE whose bytes 56..60 (`sop_drop_qpn` / `s_wqe_opcode_qpn`, the same
-/// place in good and error CQEs) read, in native order, `word`.
+/// place in good and error CQEs) read, in native order, `word`: the three big-endian QPN
+/// bytes 57..60 as they lie, byte 56 (the WQE opcode) dropped, so the poller compares the
+/// CQE's word with no byte swap (one shift on a little-endian host, one mask on a big-endian
+/// one).
 #[inline(always)]
 pub(crate) const fn cqe_qpn_key(word: u32) -> u32 {
-    word & QPN_KEY_MASK
+    #[cfg(target_endian = "little")]
+    let key = word >> 8;
+    #[cfg(target_endian = "big")]
+    let key = word & 0x00ff_ffff;
+    key
+}
+
+/// QPN `qpn` as [`cqe_qpn_key`] reads it from a CQE of that QP. Any host order.
+#[inline(always)]
+pub(crate) const fn qpn_key(qpn: u32) -> u32 {
+    cqe_qpn_key(u32::from_ne_bytes(qpn.to_be_bytes()))
 }
 
 /// The last QP the poller found: its [`qpn_key`] and bookkeeping.
@@ -397,20 +399,12 @@ impl<'h> HeldRef<'h> {
         }
     }
 
-    /// The bookkeeping of the QP whose [`qpn_key`] is `key` if it sits in its home slot (the
-    /// common case, the table at most half full), which becomes the cached one; `None` for a
-    /// QP that probing would find, or none ([`HeldRef::find`] then looks further). For the
-    /// poll guard's cold step on a CQE of another QP than the last: no decode, no walk.
+    /// [`HeldRef::find`] past the cache, for QP `qpn` whose [`qpn_key`] is `key`: the home
+    /// slot (the common case, the table at most half full), then probing out of line; a hit
+    /// becomes the cached one. The poller's cold step calls it directly for a requester CQE,
+    /// whose QP the fast step already missed in the cache.
     #[inline(always)]
-    pub(crate) fn find_home(self, key: u32) -> Option<&'h WqShared> {
-        let qpn = u32::from_be_bytes(key.to_ne_bytes()) & 0x00ff_ffff;
-        let s = Self::home(self.slots(), qpn);
-        (s.qpn == qpn).then(|| self.remember(key, &s.wq))
-    }
-
-    /// [`HeldRef::find`] past the cache: the home slot, then probing; a hit is cached.
-    #[inline(always)]
-    fn find_uncached(self, qpn: u32, key: u32) -> Option<&'h WqShared> {
+    pub(crate) fn find_uncached(self, qpn: u32, key: u32) -> Option<&'h WqShared> {
         let slots = self.slots();
         let s = Self::home(slots, qpn);
         let w = if s.qpn == qpn {
