@@ -107,12 +107,6 @@ enum FastStep<'t> {
 /// Why [`CqPoller::new`] refused a ring: each names what does not fit and the fix.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum CqGeometryError {
-    /// A CQE size other than 64 bytes.
-    #[error(
-        "a CQ with {0}-byte CQEs: the poller reads 64-byte CQEs only (its hot path shifts by a \
-         constant 6; the driver creates every CQ with cqe_sz 64): create the CQ with 64-byte CQEs"
-    )]
-    CqeSize(usize),
     /// `nent` is not a power of two.
     #[error("a CQ of {0} entries: the owner-bit rule needs a power of two: round it up")]
     Entries(u32),
@@ -160,21 +154,18 @@ unsafe impl Send for CqPoller {}
 unsafe impl Sync for CqPoller {}
 
 impl CqPoller {
-    /// A poller over `ring` (`nent` CQEs of `cqe_size` bytes: 64, the only size the driver
-    /// creates) with its doorbell record at the start of `dbr` (8 bytes: CI word, arm word).
+    /// A poller over `ring` (`nent` 64-byte CQEs: the size every CQ of the driver is created
+    /// with, `cq.rs` deriving its `cqe_sz` from the same constant) with its doorbell record at
+    /// the start of `dbr` (8 bytes: CI word, arm word).
     ///
-    /// Errors ([`CqGeometryError`]): another CQE size, `nent` not a power of two, `nent * 64`
-    /// beyond the ring, or a doorbell record shorter than 8 bytes or not 4-byte aligned.
+    /// Errors ([`CqGeometryError`]): `nent` not a power of two, `nent * 64` beyond the ring, or
+    /// a doorbell record shorter than 8 bytes or not 4-byte aligned.
     pub fn new(
         ring: RingPtr,
         nent: u32,
-        cqe_size: usize,
         dbr: RingPtr,
         table: Arc<QpTable>,
     ) -> Result<Self, CqGeometryError> {
-        if cqe_size != CQE_SIZE {
-            return Err(CqGeometryError::CqeSize(cqe_size));
-        }
         if !nent.is_power_of_two() {
             return Err(CqGeometryError::Entries(nent));
         }

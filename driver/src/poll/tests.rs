@@ -24,7 +24,7 @@ fn fixture(nent: u32) -> Fixture {
         ring.write(k * 64 + 63, &[CQE_INVALID_OP_OWN | 1]);
     }
     let table = Arc::new(QpTable::new());
-    let poller = CqPoller::new(ring, nent, 64, dbr.ring(), table.clone()).unwrap();
+    let poller = CqPoller::new(ring, nent, dbr.ring(), table.clone()).unwrap();
     Fixture {
         _cq: cq,
         _dbr: dbr,
@@ -38,17 +38,13 @@ fn a_ring_the_poller_cannot_read_is_refused_with_what_does_not_fit() {
     let mut cq = TestRing::new(64 * 8);
     let mut dbr = TestRing::new(64);
     let table = Arc::new(QpTable::new());
-    let refused = |ring, nent, size, dbr| CqPoller::new(ring, nent, size, dbr, table.clone()).err();
+    let refused = |ring, nent, dbr| CqPoller::new(ring, nent, dbr, table.clone()).err();
     assert_eq!(
-        refused(cq.ring(), 8, 128, dbr.ring()),
-        Some(CqGeometryError::CqeSize(128))
-    );
-    assert_eq!(
-        refused(cq.ring(), 6, 64, dbr.ring()),
+        refused(cq.ring(), 6, dbr.ring()),
         Some(CqGeometryError::Entries(6))
     );
     assert_eq!(
-        refused(cq.ring(), 16, 64, dbr.ring()),
+        refused(cq.ring(), 16, dbr.ring()),
         Some(CqGeometryError::RingTooSmall {
             ring: 512,
             nent: 16
@@ -59,10 +55,10 @@ fn a_ring_the_poller_cannot_read_is_refused_with_what_does_not_fit() {
     // SAFETY: `short` outlives the ring, which the refused poller never reads.
     let short = unsafe { RingPtr::new(base, 4) }.unwrap();
     assert_eq!(
-        refused(cq.ring(), 8, 64, short),
+        refused(cq.ring(), 8, short),
         Some(CqGeometryError::Doorbell { len: 4 })
     );
-    assert!(refused(cq.ring(), 8, 64, dbr.ring()).is_none());
+    assert!(refused(cq.ring(), 8, dbr.ring()).is_none());
 }
 
 fn put(f: &Fixture, index: u32, cqe: &Cqe64) {
