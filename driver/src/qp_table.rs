@@ -224,7 +224,8 @@ impl QpTable {
     /// [`Held::release`] gives it back.
     #[inline(always)]
     pub(crate) fn try_acquire(&self) -> Option<Held<'_>> {
-        (self.busy.fetch_or(BUSY, Ordering::Acquire) & BUSY == 0).then_some(Held {
+        // Made only when taken (`then`, not `then_some`: no `Held` of a failed try exists).
+        (self.busy.fetch_or(BUSY, Ordering::Acquire) & BUSY == 0).then(|| Held {
             table: self,
             _one_thread: PhantomData,
         })
@@ -298,10 +299,11 @@ impl QpTable {
 /// release. A reference to the table and nothing more. Not `Sync` (a lookup writes the cache:
 /// one thread at a time uses it); it may move to another thread, as a poll guard may.
 ///
-/// Released explicitly, not on drop: a `Drop` would give every poll that calls out of line
-/// (the cold paths) an unwinding landing pad and the registers it keeps live, measured at 2
-/// to 3 instructions per poll. One dropped without `release` leaves the side held: polls then
-/// find nothing and a QP destroy waits, which is safe, and the tests would show it.
+/// Released explicitly, not on drop: a release in `Drop` would give every poll that calls out
+/// of line (the cold paths) an unwinding landing pad and the registers it keeps live. One
+/// dropped without [`Held::release`] or [`Held::keep`] leaves the side held, so that polls
+/// find nothing and the next QP destroy or reset on the CQ waits forever: debug builds panic
+/// when that happens (release builds have no drop code at all).
 #[derive(Debug)]
 #[must_use = "the consumer side stays held until `Held::release`"]
 pub(crate) struct Held<'t> {
@@ -328,13 +330,16 @@ impl<'t> Held<'t> {
     /// Lets this `Held` go with the side still held, for a later [`Held::resume`] in the same
     /// thread to take back (a hot path handing the side to a cold call without passing it).
     #[inline(always)]
-    pub(crate) fn keep(self) {}
+    pub(crate) fn keep(self) {
+        core::mem::forget(self);
+    }
 
     /// Releases the side (a plain store with `Release`: everything done while holding it is
     /// seen by the next holder, which takes it with `Acquire`).
     #[inline(always)]
     pub(crate) fn release(self) {
         self.table.busy.store(0, Ordering::Release);
+        core::mem::forget(self);
     }
 
     /// The hold, borrowed: what the lookups and the consumer count are reached through,
@@ -345,6 +350,22 @@ impl<'t> Held<'t> {
         HeldRef {
             table: self.table,
             _this_thread: PhantomData,
+        }
+    }
+}
+
+/// Debug builds only: a `Held` that reaches its drop was neither released nor kept, which
+/// would leave the consumer side held for good (see [`Held`]). Not while unwinding: a panic
+/// elsewhere may drop one, and a second panic would abort.
+#[cfg(debug_assertions)]
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            panic!(
+                "a QpTable Held was dropped without Held::release or Held::keep: the CQ's \
+                 consumer side stays held, polls find nothing and the next QP destroy or reset \
+                 on this CQ would wait forever"
+            );
         }
     }
 }
@@ -542,5 +563,25 @@ mod tests {
         h.release();
         let h = t.try_acquire().expect("released");
         h.release();
+    }
+
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "dropped without Held::release")]
+    fn a_held_dropped_without_release_panics_in_debug_builds() {
+        let t = QpTable::new();
+        let h = t.try_acquire().unwrap();
+        drop(h);
+    }
+
+    #[test]
+    fn a_released_or_kept_held_is_not_reported() {
+        let t = QpTable::new();
+        t.try_acquire().unwrap().release();
+        let h = t.try_acquire().unwrap();
+        h.keep();
+        // SAFETY: the side is held by this thread (kept just above); this is its only `Held`.
+        unsafe { Held::resume(&t) }.release();
+        assert!(t.try_acquire().map(Held::release).is_some());
     }
 }
