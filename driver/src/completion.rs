@@ -347,7 +347,7 @@ const fn send_opcode(op: WqeOpcode) -> (WcOpcode, bool) {
     }
 }
 
-/// Captures a CQE, with `wr_id` left 0 (see [`CqPoller`] for the lookup).
+/// Captures a CQE, with `wr_id` left 0 (see [`crate::poll::CqPoller`] for the lookup).
 #[inline]
 pub fn decode(cqe: &Cqe64) -> WorkCompletion {
     let b = cqe.as_bytes();

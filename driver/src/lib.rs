@@ -6,7 +6,8 @@
 //! firmware command queue ([`cmdq`]), device bring-up and teardown ([`hca::Hca`]), firmware
 //! pages ([`pages`]), event queues ([`eq`]), and the data path: QPs, rings and doorbells
 //! ([`qp`]: requests in [`post`], the WQE writer in [`wqe`], the send doorbell in
-//! [`doorbell`], the rings in [`wq`]), CQs and their poll ([`cq`], [`poll`]).
+//! [`doorbell`], the rings in [`wq`]), CQs and their poll ([`cq`], [`poll`], completions in
+//! [`completion`]).
 //!
 //! The driver never depends on the simulator. A simulated NIC (`bypass-sim`'s
 //! `fabric::SimFabric`) implements the same seam and plugs in where a VFIO device does.

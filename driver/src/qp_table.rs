@@ -1,12 +1,17 @@
 //! The QPs that report completions to one CQ, and the CQ's consumer state shared between the
 //! poller and the control path: the consumer index, the flag that gives one party at a time
-//! the right to move it, the open-addressed QP table and the one-entry "last QP" cache the
-//! poller compares a CQE's QPN with first.
+//! the right to move it, the open-addressed QP table with the one-entry "last QP" cache the
+//! poller compares a CQE's QPN with first, and the clean of a destroyed or reset QP's CQEs.
 //!
-//! Owns: [`QpTable`] (attach, detach, [`QpTable::clean`]), [`Held`] and [`HeldRef`] (the flag
-//! held: the only way to the lookup, its cache and the consumer count's writes) and the QPN
-//! key the poller compares raw CQE bytes with. Must not: decode CQEs beyond the QPN (`poll.rs`), or wait on
-//! the polling side (the poller only ever tries the flag; only the control path spins).
+//! Follows rdma-core `providers/mlx5/cq.c`: the CQ lock that orders polls against
+//! `__mlx5_cq_clean` (here a flag the poller only tries), `mlx5_parse_cqe`'s QPN lookup with
+//! the last resource found kept (`cur_rsc`), and `__mlx5_cq_clean` itself.
+//!
+//! Owns: [`QpTable`] (attach, detach, [`QpTable::clean`]), `Held` and `HeldRef` (the flag
+//! held: the only way to the lookup, its cache and the consumer count's writes), and the QPN
+//! key the poller compares raw CQE bytes with. Must not: decode CQEs beyond the QPN
+//! (`completion.rs`, `poll.rs`), or wait on the polling side (the poller only tries the flag;
+//! only the control path spins).
 
 use core::cell::{Cell, UnsafeCell};
 use core::marker::PhantomData;
@@ -76,7 +81,7 @@ const BUSY: u32 = 1;
 /// chase: one QP per CQ, or bursts of one QP's completions, hit it); otherwise the QPs sit in
 /// an open-addressed table indexed by `qpn & mask` (linear probing, at most half full). The
 /// table, the cache and the consumer index are touched only by the holder of `busy`, through
-/// the [`Held`] that taking it gives: the poller tries it once per poll (never waits: a poll
+/// the `Held` that taking it gives: the poller tries it once per poll (never waits: a poll
 /// that finds it taken returns nothing), the control path (QP attach, detach, CQ clean) spins
 /// until it gets it.
 #[derive(Debug)]
@@ -294,9 +299,8 @@ impl QpTable {
 /// The consumer side of a [`QpTable`], held: made only by [`QpTable::try_acquire`] (or the
 /// control path's blocking take), given back by [`Held::release`], which consumes it. What
 /// only the holder may touch, the QP lookup with its cache and the consumer count's writes, is
-/// reached through it ([`Held::get`]), so the compiler checks what used to be a comment's
-/// promise: no lookup without the side held, and no looked-up bookkeeping borrowed past its
-/// release. A reference to the table and nothing more. Not `Sync` (a lookup writes the cache:
+/// reached through it ([`Held::get`]), so the compiler checks the rule: no lookup without the
+/// side held, and no looked-up bookkeeping borrowed past its release. A reference to the table and nothing more. Not `Sync` (a lookup writes the cache:
 /// one thread at a time uses it); it may move to another thread, as a poll guard may.
 ///
 /// Released explicitly, not on drop: a release in `Drop` would give every poll that calls out
@@ -344,7 +348,7 @@ impl<'t> Held<'t> {
 
     /// The hold, borrowed: what the lookups and the consumer count are reached through,
     /// passed by value (one pointer in a register; a `&Held` handed to an out-of-line call
-    /// would keep its owner in memory: measured, 5 instructions a CQE on `next_poll`).
+    /// would keep its owner in memory).
     #[inline(always)]
     pub(crate) fn get(&self) -> HeldRef<'_> {
         HeldRef {

@@ -536,7 +536,7 @@ pub fn write_wqe<S: Shapes>(
         )));
     }
     debug_assert!(ds <= MAX_WQE_DS as usize);
-    // `ds <= 63`: the same as `ds.div_ceil(4)` in two instructions.
+    // `ds <= 63`: `ds.div_ceil(4)`, with no overflow to handle.
     let wqebbs = ((ds + 3) >> 2) as u32;
     // In use: `cur_post - tail`, at most `sq.wqebbs` (the tail only trails `cur_post`: WQEs
     // complete in order).
