@@ -59,7 +59,7 @@ const fn completes_a_receive(op: CqeOpcode) -> bool {
 /// What a poll step took: the completed WQE's `wr_id` (0 for a QP not attached to the CQ) and
 /// the CQE's opcode.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Taken {
+struct Taken {
     wr_id: u64,
     opcode: CqeOpcode,
 }
