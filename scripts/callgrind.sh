@@ -28,8 +28,8 @@
 #                   set_sge, ibv_wr_complete), per WQE;
 #   poll ext, 2 QPs alternating: start_poll as above, with two QPs on the CQ whose WRITEs
 #                   alternate, so that no CQE is of the QP before it (the cold path: the
-#                   home-slot step, else the table lookup and the whole decode; the figures
-#                   above are the cache hits).
+#                   cold step's table lookup, home slot then probing; the figures above are
+#                   the cache hits).
 #
 # Usage: scripts/callgrind.sh [rounds]   (64 posts and polls per round; default 32)
 set -euo pipefail

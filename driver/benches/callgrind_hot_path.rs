@@ -12,8 +12,8 @@
 //! `bypass_measured_post_write_batch`) and polls up to 16 per `start_poll` with `next_poll`
 //! (`bypass_measured_poll_ext_batch`). `ext-2qp` is `ext` with two QPs on the CQ, their WRITEs
 //! alternating: every CQE is of the other QP than the one before, so every poll misses the
-//! last-QP cache and takes the cold path (the home-slot step, then the general one; the other
-//! figures leave it out).
+//! last-QP cache and takes the cold path (the cold step's table lookup; the other figures
+//! leave it out).
 
 mod common;
 
@@ -21,8 +21,8 @@ use std::hint::black_box;
 
 use bypass_driver::cq::Cq;
 use bypass_driver::poll::{WorkCompletion, decode};
+use bypass_driver::post::PostRefused;
 use bypass_driver::post::{PostError, RemoteAddr, SendFlags, SendOp, SendWr, Sge};
-use bypass_driver::post_refused::PostRefused;
 use bypass_driver::qp::Qp;
 use common::{second_pair, settle, setup};
 

@@ -3,7 +3,7 @@
 //!
 //! Owns: [`udma_to_device_barrier`], [`udma_from_device_barrier`], [`mmio_wc_start`],
 //! [`mmio_flush_writes`]. Must not: touch memory or registers itself; callers decide where the
-//! barriers go (see `post.rs` and `poll.rs` for the sequences).
+//! barriers go (see `doorbell.rs`, `qp.rs` and `poll.rs` for the sequences).
 //!
 //! Mapping (rdma-core `util/udma_barrier.h`):
 //!

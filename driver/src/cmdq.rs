@@ -12,12 +12,10 @@
 //! (`cmd_work_handler`: ownership set last, then the doorbell; `mlx5_cmd_comp_handler`: the
 //! CMD EQE's vector is a bitmap of completed slots).
 //!
-//! Choices (documented, stable): every command uses slot 0 and commands serialise on a mutex
-//! (control path only). Page requests announced by events are answered by the caller of
-//! [`CmdQueue::take_events`] with ordinary commands, not asynchronously on slot 31 as
-//! rdma-core does, so there is one code path for MANAGE_PAGES. Mailbox blocks sit 1 KiB apart
-//! ([`MAILBOX_ALIGN`], the PRM's alignment of `next_pointer`) in one arena per direction,
-//! grown on demand.
+//! Every command uses slot 0 and commands serialise on a mutex (control path only); page
+//! requests announced by events are answered by the caller of [`CmdQueue::take_events`] with
+//! ordinary commands (not on slot 31 as rdma-core does: one path for MANAGE_PAGES). Mailbox
+//! blocks sit [`MAILBOX_ALIGN`] apart in one arena per direction, grown on demand.
 
 use std::sync::atomic::{AtomicU64, Ordering, fence};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};

@@ -5,7 +5,8 @@
 //! Follows rdma-core `providers/mlx5/cq.c` (`mlx5_alloc_cq_buf` initialisation, `mlx5_arm_cq`:
 //! DBR arm word, `mmio_wc_start`, 64-bit doorbell at UAR + `MLX5_CQ_DOORBELL`,
 //! `mmio_flush_writes`; `mlx5_cq_event`: `arm_sn++` per event) and `tests/mlx5_base.py`
-//! `create_cq` for the `cqc` fields (cqe_sz 64, log size, uar page, `c_eqn`, dbr address).
+//! `create_cq` for the `cqc` fields (cqe_sz 64: the size the poller reads, log size, uar page,
+//! `c_eqn`, dbr address).
 //!
 //! Owns: [`Cq`], [`CqShared`]. Must not: decode CQEs (`poll.rs`) or create the EQ (the
 //! `Hca` owns it).
@@ -20,12 +21,19 @@ use bypass_hw::uar::{MLX5_CQ_DOORBELL, uar_bar_offset};
 
 use crate::barrier::{mmio_flush_writes, mmio_wc_start};
 use crate::cmdq::input;
+use crate::completion::CQE_SIZE;
 use crate::dma::DmaBuf;
 use crate::error::{DriverError, Result};
 use crate::hca::Hca;
-use crate::poll::{CqPoller, QpTable, WorkCompletion};
-use crate::poll_guard::CqPollGuard;
+use crate::poll::{CqPollGuard, CqPoller, QpTable, WorkCompletion};
 use crate::wq::RingPtr;
+
+/// The `cqc.cqe_sz` code of the CQE size the poller reads ([`CQE_SIZE`]): one constant for
+/// both, checked when this compiles.
+const CQE_SZ: u8 = match cqe_sz::from_bytes(CQE_SIZE) {
+    Some(code) => code,
+    None => panic!("CQE_SIZE is not a size cqc.cqe_sz can encode"),
+};
 
 /// The `op_own` every CQE starts with: opcode INVALID, owner 1 (as the raw test driver and
 /// rdma-core's DEVX tests initialise it; never software-owned whatever the lap).
@@ -133,10 +141,10 @@ impl Cq {
                 fix: "ask for at most 2^log_max_cq_sz CQEs (see Hca::caps)",
             });
         }
-        let bytes = nent as usize * 64;
+        let bytes = nent as usize * CQE_SIZE;
         let buf = hca.alloc_dma(bytes.max(4096))?;
         for k in 0..nent as usize {
-            buf.write(k * 64 + 63, &[CQE_INIT_OP_OWN])?;
+            buf.write(k * CQE_SIZE + CQE_SIZE - 1, &[CQE_INIT_OP_OWN])?;
         }
         let dbr = hca.alloc_dma(64)?;
         let uar = hca.uar_index();
@@ -152,7 +160,7 @@ impl Cq {
                 c.set_pas(k, buf.iova_at(k * 4096)?).map_err(e)?;
             }
             let mut x = c.cqc_mut();
-            x.set_cqe_sz(cqe_sz::BYTES_64.into()).map_err(e)?;
+            x.set_cqe_sz(CQE_SZ.into()).map_err(e)?;
             x.set_log_cq_size(log.into()).map_err(e)?;
             x.set_uar_page(uar).map_err(e)?;
             x.set_c_eqn(eqn).map_err(e)?;
@@ -199,7 +207,7 @@ impl Cq {
             buf,
             dbr,
         });
-        let poller = CqPoller::new(ring, nent, 64, dbr_ring, table)?;
+        let poller = CqPoller::new(ring, nent, dbr_ring, table)?;
         Ok(Self {
             poller,
             shared,
@@ -352,5 +360,16 @@ impl Cq {
     /// Events this CQ consumed so far (the arm sequence number).
     pub fn arm_sn(&self) -> u32 {
         self.arm_sn
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cqs_are_created_with_the_cqe_size_the_poller_reads() {
+        assert_eq!(cqe_sz::bytes(CQE_SZ), Some(CQE_SIZE));
+        assert_eq!(CQE_SIZE, core::mem::size_of::<bypass_hw::cqe::Cqe64>());
     }
 }

@@ -66,7 +66,8 @@ impl DmaRegion {
     }
 
     /// Like [`DmaRegion::new`] but without `mlock`: for a backend whose DMA mapping pins the
-    /// pages itself ([`Backend::pins_on_map`]), which checks `RLIMIT_MEMLOCK` when it maps.
+    /// pages itself ([`bypass_seam::DmaMap::pins_on_map`]), which checks `RLIMIT_MEMLOCK` when
+    /// it maps.
     ///
     /// Errors: [`DriverError::Mmap`], [`DriverError::BadDmaLength`].
     pub fn new_unlocked(len: usize) -> Result<Self> {

@@ -5,7 +5,9 @@
 //! its own, [`backend::vfio`]. Pinned DMA memory and the IOVA allocator ([`dma`]), the
 //! firmware command queue ([`cmdq`]), device bring-up and teardown ([`hca::Hca`]), firmware
 //! pages ([`pages`]), event queues ([`eq`]), and the data path: QPs, rings and doorbells
-//! ([`qp`], [`post`]), CQs and their poll ([`cq`], [`poll`]).
+//! ([`qp`]: requests in [`post`], the WQE writer in [`wqe`], the send doorbell in
+//! [`doorbell`], the rings in [`wq`]), CQs and their poll ([`cq`], [`poll`], completions in
+//! [`completion`]).
 //!
 //! The driver never depends on the simulator. A simulated NIC (`bypass-sim`'s
 //! `fabric::SimFabric`) implements the same seam and plugs in where a VFIO device does.
@@ -28,8 +30,10 @@ pub mod backend;
 pub mod barrier;
 mod bringup;
 pub mod cmdq;
+pub mod completion;
 pub mod cq;
 pub mod dma;
+pub mod doorbell;
 pub mod eq;
 pub mod error;
 pub mod hca;
@@ -37,15 +41,13 @@ pub mod mr;
 pub mod pages;
 pub mod pd;
 pub mod poll;
-pub mod poll_guard;
 pub mod post;
-pub mod post_refused;
-pub mod post_write;
 pub mod qp;
 pub mod qp_attr;
 pub mod qp_table;
 pub mod uar;
 pub mod wq;
+pub mod wqe;
 
 pub use bypass_hw as hw;
 pub use error::{DriverError, Result};

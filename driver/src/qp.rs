@@ -1,15 +1,17 @@
 //! Queue pairs: the WQ buffer (RQ then SQ) and doorbell record, CREATE_QP, every state
-//! transition on its own, QUERY_QP, DESTROY_QP on drop; and the data path entry points
-//! `post_send` / `post_recv` with the doorbell protocol.
+//! transition on its own, QUERY_QP, DESTROY_QP on drop; and the post forms of the data path:
+//! `post_send`, `post_send_list`, `post_write`, [`WriteBatch`] (each writes its WQEs with
+//! `wqe.rs` and rings `doorbell.rs`'s one sequence), `post_recv` and `post_recv_list`.
 //!
-//! Follows rdma-core `providers/mlx5/qp.c` `post_send_db` for the exact order: WQE stores →
-//! `udma_to_device_barrier` → DBR `sq.cur_post & 0xffff` → `mmio_wc_start` → BlueFlame copy
-//! (64 bytes at a time, `mmio_memcpy_x64`) or the 8-byte doorbell → `mmio_flush_writes` →
-//! toggle the BlueFlame half; and `mlx5_post_recv`: data segments → `udma_to_device_barrier`
-//! → RQ DBR (no MMIO). QP commands follow rdma-core `tests/mlx5_base.py` (see `qp_attr.rs`).
+//! Follows rdma-core `providers/mlx5/qp.c`: `mlx5_post_send` (state checks, then
+//! `_mlx5_post_send` and one `post_send_db` per list), the extended post API
+//! (`ibv_wr_start` … `ibv_wr_complete`: `mlx5_send_wr_start`, `mlx5_send_wr_rdma_write`,
+//! `mlx5_send_wr_complete`), `mlx5_post_recv` (data segments → `udma_to_device_barrier` → RQ
+//! doorbell record, no MMIO). QP commands follow rdma-core `tests/mlx5_base.py` (`qp_attr.rs`).
 //!
-//! Owns: [`Qp`], [`PostListError`]. Must not: decode completions (`poll.rs`) or build WQE
-//! bytes (`post.rs`); allocate, lock, make syscalls or format in `post_send`/`post_recv`.
+//! Owns: [`Qp`], [`WriteBatch`]. Must not: decode completions (`poll.rs`), build WQE bytes
+//! (`wqe.rs`) or write the doorbell sequence itself (`doorbell.rs`); allocate, lock, make
+//! syscalls or format in the post forms.
 
 use std::sync::Arc;
 
@@ -17,32 +19,30 @@ use bypass_hw::cmd::Opcode;
 use bypass_hw::cmd::pd_uar::{AllocUarIn, AllocUarOut, DeallocUarIn};
 use bypass_hw::cmd::qp::{CreateQpOut, QpState, QueryQpOut};
 
-use crate::barrier::{mmio_flush_writes, mmio_wc_start, udma_to_device_barrier};
+use crate::barrier::udma_to_device_barrier;
 use crate::cmdq::input;
 use crate::cq::{Cq, CqShared};
 use crate::dma::DmaBuf;
+use crate::doorbell::SendDoorbell;
 use crate::error::{DriverError, Result};
 use crate::hca::Hca;
 use crate::pd::Pd;
+pub use crate::post::PostListError;
 use crate::post::{
-    PostError, RecvWr, SendLimits, SendWr, Written, write_recv, write_send, write_send_fast_rc,
-    write_send_general,
-};
-use crate::post::{RemoteAddr, SendFlags, Sge};
-use crate::post_refused::{NOT_READY_FIX, PostRefused, Refusal};
-use crate::post_write::{
-    WRITE_DS, WriteTemplate, WriteWqe, write_rdma_write, write_rdma_write_reserved,
+    NOT_READY_FIX, PostError, PostRefused, RecvWr, Refusal, RemoteAddr, SendFlags, SendWr, Sge,
 };
 
-mod batch;
 use crate::qp_attr::{
     CreateQpParams, Init2Rtr, QpCaps, QpGeometry, QpInfo, QpType, Rst2Init, Rtr2Rts, Rts2Rts,
     create_qp_input, destroy_qp_input, init2rtr_input, query_qp_input, rst2init_input,
     rtr2rts_input, rts2rts_input, to_err_input, to_rst_input,
 };
 use crate::uar::{Bfreg, MmioHandle, shut_up_bf};
-use crate::wq::{RingPtr, RqRing, SqRing, Word32, WqShared};
-pub use batch::WriteBatch;
+use crate::wq::{RingPtr, RqRing, SqRing, WqShared};
+use crate::wqe::{
+    SendLimits, Stop, WriteTemplate, Written, write_any, write_common, write_rdma_write,
+    write_rdma_write_reserved, write_recv, write_send,
+};
 
 /// A UAR page of the QP's own (for a BlueFlame register nobody else rings).
 #[derive(Debug)]
@@ -121,30 +121,17 @@ fn clean_cqs(send_cq: &CqShared, recv_cq: &CqShared, qpn: u32) {
     }
 }
 
-/// Why a post list stopped: the request at `index` was refused; those before it were
-/// posted and their doorbell rung.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("work request {index} of the list was not posted ({index} before it were): {error}")]
-pub struct PostListError {
-    /// Index of the refused request.
-    pub index: usize,
-    /// Why.
-    pub error: PostError,
-}
-
 /// A queue pair. Posting takes `&mut self`: one poster at a time, no lock.
 #[derive(Debug)]
 pub struct Qp {
     // Ring views into `res`'s buffers: declared first so they are dropped first.
     sq: SqRing,
     rq: RqRing,
-    /// The doorbell record's send counter word (offset 4, `MLX5_SND_DBR`).
-    sq_dbr: Word32,
+    /// The send doorbell: the record's send word (offset 4 of `dbr`'s buffer), the register.
+    db: SendDoorbell,
     dbr: RingPtr,
     shared: Arc<WqShared>,
     limits: SendLimits,
-    bfreg: Bfreg,
-    mmio: MmioHandle,
     state: QpState,
     /// `state` is RTS, SQD or ERR: sends may be posted (kept with `state`).
     can_send: bool,
@@ -154,8 +141,6 @@ pub struct Qp {
     write_ok: bool,
     /// [`Qp::post_write`]'s ctrl words, precomputed.
     write_tpl: WriteTemplate,
-    /// A lone RDMA WRITE WQE (3 DS) goes by BlueFlame on this QP's register.
-    write_bf: bool,
     qp_type: QpType,
     caps: QpCaps,
     res: QpResources,
@@ -260,8 +245,8 @@ impl Qp {
                 fix: "this is a driver bug: report it",
             });
         };
-        // The BlueFlame copy reads the SQ as `[u64; 8]` blocks (`ring_sq`); the RQ before it is
-        // a multiple of 16 bytes, so this holds for every geometry `QpGeometry` builds.
+        // The BlueFlame copy reads the SQ as `[u64; 8]` blocks (`doorbell.rs`); the RQ before
+        // it is a multiple of 16 bytes, so this holds for every geometry `QpGeometry` builds.
         if !sq_ring.base().as_ptr().cast::<[u64; 8]>().is_aligned() || sq_bytes % 64 != 0 {
             return Err(DriverError::Unsupported {
                 what: "a send queue that does not start on an 8-byte boundary",
@@ -286,14 +271,11 @@ impl Qp {
         Ok(Self {
             sq: SqRing::new(sq_ring),
             rq: RqRing::new(rq_ring, 16 << g.log_rq_stride),
-            sq_dbr,
+            db: SendDoorbell::new(sq_dbr, bfreg, MmioHandle::new(hca.backend().clone())),
             dbr: dbr_ring,
             limits,
             write_tpl: WriteTemplate::new(&limits),
-            write_bf: bfreg.use_blueflame_one(WRITE_DS),
             shared,
-            bfreg,
-            mmio: MmioHandle::new(hca.backend().clone()),
             state: QpState::Rst,
             can_send: false,
             rc_send: false,
@@ -327,7 +309,7 @@ impl Qp {
 
     /// The BlueFlame register this QP rings.
     pub fn bfreg(&self) -> &Bfreg {
-        &self.bfreg
+        self.db.bfreg()
     }
 
     /// WQEBBs in the SQ.
@@ -452,47 +434,46 @@ impl Qp {
         }
     }
 
-    /// Posts one send work request and rings the doorbell (BlueFlame when it fits).
+    /// Posts one send work request and rings the doorbell (BlueFlame when it fits). The
+    /// common requests on an RC QP ([`crate::wqe::Common`]) are written inline; the rest, and
+    /// any request on a QP that cannot send, out of line.
     #[inline]
     pub fn post_send(&mut self, wr: &SendWr<'_>) -> core::result::Result<(), PostError> {
         if self.rc_send {
-            match write_send_fast_rc(&mut self.sq, &self.shared, &self.limits, wr) {
-                Some(Ok(w)) => {
-                    self.ring_sq(1, &w);
+            match write_common(&mut self.sq, &self.shared, &self.limits, wr) {
+                Ok(w) => {
+                    self.db.ring(&self.sq, w, true);
                     return Ok(());
                 }
-                Some(Err(e)) => return Err(e),
-                None => {}
+                Err(Stop::Refused(e)) => return Err(e),
+                Err(Stop::Left(())) => {}
             }
         }
         self.post_send_general(wr)
     }
 
-    /// [`Qp::post_send`] of a request the fast path does not take (UD, inline, atomics, a WQE
-    /// across the ring's end, too many SGEs), or on a QP that cannot send.
+    /// [`Qp::post_send`] of a request the common shapes leave (UD, inline, atomics, a WQE
+    /// across the ring's end, more SGEs), or on a QP that cannot send.
     #[inline(never)]
     fn post_send_general(&mut self, wr: &SendWr<'_>) -> core::result::Result<(), PostError> {
         if !self.can_send {
             return Err(self.not_ready());
         }
-        let w = write_send_general(&mut self.sq, &self.shared, &self.limits, wr)?;
-        self.ring_sq(1, &w);
+        let w = write_any(&mut self.sq, &self.shared, &self.limits, wr)?;
+        self.db.ring(&self.sq, w, true);
         Ok(())
     }
 
     /// Posts a signaled-or-not RDMA WRITE of `local` (one SGE) to `remote` and rings the
     /// doorbell: the same WQE, bookkeeping, errors and doorbell as [`Qp::post_send`] of
     /// `SendWr { wr_id, op: SendOp::Write { remote }, payload: Payload::Sges(&[local]), flags,
-    /// ud: None }`, written from per-QP precomputed ctrl words (rdma-core's extended post API:
+    /// ud: None }`, its ctrl words precomputed per QP (rdma-core's extended post API:
     /// `ibv_wr_start` → `ibv_wr_rdma_write` → `ibv_wr_set_sge` → `ibv_wr_complete`, one WQE).
     ///
     /// Checks: the QP is RC, in RTS/SQD/ERR and takes at least one send SGE (one test; else
     /// the refusal that says which), and the SQ has a free WQEBB ([`Refusal::SqFull`]). The
     /// error is the 8-byte [`PostRefused`] (returned in a register); `PostError::from` it is
-    /// the error [`Qp::post_send`] gives for the same request. The doorbell follows rdma-core `post_send_db` /
-    /// `mlx5_send_wr_complete`: WQE stores → `udma_to_device_barrier` → DBR →
-    /// `mmio_wc_start` → BlueFlame copy (3 DS fits every BlueFlame half) or 8-byte doorbell
-    /// → `mmio_flush_writes`.
+    /// the error [`Qp::post_send`] gives for the same request.
     #[inline]
     pub fn post_write(
         &mut self,
@@ -516,7 +497,7 @@ impl Qp {
             &remote,
             flags,
         );
-        self.ring_write(w, true);
+        self.db.ring(&self.sq, w, true);
         Ok(())
     }
 
@@ -548,47 +529,15 @@ impl Qp {
         ) else {
             return Err(PostRefused::new(self.res.qpn, Refusal::SqFull));
         };
-        self.ring_write(w, true);
+        self.db.ring(&self.sq, w, true);
         Ok(())
     }
 
-    /// The doorbell after [`Qp::post_write`] or a [`WriteBatch`] whose last WQE is `last`,
-    /// exactly as rdma-core `post_send_db` / `mlx5_send_wr_complete`: WQE stores →
-    /// `udma_to_device_barrier` → DBR → `mmio_wc_start` → the BlueFlame copy of `last` (`lone`,
-    /// the only WQE of the post, on a QP whose register takes a one-WQEBB WQE by BlueFlame:
-    /// `write_bf`) or its 8-byte doorbell →
-    /// `mmio_flush_writes`.
-    #[inline(always)]
-    fn ring_write(&mut self, last: WriteWqe, lone: bool) {
-        // The WQEs must be in memory before the device can learn they exist.
-        udma_to_device_barrier();
-        self.sq_dbr.write_be(self.sq.cur_post & 0xffff);
-        // The doorbell record must be visible before the doorbell.
-        mmio_wc_start();
-        let reg = self.bfreg.doorbell_offset();
-        // The next post rings the other half (`bf->offset ^= bf->buf_size`); toggled before the
-        // doorbell call rather than after it, so nothing of `self` stays live across the call:
-        // only the next post reads it, and it is this poster's alone (`&mut self`).
-        self.bfreg.toggle();
-        // Read here, after the fences, so that it is not held in a register across them.
-        if lone && self.write_bf {
-            let p = self.sq.wqe_ptr(last.slot).cast::<[u64; 8]>();
-            // SAFETY: WQEBB `last.slot` (< `sq.wqebbs`) is inside the ring and 8-byte aligned
-            // (the SQ's start is, checked in `create`), and was written by this post; nothing
-            // writes it until its completion retires it, after this call returns.
-            self.mmio.get().write_bf(reg, unsafe { &*p });
-        } else {
-            self.mmio.get().write64(reg, last.doorbell);
-        }
-        // Flush the write-combining buffer so this doorbell leaves before any later one.
-        mmio_flush_writes();
-    }
-
     /// Why [`Qp::post_write`] refuses on this QP (`write_ok` false: not able to send, UD, or no
-    /// send SGE), in the order the general path checks them (`Qp::post_send_general`, then
-    /// `post::write_send_general`: state, UD, SGE count), so that `PostError::from` it is the
-    /// error `post_send` gives for the same WRITE. `QpType` has only RC and UD, so an RC QP
-    /// that can send and takes an SGE is `write_ok`.
+    /// send SGE), in the order [`Qp::post_send`] checks them (state, then `wqe::write_wqe`: UD,
+    /// SGE count), so that `PostError::from` it is the error `post_send` gives for the same
+    /// WRITE. `QpType` has only RC and UD, so an RC QP that can send and takes an SGE is
+    /// `write_ok`.
     #[cold]
     #[inline(never)]
     fn write_refusal(&self) -> PostRefused {
@@ -626,63 +575,9 @@ impl Qp {
             }
         }
         if let Some((n, w)) = last {
-            self.ring_sq(n, &w);
+            self.db.ring(&self.sq, w, n == 1);
         }
         res
-    }
-
-    /// The doorbell, exactly as rdma-core `post_send_db`.
-    #[inline(always)]
-    fn ring_sq(&mut self, nreq: usize, last: &Written) {
-        // The WQE must be in memory before the device can learn it exists.
-        udma_to_device_barrier();
-        self.sq_dbr.write_be(self.sq.cur_post & 0xffff);
-        // The doorbell record must be visible before the doorbell (the device may read the
-        // record when the doorbell arrives).
-        mmio_wc_start();
-        let reg = self.bfreg.doorbell_offset();
-        if nreq == 1 && self.bfreg.use_blueflame_one(last.ds) {
-            // rdma-core `mlx5_bf_copy`: the whole WQE, 64 bytes at a time, in order
-            // (`mmio_memcpy_x64`), wrapping at the end of the SQ. `wqebbs >= 1`: a WQE was
-            // just written.
-            let (slot, wqebbs) = (last.slot, last.wqebbs);
-            if !last.wraps && slot + wqebbs <= self.sq.wqebbs {
-                let p = self.sq.wqe_ptr(slot).cast::<[u64; 8]>();
-                let mmio = self.mmio.get();
-                if wqebbs == 1 {
-                    // SAFETY: WQEBBs `slot..slot + wqebbs` are inside the ring (checked just
-                    // above), 8-byte aligned (the SQ's start is, checked in `create`), and
-                    // were written by this post; nothing writes them until their completion
-                    // retires them, after this call returns.
-                    let block = unsafe { &*p };
-                    mmio.write_bf(reg, block);
-                } else {
-                    for k in 0..wqebbs as usize {
-                        // SAFETY: as above, `k < wqebbs`.
-                        let block = unsafe { &*p.add(k) };
-                        mmio.write_bf(reg + 64 * k as u64, block);
-                    }
-                }
-            } else {
-                self.blueflame_wrapped(reg, last.start, wqebbs);
-            }
-        } else {
-            self.mmio.get().write64(reg, last.doorbell.to_be());
-        }
-        // Flush the write-combining buffer so this doorbell leaves before any later one.
-        mmio_flush_writes();
-        self.bfreg.toggle();
-    }
-
-    /// The BlueFlame copy of a WQE that continues at the start of the SQ (rare: only a
-    /// multi-WQEBB WQE at the ring's end).
-    #[cold]
-    fn blueflame_wrapped(&self, reg: u64, start: u32, wqebbs: u32) {
-        for k in 0..wqebbs {
-            let off = self.sq.offset_of(start.wrapping_add(k));
-            let block = self.sq.ring.read_block64(off);
-            self.mmio.get().write_bf(reg + 64 * u64::from(k), &block);
-        }
     }
 
     /// Posts one receive work request: data segments, barrier, RQ doorbell record (no MMIO).
@@ -732,5 +627,94 @@ impl Qp {
             self.dbr.write_be32(0, self.rq.head & 0xffff);
         }
         res
+    }
+}
+
+/// RDMA WRITEs written to the SQ but not yet announced: [`WriteBatch::write`] adds one,
+/// [`WriteBatch::complete`] (or dropping the batch) rings one doorbell for all of them. Holds
+/// the QP (`&mut`), so nothing else posts in between. A batch leaked with `mem::forget` rings
+/// nothing: its WQEs stay written and counted, and the QP's next doorbell announces them.
+#[derive(Debug)]
+pub struct WriteBatch<'a> {
+    qp: &'a mut Qp,
+    /// WQEs written so far.
+    n: u32,
+    /// The last one's doorbell value (valid when `n > 0`; it is the WQE just before
+    /// `cur_post`, as the batch holds the QP).
+    last: u64,
+}
+
+impl Qp {
+    /// Starts a batch of RDMA WRITEs (rdma-core `ibv_wr_start`). The QP must be able to take
+    /// [`Qp::post_write`] (RC, in RTS/SQD/ERR, at least one send SGE): otherwise the error
+    /// that says why, and no batch.
+    #[inline]
+    pub fn write_batch(&mut self) -> core::result::Result<WriteBatch<'_>, PostError> {
+        if !self.write_ok {
+            return Err(self.write_refusal().into());
+        }
+        Ok(WriteBatch {
+            qp: self,
+            n: 0,
+            last: 0,
+        })
+    }
+}
+
+impl WriteBatch<'_> {
+    /// Writes an RDMA WRITE of `local` to `remote` (rdma-core `ibv_wr_rdma_write` +
+    /// `ibv_wr_set_sge`): the same WQE as [`Qp::post_write`], not yet visible to the NIC.
+    /// [`Refusal::SqFull`] when the SQ has no free WQEBB (the WQEs written before stay in
+    /// the batch; complete it, poll, and go on).
+    #[inline]
+    pub fn write(
+        &mut self,
+        wr_id: u64,
+        local: Sge,
+        remote: RemoteAddr,
+        flags: SendFlags,
+    ) -> core::result::Result<(), PostRefused> {
+        let q = &mut *self.qp;
+        let Some(w) = write_rdma_write(
+            &mut q.sq,
+            &q.shared,
+            &q.write_tpl,
+            wr_id,
+            &local,
+            &remote,
+            flags,
+        ) else {
+            return Err(PostRefused::new(q.res.qpn, Refusal::SqFull));
+        };
+        self.last = w.doorbell();
+        self.n += 1;
+        Ok(())
+    }
+
+    /// WQEs written so far.
+    pub fn len(&self) -> u32 {
+        self.n
+    }
+
+    /// True when nothing was written yet.
+    pub fn is_empty(&self) -> bool {
+        self.n == 0
+    }
+
+    /// Rings one doorbell for the batch (rdma-core `ibv_wr_complete`); nothing when it is
+    /// empty. Same as dropping it.
+    #[inline]
+    pub fn complete(self) {}
+}
+
+impl Drop for WriteBatch<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        if self.n > 0 {
+            let q = &mut *self.qp;
+            let last = Written::last_rdma_write(&q.sq, self.last);
+            // rdma-core `post_send_db`: BlueFlame only for a lone WQE.
+            q.db.ring(&q.sq, last, self.n == 1);
+        }
     }
 }

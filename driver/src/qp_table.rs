@@ -1,12 +1,17 @@
 //! The QPs that report completions to one CQ, and the CQ's consumer state shared between the
 //! poller and the control path: the consumer index, the flag that gives one party at a time
-//! the right to move it, the open-addressed QP table and the one-entry "last QP" cache the
-//! poller compares a CQE's QPN with first.
+//! the right to move it, the open-addressed QP table with the one-entry "last QP" cache the
+//! poller compares a CQE's QPN with first, and the clean of a destroyed or reset QP's CQEs.
 //!
-//! Owns: [`QpTable`] (attach, detach, [`QpTable::clean`]), [`Held`] and [`HeldRef`] (the flag
-//! held: the only way to the lookup, its cache and the consumer count's writes) and the QPN
-//! key the poller compares raw CQE bytes with. Must not: decode CQEs beyond the QPN (`poll.rs`), or wait on
-//! the polling side (the poller only ever tries the flag; only the control path spins).
+//! Follows rdma-core `providers/mlx5/cq.c`: the CQ lock that orders polls against
+//! `__mlx5_cq_clean` (here a flag the poller only tries), `mlx5_parse_cqe`'s QPN lookup with
+//! the last resource found kept (`cur_rsc`), and `__mlx5_cq_clean` itself.
+//!
+//! Owns: [`QpTable`] (attach, detach, [`QpTable::clean`]), `Held` and `HeldRef` (the flag
+//! held: the only way to the lookup, its cache and the consumer count's writes), and the QPN
+//! key the poller compares raw CQE bytes with. Must not: decode CQEs beyond the QPN
+//! (`completion.rs`, `poll.rs`), or wait on the polling side (the poller only tries the flag;
+//! only the control path spins).
 
 use core::cell::{Cell, UnsafeCell};
 use core::marker::PhantomData;
@@ -18,7 +23,7 @@ use bypass_hw::cqe::{Cqe64, MLX5_CQE_OWNER_MASK, cqe_slot, sw_owns};
 use zerocopy::{FromZeros, IntoBytes};
 
 use crate::barrier::{udma_from_device_barrier, udma_to_device_barrier};
-use crate::poll::CQE_SIZE;
+use crate::completion::CQE_SIZE;
 use crate::wq::{RingPtr, WqShared};
 
 /// One slot of the QP table: a QPN (`EMPTY_QPN` when free) and its bookkeeping (for a free
@@ -33,25 +38,27 @@ struct Slot {
 /// No QPN has bit 24 or above set (QPNs are 24 bits), so this never matches a CQE's.
 const EMPTY_QPN: u32 = u32::MAX;
 
-/// The bits of [`cqe_qpn_key`] that hold the QPN: CQE bytes 57..60 (`sop_drop_qpn` 23:0,
-/// big-endian) of the native-order word at bytes 56..60; byte 56 (the WQE opcode) cleared.
-pub(crate) const QPN_KEY_MASK: u32 = u32::from_ne_bytes([0, 0xff, 0xff, 0xff]);
-
-/// A key no CQE has: its byte 56 is not 0 (a CQE's key always has that byte cleared).
+/// A key no CQE has: a CQE's key is below 2^24 ([`cqe_qpn_key`]).
 const EMPTY_KEY: u32 = u32::MAX;
 
-/// QPN `qpn` as [`cqe_qpn_key`] reads it from a CQE of that QP: the three big-endian QPN
-/// bytes in place, so the poller compares the CQE's word with no byte swap. Any host order.
-#[inline(always)]
-pub(crate) const fn qpn_key(qpn: u32) -> u32 {
-    u32::from_ne_bytes(qpn.to_be_bytes()) & QPN_KEY_MASK
-}
-
 /// The QPN key of a CQE whose bytes 56..60 (`sop_drop_qpn` / `s_wqe_opcode_qpn`, the same
-/// place in good and error CQEs) read, in native order, `word`.
+/// place in good and error CQEs) read, in native order, `word`: the three big-endian QPN
+/// bytes 57..60 as they lie, byte 56 (the WQE opcode) dropped, so the poller compares the
+/// CQE's word with no byte swap (one shift on a little-endian host, one mask on a big-endian
+/// one).
 #[inline(always)]
 pub(crate) const fn cqe_qpn_key(word: u32) -> u32 {
-    word & QPN_KEY_MASK
+    #[cfg(target_endian = "little")]
+    let key = word >> 8;
+    #[cfg(target_endian = "big")]
+    let key = word & 0x00ff_ffff;
+    key
+}
+
+/// QPN `qpn` as [`cqe_qpn_key`] reads it from a CQE of that QP. Any host order.
+#[inline(always)]
+pub(crate) const fn qpn_key(qpn: u32) -> u32 {
+    cqe_qpn_key(u32::from_ne_bytes(qpn.to_be_bytes()))
 }
 
 /// The last QP the poller found: its [`qpn_key`] and bookkeeping.
@@ -74,7 +81,7 @@ const BUSY: u32 = 1;
 /// chase: one QP per CQ, or bursts of one QP's completions, hit it); otherwise the QPs sit in
 /// an open-addressed table indexed by `qpn & mask` (linear probing, at most half full). The
 /// table, the cache and the consumer index are touched only by the holder of `busy`, through
-/// the [`Held`] that taking it gives: the poller tries it once per poll (never waits: a poll
+/// the `Held` that taking it gives: the poller tries it once per poll (never waits: a poll
 /// that finds it taken returns nothing), the control path (QP attach, detach, CQ clean) spins
 /// until it gets it.
 #[derive(Debug)]
@@ -222,7 +229,8 @@ impl QpTable {
     /// [`Held::release`] gives it back.
     #[inline(always)]
     pub(crate) fn try_acquire(&self) -> Option<Held<'_>> {
-        (self.busy.fetch_or(BUSY, Ordering::Acquire) & BUSY == 0).then_some(Held {
+        // Made only when taken (`then`, not `then_some`: no `Held` of a failed try exists).
+        (self.busy.fetch_or(BUSY, Ordering::Acquire) & BUSY == 0).then(|| Held {
             table: self,
             _one_thread: PhantomData,
         })
@@ -291,15 +299,15 @@ impl QpTable {
 /// The consumer side of a [`QpTable`], held: made only by [`QpTable::try_acquire`] (or the
 /// control path's blocking take), given back by [`Held::release`], which consumes it. What
 /// only the holder may touch, the QP lookup with its cache and the consumer count's writes, is
-/// reached through it ([`Held::get`]), so the compiler checks what used to be a comment's
-/// promise: no lookup without the side held, and no looked-up bookkeeping borrowed past its
-/// release. A reference to the table and nothing more. Not `Sync` (a lookup writes the cache:
+/// reached through it ([`Held::get`]), so the compiler checks the rule: no lookup without the
+/// side held, and no looked-up bookkeeping borrowed past its release. A reference to the table and nothing more. Not `Sync` (a lookup writes the cache:
 /// one thread at a time uses it); it may move to another thread, as a poll guard may.
 ///
-/// Released explicitly, not on drop: a `Drop` would give every poll that calls out of line
-/// (the cold paths) an unwinding landing pad and the registers it keeps live, measured at 2
-/// to 3 instructions per poll. One dropped without `release` leaves the side held: polls then
-/// find nothing and a QP destroy waits, which is safe, and the tests would show it.
+/// Released explicitly, not on drop: a release in `Drop` would give every poll that calls out
+/// of line (the cold paths) an unwinding landing pad and the registers it keeps live. One
+/// dropped without [`Held::release`] or [`Held::keep`] leaves the side held, so that polls
+/// find nothing and the next QP destroy or reset on the CQ waits forever: debug builds panic
+/// when that happens (release builds have no drop code at all).
 #[derive(Debug)]
 #[must_use = "the consumer side stays held until `Held::release`"]
 pub(crate) struct Held<'t> {
@@ -326,23 +334,42 @@ impl<'t> Held<'t> {
     /// Lets this `Held` go with the side still held, for a later [`Held::resume`] in the same
     /// thread to take back (a hot path handing the side to a cold call without passing it).
     #[inline(always)]
-    pub(crate) fn keep(self) {}
+    pub(crate) fn keep(self) {
+        core::mem::forget(self);
+    }
 
     /// Releases the side (a plain store with `Release`: everything done while holding it is
     /// seen by the next holder, which takes it with `Acquire`).
     #[inline(always)]
     pub(crate) fn release(self) {
         self.table.busy.store(0, Ordering::Release);
+        core::mem::forget(self);
     }
 
     /// The hold, borrowed: what the lookups and the consumer count are reached through,
     /// passed by value (one pointer in a register; a `&Held` handed to an out-of-line call
-    /// would keep its owner in memory: measured, 5 instructions a CQE on `next_poll`).
+    /// would keep its owner in memory).
     #[inline(always)]
     pub(crate) fn get(&self) -> HeldRef<'_> {
         HeldRef {
             table: self.table,
             _this_thread: PhantomData,
+        }
+    }
+}
+
+/// Debug builds only: a `Held` that reaches its drop was neither released nor kept, which
+/// would leave the consumer side held for good (see [`Held`]). Not while unwinding: a panic
+/// elsewhere may drop one, and a second panic would abort.
+#[cfg(debug_assertions)]
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            panic!(
+                "a QpTable Held was dropped without Held::release or Held::keep: the CQ's \
+                 consumer side stays held, polls find nothing and the next QP destroy or reset \
+                 on this CQ would wait forever"
+            );
         }
     }
 }
@@ -397,20 +424,12 @@ impl<'h> HeldRef<'h> {
         }
     }
 
-    /// The bookkeeping of the QP whose [`qpn_key`] is `key` if it sits in its home slot (the
-    /// common case, the table at most half full), which becomes the cached one; `None` for a
-    /// QP that probing would find, or none ([`HeldRef::find`] then looks further). For the
-    /// poll guard's cold step on a CQE of another QP than the last: no decode, no walk.
+    /// [`HeldRef::find`] past the cache, for QP `qpn` whose [`qpn_key`] is `key`: the home
+    /// slot (the common case, the table at most half full), then probing out of line; a hit
+    /// becomes the cached one. The poller's cold step calls it directly for a requester CQE,
+    /// whose QP the fast step already missed in the cache.
     #[inline(always)]
-    pub(crate) fn find_home(self, key: u32) -> Option<&'h WqShared> {
-        let qpn = u32::from_be_bytes(key.to_ne_bytes()) & 0x00ff_ffff;
-        let s = Self::home(self.slots(), qpn);
-        (s.qpn == qpn).then(|| self.remember(key, &s.wq))
-    }
-
-    /// [`HeldRef::find`] past the cache: the home slot, then probing; a hit is cached.
-    #[inline(always)]
-    fn find_uncached(self, qpn: u32, key: u32) -> Option<&'h WqShared> {
+    pub(crate) fn find_uncached(self, qpn: u32, key: u32) -> Option<&'h WqShared> {
         let slots = self.slots();
         let s = Self::home(slots, qpn);
         let w = if s.qpn == qpn {
@@ -548,5 +567,25 @@ mod tests {
         h.release();
         let h = t.try_acquire().expect("released");
         h.release();
+    }
+
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "dropped without Held::release")]
+    fn a_held_dropped_without_release_panics_in_debug_builds() {
+        let t = QpTable::new();
+        let h = t.try_acquire().unwrap();
+        drop(h);
+    }
+
+    #[test]
+    fn a_released_or_kept_held_is_not_reported() {
+        let t = QpTable::new();
+        t.try_acquire().unwrap().release();
+        let h = t.try_acquire().unwrap();
+        h.keep();
+        // SAFETY: the side is held by this thread (kept just above); this is its only `Held`.
+        unsafe { Held::resume(&t) }.release();
+        assert!(t.try_acquire().map(Held::release).is_some());
     }
 }

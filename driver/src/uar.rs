@@ -1,23 +1,19 @@
 //! The doorbell side of a UAR page: which BlueFlame register ("bfreg") a QP rings, the
-//! double-buffer toggle, whether BlueFlame is allowed at all (`BYPASS_SHUT_UP_BF`).
+//! double-buffer toggle, whether BlueFlame is allowed at all (`BYPASS_SHUT_UP_BF`). A QP that
+//! wants BlueFlame rings bfreg 1 of a UAR page of its own (as rdma-core's DEVX tests allocate
+//! one `MLX5DV_UAR_ALLOC_TYPE_BF` page per resource set), so the register and its toggle are
+//! its alone and posting needs no lock; otherwise bfreg 0 of the driver's shared page, with
+//! 8-byte doorbells (single atomic stores, no lock either).
 //!
 //! Follows rdma-core `providers/mlx5/mlx5.c` (bfreg `k` at `0x800 + k * bf_reg_size`,
-//! `buf_size = bf_reg_size / 2`, bfreg 0 keeps `buf_size = 0`: never BlueFlame), `qp.c`
-//! `post_send_db` (`bf->offset ^= bf->buf_size` after each doorbell; BlueFlame only when
-//! `!shut_up_bf && nreq == 1 && buf_size && (inline || prefer_bf) && 1 < ds <= buf_size/16`)
-//! and `mlx5.c` `MLX5_SHUT_UP_BF` (set and not "0" → no BlueFlame), here `BYPASS_SHUT_UP_BF`,
-//! read once when a QP is created, never on the data path.
+//! `buf_size = bf_reg_size / 2`, bfreg 0 keeps `buf_size = 0`: never BlueFlame;
+//! `MLX5_SHUT_UP_BF`, here `BYPASS_SHUT_UP_BF`, read once per QP creation) and `qp.c`
+//! `post_send_db` (BlueFlame when `nreq == 1 && buf_size && 1 < ds <= buf_size / 16`, with
+//! `prefer_bf`; `bf->offset ^= bf->buf_size`).
 //!
-//! A QP that wants BlueFlame gets a UAR page of its own (ALLOC_UAR at creation, as rdma-core's
-//! DEVX tests allocate one `mlx5dv_devx_alloc_uar(MLX5DV_UAR_ALLOC_TYPE_BF)` per resource set)
-//! and rings bfreg 1 of it: the register and its toggle are the QP's alone, so posting needs
-//! no lock. Otherwise (BlueFlame off, or no UAR page left) it rings bfreg 0 of the driver's
-//! shared UAR page with 8-byte doorbells, which are single atomic stores and need no lock
-//! either.
-//!
-//! Owns: [`Bfreg`], [`shut_up_bf`], [`MmioHandle`] (the backend's MMIO resolved once for the data path).
-//! Must not: allocate UAR pages (the QP does, `qp.rs`) or
-//! build WQEs.
+//! Owns: [`Bfreg`], [`shut_up_bf`], [`MmioHandle`] (the backend's MMIO resolved once for the
+//! data path). Must not: allocate UAR pages (`qp.rs`), write the doorbell sequence
+//! (`doorbell.rs`) or build WQEs.
 
 use core::ptr::NonNull;
 use std::sync::Arc;

@@ -8,7 +8,7 @@
 //! from `rq.tail`).
 //!
 //! Owns: [`RingPtr`] (a bounds-masked view of ring memory), [`SqRing`], [`RqRing`],
-//! [`WqShared`]. Must not: build WQE contents (that is `post.rs`), ring doorbells, or decode
+//! [`WqShared`]. Must not: build WQE contents (that is `wqe.rs`), ring doorbells, or decode
 //! CQEs (that is `poll.rs`).
 
 use core::ptr::NonNull;
@@ -509,8 +509,8 @@ impl SqRing {
         shared.record_send(start, next, wr_id);
         self.cur_post = next;
         // These WQEBBs were checked against the tail, not taken from the credits: the credits
-        // must not count them as free any more. Dropping them all is one store (the general
-        // path's cost stays as it was); the next `reserve_one` reads the tail again.
+        // must not count them as free any more. Dropping them all is one store; the next
+        // `reserve_one` reads the tail again.
         self.credits = 0;
     }
 }
