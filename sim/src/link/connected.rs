@@ -44,7 +44,7 @@ use nix::sys::socket::{
     MsgFlags, SockaddrStorage, TimestampingFlag, connect, recvmsg, setsockopt, sockopt,
 };
 
-use super::udp::LinkCounters;
+use super::counters::LinkCounters;
 
 /// The most connected sockets a link keeps (one per source port and peer): beyond, flows go
 /// out unconnected (ID 0), as every flow did before.
@@ -231,7 +231,7 @@ impl Connected {
 /// A sending socket bound to `local` (shared, as the link's unconnected ones) and connected
 /// to `to`.
 pub(crate) fn connected_socket(local: SocketAddr, to: SocketAddr) -> Result<UdpSocket, nix::Error> {
-    let s = super::udp::sending_socket(local).map_err(|_| nix::errno::Errno::EINVAL)?;
+    let s = super::socket::sending_socket(local).map_err(|_| nix::errno::Errno::EINVAL)?;
     connect(s.as_raw_fd(), &SockaddrStorage::from(to))?;
     Ok(s)
 }

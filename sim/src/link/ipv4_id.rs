@@ -204,6 +204,21 @@ fn basis_of(bits: &[u32; 16]) -> Basis {
     basis
 }
 
+/// The IPv4 ID the sender hashed into the ICRC of `payload`, which a UDP socket does not
+/// report: 0 when the packet checks with ID 0 (what an unconnected socket with
+/// `IP_PMTUDISC_DO` sends), else the one ID whose ICRC matches, or `None`.
+///
+/// Linux rxe fills the ID with `__ip_select_ident` (random) in `rxe_net.c`
+/// `prepare_ipv4_hdr` before `rxe_icrc_generate`, and `rxe_icrc.c` `rxe_icrc_hdr` does not
+/// mask it. The ICRC is a CRC-32, affine in its input, so `icrc(id) ^ icrc(0)` is linear in
+/// the 16 bits of `id`: the ID follows from the 16 single-bit differences by Gaussian
+/// elimination over GF(2) (17 CRCs, only for packets that fail with ID 0). Such packets keep
+/// 16 of the ICRC's 32 bits of protection against corruption. One packet at a time: the link
+/// keeps an [`Ipv4IdSolver`], which computes the 16 differences once per packet length.
+pub fn recover_ipv4_id(ip: &Ipv4Spec, ports: UdpPorts, payload: &[u8]) -> Option<u16> {
+    Ipv4IdSolver::new().recover(ip, ports, payload)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
