@@ -8,7 +8,8 @@
 //! packets sent straight from the sender's memory), `stamp` (headers and IPv4 IDs against
 //! the ICRC), [`ipv4_id`] (the ID rxe hashes into the ICRC, solved), `train_ids` and
 //! `psn_deltas` (ICRC differences of a train's IDs and a burst's PSNs), `counters`; and
-//! [`floor`], the socket calls' share of a link's round trip. Must not: change what a
+//! [`floor`], the socket calls' share of a link's round trip; [`rule`], the packet rules
+//! every link applies, the world's included. Must not: change what a
 //! device sends (a link only moves the bytes), or know the world (the fabric's pump drives
 //! it, `fabric/udp/pump.rs`).
 
@@ -18,6 +19,7 @@ pub mod floor;
 pub(crate) mod gather;
 pub mod ipv4_id;
 mod psn_deltas;
+pub mod rule;
 mod rx;
 mod rx_mode;
 mod sendmsg;
