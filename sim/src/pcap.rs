@@ -84,7 +84,7 @@ impl<W: Write> PcapWriter<W> {
 }
 
 /// A [`PcapWriter`] as a packet rule: records every packet its link shows it (delivered,
-/// sent, or dropped by a rule), stamped with the link's clock. A write error stops the
+/// sent, or dropped by a rule: `Seen`), stamped with the link's clock. A write error stops the
 /// recording (a full disk must not stop the link) and is kept ([`PcapTee::error`]).
 #[derive(Debug)]
 pub struct PcapTee<W: Write> {

@@ -437,7 +437,7 @@ impl World {
     }
 
     /// Puts one packet in flight to arrive at `at`, after the rules had their say (a dropped
-    /// one is shown to them now).
+    /// one is shown to them now: the pcap tee records it).
     fn enter_flight(&mut self, src: usize, dst: usize, at: u64, mut pkt: Vec<u8>) {
         let mut p = Packet {
             bytes: &mut pkt,
@@ -445,7 +445,7 @@ impl World {
             now_ns: self.now,
         };
         match self.rules.on_packet(&mut p, &mut self.rng) {
-            Verdict::Drop => {}
+            Verdict::Drop => self.rules.seen(&pkt, self.now, Seen::Dropped),
             Verdict::Pass => self.put_in_flight(dst, at, Frame::Wire(pkt)),
             Verdict::Deliver {
                 extra_ns,

@@ -37,7 +37,7 @@ pub struct LinkCounters {
     pub tx_gso_sends: AtomicU64,
     /// Coalesced receives (`UDP_GRO`): several packets in one `recvmsg`.
     pub rx_gro_reads: AtomicU64,
-    /// Packets received and dropped on purpose ([`UdpLink::drop_incoming_every`](crate::link::udp::UdpLink::drop_incoming_every)).
+    /// Packets received and dropped by a rule's verdict (`UdpLink::drop_incoming_every`).
     pub rx_injected_drops: AtomicU64,
     /// Packets sent (counted in `tx_packets` too) whose payload the kernel read straight
     /// from the sender's memory (`sendmsg` iovecs, no copy into a link buffer).

@@ -3,7 +3,8 @@
 //!
 //! Owns: [`Rule`] (a packet's [`Verdict`] as it enters the wire, and a look at it as it
 //! leaves), [`Rules`] (a link's rules in the order they were added: the first verdict that is
-//! not [`Verdict::Pass`] wins, and every rule sees every packet that leaves) and [`Packet`].
+//! not [`Verdict::Pass`] wins, and every rule sees every packet the link shows them leave) and
+//! [`Packet`].
 //! The rules themselves live with what they model: seeded faults in `crate::faults`, the pcap
 //! tee in `crate::pcap`. Must not: draw randomness from anything but the RNG the link hands
 //! in (the world's seeded one, so a seed replays every verdict), or route packets.
@@ -53,7 +54,9 @@ pub enum Seen {
     Sent,
     /// Handed to its device: the world at its arrival time, the UDP link as it read it.
     Delivered,
-    /// Dropped by a rule's verdict.
+    /// Dropped by a rule's verdict, shown as it was sent (the world shows its drops; the UDP
+    /// link drops a received packet before it knows the ID its header carries, and shows it
+    /// to none).
     Dropped,
 }
 
@@ -132,19 +135,15 @@ impl Rules {
     }
 
     /// The verdict on `pkt`: the first rule's that is not [`Verdict::Pass`] (the rules after
-    /// it are not asked). A dropped packet is then shown to every rule ([`Seen::Dropped`]).
+    /// it are not asked).
     pub fn on_packet(&mut self, pkt: &mut Packet<'_>, rng: &mut dyn RngCore) -> Verdict {
-        let mut verdict = Verdict::Pass;
         for r in &mut self.list {
-            verdict = r.on_packet(pkt, rng);
+            let verdict = r.on_packet(pkt, rng);
             if verdict != Verdict::Pass {
-                break;
+                return verdict;
             }
         }
-        if verdict == Verdict::Drop {
-            self.seen(pkt.bytes, pkt.now_ns, Seen::Dropped);
-        }
-        verdict
+        Verdict::Pass
     }
 
     /// Shows `bytes` to every rule: it left the wire at `now_ns` as `seen` says.
@@ -210,7 +209,7 @@ mod tests {
     }
 
     #[test]
-    fn the_first_verdict_that_is_not_pass_wins_and_every_rule_sees_a_drop() {
+    fn the_first_verdict_that_is_not_pass_wins_and_every_rule_sees_what_leaves() {
         let mut r = Rules::default();
         assert!(r.is_empty() && !r.active());
         assert_eq!(verdict(&mut r, 0), Verdict::Pass, "no rule: carried");
@@ -227,6 +226,7 @@ mod tests {
             late,
             "the first passes: the second decides"
         );
+        r.seen(&[0], 7, Seen::Dropped);
         r.seen(&[9], 8, Seen::Delivered);
         let z = r.get::<ZeroDropper>().unwrap();
         assert_eq!(z.seen, vec![(0, Seen::Dropped), (9, Seen::Delivered)]);

@@ -21,10 +21,11 @@ use bypass_hw::roce::ip::{MAX_IP_UDP_HDR_LEN, UDP_HDR_LEN};
 use nix::sys::socket::{setsockopt, sockopt};
 
 use super::counters::LinkCounters;
+use super::rule::{Packet, Seen, Verdict};
 use super::rx_mode::{STREAM_BYTES, Switch};
 use super::sendmsg::GSO_MAX_BYTES;
-use super::stamp::{rx_fields, stamp_header};
-use super::udp::{RxPacket, UdpLink, tee};
+use super::stamp::{check_icrc, rx_fields, write_header};
+use super::udp::{RxPacket, UdpLink, wall_ns};
 
 /// The largest UDP payload a link receives (a 4096-byte MTU packet is ~4.2 KiB; a UDP datagram
 /// can be up to 64 KiB).
@@ -140,10 +141,9 @@ impl UdpLink {
             train_deltas,
             rx_hdrs,
             rx_ids,
-            drop_every,
-            rx_seen,
             counters,
-            pcap,
+            rules,
+            rng,
             ..
         } = self;
         let mut count = 0;
@@ -167,27 +167,41 @@ impl UdpLink {
                 let guess = first.map(|f| f.wrapping_add(hint));
                 k += 1;
                 let seg_start = std::mem::replace(&mut start, stop);
-                *rx_seen += 1;
-                if *drop_every > 0 && *rx_seen % *drop_every == 0 {
-                    LinkCounters::add(&counters.rx_injected_drops, 1);
-                    continue;
-                }
                 let at = seg_start.saturating_sub(hl);
-                let Some((hdr, payload)) = b
-                    .data
-                    .get_mut(at..stop)
-                    .map(|p| p.split_at_mut(seg_start - at))
-                else {
+                let split = seg_start - at;
+                let Some(pkt) = b.data.get_mut(at..stop) else {
                     LinkCounters::add(&counters.rx_dropped, 1);
                     continue;
                 };
-                let Some(checked) = stamp_header(
+                let Some(crc) = pkt.split_at_mut_checked(split).and_then(|(hdr, payload)| {
+                    write_header(rx_hdrs, &mut ip, ports, hdr, payload.len())
+                }) else {
+                    LinkCounters::add(&counters.rx_dropped, 1);
+                    continue;
+                };
+                // The packet as it arrives, before the link checks it: the rules' say (a
+                // corruption, a drop) comes first, as on any wire.
+                if !rules.is_empty() {
+                    let mut p = Packet {
+                        bytes: pkt,
+                        src: 0,
+                        now_ns: wall_ns(),
+                    };
+                    if rules.on_packet(&mut p, rng) == Verdict::Drop {
+                        LinkCounters::add(&counters.rx_injected_drops, 1);
+                        continue;
+                    }
+                }
+                let Some((hdr, payload)) = pkt.split_at_mut_checked(split) else {
+                    LinkCounters::add(&counters.rx_dropped, 1);
+                    continue;
+                };
+                let Some(checked) = check_icrc(
                     counters,
                     deltas,
                     train_deltas,
-                    rx_hdrs,
+                    crc,
                     &mut ip,
-                    ports,
                     hdr,
                     payload,
                     (hint, guess),
@@ -207,14 +221,11 @@ impl UdpLink {
                     }
                 }
                 let plen = payload.len();
-                let Some(pkt) = b.data.get(at..stop) else {
-                    LinkCounters::add(&counters.rx_dropped, 1);
-                    continue;
-                };
+                let pkt = &*pkt;
                 LinkCounters::add(&counters.rx_packets, 1);
                 LinkCounters::add(&counters.rx_bytes, plen as u64);
-                if pcap.is_some() {
-                    tee(pcap, pkt);
+                if !rules.is_empty() {
+                    rules.seen(pkt, wall_ns(), Seen::Delivered);
                 }
                 deliver(&RxPacket {
                     bytes: pkt,

@@ -190,40 +190,50 @@ pub(super) fn icrc_of(crc: &IcrcHeaderState, payload: &mut [u8]) -> Option<u32> 
     crc.icrc_in_place(payload.get_mut(..body_end)?).ok()
 }
 
-/// Writes the IP + UDP header of UDP payload `payload` into `hdr` (exactly its length) from
-/// `ip` and `ports`, and checks the packet's ICRC: the one header build and the one ICRC pass
-/// of a received packet (the device then takes the header as given,
-/// `Device::receive_udp_in_place`). The header is written with IPv4 ID 0, from `hdrs` (a
-/// copy and a kept CRC state when these fields and this length came lately, whatever the
-/// packet's place in a train), and the ICRC `c0` computed over it. IPv4: the ID is 0 if
-/// `c0` matches; else `guess` (a connected bypass peer's next ID, `link::connected`) if
-/// `c0 ^ delta(guess)` does, or `hint` (segment `hint` of an unconnected bypass peer's
-/// train), `delta` from `trains`, the table the send side stamps train segments with; else
-/// the ID [`Ipv4IdSolver`] finds by XOR (rxe's random IDs, a connected peer's first; one up
-/// to 64 behind `guess`, a connected peer's send after a train read one datagram at a time,
-/// is not counted as recovered). The header's ID and checksum
-/// are then set to the ID found (`ip::set_ipv4_id`), which is left in `ip`. True when the ICRC matches the header as
-/// written; false (an ICRC no ID explains, or a payload too short to carry one) leaves the
-/// check to the device, IPv4 with ID 0, which counts the error as it should. `None` only
-/// when no header can be written (a datagram over 64 KiB).
+/// Writes the IP + UDP header of a received UDP payload of `n` bytes into `hdr` (exactly its
+/// length) from `ip` and `ports`, with IPv4 ID 0 (set in `ip`): the one header build of a
+/// received packet (the device then takes the header as given,
+/// `Device::receive_udp_in_place`), from `hdrs` (a copy and a kept CRC state when these
+/// fields and this length came lately, whatever the packet's place in a train). Returns the
+/// ICRC's CRC state after the header, for [`check_icrc`]; `None` when no header can be
+/// written (a datagram over 64 KiB).
+pub(super) fn write_header<'h>(
+    hdrs: &'h mut HeaderCache,
+    ip: &mut IpSpec,
+    ports: UdpPorts,
+    hdr: &mut [u8],
+    n: usize,
+) -> Option<&'h IcrcHeaderState> {
+    if let IpSpec::V4(v4) = ip {
+        v4.id = 0;
+    }
+    hdrs.write(ip, ports, n, hdr)
+}
+
+/// Checks the ICRC of the received packet whose header [`write_header`] wrote into `hdr`
+/// from `ip` (CRC state `crc`) in front of `payload`: the one ICRC pass of a received packet,
+/// `c0`, over the header with ID 0. IPv4: the ID is 0 if `c0` matches; else `guess` (a
+/// connected bypass peer's next ID, `link::connected`) if `c0 ^ delta(guess)` does, or
+/// `hint` (segment `hint` of an unconnected bypass peer's train), `delta` from `trains`, the
+/// table the send side stamps train segments with; else the ID [`Ipv4IdSolver`] finds by XOR
+/// (rxe's random IDs, a connected peer's first; one up to 64 behind `guess`, a connected
+/// peer's send after a train read one datagram at a time, is not counted as recovered). The
+/// header's ID and checksum are then set to the ID found (`ip::set_ipv4_id`), which is left
+/// in `ip`. True when the ICRC matches the header as written; false (an ICRC no ID explains,
+/// or a payload too short to carry one) leaves the check to the device, IPv4 with ID 0, which
+/// counts the error as it should. `None` only when the header cannot be re-stamped.
 #[allow(clippy::too_many_arguments)] // the receive path's state, borrowed field by field
-pub(super) fn stamp_header(
+pub(super) fn check_icrc(
     counters: &LinkCounters,
     solver: &mut Ipv4IdSolver,
     trains: &mut TrainDeltas,
-    hdrs: &mut HeaderCache,
+    crc: &IcrcHeaderState,
     ip: &mut IpSpec,
-    ports: UdpPorts,
     hdr: &mut [u8],
     payload: &mut [u8],
     (hint, guess): (u16, Option<u16>),
 ) -> Option<bool> {
     let n = payload.len();
-    if let IpSpec::V4(v4) = ip {
-        v4.id = 0;
-    }
-    // The header with ID 0 as `write_ip_udp` writes it, copied when these fields came lately.
-    let crc = hdrs.write(ip, ports, n, hdr)?;
     let (Some(want), Some(c0)) = (
         bypass_hw::roce::icrc::wire_value(payload),
         icrc_of(crc, payload),

@@ -45,7 +45,7 @@ impl UdpLink {
         let to = SocketAddr::new(w.dst, self.local.port());
         let route = self.tx_route(w.sport, to);
         if route.id != 0 {
-            let header = self.pcap.is_some();
+            let header = !self.rules.is_empty();
             let (solver, table) = (&mut self.deltas, &mut self.train_deltas);
             let mut delta = |len: usize, id: u16| table.delta(solver, len, id);
             if restamp_known(packet, w, route.id, header, &mut delta).is_none() {
@@ -53,7 +53,7 @@ impl UdpLink {
                 return false;
             }
         }
-        self.tee(packet);
+        self.show_sent(packet);
         let payload = packet.get(w.header_len..).unwrap_or(&[]);
         let q = Pending {
             fd: route.fd,
@@ -112,7 +112,7 @@ impl UdpLink {
     /// the counted ID on a connected one, `link::connected`), and the ICRC covers the ID, so
     /// segment `k`'s ICRC is changed to that of its ID before it is sent (an XOR,
     /// `link::train_ids`); its own IP header, which the kernel does not read, is re-stamped
-    /// with that ID only when a pcap records it (the pcap shows the header as sent).
+    /// with that ID only when a rule sees it (the pcap tee shows the header as sent).
     pub(crate) fn send_all(&mut self, packets: &mut [Out], bursts: &Gathered) {
         // Each packet is parsed once, here; grouping and re-stamping use what this found.
         let mut wires = std::mem::take(&mut self.wires);
@@ -176,9 +176,9 @@ impl UdpLink {
                 return;
             }
         }
-        if self.pcap.is_some() {
+        if !self.rules.is_empty() {
             let p = bursts.assemble(g).unwrap_or_default();
-            self.tee(&p);
+            self.show_sent(&p);
         }
         let send = Pending {
             fd: route.fd,
@@ -218,8 +218,8 @@ impl UdpLink {
         let to = SocketAddr::new(first.dst, self.local.port());
         let route = self.tx_route(first.sport, to);
         // The kernel writes the IP headers of a segmented send itself: a packet's own IP
-        // header is only read by the pcap, and re-stamped only for it.
-        let header = self.pcap.is_some();
+        // header is only read by the rules (the pcap tee), and re-stamped only for them.
+        let header = !self.rules.is_empty();
         let (solver, table) = (&mut self.deltas, &mut self.train_deltas);
         let mut delta = |len: usize, id: u16| table.delta(solver, len, id);
         for (k, (p, w)) in train.iter_mut().zip(wires).enumerate() {
@@ -237,13 +237,13 @@ impl UdpLink {
                 LinkCounters::add(&self.counters.tx_malformed, 1);
             }
         }
-        if self.pcap.is_some() {
+        if !self.rules.is_empty() {
             for p in train.iter() {
                 match p {
-                    Out::Bytes(b) => self.tee(b),
+                    Out::Bytes(b) => self.show_sent(b),
                     Out::Gather(g) => {
                         let b = bursts.assemble(g).unwrap_or_default();
-                        self.tee(&b);
+                        self.show_sent(&b);
                     }
                 }
             }

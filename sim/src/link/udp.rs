@@ -3,7 +3,8 @@
 //!
 //! Owns: [`UdpLink`] (its sockets, receive buffers, send batch and ID tables, each seam in its
 //! own file: `socket`, `rx`, `tx`, `sendmsg`, `stamp`), its [`LinkCounters`] and its packet
-//! rules (the pcap tee, injected drops). Must not: parse or build RoCE headers by hand
+//! rules (`link::rule`: the pcap tee, injected drops), which see what it sends and decide on
+//! what it receives before it checks it. Must not: parse or build RoCE headers by hand
 //! (`bypass_hw::roce` does), reach into a device (the pump hands packets over,
 //! `fabric/udp/pump.rs`), or change what a device sends: a link only moves the bytes.
 //!
@@ -22,18 +23,22 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use bypass_hw::roce::{IpSpec, ROCE_V2_UDP_DPORT, UdpPorts};
+use rand_chacha::ChaCha8Rng;
+use rand_core::SeedableRng;
 
 use super::connected::{Connected, RxIds};
 use super::ipv4_id::Ipv4IdSolver;
+use super::rule::{Rules, Seen};
 use super::rx::RxBuf;
 use super::rx_mode::RxMode;
 use super::sendmsg::SendBatch;
 use super::socket::receiving_socket;
 use super::stamp::{WireMemo, WireOf};
 use super::train_ids::TrainDeltas;
+use crate::faults::{Fault, FaultPlan, Faults, Trigger};
 use crate::frame::TxTrains;
 use crate::header_cache::HeaderCache;
-use crate::pcap::PcapWriter;
+use crate::pcap::{PcapTee, PcapWriter};
 use crate::profile::Profile;
 
 pub use super::counters::LinkCounters;
@@ -104,13 +109,16 @@ pub struct UdpLink {
     /// ICRC's CRC state after them (a peer's ACKs and equal-size WRITEs, wherever they sit in
     /// a train, repeat them byte for byte).
     pub(super) rx_hdrs: HeaderCache,
-    /// Drop every n-th packet received (0: none), and how many were received so far.
-    pub(super) drop_every: u64,
-    pub(super) rx_seen: u64,
     pub(super) counters: Arc<LinkCounters>,
-    /// Where every packet sent and received is recorded, when asked.
-    pub(super) pcap: Option<PcapWriter<BufWriter<File>>>,
+    /// The packet rules: the pcap tee ([`UdpLink::record_pcap`]), injected drops
+    /// ([`UdpLink::drop_incoming_every`]); none unless asked.
+    pub(super) rules: Rules,
+    /// The rules' randomness (seed 0: a link's own faults are schedules, nothing is drawn).
+    pub(super) rng: ChaCha8Rng,
 }
+
+/// The link's pcap tee, as a rule.
+type Tee = PcapTee<BufWriter<File>>;
 
 impl UdpLink {
     /// Binds the receiving socket to `local` (`ADDR:PORT`; the port is also where peers are
@@ -147,10 +155,9 @@ impl UdpLink {
             deltas: Ipv4IdSolver::new(),
             train_deltas: TrainDeltas::default(),
             rx_hdrs: HeaderCache::default(),
-            drop_every: 0,
-            rx_seen: 0,
             counters: Arc::new(LinkCounters::default()),
-            pcap: None,
+            rules: Rules::default(),
+            rng: ChaCha8Rng::seed_from_u64(0),
         })
     }
 
@@ -162,23 +169,38 @@ impl UdpLink {
     }
 
     /// Records every packet the link sends and receives (the IP packets as the device sent
-    /// them and as it is handed them, wall-clock timestamps) into a pcap file at `path`.
-    /// Wireshark/tshark decode them as RRoCE.
+    /// them and as it is handed them, wall-clock timestamps; not those a rule dropped on
+    /// receipt) into a pcap file at `path`: a [`PcapTee`] among the link's rules. Wireshark/tshark decode them
+    /// as RRoCE.
     pub fn record_pcap(&mut self, path: &Path) -> io::Result<()> {
         let f = File::create(path)?;
-        self.pcap = Some(PcapWriter::new(BufWriter::new(f))?);
+        let w = PcapWriter::new(BufWriter::new(f))?;
+        match self.rules.get_mut::<Tee>() {
+            Some(t) => drop(t.replace(Some(w))),
+            None => self.rules.push(Box::new(PcapTee::new(w))),
+        }
         Ok(())
     }
 
-    pub(super) fn tee(&mut self, packet: &[u8]) {
-        tee(&mut self.pcap, packet);
+    /// Shows a packet the link sent to its rules (the pcap tee records it).
+    #[inline]
+    pub(super) fn show_sent(&mut self, packet: &[u8]) {
+        if !self.rules.is_empty() {
+            self.rules.seen(packet, wall_ns(), Seen::Sent);
+        }
     }
 
-    /// Drops every `n`-th packet the link receives (0: none), counted in
+    /// Drops every `n`-th packet the link receives from now on (0: none), counted in
     /// `rx_injected_drops`: a lossy wire for tests of loss recovery on a real socket (a
-    /// packet inside a `UDP_GRO` train can be hit, which `tc netem` cannot do).
+    /// packet inside a `UDP_GRO` train can be hit, which `tc netem` cannot do). A fault rule
+    /// ([`Faults`] with [`Trigger::Every`]) among the link's rules.
     pub fn drop_incoming_every(&mut self, n: u64) {
-        self.drop_every = n;
+        let plan = (n > 0).then(|| FaultPlan::default().with(Trigger::Every(n), Fault::Drop));
+        if (plan.is_some() || self.rules.get::<Faults>().is_some())
+            && let Some(f) = self.rules.get_or_add(Faults::default)
+        {
+            f.set_all(plan);
+        }
     }
 
     /// A second handle on the receiving socket (for a pump to `poll` without the link).
@@ -225,17 +247,11 @@ impl UdpLink {
     }
 }
 
-/// Records `packet` in the pcap file, if one is being written (wall-clock timestamp).
-pub(super) fn tee(pcap: &mut Option<PcapWriter<BufWriter<File>>>, packet: &[u8]) {
-    if let Some(w) = pcap.as_mut() {
-        let ts = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
-        if w.write_packet(ts, packet).is_err() {
-            // A full disk must not stop the link: stop recording.
-            *pcap = None;
-        }
-    }
+/// Wall-clock ns since the Unix epoch (the clock of the link's rules: pcap timestamps).
+pub(super) fn wall_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
 }
 
 #[cfg(test)]

@@ -790,6 +790,30 @@ fn every_nth_received_packet_is_dropped_when_asked() {
 }
 
 #[test]
+fn the_rules_of_a_receiving_link_drop_before_the_tee_records_what_is_delivered() {
+    let dir = std::env::temp_dir().join(format!("bypass-rx-rules-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("rx.pcap");
+    let mut b = link(2);
+    b.record_pcap(&path).unwrap();
+    b.drop_incoming_every(3);
+    let mut a = sender_to(&b);
+    let mut batch: Vec<Vec<u8>> = (0..6).map(|i| sized(i, 512, 0xc210)).collect();
+    let sent = batch.clone();
+    a.send_batch(&mut batch);
+    let got = recv_n(&mut b, 4);
+    drop(b);
+    // The tee recorded the packets handed to the device, with the IDs they arrived with.
+    let recorded = pcap_packets(&path);
+    assert_eq!(recorded, got.iter().map(|p| id0(p)).collect::<Vec<_>>());
+    assert_eq!(
+        recorded,
+        [&sent[0], &sent[1], &sent[3], &sent[4]].map(|p| p.clone())
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn the_device_profile_carries_the_link_address_as_gid_0() {
     let l = link(3);
     assert_eq!(
