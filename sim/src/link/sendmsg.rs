@@ -135,8 +135,12 @@ pub(super) fn count_send(
 /// outcome goes to `results[k]`: the bytes sent, or the error of the call that failed on it
 /// (the kernel stops at a send that fails and returns how many it sent, the error only when
 /// the first fails: Linux `net/socket.c` `__sys_sendmmsg`, "We only return an error if no
-/// datagrams were able to be sent"; the ones after it are tried again). EINTR is retried.
-/// Returns how many `sendmmsg` calls it made.
+/// datagrams were able to be sent"; the ones after it are tried again). On a connected
+/// socket a send that is lost ends the batch: each send after it was stamped with the IPv4 ID
+/// after the one before it (`link::connected`), and whether the kernel gave the lost one its
+/// ID is not known, so they are not made (`ECANCELED`; the transport retransmits them, by
+/// then on a socket probed again). EINTR is retried. Returns how many `sendmmsg` calls it
+/// made.
 pub(super) fn sendmmsg_iov(
     sends: &[Pending],
     iovs: &[IovList],
@@ -185,35 +189,44 @@ pub(super) fn sendmmsg_iov(
         // The run of sends from `done` whose headers were built (none: the first's control
         // message could not be built, it is not sent).
         let run = rs.iter().take_while(|r| r.is_ok()).count();
-        if run == 0 {
-            done += 1;
-            continue;
-        }
-        // SAFETY: `hs[..run]` are valid headers whose every pointer (`addrs`, `iovs`' arrays,
-        // `controls`, and the memory the iovecs point at: the link's buffers or host memory
-        // the caller keeps until `send_all` returns) outlives the call; the kernel writes
-        // only `msg_len` of each.
-        let r = unsafe { libc::sendmmsg(fd, hs.as_mut_ptr(), run as _, 0) };
-        calls += 1;
-        match usize::try_from(r) {
-            Ok(sent) if sent > 0 => {
-                let sent = sent.min(run);
-                for (r, h) in rs.iter_mut().zip(hs.iter()).take(sent) {
-                    *r = Ok(h.msg_len as usize);
-                }
-                done += sent;
-            }
-            _ => match nix::errno::Errno::last() {
-                nix::errno::Errno::EINTR if r < 0 => {}
-                e => {
-                    // The first of the run failed (the kernel reports an error only when
-                    // nothing was sent): it is lost, the rest are tried again.
-                    if let Some(first) = rs.first_mut() {
-                        *first = Err(if r < 0 { e } else { nix::errno::Errno::EIO });
+        let lost = run == 0 || {
+            // SAFETY: `hs[..run]` are valid headers whose every pointer (`addrs`, `iovs`'
+            // arrays, `controls`, and the memory the iovecs point at: the link's buffers or
+            // host memory the caller keeps until `send_all` returns) outlives the call; the
+            // kernel writes only `msg_len` of each.
+            let r = unsafe { libc::sendmmsg(fd, hs.as_mut_ptr(), run as _, 0) };
+            calls += 1;
+            match usize::try_from(r) {
+                Ok(sent) if sent > 0 => {
+                    let sent = sent.min(run);
+                    for (r, h) in rs.iter_mut().zip(hs.iter()).take(sent) {
+                        *r = Ok(h.msg_len as usize);
                     }
-                    done += 1;
+                    done += sent;
+                    false
                 }
-            },
+                _ => match nix::errno::Errno::last() {
+                    nix::errno::Errno::EINTR if r < 0 => false,
+                    e => {
+                        // The first of the run failed (the kernel reports an error only when
+                        // nothing was sent): it is lost.
+                        if let Some(first) = rs.first_mut() {
+                            *first = Err(if r < 0 { e } else { nix::errno::Errno::EIO });
+                        }
+                        true
+                    }
+                },
+            }
+        };
+        if lost {
+            if sends.get(done).is_some_and(|q| q.conn.is_some()) {
+                for r in results.iter_mut().take(n).skip(done + 1) {
+                    *r = Err(nix::errno::Errno::ECANCELED);
+                }
+                break;
+            }
+            // Unconnected: the rest are tried again.
+            done += 1;
         }
     }
     calls

@@ -322,6 +322,47 @@ fn a_send_the_kernel_refuses_is_reported_and_the_rest_of_the_batch_still_goes() 
 }
 
 #[test]
+fn a_send_the_kernel_refuses_on_a_connected_socket_ends_its_batch() {
+    let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+    rx.set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let to = rx.local_addr().unwrap();
+    tx.connect(to).unwrap();
+    let pending = |seg| Pending {
+        fd: tx.as_raw_fd(),
+        to,
+        conn: Some(0),
+        seg,
+        packets: 1,
+        gathered: 0,
+    };
+    // The second is refused (EMSGSIZE); the third and fourth were stamped with the IDs after
+    // it, which the kernel may not have taken.
+    let (small, huge, pair) = (vec![1u8; 100], vec![2u8; 70_000], vec![3u8; 60]);
+    let sends = [
+        pending(None),
+        pending(None),
+        pending(Some(40)),
+        pending(None),
+    ];
+    let mut iovs: Vec<IovList> = (0..4).map(|_| IovList::default()).collect();
+    for (iov, bytes) in iovs.iter_mut().zip([&small, &huge, &pair, &small]) {
+        assert!(iov.push_slice(bytes));
+    }
+    let mut results = [Ok(0usize); MAX_BATCH];
+    assert_eq!(sendmmsg_iov(&sends, &iovs, &mut results), 2);
+    assert_eq!(results[0], Ok(100));
+    assert_eq!(results[1], Err(nix::errno::Errno::EMSGSIZE));
+    assert_eq!(results[2], Err(nix::errno::Errno::ECANCELED));
+    assert_eq!(results[3], Err(nix::errno::Errno::ECANCELED));
+    // Only the first arrives.
+    let mut buf = [0u8; 2048];
+    assert_eq!(rx.recv(&mut buf).unwrap(), 100);
+    assert!(rx.recv(&mut buf).is_err(), "nothing after the refused send");
+}
+
+#[test]
 fn a_segmented_train_arrives_as_exactly_the_datagrams_sent_one_by_one() {
     let mut b = link(2);
     let mut a = sender_to(&b);
