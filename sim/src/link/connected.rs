@@ -406,6 +406,34 @@ mod tests {
         assert_eq!(r3.id, r2.id.wrapping_add(1));
     }
 
+    #[test]
+    fn a_socket_whose_probes_the_kernel_refuses_eight_times_goes_unconnected_for_good() {
+        let peer = bound([127, 0, 0, 2]);
+        let to = peer.local_addr().unwrap();
+        let mut c = Connected::default();
+        let n = LinkCounters::default();
+        let local = IpAddr::V4(Ipv4Addr::LOCALHOST);
+        let load = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
+        let r = c.route(local, 0, to, &n, |_| false).unwrap();
+        // From here on the kernel refuses every send on the socket (EPIPE), probes included.
+        nix::sys::socket::shutdown(r.fd, nix::sys::socket::Shutdown::Write).unwrap();
+        assert!(c.socket(r.conn).unwrap().send(b"x").is_err());
+        c.failed(r.conn);
+        // Each use sends a probe the kernel refuses: unconnected meanwhile.
+        for refused in 1..=PROBE_SENDS {
+            assert_eq!(c.route(local, 0, to, &n, |_| false), None);
+            assert_eq!(load(&n.tx_id_probes), 1 + u64::from(refused));
+            let given_up = u64::from(refused == PROBE_SENDS);
+            assert_eq!(load(&n.tx_id_probe_failures), given_up, "probe {refused}");
+        }
+        // Given up: no more probes, unconnected for good.
+        for _ in 0..3 {
+            assert_eq!(c.route(local, 0, to, &n, |_| false), None);
+        }
+        assert_eq!(load(&n.tx_id_probes), 1 + u64::from(PROBE_SENDS));
+        assert_eq!(load(&n.tx_id_probe_failures), 1);
+    }
+
     /// The IPv4 ID of the next packet `sock`'s error queue loops back (timestamps on), and
     /// its UDP length.
     fn looped(sock: &UdpSocket) -> Option<(u16, u16)> {
