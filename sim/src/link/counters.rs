@@ -64,8 +64,8 @@ impl LinkCounters {
     /// Adds `n` to counter `c`: a load and a store, not an atomic add. Only the link that
     /// owns the counters writes them (from `&mut UdpLink`, or under its `UdpWire`'s lock: one
     /// writer at a time, the lock ordering the writes); readers holding
-    /// [`crate::link::udp::UdpLink::counters`] only load. A `lock`-prefixed add costs about 20 cycles, and a
-    /// packet's trip through the link counts four to six times on the round trip's path.
+    /// [`crate::link::udp::UdpLink::counters`] only load. With one writer an atomic read-modify-write
+    /// (a `lock`-prefixed add) buys nothing, and a packet's trip counts several times.
     pub(crate) fn add(c: &AtomicU64, n: u64) {
         c.store(c.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
     }

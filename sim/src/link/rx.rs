@@ -257,9 +257,8 @@ impl UdpLink {
 ///
 /// Raw `libc` calls rather than nix's: this is the one call of every pump round of a
 /// busy-poll loop, and nix's wrapper (its `SockaddrStorage`, `RecvMsg`, control-message
-/// iterator and `SocketAddr` conversion) cost ~300 instructions a call more than the call
-/// itself; here the header, the address and the one `UDP_GRO` control message are read in
-/// place.
+/// iterator and `SocketAddr` conversion) cost more than the call itself; here the header,
+/// the address and the one `UDP_GRO` control message are read in place.
 pub(super) fn read_datagram(
     sock: &UdpSocket,
     buf: &mut [u8],

@@ -4,8 +4,8 @@
 //!
 //! Owns: [`WireOf`]/[`wire_of`] and its memo [`WireMemo`], [`restamp_known`] and
 //! [`restamp_gather`] (`icrc(id) = icrc(0) ^ delta(id)`, an XOR: `link::ipv4_id`,
-//! `link::train_ids`), [`rx_fields`] and [`stamp_header`] (a received packet's header, one
-//! ICRC pass, the ID matched by guess, by train index or by the solver). Must not: touch
+//! `link::train_ids`), [`rx_fields`], [`write_header`] and [`check_icrc`] (a received
+//! packet's header, one ICRC pass, the ID matched by guess, by train index or by the solver). Must not: touch
 //! sockets, or parse or build RoCE headers other than through `bypass_hw::roce`.
 //!
 //! Sources: rxe's ICRC (`rxe_icrc.c` `rxe_icrc_hdr`: TTL, TOS, checksums and flow label masked,
@@ -153,9 +153,12 @@ pub(super) fn restamp_known(
     Some(())
 }
 
-/// The IP header fields (IPv4: ID 0, see [`stamp_header`]) and UDP ports of a datagram from
-/// `from` to `local`, rebuilt as the module comment says; `None` when the two addresses are
-/// of different families.
+/// The IP header fields and UDP ports of a datagram from `from` to `local`, rebuilt from what
+/// the socket saw: the sender's address and port, the bound address, DF, IPv4 ID 0 (the ID
+/// the ICRC shows replaces it, [`check_icrc`]), and destination port 4791 (what the sender
+/// hashed, even when the link listens elsewhere for tests on one host). TTL, TOS and the
+/// checksums are masked out of the ICRC, so their rebuilt values do not matter. `None` when
+/// the two addresses are of different families.
 pub(super) fn rx_fields(local: SocketAddr, from: SocketAddr) -> Option<(IpSpec, UdpPorts)> {
     let ip = match (from.ip(), local.ip()) {
         (IpAddr::V4(src), IpAddr::V4(dst)) => IpSpec::V4(Ipv4Spec {

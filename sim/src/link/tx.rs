@@ -99,9 +99,8 @@ impl UdpLink {
     /// the train into exactly the datagrams [`UdpLink::send`] would have sent one by one (on
     /// loopback, and to a socket with `UDP_GRO`, it is not even cut: the receiver reads the
     /// train whole). Consecutive sends from one socket are queued and go out together, in
-    /// one `sendmmsg` (up to [`MAX_BATCH`]): a window of 4 KiB WRITE packets is about five
-    /// trains, five system calls before; measured, 1 MiB WRITE streaming went from 3,689 to
-    /// 3,845 MiB/s (medians of three `perf compare-udp --only bw` runs each, interleaved).
+    /// one `sendmmsg` (up to [`MAX_BATCH`]; a window of 4 KiB WRITE packets is about five
+    /// trains, one system call).
     /// A segmented send's iovecs (per packet: the UDP payload's bytes, or the BTH (+RETH),
     /// the payload's host-memory pieces and the pad + ICRC) add up, per segment, to exactly
     /// the segment size the kernel cuts at, and stay within [`IOV_MAX`].

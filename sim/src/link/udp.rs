@@ -72,14 +72,13 @@ pub struct UdpLink {
     pub(super) local: SocketAddr,
     pub(super) rx: UdpSocket,
     /// Sending sockets by UDP source port (created when a port is first used), sorted by
-    /// port: a binary search per send, where a `HashMap` hashed the port with SipHash
-    /// (~150 instructions a send).
+    /// port: a binary search per send (no hashing).
     pub(super) tx: Vec<(u16, UdpSocket)>,
     /// Sending sockets connected to one peer each, with the IPv4 IDs they stamp: the flows'
     /// sends go out on these once the ID is known (`link::connected`).
     pub(super) connected: Connected,
     /// Send on connected sockets where the ID can be learned (on by default; off: every
-    /// send unconnected, IPv4 ID 0, as before `link::connected`).
+    /// send unconnected, IPv4 ID 0).
     pub(super) connect: bool,
     /// The IPv4 ID each connected peer most likely sends next (a guess tried before the
     /// solver).

@@ -370,11 +370,9 @@ impl UdpWire {
         // Requests first, in their own send; the ACKs after them in another. The peer's
         // application waits for the requests, not for the ACKs: a request sent alone is one
         // plain datagram the peer reads alone and answers, while the ACKs' send and the peer's
-        // read of them happen as it works on that answer. One segmented train of both costs
-        // more on the path the round trip waits for: a loopback ping-pong of a 40-byte
-        // request with its 20-byte ACK as one `UDP_SEGMENT` send read with one `UDP_GRO`
-        // `recvmsg` took 7.8 us, the request alone and the ACK in a second send 7.2 us (C, two
-        // threads, connected sending sockets, this project's 2-core host, 2026-11-30).
+        // read of them happen as it works on that answer. One segmented train of both (one
+        // `UDP_SEGMENT` send, one `UDP_GRO` read) costs more on the path the round trip waits
+        // for.
         let split = !outbound.is_empty() && !acks.is_empty();
         if !split {
             outbound.extend(acks.drain(..).map(Out::Bytes));
