@@ -1,12 +1,13 @@
-//! Seeded link faults for the stepped [`World`](crate::world::World): drop, duplicate,
-//! reorder, corrupt, delay, and cutting the link.
+//! Seeded link faults as a packet rule: drop, duplicate, reorder, corrupt, delay, and cutting
+//! the link, for the stepped [`World`](crate::world::World) and the UDP link alike.
 //!
 //! Owns: [`FaultPlan`] (what may happen to packets sent by one device, by rate or by
-//! schedule), [`Faults`] (the plans of a world, per sending device, and what they did:
-//! [`FaultStats`]) and [`Fate`] (what happens to one packet). Every random choice is drawn
-//! from the world's seeded RNG, and only for rates that are not zero, so a world without
-//! faults draws exactly what it drew before faults existed, and the same seed replays the same
-//! faults. Must not: parse packets beyond finding the bytes a corruption may flip, or route.
+//! schedule), [`Faults`] (the plans per sending device and what they did, [`FaultStats`]; a
+//! [`Rule`]) and [`Fate`] (what happens to one packet). Every random choice is drawn from the
+//! RNG the link hands the rule (the world's seeded one), and only for rates that are not zero,
+//! so a world without faults draws exactly what it drew before faults existed, and the same
+//! seed replays the same faults. Must not: parse packets beyond finding the bytes a corruption
+//! may flip, or route.
 //!
 //! Corruption flips one bit from the BTH's destination QP (byte 5) to the end of the ICRC:
 //! bits the ICRC covers and that do not change how the packet parses (the opcode and pad
@@ -17,6 +18,8 @@
 
 use bypass_hw::roce::ip::{IPV4_HDR_LEN, IPV6_HDR_LEN, UDP_HDR_LEN};
 use rand_core::RngCore;
+
+use crate::link::rule::{Packet, Rule, Verdict};
 
 /// A probability in parts per million.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord)]
@@ -49,7 +52,7 @@ impl Rate {
     }
 
     /// Draws once from `rng` (only when the rate is neither never nor always).
-    fn hit(self, rng: &mut impl RngCore) -> bool {
+    fn hit<R: RngCore + ?Sized>(self, rng: &mut R) -> bool {
         match self.0 {
             0 => false,
             1_000_000.. => true,
@@ -80,6 +83,8 @@ pub enum Trigger {
     Packet(u64),
     /// Every packet from this index on (a link cut after N packets).
     PacketsFrom(u64),
+    /// Every n-th packet: indices n - 1, 2n - 1, … (0: none).
+    Every(u64),
     /// Every packet sent in `[from_ns, until_ns)` of virtual time (`u64::MAX`: for ever).
     Window {
         /// Start (inclusive), virtual ns.
@@ -94,6 +99,7 @@ impl Trigger {
         match self {
             Self::Packet(i) => index == i,
             Self::PacketsFrom(i) => index >= i,
+            Self::Every(n) => n > 0 && (index + 1) % n == 0,
             Self::Window { from_ns, until_ns } => (from_ns..until_ns).contains(&now),
         }
     }
@@ -200,6 +206,15 @@ pub struct FaultStats {
 }
 
 impl FaultStats {
+    /// Nothing happened.
+    pub const NONE: Self = Self {
+        dropped: 0,
+        duplicated: 0,
+        reordered: 0,
+        corrupted: 0,
+        delayed: 0,
+    };
+
     fn count(&mut self, f: &Fate) {
         self.dropped += u64::from(f.drop);
         self.duplicated += u64::from(f.duplicate_after.is_some());
@@ -230,6 +245,22 @@ pub struct Fate {
 }
 
 impl Fate {
+    /// The verdict on a packet of this fate, `pkt` corrupted as it says: [`Verdict::Pass`]
+    /// when nothing happens to it.
+    pub fn verdict(&self, pkt: &mut [u8]) -> Verdict {
+        if self.drop {
+            return Verdict::Drop;
+        }
+        self.corrupt(pkt);
+        if self.extra_ns == 0 && self.duplicate_after.is_none() {
+            return Verdict::Pass;
+        }
+        Verdict::Deliver {
+            extra_ns: self.extra_ns,
+            copy_after_ns: self.duplicate_after,
+        }
+    }
+
     /// Flips the bit `self.corrupt` selects in `pkt` (see the module comment for which bits
     /// are eligible). Does nothing to a packet too short to have a BTH.
     pub fn corrupt(&self, pkt: &mut [u8]) {
@@ -311,7 +342,7 @@ impl Faults {
 
     /// Decides the fate of the next packet device `src` sends at virtual time `now`, drawing
     /// from `rng` once per non-zero rate, and counts it.
-    pub fn fate(&mut self, src: usize, now: u64, rng: &mut impl RngCore) -> Fate {
+    pub fn fate<R: RngCore + ?Sized>(&mut self, src: usize, now: u64, rng: &mut R) -> Fate {
         if self.sent.len() <= src {
             self.sent.resize(src + 1, 0);
         }
@@ -330,7 +361,7 @@ impl Faults {
         fate
     }
 
-    fn decide(&self, src: usize, index: u64, now: u64, rng: &mut impl RngCore) -> Fate {
+    fn decide<R: RngCore + ?Sized>(&self, src: usize, index: u64, now: u64, rng: &mut R) -> Fate {
         let Some(plan) = self.plan(src) else {
             return Fate::default();
         };
@@ -373,6 +404,17 @@ impl Faults {
             fate.corrupt = Some(rng.next_u64());
         }
         fate
+    }
+}
+
+impl Rule for Faults {
+    /// The fate of the packet ([`Faults::fate`], counted), as a verdict ([`Fate::verdict`]).
+    fn on_packet(&mut self, pkt: &mut Packet<'_>, rng: &mut dyn RngCore) -> Verdict {
+        self.fate(pkt.src, pkt.now_ns, rng).verdict(pkt.bytes)
+    }
+
+    fn active(&self) -> bool {
+        self.is_active()
     }
 }
 
@@ -426,6 +468,52 @@ mod tests {
         assert!(v[4].delayed);
         assert_eq!(s.dropped, 6);
         assert_eq!(s.corrupted, 1);
+    }
+
+    #[test]
+    fn every_nth_packet_is_hit_counting_from_the_plan() {
+        let (v, s) = fates(
+            FaultPlan::default().with(Trigger::Every(3), Fault::Drop),
+            1,
+            9,
+        );
+        let dropped: Vec<usize> = (0..9).filter(|&i| v[i].drop).collect();
+        assert_eq!(dropped, vec![2, 5, 8]);
+        assert_eq!(s.dropped, 3);
+        let (v, _) = fates(
+            FaultPlan::default().with(Trigger::Every(0), Fault::Drop),
+            1,
+            4,
+        );
+        assert!(v.iter().all(|f| !f.drop), "every 0th: none");
+    }
+
+    #[test]
+    fn a_fate_is_the_verdict_a_link_carries_out() {
+        let mut pkt = vec![0x45u8; 20 + 8 + 12 + 4];
+        let dropped = Fate {
+            drop: true,
+            corrupt: Some(1),
+            ..Fate::default()
+        };
+        assert_eq!(dropped.verdict(&mut pkt), Verdict::Drop);
+        assert_eq!(pkt, vec![0x45u8; 44], "a dropped packet is not corrupted");
+        assert_eq!(Fate::default().verdict(&mut pkt), Verdict::Pass);
+        let late = Fate {
+            extra_ns: 9,
+            duplicate_after: Some(4),
+            delayed: true,
+            corrupt: Some(1),
+            ..Fate::default()
+        };
+        assert_eq!(
+            late.verdict(&mut pkt),
+            Verdict::Deliver {
+                extra_ns: 9,
+                copy_after_ns: Some(4)
+            }
+        );
+        assert_ne!(pkt, vec![0x45u8; 44], "corrupted");
     }
 
     #[test]

@@ -3,11 +3,14 @@
 //! Owns: [`PcapWriter`], the classic libpcap file format (`pcap-savefile(5)`) with nanosecond
 //! timestamps (magic `0xa1b23c4d`) and link type `LINKTYPE_RAW` (101): each record is an IPv4
 //! or IPv6 packet, told apart by its version nibble, which is what the sim's packets are.
-//! Wireshark/tshark decode UDP port 4791 as RRoCE (RoCEv2). Any link (the stepped
-//! [`World`](crate::world::World), a UDP socket link) can tee its packets through it. Must
-//! not: look inside the packets or decide which ones to write.
+//! Wireshark/tshark decode UDP port 4791 as RRoCE (RoCEv2). [`PcapTee`] is the writer as a
+//! packet rule: every link (the stepped [`World`](crate::world::World), the UDP link) tees
+//! the packets it carries through one. Must not: look inside the packets or decide which
+//! ones to write (a tee writes every packet a link shows it).
 
 use std::io::{self, Write};
+
+use crate::link::rule::{Rule, Seen};
 
 /// pcap magic for nanosecond-resolution timestamps (`pcap-savefile(5)`).
 pub const PCAP_MAGIC_NS: u32 = 0xa1b2_3c4d;
@@ -80,6 +83,50 @@ impl<W: Write> PcapWriter<W> {
     }
 }
 
+/// A [`PcapWriter`] as a packet rule: records every packet its link shows it (delivered,
+/// sent, or dropped by a rule: `Seen`), stamped with the link's clock. A write error stops the
+/// recording (a full disk must not stop the link) and is kept ([`PcapTee::error`]).
+#[derive(Debug)]
+pub struct PcapTee<W: Write> {
+    writer: Option<PcapWriter<W>>,
+    error: Option<io::Error>,
+}
+
+impl<W: Write> PcapTee<W> {
+    /// A tee writing into `writer`.
+    pub fn new(writer: PcapWriter<W>) -> Self {
+        Self {
+            writer: Some(writer),
+            error: None,
+        }
+    }
+
+    /// Writes into `writer` from now on (`None`: stops); hands the writer it had back.
+    pub fn replace(&mut self, writer: Option<PcapWriter<W>>) -> Option<PcapWriter<W>> {
+        std::mem::replace(&mut self.writer, writer)
+    }
+
+    /// The last write error, if any (writing stopped then).
+    pub fn error(&self) -> Option<&io::Error> {
+        self.error.as_ref()
+    }
+}
+
+impl<W: Write + Send + 'static> Rule for PcapTee<W> {
+    fn on_seen(&mut self, bytes: &[u8], now_ns: u64, _: Seen) {
+        if let Some(w) = self.writer.as_mut()
+            && let Err(e) = w.write_packet(now_ns, bytes)
+        {
+            self.writer = None;
+            self.error = Some(e);
+        }
+    }
+
+    fn active(&self) -> bool {
+        self.writer.is_some()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -110,5 +157,38 @@ mod tests {
         );
         assert_eq!(u32::from_le_bytes(b[36..40].try_into().unwrap()), 3, "len");
         assert_eq!(&b[40..], &[0x45, 1, 2]);
+    }
+
+    /// A stream that refuses every write.
+    struct Full;
+
+    impl Write for Full {
+        fn write(&mut self, _: &[u8]) -> io::Result<usize> {
+            Err(io::Error::other("disk full"))
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_tee_records_what_it_is_shown_and_stops_at_a_write_error() {
+        let mut t = PcapTee::new(PcapWriter::new(Vec::new()).unwrap());
+        assert!(t.active());
+        t.on_seen(&[0x45, 1], 5, Seen::Delivered);
+        t.on_seen(&[0x45, 2], 6, Seen::Dropped);
+        let w = t.replace(None).unwrap();
+        assert_eq!(w.packets(), 2);
+        assert!(!t.active());
+        let mut full = PcapTee {
+            writer: Some(PcapWriter {
+                out: Full,
+                packets: 0,
+            }),
+            error: None,
+        };
+        full.on_seen(&[0x45], 1, Seen::Sent);
+        assert!(!full.active(), "stopped");
+        assert!(full.error().is_some());
     }
 }

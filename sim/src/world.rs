@@ -9,13 +9,13 @@
 //! On an in-process link a device may send a burst of WRITE packets whose payload is still in
 //! its memory (`crate::frame`): one copy at delivery instead of three plus two ICRC passes.
 //! The world allows it only while nothing needs the bytes ([`World::set_fast_path`], no
-//! jitter, no device tracing, no faults, no pcap tee); what is delivered, and every counter,
+//! jitter, no device tracing, no active packet rule); what is delivered, and every counter,
 //! is what the same packets sent one by one give.
 //!
-//! The RNG is the only source of randomness in a run (link jitter and the seeded link faults
-//! of [`crate::faults`], applied where a packet enters flight). A failing test prints
-//! `World::seed()`; building a
-//! world with that seed replays the run.
+//! Faults and the pcap tee are packet rules ([`crate::link::rule`]): a packet meets them as it
+//! enters flight ([`crate::faults`]) and as it leaves it ([`crate::pcap::PcapTee`]). The RNG is
+//! the only source of randomness in a run (link jitter, and the rules' draws). A failing test
+//! prints `World::seed()`; building a world with that seed replays the run.
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -25,11 +25,15 @@ use rand_core::{RngCore, SeedableRng};
 use crate::device::Device;
 use crate::faults::{FaultPlan, FaultStats, Faults};
 use crate::frame::Frame;
-use crate::pcap::PcapWriter;
+use crate::link::rule::{Packet, Rule, Rules, Seen, Verdict};
+use crate::pcap::{PcapTee, PcapWriter};
 use crate::profile::Profile;
 
 /// Where a world tees its packets (see [`World::set_pcap`]).
 pub type PcapSink = PcapWriter<Box<dyn std::io::Write + Send>>;
+
+/// The world's pcap tee, as a rule.
+type Tee = PcapTee<Box<dyn std::io::Write + Send>>;
 
 /// How packets travel between devices.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,9 +87,8 @@ pub struct World {
     seed: u64,
     rng: ChaCha8Rng,
     stats: NetStats,
-    faults: Faults,
-    pcap: Option<PcapSink>,
-    pcap_error: Option<std::io::Error>,
+    /// The packet rules: faults, the pcap tee, and any a user added, drawing from `rng`.
+    rules: Rules,
 }
 
 impl std::fmt::Debug for World {
@@ -135,56 +138,87 @@ impl World {
             seed,
             rng: ChaCha8Rng::seed_from_u64(seed),
             stats: NetStats::default(),
-            faults: Faults::default(),
-            pcap: None,
-            pcap_error: None,
+            rules: Rules::default(),
         }
     }
 
     /// Sets the faults for packets sent from now on by every device without a plan of its
     /// own (`None`: a perfect link). Their randomness comes from the world's seed.
     pub fn set_faults(&mut self, plan: Option<FaultPlan>) {
-        self.faults.set_all(plan);
+        if (plan.is_some() || self.rules.get::<Faults>().is_some())
+            && let Some(f) = self.rules.get_or_add(Faults::default)
+        {
+            f.set_all(plan);
+        }
     }
 
     /// Sets the faults for packets device `src` sends (one direction of a two-device link);
     /// `None` returns it to the plan of [`World::set_faults`].
     pub fn set_faults_from(&mut self, src: usize, plan: Option<FaultPlan>) {
-        self.faults.set_from(src, plan);
+        if (plan.is_some() || self.rules.get::<Faults>().is_some())
+            && let Some(f) = self.rules.get_or_add(Faults::default)
+        {
+            f.set_from(src, plan);
+        }
     }
 
     /// True if faults may touch packets (a link that carries packets by reference must then
     /// carry real bytes).
     pub fn faults_active(&self) -> bool {
-        self.faults.is_active()
+        self.rules.get::<Faults>().is_some_and(Faults::is_active)
     }
 
-    /// True if packets must travel as real wire bytes: faults may flip, copy or drop them, or
-    /// the pcap tee records them. A link that carries packets by reference falls back to bytes
-    /// then.
+    /// True if packets must travel as real wire bytes: a rule may flip, copy or drop them, or
+    /// record them (the pcap tee). A link that carries packets by reference falls back to
+    /// bytes then.
     pub fn wants_bytes(&self) -> bool {
-        self.faults.is_active() || self.pcap.is_some()
+        self.rules.active()
     }
 
     /// What the faults did so far.
     pub fn fault_stats(&self) -> &FaultStats {
-        self.faults.stats()
+        self.rules
+            .get::<Faults>()
+            .map_or(&FaultStats::NONE, Faults::stats)
     }
 
     /// What the faults did to the packets device `src` sent.
     pub fn fault_stats_from(&self, src: usize) -> FaultStats {
-        self.faults.stats_from(src)
+        self.rules
+            .get::<Faults>()
+            .map(|f| f.stats_from(src))
+            .unwrap_or_default()
     }
 
     /// Tees every packet into `pcap` (`None`: stop and hand the writer back): each delivered
     /// packet as it arrives, with its arrival time, and each dropped one when it is dropped.
     pub fn set_pcap(&mut self, pcap: Option<PcapSink>) -> Option<PcapSink> {
-        std::mem::replace(&mut self.pcap, pcap)
+        match self.rules.get_mut::<Tee>() {
+            Some(t) => t.replace(pcap),
+            None => {
+                if let Some(p) = pcap {
+                    self.rules.push(Box::new(PcapTee::new(p)));
+                }
+                None
+            }
+        }
     }
 
-    /// The first write error of the pcap tee, if any (writing stopped then).
+    /// The last write error of the pcap tee, if any (writing stopped then).
     pub fn pcap_error(&self) -> Option<&std::io::Error> {
-        self.pcap_error.as_ref()
+        self.rules.get::<Tee>().and_then(Tee::error)
+    }
+
+    /// Adds a packet rule after the world's others (faults and the pcap tee are rules too): it
+    /// decides the fate of every packet entering flight that earlier rules passed, drawing
+    /// only from the world's RNG, and sees every packet leave.
+    pub fn add_rule(&mut self, rule: Box<dyn Rule>) {
+        self.rules.push(rule);
+    }
+
+    /// The world's packet rules ([`Rules::get`] finds one by its type).
+    pub fn rules(&self) -> &Rules {
+        &self.rules
     }
 
     /// The seed this world was made with.
@@ -377,7 +411,7 @@ impl World {
                 };
                 let at = self.now + self.link.latency_ns + jitter;
                 match frame {
-                    Frame::Wire(pkt) if self.faults.is_active() => {
+                    Frame::Wire(pkt) if self.rules.active() => {
                         self.enter_flight(src, dst, at, pkt);
                     }
                     frame if fast && at <= self.now && self.nothing_due() => {
@@ -402,19 +436,28 @@ impl World {
                 .is_none_or(|&(t, _)| t > self.now)
     }
 
-    /// Puts one packet in flight to arrive at `at`, after the faults had their say.
+    /// Puts one packet in flight to arrive at `at`, after the rules had their say (a dropped
+    /// one is shown to them now: the pcap tee records it).
     fn enter_flight(&mut self, src: usize, dst: usize, at: u64, mut pkt: Vec<u8>) {
-        let fate = self.faults.fate(src, self.now, &mut self.rng);
-        if fate.drop {
-            self.tee(&pkt);
-            return;
+        let mut p = Packet {
+            bytes: &mut pkt,
+            src,
+            now_ns: self.now,
+        };
+        match self.rules.on_packet(&mut p, &mut self.rng) {
+            Verdict::Drop => self.rules.seen(&pkt, self.now, Seen::Dropped),
+            Verdict::Pass => self.put_in_flight(dst, at, Frame::Wire(pkt)),
+            Verdict::Deliver {
+                extra_ns,
+                copy_after_ns,
+            } => {
+                let at = at.saturating_add(extra_ns);
+                if let Some(gap) = copy_after_ns {
+                    self.put_in_flight(dst, at.saturating_add(gap), Frame::Wire(pkt.clone()));
+                }
+                self.put_in_flight(dst, at, Frame::Wire(pkt));
+            }
         }
-        fate.corrupt(&mut pkt);
-        let at = at.saturating_add(fate.extra_ns);
-        if let Some(gap) = fate.duplicate_after {
-            self.put_in_flight(dst, at.saturating_add(gap), Frame::Wire(pkt.clone()));
-        }
-        self.put_in_flight(dst, at, Frame::Wire(pkt));
     }
 
     /// Queues `frame` to arrive at `dst` at `at`: on the zero-latency lane if it is due now,
@@ -426,16 +469,6 @@ impl World {
             self.due_now.push_back((dst, frame));
         } else {
             self.in_flight.insert((at, self.seq), (dst, frame));
-        }
-    }
-
-    /// Writes `pkt` into the pcap tee at the current time.
-    fn tee(&mut self, pkt: &[u8]) {
-        if let Some(w) = self.pcap.as_mut() {
-            if let Err(e) = w.write_packet(self.now, pkt) {
-                self.pcap = None;
-                self.pcap_error = Some(e);
-            }
         }
     }
 
@@ -481,8 +514,10 @@ impl World {
     }
 
     fn deliver(&mut self, dst: usize, frame: Frame) -> bool {
-        if let Frame::Wire(pkt) = &frame {
-            self.tee(pkt);
+        if !self.rules.is_empty()
+            && let Frame::Wire(pkt) = &frame
+        {
+            self.rules.seen(pkt, self.now, Seen::Delivered);
         }
         self.stats.delivered += frame.packets();
         self.in_flight_packets = self.in_flight_packets.saturating_sub(frame.packets());
@@ -783,5 +818,47 @@ mod tests {
         assert_eq!(pcap.packets(), 6, "3 delivered + 3 dropped");
         assert!(w.pcap_error().is_none());
         assert!(buf.lock().unwrap().len() > 24 + 6 * 16);
+    }
+
+    #[test]
+    fn a_rule_added_to_the_world_holds_back_the_packets_it_names_and_sees_them_arrive() {
+        use crate::link::rule::{Packet, Rule, Seen, Verdict};
+        /// Holds odd PSNs back 10 µs; counts deliveries.
+        struct HoldOdd {
+            delivered: u64,
+        }
+        impl Rule for HoldOdd {
+            fn on_packet(&mut self, pkt: &mut Packet<'_>, _: &mut dyn RngCore) -> Verdict {
+                let psn = RocePacket::parse(pkt.bytes).map_or(0, |p| p.bth().psn());
+                if psn % 2 == 1 {
+                    Verdict::Deliver {
+                        extra_ns: 10_000,
+                        copy_after_ns: None,
+                    }
+                } else {
+                    Verdict::Pass
+                }
+            }
+            fn on_seen(&mut self, _: &[u8], _: u64, seen: Seen) {
+                self.delivered += u64::from(seen == Seen::Delivered);
+            }
+            fn active(&self) -> bool {
+                true
+            }
+        }
+        let mut w = World::new(2);
+        let a = w.add_device(Profile::with_id(1));
+        let b = w.add_device(Profile::with_id(2));
+        w.device(b).trace.set_enabled(true);
+        w.add_rule(Box::new(HoldOdd { delivered: 0 }));
+        assert!(w.wants_bytes(), "an active rule needs the bytes");
+        let gid_b = Profile::with_id(2).ports[0].gids[0];
+        for psn in 0..6 {
+            send_ack(&mut w, a, gid_b, psn);
+        }
+        assert!(w.settle(1_000_000).unwrap());
+        assert_eq!(rx_psns(&mut w, b), vec![0, 2, 4, 1, 3, 5]);
+        assert_eq!(w.rules().get::<HoldOdd>().unwrap().delivered, 6);
+        assert_eq!(w.fault_stats(), &FaultStats::default(), "no faults set");
     }
 }

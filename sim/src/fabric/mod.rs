@@ -41,10 +41,11 @@ use nix::sys::eventfd::{EfdFlags, EventFd};
 use crate::Profile;
 use crate::device::Device;
 use crate::iommu::Perm;
-use crate::link::udp::{Pumper, UdpWire};
 use crate::world::{LinkConfig, Livelock, World};
 
 mod udp;
+
+use udp::pump::{Pumper, UdpWire};
 
 /// How long the engine thread sleeps when the world is idle (it is woken by MMIO writes).
 const ENGINE_IDLE: Duration = Duration::from_micros(200);

@@ -1,5 +1,5 @@
-//! The UDP fabric: one sim device whose wire is a real UDP socket
-//! ([`UdpWire`]).
+//! The UDP fabric: one sim device whose wire is a real UDP socket ([`UdpWire`], the pump in
+//! `fabric/udp/pump.rs`).
 //!
 //! Owns: [`SimFabric::udp`] and how the fabric's threads share the wire: a doorbell is acted on
 //! in the thread that rang it (the device steps and its packets are sent before the MMIO write
@@ -11,10 +11,13 @@
 
 use std::sync::Arc;
 
-use crate::link::udp::{LinkError, Pumper, UdpLink, UdpWire};
+use crate::link::udp::{LinkError, UdpLink};
 use crate::world::World;
 
 use super::{FabricOptions, SimFabric};
+use pump::{Pumper, UdpWire};
+
+pub(super) mod pump;
 
 impl SimFabric {
     /// A threaded fabric whose wire is a UDP socket: doorbells are acted on in the thread

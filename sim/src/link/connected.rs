@@ -1,40 +1,20 @@
 //! Connected sending sockets, and the IPv4 IDs they stamp.
 //!
-//! Owns: [`Connected`], one UDP socket per (source port, peer) `connect`ed to the peer, with
-//! the IPv4 ID the kernel stamps on its next datagram, learned by a probe; [`RxIds`], the
-//! receive side's guess of the ID a connected peer sends next. Must not: build or parse RoCE
-//! packets, or send anything but the probe (the link sends the packets through these sockets).
+//! Owns: [`Connected`], one UDP socket per (source port, peer) `connect`ed to the peer (the
+//! kernel keeps its route, `sk_dst_cache`, where an unconnected send looks it up each time,
+//! `udp_sendmsg` → `ip_route_output_flow`), with the IPv4 ID the kernel stamps on its next
+//! datagram; [`RxIds`], the receive side's guess of the ID a connected peer sends next. Must
+//! not: build or parse RoCE packets, or send anything but the probe (the link sends through
+//! these sockets).
 //!
-//! Why: an unconnected socket looks the route up on every send (`udp_sendmsg` →
-//! `ip_route_output_flow`); a connected one keeps it (`sk_dst_cache`). Measured on this
-//! project's 2-core host (2026-11-30, a C ping-pong of 8-byte datagrams, two threads,
-//! medians of five interleaved runs): 8.5 → 7.4 µs a round trip plain, 10.5 → 10.0 µs for the
-//! link's two-datagram segmented sends, in the host's slow mode, and 8.3 → 7.1 µs in its fast
-//! one; that is most of what the link's socket calls cost above the plain ping-pong.
-//!
-//! The catch is the IPv4 ID, which the ICRC covers: an unconnected socket with DF sends ID
-//! 0, but a connected one numbers its datagrams from a random per-socket counter, set at
-//! `connect` (Linux `include/net/ip.h` `ip_select_ident_segs`: "use the private generator as
-//! much as we can"; `net/ipv4/datagram.c` `__ip4_datagram_connect` seeds it with
-//! `get_random_u16()`). After that the counter is exact: every datagram (a segmented send
-//! too: `__ip_make_skb` calls `ip_select_ident`, one ID per skb) takes the next ID, and
-//! segment `k` of a segmented send leaves with the send's ID + `k` (`inet_gso_segment`). So
-//! the link learns the counter once, by sending an empty datagram (no payload: rxe drops it
-//! unread, `rxe_recv.c` `rxe_rcv`: shorter than a BTH; a bypass link skips it) with a
-//! software transmit timestamp requested: the kernel loops the packet as sent, headers
-//! included, back to the socket's error queue (`SOF_TIMESTAMPING_TX_SOFTWARE`,
-//! `Documentation/networking/timestamping.rst`), where its ID is read. The packet comes back
-//! with its headers only where `net.core.tstamp_allow_data` is 1 (the default) or the process
-//! has `CAP_NET_RAW` (`net/core/skbuff.c` `skb_may_tx_timestamp`); elsewhere every probe reads
-//! nothing and the flows go out unconnected. Segment `k` = ID + `k` holds where the kernel
-//! segments in software (loopback, veth, tap); a NIC segmenting a UDP send itself numbers
-//! the segments as it does. From then on the link
-//! counts one ID per send, and stamps the packets' ICRCs with it (an XOR,
-//! `link::ipv4_id`). When anything makes the count uncertain (a send the kernel refused),
-//! the socket is probed again; until the ID is known, and wherever probing does not work
-//! (no transmit timestamps on the device, more peers than [`MAX_CONNECTED`]), the flow goes
-//! out unconnected, with ID 0, as before. IPv6 has no ID: its connected sockets need no
-//! probe.
+//! A connected socket numbers its datagrams from a random per-socket counter set at `connect`
+//! (`include/net/ip.h` `ip_select_ident_segs`; `net/ipv4/datagram.c` `__ip4_datagram_connect`):
+//! one ID per send (`__ip_make_skb`), segment `k` of a segmented send the send's ID + `k` where
+//! the kernel segments in software (`inet_gso_segment`). The ICRC covers the ID, so the link
+//! learns the counter once by a probe ([`probe`]), counts one ID per send from there, and
+//! probes again when a send fails; until the ID is known, or where it cannot be (no transmit
+//! timestamps, more peers than [`MAX_CONNECTED`]), a flow goes out unconnected, with ID 0.
+//! IPv6 has no ID: its connected sockets need no probe.
 
 use std::io::IoSliceMut;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
@@ -44,10 +24,10 @@ use nix::sys::socket::{
     MsgFlags, SockaddrStorage, TimestampingFlag, connect, recvmsg, setsockopt, sockopt,
 };
 
-use super::udp::LinkCounters;
+use super::counters::LinkCounters;
 
 /// The most connected sockets a link keeps (one per source port and peer): beyond, flows go
-/// out unconnected (ID 0), as every flow did before.
+/// out unconnected (ID 0).
 pub(crate) const MAX_CONNECTED: usize = 256;
 
 /// Reads of the error queue a probe gets before the link gives up on the socket, one per
@@ -231,7 +211,7 @@ impl Connected {
 /// A sending socket bound to `local` (shared, as the link's unconnected ones) and connected
 /// to `to`.
 pub(crate) fn connected_socket(local: SocketAddr, to: SocketAddr) -> Result<UdpSocket, nix::Error> {
-    let s = super::udp::sending_socket(local).map_err(|_| nix::errno::Errno::EINVAL)?;
+    let s = super::socket::sending_socket(local).map_err(|_| nix::errno::Errno::EINVAL)?;
     connect(s.as_raw_fd(), &SockaddrStorage::from(to))?;
     Ok(s)
 }
@@ -240,6 +220,14 @@ pub(crate) fn connected_socket(local: SocketAddr, to: SocketAddr) -> Result<UdpS
 /// and reads its looped-back copy if it is there already (loopback, veth and tap loop it
 /// back within the send); `(bound, to)`: its bound port and peer. `refused`: the probes
 /// before this one the kernel refused.
+///
+/// The probe carries no payload: rxe drops it unread (`rxe_recv.c` `rxe_rcv`: shorter than a
+/// BTH), a bypass link skips it. The kernel loops the packet as sent, headers included, back
+/// to the socket's error queue (`SOF_TIMESTAMPING_TX_SOFTWARE`,
+/// `Documentation/networking/timestamping.rst`), with its headers only where
+/// `net.core.tstamp_allow_data` is 1 (the default) or the process has `CAP_NET_RAW`
+/// (`net/core/skbuff.c` `skb_may_tx_timestamp`); elsewhere every probe reads nothing and the
+/// flows go out unconnected.
 fn probe(
     sock: &UdpSocket,
     (bound, to): (u16, SocketAddr),
@@ -404,6 +392,34 @@ mod tests {
         assert_eq!(probes(&n), 2);
         // The second probe took r2's ID (nothing was sent with it).
         assert_eq!(r3.id, r2.id.wrapping_add(1));
+    }
+
+    #[test]
+    fn a_socket_whose_probes_the_kernel_refuses_eight_times_goes_unconnected_for_good() {
+        let peer = bound([127, 0, 0, 2]);
+        let to = peer.local_addr().unwrap();
+        let mut c = Connected::default();
+        let n = LinkCounters::default();
+        let local = IpAddr::V4(Ipv4Addr::LOCALHOST);
+        let load = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
+        let r = c.route(local, 0, to, &n, |_| false).unwrap();
+        // From here on the kernel refuses every send on the socket (EPIPE), probes included.
+        nix::sys::socket::shutdown(r.fd, nix::sys::socket::Shutdown::Write).unwrap();
+        assert!(c.socket(r.conn).unwrap().send(b"x").is_err());
+        c.failed(r.conn);
+        // Each use sends a probe the kernel refuses: unconnected meanwhile.
+        for refused in 1..=PROBE_SENDS {
+            assert_eq!(c.route(local, 0, to, &n, |_| false), None);
+            assert_eq!(load(&n.tx_id_probes), 1 + u64::from(refused));
+            let given_up = u64::from(refused == PROBE_SENDS);
+            assert_eq!(load(&n.tx_id_probe_failures), given_up, "probe {refused}");
+        }
+        // Given up: no more probes, unconnected for good.
+        for _ in 0..3 {
+            assert_eq!(c.route(local, 0, to, &n, |_| false), None);
+        }
+        assert_eq!(load(&n.tx_id_probes), 1 + u64::from(PROBE_SENDS));
+        assert_eq!(load(&n.tx_id_probe_failures), 1);
     }
 
     /// The IPv4 ID of the next packet `sock`'s error queue loops back (timestamps on), and

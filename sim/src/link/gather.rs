@@ -3,21 +3,11 @@
 //! the headers, the pad and the ICRC in the link's own buffers.
 //!
 //! Owns: [`Out`] (a packet on its way out: bytes, or headers + a payload reference),
-//! [`GatherPkt`] (what differs per packet: BTH (+RETH), pad + ICRC, where its payload is) and
-//! [`Gathered`] (a round's bursts, what their packets share, and the payload iovecs of every
-//! gather packet, found once by [`Gathered::push_burst`] in the walk its ICRC pass makes
-//! over the same pieces). Must not: send anything (the link does, `link::udp`), or build
-//! RoCE headers by hand (`Burst::write_headers` writes them through the `bypass_hw` views;
-//! `IcrcHasher` masks them as `icrc::compute` does).
-//!
-//! The bytes on the wire are exactly those of `Burst::segment_direct_into`: the same headers,
-//! the payload read from the same runs, zero pad, and the ICRC of the whole packet with IPv4
-//! ID 0 (one CRC pass over the payload pieces, no assembled copy); the link re-stamps segment
-//! `k` of a train with its send's ID + `k` by XOR, as for any packet. Per packet, only what differs is
-//! done: a middle packet's headers are the previous packet's with PSN and AckReq patched
-//! (`Burst::write_headers`), and its CRC continues from the state after the headers of the
-//! last packet built in full, changed at the end by the PSN/AckReq difference
-//! (`link::psn_deltas`).
+//! [`GatherPkt`] (BTH (+RETH), pad + ICRC, where its payload is) and [`Gathered`] (a round's
+//! bursts and the payload iovecs of every gather packet). Must not: send anything (the link
+//! does, `link::tx`), or build RoCE headers by hand (`Burst::write_headers` writes them through
+//! the `bypass_hw` views; `IcrcHasher` masks them as `icrc::compute` does). The bytes on the
+//! wire are exactly those of `Burst::segment_direct_into`.
 //!
 //! Soundness: a gather packet holds no Rust reference into host memory; the kernel reads the
 //! payload through raw iovecs (as a NIC's DMA read, outside the Rust abstract machine) while
@@ -39,7 +29,7 @@ use crate::link::psn_deltas::PsnDeltaCache;
 /// The most host runs a burst may span to be sent as gather packets: any one packet's
 /// iovecs (BTH + RETH, payload pieces, pad + ICRC) then fit one `sendmsg` ([`IOV_MAX`]); the
 /// link cuts trains before they would not. A more scattered burst (it takes more than 1,000
-/// separate pieces of memory) is segmented into bytes as before.
+/// separate pieces of memory) is segmented into bytes instead.
 pub(crate) const MAX_RUNS: usize = IOV_MAX - 2;
 
 /// Zeroes for the pad.
@@ -192,8 +182,15 @@ impl Gathered {
     }
 
     /// Appends burst `b`'s packets (from device `dev`) to `out` as gather packets, keeping `b`
-    /// for the send;
-    /// returns `b` back, touching nothing, if it is not a host-memory burst the link can send
+    /// for the send, their payload iovecs found in the walk their ICRC pass makes over the
+    /// same pieces. The packets are those of `Burst::segment_direct_into`: the same headers,
+    /// the payload read from the same runs, zero pad, and the ICRC of the whole packet with
+    /// IPv4 ID 0 (one CRC pass over the payload pieces, no assembled copy; the link re-stamps
+    /// segment `k` of a train with its send's ID + `k`). Only what differs is done per packet:
+    /// a middle packet's headers are the previous one's with PSN and AckReq patched
+    /// (`Burst::write_headers`), and its CRC continues from the state after the headers of the
+    /// last packet built in full, changed at the end by the PSN/AckReq difference
+    /// (`link::psn_deltas`). Returns `b` back, touching nothing, if it is not a host-memory burst the link can send
     /// that way (inline payload, too many runs): the caller then segments it into bytes.
     /// Stops at the first packet that cannot be built (cannot happen for a burst the
     /// requester built).

@@ -2,22 +2,18 @@
 //! recovering the ID a sender hashed into the ICRC, which a UDP socket does not report — with
 //! the linear algebra done once per packet length.
 //!
-//! Owns: [`Ipv4IdSolver`] (per-length single-bit differences and elimination bases). Must
-//! not: touch sockets or rebuild headers (the UDP link, `udp.rs`, does both and asks this
-//! module for deltas and IDs only).
+//! Owns: [`Ipv4IdSolver`] (per-length single-bit differences and elimination bases) and
+//! [`recover_ipv4_id`]. Must not: touch sockets or rebuild headers (the UDP link does both
+//! and asks this module for deltas and IDs only).
 //!
-//! Linux rxe fills the ID with `__ip_select_ident` (random) in `rxe_net.c`
-//! `prepare_ipv4_hdr` before `rxe_icrc_generate`, and `rxe_icrc.c` `rxe_icrc_hdr` does not
-//! mask it; the kernel numbers the segments of a `UDP_SEGMENT` train up from the send's ID
-//! (`inet_gso_segment`): 0, 1, 2, ... on an unconnected socket with DF. The ICRC is a CRC-32, affine in its input: for two inputs of the same
-//! length, `crc(a) ^ crc(b)` depends only on `a ^ b`. So `icrc(id) = icrc(0) ^ delta(id)`,
-//! where `delta` is linear in the 16 bits of `id` and its 16 single-bit values depend on the
-//! packet's length alone, not on its addresses, ports or payload. They are computed (16 CRCs
-//! of a zero message) and reduced to an elimination basis over GF(2) the first time a length
-//! is seen; after that, re-stamping a segment's ID costs an XOR, and recovering a received
-//! packet's ID one CRC (the one with ID 0) and 32 XOR steps. Against rxe every packet needs
-//! the recovery (its IDs are random): measured in `scripts/guest-test.sh rxe`, 17 CRCs per
-//! 1 KiB packet in a debug build delayed ACKs past rxe's 67 ms retransmit timer.
+//! Linux rxe fills the ID with `__ip_select_ident` (random) in `rxe_net.c` `prepare_ipv4_hdr`
+//! before `rxe_icrc_generate`, and `rxe_icrc.c` `rxe_icrc_hdr` does not mask it. The ICRC is a
+//! CRC-32, affine in its input: `icrc(id) = icrc(0) ^ delta(id)`, where `delta` is linear in
+//! the 16 bits of `id` and its 16 single-bit values depend on the packet's length alone. They
+//! are computed (16 CRCs of a zero message) and reduced to an elimination basis over GF(2)
+//! the first time a length is seen; then re-stamping an ID costs an XOR, and recovering a
+//! received packet's ID one CRC (with ID 0) and 32 XOR steps: against rxe every packet needs
+//! the recovery, fast enough that ACKs keep well inside rxe's retransmit timer.
 
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
@@ -43,8 +39,8 @@ struct PerLength {
 
 /// The hasher of the per-length map: its keys are packet lengths the link itself measured, not
 /// chosen by a peer to collide (a sender can only pick among a few thousand lengths, and a
-/// full map is emptied anyway), so the std map's SipHash — ~100 instructions per lookup, and
-/// the link looks a length up for every received ID it solves for — buys nothing here. One
+/// full map is emptied anyway), so the std map's SipHash, paid for every received ID the link
+/// solves for, buys nothing here. One
 /// multiplication (Fibonacci hashing) spreads lengths into the high bits; `finish` folds them
 /// onto the low bits, which pick the bucket (the low bits of a product depend only on the
 /// low bits of the length: 16 and 4112 would share a bucket).
@@ -202,6 +198,21 @@ fn basis_of(bits: &[u32; 16]) -> Basis {
         }
     }
     basis
+}
+
+/// The IPv4 ID the sender hashed into the ICRC of `payload`, which a UDP socket does not
+/// report: 0 when the packet checks with ID 0 (what an unconnected socket with
+/// `IP_PMTUDISC_DO` sends), else the one ID whose ICRC matches, or `None`.
+///
+/// Linux rxe fills the ID with `__ip_select_ident` (random) in `rxe_net.c`
+/// `prepare_ipv4_hdr` before `rxe_icrc_generate`, and `rxe_icrc.c` `rxe_icrc_hdr` does not
+/// mask it. The ICRC is a CRC-32, affine in its input, so `icrc(id) ^ icrc(0)` is linear in
+/// the 16 bits of `id`: the ID follows from the 16 single-bit differences by Gaussian
+/// elimination over GF(2) (17 CRCs, only for packets that fail with ID 0). Such packets keep
+/// 16 of the ICRC's 32 bits of protection against corruption. One packet at a time: the link
+/// keeps an [`Ipv4IdSolver`], which computes the 16 differences once per packet length.
+pub fn recover_ipv4_id(ip: &Ipv4Spec, ports: UdpPorts, payload: &[u8]) -> Option<u16> {
+    Ipv4IdSolver::new().recover(ip, ports, payload)
 }
 
 #[cfg(test)]

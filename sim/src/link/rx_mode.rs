@@ -5,31 +5,14 @@
 //! Owns: [`RxMode`], the choice between the two and when it changes. Must not: touch the
 //! socket (the link sets the option and makes the reads [`RxMode`] asks for).
 //!
-//! Why both: on this project's 2-core host (2026-11-30, C, loopback) a successful `recvmsg`
-//! with an address and a control buffer took 896 ns and `recvfrom` 738 ns, an empty one 404
-//! against 281. A round trip waits for one successful read on each side, and for half a
-//! busy-poll loop's period (an empty read and a yield) on each: plain reads took 0.33 us off
-//! the 8-byte WRITE round trip of `bypass perf compare-udp` (9.58 to 9.25 us, medians of five
-//! runs each, interleaved). A stream needs `UDP_GRO`: without it the kernel cuts every
-//! segmented send into datagrams before it queues them (`net/ipv4/udp.c`
-//! `udp_queue_rcv_skb`, `udp_unexpected_gso`), on the sender's time, and each is read alone.
-//!
-//! So the link starts with `UDP_GRO` on; after [`PLAIN_AFTER`] reads in a row that each got
-//! one small datagram (a peer answering small packets one at a time: ACKs, a latency
-//! ping-pong) it turns it off, and turns it on again after [`GRO_AFTER`] reads in a row of a
-//! stream's datagrams: [`STREAM_BYTES`] or more (a path-MTU packet at MTU 256 or above).
-//! With it on, a train or a stream-sized datagram (a stream from a peer that does not
-//! segment, such as rxe) keeps it on.
-//!
-//! Turning it off is not instant for the reader. A train queued whole before the option
-//! changed stays in the socket's queue until it is read, however long that takes, and the
-//! kernel decides whether to cut a train when it queues it (`net/ipv4/udp.c`
-//! `udp_queue_rcv_skb`, `udp_unexpected_gso`), so one in flight as the option changes may
-//! still arrive whole; `recvfrom` cannot tell a train from one datagram (the segment size
-//! only comes with `recvmsg`). The link keeps reading with `recvmsg` until a read finds the
-//! queue empty at least [`DRAIN`] after the change; only then are reads plain. (Were a train ever
-//! read plain, its ICRC would not check: the device drops it and counts the error, and the
-//! transport resends what it held. Nothing wrong is delivered.)
+//! The link starts with `UDP_GRO` on; after [`PLAIN_AFTER`] reads in a row that each got one
+//! small datagram (ACKs, a latency ping-pong) it turns it off, and on again after
+//! [`GRO_AFTER`] reads in a row of a stream's datagrams ([`STREAM_BYTES`] or more); a train,
+//! or a stream-sized datagram from a peer that does not segment (rxe), keeps it on. A stream
+//! needs it: without it the kernel cuts every segmented send into datagrams before it queues
+//! them, on the sender's time (`net/ipv4/udp.c` `udp_queue_rcv_skb`, `udp_unexpected_gso`).
+//! Turning it off is not instant for the reader: reads stay `recvmsg` for a drain
+//! ([`DRAIN`]), since a train queued whole before the change is still read whole.
 
 use std::time::{Duration, Instant};
 
@@ -45,7 +28,14 @@ pub(crate) const GRO_AFTER: u32 = 8;
 pub(crate) const STREAM_BYTES: usize = 256;
 
 /// How long after `UDP_GRO` went off an empty queue ends the drain: far longer than the
-/// kernel takes from deciding not to cut a train to queueing it.
+/// kernel takes from deciding not to cut a train to queueing it. A train queued whole before
+/// the option changed stays in the queue until it is read, however long that takes, and one
+/// in flight as it changes may still arrive whole (the kernel decides when it queues it,
+/// `udp_queue_rcv_skb`); `recvfrom` cannot tell a train from one datagram (the segment size
+/// only comes with `recvmsg`). So reads stay `recvmsg` until one finds the queue empty at
+/// least this long after the change. (Were a train ever read plain, its ICRC would not
+/// check: the device drops it and counts the error, and the transport resends what it
+/// held. Nothing wrong is delivered.)
 pub(crate) const DRAIN: Duration = Duration::from_millis(10);
 
 /// What the link should do with the socket's `UDP_GRO` option.
