@@ -18,174 +18,38 @@
 //! (`mlx5_init_seg`, `health_buffer`), rdma-core `providers/mlx5/{cq.c,qp.c,mlx5.c}` (UAR layout,
 //! BlueFlame double buffering).
 
-use std::collections::VecDeque;
+use bypass_hw::init_seg::{self as iseg, NicInterface};
 
-use bypass_hw::init_seg::{self as iseg, InitSeg, NicInterface};
-use bypass_hw::uar;
-
+use crate::bar0::{Bar0, Written};
 use crate::counters::Counters;
+use crate::events::Msix;
 use crate::firmware::Firmware;
 use crate::frame::Frame;
 use crate::iommu::Iommu;
 use crate::objects::Objects;
 use crate::profile::Profile;
 use crate::trace::{Trace, TraceEvent};
+use crate::transport::state::Transport;
 
-/// Why an MMIO access was refused.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum MmioError {
-    /// The offset is outside BAR0.
-    #[error("BAR0 offset {offset:#x} is outside the {bar_len:#x}-byte BAR")]
-    OutOfRange {
-        /// Offset accessed.
-        offset: u64,
-        /// BAR0 size.
-        bar_len: u64,
-    },
-    /// The register does not accept an access of this width.
-    #[error(
-        "BAR0 offset {offset:#x}: a {width}-byte access is not valid here (this register takes {expected} bytes)"
-    )]
-    Width {
-        /// Offset accessed.
-        offset: u64,
-        /// Width used.
-        width: usize,
-        /// Width the register takes.
-        expected: usize,
-    },
-    /// A doorbell on a UAR page the firmware has not allocated.
-    #[error(
-        "BAR0 offset {offset:#x} is on UAR page {page}, which is not allocated (ALLOC_UAR it first)"
-    )]
-    UarNotAllocated {
-        /// Offset accessed.
-        offset: u64,
-        /// UAR page index.
-        page: u32,
-    },
-    /// The offset is inside a UAR page but not a doorbell register.
-    #[error("BAR0 offset {offset:#x} is not a doorbell register of its UAR page")]
-    NotARegister {
-        /// Offset accessed.
-        offset: u64,
-    },
-}
+pub use crate::bar0::{CMDQ_LOG_SIZE, CMDQ_LOG_STRIDE, Doorbell, MmioError};
 
-/// A doorbell the device has received and not yet acted on.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Doorbell {
-    /// `cmd_dbell`: a bitmask of command queue slots.
-    Command(u32),
-    /// An 8-byte send doorbell on a BlueFlame register: the first 8 bytes of the ctrl segment.
-    Send {
-        /// UAR page it came through.
-        uar: u32,
-        /// `opmod_idx_opcode`, `qpn_ds` (big-endian, as written).
-        ctrl: [u8; 8],
-    },
-    /// A whole WQE written by BlueFlame.
-    BlueFlame {
-        /// UAR page it came through.
-        uar: u32,
-        /// The WQE, a multiple of 64 bytes.
-        wqe: Vec<u8>,
-    },
-    /// The CQ arm doorbell: `sn << 28 | cmd << 24 | ci` and the CQN.
-    CqArm {
-        /// UAR page it came through.
-        uar: u32,
-        /// Upper dword.
-        cmd_sn_ci: u32,
-        /// CQ number.
-        cqn: u32,
-    },
-    /// An EQ consumer-index update, arming (offset 0x40) or not (0x48).
-    Eq {
-        /// UAR page it came through.
-        uar: u32,
-        /// EQ number.
-        eqn: u32,
-        /// New consumer index.
-        ci: u32,
-        /// Arm.
-        arm: bool,
-    },
-}
-
-/// The most burst boxes a device keeps for reuse (`Device::recycle_burst`).
-const BURST_SPARES: usize = 8;
-
-/// Log2 of the number of command queue slots the device offers (32 slots).
-pub const CMDQ_LOG_SIZE: u8 = 5;
-/// Log2 of the command entry stride (64 bytes).
-pub const CMDQ_LOG_STRIDE: u8 = 6;
-
-/// A BlueFlame WQE being written in 64-byte bursts to one register half.
-#[derive(Debug, Clone)]
-struct BfPartial {
-    /// BAR offset of the register half (each half of each bfreg is its own buffer).
-    half: u64,
-    offset: u64,
-    bytes: Vec<u8>,
-    need: usize,
-}
-
-/// A simulated mlx5 device.
+/// A simulated mlx5 device: the owner of its parts.
 pub struct Device {
     pub(crate) profile: Profile,
+    /// DMA: every device access to host memory goes through it.
     pub(crate) iommu: Iommu,
-    /// The init segment as the host reads it (BAR0 0x0000..INIT_SEG_LEN).
-    pub(crate) iseg: InitSeg<[u8; iseg::INIT_SEG_LEN]>,
-    pub(crate) doorbells: VecDeque<Doorbell>,
-    /// BlueFlame WQEs being assembled, at most one per register half: bursts to different
-    /// registers (QPs of different threads) may interleave, as on hardware where each half of
-    /// each bfreg is a separate write-combining buffer.
-    bf_partial: Vec<BfPartial>,
-    /// The buffer of the last BlueFlame WQE the engine finished with, reused by the next
-    /// (no allocation per BlueFlame post).
-    pub(crate) bf_spare: Vec<u8>,
+    /// BAR0: the init segment, UAR decode, latched doorbells.
+    pub(crate) bar: Bar0,
     /// Firmware state: bring-up stage, pages.
     pub(crate) fw: Firmware,
     /// Object tables.
     pub(crate) objs: Objects,
-    /// Packets that arrived from the wire, not yet processed.
-    pub(crate) rx: VecDeque<Frame>,
-    /// Packets the device has sent, for the wire to take.
-    pub(crate) tx: VecDeque<Frame>,
-    /// The link takes bursts (`crate::frame`): in-process, and nothing needs the bytes.
-    pub(crate) fast_tx: bool,
-    /// How the link groups the packets it sends (`Device::set_tx_trains`); `None`: no
-    /// grouping to align bursts to.
-    pub(crate) tx_trains: Option<crate::frame::TxTrains>,
-    /// The last timer/resume scan did something (so the next step scans again).
-    scan_progressed: bool,
-    /// Boxes of bursts this device received, for the bursts it sends (`recycle_burst`): a
-    /// ping-pong allocates none. At most [`BURST_SPARES`]. The boxes themselves are what is
-    /// reused (`Frame::Burst` carries a box), hence a vector of boxes.
-    #[allow(clippy::vec_box)]
-    pub(crate) burst_spare: Vec<Box<crate::frame::Burst>>,
-    /// The destination runs of a received burst (`responder::burst`), reused; always empty
-    /// between uses.
-    pub(crate) runs_spare: Vec<crate::iommu::HostRun>,
-    /// QPs whose error CQEs and SQ flush wait for their bursts still in flight
-    /// (`engine::post_err_when_read`): the steps retry them
-    /// (`engine::retry_deferred_flushes`) until none is left.
-    pub(crate) deferred_flushes: Vec<u32>,
-    /// Commands (slot, QPN) whose 2RST_QP / DESTROY_QP waits for the QP's bursts in flight
-    /// (`firmware::cmdq::waits_for`); the steps retry them.
-    pub(crate) waiting_cmds: Vec<(u8, u32)>,
-    /// The last destination GID found to be one of ours (`Device::owns_gid`).
-    own_gid: Option<[u8; 16]>,
-    /// Wire lengths of the last packets sized on the fast path (`crate::frame::LenMemo`).
-    pub(crate) len_memo: crate::frame::LenMemo,
-    /// Packet headers of the last route used (`transport::headers`).
-    pub(crate) headers_cache: Option<crate::transport::HeadersCache>,
+    /// The transport engine's device-wide state.
+    pub(crate) tp: Transport,
+    /// MSI-X: the interrupt handler and the interrupts raised.
+    pub(crate) msix: Msix,
     /// Device time in nanoseconds (virtual in stepped mode).
     pub(crate) now: u64,
-    irq: Option<Box<dyn FnMut(u16) + Send>>,
-    /// Interrupts raised per vector (also reported to the handler, if any).
-    pub(crate) irq_count: Vec<u64>,
     /// Device-wide counters.
     pub counters: Counters,
     /// The optional trace.
@@ -204,49 +68,15 @@ impl std::fmt::Debug for Device {
 impl Device {
     /// A device fresh from reset: firmware initializing, no command queue, nothing allocated.
     pub fn new(profile: Profile) -> Self {
-        let vectors = usize::from(profile.msix_vectors);
-        let mut img = InitSeg::zeroed();
-        let (maj, min, sub) = profile.fw_rev;
-        img.set_fw_rev(maj, min)
-            .set_cmdif_rev_fw_sub(iseg::CMDIF_REV, sub)
-            .set_initializing(true)
-            // Health buffer fw_ver: the kernel treats it as opaque (`print_health_info` logs
-            // "raw fw_ver 0x%08x") and only tests it for 0xffffffff, which means the PCI link
-            // is down (`health.c` `sensor_pci_not_working`). Any other value is healthy; this
-            // packing of the version is the sim's own choice.
-            .set_health_fw_ver(
-                (u32::from(maj) << 24) | (u32::from(min & 0xff) << 16) | u32::from(sub),
-            )
-            .set_health_hw_id(u32::from(profile.device_id));
-        // The geometry is fixed by the device; the driver reads it from cmdq_addr_l_sz.
-        img.write_u32(
-            iseg::CMDQ_ADDR_L_SZ,
-            (u32::from(CMDQ_LOG_SIZE) << 4) | u32::from(CMDQ_LOG_STRIDE),
-        );
         Self {
+            bar: Bar0::new(&profile),
             fw: Firmware::new(&profile),
             objs: Objects::new(&profile.caps, profile.first_uar, profile.uar_pages),
+            msix: Msix::new(usize::from(profile.msix_vectors)),
             profile,
             iommu: Iommu::new(),
-            iseg: img,
-            doorbells: VecDeque::new(),
-            bf_partial: Vec::new(),
-            bf_spare: Vec::new(),
-            rx: VecDeque::new(),
-            tx: VecDeque::new(),
-            fast_tx: false,
-            tx_trains: None,
-            scan_progressed: false,
-            burst_spare: Vec::new(),
-            len_memo: crate::frame::LenMemo::default(),
-            own_gid: None,
-            runs_spare: Vec::new(),
-            deferred_flushes: Vec::new(),
-            waiting_cmds: Vec::new(),
-            headers_cache: None,
+            tp: Transport::default(),
             now: 0,
-            irq: None,
-            irq_count: vec![0; vectors],
             counters: Counters::default(),
             trace: Trace::default(),
         }
@@ -270,28 +100,18 @@ impl Device {
     /// Installs the interrupt handler: called with the MSI-X vector each time the device
     /// raises an interrupt (the VFIO backend's eventfd write, or a test's recorder).
     pub fn set_interrupt_handler(&mut self, handler: impl FnMut(u16) + Send + 'static) {
-        self.irq = Some(Box::new(handler));
+        self.msix.set_handler(handler);
     }
 
     /// Interrupts raised so far on `vector`.
     pub fn interrupts(&self, vector: u16) -> u64 {
-        self.irq_count
-            .get(usize::from(vector))
-            .copied()
-            .unwrap_or(0)
+        self.msix.raised(vector)
     }
 
     /// Raises MSI-X `vector`.
     pub(crate) fn raise_interrupt(&mut self, vector: u16) {
-        if let Some(c) = self.irq_count.get_mut(usize::from(vector)) {
-            *c += 1;
-        }
-        self.counters.interrupts += 1;
-        let at = self.now;
-        self.trace.record(|| TraceEvent::Interrupt { at, vector });
-        if let Some(h) = self.irq.as_mut() {
-            h(vector);
-        }
+        self.msix
+            .raise(vector, &mut self.counters, &mut self.trace, self.now);
     }
 
     /// Device time (ns).
@@ -303,58 +123,43 @@ impl Device {
     /// health poll expects it to advance at least once a second).
     pub fn set_time(&mut self, now: u64) {
         if now > self.now {
-            let ticks = (now / 1_000_000 - self.now / 1_000_000) as u32;
-            let hc = self.iseg.health_counter().wrapping_add(ticks) & 0x00ff_ffff;
-            let _ = self.iseg.set_health_counter(hc);
+            self.bar.tick(self.now, now);
             self.now = now;
         }
     }
 
     /// The command queue's IOVA, as the driver wrote it.
     pub(crate) fn cmdq_addr(&self) -> u64 {
-        self.iseg.cmdq_addr()
+        self.bar.cmdq_addr()
     }
 
     /// The NIC interface state (bits 10:8 of `cmdq_addr_l_sz`).
     pub fn nic_interface(&self) -> NicInterface {
-        self.iseg.nic_interface()
+        self.bar.nic_interface()
     }
 
     /// Reports a fatal firmware error through the health buffer (as a dying device does):
     /// `rfr` set and the syndrome (kernel `MLX5_HEALTH_SYNDR_*`).
     pub fn inject_health_error(&mut self, synd: iseg::HealthSyndrome) {
-        self.iseg
-            .set_health_rfr_severity(0x80)
-            .set_health_synd(synd);
+        self.bar.health_error(synd);
     }
 
-    /// True if `gid` is one of the GIDs of one of our ports. The last GID found is
-    /// remembered (the profile, and so the GID table, never changes).
+    /// True if `gid` is one of the GIDs of one of our ports.
     pub(crate) fn owns_gid(&mut self, gid: &[u8; 16]) -> bool {
-        if self.own_gid.as_ref() == Some(gid) {
-            return true;
-        }
-        let ours = self.profile.owns_gid(gid);
-        if ours {
-            self.own_gid = Some(*gid);
-        }
-        ours
+        self.tp.owns_gid(&self.profile, gid)
     }
 
     /// Doorbells received and not yet acted on.
     pub fn pending_doorbells(&self) -> usize {
-        self.doorbells.len()
+        self.bar.pending()
     }
 
+    /// Counts and traces an MMIO access BAR0 refused.
+    #[cold]
     fn reject(&mut self, offset: u64, width: usize, e: MmioError) -> MmioError {
         self.counters.doorbell_errors += 1;
         let at = self.now;
-        let why = match e {
-            MmioError::OutOfRange { .. } => "outside BAR0",
-            MmioError::Width { .. } => "bad access width",
-            MmioError::UarNotAllocated { .. } => "UAR page not allocated",
-            MmioError::NotARegister { .. } => "not a register",
-        };
+        let why = e.why();
         self.trace.record(|| TraceEvent::MmioRejected {
             at,
             offset,
@@ -364,249 +169,35 @@ impl Device {
         e
     }
 
-    fn check_range(&mut self, offset: u64, width: usize) -> Result<(), MmioError> {
-        let bar_len = self.bar0_len();
-        if offset
-            .checked_add(width as u64)
-            .is_none_or(|end| end > bar_len)
-        {
-            return Err(self.reject(offset, width, MmioError::OutOfRange { offset, bar_len }));
-        }
-        Ok(())
-    }
-
     /// Reads `data.len()` bytes of BAR0 at `offset` (bus byte order). Init segment registers
-    /// take 4-byte reads; UAR pages are write-only and read as zero.
+    /// take 4-byte reads; UAR pages are write-only and read as zero. Any other access is
+    /// refused, counted and traced, and changes nothing.
     pub fn mmio_read(&mut self, offset: u64, data: &mut [u8]) -> Result<(), MmioError> {
-        self.check_range(offset, data.len())?;
-        data.fill(0);
-        let off = offset as usize; // < bar0_len, checked above
-        if off >= iseg::INIT_SEG_LEN {
-            return Ok(());
-        }
-        if data.len() != 4 || off % 4 != 0 {
-            return Err(self.reject(
-                offset,
-                data.len(),
-                MmioError::Width {
-                    offset,
-                    width: data.len(),
-                    expected: 4,
-                },
-            ));
-        }
-        // Live registers: the free-running timer and the clocks follow device time.
-        let t = self.now;
-        self.iseg
-            .set_internal_timer(t)
-            .set_real_time(t)
-            .set_ieee1588_clk(t);
-        data.copy_from_slice(&self.iseg.read_u32(off).to_be_bytes());
-        Ok(())
+        let r = Bar0::check_range(&self.profile, offset, data.len())
+            .and_then(|()| self.bar.read(self.now, offset, data));
+        r.map_err(|e| self.reject(offset, data.len(), e))
     }
 
     /// Writes `data` to BAR0 at `offset` (bus byte order). Doorbells are latched for
-    /// [`Device::step`]; register writes take effect at once.
+    /// [`Device::step`]; register writes take effect at once. Any access a register does not
+    /// take is refused, counted and traced, and changes nothing.
     pub fn mmio_write(&mut self, offset: u64, data: &[u8]) -> Result<(), MmioError> {
-        self.check_range(offset, data.len())?;
+        if let Err(e) = Bar0::check_range(&self.profile, offset, data.len()) {
+            return Err(self.reject(offset, data.len(), e));
+        }
         let at = self.now;
         self.trace.record(|| TraceEvent::MmioWrite {
             at,
             offset,
             data: data.to_vec(),
         });
-        let page = (offset / uar::ADAPTER_PAGE_SIZE as u64) as u32;
-        if page >= self.profile.first_uar || offset as usize >= iseg::INIT_SEG_LEN {
-            return self.uar_write(page, offset, data);
-        }
-        let value = match <[u8; 4]>::try_from(data) {
-            Ok(b) if offset % 4 == 0 => u32::from_be_bytes(b),
-            _ => {
-                return Err(self.reject(
-                    offset,
-                    data.len(),
-                    MmioError::Width {
-                        offset,
-                        width: data.len(),
-                        expected: 4,
-                    },
-                ));
+        match self.bar.write(&self.profile, &self.objs.uars, offset, data) {
+            Ok(Written::Done) => Ok(()),
+            Ok(Written::NicDisabled) => {
+                crate::firmware::nic_disabled(self);
+                Ok(())
             }
-        };
-        match offset as usize {
-            iseg::CMDQ_ADDR_H => {
-                self.iseg.set_cmdq_addr_h(value);
-            }
-            iseg::CMDQ_ADDR_L_SZ => {
-                // Bits 31:12: the address; bits 10:8: the NIC interface the driver asks for;
-                // bits 7:0 (log size/stride) are read-only.
-                let keep = self.iseg.cmdq_addr_l_sz() & 0xff;
-                self.iseg.set_cmdq_addr_l_sz((value & 0xffff_f700) | keep);
-                // The firmware finishes initializing once it knows where its command queue is.
-                self.iseg.set_initializing(false);
-                if self.iseg.nic_interface() == NicInterface::DISABLED {
-                    crate::firmware::nic_disabled(self);
-                }
-            }
-            iseg::CMD_DBELL => self.doorbells.push_back(Doorbell::Command(value)),
-            // Read-only or reserved: ignored, as on hardware.
-            _ => {}
-        }
-        Ok(())
-    }
-
-    fn uar_write(&mut self, page: u32, offset: u64, data: &[u8]) -> Result<(), MmioError> {
-        if !self.objs.uars.contains(page) {
-            return Err(self.reject(
-                offset,
-                data.len(),
-                MmioError::UarNotAllocated { offset, page },
-            ));
-        }
-        let in_page = (offset % uar::ADAPTER_PAGE_SIZE as u64) as usize;
-        let bf_reg = 1usize << self.profile.caps.log_bf_reg_size;
-        let width_err = |expected| MmioError::Width {
-            offset,
-            width: data.len(),
-            expected,
-        };
-        match in_page {
-            uar::MLX5_CQ_DOORBELL => {
-                let Ok(b) = <[u8; 8]>::try_from(data) else {
-                    return Err(self.reject(offset, data.len(), width_err(8)));
-                };
-                let cmd_sn_ci = u32::from_be_bytes([b[0], b[1], b[2], b[3]]);
-                let cqn = u32::from_be_bytes([b[4], b[5], b[6], b[7]]) & 0x00ff_ffff;
-                self.doorbells.push_back(Doorbell::CqArm {
-                    uar: page,
-                    cmd_sn_ci,
-                    cqn,
-                });
-            }
-            uar::EQ_DOORBELL_ARM | uar::EQ_DOORBELL_NO_ARM => {
-                let Ok(b) = <[u8; 4]>::try_from(data) else {
-                    return Err(self.reject(offset, data.len(), width_err(4)));
-                };
-                let v = u32::from_be_bytes(b);
-                let arm = in_page == uar::EQ_DOORBELL_ARM;
-                self.doorbells.push_back(Doorbell::Eq {
-                    uar: page,
-                    eqn: v >> 24,
-                    ci: v & 0x00ff_ffff,
-                    arm,
-                });
-            }
-            o if (uar::BF_OFFSET..uar::BF_OFFSET + uar::NUM_BFREGS_PER_UAR * bf_reg)
-                .contains(&o) =>
-            {
-                let within = ((o - uar::BF_OFFSET) % (bf_reg / 2)) as u64;
-                self.bf_write(page, offset, within, data, bf_reg / 2)?;
-            }
-            _ => return Err(self.reject(offset, data.len(), MmioError::NotARegister { offset })),
-        }
-        Ok(())
-    }
-
-    /// A write to a BlueFlame register half. An 8-byte write at its start is a plain doorbell;
-    /// 64-byte bursts (rdma-core `mlx5_bf_copy`, `mmio_memcpy_x64`) carry a whole WQE, whose
-    /// length the ctrl segment's DS count gives.
-    fn bf_write(
-        &mut self,
-        page: u32,
-        offset: u64,
-        within: u64,
-        data: &[u8],
-        half: usize,
-    ) -> Result<(), MmioError> {
-        let base = offset - within;
-        match (within, data.len()) {
-            (0, 8) => {
-                self.bf_partial.retain(|p| p.half != base);
-                let mut ctrl = [0u8; 8];
-                ctrl.copy_from_slice(data);
-                self.doorbells.push_back(Doorbell::Send { uar: page, ctrl });
-            }
-            (0, 64) => {
-                let ds = usize::from(data[7] & 0x3f);
-                let need = (ds * 16).div_ceil(64).max(1) * 64;
-                if !self.bf_partial.is_empty() {
-                    self.bf_partial.retain(|p| p.half != base);
-                }
-                if need > half {
-                    // A WQE larger than the BlueFlame buffer cannot have been sent by BlueFlame.
-                    return Err(self.reject(
-                        offset,
-                        data.len(),
-                        MmioError::NotARegister { offset },
-                    ));
-                }
-                let mut bytes = std::mem::take(&mut self.bf_spare);
-                bytes.clear();
-                bytes.extend_from_slice(data);
-                if need == data.len() {
-                    // The whole WQE in one burst (a one-WQEBB WQE): latched at once, with
-                    // nothing to assemble.
-                    self.doorbells.push_back(Doorbell::BlueFlame {
-                        uar: page,
-                        wqe: bytes,
-                    });
-                    return Ok(());
-                }
-                self.bf_partial.push(BfPartial {
-                    half: base,
-                    offset,
-                    bytes,
-                    need,
-                });
-                self.finish_bf(page, base);
-            }
-            (w, 64) if w % 64 == 0 => {
-                let at = self
-                    .bf_partial
-                    .iter()
-                    .position(|p| p.half == base && p.offset + p.bytes.len() as u64 == offset);
-                match at.and_then(|i| self.bf_partial.get_mut(i)) {
-                    Some(p) => {
-                        p.bytes.extend_from_slice(data);
-                        self.finish_bf(page, base);
-                    }
-                    None => {
-                        self.bf_partial.retain(|p| p.half != base);
-                        return Err(self.reject(
-                            offset,
-                            data.len(),
-                            MmioError::NotARegister { offset },
-                        ));
-                    }
-                }
-            }
-            _ => {
-                return Err(self.reject(
-                    offset,
-                    data.len(),
-                    MmioError::Width {
-                        offset,
-                        width: data.len(),
-                        expected: 64,
-                    },
-                ));
-            }
-        }
-        Ok(())
-    }
-
-    /// Latches the BlueFlame WQE of register half `base` once all its bursts arrived.
-    fn finish_bf(&mut self, page: u32, base: u64) {
-        if let Some(i) = self
-            .bf_partial
-            .iter()
-            .position(|p| p.half == base && p.bytes.len() >= p.need)
-        {
-            let p = self.bf_partial.swap_remove(i);
-            self.doorbells.push_back(Doorbell::BlueFlame {
-                uar: page,
-                wqe: p.bytes,
-            });
+            Err(e) => Err(self.reject(offset, data.len(), e)),
         }
     }
 }
@@ -616,10 +207,10 @@ impl Device {
     /// then expired transport timers. Returns true if anything happened (a stepped world calls
     /// it until every device returns false).
     pub fn step(&mut self) -> bool {
-        if self.doorbells.is_empty() && self.rx.is_empty() && self.waiting_cmds.is_empty() {
+        if self.bar.idle() && self.tp.rx.is_empty() && !self.tp.ledger.commands_waiting() {
             // Only the scan can do something: run it without the rest of the step.
             let scanned = crate::transport::scan(self);
-            self.scan_progressed = scanned;
+            self.tp.scan_progressed = scanned;
             return scanned;
         }
         self.step_inner(true)
@@ -645,34 +236,35 @@ impl Device {
     /// return false having changed nothing.
     #[inline]
     pub(crate) fn has_pending(&self) -> bool {
-        !self.doorbells.is_empty()
-            || !self.rx.is_empty()
-            || self.scan_progressed
-            || !self.deferred_flushes.is_empty()
-            || !self.waiting_cmds.is_empty()
+        !self.bar.idle()
+            || !self.tp.rx.is_empty()
+            || self.tp.scan_progressed
+            || self.tp.ledger.flushes_waiting()
+            || self.tp.ledger.commands_waiting()
     }
 
     fn step_inner(&mut self, force_scan: bool) -> bool {
-        let mut progress = !self.waiting_cmds.is_empty() && crate::firmware::retry_waiting(self);
-        while let Some(db) = self.doorbells.pop_front() {
+        let mut progress =
+            self.tp.ledger.commands_waiting() && crate::firmware::retry_waiting(self);
+        while let Some(db) = self.bar.take() {
             progress = true;
             self.ring(db);
         }
-        while let Some(frame) = self.rx.pop_front() {
+        while let Some(frame) = self.tp.rx.pop_front() {
             progress = true;
             match frame {
                 Frame::Wire(pkt) => crate::transport::receive(self, &pkt, false),
                 Frame::WireChecked(pkt) => crate::transport::receive(self, &pkt, true),
                 Frame::Burst(b) => {
                     crate::transport::receive_burst(self, &b);
-                    self.recycle_burst(b);
+                    self.tp.recycle_burst(b);
                 }
                 Frame::Ack(a) => crate::transport::receive_ack(self, &a),
             }
         }
-        if force_scan || progress || self.scan_progressed || !self.deferred_flushes.is_empty() {
+        if force_scan || progress || self.tp.scan_progressed || self.tp.ledger.flushes_waiting() {
             let scanned = crate::transport::scan(self);
-            self.scan_progressed = scanned;
+            self.tp.scan_progressed = scanned;
             progress |= scanned;
         }
         progress
@@ -680,26 +272,21 @@ impl Device {
 
     /// Keeps the box of a burst it received for one it sends, its payload let go (no buffer
     /// is kept alive by a spare).
-    pub(crate) fn recycle_burst(&mut self, mut b: Box<crate::frame::Burst>) {
-        // Read: its sender's flush may go ahead (`frame::BurstReads`). A box not kept drops,
-        // which lets go of the same.
-        if self.burst_spare.len() < BURST_SPARES {
-            b.let_go();
-            self.burst_spare.push(b);
-        }
+    pub(crate) fn recycle_burst(&mut self, b: Box<crate::frame::Burst>) {
+        self.tp.recycle_burst(b);
     }
 
     /// True if a QP's error CQEs wait for its bursts still in flight
     /// (`engine::post_err_when_read`): the device has work once they are read.
     pub(crate) fn flush_waiting(&self) -> bool {
-        !self.deferred_flushes.is_empty() || !self.waiting_cmds.is_empty()
+        self.tp.ledger.waiting()
     }
 
     /// The earliest device time at which a timer (retransmit, RNR retry) needs the device;
     /// now, if a command that waited for a QP's bursts can run.
     pub fn next_deadline(&self) -> Option<u64> {
         let timer = crate::transport::next_deadline(self);
-        if !self.waiting_cmds.is_empty() && crate::firmware::waiting_ready(self) {
+        if self.tp.ledger.commands_waiting() && crate::firmware::waiting_ready(self) {
             return Some(timer.map_or(self.now, |t| t.min(self.now)));
         }
         timer
@@ -708,7 +295,7 @@ impl Device {
     /// Hands a packet from the wire to the device (IP header through ICRC). It is processed by
     /// the next [`Device::step`].
     pub fn receive(&mut self, packet: Vec<u8>) {
-        self.rx.push_back(Frame::Wire(packet));
+        self.tp.rx.push_back(Frame::Wire(packet));
     }
 
     /// As [`Device::receive`], for a packet whose ICRC the link has already checked and found
@@ -716,7 +303,7 @@ impl Device {
     /// made, the ICRC is not computed again. A link must hand a packet whose ICRC it did not
     /// check, or found wrong, to [`Device::receive`].
     pub fn receive_icrc_checked(&mut self, packet: Vec<u8>) {
-        self.rx.push_back(Frame::WireChecked(packet));
+        self.tp.rx.push_back(Frame::WireChecked(packet));
     }
 
     /// As [`Device::receive`] (or [`Device::receive_icrc_checked`] when `icrc_checked`), for a
@@ -725,9 +312,9 @@ impl Device {
     /// doorbells or earlier packets are still waiting for a step, it is queued behind them
     /// instead (a copy), so that the device takes everything in the order it arrived.
     pub fn receive_in_place(&mut self, packet: &[u8], icrc_checked: bool) {
-        if !self.rx.is_empty() || !self.doorbells.is_empty() {
+        if !self.tp.rx.is_empty() || !self.bar.idle() {
             let bytes = packet.to_vec();
-            self.rx.push_back(if icrc_checked {
+            self.tp.rx.push_back(if icrc_checked {
                 Frame::WireChecked(bytes)
             } else {
                 Frame::Wire(bytes)
@@ -750,7 +337,7 @@ impl Device {
         ports: bypass_hw::roce::UdpPorts,
         icrc_checked: bool,
     ) {
-        if !self.rx.is_empty() || !self.doorbells.is_empty() {
+        if !self.tp.rx.is_empty() || !self.bar.idle() {
             self.receive_in_place(packet, icrc_checked);
             return;
         }
@@ -760,14 +347,14 @@ impl Device {
     /// Takes the next packet the device sent, if any (IP header through ICRC). A burst the
     /// device queued for an in-process link is segmented into its wire packets first.
     pub fn take_tx(&mut self) -> Option<Vec<u8>> {
-        match self.tx.pop_front()? {
+        match self.tp.tx.pop_front()? {
             Frame::Wire(bytes) | Frame::WireChecked(bytes) => Some(bytes),
             Frame::Ack(a) => a.to_wire(),
             Frame::Burst(b) => {
                 let mut pkts = b.segment().into_iter();
                 let first = pkts.next();
                 for p in pkts.rev() {
-                    self.tx.push_front(Frame::Wire(p));
+                    self.tp.tx.push_front(Frame::Wire(p));
                 }
                 first
             }
@@ -777,20 +364,34 @@ impl Device {
     /// Takes the next frame the device sent (a packet, or a burst if the link said it takes
     /// them: [`Device::set_fast_tx`]).
     pub fn take_frame(&mut self) -> Option<Frame> {
-        self.tx.pop_front()
+        self.tp.tx.pop_front()
+    }
+
+    /// True if the device has sent frames the link has not taken.
+    #[inline]
+    pub(crate) fn has_tx(&self) -> bool {
+        !self.tp.tx.is_empty()
+    }
+
+    /// Puts the wire packets of a frame the link took back in front of what the device sent
+    /// (a link that found it needs the bytes after all), in their order.
+    pub(crate) fn untake_wire(&mut self, pkts: Vec<Vec<u8>>) {
+        for pkt in pkts.into_iter().rev() {
+            self.tp.tx.push_front(Frame::Wire(pkt));
+        }
     }
 
     /// Hands a frame from an in-process link to the device; processed by the next
     /// [`Device::step`] as the packets it stands for.
     pub fn receive_frame(&mut self, frame: Frame) {
-        self.rx.push_back(frame);
+        self.tp.rx.push_back(frame);
     }
 
     /// Says whether the link this device sends on takes bursts: in-process, in order, and
     /// nobody needs the bytes (no trace, no faults, no jitter). Off by default: a device
     /// outside a [`crate::World`] sends only wire packets.
     pub fn set_fast_tx(&mut self, on: bool) {
-        self.fast_tx = on;
+        self.tp.fast_tx = on;
     }
 
     /// Says how the link this device sends on groups packets into one send (`None`, the
@@ -798,12 +399,12 @@ impl Device {
     /// short where such a send ends, when an ACK is sure to come for what is in flight (see
     /// `transport::requester`); what is sent, and in which order, does not change.
     pub(crate) fn set_tx_trains(&mut self, trains: Option<crate::frame::TxTrains>) {
-        self.tx_trains = trains;
+        self.tp.tx_trains = trains;
     }
 
     /// Packets queued for the wire and not yet taken.
     pub(crate) fn tx_queued(&self) -> u64 {
-        self.tx.iter().map(Frame::packets).sum()
+        self.tp.tx_queued()
     }
 
     fn ring(&mut self, db: Doorbell) {
@@ -936,7 +537,7 @@ mod tests {
             if c.queued {
                 for d in [&mut parsed, &mut given] {
                     assert_eq!(counts(d), (0, 0, 0), "case {i}: queued, not taken yet");
-                    assert_eq!(d.rx.len(), 1, "case {i}: queued");
+                    assert_eq!(d.tp.rx.len(), 1, "case {i}: queued");
                     assert!(d.step(), "case {i}");
                 }
             }
@@ -1038,7 +639,7 @@ mod tests {
         );
         d.mmio_write(base + 0x800 + 512 + 256 + 64, &[0xee; 64])
             .unwrap();
-        let dbs: Vec<_> = d.doorbells.iter().cloned().collect();
+        let dbs: Vec<_> = d.bar.latched().cloned().collect();
         assert_eq!(
             dbs[0],
             Doorbell::CqArm {
@@ -1099,7 +700,7 @@ mod tests {
         assert_eq!(d.pending_doorbells(), 1, "latched by its only burst");
         // The rest of the dropped WQE is no longer a continuation of anything.
         assert!(d.mmio_write(reg + 64, &[0xa1; 64]).is_err());
-        match d.doorbells.front() {
+        match d.bar.latched().next() {
             Some(Doorbell::BlueFlame { uar: u, wqe }) => {
                 assert_eq!(*u, uar);
                 assert_eq!(&wqe[..], &one[..]);
@@ -1135,8 +736,8 @@ mod tests {
         d.mmio_write(rb + 64, &[0xb1; 64]).unwrap();
         d.mmio_write(ra + 64, &[0xa1; 64]).unwrap();
         let bf: Vec<_> = d
-            .doorbells
-            .iter()
+            .bar
+            .latched()
             .filter_map(|db| match db {
                 Doorbell::BlueFlame { uar, wqe } => Some((*uar, wqe[0], wqe[64], wqe.len())),
                 _ => None,

@@ -16,13 +16,67 @@ use bypass_hw::cmd::qp::QpState;
 use bypass_hw::eqe::{EQE_DATA_LEN, Eqe, EventType};
 use zerocopy::FromZeros;
 
+use crate::counters::Counters;
 use crate::device::Device;
 use crate::iommu::DmaFault;
 use crate::ring::{CqPost, EqPost};
-use crate::trace::TraceEvent;
+use crate::trace::{Trace, TraceEvent};
 
 /// `CQ_ERROR` syndrome for an overrun (kernel `mlx5_ifc.h` `MLX5_CQ_ERROR_SYNDROME_CQ_OVERRUN`).
 pub const CQ_ERROR_SYNDROME_OVERRUN: u8 = 0x1;
+
+/// The device's MSI-X vectors: the handler interrupts go to, and how many each vector raised.
+pub(crate) struct Msix {
+    handler: Option<Box<dyn FnMut(u16) + Send>>,
+    /// Interrupts raised per vector (also reported to the handler, if any).
+    raised: Vec<u64>,
+}
+
+impl std::fmt::Debug for Msix {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Msix")
+            .field("raised", &self.raised)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Msix {
+    /// `vectors` vectors, no handler.
+    pub(crate) fn new(vectors: usize) -> Self {
+        Self {
+            handler: None,
+            raised: vec![0; vectors],
+        }
+    }
+
+    /// Installs the handler.
+    pub(crate) fn set_handler(&mut self, handler: impl FnMut(u16) + Send + 'static) {
+        self.handler = Some(Box::new(handler));
+    }
+
+    /// Interrupts raised so far on `vector`.
+    pub(crate) fn raised(&self, vector: u16) -> u64 {
+        self.raised.get(usize::from(vector)).copied().unwrap_or(0)
+    }
+
+    /// Raises `vector` at device time `now`: counted, traced, reported to the handler.
+    pub(crate) fn raise(
+        &mut self,
+        vector: u16,
+        counters: &mut Counters,
+        trace: &mut Trace,
+        now: u64,
+    ) {
+        if let Some(c) = self.raised.get_mut(usize::from(vector)) {
+            *c += 1;
+        }
+        counters.interrupts += 1;
+        trace.record(|| TraceEvent::Interrupt { at: now, vector });
+        if let Some(h) = self.handler.as_mut() {
+            h(vector);
+        }
+    }
+}
 
 impl Device {
     /// Counts and traces a DMA the IOMMU refused.

@@ -19,6 +19,7 @@
 //! - [`fabric`]: devices on a world as the seam's backends (`bypass-seam`): stepped, threaded,
 //!   or on a UDP link, opened by a driver as it opens a VFIO device.
 
+mod bar0;
 pub mod buffer;
 pub mod counters;
 pub mod device;

@@ -353,7 +353,7 @@ impl World {
         while let Some(src) = self
             .devices
             .get(next..)
-            .and_then(|ds| ds.iter().position(|d| !d.tx.is_empty()))
+            .and_then(|ds| ds.iter().position(Device::has_tx))
             .map(|k| next + k)
         {
             next = src + 1;
@@ -361,9 +361,7 @@ impl World {
                 any = true;
                 if !matches!(frame, Frame::Wire(_)) && !fast {
                     // Sent before the link started needing the bytes: segment it.
-                    for pkt in frame.into_wire().into_iter().rev() {
-                        self.devices[src].tx.push_front(Frame::Wire(pkt));
-                    }
+                    self.devices[src].untake_wire(frame.into_wire());
                     continue;
                 }
                 let Some(dst) = self.route(&frame) else {

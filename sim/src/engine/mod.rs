@@ -19,6 +19,7 @@
 
 pub(crate) mod cqe;
 pub(crate) mod gather;
+pub(crate) mod ledger;
 pub(crate) mod wqe;
 
 use bypass_hw::cmd::qp::{QpState, service_type as st};
@@ -145,9 +146,9 @@ pub(crate) fn fetch(dev: &mut Device, qpn: u32, bf: Option<Vec<u8>>) {
                         }
                     }
                 }
-                if bytes.capacity() > dev.bf_spare.capacity() {
+                if bytes.capacity() > dev.bar.bf_spare.capacity() {
                     // The next BlueFlame write fills this buffer again.
-                    dev.bf_spare = bytes;
+                    dev.bar.bf_spare = bytes;
                 }
                 if !fits {
                     break;
@@ -288,7 +289,7 @@ fn wait_for_reads(dev: &mut Device, qpn: u32, errs: impl Iterator<Item = cqe::Pe
         .get_or_insert_with(Default::default)
         .extend(errs);
     if first {
-        dev.deferred_flushes.push(qpn);
+        dev.tp.ledger.deferred_flushes.push(qpn);
     }
 }
 
@@ -325,7 +326,7 @@ pub(crate) fn post_held_errs(dev: &mut Device, qpn: u32) -> bool {
 pub(crate) fn retry_deferred_flushes(dev: &mut Device) -> bool {
     let mut any = false;
     let mut i = 0;
-    while let Some(&qpn) = dev.deferred_flushes.get(i) {
+    while let Some(&qpn) = dev.tp.ledger.deferred_flushes.get(i) {
         let ready = match dev.objs.qps.get_mut(qpn) {
             Some(qp) if qp.flush_wait.is_some() && !qp.reads.none_in_flight() => {
                 i += 1;
@@ -334,7 +335,7 @@ pub(crate) fn retry_deferred_flushes(dev: &mut Device) -> bool {
             Some(qp) => qp.flush_wait.take(),
             None => None,
         };
-        dev.deferred_flushes.swap_remove(i);
+        dev.tp.ledger.deferred_flushes.swap_remove(i);
         if let Some(errs) = ready {
             post_errs(dev, qpn, errs);
             any = true;
@@ -346,7 +347,7 @@ pub(crate) fn retry_deferred_flushes(dev: &mut Device) -> bool {
 /// True if a deferred SQ flush can be written now (its QP's bursts are all read): the
 /// device is due at once (`Device::next_deadline`), though no timer is.
 pub(crate) fn deferred_flush_ready(dev: &Device) -> bool {
-    dev.deferred_flushes.iter().any(|&qpn| {
+    dev.tp.ledger.deferred_flushes.iter().any(|&qpn| {
         dev.objs
             .qps
             .get(qpn)

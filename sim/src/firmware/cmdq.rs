@@ -54,7 +54,7 @@ pub(crate) fn process(dev: &mut Device, slots: u32) {
     for slot in 0..nslots.min(32) {
         if slots & (1 << slot) != 0 {
             match waits_for(dev, slot as u8) {
-                Some(qpn) => dev.waiting_cmds.push((slot as u8, qpn)),
+                Some(qpn) => dev.tp.ledger.waiting_cmds.push((slot as u8, qpn)),
                 None => run_slot(dev, slot as u8),
             }
         }
@@ -65,11 +65,11 @@ pub(crate) fn process(dev: &mut Device, slots: u32) {
 pub(crate) fn retry_waiting(dev: &mut Device) -> bool {
     let mut ran = false;
     let mut i = 0;
-    while let Some(&(slot, qpn)) = dev.waiting_cmds.get(i) {
+    while let Some(&(slot, qpn)) = dev.tp.ledger.waiting_cmds.get(i) {
         if reads_in_flight(dev, qpn) {
             i += 1;
         } else {
-            dev.waiting_cmds.remove(i);
+            dev.tp.ledger.waiting_cmds.remove(i);
             run_slot(dev, slot);
             ran = true;
         }
@@ -79,7 +79,9 @@ pub(crate) fn retry_waiting(dev: &mut Device) -> bool {
 
 /// True if a waiting command can run now ([`retry_waiting`] would run it).
 pub(crate) fn waiting_ready(dev: &Device) -> bool {
-    dev.waiting_cmds
+    dev.tp
+        .ledger
+        .waiting_cmds
         .iter()
         .any(|&(_, qpn)| !reads_in_flight(dev, qpn))
 }

@@ -14,6 +14,7 @@
 pub mod completer;
 pub mod requester;
 pub mod responder;
+pub(crate) mod state;
 
 use bypass_hw::cmd::qp::{QpState, service_type as st};
 use bypass_hw::roce::opcode::{Direction, Transport, rxe_udp_sport};
@@ -181,13 +182,13 @@ pub(crate) struct Route<'a> {
 pub(crate) fn headers(dev: &mut Device, route: Route<'_>) -> Option<(IpSpec, UdpPorts)> {
     // One entry per device: a QP sends on the same path packet after packet (the profile's
     // GID table never changes, so the route alone decides the headers).
-    if let Some(h) = &dev.headers_cache {
+    if let Some(h) = &dev.tp.headers_cache {
         if h.port == route.port && h.src_qpn == route.src_qpn && h.path == *route.path {
             return Some((h.ip, h.ports));
         }
     }
     let made = build_headers(dev, route)?;
-    dev.headers_cache = Some(HeadersCache {
+    dev.tp.headers_cache = Some(HeadersCache {
         port: route.port,
         src_qpn: route.src_qpn,
         path: route.path.clone(),
@@ -297,7 +298,7 @@ pub(crate) fn send(
         tx: true,
         bytes: buf.clone(),
     });
-    dev.tx.push_back(Frame::Wire(buf));
+    dev.tp.tx.push_back(Frame::Wire(buf));
     true
 }
 
@@ -318,7 +319,8 @@ pub(crate) fn send(
 pub(crate) fn scan(dev: &mut Device) -> bool {
     // Error CQEs and SQ flushes that waited for bursts in flight
     // (`engine::post_err_when_read`), before anything else.
-    let flushed = !dev.deferred_flushes.is_empty() && crate::engine::retry_deferred_flushes(dev);
+    let flushed =
+        !dev.tp.ledger.deferred_flushes.is_empty() && crate::engine::retry_deferred_flushes(dev);
     let now = dev.now;
     let (mut timers, mut resumable, mut in_err) = (false, false, false);
     for (_, qp) in dev.objs.qps.iter() {
@@ -352,7 +354,7 @@ fn scan_work(dev: &mut Device, timers: bool, resumable: bool, in_err: bool) -> b
 /// (`engine::deferred_flush_ready`).
 pub(crate) fn next_deadline(dev: &Device) -> Option<u64> {
     let timer = requester::next_deadline(dev);
-    if !dev.deferred_flushes.is_empty() && crate::engine::deferred_flush_ready(dev) {
+    if !dev.tp.ledger.deferred_flushes.is_empty() && crate::engine::deferred_flush_ready(dev) {
         return Some(timer.map_or(dev.now, |t| t.min(dev.now)));
     }
     timer

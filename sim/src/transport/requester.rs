@@ -394,8 +394,8 @@ fn step(dev: &mut Device, c: &Ctx, req: &mut ReqState) -> Step {
     }
     // An RC WRITE on the fast path goes as a burst of this many packets (computed once for
     // the wait below and the burst).
-    let burst = (c.st == st::RC && dev.fast_tx && w.opcode == WqeOpcode::RDMA_WRITE)
-        .then(|| burst_count(dev.tx_trains, c.mtu, req, w.len));
+    let burst = (c.st == st::RC && dev.tp.fast_tx && w.opcode == WqeOpcode::RDMA_WRITE)
+        .then(|| burst_count(dev.tp.tx_trains, c.mtu, req, w.len));
     if burst.is_some_and(|count| train_wait(c.mtu, req, w.len, count)) {
         // The rest of the window would start a send the link cannot fill: wait for the ACK
         // that is on its way.
@@ -722,6 +722,7 @@ fn send_burst(
     // A box (and run list) the device got back from a burst it received: no allocation, and
     // the burst is written in place (no copy of it into the box).
     let mut burst = dev
+        .tp
         .burst_spare
         .pop()
         .unwrap_or_else(|| Box::new(Burst::blank()));
@@ -748,7 +749,7 @@ fn send_burst(
     };
     let Some(src) = src else {
         // Refused (the per-packet path reports why): the box goes back for the next burst.
-        dev.burst_spare.push(burst);
+        dev.tp.burst_spare.push(burst);
         return None;
     };
     burst.src = src;
@@ -801,12 +802,12 @@ fn send_burst(
     };
     burst.ack_req = ack_req;
     // Only the first packet (RETH) and the last (shorter) can differ from the middle ones.
-    let mut wire = dev.len_memo.write_len(&burst, 0);
+    let mut wire = dev.tp.len_memo.write_len(&burst, 0);
     if count > 1 {
-        wire += dev.len_memo.write_len(&burst, count - 1);
+        wire += dev.tp.len_memo.write_len(&burst, count - 1);
     }
     if count > 2 {
-        wire += u64::from(count - 2) * dev.len_memo.write_len(&burst, 1);
+        wire += u64::from(count - 2) * dev.tp.len_memo.write_len(&burst, 1);
     }
     burst.wire_len = wire;
     dev.counters.port_xmit_packets += u64::from(count);
@@ -818,7 +819,7 @@ fn send_burst(
     if !ends {
         req.cur_pkt += count;
     }
-    dev.tx.push_back(Frame::Burst(burst));
+    dev.tp.tx.push_back(Frame::Burst(burst));
     Some(ends)
 }
 

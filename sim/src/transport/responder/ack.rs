@@ -33,7 +33,7 @@ pub(crate) fn respond(
         opcode,
         ..ack_bth(qp.attrs.remote_qpn, psn)
     };
-    let fast_ack = match (dev.fast_tx && !dev.trace.enabled(), opcode, ext.aeth) {
+    let fast_ack = match (dev.tp.fast_tx && !dev.trace.enabled(), opcode, ext.aeth) {
         (true, BthOpcode::RC_ACKNOWLEDGE, Some(aeth)) if payload.is_empty() => Some(aeth),
         _ => None,
     };
@@ -73,12 +73,12 @@ fn ack_bth(remote_qpn: u32, psn: u32) -> BthFields {
 
 /// Queues an ACKNOWLEDGE as its fields, counted as the packet `send` would have built.
 fn push_ack(dev: &mut Device, ip: IpSpec, ports: UdpPorts, bth: &BthFields, aeth: Aeth) {
-    let wire_len = dev.len_memo.ack_len(&ip, || {
+    let wire_len = dev.tp.len_memo.ack_len(&ip, || {
         AckFrame::spec(ip, ports, bth.dest_qp, bth.psn, aeth)
     });
     dev.counters.port_xmit_packets += 1;
     dev.counters.port_xmit_data += wire_len;
-    dev.tx.push_back(Frame::Ack(AckFrame {
+    dev.tp.tx.push_back(Frame::Ack(AckFrame {
         ip,
         ports,
         dest_qp: bth.dest_qp,
@@ -104,7 +104,7 @@ pub(crate) fn send_ack(dev: &mut Device, qpn: u32, syndrome: AethSyndrome, psn: 
     };
     // What `respond` does for an ACKNOWLEDGE on the in-process link once the QP's headers are
     // built, without building the extension headers it would not use.
-    if let (true, Some((ip, ports))) = (dev.fast_tx && !dev.trace.enabled(), qp.headers) {
+    if let (true, Some((ip, ports))) = (dev.tp.fast_tx && !dev.trace.enabled(), qp.headers) {
         let bth = ack_bth(qp.attrs.remote_qpn, psn);
         push_ack(dev, ip, ports, &bth, a);
         return true;

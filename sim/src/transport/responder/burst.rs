@@ -95,14 +95,14 @@ fn write_payload(dev: &mut Device, src: &Payload, iovas: &IovaRuns) -> bool {
     }
     // The destination runs go into the device's reused buffer (no allocation per burst); it
     // is emptied again before it goes back, so it keeps no buffer alive.
-    let mut dst = std::mem::take(&mut dev.runs_spare);
+    let mut dst = std::mem::take(&mut dev.tp.runs_spare);
     dst.clear();
     let copied = iovas
         .resolve_into(&mut dev.iommu, Dir::Write, &mut dst)
         .is_some()
         && copy_payload(src, &dst);
     dst.clear();
-    dev.runs_spare = dst;
+    dev.tp.runs_spare = dst;
     copied
 }
 
