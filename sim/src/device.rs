@@ -276,8 +276,8 @@ impl Device {
         self.tp.recycle_burst(b);
     }
 
-    /// True if a QP's error CQEs wait for its bursts still in flight
-    /// (`engine::post_err_when_read`): the device has work once they are read.
+    /// True if a QP's error CQEs or a command wait for its bursts still in flight
+    /// (`engine::ledger`): the device has work once they are read.
     pub(crate) fn flush_waiting(&self) -> bool {
         self.tp.ledger.waiting()
     }

@@ -651,7 +651,7 @@ fn a_2rst_waits_for_its_qps_unread_burst_and_runs_at_the_first_step_after_it_is_
     assert!(c.p.a.dev.step(), "the command ran");
     assert_cmd_ok(&c, entry);
     assert_eq!(state(&c), QpState::Rst);
-    assert!(c.p.a.dev.tp.ledger.waiting_cmds.is_empty());
+    assert!(!c.p.a.dev.tp.ledger.commands_waiting());
 }
 
 #[test]
@@ -681,10 +681,7 @@ fn the_flush_cqes_held_for_a_burst_are_written_before_a_2rst_waiting_for_it_runs
     let qp = c.p.a.dev.objs.qps.get(qpn).expect("qp a");
     assert_eq!(qp.state, QpState::Rst);
     assert_eq!(qp.counters.req_cqe_flush_error, 1);
-    assert!(
-        c.p.a.dev.tp.ledger.deferred_flushes.is_empty()
-            && c.p.a.dev.tp.ledger.waiting_cmds.is_empty()
-    );
+    assert!(!c.p.a.dev.tp.ledger.flushes_waiting() && !c.p.a.dev.tp.ledger.commands_waiting());
 }
 
 #[test]
@@ -739,7 +736,7 @@ fn a_flush_waits_until_no_burst_of_the_qp_still_reads_its_memory() {
     assert_eq!(flushed_wqes(&a_cqes(&mut c)), [0, 1, 2]);
     let qp = c.p.a.dev.objs.qps.get(qpn).expect("qp a");
     assert_eq!(qp.counters.req_cqe_flush_error, 3);
-    assert!(qp.flush_wait.is_none() && c.p.a.dev.tp.ledger.deferred_flushes.is_empty());
+    assert!(!c.p.a.dev.tp.ledger.holds_errs(qpn) && !c.p.a.dev.tp.ledger.flushes_waiting());
 }
 
 #[test]

@@ -191,11 +191,6 @@ pub struct Qp {
     pub rq_ci: u32,
     /// Requester (send side) transport state.
     pub req: ReqState,
-    /// Its bursts still reading its memory (`crate::frame::BurstReads`).
-    pub(crate) reads: crate::frame::BurstReads,
-    /// Error CQEs (an error completion, then the SQ flush) waiting for those bursts
-    /// (`engine::post_err_when_read`), in SQ order. `None`: nothing waits.
-    pub(crate) flush_wait: Option<std::collections::VecDeque<crate::engine::cqe::PendingErr>>,
     /// Responder (receive side) transport state.
     pub resp: RespState,
     /// The raw `qpc` as last created/modified (QUERY_QP returns it with live fields).

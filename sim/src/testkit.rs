@@ -274,8 +274,6 @@ impl Host {
                 sq_ci: 0,
                 rq_ci: 0,
                 req: ReqState::default(),
-                reads: crate::frame::BurstReads::default(),
-                flush_wait: None,
                 resp: RespState::default(),
                 qpc: vec![0; 0xe8],
                 counters: Default::default(),

@@ -18,18 +18,6 @@ use zerocopy::{FromZeros, IntoBytes};
 
 use crate::device::Device;
 
-/// A requester error CQE not written yet: it waits for bursts of its QP still reading the
-/// QP's memory (`engine::post_err_when_read`).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct PendingErr {
-    /// The WQE's index.
-    pub index: u16,
-    /// Its opcode.
-    pub opcode: WqeOpcode,
-    /// Why it failed (WR_FLUSH_ERR for a flush).
-    pub syndrome: CqeSyndrome,
-}
-
 /// Posts a successful requester CQE for the WQE at `index` of QP `qpn`.
 pub(crate) fn post_ok(dev: &mut Device, qpn: u32, index: u16, opcode: WqeOpcode, byte_cnt: u32) {
     let Some(qp) = dev.objs.qps.get(qpn) else {

@@ -54,7 +54,7 @@ pub(crate) fn send_doorbell(dev: &mut Device, uar: u32, ctrl: [u8; 8], bf: Optio
         }
         // While an SQ flush waits for bursts in flight, the WQEs posted since are flushed
         // after it (CQEs in SQ order): the waiting flush ends with `flush_posted`.
-        QpState::Err | QpState::Sqer if qp.flush_wait.is_none() => flush_posted(dev, qpn),
+        QpState::Err | QpState::Sqer if !dev.tp.ledger.holds_errs(qpn) => flush_posted(dev, qpn),
         _ => {}
     }
 }
@@ -238,121 +238,19 @@ fn read_wqe(
 /// own signaled marker WQE.
 ///
 /// The requester forgets the WQEs at once; their CQEs wait while a burst of this QP still
-/// reads its memory ([`post_err_when_read`]).
+/// reads its memory ([`ledger::flush_when_read`]).
 pub(crate) fn flush_sq(dev: &mut Device, qpn: u32) {
     let Some(qp) = dev.objs.qps.get_mut(qpn) else {
         return;
     };
     let wqes = std::mem::take(&mut qp.req.wqes);
     qp.req.reset_after_flush();
-    let now = qp.flush_wait.is_none() && qp.reads.none_in_flight();
-    let flushes = wqes.iter().map(|w| cqe::PendingErr {
+    let flushes = wqes.iter().map(|w| ledger::PendingErr {
         index: w.index,
         opcode: w.opcode,
         syndrome: CqeSyndrome::WR_FLUSH_ERR,
     });
-    if now {
-        post_errs(dev, qpn, flushes);
-    } else {
-        wait_for_reads(dev, qpn, flushes);
-    }
-}
-
-/// Writes requester error CQE `e` of QP `qpn` now, unless a burst of the QP still reads its
-/// memory (`crate::frame::BurstReads`) or earlier error CQEs of the QP wait: then it waits
-/// behind them, and [`retry_deferred_flushes`] writes them all, then flushes the WQEs posted
-/// since, once those bursts are applied, segmented or dropped (a bounded number of steps
-/// later; the QP is in ERR meanwhile, so no new burst starts).
-///
-/// Why: an error CQE (a flush above all) hands the WQE's buffers back to the application,
-/// which may write them at once; a burst still reading them would race that write, and
-/// carry bytes no transmit sent (a NIC reads the buffer when it transmits, before any
-/// completion). Success CQEs need nothing: they wait for the ACK, which follows the read.
-pub(crate) fn post_err_when_read(dev: &mut Device, qpn: u32, e: cqe::PendingErr) {
-    let Some(qp) = dev.objs.qps.get(qpn) else {
-        return;
-    };
-    if qp.flush_wait.is_none() && qp.reads.none_in_flight() {
-        cqe::post_err(dev, qpn, e.index, e.opcode, e.syndrome);
-        return;
-    }
-    wait_for_reads(dev, qpn, std::iter::once(e));
-}
-
-/// Queues `errs` behind QP `qpn`'s waiting error CQEs (the first makes the device retry it).
-fn wait_for_reads(dev: &mut Device, qpn: u32, errs: impl Iterator<Item = cqe::PendingErr>) {
-    let Some(qp) = dev.objs.qps.get_mut(qpn) else {
-        return;
-    };
-    let first = qp.flush_wait.is_none();
-    qp.flush_wait
-        .get_or_insert_with(Default::default)
-        .extend(errs);
-    if first {
-        dev.tp.ledger.deferred_flushes.push(qpn);
-    }
-}
-
-/// Writes the error CQEs `errs` of QP `qpn` (WQE order) and then what follows its flush
-/// ([`flush_posted`]).
-fn post_errs(dev: &mut Device, qpn: u32, errs: impl IntoIterator<Item = cqe::PendingErr>) {
-    for e in errs {
-        cqe::post_err(dev, qpn, e.index, e.opcode, e.syndrome);
-    }
-    flush_posted(dev, qpn);
-}
-
-/// Writes the error CQEs [`post_err_when_read`] held back, then flushes the WQEs posted
-/// since, for the QPs that have no burst in flight any more. Returns true if it wrote any. A
-/// QP destroyed or reset meanwhile has nothing left to complete.
-/// Writes the error CQEs held for `qpn`'s bursts now if those bursts are all read (a 2RST_QP
-/// about to forget them waited for the reads). True if it wrote any.
-pub(crate) fn post_held_errs(dev: &mut Device, qpn: u32) -> bool {
-    let errs = dev
-        .objs
-        .qps
-        .get_mut(qpn)
-        .filter(|qp| qp.reads.none_in_flight())
-        .and_then(|qp| qp.flush_wait.take());
-    match errs {
-        Some(errs) => {
-            post_errs(dev, qpn, errs);
-            true
-        }
-        None => false,
-    }
-}
-
-pub(crate) fn retry_deferred_flushes(dev: &mut Device) -> bool {
-    let mut any = false;
-    let mut i = 0;
-    while let Some(&qpn) = dev.tp.ledger.deferred_flushes.get(i) {
-        let ready = match dev.objs.qps.get_mut(qpn) {
-            Some(qp) if qp.flush_wait.is_some() && !qp.reads.none_in_flight() => {
-                i += 1;
-                continue;
-            }
-            Some(qp) => qp.flush_wait.take(),
-            None => None,
-        };
-        dev.tp.ledger.deferred_flushes.swap_remove(i);
-        if let Some(errs) = ready {
-            post_errs(dev, qpn, errs);
-            any = true;
-        }
-    }
-    any
-}
-
-/// True if a deferred SQ flush can be written now (its QP's bursts are all read): the
-/// device is due at once (`Device::next_deadline`), though no timer is.
-pub(crate) fn deferred_flush_ready(dev: &Device) -> bool {
-    dev.tp.ledger.deferred_flushes.iter().any(|&qpn| {
-        dev.objs
-            .qps
-            .get(qpn)
-            .is_some_and(|qp| qp.flush_wait.is_some() && qp.reads.none_in_flight())
-    })
+    ledger::flush_when_read(dev, qpn, flushes);
 }
 
 /// How many WQEBBs the device may take from the SQ, from counter `ci` toward the doorbell
@@ -374,7 +272,7 @@ fn fetch_budget(dev: &mut Device, pi: u32, ci: u32, sq_wqebbs: u32, outstanding:
 }
 
 /// Flushes the WQEs posted after the device's SQ counter (reading only their ctrl segments).
-fn flush_posted(dev: &mut Device, qpn: u32) {
+pub(crate) fn flush_posted(dev: &mut Device, qpn: u32) {
     let Some(qp) = dev.objs.qps.get(qpn) else {
         return;
     };

@@ -47,14 +47,14 @@ const ENTRY_OUT_OFF: u64 = 0x20;
 const ENTRY_STATUS_OWN_OFF: u64 = 0x3f;
 
 /// Processes the command queue slots in `slots` (the `cmd_dbell` bitmask), lowest first. A
-/// command that must wait for its QP's bursts in flight ([`waits_for`]) is kept in
-/// `Device::waiting_cmds` and run by [`retry_waiting`] once they are read.
+/// command that must wait for its QP's bursts in flight ([`waits_for`]) is kept by the burst
+/// ledger (`engine::ledger`) and run by [`retry_waiting`] once they are read.
 pub(crate) fn process(dev: &mut Device, slots: u32) {
     let nslots = 1u32 << CMDQ_LOG_SIZE;
     for slot in 0..nslots.min(32) {
         if slots & (1 << slot) != 0 {
             match waits_for(dev, slot as u8) {
-                Some(qpn) => dev.tp.ledger.waiting_cmds.push((slot as u8, qpn)),
+                Some(qpn) => dev.tp.ledger.wait_command(slot as u8, qpn),
                 None => run_slot(dev, slot as u8),
             }
         }
@@ -64,34 +64,17 @@ pub(crate) fn process(dev: &mut Device, slots: u32) {
 /// Runs the waiting commands whose QP no burst reads any more, in slot order; true if one ran.
 pub(crate) fn retry_waiting(dev: &mut Device) -> bool {
     let mut ran = false;
-    let mut i = 0;
-    while let Some(&(slot, qpn)) = dev.tp.ledger.waiting_cmds.get(i) {
-        if reads_in_flight(dev, qpn) {
-            i += 1;
-        } else {
-            dev.tp.ledger.waiting_cmds.remove(i);
-            run_slot(dev, slot);
-            ran = true;
-        }
+    let mut at = 0;
+    while let Some(slot) = dev.tp.ledger.next_command(&mut at) {
+        run_slot(dev, slot);
+        ran = true;
     }
     ran
 }
 
 /// True if a waiting command can run now ([`retry_waiting`] would run it).
 pub(crate) fn waiting_ready(dev: &Device) -> bool {
-    dev.tp
-        .ledger
-        .waiting_cmds
-        .iter()
-        .any(|&(_, qpn)| !reads_in_flight(dev, qpn))
-}
-
-/// True if a by-reference burst of QP `qpn` still reads its memory (`crate::frame::BurstReads`).
-fn reads_in_flight(dev: &Device, qpn: u32) -> bool {
-    dev.objs
-        .qps
-        .get(qpn)
-        .is_some_and(|qp| !qp.reads.none_in_flight())
+    dev.tp.ledger.command_ready()
 }
 
 /// The QP whose bursts the command in `slot` must wait for: a 2RST_QP or DESTROY_QP of a QP
@@ -119,7 +102,7 @@ fn waits_for(dev: &mut Device, slot: u8) -> Option<u32> {
         Opcode::DESTROY_QP => DestroyQpIn::new_checked(input).ok()?.qpn(),
         _ => return None,
     };
-    reads_in_flight(dev, qpn).then_some(qpn)
+    dev.tp.ledger.reads_in_flight(qpn).then_some(qpn)
 }
 
 fn run_slot(dev: &mut Device, slot: u8) {

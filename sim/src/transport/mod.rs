@@ -317,10 +317,9 @@ pub(crate) fn send(
 /// nothing to do and should cost only the pass.
 #[inline]
 pub(crate) fn scan(dev: &mut Device) -> bool {
-    // Error CQEs and SQ flushes that waited for bursts in flight
-    // (`engine::post_err_when_read`), before anything else.
-    let flushed =
-        !dev.tp.ledger.deferred_flushes.is_empty() && crate::engine::retry_deferred_flushes(dev);
+    // Error CQEs and SQ flushes that waited for bursts in flight (`engine::ledger`), before
+    // anything else.
+    let flushed = dev.tp.ledger.flushes_waiting() && crate::engine::ledger::retry(dev);
     let now = dev.now;
     let (mut timers, mut resumable, mut in_err) = (false, false, false);
     for (_, qp) in dev.objs.qps.iter() {
@@ -351,10 +350,10 @@ fn scan_work(dev: &mut Device, timers: bool, resumable: bool, in_err: bool) -> b
 }
 
 /// The earliest pending timer; now, if a deferred SQ flush can be written
-/// (`engine::deferred_flush_ready`).
+/// (`engine::ledger::Ledger::flush_ready`).
 pub(crate) fn next_deadline(dev: &Device) -> Option<u64> {
     let timer = requester::next_deadline(dev);
-    if !dev.tp.ledger.deferred_flushes.is_empty() && crate::engine::deferred_flush_ready(dev) {
+    if dev.tp.ledger.flushes_waiting() && dev.tp.ledger.flush_ready() {
         return Some(timer.map_or(dev.now, |t| t.min(dev.now)));
     }
     timer

@@ -284,13 +284,13 @@ fn complete_head(dev: &mut Device, c: &Ctx, req: &mut ReqState) -> bool {
             req.wqes.pop_front();
             req.cur = req.cur.saturating_sub(1);
             // Held back while a burst of the QP still reads its memory (the WQE's own, after
-            // a retry timeout on a slow link, or a later one's): `engine::post_err_when_read`.
-            let e = cqe::PendingErr {
+            // a retry timeout on a slow link, or a later one's): `engine::ledger`.
+            let e = crate::engine::ledger::PendingErr {
                 index,
                 opcode,
                 syndrome: synd,
             };
-            crate::engine::post_err_when_read(dev, c.qpn, e);
+            crate::engine::ledger::post_err_when_read(dev, c.qpn, e);
             return true;
         }
         if !w.done {
@@ -756,7 +756,7 @@ fn send_burst(
     // A payload by reference holds its QP's count of bursts in flight (`frame::BurstReads`),
     // so that a flush of the QP waits for its read; an inline one needs none.
     burst.hold = match burst.src {
-        Payload::Host(_) => dev.objs.qps.get(c.qpn).map(|qp| qp.reads.hold()),
+        Payload::Host(_) => Some(dev.tp.ledger.hold_read(c.qpn)),
         Payload::Inline(_) => None,
     };
     burst.ip = ip;

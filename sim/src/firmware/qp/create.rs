@@ -150,8 +150,6 @@ pub(super) fn create_qp(dev: &mut Device, input: &[u8], output: &mut [u8]) -> Cm
         sq_ci: 0,
         rq_ci: 0,
         req: ReqState::default(),
-        reads: crate::frame::BurstReads::default(),
-        flush_wait: None,
         resp: RespState::default(),
         qpc: raw,
         counters: Default::default(),
@@ -186,6 +184,7 @@ pub(super) fn destroy_qp(dev: &mut Device, input: &[u8], _output: &mut [u8]) -> 
         .remove(inp.qpn())
         .ok_or(fail(CmdStatus::BAD_RES_ERR, SYND_NO_QP))?;
     release_users(dev, &qp);
+    dev.tp.ledger.forget(qp.qpn);
     Ok(())
 }
 

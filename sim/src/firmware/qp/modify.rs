@@ -161,11 +161,10 @@ pub(super) fn modify_qp(
 /// `__mlx5_ib_cq_clean` on a move to RESET), counters and transport state start over, and the
 /// attributes the transitions set are cleared.
 fn to_reset(dev: &mut Device, qpn: u32) {
-    // Error CQEs held for the QP's bursts (`engine::post_err_when_read`) are written first: a
-    // NIC wrote them when the QP entered ERR, before this command, which waited for those
-    // bursts to be read (`firmware::cmdq::waits_for`). Anything else waiting is forgotten
-    // with the rest.
-    crate::engine::post_held_errs(dev, qpn);
+    // Error CQEs held for the QP's bursts (`engine::ledger`) are written first: a NIC wrote
+    // them when the QP entered ERR, before this command, which waited for those bursts to be
+    // read (`firmware::cmdq::waits_for`). Anything else waiting is forgotten with the rest.
+    crate::engine::ledger::post_held(dev, qpn);
     dev.set_qp_state(qpn, QpState::Rst);
     let Some(qp) = dev.objs.qps.get_mut(qpn) else {
         return;
@@ -173,13 +172,13 @@ fn to_reset(dev: &mut Device, qpn: u32) {
     qp.sq_ci = 0;
     qp.rq_ci = 0;
     qp.req = ReqState::default();
-    qp.flush_wait = None;
     qp.resp = RespState::default();
     qp.attrs = QpAttrs::default();
     qp.headers = None;
     if let Ok(mut s) = Qpc::new_checked(&mut qp.qpc[..]) {
         clear_transition_fields(&mut s);
     }
+    dev.tp.ledger.drop_held(qpn);
 }
 
 /// Zeroes the `qpc` fields the modify commands set (so QUERY_QP after 2RST shows none).
