@@ -22,9 +22,10 @@ use bypass_hw::init_seg::{self as iseg, NicInterface};
 
 use crate::bar0::{Bar0, Written};
 use crate::counters::Counters;
-use crate::events::Msix;
+use crate::events::Completions;
 use crate::firmware::Firmware;
 use crate::frame::Frame;
+use crate::io::Io;
 use crate::iommu::Iommu;
 use crate::objects::Objects;
 use crate::profile::Profile;
@@ -46,8 +47,8 @@ pub struct Device {
     pub(crate) objs: Objects,
     /// The transport engine's device-wide state.
     pub(crate) tp: Transport,
-    /// MSI-X: the interrupt handler and the interrupts raised.
-    pub(crate) msix: Msix,
+    /// Completions and events: the CQs, EQs and MSI-X interrupts.
+    pub(crate) comp: Completions,
     /// Device time in nanoseconds (virtual in stepped mode).
     pub(crate) now: u64,
     /// Device-wide counters.
@@ -72,7 +73,7 @@ impl Device {
             bar: Bar0::new(&profile),
             fw: Firmware::new(&profile),
             objs: Objects::new(&profile.caps, profile.first_uar, profile.uar_pages),
-            msix: Msix::new(usize::from(profile.msix_vectors)),
+            comp: Completions::new(&profile.caps, usize::from(profile.msix_vectors)),
             profile,
             iommu: Iommu::new(),
             tp: Transport::default(),
@@ -100,18 +101,65 @@ impl Device {
     /// Installs the interrupt handler: called with the MSI-X vector each time the device
     /// raises an interrupt (the VFIO backend's eventfd write, or a test's recorder).
     pub fn set_interrupt_handler(&mut self, handler: impl FnMut(u16) + Send + 'static) {
-        self.msix.set_handler(handler);
+        self.comp.set_handler(handler);
     }
 
     /// Interrupts raised so far on `vector`.
     pub fn interrupts(&self, vector: u16) -> u64 {
-        self.msix.raised(vector)
+        self.comp.raised(vector)
     }
 
-    /// Raises MSI-X `vector`.
-    pub(crate) fn raise_interrupt(&mut self, vector: u16) {
-        self.msix
-            .raise(vector, &mut self.counters, &mut self.trace, self.now);
+    /// DMA, counters, trace and time, lent to a part.
+    #[inline]
+    pub(crate) fn io(&mut self) -> Io<'_> {
+        Io {
+            dma: &mut self.iommu,
+            counters: &mut self.counters,
+            trace: &mut self.trace,
+            now: self.now,
+        }
+    }
+
+    /// Counts and traces a DMA the IOMMU refused.
+    pub(crate) fn dma_fault(&mut self, f: crate::iommu::DmaFault) {
+        self.io().dma_fault(f);
+    }
+
+    /// [`Completions::post_cqe`].
+    pub(crate) fn post_cqe(&mut self, cqn: u32, cqe: &[u8; 64], solicited_or_error: bool) -> bool {
+        let mut io = Io {
+            dma: &mut self.iommu,
+            counters: &mut self.counters,
+            trace: &mut self.trace,
+            now: self.now,
+        };
+        self.comp.post_cqe(&mut io, cqn, cqe, solicited_or_error)
+    }
+
+    /// [`Completions::post_event`].
+    pub(crate) fn post_event(
+        &mut self,
+        t: bypass_hw::eqe::EventType,
+        sub_type: u8,
+        data: &[u8; bypass_hw::eqe::EQE_DATA_LEN],
+    ) -> bool {
+        let mut io = Io {
+            dma: &mut self.iommu,
+            counters: &mut self.counters,
+            trace: &mut self.trace,
+            now: self.now,
+        };
+        self.comp.post_event(&mut io, t, sub_type, data)
+    }
+
+    /// True if some EQ receives events of type `t`.
+    pub(crate) fn event_subscribed(&self, t: bypass_hw::eqe::EventType) -> bool {
+        self.comp.event_subscribed(t)
+    }
+
+    /// Moves QP `qpn` to `to`, tracing the change; entering ERR flushes both its queues.
+    pub(crate) fn set_qp_state(&mut self, qpn: u32, to: bypass_hw::cmd::qp::QpState) {
+        crate::transport::set_qp_state(self, qpn, to);
     }
 
     /// Device time (ns).
@@ -420,8 +468,24 @@ impl Device {
                 uar,
                 cmd_sn_ci,
                 cqn,
-            } => self.cq_arm(uar, cmd_sn_ci, cqn),
-            Doorbell::Eq { uar, eqn, ci, arm } => self.eq_doorbell(uar, eqn, ci, arm),
+            } => {
+                let mut io = Io {
+                    dma: &mut self.iommu,
+                    counters: &mut self.counters,
+                    trace: &mut self.trace,
+                    now: self.now,
+                };
+                self.comp.cq_arm(&mut io, uar, cmd_sn_ci, cqn);
+            }
+            Doorbell::Eq { uar, eqn, ci, arm } => {
+                let mut io = Io {
+                    dma: &mut self.iommu,
+                    counters: &mut self.counters,
+                    trace: &mut self.trace,
+                    now: self.now,
+                };
+                self.comp.eq_doorbell(&mut io, uar, eqn, ci, arm);
+            }
         }
     }
 }

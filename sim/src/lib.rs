@@ -31,6 +31,7 @@ mod firmware;
 pub mod frame;
 mod header_cache;
 mod inline;
+mod io;
 pub mod iommu;
 pub mod link;
 pub mod memory;

@@ -199,7 +199,8 @@ pub struct Qp {
     pub counters: Counters,
 }
 
-/// Every object table of a device.
+/// The object tables of a device the firmware fills and the data path reads (CQs and EQs are
+/// the completions part's: `crate::events::Completions`).
 #[derive(Debug, Clone)]
 pub struct Objects {
     /// Protection domains.
@@ -208,10 +209,6 @@ pub struct Objects {
     pub uars: Table<Uar>,
     /// Memory keys, by index (`key >> 8`).
     pub mkeys: Table<Mkey>,
-    /// Completion queues.
-    pub cqs: Table<Cq>,
-    /// Event queues.
-    pub eqs: Table<Eq>,
     /// Queue pairs.
     pub qps: Table<Qp>,
 }
@@ -226,8 +223,6 @@ impl Objects {
             uars: Table::new(first_uar, uar_pages, first_uar + uar_pages),
             // mkey index 0 is never handed out, so no valid key is 0x000000xx.
             mkeys: Table::new(1, cap(caps.log_max_mkey), 1 << 24),
-            cqs: Table::new(1, cap(caps.log_max_cq), 1 << 24),
-            eqs: Table::new(0, cap(caps.log_max_eq), 1 << 8),
             // QPN 0 and 1 are the special SMI/GSI QPs.
             qps: Table::new(2, cap(caps.log_max_qp), 1 << 24),
         }
@@ -238,8 +233,6 @@ impl Objects {
         self.pds.clear();
         self.uars.clear();
         self.mkeys.clear();
-        self.cqs.clear();
-        self.eqs.clear();
         self.qps.clear();
     }
 }

@@ -115,7 +115,7 @@ impl Host {
         );
         h.eqn = h
             .dev
-            .objs
+            .comp
             .eqs
             .insert_with(|_| Eq {
                 ring,
@@ -170,7 +170,7 @@ impl Host {
         let (uar, eqn) = (self.uar, self.eqn);
         let cqn = self
             .dev
-            .objs
+            .comp
             .cqs
             .insert_with(|_| Cq {
                 ring,

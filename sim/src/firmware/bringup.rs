@@ -153,6 +153,7 @@ pub(crate) fn teardown_hca(dev: &mut Device, input: &[u8], out: &mut [u8]) -> Cm
     match profile {
         TeardownProfile::GRACEFUL_CLOSE | TeardownProfile::FORCE_CLOSE => {
             dev.objs.clear();
+            dev.comp.clear();
             dev.tp.ledger.forget_all();
             dev.fw.stage = Stage::TornDown;
             dev.fw.page_target = 0;
@@ -180,6 +181,7 @@ pub(crate) fn nic_disabled(dev: &mut Device) {
 
 fn reset(dev: &mut Device) {
     dev.objs.clear();
+    dev.comp.clear();
     dev.tp.ledger.forget_all();
     dev.fw = Firmware::new(&dev.profile);
 }

@@ -84,7 +84,7 @@ pub(crate) fn create_cq(dev: &mut Device, input: &[u8], out: &mut [u8]) -> CmdRe
         return Err(CmdError::res(s::CQ_UAR_UNKNOWN));
     }
     let eqn = c.c_eqn();
-    if !dev.objs.eqs.contains(eqn) {
+    if !dev.comp.eqs.contains(eqn) {
         return Err(CmdError::res(s::CQ_EQ_UNKNOWN));
     }
     let len = cq_buf_bytes(log_size as u8, code).ok_or(CmdError::lim(s::CQ_TOO_LARGE))?;
@@ -100,7 +100,7 @@ pub(crate) fn create_cq(dev: &mut Device, input: &[u8], out: &mut [u8]) -> CmdRe
     let ring = CqRing::new(pl, log_size, cqe_bytes as u32, c.dbr_addr(), c.oi() != 0);
     let cqc = c.as_bytes().to_vec();
     let cqn = dev
-        .objs
+        .comp
         .cqs
         .insert_with(|_| Cq {
             ring,
@@ -110,7 +110,7 @@ pub(crate) fn create_cq(dev: &mut Device, input: &[u8], out: &mut [u8]) -> CmdRe
             cqc,
         })
         .ok_or(CmdError::lim(s::CQ_EXHAUSTED))?;
-    if let Some(e) = dev.objs.eqs.get_mut(eqn) {
+    if let Some(e) = dev.comp.eqs.get_mut(eqn) {
         e.users = e.users.saturating_add(1);
     }
     if let Some(u) = dev.objs.uars.get_mut(uar) {
@@ -123,12 +123,12 @@ pub(crate) fn create_cq(dev: &mut Device, input: &[u8], out: &mut [u8]) -> CmdRe
 /// QUERY_CQ: the cqc as created, with the live status, arm state and counters.
 pub(crate) fn query_cq(dev: &mut Device, input: &[u8], out: &mut [u8]) -> CmdResult {
     let cqn = QueryCqIn::wrap_unchecked(input).cqn();
-    let Some(cq) = dev.objs.cqs.get(cqn) else {
+    let Some(cq) = dev.comp.cqs.get(cqn) else {
         return Err(CmdError::res(s::CQ_UNKNOWN));
     };
     let (cqc, pi, overrun, armed) = (cq.cqc.clone(), cq.ring.pi, cq.ring.overrun, cq.ring.armed());
     let ci = {
-        let Some(cq) = dev.objs.cqs.get(cqn) else {
+        let Some(cq) = dev.comp.cqs.get(cqn) else {
             return Err(CmdError::res(s::CQ_UNKNOWN));
         };
         let ring = cq.ring.clone();
@@ -164,7 +164,7 @@ pub(crate) fn query_cq(dev: &mut Device, input: &[u8], out: &mut [u8]) -> CmdRes
 pub(crate) fn modify_cq(dev: &mut Device, input: &[u8], _out: &mut [u8]) -> CmdResult {
     check_uid(input)?;
     let i = ModifyCqIn::wrap_unchecked(input);
-    let Some(cq) = dev.objs.cqs.get_mut(i.cqn()) else {
+    let Some(cq) = dev.comp.cqs.get_mut(i.cqn()) else {
         return Err(CmdError::res(s::CQ_UNKNOWN));
     };
     match i.op_mod() as u16 {
@@ -192,13 +192,13 @@ pub(crate) fn modify_cq(dev: &mut Device, input: &[u8], _out: &mut [u8]) -> CmdR
 pub(crate) fn destroy_cq(dev: &mut Device, input: &[u8], _out: &mut [u8]) -> CmdResult {
     check_uid(input)?;
     let cqn = DestroyCqIn::wrap_unchecked(input).cqn();
-    let (eqn, uar) = match dev.objs.cqs.get(cqn) {
+    let (eqn, uar) = match dev.comp.cqs.get(cqn) {
         None => return Err(CmdError::res(s::CQ_UNKNOWN)),
         Some(cq) if cq.users > 0 => return Err(CmdError::busy(s::CQ_IN_USE)),
         Some(cq) => (cq.eqn, cq.uar),
     };
-    dev.objs.cqs.remove(cqn);
-    if let Some(e) = dev.objs.eqs.get_mut(eqn) {
+    dev.comp.cqs.remove(cqn);
+    if let Some(e) = dev.comp.eqs.get_mut(eqn) {
         e.users = e.users.saturating_sub(1);
     }
     if let Some(u) = dev.objs.uars.get_mut(uar) {
@@ -240,7 +240,7 @@ pub(crate) fn create_eq(dev: &mut Device, input: &[u8], out: &mut [u8]) -> CmdRe
     }
     let eqc = c.as_bytes().to_vec();
     let eqn = dev
-        .objs
+        .comp
         .eqs
         .insert_with(|_| Eq {
             ring: EqRing::new(pl, log_size),
@@ -261,7 +261,7 @@ pub(crate) fn create_eq(dev: &mut Device, input: &[u8], out: &mut [u8]) -> CmdRe
 /// QUERY_EQ: the eqc as created, with the live counters and arm state.
 pub(crate) fn query_eq(dev: &mut Device, input: &[u8], out: &mut [u8]) -> CmdResult {
     let eqn = QueryEqIn::wrap_unchecked(input).eq_number();
-    let Some(eq) = dev.objs.eqs.get(eqn) else {
+    let Some(eq) = dev.comp.eqs.get(eqn) else {
         return Err(CmdError::res(s::EQ_UNKNOWN));
     };
     let mut o = QueryEqOut::wrap_unchecked(out);
@@ -283,12 +283,12 @@ pub(crate) fn query_eq(dev: &mut Device, input: &[u8], out: &mut [u8]) -> CmdRes
 /// DESTROY_EQ: refused while a CQ reports to the EQ.
 pub(crate) fn destroy_eq(dev: &mut Device, input: &[u8], _out: &mut [u8]) -> CmdResult {
     let eqn = DestroyEqIn::wrap_unchecked(input).eq_number();
-    let uar = match dev.objs.eqs.get(eqn) {
+    let uar = match dev.comp.eqs.get(eqn) {
         None => return Err(CmdError::res(s::EQ_UNKNOWN)),
         Some(eq) if eq.users > 0 => return Err(CmdError::busy(s::EQ_IN_USE)),
         Some(eq) => eq.uar,
     };
-    dev.objs.eqs.remove(eqn);
+    dev.comp.eqs.remove(eqn);
     if let Some(u) = dev.objs.uars.get_mut(uar) {
         u.users = u.users.saturating_sub(1);
     }

@@ -30,6 +30,29 @@ use crate::frame::{AckFrame, Burst, Frame};
 use crate::objects::AddressPath;
 use crate::trace::TraceEvent;
 
+/// Moves QP `qpn` to `to`, tracing the change; entering ERR flushes both its queues
+/// (every outstanding WQE completes with WR_FLUSH_ERR), as the PRM requires.
+pub(crate) fn set_qp_state(dev: &mut Device, qpn: u32, to: QpState) {
+    let Some(qp) = dev.objs.qps.get_mut(qpn) else {
+        return;
+    };
+    let from = qp.state;
+    qp.state = to;
+    if from != to {
+        let at = dev.now;
+        dev.trace.record(|| TraceEvent::QpState {
+            at,
+            qpn,
+            from: from as u8,
+            to: to as u8,
+        });
+    }
+    if to == QpState::Err {
+        crate::engine::flush_sq(dev, qpn);
+        responder::flush_rq(dev, qpn);
+    }
+}
+
 /// Processes one packet from the wire (IP header through ICRC). `icrc_checked`: the link
 /// already checked the ICRC and found it right (`Device::receive_icrc_checked`), so it is not
 /// computed again.

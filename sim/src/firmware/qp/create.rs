@@ -99,11 +99,11 @@ pub(super) fn create_qp(dev: &mut Device, input: &[u8], output: &mut [u8]) -> Cm
         return Err(fail(CmdStatus::BAD_RES_ERR, SYND_NO_PD));
     }
     let cqn_snd = qpc.cqn_snd();
-    if !dev.objs.cqs.contains(cqn_snd) {
+    if !dev.comp.cqs.contains(cqn_snd) {
         return Err(fail(CmdStatus::BAD_RES_ERR, SYND_NO_CQ_SND));
     }
     let cqn_rcv = qpc.cqn_rcv();
-    if !dev.objs.cqs.contains(cqn_rcv) {
+    if !dev.comp.cqs.contains(cqn_rcv) {
         return Err(fail(CmdStatus::BAD_RES_ERR, SYND_NO_CQ_RCV));
     }
     let uar = qpc.uar_page();
@@ -163,7 +163,7 @@ pub(super) fn create_qp(dev: &mut Device, input: &[u8], output: &mut [u8]) -> Cm
         p.users = p.users.saturating_add(1);
     }
     for cqn in [cqn_snd, cqn_rcv] {
-        if let Some(cq) = dev.objs.cqs.get_mut(cqn) {
+        if let Some(cq) = dev.comp.cqs.get_mut(cqn) {
             cq.users = cq.users.saturating_add(1);
         }
     }
@@ -194,7 +194,7 @@ pub(super) fn release_users(dev: &mut Device, qp: &Qp) {
         p.users = p.users.saturating_sub(1);
     }
     for cqn in [qp.cqn_snd, qp.cqn_rcv] {
-        if let Some(cq) = dev.objs.cqs.get_mut(cqn) {
+        if let Some(cq) = dev.comp.cqs.get_mut(cqn) {
             cq.users = cq.users.saturating_sub(1);
         }
     }

@@ -284,7 +284,7 @@ pub(super) fn optional(
     let mut cqn_rcv = None;
     if opt.contains(OptParamMask::CQN_RCV) {
         let cqn = q.cqn_rcv();
-        if !dev.objs.cqs.contains(cqn) {
+        if !dev.comp.cqs.contains(cqn) {
             return Err(fail(CmdStatus::BAD_RES_ERR, SYND_NO_CQ_RCV));
         }
         put(s.set_cqn_rcv(cqn));

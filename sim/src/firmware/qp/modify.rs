@@ -208,10 +208,10 @@ fn move_rcv_cq(dev: &mut Device, qpn: u32, cqn: u32) {
         return;
     };
     let old = core::mem::replace(&mut qp.cqn_rcv, cqn);
-    if let Some(cq) = dev.objs.cqs.get_mut(old) {
+    if let Some(cq) = dev.comp.cqs.get_mut(old) {
         cq.users = cq.users.saturating_sub(1);
     }
-    if let Some(cq) = dev.objs.cqs.get_mut(cqn) {
+    if let Some(cq) = dev.comp.cqs.get_mut(cqn) {
         cq.users = cq.users.saturating_add(1);
     }
 }

@@ -297,13 +297,13 @@ fn rts2rts_cqn_rcv_moves_the_users_count() {
     })
     .unwrap();
     assert_eq!(r.qp(qpn).cqn_rcv, b);
-    assert_eq!(r.host.dev.objs.cqs.get(a).unwrap().users, 1);
-    assert_eq!(r.host.dev.objs.cqs.get(b).unwrap().users, 1);
+    assert_eq!(r.host.dev.comp.cqs.get(a).unwrap().users, 1);
+    assert_eq!(r.host.dev.comp.cqs.get(b).unwrap().users, 1);
     let res = r.modify(Opcode::RTS2RTS_QP, qpn, M::SRQN.bits(), |_| {});
     assert_fails(res, CmdStatus::BAD_PARAM_ERR, SYND_SRQN);
     r.destroy(qpn).unwrap();
-    assert_eq!(r.host.dev.objs.cqs.get(a).unwrap().users, 0);
-    assert_eq!(r.host.dev.objs.cqs.get(b).unwrap().users, 0);
+    assert_eq!(r.host.dev.comp.cqs.get(a).unwrap().users, 0);
+    assert_eq!(r.host.dev.comp.cqs.get(b).unwrap().users, 0);
 }
 
 #[test]
