@@ -30,7 +30,7 @@ use crate::iommu::Iommu;
 use crate::objects::Objects;
 use crate::profile::Profile;
 use crate::trace::{Trace, TraceEvent};
-use crate::transport::state::Transport;
+use crate::transport::state::{DataPath, Transport};
 
 pub use crate::bar0::{CMDQ_LOG_SIZE, CMDQ_LOG_STRIDE, Doorbell, MmioError};
 
@@ -125,17 +125,6 @@ impl Device {
         self.io().dma_fault(f);
     }
 
-    /// [`Completions::post_cqe`].
-    pub(crate) fn post_cqe(&mut self, cqn: u32, cqe: &[u8; 64], solicited_or_error: bool) -> bool {
-        let mut io = Io {
-            dma: &mut self.iommu,
-            counters: &mut self.counters,
-            trace: &mut self.trace,
-            now: self.now,
-        };
-        self.comp.post_cqe(&mut io, cqn, cqe, solicited_or_error)
-    }
-
     /// [`Completions::post_event`].
     pub(crate) fn post_event(
         &mut self,
@@ -159,7 +148,25 @@ impl Device {
 
     /// Moves QP `qpn` to `to`, tracing the change; entering ERR flushes both its queues.
     pub(crate) fn set_qp_state(&mut self, qpn: u32, to: bypass_hw::cmd::qp::QpState) {
-        crate::transport::set_qp_state(self, qpn, to);
+        self.data_path().set_qp_state(qpn, to);
+    }
+
+    /// The data path's parts, lent for one doorbell, packet or scan.
+    #[inline]
+    pub(crate) fn data_path(&mut self) -> DataPath<'_> {
+        DataPath {
+            objs: &mut self.objs,
+            comp: &mut self.comp,
+            tp: &mut self.tp,
+            profile: &self.profile,
+            bf_spare: &mut self.bar.bf_spare,
+            io: Io {
+                dma: &mut self.iommu,
+                counters: &mut self.counters,
+                trace: &mut self.trace,
+                now: self.now,
+            },
+        }
     }
 
     /// Device time (ns).
@@ -190,11 +197,6 @@ impl Device {
     /// `rfr` set and the syndrome (kernel `MLX5_HEALTH_SYNDR_*`).
     pub fn inject_health_error(&mut self, synd: iseg::HealthSyndrome) {
         self.bar.health_error(synd);
-    }
-
-    /// True if `gid` is one of the GIDs of one of our ports.
-    pub(crate) fn owns_gid(&mut self, gid: &[u8; 16]) -> bool {
-        self.tp.owns_gid(&self.profile, gid)
     }
 
     /// Doorbells received and not yet acted on.
@@ -257,8 +259,9 @@ impl Device {
     pub fn step(&mut self) -> bool {
         if self.bar.idle() && self.tp.rx.is_empty() && !self.tp.ledger.commands_waiting() {
             // Only the scan can do something: run it without the rest of the step.
-            let scanned = crate::transport::scan(self);
-            self.tp.scan_progressed = scanned;
+            let mut dp = self.data_path();
+            let scanned = crate::transport::scan(&mut dp);
+            dp.tp.scan_progressed = scanned;
             return scanned;
         }
         self.step_inner(true)
@@ -298,21 +301,22 @@ impl Device {
             progress = true;
             self.ring(db);
         }
-        while let Some(frame) = self.tp.rx.pop_front() {
+        let mut dp = self.data_path();
+        while let Some(frame) = dp.tp.rx.pop_front() {
             progress = true;
             match frame {
-                Frame::Wire(pkt) => crate::transport::receive(self, &pkt, false),
-                Frame::WireChecked(pkt) => crate::transport::receive(self, &pkt, true),
+                Frame::Wire(pkt) => crate::transport::receive(&mut dp, &pkt, false),
+                Frame::WireChecked(pkt) => crate::transport::receive(&mut dp, &pkt, true),
                 Frame::Burst(b) => {
-                    crate::transport::receive_burst(self, &b);
-                    self.tp.recycle_burst(b);
+                    crate::transport::receive_burst(&mut dp, &b);
+                    dp.tp.recycle_burst(b);
                 }
-                Frame::Ack(a) => crate::transport::receive_ack(self, &a),
+                Frame::Ack(a) => crate::transport::receive_ack(&mut dp, &a),
             }
         }
-        if force_scan || progress || self.tp.scan_progressed || self.tp.ledger.flushes_waiting() {
-            let scanned = crate::transport::scan(self);
-            self.tp.scan_progressed = scanned;
+        if force_scan || progress || dp.tp.scan_progressed || dp.tp.ledger.flushes_waiting() {
+            let scanned = crate::transport::scan(&mut dp);
+            dp.tp.scan_progressed = scanned;
             progress |= scanned;
         }
         progress
@@ -333,7 +337,7 @@ impl Device {
     /// The earliest device time at which a timer (retransmit, RNR retry) needs the device;
     /// now, if a command that waited for a QP's bursts can run.
     pub fn next_deadline(&self) -> Option<u64> {
-        let timer = crate::transport::next_deadline(self);
+        let timer = crate::transport::next_deadline(&self.objs.qps, &self.tp.ledger, self.now);
         if self.tp.ledger.commands_waiting() && crate::firmware::waiting_ready(self) {
             return Some(timer.map_or(self.now, |t| t.min(self.now)));
         }
@@ -369,7 +373,7 @@ impl Device {
             });
             return;
         }
-        crate::transport::receive(self, packet, icrc_checked);
+        crate::transport::receive(&mut self.data_path(), packet, icrc_checked);
     }
 
     /// As [`Device::receive_in_place`], for a packet whose IP and UDP headers (the first
@@ -389,7 +393,7 @@ impl Device {
             self.receive_in_place(packet, icrc_checked);
             return;
         }
-        crate::transport::receive_udp(self, packet, ip, ports, icrc_checked);
+        crate::transport::receive_udp(&mut self.data_path(), packet, ip, ports, icrc_checked);
     }
 
     /// Takes the next packet the device sent, if any (IP header through ICRC). A burst the
@@ -450,19 +454,16 @@ impl Device {
         self.tp.tx_trains = trains;
     }
 
-    /// Packets queued for the wire and not yet taken.
-    pub(crate) fn tx_queued(&self) -> u64 {
-        self.tp.tx_queued()
-    }
-
     fn ring(&mut self, db: Doorbell) {
         match db {
             Doorbell::Command(slots) => crate::firmware::process(self, slots),
-            Doorbell::Send { uar, ctrl } => crate::engine::send_doorbell(self, uar, ctrl, None),
+            Doorbell::Send { uar, ctrl } => {
+                crate::transport::doorbell(&mut self.data_path(), uar, ctrl, None);
+            }
             Doorbell::BlueFlame { uar, wqe } => {
                 let mut ctrl = [0u8; 8];
                 ctrl.copy_from_slice(&wqe[..8]);
-                crate::engine::send_doorbell(self, uar, ctrl, Some(wqe));
+                crate::transport::doorbell(&mut self.data_path(), uar, ctrl, Some(wqe));
             }
             Doorbell::CqArm {
                 uar,

@@ -17,7 +17,8 @@ use crate::mkey::Mkey;
 use crate::profile::Caps;
 use crate::ring::{CqRing, EqRing};
 use crate::table::Table;
-use crate::transport::{ReqState, RespState};
+use crate::transport::requester::state::ReqState;
+use crate::transport::responder::state::RespState;
 
 /// A protection domain.
 #[derive(Debug, Clone, Default)]

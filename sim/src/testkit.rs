@@ -26,7 +26,8 @@ use crate::mkey::{Access, Mkey};
 use crate::objects::{AddressPath, Cq, Eq, Pd, Qp, QpAttrs, Uar, WqGeometry};
 use crate::profile::Profile;
 use crate::ring::{CqRing, EqRing};
-use crate::transport::{ReqState, RespState};
+use crate::transport::requester::state::ReqState;
+use crate::transport::responder::state::RespState;
 
 /// IOVA where each device's host memory is mapped.
 pub const IOVA_BASE: u64 = 0x10_0000;

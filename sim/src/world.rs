@@ -513,7 +513,7 @@ impl World {
 mod tests {
     use super::*;
     use crate::objects::AddressPath;
-    use crate::transport::{Route, send};
+    use crate::transport::wire::{Route, send};
     use bypass_hw::roce::RocePacket;
     use bypass_hw::roce::ext::Aeth;
     use bypass_hw::roce::{BthFields, BthOpcode, DEFAULT_PKEY, ExtFields};
@@ -538,7 +538,7 @@ mod tests {
             ..Default::default()
         };
         assert!(send(
-            w.device(from),
+            &mut w.device(from).data_path(),
             Route {
                 port: 1,
                 path: &path,

@@ -1,5 +1,5 @@
 //! Send completions: the requester CQE and the requester error CQE, built with
-//! `bypass_hw::cqe` and posted through [`Device::post_cqe`].
+//! `bypass_hw::cqe` and posted through `Completions::post_cqe`.
 //!
 //! Owns: the contents of send-side CQEs and the counters that go with error ones. Must not:
 //! decide when a WQE completes (the requester and completer do) or touch the ring.
@@ -16,41 +16,45 @@ use bypass_hw::syndrome::CqeSyndrome;
 use bypass_hw::wqe::WqeOpcode;
 use zerocopy::{FromZeros, IntoBytes};
 
-use crate::device::Device;
+use crate::events::Completions;
+use crate::io::Io;
+use crate::objects::Qp;
 
-/// Posts a successful requester CQE for the WQE at `index` of QP `qpn`.
-pub(crate) fn post_ok(dev: &mut Device, qpn: u32, index: u16, opcode: WqeOpcode, byte_cnt: u32) {
-    let Some(qp) = dev.objs.qps.get(qpn) else {
-        return;
-    };
+/// Posts a successful requester CQE for the WQE at `index` of `qp`.
+pub(crate) fn post_ok(
+    qp: &Qp,
+    comp: &mut Completions,
+    io: &mut Io<'_>,
+    index: u16,
+    opcode: WqeOpcode,
+    byte_cnt: u32,
+) {
     let (cqn, uidx) = (qp.cqn_snd, qp.user_index);
     let mut c = Cqe64::new_zeroed();
     c.sop_drop_qpn
-        .set((u32::from(opcode.0) << 24) | (qpn & 0x00ff_ffff));
+        .set((u32::from(opcode.0) << 24) | (qp.qpn & 0x00ff_ffff));
     c.wqe_counter.set(index);
     c.byte_cnt.set(byte_cnt);
     c.srqn_uidx.set(uidx & 0x00ff_ffff);
     c.op_own = make_op_own(CqeOpcode::REQ, 0, false, false);
     let mut b = [0u8; 64];
     b.copy_from_slice(c.as_bytes());
-    dev.post_cqe(cqn, &b, false);
+    comp.post_cqe(io, cqn, &b, false);
 }
 
-/// Posts a requester error CQE (`REQ_ERR`, `syndrome`) for the WQE at `index` of QP `qpn`,
-/// and counts it.
+/// Posts a requester error CQE (`REQ_ERR`, `syndrome`) for the WQE at `index` of `qp`, and
+/// counts it.
 pub(crate) fn post_err(
-    dev: &mut Device,
-    qpn: u32,
+    qp: &mut Qp,
+    comp: &mut Completions,
+    io: &mut Io<'_>,
     index: u16,
     opcode: WqeOpcode,
     syndrome: CqeSyndrome,
 ) {
-    let Some(qp) = dev.objs.qps.get_mut(qpn) else {
-        return;
-    };
-    let (cqn, uidx) = (qp.cqn_snd, qp.user_index);
+    let (cqn, uidx, qpn) = (qp.cqn_snd, qp.user_index, qp.qpn);
     let flush = syndrome == CqeSyndrome::WR_FLUSH_ERR;
-    for c in [&mut qp.counters, &mut dev.counters] {
+    for c in [&mut qp.counters, &mut *io.counters] {
         if flush {
             c.req_cqe_flush_error += 1;
         } else {
@@ -68,5 +72,5 @@ pub(crate) fn post_err(
     b.copy_from_slice(c.as_bytes());
     // Error completions always raise an armed CQ's event, solicited-only or not (PRM; the
     // kernel's `mlx5_ib_arm_cq` documents that errors wake solicited-only waiters).
-    dev.post_cqe(cqn, &b, true);
+    comp.post_cqe(io, cqn, &b, true);
 }

@@ -4,8 +4,8 @@
 //! Owns: [`Ledger`]: per QP, the count of its bursts in flight ([`BurstReads`]) and the error
 //! CQEs held behind them (an error completion, then the SQ flush, in SQ order); the QPs whose
 //! held CQEs the steps retry; the commands (2RST_QP, DESTROY_QP) that wait for a QP's bursts;
-//! and the writing of held CQEs once the reads are done ([`post_err_when_read`],
-//! [`flush_when_read`], [`post_held`], [`retry`]). Must not: decide that a WQE fails (the
+//! and the writing of held CQEs once the reads are done ([`Ledger::post_err_when_read`],
+//! [`Ledger::flush_when_read`], [`Ledger::post_held`], [`Ledger::retry`]). Must not: decide that a WQE fails (the
 //! requester and completer do) or decode commands (the firmware finds the QP a command
 //! names and asks [`Ledger::reads_in_flight`]).
 //!
@@ -22,8 +22,11 @@ use std::collections::VecDeque;
 use bypass_hw::syndrome::CqeSyndrome;
 use bypass_hw::wqe::WqeOpcode;
 
-use crate::device::Device;
+use crate::events::Completions;
 use crate::frame::{BurstReads, ReadHold};
+use crate::io::Io;
+use crate::objects::Qp;
+use crate::table::Table;
 
 /// A requester error CQE not written yet: it waits for bursts of its QP still reading the
 /// QP's memory.
@@ -185,77 +188,112 @@ impl Ledger {
     }
 }
 
-/// Writes requester error CQE `e` of QP `qpn` now, unless a burst of the QP still reads its
-/// memory or earlier error CQEs of the QP wait: then it waits behind them, and [`retry`]
-/// writes them all, then flushes the WQEs posted since, once those bursts are applied,
-/// segmented or dropped (a bounded number of steps later; the QP is in ERR meanwhile, so no
-/// new burst starts).
-pub(crate) fn post_err_when_read(dev: &mut Device, qpn: u32, e: PendingErr) {
-    if !dev.objs.qps.contains(qpn) {
-        return;
+impl Ledger {
+    /// Writes requester error CQE `e` of QP `qpn` now, unless a burst of the QP still reads
+    /// its memory or earlier error CQEs of the QP wait: then it waits behind them, and
+    /// [`Ledger::retry`] writes them all, then flushes the WQEs posted since, once those
+    /// bursts are applied, segmented or dropped (a bounded number of steps later; the QP is in
+    /// ERR meanwhile, so no new burst starts).
+    pub(crate) fn post_err_when_read(
+        &mut self,
+        qps: &mut Table<Qp>,
+        comp: &mut Completions,
+        io: &mut Io<'_>,
+        qpn: u32,
+        e: PendingErr,
+    ) {
+        let Some(qp) = qps.get_mut(qpn) else {
+            return;
+        };
+        if self.quiet(qpn) {
+            super::cqe::post_err(qp, comp, io, e.index, e.opcode, e.syndrome);
+            return;
+        }
+        self.hold(qpn, std::iter::once(e));
     }
-    if dev.tp.ledger.quiet(qpn) {
-        super::cqe::post_err(dev, qpn, e.index, e.opcode, e.syndrome);
-        return;
-    }
-    dev.tp.ledger.hold(qpn, std::iter::once(e));
-}
 
-/// Writes the flush CQEs `errs` of QP `qpn` (SQ order) and then flushes the WQEs posted since
-/// (`engine::flush_posted`), now or, while bursts of the QP still read its memory, once they
-/// are read.
-pub(crate) fn flush_when_read(dev: &mut Device, qpn: u32, errs: impl Iterator<Item = PendingErr>) {
-    if dev.tp.ledger.quiet(qpn) {
-        post_errs(dev, qpn, errs);
-    } else {
-        dev.tp.ledger.hold(qpn, errs);
+    /// Writes the flush CQEs `errs` of QP `qpn` (SQ order) and then flushes the WQEs posted
+    /// since (`engine::flush_posted`), now or, while bursts of the QP still read its memory,
+    /// once they are read.
+    pub(crate) fn flush_when_read(
+        &mut self,
+        qps: &mut Table<Qp>,
+        comp: &mut Completions,
+        io: &mut Io<'_>,
+        qpn: u32,
+        errs: impl Iterator<Item = PendingErr>,
+    ) {
+        if self.quiet(qpn) {
+            post_errs(qps, comp, io, qpn, errs);
+        } else {
+            self.hold(qpn, errs);
+        }
+    }
+
+    /// Writes the error CQEs held for `qpn`'s bursts now if those bursts are all read (a
+    /// 2RST_QP about to forget them waited for the reads). True if it wrote any.
+    pub(crate) fn post_held(
+        &mut self,
+        qps: &mut Table<Qp>,
+        comp: &mut Completions,
+        io: &mut Io<'_>,
+        qpn: u32,
+    ) -> bool {
+        if !qps.contains(qpn) {
+            return false;
+        }
+        match self.take_held(qpn) {
+            Some(errs) => {
+                post_errs(qps, comp, io, qpn, errs);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Writes the held error CQEs, then flushes the WQEs posted since, for the QPs that have
+    /// no burst in flight any more. Returns true if it wrote any. A QP destroyed or reset
+    /// meanwhile has nothing left to complete.
+    pub(crate) fn retry(
+        &mut self,
+        qps: &mut Table<Qp>,
+        comp: &mut Completions,
+        io: &mut Io<'_>,
+    ) -> bool {
+        let mut any = false;
+        let mut i = 0;
+        while let Some(&qpn) = self.flushes.get(i) {
+            let ready = match self.qps.get_mut(qpn as usize).and_then(Option::as_mut) {
+                Some(e) if e.held.is_some() && !e.reads.none_in_flight() => {
+                    i += 1;
+                    continue;
+                }
+                Some(e) => e.held.take(),
+                None => None,
+            };
+            self.flushes.swap_remove(i);
+            if let Some(errs) = ready {
+                post_errs(qps, comp, io, qpn, errs);
+                any = true;
+            }
+        }
+        any
     }
 }
 
 /// Writes the error CQEs `errs` of QP `qpn` (WQE order) and then what follows its flush.
-fn post_errs(dev: &mut Device, qpn: u32, errs: impl IntoIterator<Item = PendingErr>) {
+fn post_errs(
+    qps: &mut Table<Qp>,
+    comp: &mut Completions,
+    io: &mut Io<'_>,
+    qpn: u32,
+    errs: impl IntoIterator<Item = PendingErr>,
+) {
+    let Some(qp) = qps.get_mut(qpn) else {
+        return;
+    };
     for e in errs {
-        super::cqe::post_err(dev, qpn, e.index, e.opcode, e.syndrome);
+        super::cqe::post_err(qp, comp, io, e.index, e.opcode, e.syndrome);
     }
-    super::flush_posted(dev, qpn);
-}
-
-/// Writes the error CQEs held for `qpn`'s bursts now if those bursts are all read (a 2RST_QP
-/// about to forget them waited for the reads). True if it wrote any.
-pub(crate) fn post_held(dev: &mut Device, qpn: u32) -> bool {
-    if !dev.objs.qps.contains(qpn) {
-        return false;
-    }
-    match dev.tp.ledger.take_held(qpn) {
-        Some(errs) => {
-            post_errs(dev, qpn, errs);
-            true
-        }
-        None => false,
-    }
-}
-
-/// Writes the held error CQEs, then flushes the WQEs posted since, for the QPs that have no
-/// burst in flight any more. Returns true if it wrote any. A QP destroyed or reset meanwhile
-/// has nothing left to complete.
-pub(crate) fn retry(dev: &mut Device) -> bool {
-    let mut any = false;
-    let mut i = 0;
-    while let Some(&qpn) = dev.tp.ledger.flushes.get(i) {
-        let l = &mut dev.tp.ledger;
-        let ready = match l.qps.get_mut(qpn as usize).and_then(Option::as_mut) {
-            Some(e) if e.held.is_some() && !e.reads.none_in_flight() => {
-                i += 1;
-                continue;
-            }
-            Some(e) => e.held.take(),
-            None => None,
-        };
-        l.flushes.swap_remove(i);
-        if let Some(errs) = ready {
-            post_errs(dev, qpn, errs);
-            any = true;
-        }
-    }
-    any
+    super::flush_posted(qp, comp, io);
 }

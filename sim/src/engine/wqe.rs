@@ -1,4 +1,5 @@
-//! Send WQE parsing and validation: the bytes the engine fetched from the SQ → a [`SendWqe`].
+//! Send WQE parsing and validation: the bytes the engine fetched from the SQ → a [`SendWqe`];
+//! and a receive WQE's scatter list, [`RecvWqe`].
 //!
 //! Owns: the segment walk of a send WQE (ctrl, raddr, atomic, datagram, data and inline
 //! segments, all through `bypass_hw::wqe` views), the "is this WQE well formed for this QP"
@@ -19,7 +20,7 @@ use bypass_hw::wqe::{
 };
 use zerocopy::FromBytes;
 
-/// One gather (or, for READ/atomic, scatter) entry of a send WQE.
+/// One gather or scatter entry of a WQE (a send WQE's data segment, a receive WQE's).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Sge {
     /// Local key.
@@ -28,6 +29,20 @@ pub(crate) struct Sge {
     pub addr: u64,
     /// Length in bytes.
     pub len: u32,
+}
+
+/// A receive WQE the responder has taken (it stays at the head, `rq_ci`, until completed).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct RecvWqe {
+    /// Its scatter list, as read from the ring when the message started.
+    pub sges: Vec<Sge>,
+}
+
+impl RecvWqe {
+    /// Bytes the WQE can hold.
+    pub fn capacity(&self) -> u64 {
+        self.sges.iter().map(|s| u64::from(s.len)).sum()
+    }
 }
 
 /// Where a UD send goes, from the WQE's address vector (`mlx5_wqe_av`).

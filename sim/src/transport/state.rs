@@ -1,13 +1,21 @@
-//! The transport engine's device-wide state: the queues to and from the link, how the link
-//! takes frames, what the fast path reuses, and the burst ledger.
+//! The transport engine's device-wide state, and the parts it works with.
 //!
-//! Owns: [`Transport`]. Must not: hold per-QP state (that is the QP's `req` and `resp`).
+//! Owns: [`Transport`] (the queues to and from the link, how the link takes frames, what the
+//! fast path reuses, the burst ledger) and [`DataPath`], the borrow of the device's parts a
+//! doorbell, a packet or a scan works on (QPs and mkeys, completions, DMA, counters and
+//! trace, the profile). Must not: hold per-QP state (that is the QP's `req` and `resp`).
 
 use std::collections::VecDeque;
 
+use bypass_hw::cmd::qp::QpState;
+
 use crate::engine::ledger::Ledger;
+use crate::events::Completions;
 use crate::frame::{Burst, Frame, LenMemo, TxTrains};
+use crate::io::Io;
 use crate::iommu::HostRun;
+use crate::objects::Objects;
+use crate::profile::Profile;
 
 /// The most burst boxes a device keeps for reuse ([`Transport::recycle_burst`]).
 const BURST_SPARES: usize = 8;
@@ -39,7 +47,7 @@ pub(crate) struct Transport {
     /// Wire lengths of the last packets sized on the fast path.
     pub(crate) len_memo: LenMemo,
     /// Packet headers of the last route used (`transport::headers`).
-    pub(crate) headers_cache: Option<super::HeadersCache>,
+    pub(crate) headers_cache: Option<super::wire::HeadersCache>,
     /// Bursts in flight and what waits for them.
     pub(crate) ledger: Ledger,
 }
@@ -74,5 +82,42 @@ impl Transport {
     /// Packets queued for the wire and not yet taken.
     pub(crate) fn tx_queued(&self) -> u64 {
         self.tx.iter().map(Frame::packets).sum()
+    }
+}
+
+/// The parts the data path works on for one doorbell, packet or scan.
+#[derive(Debug)]
+pub(crate) struct DataPath<'a> {
+    /// QPs (with their transport state) and mkeys.
+    pub(crate) objs: &'a mut Objects,
+    /// CQs, EQs and interrupts.
+    pub(crate) comp: &'a mut Completions,
+    /// The transport engine's device-wide state.
+    pub(crate) tp: &'a mut Transport,
+    /// The device's profile (GIDs, capabilities).
+    pub(crate) profile: &'a Profile,
+    /// The BlueFlame buffer BAR0 fills next, which a fetched BlueFlame WQE's buffer replaces.
+    pub(crate) bf_spare: &'a mut Vec<u8>,
+    /// DMA, counters, trace, time.
+    pub(crate) io: Io<'a>,
+}
+
+impl DataPath<'_> {
+    /// Moves QP `qpn` to `to` (`engine::set_qp_state`).
+    pub(crate) fn set_qp_state(&mut self, qpn: u32, to: QpState) {
+        crate::engine::set_qp_state(
+            &mut self.objs.qps,
+            self.comp,
+            &mut self.tp.ledger,
+            &mut self.io,
+            qpn,
+            to,
+        );
+    }
+
+    /// True if `gid` is one of the GIDs of one of our ports.
+    #[inline]
+    pub(crate) fn owns_gid(&mut self, gid: &[u8; 16]) -> bool {
+        self.tp.owns_gid(self.profile, gid)
     }
 }

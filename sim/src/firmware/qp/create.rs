@@ -29,7 +29,8 @@ use crate::buffer::PageList;
 use crate::device::Device;
 use crate::firmware::{CmdError, CmdResult};
 use crate::objects::{Qp, QpAttrs, WqGeometry};
-use crate::transport::{ReqState, RespState};
+use crate::transport::requester::state::ReqState;
+use crate::transport::responder::state::RespState;
 
 /// `qpc.rq_type` of a regular RQ (kernel `qp.c` `MLX5_NON_ZERO_RQ`); `MLX5_SRQ_RQ` (1) and
 /// `MLX5_ZERO_LEN_RQ` (3) are not modelled.

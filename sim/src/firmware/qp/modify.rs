@@ -36,7 +36,8 @@ use super::{
 use crate::device::Device;
 use crate::firmware::{CmdError, CmdResult};
 use crate::objects::QpAttrs;
-use crate::transport::{ReqState, RespState};
+use crate::transport::requester::state::ReqState;
+use crate::transport::responder::state::RespState;
 
 /// Bytes of a `qpc`.
 const QPC_LEN: usize = Qpc::<()>::LEN;
@@ -164,7 +165,17 @@ fn to_reset(dev: &mut Device, qpn: u32) {
     // Error CQEs held for the QP's bursts (`engine::ledger`) are written first: a NIC wrote
     // them when the QP entered ERR, before this command, which waited for those bursts to be
     // read (`firmware::cmdq::waits_for`). Anything else waiting is forgotten with the rest.
-    crate::engine::ledger::post_held(dev, qpn);
+    {
+        let mut io = crate::io::Io {
+            dma: &mut dev.iommu,
+            counters: &mut dev.counters,
+            trace: &mut dev.trace,
+            now: dev.now,
+        };
+        dev.tp
+            .ledger
+            .post_held(&mut dev.objs.qps, &mut dev.comp, &mut io, qpn);
+    }
     dev.set_qp_state(qpn, QpState::Rst);
     let Some(qp) = dev.objs.qps.get_mut(qpn) else {
         return;

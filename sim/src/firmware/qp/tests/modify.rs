@@ -386,12 +386,12 @@ fn kept_headers(
     qpn: u32,
 ) -> Option<(bypass_hw::roce::IpSpec, bypass_hw::roce::UdpPorts)> {
     let path = r.qp(qpn).attrs.path.clone();
-    let route = crate::transport::Route {
+    let route = crate::transport::wire::Route {
         port: path.port,
         path: &path,
         src_qpn: qpn,
     };
-    crate::transport::qp_headers(&mut r.host.dev, qpn, route)
+    crate::transport::wire::qp_headers(&mut r.host.dev.data_path(), qpn, route)
 }
 
 #[test]

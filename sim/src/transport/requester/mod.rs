@@ -18,8 +18,6 @@
 //! completes, so a later retransmission (from any PSN, mid-message or mid-READ) is a
 //! [`rewind`] followed by [`pump`].
 
-use std::collections::VecDeque;
-
 use bypass_hw::cmd::qp::{QpState, service_type as st};
 use bypass_hw::roce::opcode::{psn_add, psn_diff};
 use bypass_hw::roce::{
@@ -29,14 +27,18 @@ use bypass_hw::syndrome::CqeSyndrome;
 use bypass_hw::wqe::WqeOpcode;
 
 use crate::counters::Counters;
-use crate::device::Device;
 use crate::engine::cqe;
 use crate::engine::gather;
 use crate::engine::wqe::{Fence, SendWqe};
 use crate::frame::{Burst, Frame, Payload, packet_at};
 use crate::mkey::Need;
-use crate::objects::AddressPath;
-use crate::transport::Route;
+use crate::objects::{AddressPath, Qp};
+use crate::table::Table;
+use crate::transport::state::DataPath;
+use crate::transport::wire::Route;
+pub(crate) use state::ReqState;
+
+pub(crate) mod state;
 
 /// rxe `RXE_MAX_UNACKED_PSNS`: PSNs that may be sent and not yet acknowledged.
 pub const MAX_UNACKED_PSNS: i32 = 128;
@@ -53,79 +55,6 @@ const RNR_USEC: [u64; 32] = [
 /// The RNR NAK timer for `code`, in ns.
 pub fn rnr_timer_ns(code: u8) -> u64 {
     RNR_USEC[usize::from(code & 0x1f)] * 1000
-}
-
-/// Requester state of a QP.
-#[derive(Debug, Clone, Default)]
-pub struct ReqState {
-    /// Next PSN to send.
-    pub(crate) psn: u32,
-    /// One past the highest PSN ever sent (packets below it are retransmissions).
-    pub(crate) max_psn: u32,
-    /// Oldest unacknowledged PSN.
-    pub(crate) una: u32,
-    /// Fetched WQEs not yet completed, in SQ order.
-    pub(crate) wqes: VecDeque<SendWqe>,
-    /// Index in `wqes` of the WQE being sent.
-    pub(crate) cur: usize,
-    /// Packets of `wqes[cur]` already sent (READ: response PSNs to skip).
-    pub(crate) cur_pkt: u32,
-    /// Packets sent since the last one with AckReq.
-    pub(crate) noack: u32,
-    /// Transport retries used since the last progress.
-    pub(crate) retries: u8,
-    /// RNR retries used since the last progress.
-    pub(crate) rnr_retries: u8,
-    /// When the retransmit timer fires (device ns).
-    pub(crate) ack_deadline: Option<u64>,
-    /// An RNR wait: when it ends, and the PSN to resend from.
-    pub(crate) rnr_wait: Option<(u64, u32)>,
-    /// Set on entry to RTS: WQEs posted before (in INIT/RTR) are still to be fetched.
-    pub(crate) fresh: bool,
-    /// A go-back-N retry is under way and nothing was acknowledged since: further sequence
-    /// NAKs and implied NAKs start no new retry, only a timeout does (rxe `rxe_completer`
-    /// `comp.started_retry`). Without it every duplicate ACK the retry provokes would start
-    /// another full retry, and the retransmissions grow without bound.
-    pub(crate) retrying: bool,
-}
-
-impl ReqState {
-    /// State for a QP entering RTS with first PSN `psn`.
-    pub fn new(psn: u32) -> Self {
-        let psn = psn & 0x00ff_ffff;
-        Self {
-            psn,
-            max_psn: psn,
-            una: psn,
-            fresh: true,
-            ..Self::default()
-        }
-    }
-
-    /// The next PSN this QP will send (QUERY_QP `next_send_psn`).
-    pub fn psn(&self) -> u32 {
-        self.psn
-    }
-
-    /// Forgets everything in flight (the WQEs were flushed); the PSN stays.
-    pub(crate) fn reset_after_flush(&mut self) {
-        self.wqes.clear();
-        self.cur = 0;
-        self.cur_pkt = 0;
-        self.noack = 0;
-        self.ack_deadline = None;
-        self.rnr_wait = None;
-        self.retrying = false;
-        self.una = self.psn;
-        self.max_psn = self.psn;
-    }
-
-    /// True while some WQE has packets out and no answer yet.
-    pub(crate) fn outstanding(&self) -> bool {
-        self.wqes
-            .iter()
-            .any(|w| w.started && !w.done && w.error.is_none())
-    }
 }
 
 /// What the requester needs of its QP, copied out so the QP's state can be taken.
@@ -158,8 +87,8 @@ pub(crate) struct Ctx {
 }
 
 /// The context of QP `qpn`.
-pub(crate) fn ctx(dev: &Device, qpn: u32) -> Option<Ctx> {
-    let qp = dev.objs.qps.get(qpn)?;
+pub(crate) fn ctx(dp: &DataPath<'_>, qpn: u32) -> Option<Ctx> {
+    let qp = dp.objs.qps.get(qpn)?;
     let a = &qp.attrs;
     Some(Ctx {
         qpn,
@@ -183,27 +112,27 @@ pub(crate) fn ctx(dev: &Device, qpn: u32) -> Option<Ctx> {
 }
 
 /// Takes the requester state out of QP `qpn` (so the device can be used freely meanwhile).
-pub(crate) fn take(dev: &mut Device, qpn: u32) -> Option<ReqState> {
-    dev.objs
+pub(crate) fn take(dp: &mut DataPath<'_>, qpn: u32) -> Option<ReqState> {
+    dp.objs
         .qps
         .get_mut(qpn)
         .map(|qp| std::mem::take(&mut qp.req))
 }
 
 /// Puts the requester state back; then moves the QP to ERR (flushing) if `to_err`.
-pub(crate) fn restore(dev: &mut Device, qpn: u32, req: ReqState, to_err: bool) {
-    if let Some(qp) = dev.objs.qps.get_mut(qpn) {
+pub(crate) fn restore(dp: &mut DataPath<'_>, qpn: u32, req: ReqState, to_err: bool) {
+    if let Some(qp) = dp.objs.qps.get_mut(qpn) {
         qp.req = req;
     }
     if to_err {
-        dev.set_qp_state(qpn, QpState::Err);
+        dp.set_qp_state(qpn, QpState::Err);
     }
 }
 
 /// Adds to a counter of the QP and of the device.
-pub(crate) fn count(dev: &mut Device, qpn: u32, f: impl Fn(&mut Counters)) {
-    f(&mut dev.counters);
-    if let Some(qp) = dev.objs.qps.get_mut(qpn) {
+pub(crate) fn count(dp: &mut DataPath<'_>, qpn: u32, f: impl Fn(&mut Counters)) {
+    f(dp.io.counters);
+    if let Some(qp) = dp.objs.qps.get_mut(qpn) {
         f(&mut qp.counters);
     }
 }
@@ -261,13 +190,13 @@ fn npkts_hint(w: &SendWqe) -> u32 {
 /// Inlined where it is called: usually the head is still waiting (nothing to complete) and
 /// only the timer check runs.
 #[inline]
-pub(crate) fn complete_ready(dev: &mut Device, c: &Ctx, req: &mut ReqState) -> bool {
+pub(crate) fn complete_ready(dp: &mut DataPath<'_>, c: &Ctx, req: &mut ReqState) -> bool {
     if req
         .wqes
         .front()
         .is_some_and(|w| w.done || w.error.is_some())
     {
-        return complete_head(dev, c, req);
+        return complete_head(dp, c, req);
     }
     if !req.outstanding() {
         req.ack_deadline = None;
@@ -277,7 +206,7 @@ pub(crate) fn complete_ready(dev: &mut Device, c: &Ctx, req: &mut ReqState) -> b
 
 /// [`complete_ready`] when the head WQE is done or failed.
 #[inline(never)]
-fn complete_head(dev: &mut Device, c: &Ctx, req: &mut ReqState) -> bool {
+fn complete_head(dp: &mut DataPath<'_>, c: &Ctx, req: &mut ReqState) -> bool {
     while let Some(w) = req.wqes.front() {
         if let Some(synd) = w.error {
             let (index, opcode) = (w.index, w.opcode);
@@ -290,7 +219,9 @@ fn complete_head(dev: &mut Device, c: &Ctx, req: &mut ReqState) -> bool {
                 opcode,
                 syndrome: synd,
             };
-            crate::engine::ledger::post_err_when_read(dev, c.qpn, e);
+            dp.tp
+                .ledger
+                .post_err_when_read(&mut dp.objs.qps, dp.comp, &mut dp.io, c.qpn, e);
             return true;
         }
         if !w.done {
@@ -302,7 +233,9 @@ fn complete_head(dev: &mut Device, c: &Ctx, req: &mut ReqState) -> bool {
                 WqeOpcode::ATOMIC_CS | WqeOpcode::ATOMIC_FA => 8,
                 _ => 0,
             };
-            cqe::post_ok(dev, c.qpn, w.index, w.opcode, byte_cnt);
+            if let Some(qp) = dp.objs.qps.get(c.qpn) {
+                cqe::post_ok(qp, dp.comp, &mut dp.io, w.index, w.opcode, byte_cnt);
+            }
         }
         req.wqes.pop_front();
         req.cur = req.cur.saturating_sub(1);
@@ -325,36 +258,36 @@ enum Step {
 
 /// Sends everything QP `qpn` may send now, and completes what is complete. True if a packet
 /// went out.
-pub(crate) fn pump(dev: &mut Device, qpn: u32) -> bool {
-    let Some(c) = ctx(dev, qpn) else {
+pub(crate) fn pump(dp: &mut DataPath<'_>, qpn: u32) -> bool {
+    let Some(c) = ctx(dp, qpn) else {
         return false;
     };
     if c.state != QpState::Rts {
         return false;
     }
-    let Some(mut req) = take(dev, qpn) else {
+    let Some(mut req) = take(dp, qpn) else {
         return false;
     };
     let mut sent = false;
     let mut to_err = false;
     // Each iteration sends a packet or changes a WQE; the window bounds the packets.
     loop {
-        if complete_ready(dev, &c, &mut req) {
+        if complete_ready(dp, &c, &mut req) {
             to_err = true;
             break;
         }
-        match step(dev, &c, &mut req) {
+        match step(dp, &c, &mut req) {
             Step::Sent => sent = true,
             Step::Progress => {}
             Step::Stall => break,
         }
     }
-    restore(dev, qpn, req, to_err);
+    restore(dp, qpn, req, to_err);
     sent
 }
 
 /// Sends the next packet of the current WQE, starting it first if needed.
-fn step(dev: &mut Device, c: &Ctx, req: &mut ReqState) -> Step {
+fn step(dp: &mut DataPath<'_>, c: &Ctx, req: &mut ReqState) -> Step {
     if req.rnr_wait.is_some() {
         return Step::Stall;
     }
@@ -372,7 +305,7 @@ fn step(dev: &mut Device, c: &Ctx, req: &mut ReqState) -> Step {
         return Step::Progress;
     }
     if !w.started {
-        match start(dev, c, req) {
+        match start(dp, c, req) {
             Ok(true) => {}
             Ok(false) => return Step::Stall,
             Err(synd) => {
@@ -394,17 +327,17 @@ fn step(dev: &mut Device, c: &Ctx, req: &mut ReqState) -> Step {
     }
     // An RC WRITE on the fast path goes as a burst of this many packets (computed once for
     // the wait below and the burst).
-    let burst = (c.st == st::RC && dev.tp.fast_tx && w.opcode == WqeOpcode::RDMA_WRITE)
-        .then(|| burst_count(dev.tp.tx_trains, c.mtu, req, w.len));
+    let burst = (c.st == st::RC && dp.tp.fast_tx && w.opcode == WqeOpcode::RDMA_WRITE)
+        .then(|| burst_count(dp.tp.tx_trains, c.mtu, req, w.len));
     if burst.is_some_and(|count| train_wait(c.mtu, req, w.len, count)) {
         // The rest of the window would start a send the link cannot fill: wait for the ACK
         // that is on its way.
         return Step::Stall;
     }
     let r = if c.st == st::UD {
-        send_ud(dev, c, req)
+        send_ud(dp, c, req)
     } else {
-        send_rc(dev, c, req, burst)
+        send_rc(dp, c, req, burst)
     };
     match r {
         Ok(()) => Step::Sent,
@@ -419,7 +352,7 @@ fn step(dev: &mut Device, c: &Ctx, req: &mut ReqState) -> Step {
 
 /// Starts `wqes[cur]`: fence and READ/atomic limits (Ok(false) = wait), local key checks
 /// (Err = its error), PSN range.
-fn start(dev: &mut Device, c: &Ctx, req: &mut ReqState) -> Result<bool, CqeSyndrome> {
+fn start(dp: &mut DataPath<'_>, c: &Ctx, req: &mut ReqState) -> Result<bool, CqeSyndrome> {
     let cur = req.cur;
     let Some(w) = req.wqes.get(cur) else {
         return Ok(false);
@@ -441,7 +374,7 @@ fn start(dev: &mut Device, c: &Ctx, req: &mut ReqState) -> Result<bool, CqeSyndr
         } else {
             Need::LocalRead
         };
-        gather::check(&dev.objs.mkeys, c.pd, c.qpn, &w.sges, need).map_err(|e| e.syndrome())?;
+        gather::check(&dp.objs.mkeys, c.pd, c.qpn, &w.sges, need).map_err(|e| e.syndrome())?;
     }
     if c.st == st::UD && w.opcode != WqeOpcode::NOP && w.len > c.mtu {
         // A UD message must fit one packet. mlx5 completes an oversized UD send with a local
@@ -473,7 +406,7 @@ fn start(dev: &mut Device, c: &Ctx, req: &mut ReqState) -> Result<bool, CqeSyndr
 
 /// Sends one request packet and does the PSN and AckReq bookkeeping.
 fn emit(
-    dev: &mut Device,
+    dp: &mut DataPath<'_>,
     c: &Ctx,
     req: &mut ReqState,
     bth: BthFields,
@@ -481,7 +414,7 @@ fn emit(
     payload: &[u8],
 ) {
     if psn_diff(bth.psn, req.max_psn) < 0 {
-        count(dev, c.qpn, |k| k.retransmits += 1);
+        count(dp, c.qpn, |k| k.retransmits += 1);
     } else {
         req.max_psn = psn_add(bth.psn, 1);
     }
@@ -491,9 +424,9 @@ fn emit(
         src_qpn: c.qpn,
     };
     // A route the port cannot take is a packet lost on the way: the timer recovers it.
-    let _ = crate::transport::send(dev, route, bth, ext, payload);
+    let _ = super::wire::send(dp, route, bth, ext, payload);
     if c.st == st::RC && req.ack_deadline.is_none() {
-        req.ack_deadline = c.ack_timeout.map(|t| dev.now.saturating_add(t));
+        req.ack_deadline = c.ack_timeout.map(|t| dp.io.now.saturating_add(t));
     }
 }
 
@@ -512,7 +445,7 @@ fn bth(opcode: BthOpcode, dest_qp: u32, psn: u32, ack_req: bool, se: bool) -> Bt
 
 /// The payload of `w` from `off`, `n` bytes: inline bytes or a gather.
 fn payload(
-    dev: &mut Device,
+    dp: &mut DataPath<'_>,
     c: &Ctx,
     w: &SendWqe,
     off: u32,
@@ -526,8 +459,8 @@ fn payload(
             .ok_or(CqeSyndrome::LOCAL_QP_OP_ERR);
     }
     gather::gather(
-        &dev.objs.mkeys,
-        &mut dev.iommu,
+        &dp.objs.mkeys,
+        dp.io.dma,
         c.pd,
         c.qpn,
         &w.sges,
@@ -536,7 +469,7 @@ fn payload(
     )
     .map_err(|e| {
         if let gather::MemError::Dma(f) = e {
-            dev.dma_fault(f);
+            dp.io.dma_fault(f);
         }
         e.syndrome()
     })
@@ -545,7 +478,7 @@ fn payload(
 /// One RC packet of `wqes[cur]`, or, for a WRITE on the fast path, a burst of `burst`
 /// packets ([`burst_count`]; None otherwise).
 fn send_rc(
-    dev: &mut Device,
+    dp: &mut DataPath<'_>,
     c: &Ctx,
     req: &mut ReqState,
     burst: Option<u32>,
@@ -564,7 +497,7 @@ fn send_rc(
                 inline: inline.as_ref(),
                 sges: &sges,
             };
-            let sent = send_burst(dev, c, req, &msg, count);
+            let sent = send_burst(dp, c, req, &msg, count);
             if let Some(slot) = req.wqes.get_mut(cur) {
                 slot.sges = sges;
                 slot.inline = inline;
@@ -599,7 +532,7 @@ fn send_rc(
                 true,
                 false,
             );
-            emit(dev, c, req, b, ext, &[]);
+            emit(dp, c, req, b, ext, &[]);
             // The responses use every reserved PSN: they are all "sent" as far as the
             // completer's staleness check goes.
             let end = psn_add(w.last_psn, 1);
@@ -621,7 +554,7 @@ fn send_rc(
                 ..Default::default()
             };
             emit(
-                dev,
+                dp,
                 c,
                 req,
                 bth(op, c.remote_qpn, psn, true, false),
@@ -637,7 +570,7 @@ fn send_rc(
             let n = (w.len - off).min(mtu);
             let first = req.cur_pkt == 0;
             let last = off + n >= w.len;
-            let data = payload(dev, c, &w, off, n)?;
+            let data = payload(dp, c, &w, off, n)?;
             let (op, reth, imm) = rc_opcode(&w, first, last);
             let ack_req = last || req.noack + 1 >= MAX_PKT_PER_ACK;
             // SE goes on the last packet of a solicited SEND or WRITE with immediate
@@ -654,7 +587,7 @@ fn send_rc(
                 ..Default::default()
             };
             emit(
-                dev,
+                dp,
                 c,
                 req,
                 bth(op, c.remote_qpn, psn, ack_req, se),
@@ -690,7 +623,7 @@ struct BurstMsg<'a> {
 }
 
 fn send_burst(
-    dev: &mut Device,
+    dp: &mut DataPath<'_>,
     c: &Ctx,
     req: &mut ReqState,
     w: &BurstMsg<'_>,
@@ -718,10 +651,10 @@ fn send_burst(
         path: &c.path,
         src_qpn: c.qpn,
     };
-    let (ip, ports) = crate::transport::qp_headers(dev, c.qpn, route)?;
+    let (ip, ports) = super::wire::qp_headers(dp, c.qpn, route)?;
     // A box (and run list) the device got back from a burst it received: no allocation, and
     // the burst is written in place (no copy of it into the box).
-    let mut burst = dev
+    let mut burst = dp
         .tp
         .burst_spare
         .pop()
@@ -737,8 +670,8 @@ fn send_burst(
         None => {
             let mut runs = burst.src.take_runs().unwrap_or_default();
             gather::resolve(
-                &dev.objs.mkeys,
-                &mut dev.iommu,
+                &dp.objs.mkeys,
+                dp.io.dma,
                 (c.pd, c.qpn),
                 w.sges,
                 (u64::from(off), bytes as usize),
@@ -749,14 +682,14 @@ fn send_burst(
     };
     let Some(src) = src else {
         // Refused (the per-packet path reports why): the box goes back for the next burst.
-        dev.tp.burst_spare.push(burst);
+        dp.tp.burst_spare.push(burst);
         return None;
     };
     burst.src = src;
     // A payload by reference holds its QP's count of bursts in flight (`frame::BurstReads`),
     // so that a flush of the QP waits for its read; an inline one needs none.
     burst.hold = match burst.src {
-        Payload::Host(_) => Some(dev.tp.ledger.hold_read(c.qpn)),
+        Payload::Host(_) => Some(dp.tp.ledger.hold_read(c.qpn)),
         Payload::Inline(_) => None,
     };
     burst.ip = ip;
@@ -776,7 +709,7 @@ fn send_burst(
     let behind =
         u32::try_from(psn_diff(req.max_psn, first_psn).clamp(0, count as i32)).unwrap_or(0);
     if behind > 0 {
-        count_retransmits(dev, c.qpn, u64::from(behind));
+        count_retransmits(dp, c.qpn, u64::from(behind));
     }
     if behind < count {
         req.max_psn = psn_add(first_psn, count);
@@ -802,24 +735,24 @@ fn send_burst(
     };
     burst.ack_req = ack_req;
     // Only the first packet (RETH) and the last (shorter) can differ from the middle ones.
-    let mut wire = dev.tp.len_memo.write_len(&burst, 0);
+    let mut wire = dp.tp.len_memo.write_len(&burst, 0);
     if count > 1 {
-        wire += dev.tp.len_memo.write_len(&burst, count - 1);
+        wire += dp.tp.len_memo.write_len(&burst, count - 1);
     }
     if count > 2 {
-        wire += u64::from(count - 2) * dev.tp.len_memo.write_len(&burst, 1);
+        wire += u64::from(count - 2) * dp.tp.len_memo.write_len(&burst, 1);
     }
     burst.wire_len = wire;
-    dev.counters.port_xmit_packets += u64::from(count);
-    dev.counters.port_xmit_data += wire;
+    dp.io.counters.port_xmit_packets += u64::from(count);
+    dp.io.counters.port_xmit_data += wire;
     if req.ack_deadline.is_none() {
-        req.ack_deadline = c.ack_timeout.map(|t| dev.now.saturating_add(t));
+        req.ack_deadline = c.ack_timeout.map(|t| dp.io.now.saturating_add(t));
     }
     req.psn = psn_add(first_psn, count);
     if !ends {
         req.cur_pkt += count;
     }
-    dev.tp.tx.push_back(Frame::Burst(burst));
+    dp.tp.tx.push_back(Frame::Burst(burst));
     Some(ends)
 }
 
@@ -863,8 +796,8 @@ fn train_wait(mtu: u32, req: &ReqState, len: u32, count: u32) -> bool {
     count == 0 && req.cur_pkt.saturating_mul(mtu.max(1)) < len
 }
 
-fn count_retransmits(dev: &mut Device, qpn: u32, n: u64) {
-    count(dev, qpn, |k| k.retransmits += n);
+fn count_retransmits(dp: &mut DataPath<'_>, qpn: u32, n: u64) {
+    count(dp, qpn, |k| k.retransmits += n);
 }
 
 /// The last packet of `wqes[cur]` went out: on to the next WQE.
@@ -900,7 +833,7 @@ fn rc_opcode(w: &SendWqe, first: bool, last: bool) -> (BthOpcode, bool, bool) {
 }
 
 /// The one packet of a UD send; it completes as soon as it is sent (UD has no ACKs).
-fn send_ud(dev: &mut Device, c: &Ctx, req: &mut ReqState) -> Result<(), CqeSyndrome> {
+fn send_ud(dp: &mut DataPath<'_>, c: &Ctx, req: &mut ReqState) -> Result<(), CqeSyndrome> {
     let cur = req.cur;
     let Some(w) = req.wqes.get(cur).cloned() else {
         return Ok(());
@@ -908,7 +841,7 @@ fn send_ud(dev: &mut Device, c: &Ctx, req: &mut ReqState) -> Result<(), CqeSyndr
     let Some(ud) = w.ud else {
         return Err(CqeSyndrome::LOCAL_QP_OP_ERR);
     };
-    let data = payload(dev, c, &w, 0, w.len)?;
+    let data = payload(dp, c, &w, 0, w.len)?;
     // A Q_Key with its high bit set means "use the QP's Q_Key" (IBTA §10.2.5 C10-15; rdma-core
     // leaves the choice to the device by copying the WR's value).
     let qkey = if ud.qkey & 0x8000_0000 != 0 {
@@ -941,7 +874,7 @@ fn send_ud(dev: &mut Device, c: &Ctx, req: &mut ReqState) -> Result<(), CqeSyndr
     let udc = Ctx { path, ..c.clone() };
     let psn = req.psn;
     emit(
-        dev,
+        dp,
         &udc,
         req,
         bth(op, ud.dqpn, psn, false, w.solicited),
@@ -959,9 +892,9 @@ fn send_ud(dev: &mut Device, c: &Ctx, req: &mut ReqState) -> Result<(), CqeSyndr
 /// Runs expired timers: RNR waits end (resend from the NAKed PSN), ACK timeouts retransmit
 /// from the oldest unacknowledged PSN or, with no retry left, fail the oldest WQE with
 /// TRANSPORT_RETRY_EXC_ERR.
-pub(crate) fn run_timers(dev: &mut Device) -> bool {
-    let now = dev.now;
-    let due: Vec<u32> = dev
+pub(crate) fn run_timers(dp: &mut DataPath<'_>) -> bool {
+    let now = dp.io.now;
+    let due: Vec<u32> = dp
         .objs
         .qps
         .iter()
@@ -970,10 +903,10 @@ pub(crate) fn run_timers(dev: &mut Device) -> bool {
         .collect();
     let mut any = false;
     for qpn in due {
-        let Some(c) = ctx(dev, qpn) else {
+        let Some(c) = ctx(dp, qpn) else {
             continue;
         };
-        let Some(mut req) = take(dev, qpn) else {
+        let Some(mut req) = take(dp, qpn) else {
             continue;
         };
         any = true;
@@ -986,14 +919,14 @@ pub(crate) fn run_timers(dev: &mut Device) -> bool {
         if req.ack_deadline.is_some_and(|t| t <= now) {
             req.ack_deadline = None;
             if req.outstanding() && req.rnr_wait.is_none() {
-                count(dev, qpn, |k| k.local_ack_timeout_err += 1);
+                count(dp, qpn, |k| k.local_ack_timeout_err += 1);
                 if use_retry(&mut req.retries, c.retry_count) {
-                    count(dev, qpn, |k| k.completer_retry_err += 1);
+                    count(dp, qpn, |k| k.completer_retry_err += 1);
                     req.retrying = true;
                     let una = req.una;
                     rewind(&mut req, una);
                 } else {
-                    count(dev, qpn, |k| k.retry_exceeded_err += 1);
+                    count(dp, qpn, |k| k.retry_exceeded_err += 1);
                     if let Some(w) = req
                         .wqes
                         .iter_mut()
@@ -1004,16 +937,16 @@ pub(crate) fn run_timers(dev: &mut Device) -> bool {
                 }
             }
         }
-        let to_err = complete_ready(dev, &c, &mut req);
-        restore(dev, qpn, req, to_err);
-        pump(dev, qpn);
+        let to_err = complete_ready(dp, &c, &mut req);
+        restore(dp, qpn, req, to_err);
+        pump(dp, qpn);
     }
     any
 }
 
 /// Continues held-back sending: fetches WQEs posted before the QP reached RTS, and sends what
 /// the window and limits now allow. True if a packet went out.
-pub(crate) fn resume(dev: &mut Device) -> bool {
+pub(crate) fn resume(dp: &mut DataPath<'_>) -> bool {
     // A QP with no fetched WQE and nothing left to fetch has nothing to resume (`pump` would
     // find no WQE and stall): skipping it keeps an idle device's step free of work. The QPs
     // are visited in number order by a cursor (no list is collected: a scan allocates
@@ -1021,7 +954,7 @@ pub(crate) fn resume(dev: &mut Device) -> bool {
     let mut from = 0u32;
     let mut sent = false;
     loop {
-        let next = dev
+        let next = dp
             .objs
             .qps
             .iter_from(from)
@@ -1031,12 +964,12 @@ pub(crate) fn resume(dev: &mut Device) -> bool {
             return sent;
         };
         if fresh {
-            if let Some(qp) = dev.objs.qps.get_mut(qpn) {
+            if let Some(qp) = dp.objs.qps.get_mut(qpn) {
                 qp.req.fresh = false;
+                crate::engine::fetch(qp, &dp.profile.caps, &mut dp.io, dp.bf_spare, None);
             }
-            crate::engine::fetch(dev, qpn, None);
         }
-        sent |= pump(dev, qpn);
+        sent |= pump(dp, qpn);
         let Some(after) = qpn.checked_add(1) else {
             return sent;
         };
@@ -1045,7 +978,7 @@ pub(crate) fn resume(dev: &mut Device) -> bool {
 }
 
 /// Whether `qp` has a retransmit or RNR timer expired by `now` (what `run_timers` acts on).
-pub(crate) fn timer_due(qp: &crate::objects::Qp, now: u64) -> bool {
+pub(crate) fn timer_due(qp: &Qp, now: u64) -> bool {
     qp.req.rnr_wait.is_some_and(|(t, _)| t <= now) || qp.req.ack_deadline.is_some_and(|t| t <= now)
 }
 
@@ -1056,7 +989,7 @@ pub(crate) fn timer_due(qp: &crate::objects::Qp, now: u64) -> bool {
 /// usual state between a WRITE and its ACK) has none: `pump` would find nothing to send
 /// (`cur` is past the queue) and nothing to complete (`complete_ready` stops at a head that
 /// is started, not done and not failed, and leaves the timer alone while it is outstanding).
-pub(crate) fn has_work(qp: &crate::objects::Qp) -> bool {
+pub(crate) fn has_work(qp: &Qp) -> bool {
     let req = &qp.req;
     let waiting = req.cur >= req.wqes.len()
         && req
@@ -1067,11 +1000,11 @@ pub(crate) fn has_work(qp: &crate::objects::Qp) -> bool {
 }
 
 /// The earliest pending timer.
-pub(crate) fn next_deadline(dev: &Device) -> Option<u64> {
+pub(crate) fn next_deadline(qps: &Table<Qp>) -> Option<u64> {
     // One pass, no iterator chains per QP: every run to idle of an inline doorbell asks.
     let mut next = u64::MAX;
     let mut any = false;
-    for (_, qp) in dev.objs.qps.iter() {
+    for (_, qp) in qps.iter() {
         if let Some(t) = qp.req.ack_deadline {
             next = next.min(t);
             any = true;
