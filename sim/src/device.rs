@@ -23,7 +23,7 @@ use bypass_hw::init_seg::{self as iseg, NicInterface};
 use crate::bar0::{Bar0, Written};
 use crate::counters::Counters;
 use crate::events::Completions;
-use crate::firmware::Firmware;
+use crate::firmware::{Firmware, Hca, Stage};
 use crate::frame::Frame;
 use crate::io::Io;
 use crate::iommu::Iommu;
@@ -109,46 +109,53 @@ impl Device {
         self.comp.raised(vector)
     }
 
-    /// DMA, counters, trace and time, lent to a part.
-    #[inline]
-    pub(crate) fn io(&mut self) -> Io<'_> {
-        Io {
-            dma: &mut self.iommu,
-            counters: &mut self.counters,
-            trace: &mut self.trace,
-            now: self.now,
+    /// Moves QP `qpn` to `to`, tracing the change; entering ERR flushes both its queues.
+    #[cfg(test)]
+    pub(crate) fn set_qp_state(&mut self, qpn: u32, to: bypass_hw::cmd::qp::QpState) {
+        self.data_path().set_qp_state(qpn, to);
+    }
+
+    /// The parts a command works on, lent to the firmware for one command doorbell.
+    pub(crate) fn hca(&mut self) -> Hca<'_> {
+        Hca {
+            fw: &mut self.fw,
+            objs: &mut self.objs,
+            comp: &mut self.comp,
+            profile: &self.profile,
+            io: Io {
+                dma: &mut self.iommu,
+                counters: &mut self.counters,
+                trace: &mut self.trace,
+                now: self.now,
+            },
+            dp: &mut self.tp,
+            cmdq: self.bar.cmdq_addr(),
         }
     }
 
-    /// Counts and traces a DMA the IOMMU refused.
-    pub(crate) fn dma_fault(&mut self, f: crate::iommu::DmaFault) {
-        self.io().dma_fault(f);
+    /// The firmware's bring-up stage.
+    pub fn firmware_stage(&self) -> Stage {
+        self.fw.stage
     }
 
-    /// [`Completions::post_event`].
-    pub(crate) fn post_event(
-        &mut self,
-        t: bypass_hw::eqe::EventType,
-        sub_type: u8,
-        data: &[u8; bypass_hw::eqe::EQE_DATA_LEN],
-    ) -> bool {
+    /// Pages the firmware holds (given by MANAGE_PAGES and not yet taken back).
+    pub fn firmware_pages(&self) -> usize {
+        self.fw.pages.len()
+    }
+
+    /// Test hook: the firmware asks for `n` more pages (positive) or offers `-n` back
+    /// (negative), as firmware does at run time. Posts a PAGE_REQUEST event (function 0,
+    /// signed count; kernel `struct mlx5_eqe_page_req`) to the EQ that subscribed to it and
+    /// makes QUERY_PAGES REGULAR report the count until the driver gives or takes the pages.
+    /// Ignored unless the HCA is initialized.
+    pub fn request_pages(&mut self, n: i32) {
         let mut io = Io {
             dma: &mut self.iommu,
             counters: &mut self.counters,
             trace: &mut self.trace,
             now: self.now,
         };
-        self.comp.post_event(&mut io, t, sub_type, data)
-    }
-
-    /// True if some EQ receives events of type `t`.
-    pub(crate) fn event_subscribed(&self, t: bypass_hw::eqe::EventType) -> bool {
-        self.comp.event_subscribed(t)
-    }
-
-    /// Moves QP `qpn` to `to`, tracing the change; entering ERR flushes both its queues.
-    pub(crate) fn set_qp_state(&mut self, qpn: u32, to: bypass_hw::cmd::qp::QpState) {
-        self.data_path().set_qp_state(qpn, to);
+        crate::firmware::pages::request_pages(&mut self.fw, &mut self.comp, &mut io, n);
     }
 
     /// The data path's parts, lent for one doorbell, packet or scan.
@@ -184,6 +191,7 @@ impl Device {
     }
 
     /// The command queue's IOVA, as the driver wrote it.
+    #[cfg(test)]
     pub(crate) fn cmdq_addr(&self) -> u64 {
         self.bar.cmdq_addr()
     }
@@ -244,7 +252,7 @@ impl Device {
         match self.bar.write(&self.profile, &self.objs.uars, offset, data) {
             Ok(Written::Done) => Ok(()),
             Ok(Written::NicDisabled) => {
-                crate::firmware::nic_disabled(self);
+                crate::firmware::nic_disabled(&mut self.hca());
                 Ok(())
             }
             Err(e) => Err(self.reject(offset, data.len(), e)),
@@ -296,7 +304,7 @@ impl Device {
 
     fn step_inner(&mut self, force_scan: bool) -> bool {
         let mut progress =
-            self.tp.ledger.commands_waiting() && crate::firmware::retry_waiting(self);
+            self.tp.ledger.commands_waiting() && crate::firmware::retry_waiting(&mut self.hca());
         while let Some(db) = self.bar.take() {
             progress = true;
             self.ring(db);
@@ -338,7 +346,7 @@ impl Device {
     /// now, if a command that waited for a QP's bursts can run.
     pub fn next_deadline(&self) -> Option<u64> {
         let timer = crate::transport::next_deadline(&self.objs.qps, &self.tp.ledger, self.now);
-        if self.tp.ledger.commands_waiting() && crate::firmware::waiting_ready(self) {
+        if self.tp.ledger.commands_waiting() && self.tp.ledger.command_ready() {
             return Some(timer.map_or(self.now, |t| t.min(self.now)));
         }
         timer
@@ -456,7 +464,7 @@ impl Device {
 
     fn ring(&mut self, db: Doorbell) {
         match db {
-            Doorbell::Command(slots) => crate::firmware::process(self, slots),
+            Doorbell::Command(slots) => crate::firmware::process(&mut self.hca(), slots),
             Doorbell::Send { uar, ctrl } => {
                 crate::transport::doorbell(&mut self.data_path(), uar, ctrl, None);
             }

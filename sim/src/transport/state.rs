@@ -9,13 +9,17 @@ use std::collections::VecDeque;
 
 use bypass_hw::cmd::qp::QpState;
 
+use super::requester::state::ReqState;
+use super::responder::state::RespState;
 use crate::engine::ledger::Ledger;
 use crate::events::Completions;
+use crate::firmware::QpControl;
 use crate::frame::{Burst, Frame, LenMemo, TxTrains};
 use crate::io::Io;
 use crate::iommu::HostRun;
-use crate::objects::Objects;
+use crate::objects::{Objects, Qp};
 use crate::profile::Profile;
+use crate::table::Table;
 
 /// The most burst boxes a device keeps for reuse ([`Transport::recycle_burst`]).
 const BURST_SPARES: usize = 8;
@@ -119,5 +123,52 @@ impl DataPath<'_> {
     #[inline]
     pub(crate) fn owns_gid(&mut self, gid: &[u8; 16]) -> bool {
         self.tp.owns_gid(self.profile, gid)
+    }
+}
+
+/// The firmware's way into the data path (`firmware::QpControl`).
+impl QpControl for Transport {
+    fn set_state(
+        &mut self,
+        qps: &mut Table<Qp>,
+        comp: &mut Completions,
+        io: &mut Io<'_>,
+        qpn: u32,
+        to: QpState,
+    ) {
+        crate::engine::set_qp_state(qps, comp, &mut self.ledger, io, qpn, to);
+    }
+
+    fn reset(&mut self, qps: &mut Table<Qp>, comp: &mut Completions, io: &mut Io<'_>, qpn: u32) {
+        self.ledger.post_held(qps, comp, io, qpn);
+        crate::engine::set_qp_state(qps, comp, &mut self.ledger, io, qpn, QpState::Rst);
+        if let Some(qp) = qps.get_mut(qpn) {
+            qp.sq_ci = 0;
+            qp.rq_ci = 0;
+            qp.req = ReqState::default();
+            qp.resp = RespState::default();
+            qp.headers = None;
+        }
+        self.ledger.drop_held(qpn);
+    }
+
+    fn bursts_in_flight(&self, qpn: u32) -> bool {
+        self.ledger.reads_in_flight(qpn)
+    }
+
+    fn hold_command(&mut self, slot: u8, qpn: u32) {
+        self.ledger.wait_command(slot, qpn);
+    }
+
+    fn next_command(&mut self, at: &mut usize) -> Option<u8> {
+        self.ledger.next_command(at)
+    }
+
+    fn forget(&mut self, qpn: u32) {
+        self.ledger.forget(qpn);
+    }
+
+    fn forget_all(&mut self) {
+        self.ledger.forget_all();
     }
 }

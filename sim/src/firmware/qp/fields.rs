@@ -13,7 +13,7 @@ use super::{
     SYND_PKEY_INDEX, SYND_PORT, SYND_RAE_NO_ATOMIC, SYND_RRA_MAX, SYND_SRA_MAX, SYND_SRQN,
     bad_param, fail, over_limit,
 };
-use crate::device::Device;
+use crate::events::Completions;
 use crate::firmware::CmdError;
 use crate::objects::QpAttrs;
 use crate::profile::Profile;
@@ -219,13 +219,14 @@ pub(super) fn rtr2rts(
 /// The optional parameters whose bits are set (the table has already refused the others).
 /// Returns a new receive CQ when `CQN_RCV` names one.
 pub(super) fn optional(
-    dev: &Device,
+    comp: &Completions,
+    profile: &Profile,
     opt: OptParamMask,
     q: &Qpc<&[u8]>,
     a: &mut QpAttrs,
     s: &mut Qpc<&mut [u8]>,
 ) -> Result<Option<u32>, CmdError> {
-    let p = &dev.profile;
+    let p = &profile;
     if opt.contains(OptParamMask::RRE) {
         a.rre = q.rre() != 0;
         put(s.set_rre(q.rre()));
@@ -284,7 +285,7 @@ pub(super) fn optional(
     let mut cqn_rcv = None;
     if opt.contains(OptParamMask::CQN_RCV) {
         let cqn = q.cqn_rcv();
-        if !dev.comp.cqs.contains(cqn) {
+        if !comp.cqs.contains(cqn) {
             return Err(fail(CmdStatus::BAD_RES_ERR, SYND_NO_CQ_RCV));
         }
         put(s.set_cqn_rcv(cqn));

@@ -33,9 +33,13 @@ use super::fields::{init2rtr_rc, init2rtr_ud, optional, rst2init, rtr2rts};
 use super::{
     SYND_BAD_QP_STATE, SYND_INPUT_LEN, SYND_NO_QP, SYND_OPT_PARAM, bad_param, fail, optpar,
 };
-use crate::device::Device;
+use crate::events::Completions;
+use crate::firmware::QpControl;
 use crate::firmware::{CmdError, CmdResult};
-use crate::objects::QpAttrs;
+use crate::io::Io;
+use crate::objects::Objects;
+use crate::objects::{Qp, QpAttrs};
+use crate::profile::Profile;
 use crate::transport::requester::state::ReqState;
 use crate::transport::responder::state::RespState;
 
@@ -106,14 +110,16 @@ struct Update {
 
 /// One modify command.
 pub(super) fn modify_qp(
-    dev: &mut Device,
+    objs: &mut Objects,
+    comp: &mut Completions,
+    profile: &Profile,
+    io: &mut Io<'_>,
+    dp: &mut dyn QpControl,
     op: Opcode,
     input: &[u8],
-    _output: &mut [u8],
 ) -> CmdResult {
     let m = parse(op, input)?;
-    let qp = dev
-        .objs
+    let qp = objs
         .qps
         .get(m.qpn)
         .ok_or(fail(CmdStatus::BAD_RES_ERR, SYND_NO_QP))?;
@@ -129,16 +135,16 @@ pub(super) fn modify_qp(
     match op {
         Opcode::QP_2ERR => {
             // Flushes every outstanding WQE of both queues with WR_FLUSH_ERR.
-            dev.set_qp_state(qpn, QpState::Err);
+            dp.set_state(&mut objs.qps, comp, io, qpn, QpState::Err);
         }
-        Opcode::QP_2RST => to_reset(dev, qpn),
+        Opcode::QP_2RST => to_reset(objs, comp, io, dp, qpn),
         _ => {
             let q = Qpc::wrap_unchecked(&m.qpc[..]);
-            let up = plan(dev, op, qp.st, &qp.attrs, &qp.qpc, &q, opt)?;
+            let up = plan(comp, profile, op, qp, &q, opt)?;
             if let Some(new_rcv) = up.cqn_rcv {
-                move_rcv_cq(dev, qpn, new_rcv);
+                move_rcv_cq(objs, comp, qpn, new_rcv);
             }
-            let Some(qp) = dev.objs.qps.get_mut(qpn) else {
+            let Some(qp) = objs.qps.get_mut(qpn) else {
                 return Err(fail(CmdStatus::BAD_RES_ERR, SYND_NO_QP));
             };
             qp.attrs = up.attrs;
@@ -151,7 +157,7 @@ pub(super) fn modify_qp(
                 Opcode::RTR2RTS_QP => qp.req = ReqState::new(qp.attrs.sq_psn),
                 _ => {}
             }
-            dev.set_qp_state(qpn, to);
+            dp.set_state(&mut objs.qps, comp, io, qpn, to);
         }
     }
     Ok(())
@@ -161,35 +167,24 @@ pub(super) fn modify_qp(
 /// simply forgotten (PRM; the kernel cleans the CQs itself, `mlx5_ib_modify_qp` →
 /// `__mlx5_ib_cq_clean` on a move to RESET), counters and transport state start over, and the
 /// attributes the transitions set are cleared.
-fn to_reset(dev: &mut Device, qpn: u32) {
-    // Error CQEs held for the QP's bursts (`engine::ledger`) are written first: a NIC wrote
-    // them when the QP entered ERR, before this command, which waited for those bursts to be
-    // read (`firmware::cmdq::waits_for`). Anything else waiting is forgotten with the rest.
-    {
-        let mut io = crate::io::Io {
-            dma: &mut dev.iommu,
-            counters: &mut dev.counters,
-            trace: &mut dev.trace,
-            now: dev.now,
-        };
-        dev.tp
-            .ledger
-            .post_held(&mut dev.objs.qps, &mut dev.comp, &mut io, qpn);
-    }
-    dev.set_qp_state(qpn, QpState::Rst);
-    let Some(qp) = dev.objs.qps.get_mut(qpn) else {
+fn to_reset(
+    objs: &mut Objects,
+    comp: &mut Completions,
+    io: &mut Io<'_>,
+    dp: &mut dyn QpControl,
+    qpn: u32,
+) {
+    // The data path writes the error CQEs held for the QP's bursts first (a NIC wrote them
+    // when the QP entered ERR, before this command, which waited for those bursts to be read:
+    // `firmware::cmdq::waits_for`), then forgets the rest with the QP's transport state.
+    dp.reset(&mut objs.qps, comp, io, qpn);
+    let Some(qp) = objs.qps.get_mut(qpn) else {
         return;
     };
-    qp.sq_ci = 0;
-    qp.rq_ci = 0;
-    qp.req = ReqState::default();
-    qp.resp = RespState::default();
     qp.attrs = QpAttrs::default();
-    qp.headers = None;
     if let Ok(mut s) = Qpc::new_checked(&mut qp.qpc[..]) {
         clear_transition_fields(&mut s);
     }
-    dev.tp.ledger.drop_held(qpn);
 }
 
 /// Zeroes the `qpc` fields the modify commands set (so QUERY_QP after 2RST shows none).
@@ -214,35 +209,34 @@ fn clear_transition_fields(s: &mut Qpc<&mut [u8]>) {
 }
 
 /// Moves QP `qpn`'s receive CQ to `cqn`, moving the users count with it.
-fn move_rcv_cq(dev: &mut Device, qpn: u32, cqn: u32) {
-    let Some(qp) = dev.objs.qps.get_mut(qpn) else {
+fn move_rcv_cq(objs: &mut Objects, comp: &mut Completions, qpn: u32, cqn: u32) {
+    let Some(qp) = objs.qps.get_mut(qpn) else {
         return;
     };
     let old = core::mem::replace(&mut qp.cqn_rcv, cqn);
-    if let Some(cq) = dev.comp.cqs.get_mut(old) {
+    if let Some(cq) = comp.cqs.get_mut(old) {
         cq.users = cq.users.saturating_sub(1);
     }
-    if let Some(cq) = dev.comp.cqs.get_mut(cqn) {
+    if let Some(cq) = comp.cqs.get_mut(cqn) {
         cq.users = cq.users.saturating_add(1);
     }
 }
 
 /// Computes a long transition's [`Update`] from the input `q`, or the error that refuses it.
 fn plan(
-    dev: &Device,
+    comp: &Completions,
+    profile: &Profile,
     op: Opcode,
-    st: u8,
-    attrs: &QpAttrs,
-    stored: &[u8],
+    qp: &Qp,
     q: &Qpc<&[u8]>,
     opt: OptParamMask,
 ) -> Result<Update, CmdError> {
-    let mut a = attrs.clone();
-    let mut raw = stored.to_vec();
+    let mut a = qp.attrs.clone();
+    let mut raw = qp.qpc.clone();
     raw.resize(QPC_LEN.max(raw.len()), 0);
     let mut s = Qpc::wrap_unchecked(&mut raw[..]);
-    let p = &dev.profile;
-    let rc = st == service_type::RC;
+    let p = profile;
+    let rc = qp.st == service_type::RC;
     match op {
         Opcode::RST2INIT_QP => rst2init(p, rc, q, &mut a, &mut s)?,
         Opcode::INIT2RTR_QP if rc => init2rtr_rc(p, q, &mut a, &mut s)?,
@@ -251,7 +245,7 @@ fn plan(
         // INIT2INIT, RTS2RTS, SQERR2RTS, SQD_RTS: optional parameters only.
         _ => {}
     }
-    let cqn_rcv = optional(dev, opt, q, &mut a, &mut s)?;
+    let cqn_rcv = optional(comp, profile, opt, q, &mut a, &mut s)?;
     Ok(Update {
         attrs: a,
         qpc: raw,

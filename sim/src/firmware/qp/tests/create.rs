@@ -6,6 +6,7 @@ use bypass_hw::cmd::qp::{CreateQpIn, QpState, QueryQpOut, service_type};
 use bypass_hw::syndrome::CmdStatus;
 
 use super::{Rig, assert_fails, out_qpc};
+use super::{create_qp, modify_qp};
 use crate::firmware::qp::*;
 use crate::memory::PAGE_SIZE;
 use crate::objects::QpAttrs;
@@ -234,23 +235,18 @@ fn short_inputs_and_outputs_are_refused_not_trusted() {
     let mut r = Rig::new();
     let mut out = vec![0u8; 0x10];
     assert_fails(
-        crate::firmware::qp::create_qp(&mut r.host.dev, &[0u8; 0x10], &mut out),
+        create_qp(&mut r.host.dev, &[0u8; 0x10], &mut out),
         CmdStatus::BAD_INP_LEN_ERR,
         SYND_INPUT_LEN,
     );
     let input = r.create_in(service_type::RC, 2, &|_| {});
     assert_fails(
-        crate::firmware::qp::create_qp(&mut r.host.dev, &input, &mut [0u8; 4]),
+        create_qp(&mut r.host.dev, &input, &mut [0u8; 4]),
         CmdStatus::BAD_OUTP_LEN_ERR,
         SYND_OUTPUT_LEN,
     );
     assert_fails(
-        crate::firmware::qp::modify_qp(
-            &mut r.host.dev,
-            Opcode::RST2INIT_QP,
-            &[0u8; 0x10],
-            &mut out,
-        ),
+        modify_qp(&mut r.host.dev, Opcode::RST2INIT_QP, &[0u8; 0x10], &mut out),
         CmdStatus::BAD_INP_LEN_ERR,
         SYND_INPUT_LEN,
     );

@@ -7,6 +7,7 @@ use bypass_hw::syndrome::CmdStatus;
 use proptest::prelude::*;
 
 use super::{Rig, assert_fails, good_fields, out_qpc};
+use super::{create_qp, destroy_qp, modify_qp, query_qp};
 use crate::firmware::qp::*;
 use crate::objects::QpAttrs;
 use crate::profile::Profile;
