@@ -16,6 +16,7 @@
 pub(crate) mod bringup;
 pub(crate) mod caps;
 pub(crate) mod cmdq;
+pub(crate) mod command;
 pub(crate) mod cq_eq;
 pub(crate) mod pages;
 pub(crate) mod qp;
@@ -26,15 +27,13 @@ pub(crate) mod vport;
 use bypass_hw::cmd::{MboxIn, MboxOut, Opcode};
 use bypass_hw::syndrome::CmdStatus;
 
-use bypass_hw::cmd::qp::QpState;
-
 use crate::events::Completions;
 use crate::io::Io;
-use crate::objects::{Objects, Qp};
+use crate::objects::Objects;
 use crate::profile::Profile;
-use crate::table::Table;
 
 pub(crate) use cmdq::{process, retry_waiting};
+pub(crate) use command::{CmdError, CmdResult, QpControl};
 
 /// Where the function is in its life (PRM "HCA bring-up"; kernel `mlx5_function_setup`,
 /// rdma-core `mlx5_vfio_setup_function`).
@@ -115,34 +114,6 @@ impl Firmware {
     }
 }
 
-/// What the firmware asks of the data path, and its only way in: QP state changes with the
-/// flushes they imply, a QP's reset, and the bursts in flight a command must wait for
-/// (`engine::ledger`). Implemented by the transport engine.
-pub(crate) trait QpControl {
-    /// Moves QP `qpn` to `to`; entering ERR flushes both its queues.
-    fn set_state(
-        &mut self,
-        qps: &mut Table<Qp>,
-        comp: &mut Completions,
-        io: &mut Io<'_>,
-        qpn: u32,
-        to: QpState,
-    );
-    /// 2RST_QP: writes the error CQEs held for the QP's (read) bursts, moves it to RESET and
-    /// forgets its transport state and work queue counters.
-    fn reset(&mut self, qps: &mut Table<Qp>, comp: &mut Completions, io: &mut Io<'_>, qpn: u32);
-    /// True if a by-reference burst of QP `qpn` still reads its memory.
-    fn bursts_in_flight(&self, qpn: u32) -> bool;
-    /// Keeps the command in `slot` until no burst of QP `qpn` reads its memory.
-    fn hold_command(&mut self, slot: u8, qpn: u32);
-    /// The next held command, from position `*at` on, that may run now (slot order).
-    fn next_command(&mut self, at: &mut usize) -> Option<u8>;
-    /// QP `qpn` was destroyed.
-    fn forget(&mut self, qpn: u32);
-    /// Every QP was destroyed.
-    fn forget_all(&mut self);
-}
-
 /// The parts a command works on, lent by the device for one command doorbell: the
 /// firmware's own state, the object tables, the completions, the profile, host memory, the
 /// data path's interface, and the command queue's address.
@@ -162,51 +133,6 @@ pub(crate) struct Hca<'a> {
     /// The command queue's IOVA, as the driver wrote it into the init segment.
     pub(crate) cmdq: u64,
 }
-
-/// Why a command failed: the status and syndrome its output header carries.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct CmdError {
-    /// `mbox_out.status`.
-    pub status: CmdStatus,
-    /// `mbox_out.syndrome`.
-    pub syndrome: u32,
-}
-
-impl CmdError {
-    /// A failure with `status` and `syndrome`.
-    pub(crate) const fn new(status: CmdStatus, syndrome: u32) -> Self {
-        Self { status, syndrome }
-    }
-    /// BAD_PARAM with `syndrome`.
-    pub(crate) const fn param(syndrome: u32) -> Self {
-        Self::new(CmdStatus::BAD_PARAM_ERR, syndrome)
-    }
-    /// BAD_RES with `syndrome`.
-    pub(crate) const fn res(syndrome: u32) -> Self {
-        Self::new(CmdStatus::BAD_RES_ERR, syndrome)
-    }
-    /// RES_BUSY with `syndrome`.
-    pub(crate) const fn busy(syndrome: u32) -> Self {
-        Self::new(CmdStatus::RES_BUSY, syndrome)
-    }
-    /// LIM_ERR with `syndrome`.
-    pub(crate) const fn lim(syndrome: u32) -> Self {
-        Self::new(CmdStatus::LIM_ERR, syndrome)
-    }
-    /// BAD_SYS_STATE with `syndrome`.
-    pub(crate) const fn state(syndrome: u32) -> Self {
-        Self::new(CmdStatus::BAD_SYS_STATE_ERR, syndrome)
-    }
-    /// BAD_INP_LEN with `syndrome`.
-    pub(crate) const fn inlen(syndrome: u32) -> Self {
-        Self::new(CmdStatus::BAD_INP_LEN_ERR, syndrome)
-    }
-}
-
-/// A command handler's result. Handlers get the whole input (header included) and an output
-/// buffer already sized to the opcode's output layout and zeroed; they fill the fields after
-/// the header, and the dispatcher writes status and syndrome.
-pub(crate) type CmdResult = Result<(), CmdError>;
 
 /// What the dispatcher did with one command, for the trace.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

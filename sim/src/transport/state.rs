@@ -13,7 +13,7 @@ use super::requester::state::ReqState;
 use super::responder::state::RespState;
 use crate::engine::ledger::Ledger;
 use crate::events::Completions;
-use crate::firmware::QpControl;
+use crate::firmware::command::QpControl;
 use crate::frame::{Burst, Frame, LenMemo, TxTrains};
 use crate::io::Io;
 use crate::iommu::HostRun;

@@ -27,8 +27,7 @@ use super::{
 };
 use crate::buffer::PageList;
 use crate::events::Completions;
-use crate::firmware::QpControl;
-use crate::firmware::{CmdError, CmdResult};
+use crate::firmware::command::{CmdError, CmdResult, QpControl};
 use crate::objects::Objects;
 use crate::objects::{Qp, QpAttrs, WqGeometry};
 use crate::profile::Profile;

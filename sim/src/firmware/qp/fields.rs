@@ -14,7 +14,7 @@ use super::{
     bad_param, fail, over_limit,
 };
 use crate::events::Completions;
-use crate::firmware::CmdError;
+use crate::firmware::command::CmdError;
 use crate::objects::QpAttrs;
 use crate::profile::Profile;
 

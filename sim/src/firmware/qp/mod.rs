@@ -30,9 +30,9 @@ mod tests;
 use bypass_hw::cmd::Opcode;
 use bypass_hw::syndrome::CmdStatus;
 
-use super::{CmdError, CmdResult};
 use crate::events::Completions;
-use crate::firmware::QpControl;
+use crate::firmware::command::QpControl;
+use crate::firmware::command::{CmdError, CmdResult};
 use crate::io::Io;
 use crate::objects::Objects;
 use crate::profile::Profile;

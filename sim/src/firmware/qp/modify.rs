@@ -34,8 +34,7 @@ use super::{
     SYND_BAD_QP_STATE, SYND_INPUT_LEN, SYND_NO_QP, SYND_OPT_PARAM, bad_param, fail, optpar,
 };
 use crate::events::Completions;
-use crate::firmware::QpControl;
-use crate::firmware::{CmdError, CmdResult};
+use crate::firmware::command::{CmdError, CmdResult, QpControl};
 use crate::io::Io;
 use crate::objects::Objects;
 use crate::objects::{Qp, QpAttrs};
