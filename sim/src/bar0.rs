@@ -155,9 +155,6 @@ pub(crate) struct Bar0 {
     /// registers (QPs of different threads) may interleave, as on hardware where each half of
     /// each bfreg is a separate write-combining buffer.
     bf_partial: Vec<BfPartial>,
-    /// The buffer of the last BlueFlame WQE the send queue finished with, reused by the next
-    /// (no allocation per BlueFlame post).
-    pub(crate) bf_spare: Vec<u8>,
 }
 
 impl Bar0 {
@@ -185,7 +182,6 @@ impl Bar0 {
             iseg: img,
             doorbells: VecDeque::new(),
             bf_partial: Vec::new(),
-            bf_spare: Vec::new(),
         }
     }
 
@@ -280,19 +276,21 @@ impl Bar0 {
     }
 
     /// Writes `data` at `offset`, inside BAR0 ([`Bar0::check_range`]). Doorbells are latched;
-    /// register writes take effect at once. `uars`: the pages the firmware allocated.
-    #[inline]
+    /// register writes take effect at once. `uars`: the pages the firmware allocated; `spare`:
+    /// the buffer the next BlueFlame WQE is written into (the send queue gives back the last).
+    #[inline(always)]
     pub(crate) fn write(
         &mut self,
         profile: &Profile,
         uars: &Table<Uar>,
+        spare: &mut Vec<u8>,
         offset: u64,
         data: &[u8],
     ) -> Result<Written, MmioError> {
         let page = (offset / uar::ADAPTER_PAGE_SIZE as u64) as u32;
         if page >= profile.first_uar || offset as usize >= iseg::INIT_SEG_LEN {
             return self
-                .uar_write(profile, uars, page, offset, data)
+                .uar_write(profile, uars, spare, page, offset, data)
                 .map(|()| Written::Done);
         }
         let value = match <[u8; 4]>::try_from(data) {
@@ -327,11 +325,12 @@ impl Bar0 {
         Ok(Written::Done)
     }
 
-    #[inline]
+    #[inline(always)]
     fn uar_write(
         &mut self,
         profile: &Profile,
         uars: &Table<Uar>,
+        spare: &mut Vec<u8>,
         page: u32,
         offset: u64,
         data: &[u8],
@@ -376,7 +375,7 @@ impl Bar0 {
                 .contains(&o) =>
             {
                 let within = ((o - uar::BF_OFFSET) % (bf_reg / 2)) as u64;
-                self.bf_write(page, offset, within, data, bf_reg / 2)?;
+                self.bf_write(spare, page, offset, within, data, bf_reg / 2)?;
             }
             _ => return Err(MmioError::NotARegister { offset }),
         }
@@ -386,8 +385,10 @@ impl Bar0 {
     /// A write to a BlueFlame register half. An 8-byte write at its start is a plain doorbell;
     /// 64-byte bursts (rdma-core `mlx5_bf_copy`, `mmio_memcpy_x64`) carry a whole WQE, whose
     /// length the ctrl segment's DS count gives.
+    #[inline(always)]
     fn bf_write(
         &mut self,
+        spare: &mut Vec<u8>,
         page: u32,
         offset: u64,
         within: u64,
@@ -412,7 +413,7 @@ impl Bar0 {
                     // A WQE larger than the BlueFlame buffer cannot have been sent by BlueFlame.
                     return Err(MmioError::NotARegister { offset });
                 }
-                let mut bytes = std::mem::take(&mut self.bf_spare);
+                let mut bytes = std::mem::take(spare);
                 bytes.clear();
                 bytes.extend_from_slice(data);
                 if need == data.len() {

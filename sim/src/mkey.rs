@@ -137,6 +137,7 @@ pub struct Runs<'a> {
 impl Iterator for Runs<'_> {
     type Item = (u64, u64);
 
+    #[inline]
     fn next(&mut self) -> Option<(u64, u64)> {
         if self.at >= self.end {
             return None;

@@ -513,7 +513,7 @@ impl World {
 mod tests {
     use super::*;
     use crate::objects::AddressPath;
-    use crate::transport::wire::{Route, send};
+    use crate::transport::wire::Route;
     use bypass_hw::roce::RocePacket;
     use bypass_hw::roce::ext::Aeth;
     use bypass_hw::roce::{BthFields, BthOpcode, DEFAULT_PKEY, ExtFields};
@@ -537,8 +537,7 @@ mod tests {
             aeth: Some(Aeth::new(AethSyndrome::ACK_UNLIMITED, 0).unwrap()),
             ..Default::default()
         };
-        assert!(send(
-            &mut w.device(from).data_path(),
+        assert!(w.device(from).data_path().send(
             Route {
                 port: 1,
                 path: &path,

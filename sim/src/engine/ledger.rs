@@ -22,6 +22,8 @@ use std::collections::VecDeque;
 use bypass_hw::syndrome::CqeSyndrome;
 use bypass_hw::wqe::WqeOpcode;
 
+use super::cqe::SendCq;
+use crate::counters::Counters;
 use crate::events::Completions;
 use crate::frame::{BurstReads, ReadHold};
 use crate::io::Io;
@@ -196,20 +198,17 @@ impl Ledger {
     /// ERR meanwhile, so no new burst starts).
     pub(crate) fn post_err_when_read(
         &mut self,
-        qps: &mut Table<Qp>,
+        cq: SendCq,
+        qp_counters: &mut Counters,
         comp: &mut Completions,
         io: &mut Io<'_>,
-        qpn: u32,
         e: PendingErr,
     ) {
-        let Some(qp) = qps.get_mut(qpn) else {
-            return;
-        };
-        if self.quiet(qpn) {
-            super::cqe::post_err(qp, comp, io, e.index, e.opcode, e.syndrome);
+        if self.quiet(cq.qpn) {
+            super::cqe::post_err(cq, qp_counters, comp, io, e.index, e.opcode, e.syndrome);
             return;
         }
-        self.hold(qpn, std::iter::once(e));
+        self.hold(cq.qpn, std::iter::once(e));
     }
 
     /// Writes the flush CQEs `errs` of QP `qpn` (SQ order) and then flushes the WQEs posted
@@ -292,8 +291,17 @@ fn post_errs(
     let Some(qp) = qps.get_mut(qpn) else {
         return;
     };
+    let cq = SendCq::of(qp);
     for e in errs {
-        super::cqe::post_err(qp, comp, io, e.index, e.opcode, e.syndrome);
+        super::cqe::post_err(
+            cq,
+            &mut qp.counters,
+            comp,
+            io,
+            e.index,
+            e.opcode,
+            e.syndrome,
+        );
     }
     super::flush_posted(qp, comp, io);
 }

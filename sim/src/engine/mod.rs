@@ -323,8 +323,17 @@ pub(crate) fn flush_posted(qp: &mut Qp, comp: &mut Completions, io: &mut Io<'_>)
         ci = (ci + nbb) & 0xffff;
     }
     qp.sq_ci = ci;
+    let cq = cqe::SendCq::of(qp);
     for (index, opcode) in flushed {
-        cqe::post_err(qp, comp, io, index, opcode, CqeSyndrome::WR_FLUSH_ERR);
+        cqe::post_err(
+            cq,
+            &mut qp.counters,
+            comp,
+            io,
+            index,
+            opcode,
+            CqeSyndrome::WR_FLUSH_ERR,
+        );
     }
 }
 

@@ -52,7 +52,7 @@ pub(crate) fn doorbell(dp: &mut DataPath<'_>, uar: u32, ctrl: [u8; 8], bf: Optio
     }
     match qp.state {
         QpState::Rts => {
-            crate::engine::fetch(qp, &dp.profile.caps, &mut dp.io, dp.bf_spare, bf);
+            crate::engine::fetch(qp, &dp.profile.caps, &mut dp.io, &mut dp.tp.bf_spare, bf);
             requester::pump(dp, qpn);
         }
         // While an SQ flush waits for bursts in flight, the WQEs posted since are flushed
@@ -150,6 +150,7 @@ fn receive_packet(dp: &mut DataPath<'_>, pkt: &RocePacket<'_>, icrc_checked: boo
 /// Processes a burst from an in-process link: applied at once when it is the plain case
 /// (the responder's checks all pass for every packet, see `responder::burst`), else segmented
 /// and processed packet by packet, so every outcome is the per-packet path's.
+#[inline(always)]
 pub(crate) fn receive_burst(dp: &mut DataPath<'_>, b: &Burst) {
     if !dp.io.trace.enabled() && burst_reaches_qp(dp, b) && responder::burst::apply(dp, b) {
         return;
@@ -162,6 +163,7 @@ pub(crate) fn receive_burst(dp: &mut DataPath<'_>, b: &Burst) {
 /// Processes an ACKNOWLEDGE from an in-process link as `receive` processes its bytes (which
 /// always parse and pass the ICRC check): counted, the address and QP checked, handed to the
 /// completer. With a trace to record, it goes through `receive` as bytes.
+#[inline(always)]
 pub(crate) fn receive_ack(dp: &mut DataPath<'_>, a: &AckFrame) {
     if dp.io.trace.enabled() {
         if let Some(bytes) = a.to_wire() {
@@ -212,28 +214,59 @@ fn reaches_rc_qp(dp: &mut DataPath<'_>, ip: &IpSpec, qpn: u32) -> bool {
 ///
 /// The pass is inlined into the step and the work kept out of line: the usual scan finds
 /// nothing to do and should cost only the pass.
-#[inline]
+#[inline(always)]
 pub(crate) fn scan(dp: &mut DataPath<'_>) -> bool {
     // Error CQEs and SQ flushes that waited for bursts in flight (`engine::ledger`), before
     // anything else.
     let flushed =
         dp.tp.ledger.flushes_waiting() && dp.tp.ledger.retry(&mut dp.objs.qps, dp.comp, &mut dp.io);
-    let now = dp.io.now;
+    let due = scan_pass(&dp.objs.qps, dp.io.now);
+    if !due.any() {
+        return flushed;
+    }
+    scan_work(dp, due) | flushed
+}
+
+/// Which of the scan's three kinds of work can be due.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Due {
+    timers: bool,
+    resumable: bool,
+    in_err: bool,
+}
+
+impl Due {
+    /// True if any can be.
+    #[inline(always)]
+    pub(crate) fn any(self) -> bool {
+        self.timers || self.resumable || self.in_err
+    }
+}
+
+/// The scan's pass over the QPs at time `now` ([`scan`]).
+#[inline(always)]
+pub(crate) fn scan_pass(qps: &Table<Qp>, now: u64) -> Due {
     let (mut timers, mut resumable, mut in_err) = (false, false, false);
-    for (_, qp) in dp.objs.qps.iter() {
+    for (_, qp) in qps.iter() {
         timers |= requester::timer_due(qp, now);
         resumable |= requester::has_work(qp);
         in_err |= qp.state == QpState::Err;
     }
-    if !(timers || resumable || in_err) {
-        return flushed;
+    Due {
+        timers,
+        resumable,
+        in_err,
     }
-    scan_work(dp, timers, resumable, in_err) | flushed
 }
 
 /// The work [`scan`] found may be due: timers, held-back sending, receives to flush.
 #[inline(never)]
-fn scan_work(dp: &mut DataPath<'_>, timers: bool, resumable: bool, in_err: bool) -> bool {
+pub(crate) fn scan_work(dp: &mut DataPath<'_>, due: Due) -> bool {
+    let Due {
+        timers,
+        resumable,
+        in_err,
+    } = due;
     let mut any = false;
     if timers {
         any |= requester::run_timers(dp);
@@ -249,6 +282,7 @@ fn scan_work(dp: &mut DataPath<'_>, timers: bool, resumable: bool, in_err: bool)
 
 /// The earliest pending timer; now, if a deferred SQ flush can be written
 /// (`engine::ledger::Ledger::flush_ready`).
+#[inline]
 pub(crate) fn next_deadline(qps: &Table<Qp>, ledger: &Ledger, now: u64) -> Option<u64> {
     let timer = requester::next_deadline(qps);
     if ledger.flushes_waiting() && ledger.flush_ready() {

@@ -54,6 +54,9 @@ pub(crate) struct Transport {
     pub(crate) headers_cache: Option<super::wire::HeadersCache>,
     /// Bursts in flight and what waits for them.
     pub(crate) ledger: Ledger,
+    /// The buffer of the last BlueFlame WQE the send queue finished with, which BAR0 fills
+    /// with the next (no allocation per BlueFlame post).
+    pub(crate) bf_spare: Vec<u8>,
 }
 
 impl Transport {
@@ -73,7 +76,7 @@ impl Transport {
 
     /// Keeps the box of a burst it received for one it sends, its payload let go (no buffer
     /// is kept alive by a spare).
-    #[inline]
+    #[inline(never)]
     pub(crate) fn recycle_burst(&mut self, mut b: Box<Burst>) {
         // Read: its sender's flush may go ahead (`frame::BurstReads`). A box not kept drops,
         // which lets go of the same.
@@ -100,8 +103,6 @@ pub(crate) struct DataPath<'a> {
     pub(crate) tp: &'a mut Transport,
     /// The device's profile (GIDs, capabilities).
     pub(crate) profile: &'a Profile,
-    /// The BlueFlame buffer BAR0 fills next, which a fetched BlueFlame WQE's buffer replaces.
-    pub(crate) bf_spare: &'a mut Vec<u8>,
     /// DMA, counters, trace, time.
     pub(crate) io: Io<'a>,
 }
@@ -117,6 +118,38 @@ impl DataPath<'_> {
             qpn,
             to,
         );
+    }
+
+    /// Builds a packet for `route` and queues it on the wire (`wire::send`), for tests that
+    /// play a peer.
+    #[cfg(test)]
+    pub(crate) fn send(
+        &mut self,
+        route: super::wire::Route<'_>,
+        bth: bypass_hw::roce::BthFields,
+        ext: bypass_hw::roce::ExtFields,
+        payload: &[u8],
+    ) -> bool {
+        super::wire::send(
+            self.tp,
+            self.profile,
+            &mut self.io,
+            route,
+            bth,
+            ext,
+            payload,
+        )
+    }
+
+    /// QP `qpn`'s primary path headers (`wire::qp_headers`), for tests.
+    #[cfg(test)]
+    pub(crate) fn qp_headers(
+        &mut self,
+        qpn: u32,
+        route: super::wire::Route<'_>,
+    ) -> Option<(bypass_hw::roce::IpSpec, bypass_hw::roce::UdpPorts)> {
+        let qp = self.objs.qps.get_mut(qpn)?;
+        super::wire::qp_headers(&mut qp.headers, self.tp, self.profile, route)
     }
 
     /// True if `gid` is one of the GIDs of one of our ports.

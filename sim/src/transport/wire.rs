@@ -13,8 +13,9 @@ use bypass_hw::roce::{
     BthFields, ExtFields, IpSpec, PacketSpec, ROCE_V2_UDP_DPORT, UdpPorts, emit,
 };
 
-use super::state::{DataPath, Transport};
+use super::state::Transport;
 use crate::frame::Frame;
+use crate::io::Io;
 use crate::objects::AddressPath;
 use crate::profile::Profile;
 use crate::trace::TraceEvent;
@@ -56,20 +57,19 @@ pub(crate) fn headers(
     Some(made)
 }
 
-/// The headers of QP `qpn`'s primary path: what [`headers`] gives for `route`, which must be
-/// that path (`port` its port, `src_qpn` the QP), kept in the QP after the first use.
+/// The headers of a QP's primary path: what [`headers`] gives for `route`, which must be that
+/// path (`port` its port, `src_qpn` the QP), kept in `kept` (the QP's) after the first use.
 pub(crate) fn qp_headers(
-    dp: &mut DataPath<'_>,
-    qpn: u32,
+    kept: &mut Option<(IpSpec, UdpPorts)>,
+    tp: &mut Transport,
+    profile: &Profile,
     route: Route<'_>,
 ) -> Option<(IpSpec, UdpPorts)> {
-    if let Some(h) = dp.objs.qps.get(qpn).and_then(|qp| qp.headers) {
+    if let Some(h) = *kept {
         return Some(h);
     }
-    let h = headers(dp.tp, dp.profile, route)?;
-    if let Some(qp) = dp.objs.qps.get_mut(qpn) {
-        qp.headers = Some(h);
-    }
+    let h = headers(tp, profile, route)?;
+    *kept = Some(h);
     Some(h)
 }
 
@@ -123,14 +123,16 @@ fn build_headers(profile: &Profile, route: Route<'_>) -> Option<(IpSpec, UdpPort
 /// Builds a RoCEv2 packet for `route` and queues it on the wire. Returns false (counting a
 /// discard) if the route names a GID the port does not have or mixes IPv4 and IPv6.
 pub(crate) fn send(
-    dp: &mut DataPath<'_>,
+    tp: &mut Transport,
+    profile: &Profile,
+    io: &mut Io<'_>,
     route: Route<'_>,
     bth: BthFields,
     ext: ExtFields,
     payload: &[u8],
 ) -> bool {
-    let Some((ip, ports)) = headers(dp.tp, dp.profile, route) else {
-        dp.io.counters.rx_discards += 1;
+    let Some((ip, ports)) = headers(tp, profile, route) else {
+        io.counters.rx_discards += 1;
         return false;
     };
     let spec = PacketSpec {
@@ -147,14 +149,14 @@ pub(crate) fn send(
     if emit(&spec, &mut buf).is_err() {
         return false;
     }
-    dp.io.counters.port_xmit_packets += 1;
-    dp.io.counters.port_xmit_data += len as u64;
-    let at = dp.io.now;
-    dp.io.trace.record(|| TraceEvent::Packet {
+    io.counters.port_xmit_packets += 1;
+    io.counters.port_xmit_data += len as u64;
+    let at = io.now;
+    io.trace.record(|| TraceEvent::Packet {
         at,
         tx: true,
         bytes: buf.clone(),
     });
-    dp.tp.tx.push_back(Frame::Wire(buf));
+    tp.tx.push_back(Frame::Wire(buf));
     true
 }

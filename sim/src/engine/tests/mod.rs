@@ -129,13 +129,7 @@ impl Rig {
             psn,
             ..Default::default()
         };
-        assert!(crate::transport::wire::send(
-            &mut self.p.b.dev.data_path(),
-            route,
-            bth,
-            ext,
-            payload
-        ));
+        assert!(self.p.b.dev.data_path().send(route, bth, ext, payload));
         let pkt = self.p.b.dev.take_tx().expect("built");
         self.p.a.dev.receive(pkt);
         self.p.a.dev.step();

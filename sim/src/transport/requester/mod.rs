@@ -21,21 +21,24 @@
 use bypass_hw::cmd::qp::{QpState, service_type as st};
 use bypass_hw::roce::opcode::{psn_add, psn_diff};
 use bypass_hw::roce::{
-    AtomicEth, BthFields, BthOpcode, DEFAULT_PKEY, Deth, ExtFields, ImmDt, Reth,
+    AtomicEth, BthFields, BthOpcode, DEFAULT_PKEY, Deth, ExtFields, ImmDt, IpSpec, Reth, UdpPorts,
 };
 use bypass_hw::syndrome::CqeSyndrome;
 use bypass_hw::wqe::WqeOpcode;
 
+use super::state::{DataPath, Transport};
+use super::wire::Route;
 use crate::counters::Counters;
-use crate::engine::cqe;
+use crate::engine::cqe::{self, SendCq};
 use crate::engine::gather;
 use crate::engine::wqe::{Fence, SendWqe};
+use crate::events::Completions;
 use crate::frame::{Burst, Frame, Payload, packet_at};
-use crate::mkey::Need;
-use crate::objects::{AddressPath, Qp};
+use crate::io::Io;
+use crate::mkey::{Mkey, Need};
+use crate::objects::{AddressPath, Objects, Qp, QpAttrs};
+use crate::profile::Profile;
 use crate::table::Table;
-use crate::transport::state::DataPath;
-use crate::transport::wire::Route;
 pub(crate) use state::ReqState;
 
 pub(crate) mod state;
@@ -57,8 +60,8 @@ pub fn rnr_timer_ns(code: u8) -> u64 {
     RNR_USEC[usize::from(code & 0x1f)] * 1000
 }
 
-/// What the requester needs of its QP, copied out so the QP's state can be taken.
-#[derive(Debug, Clone)]
+/// The constants of a QP the requester and completer read while they work on it.
+#[derive(Debug, Clone, Copy)]
 pub(crate) struct Ctx {
     /// QP number.
     pub qpn: u32,
@@ -74,8 +77,6 @@ pub(crate) struct Ctx {
     pub remote_qpn: u32,
     /// The QP's Q_Key (UD).
     pub q_key: u32,
-    /// Primary path.
-    pub path: AddressPath,
     /// Transport retry limit (7 = infinite).
     pub retry_count: u8,
     /// RNR retry limit (7 = infinite).
@@ -86,12 +87,12 @@ pub(crate) struct Ctx {
     pub ack_timeout: Option<u64>,
 }
 
-/// The context of QP `qpn`.
-pub(crate) fn ctx(dp: &DataPath<'_>, qpn: u32) -> Option<Ctx> {
-    let qp = dp.objs.qps.get(qpn)?;
+/// The context of `qp`.
+#[inline]
+fn ctx(qp: &Qp) -> Ctx {
     let a = &qp.attrs;
-    Some(Ctx {
-        qpn,
+    Ctx {
+        qpn: qp.qpn,
         st: qp.st,
         pd: qp.pd,
         state: qp.state,
@@ -99,7 +100,6 @@ pub(crate) fn ctx(dp: &DataPath<'_>, qpn: u32) -> Option<Ctx> {
         mtu: a.mtu.clamp(256, 4096),
         remote_qpn: a.remote_qpn & 0x00ff_ffff,
         q_key: a.q_key,
-        path: a.path.clone(),
         retry_count: a.retry_count,
         rnr_retry: a.rnr_retry,
         sra_max: 1usize << a.log_sra_max.min(16),
@@ -108,33 +108,77 @@ pub(crate) fn ctx(dp: &DataPath<'_>, qpn: u32) -> Option<Ctx> {
             // `ack_timeout` is a 5-bit field: 4.096 µs << 31 is the longest timeout.
             t => Some(4096u64 << t.min(31)),
         },
-    })
+    }
 }
 
-/// Takes the requester state out of QP `qpn` (so the device can be used freely meanwhile).
-pub(crate) fn take(dp: &mut DataPath<'_>, qpn: u32) -> Option<ReqState> {
-    dp.objs
-        .qps
-        .get_mut(qpn)
-        .map(|qp| std::mem::take(&mut qp.req))
+/// One QP's send side at work: the pieces of the QP the requester and completer touch besides
+/// its [`ReqState`] (borrowed in place, next to this), and the parts its packets and
+/// completions go through.
+pub(crate) struct Sender<'a, 'io> {
+    /// The QP's attributes (its primary path).
+    pub(crate) attrs: &'a QpAttrs,
+    /// The QP's counters.
+    pub(crate) counters: &'a mut Counters,
+    /// The headers of the QP's primary path, once built (`wire::qp_headers`).
+    pub(crate) headers: &'a mut Option<(IpSpec, UdpPorts)>,
+    /// Where the QP's send CQEs go.
+    pub(crate) cq: SendCq,
+    /// Memory keys (local buffers).
+    pub(crate) mkeys: &'a Table<Mkey>,
+    /// CQs, EQs, interrupts.
+    pub(crate) comp: &'a mut Completions,
+    /// The transport's device-wide state (the wire queue, spares, caches, ledger).
+    pub(crate) tp: &'a mut Transport,
+    /// The device's profile (GIDs).
+    pub(crate) profile: &'a Profile,
+    /// DMA, counters, trace, time.
+    pub(crate) io: &'a mut Io<'io>,
 }
 
-/// Puts the requester state back; then moves the QP to ERR (flushing) if `to_err`.
-pub(crate) fn restore(dp: &mut DataPath<'_>, qpn: u32, req: ReqState, to_err: bool) {
-    if let Some(qp) = dp.objs.qps.get_mut(qpn) {
-        qp.req = req;
-    }
-    if to_err {
-        dp.set_qp_state(qpn, QpState::Err);
-    }
+/// Lends QP `qpn`'s send side to `f`: its constants, its [`ReqState`] in place and the
+/// [`Sender`] beside it. `None` if there is no such QP.
+#[inline(always)]
+pub(crate) fn with_sender<R>(
+    dp: &mut DataPath<'_>,
+    qpn: u32,
+    f: impl FnOnce(&mut Sender<'_, '_>, &Ctx, &mut ReqState) -> R,
+) -> Option<R> {
+    let DataPath {
+        objs,
+        comp,
+        tp,
+        profile,
+        io,
+    } = dp;
+    let Objects { qps, mkeys, .. } = &mut **objs;
+    let qp = qps.get_mut(qpn)?;
+    let c = ctx(qp);
+    let cq = SendCq::of(qp);
+    let Qp {
+        req,
+        attrs,
+        counters,
+        headers,
+        ..
+    } = qp;
+    let mut s = Sender {
+        attrs,
+        counters,
+        headers,
+        cq,
+        mkeys,
+        comp,
+        tp,
+        profile,
+        io,
+    };
+    Some(f(&mut s, &c, req))
 }
 
 /// Adds to a counter of the QP and of the device.
-pub(crate) fn count(dp: &mut DataPath<'_>, qpn: u32, f: impl Fn(&mut Counters)) {
-    f(dp.io.counters);
-    if let Some(qp) = dp.objs.qps.get_mut(qpn) {
-        f(&mut qp.counters);
-    }
+pub(crate) fn count(s: &mut Sender<'_, '_>, f: impl Fn(&mut Counters)) {
+    f(s.io.counters);
+    f(s.counters);
 }
 
 /// Uses one retry of a `limit` (7 = infinite, IBTA §9.7.5.2.8 / rxe). False if none is left.
@@ -190,13 +234,13 @@ fn npkts_hint(w: &SendWqe) -> u32 {
 /// Inlined where it is called: usually the head is still waiting (nothing to complete) and
 /// only the timer check runs.
 #[inline]
-pub(crate) fn complete_ready(dp: &mut DataPath<'_>, c: &Ctx, req: &mut ReqState) -> bool {
+pub(crate) fn complete_ready(s: &mut Sender<'_, '_>, req: &mut ReqState) -> bool {
     if req
         .wqes
         .front()
         .is_some_and(|w| w.done || w.error.is_some())
     {
-        return complete_head(dp, c, req);
+        return complete_head(s, req);
     }
     if !req.outstanding() {
         req.ack_deadline = None;
@@ -206,7 +250,7 @@ pub(crate) fn complete_ready(dp: &mut DataPath<'_>, c: &Ctx, req: &mut ReqState)
 
 /// [`complete_ready`] when the head WQE is done or failed.
 #[inline(never)]
-fn complete_head(dp: &mut DataPath<'_>, c: &Ctx, req: &mut ReqState) -> bool {
+fn complete_head(s: &mut Sender<'_, '_>, req: &mut ReqState) -> bool {
     while let Some(w) = req.wqes.front() {
         if let Some(synd) = w.error {
             let (index, opcode) = (w.index, w.opcode);
@@ -219,9 +263,8 @@ fn complete_head(dp: &mut DataPath<'_>, c: &Ctx, req: &mut ReqState) -> bool {
                 opcode,
                 syndrome: synd,
             };
-            dp.tp
-                .ledger
-                .post_err_when_read(&mut dp.objs.qps, dp.comp, &mut dp.io, c.qpn, e);
+            s.tp.ledger
+                .post_err_when_read(s.cq, s.counters, s.comp, s.io, e);
             return true;
         }
         if !w.done {
@@ -233,9 +276,7 @@ fn complete_head(dp: &mut DataPath<'_>, c: &Ctx, req: &mut ReqState) -> bool {
                 WqeOpcode::ATOMIC_CS | WqeOpcode::ATOMIC_FA => 8,
                 _ => 0,
             };
-            if let Some(qp) = dp.objs.qps.get(c.qpn) {
-                cqe::post_ok(qp, dp.comp, &mut dp.io, w.index, w.opcode, byte_cnt);
-            }
+            cqe::post_ok(s.cq, s.comp, s.io, w.index, w.opcode, byte_cnt);
         }
         req.wqes.pop_front();
         req.cur = req.cur.saturating_sub(1);
@@ -259,35 +300,34 @@ enum Step {
 /// Sends everything QP `qpn` may send now, and completes what is complete. True if a packet
 /// went out.
 pub(crate) fn pump(dp: &mut DataPath<'_>, qpn: u32) -> bool {
-    let Some(c) = ctx(dp, qpn) else {
+    let pumped = with_sender(dp, qpn, |s, c, req| {
+        if c.state != QpState::Rts {
+            return (false, false);
+        }
+        let mut sent = false;
+        // Each iteration sends a packet or changes a WQE; the window bounds the packets.
+        loop {
+            if complete_ready(s, req) {
+                return (sent, true);
+            }
+            match step(s, c, req) {
+                Step::Sent => sent = true,
+                Step::Progress => {}
+                Step::Stall => return (sent, false),
+            }
+        }
+    });
+    let Some((sent, to_err)) = pumped else {
         return false;
     };
-    if c.state != QpState::Rts {
-        return false;
+    if to_err {
+        dp.set_qp_state(qpn, QpState::Err);
     }
-    let Some(mut req) = take(dp, qpn) else {
-        return false;
-    };
-    let mut sent = false;
-    let mut to_err = false;
-    // Each iteration sends a packet or changes a WQE; the window bounds the packets.
-    loop {
-        if complete_ready(dp, &c, &mut req) {
-            to_err = true;
-            break;
-        }
-        match step(dp, &c, &mut req) {
-            Step::Sent => sent = true,
-            Step::Progress => {}
-            Step::Stall => break,
-        }
-    }
-    restore(dp, qpn, req, to_err);
     sent
 }
 
 /// Sends the next packet of the current WQE, starting it first if needed.
-fn step(dp: &mut DataPath<'_>, c: &Ctx, req: &mut ReqState) -> Step {
+fn step(s: &mut Sender<'_, '_>, c: &Ctx, req: &mut ReqState) -> Step {
     if req.rnr_wait.is_some() {
         return Step::Stall;
     }
@@ -305,7 +345,7 @@ fn step(dp: &mut DataPath<'_>, c: &Ctx, req: &mut ReqState) -> Step {
         return Step::Progress;
     }
     if !w.started {
-        match start(dp, c, req) {
+        match start(s, c, req) {
             Ok(true) => {}
             Ok(false) => return Step::Stall,
             Err(synd) => {
@@ -327,17 +367,17 @@ fn step(dp: &mut DataPath<'_>, c: &Ctx, req: &mut ReqState) -> Step {
     }
     // An RC WRITE on the fast path goes as a burst of this many packets (computed once for
     // the wait below and the burst).
-    let burst = (c.st == st::RC && dp.tp.fast_tx && w.opcode == WqeOpcode::RDMA_WRITE)
-        .then(|| burst_count(dp.tp.tx_trains, c.mtu, req, w.len));
+    let burst = (c.st == st::RC && s.tp.fast_tx && w.opcode == WqeOpcode::RDMA_WRITE)
+        .then(|| burst_count(s.tp.tx_trains, c.mtu, req, w.len));
     if burst.is_some_and(|count| train_wait(c.mtu, req, w.len, count)) {
         // The rest of the window would start a send the link cannot fill: wait for the ACK
         // that is on its way.
         return Step::Stall;
     }
     let r = if c.st == st::UD {
-        send_ud(dp, c, req)
+        send_ud(s, c, req)
     } else {
-        send_rc(dp, c, req, burst)
+        send_rc(s, c, req, burst)
     };
     match r {
         Ok(()) => Step::Sent,
@@ -352,7 +392,7 @@ fn step(dp: &mut DataPath<'_>, c: &Ctx, req: &mut ReqState) -> Step {
 
 /// Starts `wqes[cur]`: fence and READ/atomic limits (Ok(false) = wait), local key checks
 /// (Err = its error), PSN range.
-fn start(dp: &mut DataPath<'_>, c: &Ctx, req: &mut ReqState) -> Result<bool, CqeSyndrome> {
+fn start(s: &mut Sender<'_, '_>, c: &Ctx, req: &mut ReqState) -> Result<bool, CqeSyndrome> {
     let cur = req.cur;
     let Some(w) = req.wqes.get(cur) else {
         return Ok(false);
@@ -374,7 +414,7 @@ fn start(dp: &mut DataPath<'_>, c: &Ctx, req: &mut ReqState) -> Result<bool, Cqe
         } else {
             Need::LocalRead
         };
-        gather::check(&dp.objs.mkeys, c.pd, c.qpn, &w.sges, need).map_err(|e| e.syndrome())?;
+        gather::check(s.mkeys, c.pd, c.qpn, &w.sges, need).map_err(|e| e.syndrome())?;
     }
     if c.st == st::UD && w.opcode != WqeOpcode::NOP && w.len > c.mtu {
         // A UD message must fit one packet. mlx5 completes an oversized UD send with a local
@@ -406,27 +446,28 @@ fn start(dp: &mut DataPath<'_>, c: &Ctx, req: &mut ReqState) -> Result<bool, Cqe
 
 /// Sends one request packet and does the PSN and AckReq bookkeeping.
 fn emit(
-    dp: &mut DataPath<'_>,
+    s: &mut Sender<'_, '_>,
     c: &Ctx,
     req: &mut ReqState,
+    path: &AddressPath,
     bth: BthFields,
     ext: ExtFields,
     payload: &[u8],
 ) {
     if psn_diff(bth.psn, req.max_psn) < 0 {
-        count(dp, c.qpn, |k| k.retransmits += 1);
+        count(s, |k| k.retransmits += 1);
     } else {
         req.max_psn = psn_add(bth.psn, 1);
     }
     let route = Route {
-        port: c.path.port,
-        path: &c.path,
+        port: path.port,
+        path,
         src_qpn: c.qpn,
     };
     // A route the port cannot take is a packet lost on the way: the timer recovers it.
-    let _ = super::wire::send(dp, route, bth, ext, payload);
+    let _ = super::wire::send(s.tp, s.profile, s.io, route, bth, ext, payload);
     if c.st == st::RC && req.ack_deadline.is_none() {
-        req.ack_deadline = c.ack_timeout.map(|t| dp.io.now.saturating_add(t));
+        req.ack_deadline = c.ack_timeout.map(|t| s.io.now.saturating_add(t));
     }
 }
 
@@ -445,7 +486,7 @@ fn bth(opcode: BthOpcode, dest_qp: u32, psn: u32, ack_req: bool, se: bool) -> Bt
 
 /// The payload of `w` from `off`, `n` bytes: inline bytes or a gather.
 fn payload(
-    dp: &mut DataPath<'_>,
+    s: &mut Sender<'_, '_>,
     c: &Ctx,
     w: &SendWqe,
     off: u32,
@@ -459,8 +500,8 @@ fn payload(
             .ok_or(CqeSyndrome::LOCAL_QP_OP_ERR);
     }
     gather::gather(
-        &dp.objs.mkeys,
-        dp.io.dma,
+        s.mkeys,
+        s.io.dma,
         c.pd,
         c.qpn,
         &w.sges,
@@ -469,7 +510,7 @@ fn payload(
     )
     .map_err(|e| {
         if let gather::MemError::Dma(f) = e {
-            dp.io.dma_fault(f);
+            s.io.dma_fault(f);
         }
         e.syndrome()
     })
@@ -478,7 +519,7 @@ fn payload(
 /// One RC packet of `wqes[cur]`, or, for a WRITE on the fast path, a burst of `burst`
 /// packets ([`burst_count`]; None otherwise).
 fn send_rc(
-    dp: &mut DataPath<'_>,
+    s: &mut Sender<'_, '_>,
     c: &Ctx,
     req: &mut ReqState,
     burst: Option<u32>,
@@ -497,7 +538,7 @@ fn send_rc(
                 inline: inline.as_ref(),
                 sges: &sges,
             };
-            let sent = send_burst(dp, c, req, &msg, count);
+            let sent = send_burst(s, c, req, &msg, count);
             if let Some(slot) = req.wqes.get_mut(cur) {
                 slot.sges = sges;
                 slot.inline = inline;
@@ -532,7 +573,8 @@ fn send_rc(
                 true,
                 false,
             );
-            emit(dp, c, req, b, ext, &[]);
+            let attrs = s.attrs;
+            emit(s, c, req, &attrs.path, b, ext, &[]);
             // The responses use every reserved PSN: they are all "sent" as far as the
             // completer's staleness check goes.
             let end = psn_add(w.last_psn, 1);
@@ -553,10 +595,12 @@ fn send_rc(
                 atomic_eth: Some(AtomicEth::new(w.raddr, w.rkey, w.swap_add, w.compare)),
                 ..Default::default()
             };
+            let attrs = s.attrs;
             emit(
-                dp,
+                s,
                 c,
                 req,
+                &attrs.path,
                 bth(op, c.remote_qpn, psn, true, false),
                 ext,
                 &[],
@@ -570,7 +614,7 @@ fn send_rc(
             let n = (w.len - off).min(mtu);
             let first = req.cur_pkt == 0;
             let last = off + n >= w.len;
-            let data = payload(dp, c, &w, off, n)?;
+            let data = payload(s, c, &w, off, n)?;
             let (op, reth, imm) = rc_opcode(&w, first, last);
             let ack_req = last || req.noack + 1 >= MAX_PKT_PER_ACK;
             // SE goes on the last packet of a solicited SEND or WRITE with immediate
@@ -586,10 +630,12 @@ fn send_rc(
                 imm_dt: imm.then(|| ImmDt::new(w.imm)),
                 ..Default::default()
             };
+            let attrs = s.attrs;
             emit(
-                dp,
+                s,
                 c,
                 req,
+                &attrs.path,
                 bth(op, c.remote_qpn, psn, ack_req, se),
                 ext,
                 &data,
@@ -623,7 +669,7 @@ struct BurstMsg<'a> {
 }
 
 fn send_burst(
-    dp: &mut DataPath<'_>,
+    s: &mut Sender<'_, '_>,
     c: &Ctx,
     req: &mut ReqState,
     w: &BurstMsg<'_>,
@@ -646,19 +692,19 @@ fn send_burst(
     let bytes = u64::from(count)
         .saturating_mul(u64::from(mtu))
         .min(u64::from(left));
+    let attrs = s.attrs;
     let route = Route {
-        port: c.path.port,
-        path: &c.path,
+        port: attrs.path.port,
+        path: &attrs.path,
         src_qpn: c.qpn,
     };
-    let (ip, ports) = super::wire::qp_headers(dp, c.qpn, route)?;
+    let (ip, ports) = super::wire::qp_headers(s.headers, s.tp, s.profile, route)?;
     // A box (and run list) the device got back from a burst it received: no allocation, and
     // the burst is written in place (no copy of it into the box).
-    let mut burst = dp
-        .tp
-        .burst_spare
-        .pop()
-        .unwrap_or_else(|| Box::new(Burst::blank()));
+    let mut burst =
+        s.tp.burst_spare
+            .pop()
+            .unwrap_or_else(|| Box::new(Burst::blank()));
     let src = match w.inline {
         // The whole inline payload (the usual case): shared, not copied.
         Some(data) if off == 0 && bytes as usize == data.len() => {
@@ -670,8 +716,8 @@ fn send_burst(
         None => {
             let mut runs = burst.src.take_runs().unwrap_or_default();
             gather::resolve(
-                &dp.objs.mkeys,
-                dp.io.dma,
+                s.mkeys,
+                s.io.dma,
                 (c.pd, c.qpn),
                 w.sges,
                 (u64::from(off), bytes as usize),
@@ -682,14 +728,14 @@ fn send_burst(
     };
     let Some(src) = src else {
         // Refused (the per-packet path reports why): the box goes back for the next burst.
-        dp.tp.burst_spare.push(burst);
+        s.tp.burst_spare.push(burst);
         return None;
     };
     burst.src = src;
     // A payload by reference holds its QP's count of bursts in flight (`frame::BurstReads`),
     // so that a flush of the QP waits for its read; an inline one needs none.
     burst.hold = match burst.src {
-        Payload::Host(_) => Some(dp.tp.ledger.hold_read(c.qpn)),
+        Payload::Host(_) => Some(s.tp.ledger.hold_read(c.qpn)),
         Payload::Inline(_) => None,
     };
     burst.ip = ip;
@@ -709,7 +755,7 @@ fn send_burst(
     let behind =
         u32::try_from(psn_diff(req.max_psn, first_psn).clamp(0, count as i32)).unwrap_or(0);
     if behind > 0 {
-        count_retransmits(dp, c.qpn, u64::from(behind));
+        count_retransmits(s, u64::from(behind));
     }
     if behind < count {
         req.max_psn = psn_add(first_psn, count);
@@ -735,24 +781,24 @@ fn send_burst(
     };
     burst.ack_req = ack_req;
     // Only the first packet (RETH) and the last (shorter) can differ from the middle ones.
-    let mut wire = dp.tp.len_memo.write_len(&burst, 0);
+    let mut wire = s.tp.len_memo.write_len(&burst, 0);
     if count > 1 {
-        wire += dp.tp.len_memo.write_len(&burst, count - 1);
+        wire += s.tp.len_memo.write_len(&burst, count - 1);
     }
     if count > 2 {
-        wire += u64::from(count - 2) * dp.tp.len_memo.write_len(&burst, 1);
+        wire += u64::from(count - 2) * s.tp.len_memo.write_len(&burst, 1);
     }
     burst.wire_len = wire;
-    dp.io.counters.port_xmit_packets += u64::from(count);
-    dp.io.counters.port_xmit_data += wire;
+    s.io.counters.port_xmit_packets += u64::from(count);
+    s.io.counters.port_xmit_data += wire;
     if req.ack_deadline.is_none() {
-        req.ack_deadline = c.ack_timeout.map(|t| dp.io.now.saturating_add(t));
+        req.ack_deadline = c.ack_timeout.map(|t| s.io.now.saturating_add(t));
     }
     req.psn = psn_add(first_psn, count);
     if !ends {
         req.cur_pkt += count;
     }
-    dp.tp.tx.push_back(Frame::Burst(burst));
+    s.tp.tx.push_back(Frame::Burst(burst));
     Some(ends)
 }
 
@@ -796,8 +842,8 @@ fn train_wait(mtu: u32, req: &ReqState, len: u32, count: u32) -> bool {
     count == 0 && req.cur_pkt.saturating_mul(mtu.max(1)) < len
 }
 
-fn count_retransmits(dp: &mut DataPath<'_>, qpn: u32, n: u64) {
-    count(dp, qpn, |k| k.retransmits += n);
+fn count_retransmits(s: &mut Sender<'_, '_>, n: u64) {
+    count(s, |k| k.retransmits += n);
 }
 
 /// The last packet of `wqes[cur]` went out: on to the next WQE.
@@ -833,7 +879,7 @@ fn rc_opcode(w: &SendWqe, first: bool, last: bool) -> (BthOpcode, bool, bool) {
 }
 
 /// The one packet of a UD send; it completes as soon as it is sent (UD has no ACKs).
-fn send_ud(dp: &mut DataPath<'_>, c: &Ctx, req: &mut ReqState) -> Result<(), CqeSyndrome> {
+fn send_ud(s: &mut Sender<'_, '_>, c: &Ctx, req: &mut ReqState) -> Result<(), CqeSyndrome> {
     let cur = req.cur;
     let Some(w) = req.wqes.get(cur).cloned() else {
         return Ok(());
@@ -841,7 +887,7 @@ fn send_ud(dp: &mut DataPath<'_>, c: &Ctx, req: &mut ReqState) -> Result<(), Cqe
     let Some(ud) = w.ud else {
         return Err(CqeSyndrome::LOCAL_QP_OP_ERR);
     };
-    let data = payload(dp, c, &w, 0, w.len)?;
+    let data = payload(s, c, &w, 0, w.len)?;
     // A Q_Key with its high bit set means "use the QP's Q_Key" (IBTA §10.2.5 C10-15; rdma-core
     // leaves the choice to the device by copying the WR's value).
     let qkey = if ud.qkey & 0x8000_0000 != 0 {
@@ -868,15 +914,15 @@ fn send_ud(dp: &mut DataPath<'_>, c: &Ctx, req: &mut ReqState) -> Result<(), Cqe
         hop_limit: ud.hop_limit,
         tclass: ud.tclass,
         flow_label: ud.flow_label,
-        port: c.path.port,
+        port: s.attrs.path.port,
         ..AddressPath::default()
     };
-    let udc = Ctx { path, ..c.clone() };
     let psn = req.psn;
     emit(
-        dp,
-        &udc,
+        s,
+        c,
         req,
+        &path,
         bth(op, ud.dqpn, psn, false, w.solicited),
         ext,
         &data,
@@ -903,42 +949,43 @@ pub(crate) fn run_timers(dp: &mut DataPath<'_>) -> bool {
         .collect();
     let mut any = false;
     for qpn in due {
-        let Some(c) = ctx(dp, qpn) else {
-            continue;
-        };
-        let Some(mut req) = take(dp, qpn) else {
-            continue;
-        };
-        any = true;
-        if let Some((t, psn)) = req.rnr_wait {
-            if t <= now {
-                req.rnr_wait = None;
-                rewind(&mut req, psn);
+        let timed = with_sender(dp, qpn, |s, c, req| {
+            if let Some((t, psn)) = req.rnr_wait {
+                if t <= now {
+                    req.rnr_wait = None;
+                    rewind(req, psn);
+                }
             }
-        }
-        if req.ack_deadline.is_some_and(|t| t <= now) {
-            req.ack_deadline = None;
-            if req.outstanding() && req.rnr_wait.is_none() {
-                count(dp, qpn, |k| k.local_ack_timeout_err += 1);
-                if use_retry(&mut req.retries, c.retry_count) {
-                    count(dp, qpn, |k| k.completer_retry_err += 1);
-                    req.retrying = true;
-                    let una = req.una;
-                    rewind(&mut req, una);
-                } else {
-                    count(dp, qpn, |k| k.retry_exceeded_err += 1);
-                    if let Some(w) = req
-                        .wqes
-                        .iter_mut()
-                        .find(|w| w.started && !w.done && w.error.is_none())
-                    {
-                        w.error = Some(CqeSyndrome::TRANSPORT_RETRY_EXC_ERR);
+            if req.ack_deadline.is_some_and(|t| t <= now) {
+                req.ack_deadline = None;
+                if req.outstanding() && req.rnr_wait.is_none() {
+                    count(s, |k| k.local_ack_timeout_err += 1);
+                    if use_retry(&mut req.retries, c.retry_count) {
+                        count(s, |k| k.completer_retry_err += 1);
+                        req.retrying = true;
+                        let una = req.una;
+                        rewind(req, una);
+                    } else {
+                        count(s, |k| k.retry_exceeded_err += 1);
+                        if let Some(w) = req
+                            .wqes
+                            .iter_mut()
+                            .find(|w| w.started && !w.done && w.error.is_none())
+                        {
+                            w.error = Some(CqeSyndrome::TRANSPORT_RETRY_EXC_ERR);
+                        }
                     }
                 }
             }
+            complete_ready(s, req)
+        });
+        let Some(to_err) = timed else {
+            continue;
+        };
+        any = true;
+        if to_err {
+            dp.set_qp_state(qpn, QpState::Err);
         }
-        let to_err = complete_ready(dp, &c, &mut req);
-        restore(dp, qpn, req, to_err);
         pump(dp, qpn);
     }
     any
@@ -966,7 +1013,7 @@ pub(crate) fn resume(dp: &mut DataPath<'_>) -> bool {
         if fresh {
             if let Some(qp) = dp.objs.qps.get_mut(qpn) {
                 qp.req.fresh = false;
-                crate::engine::fetch(qp, &dp.profile.caps, &mut dp.io, dp.bf_spare, None);
+                crate::engine::fetch(qp, &dp.profile.caps, &mut dp.io, &mut dp.tp.bf_spare, None);
             }
         }
         sent |= pump(dp, qpn);
@@ -1000,6 +1047,7 @@ pub(crate) fn has_work(qp: &Qp) -> bool {
 }
 
 /// The earliest pending timer.
+#[inline]
 pub(crate) fn next_deadline(qps: &Table<Qp>) -> Option<u64> {
     // One pass, no iterator chains per QP: every run to idle of an inline doorbell asks.
     let mut next = u64::MAX;

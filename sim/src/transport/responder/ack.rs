@@ -13,7 +13,8 @@ use bypass_hw::roce::{Aeth, BthFields, BthOpcode, DEFAULT_PKEY, ExtFields, IpSpe
 use bypass_hw::syndrome::AethSyndrome;
 
 use crate::frame::{AckFrame, Frame};
-use crate::transport::state::DataPath;
+use crate::io::Io;
+use crate::transport::state::{DataPath, Transport};
 use crate::transport::wire::{Route, qp_headers, send};
 
 /// Sends a response packet of `opcode` with PSN `psn` from QP `qpn` to its remote QP.
@@ -26,7 +27,7 @@ pub(crate) fn respond(
     ext: ExtFields,
     payload: &[u8],
 ) -> bool {
-    let Some(qp) = dp.objs.qps.get(qpn) else {
+    let Some(qp) = dp.objs.qps.get_mut(qpn) else {
         return false;
     };
     let bth = BthFields {
@@ -40,7 +41,7 @@ pub(crate) fn respond(
     // The in-process link carries an ACKNOWLEDGE as its fields (`crate::frame`), with the
     // QP's headers once built (no copy of its path then).
     if let (Some(aeth), Some((ip, ports))) = (fast_ack, qp.headers) {
-        push_ack(dp, ip, ports, &bth, aeth);
+        push_ack(dp.tp, &mut dp.io, ip, ports, &bth, aeth);
         return true;
     }
     let path = qp.attrs.path.clone();
@@ -50,12 +51,12 @@ pub(crate) fn respond(
         src_qpn: qpn,
     };
     if let Some(aeth) = fast_ack {
-        if let Some((ip, ports)) = qp_headers(dp, qpn, route) {
-            push_ack(dp, ip, ports, &bth, aeth);
+        if let Some((ip, ports)) = qp_headers(&mut qp.headers, dp.tp, dp.profile, route) {
+            push_ack(dp.tp, &mut dp.io, ip, ports, &bth, aeth);
             return true;
         }
     }
-    send(dp, route, bth, ext, payload)
+    send(dp.tp, dp.profile, &mut dp.io, route, bth, ext, payload)
 }
 
 /// The BTH of a response to `remote_qpn` with PSN `psn` (opcode ACKNOWLEDGE; `respond` sets
@@ -72,13 +73,20 @@ fn ack_bth(remote_qpn: u32, psn: u32) -> BthFields {
 }
 
 /// Queues an ACKNOWLEDGE as its fields, counted as the packet `send` would have built.
-fn push_ack(dp: &mut DataPath<'_>, ip: IpSpec, ports: UdpPorts, bth: &BthFields, aeth: Aeth) {
-    let wire_len = dp.tp.len_memo.ack_len(&ip, || {
+fn push_ack(
+    tp: &mut Transport,
+    io: &mut Io<'_>,
+    ip: IpSpec,
+    ports: UdpPorts,
+    bth: &BthFields,
+    aeth: Aeth,
+) {
+    let wire_len = tp.len_memo.ack_len(&ip, || {
         AckFrame::spec(ip, ports, bth.dest_qp, bth.psn, aeth)
     });
-    dp.io.counters.port_xmit_packets += 1;
-    dp.io.counters.port_xmit_data += wire_len;
-    dp.tp.tx.push_back(Frame::Ack(AckFrame {
+    io.counters.port_xmit_packets += 1;
+    io.counters.port_xmit_data += wire_len;
+    tp.tx.push_back(Frame::Ack(AckFrame {
         ip,
         ports,
         dest_qp: bth.dest_qp,
@@ -106,7 +114,7 @@ pub(crate) fn send_ack(dp: &mut DataPath<'_>, qpn: u32, syndrome: AethSyndrome, 
     // built, without building the extension headers it would not use.
     if let (true, Some((ip, ports))) = (dp.tp.fast_tx && !dp.io.trace.enabled(), qp.headers) {
         let bth = ack_bth(qp.attrs.remote_qpn, psn);
-        push_ack(dp, ip, ports, &bth, a);
+        push_ack(dp.tp, &mut dp.io, ip, ports, &bth, a);
         return true;
     }
     let ext = ExtFields {

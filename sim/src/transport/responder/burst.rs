@@ -28,6 +28,7 @@ use crate::mkey::Need;
 use crate::transport::state::DataPath;
 
 /// Applies `b` to its QP if it is the plain case; false (nothing changed) otherwise.
+#[inline(never)]
 pub(crate) fn apply(dp: &mut DataPath<'_>, b: &Burst) -> bool {
     let qpn = b.dest_qp;
     let copied = plain(dp, b).is_some_and(|iovas| write_payload(dp, &b.src, &iovas));

@@ -14,7 +14,7 @@ use zerocopy::FromBytes;
 use crate::mkey::Access;
 use crate::objects::AddressPath;
 use crate::testkit::{Host, HostCq, HostMr, HostQp, Pair, RC, UD};
-use crate::transport::wire::{Route, send};
+use crate::transport::wire::Route;
 
 const EPSN: u32 = 0x00ff_fff0; // close to the wrap, so PSN arithmetic wraps in most tests
 const MR_LEN: usize = 64 << 10;
@@ -108,13 +108,7 @@ impl Rig {
             path,
             src_qpn: self.peer,
         };
-        assert!(send(
-            &mut self.p.a.dev.data_path(),
-            route,
-            bth,
-            r.ext,
-            r.payload
-        ));
+        assert!(self.p.a.dev.data_path().send(route, bth, r.ext, r.payload));
         self.p.a.dev.take_tx().expect("packet")
     }
 

@@ -392,7 +392,7 @@ fn kept_headers(
         path: &path,
         src_qpn: qpn,
     };
-    crate::transport::wire::qp_headers(&mut r.host.dev.data_path(), qpn, route)
+    r.host.dev.data_path().qp_headers(qpn, route)
 }
 
 #[test]
