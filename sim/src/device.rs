@@ -470,7 +470,7 @@ impl Device {
 
     /// Takes the next frame the device sent (a packet, or a burst if the link said it takes
     /// them: [`Device::set_fast_tx`]).
-    pub fn take_frame(&mut self) -> Option<Frame> {
+    pub(crate) fn take_frame(&mut self) -> Option<Frame> {
         self.tp.tx.pop_front()
     }
 
@@ -490,14 +490,14 @@ impl Device {
 
     /// Hands a frame from an in-process link to the device; processed by the next
     /// [`Device::step`] as the packets it stands for.
-    pub fn receive_frame(&mut self, frame: Frame) {
+    pub(crate) fn receive_frame(&mut self, frame: Frame) {
         self.tp.rx.push_back(frame);
     }
 
     /// Says whether the link this device sends on takes bursts: in-process, in order, and
     /// nobody needs the bytes (no trace, no faults, no jitter). Off by default: a device
     /// outside a [`crate::World`] sends only wire packets.
-    pub fn set_fast_tx(&mut self, on: bool) {
+    pub(crate) fn set_fast_tx(&mut self, on: bool) {
         self.tp.fast_tx = on;
     }
 

@@ -170,7 +170,7 @@ impl AckFrame {
 
     /// The wire bytes (`None` only if the spec cannot be emitted, which a frame the device
     /// built never is).
-    pub fn to_wire(&self) -> Option<Vec<u8>> {
+    pub fn to_wire(self) -> Option<Vec<u8>> {
         let mut buf = Vec::new();
         self.to_wire_into(&mut buf).then_some(buf)
     }

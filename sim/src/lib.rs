@@ -20,7 +20,7 @@
 //!   or on a UDP link, opened by a driver as it opens a VFIO device.
 
 mod bar0;
-pub mod buffer;
+mod buffer;
 pub mod counters;
 pub mod device;
 mod engine;
@@ -28,19 +28,19 @@ mod events;
 pub mod fabric;
 pub mod faults;
 mod firmware;
-pub mod frame;
+mod frame;
 mod header_cache;
 mod inline;
 mod io;
 pub mod iommu;
 pub mod link;
 pub mod memory;
-pub mod mkey;
-pub mod objects;
+mod mkey;
+mod objects;
 pub mod pcap;
 pub mod profile;
-pub mod ring;
-pub mod table;
+mod ring;
+mod table;
 pub mod trace;
 pub mod transport;
 pub mod world;
@@ -54,9 +54,8 @@ mod e2e_tests;
 #[cfg(test)]
 mod frame_tests;
 
-pub use bypass_hw as hw;
 pub use device::{Device, MmioError};
+pub use firmware::Stage;
 pub use firmware::syndromes;
-pub use firmware::{Stage, cmdq::MAX_MSG_LEN};
 pub use profile::Profile;
 pub use world::{LinkConfig, World};

@@ -43,8 +43,6 @@ pub enum Need {
 /// Why an access through an mkey was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AccessError {
-    /// The key's index names no mkey, or the variant byte does not match.
-    BadKey,
     /// The mkey belongs to another protection domain than the QP's.
     WrongPd,
     /// The range is not inside `[start_addr, start_addr + len)` or wraps.

@@ -151,6 +151,7 @@ impl WqGeometry {
     }
 
     /// SQ size in bytes.
+    #[cfg(test)]
     pub fn sq_bytes(&self) -> u64 {
         self.log_sq_size.map_or(0, |l| (1u64 << l) * 64)
     }

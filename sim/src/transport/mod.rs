@@ -11,9 +11,9 @@
 //! unknown QPN, an opcode of another transport than the QP's, or a QP not yet in RTR →
 //! dropped and counted as a discard.
 
-pub mod completer;
+pub(crate) mod completer;
 pub mod requester;
-pub mod responder;
+pub(crate) mod responder;
 pub(crate) mod state;
 pub(crate) mod wire;
 

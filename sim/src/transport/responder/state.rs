@@ -71,11 +71,6 @@ impl RespState {
         self.epsn
     }
 
-    /// The current message sequence number.
-    pub fn msn(&self) -> u32 {
-        self.msn & MASK_24
-    }
-
     /// Forgets the message in progress (the QP entered ERR).
     pub(crate) fn forget_message(&mut self) {
         self.msg = Msg::Idle;
