@@ -26,8 +26,7 @@ fn send_packet(
     qpn: u32,
 ) -> (Vec<u8>, bypass_hw::roce::IpSpec, bypass_hw::roce::UdpPorts) {
     use bypass_hw::roce::{BthFields, BthOpcode, ExtFields, IpSpec, PacketSpec, UdpPorts};
-    let ip =
-        IpSpec::from_gids(&Profile::ipv4_gid([10, 0, 0, 9]), &Profile::ipv4_gid(dst)).unwrap();
+    let ip = IpSpec::from_gids(&Profile::ipv4_gid([10, 0, 0, 9]), &Profile::ipv4_gid(dst)).unwrap();
     let ports = UdpPorts {
         src: 0xc001,
         dst: bypass_hw::roce::ROCE_V2_UDP_DPORT,
