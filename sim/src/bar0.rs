@@ -4,18 +4,15 @@
 //! Owns: [`Bar0`]: the init segment (`initializing` set until the driver writes the command
 //! queue address, the NIC interface state, the health counter ticking with time), the UAR
 //! decode (CQ arm at 0x20, EQ doorbells at 0x40/0x48, BlueFlame registers from 0x800, each
-//! half of each bfreg its own buffer), and the doorbells latched for the device's step.
-//! Must not: act on a doorbell (the step does, never the MMIO write, as on hardware), count
-//! or trace (the device does, for every access this part refuses).
+//! half of each bfreg its own buffer), and the doorbells latched for the device's step. MMIO
+//! data is the bytes on the bus (a driver's `write_volatile::<u32>(reg, v.to_be())` reaches
+//! the device as `v.to_be_bytes()`); each register accepts only its width. Must not: act on
+//! a doorbell (the step does, never the MMIO write, as on hardware), count or trace (the
+//! device does, for every access this part refuses).
 //!
-//! MMIO data is given as the bytes on the bus (BAR offset order): a driver's
-//! `write_volatile::<u32>(reg, v.to_be())` on a little-endian host reaches the device as
-//! `v.to_be_bytes()`. Each register accepts only its width.
-//!
-//! Sources: rdma-core `providers/mlx5/mlx5_vfio.{c,h}` (`struct mlx5_init_seg`, the polling of
-//! `initializing`, `cmd_dbell`), the kernel's `include/linux/mlx5/device.h` (`mlx5_init_seg`,
-//! `health_buffer`), rdma-core `providers/mlx5/{cq.c,qp.c,mlx5.c}` (UAR layout, BlueFlame
-//! double buffering, `mlx5_bf_copy`).
+//! Sources: rdma-core `providers/mlx5/mlx5_vfio.{c,h}` (`struct mlx5_init_seg`, `cmd_dbell`),
+//! the kernel's `include/linux/mlx5/device.h` (`mlx5_init_seg`, `health_buffer`), rdma-core
+//! `providers/mlx5/{cq.c,qp.c,mlx5.c}` (UAR layout, BlueFlame double buffering, `mlx5_bf_copy`).
 
 use std::collections::VecDeque;
 

@@ -1,22 +1,19 @@
-//! The device as the host sees it: BAR0 as MMIO callbacks, like a QEMU device model.
+//! The device: a thin owner of its parts, and the host's view of it.
 //!
-//! Owns: [`Device`], the register file of the init segment (its semantics: `initializing` set
-//! until the driver writes the command queue address, the NIC interface state, the health
-//! counter ticking with time), the decoding of UAR pages (CQ arm at 0x20, EQ doorbells at
-//! 0x40/0x48, BlueFlame registers from 0x800, double-buffered) and the latching of doorbells.
+//! Owns: [`Device`] and the parts it holds: BAR0 (`bar0`: init segment, UAR decode, latched
+//! doorbells), the firmware (`firmware`), the object tables (`objects`), the IOMMU
+//! (`iommu`), the transport engine's device-wide state (`transport::state`), the
+//! completions and events (`events`), the counters and the trace. It lends each piece of
+//! work the parts it needs: a step its doorbells and frames ([`Device::step`]), the
+//! firmware an `Hca` per command doorbell, the data path a `DataPath`, and it counts and
+//! traces every MMIO access BAR0 refuses. Must not: decode registers, run commands or
+//! packets itself (the parts do).
+//!
 //! Work a doorbell asks for happens in [`Device::step`], never inside the MMIO write, as on
 //! hardware: the write only reaches the device.
-//! Must not: execute commands or WQEs itself (that is `firmware` and `engine`).
 //!
-//! MMIO data is given as the bytes on the bus (BAR offset order): a driver's
-//! `write_volatile::<u32>(reg, v.to_be())` on a little-endian host reaches the device as
-//! `v.to_be_bytes()`. Each register accepts only its width; any other access is rejected,
-//! counted and traced, and changes nothing.
-//!
-//! Sources: rdma-core `providers/mlx5/mlx5_vfio.{c,h}` (`struct mlx5_init_seg`, the bring-up
-//! polling of `initializing`, `cmd_dbell`), the kernel's `include/linux/mlx5/device.h`
-//! (`mlx5_init_seg`, `health_buffer`), rdma-core `providers/mlx5/{cq.c,qp.c,mlx5.c}` (UAR layout,
-//! BlueFlame double buffering).
+//! Sources: rdma-core `providers/mlx5/mlx5_vfio.c` (the bring-up polling of `initializing`,
+//! `cmd_dbell`), the kernel's `include/linux/mlx5/device.h` (`health_buffer`).
 
 use bypass_hw::init_seg::{self as iseg, NicInterface};
 

@@ -657,7 +657,7 @@ fn a_2rst_waits_for_its_qps_unread_burst_and_runs_at_the_first_step_after_it_is_
 #[test]
 fn the_flush_cqes_held_for_a_burst_are_written_before_a_2rst_waiting_for_it_runs() {
     // The QP enters ERR while its burst is unread: its flush CQEs wait for the burst
-    // (`engine::post_err_when_read`), and so does a 2RST_QP issued meanwhile. A NIC wrote
+    // (`engine::ledger`), and so does a 2RST_QP issued meanwhile. A NIC wrote
     // the flush CQEs when the QP entered ERR, before any reset: once the burst is read, they
     // must be written before the reset forgets the QP's work.
     let mut c = connect(1024);

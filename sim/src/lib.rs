@@ -4,20 +4,15 @@
 //! RoCEv2 on the wire, using only `bypass-hw` for formats, so that a driver (bypass's own, or
 //! a team's test suite) runs unchanged against it.
 //!
-//! - [`device`]: BAR0 as MMIO callbacks (init segment, command doorbell, UAR pages with CQ/EQ
-//!   doorbells and BlueFlame registers); doorbells are latched and acted on in
-//!   [`Device::step`](device::Device::step).
-//! - [`iommu`] + [`memory`]: every device access to host memory goes through IOVA
-//!   translation, bounds-checked; a miss is a fault reported as the hardware would.
-//! - `firmware`: the command queue and every command handler, bring-up order, firmware pages,
-//!   object tables ([`objects`], [`table`], [`mkey`]) with the capabilities' limits.
-//! - `engine` + [`transport`]: the data path, RC and UD, as RoCEv2 packets.
-//! - [`ring`], `events`: CQ/EQ rings, completions, events, interrupts.
-//! - [`link`]: wires outside the stepped world (a UDP socket speaking RoCEv2 like rxe).
-//! - [`counters`], [`trace`]: what `rdma statistic` would show, and an optional event log.
-//! - [`faults`], [`pcap`]: seeded link faults for the stepped [`World`], and a pcap writer.
-//! - [`fabric`]: devices on a world as the seam's backends (`bypass-seam`): stepped, threaded,
-//!   or on a UDP link, opened by a driver as it opens a VFIO device.
+//! A [`Device`] is a thin owner of parts, each with its own type, and lends each piece of work
+//! the parts it touches: BAR0's MMIO decode (init segment, UAR pages, latched doorbells,
+//! BlueFlame), the firmware (the command queue and the handlers over the object tables), the
+//! [`iommu`] in front of host [`memory`], the transport engine (send and receive queues,
+//! requester, responder, completer, the burst ledger), and the completions and events (CQs,
+//! EQs, interrupts). [`counters`] and [`trace`] show what it did. A [`World`] steps devices on
+//! a simulated network with seeded [`faults`] and a [`pcap`] tee; [`link`] carries a device's
+//! packets over a real UDP socket; [`fabric`] puts devices behind the seam's backend traits
+//! (`bypass-seam`), stepped, threaded or on a UDP link.
 
 mod bar0;
 mod buffer;

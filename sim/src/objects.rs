@@ -184,7 +184,7 @@ pub struct Qp {
     pub dbr: u64,
     /// Connection attributes.
     pub attrs: QpAttrs,
-    /// The IP header and UDP ports of the primary path (`transport::qp_headers`), built on
+    /// The IP header and UDP ports of the primary path (`transport::wire::qp_headers`), built on
     /// first use; cleared wherever `attrs` is replaced (the modify commands).
     pub(crate) headers: Option<(bypass_hw::roce::IpSpec, bypass_hw::roce::UdpPorts)>,
     /// SQ WQEBBs the device has consumed (`hw_sq_wqebb_counter`, 16 bits on the wire).

@@ -260,7 +260,7 @@ fn a_one_burst_blueflame_wqe_latches_at_once_and_drops_a_partial_one_on_its_regi
     let uar = alloc_uar(&mut d);
     let reg = u64::from(uar) * 4096 + 0x800 + 512;
     // The first burst of a 2-WQEBB WQE (ds = 5), then a 1-WQEBB WQE (ds = 3) on the same
-    // register half: the new WQE replaces the unfinished one, as the old path did.
+    // register half: the new WQE replaces the unfinished one.
     let mut two = [0xa0u8; 64];
     two[7] = 5;
     d.mmio_write(reg, &two).unwrap();

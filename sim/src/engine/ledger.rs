@@ -4,18 +4,15 @@
 //! Owns: [`Ledger`]: per QP, the count of its bursts in flight ([`BurstReads`]) and the error
 //! CQEs held behind them (an error completion, then the SQ flush, in SQ order); the QPs whose
 //! held CQEs the steps retry; the commands (2RST_QP, DESTROY_QP) that wait for a QP's bursts;
-//! and the writing of held CQEs once the reads are done ([`Ledger::post_err_when_read`],
-//! [`Ledger::flush_when_read`], [`Ledger::post_held`], [`Ledger::retry`]). Must not: decide that a WQE fails (the
-//! requester and completer do) or decode commands (the firmware finds the QP a command
-//! names and asks [`Ledger::reads_in_flight`]).
+//! and writing the held CQEs once the reads are done. Must not: decide that a WQE fails (the
+//! requester and completer do) or decode commands (the firmware finds the QP a command names
+//! and asks [`Ledger::reads_in_flight`]).
 //!
-//! Why: an error CQE (a flush above all) hands the WQE's buffers back to the application,
-//! which may write them at once; a burst still reading them would race that write and carry
-//! bytes no transmit sent (a NIC reads the buffer when it transmits, before any completion).
-//! Success CQEs need nothing: they wait for the ACK, which follows the read. 2RST_QP and
-//! DESTROY_QP hand the QP's buffers back too, so they wait for its bursts as a NIC quiesces a
-//! QP's DMA before completing them (the kernel frees or reuses the buffers as soon as
-//! `mlx5_core_qp_modify` to RESET or `mlx5_core_destroy_qp` returns).
+//! Why: an error CQE (a flush above all) hands the WQE's buffers back to the application; a
+//! burst still reading them would race its writes and carry bytes no transmit sent (a NIC reads
+//! the buffer when it transmits, before any completion). 2RST_QP and DESTROY_QP hand them back
+//! too, so they wait as a NIC quiesces a QP's DMA before completing them (the kernel frees or
+//! reuses the buffers once `mlx5_core_qp_modify` to RESET or `mlx5_core_destroy_qp` returns).
 
 use std::collections::VecDeque;
 

@@ -49,9 +49,9 @@ use wqe::{Limits, SendWqe};
 /// already announces. It can reach the device late: after an earlier doorbell already fetched
 /// its WQE from the ring (the record had moved past it) and while the record announces more.
 /// Its bytes then belong to an index behind the device's counter, and putting them in place of
-/// the WQE at the counter executes one WQE twice and loses another (the threaded-fabric stall
-/// of moderated `perf write-bw`: an unsignaled WRITE ran in place of the signaled one). Such a
-/// write is only a doorbell: every WQE comes from the ring.
+/// the WQE at the counter would execute one WQE twice and lose another (an unsignaled WRITE
+/// run in place of a signaled one, whose completion then never comes). Such a write is only a
+/// doorbell: every WQE comes from the ring.
 pub(crate) fn fetch(
     qp: &mut Qp,
     caps: &Caps,
@@ -239,7 +239,7 @@ pub(crate) fn set_qp_state(
 /// own signaled marker WQE.
 ///
 /// The requester forgets the WQEs at once; their CQEs wait while a burst of this QP still
-/// reads its memory ([`ledger::flush_when_read`]).
+/// reads its memory ([`Ledger::flush_when_read`]).
 pub(crate) fn flush_sq(
     qps: &mut Table<Qp>,
     comp: &mut Completions,
@@ -268,7 +268,7 @@ pub(crate) fn flush_sq(
 /// takes at most one ring's worth and counts the bad record. Callers also stop before a WQE
 /// that would reach past the budget (it is not complete yet). Without these bounds a producer
 /// that falls inside a multi-WQEBB WQE is never matched exactly and the walk runs around the
-/// 16-bit counter forever (a fuzz finding).
+/// 16-bit counter forever.
 fn fetch_budget(
     counters: &mut Counters,
     pi: u32,

@@ -198,7 +198,7 @@ pub(crate) fn parse(bytes: &[u8], index: u16, lim: &Limits) -> SendWqe {
     w
 }
 
-/// [`parse`] into `w`, a [`SendWqe::bare`] WQE at its index already in place (the engine
+/// `parse` into `w`, a [`SendWqe::bare`] WQE at its index already in place (the engine
 /// parses into the queue's slot: the parsed WQE is never moved).
 #[inline]
 pub(crate) fn parse_into(w: &mut SendWqe, bytes: &[u8], lim: &Limits) {

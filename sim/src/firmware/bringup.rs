@@ -1,32 +1,15 @@
 //! Bring-up and teardown: ENABLE_HCA, QUERY_ISSI / SET_ISSI, INIT_HCA, TEARDOWN_HCA (graceful,
-//! forced, fast), DISABLE_HCA, and the rule of which command each stage accepts.
+//! forced, fast), DISABLE_HCA, and the rule of which command each stage accepts ([`gate`]).
 //!
 //! Owns: [`gate`] and the stage changes. Must not: touch pages or capabilities beyond what a
 //! stage change implies (see [`super::pages`], [`super::caps`]).
 //!
-//! The order is the one the kernel (`drivers/net/ethernet/mellanox/mlx5/core/main.c`
+//! Sources: the order the kernel (`drivers/net/ethernet/mellanox/mlx5/core/main.c`
 //! `mlx5_function_enable` / `mlx5_function_open`: `mlx5_core_enable_hca`, `mlx5_core_set_issi`,
 //! `mlx5_satisfy_startup_pages(dev, 1)`, `set_hca_ctrl`, `set_hca_cap`,
 //! `mlx5_satisfy_startup_pages(dev, 0)`, `mlx5_cmd_init_hca`) and rdma-core
-//! (`providers/mlx5/mlx5_vfio.c` `mlx5_vfio_setup_function`) both follow:
-//!
-//! - Before ENABLE_HCA only ENABLE_HCA is accepted: both drivers send it first, right after the
-//!   `initializing` bit clears, and nothing they send earlier exists (not even QUERY_ISSI,
-//!   which `mlx5_core_set_issi` runs after enabling). Anything else: BAD_SYS_STATE
-//!   `NEED_ENABLE_HCA`.
-//! - After ENABLE_HCA: ISSI, pages, ACCESS_REG, SET_DRIVER_VERSION, NOP; the capability
-//!   commands once the boot pages are given (`NEED_BOOT_PAGES`); INIT_HCA once SET_ISSI ran
-//!   (`NEED_SET_ISSI`) and the boot and init pages are given (NO_RES `NEED_INIT_PAGES`: the
-//!   firmware lacks memory, the status the PRM uses for missing pages). ACCESS_REG
-//!   HOST_ENDIANNESS is not required (the kernel skips it on some functions).
-//! - After INIT_HCA: every resource command; not SET_ISSI / SET_HCA_CAP (`TOO_LATE_AFTER_INIT`),
-//!   INIT_HCA (`ALREADY_INITIALIZED`) or DISABLE_HCA (`NEED_TEARDOWN`).
-//! - After a graceful or forced TEARDOWN_HCA: every object is gone and the firmware's pages
-//!   are reclaimable (QUERY_PAGES reports the negative count, MANAGE_PAGES TAKE returns them);
-//!   then DISABLE_HCA. Fast teardown (PREPARE_FAST_TEARDOWN, then the driver writes NIC
-//!   interface DISABLED: rdma-core `mlx5_vfio_teardown_hca_fast`, kernel
-//!   `mlx5_cmd_fast_teardown_hca`) resets the function at once: the pages are simply the
-//!   driver's again, as after a reset.
+//! (`providers/mlx5/mlx5_vfio.c` `mlx5_vfio_setup_function`, `mlx5_vfio_teardown_hca_fast`)
+//! both follow; kernel `mlx5_cmd_fast_teardown_hca`.
 
 use bypass_hw::cmd::Opcode;
 use bypass_hw::cmd::hca::{
@@ -44,7 +27,25 @@ use crate::profile::Profile;
 /// ISSIs the device supports: 0 and 1 (`supported_issi_dw0` bits 0 and 1).
 pub const SUPPORTED_ISSI: u32 = 0b11;
 
-/// Whether `op` is allowed in the firmware's current stage (BAD_SYS_STATE otherwise).
+/// Whether `op` is allowed in the firmware's current stage (BAD_SYS_STATE otherwise):
+///
+/// - Before ENABLE_HCA only ENABLE_HCA is accepted: both drivers send it first, right after the
+///   `initializing` bit clears, and nothing they send earlier exists (not even QUERY_ISSI,
+///   which `mlx5_core_set_issi` runs after enabling). Anything else: BAD_SYS_STATE
+///   `NEED_ENABLE_HCA`.
+/// - After ENABLE_HCA: ISSI, pages, ACCESS_REG, SET_DRIVER_VERSION, NOP; the capability
+///   commands once the boot pages are given (`NEED_BOOT_PAGES`); INIT_HCA once SET_ISSI ran
+///   (`NEED_SET_ISSI`) and the boot and init pages are given (NO_RES `NEED_INIT_PAGES`: the
+///   firmware lacks memory, the status the PRM uses for missing pages). ACCESS_REG
+///   HOST_ENDIANNESS is not required (the kernel skips it on some functions).
+/// - After INIT_HCA: every resource command; not SET_ISSI / SET_HCA_CAP (`TOO_LATE_AFTER_INIT`),
+///   INIT_HCA (`ALREADY_INITIALIZED`) or DISABLE_HCA (`NEED_TEARDOWN`).
+/// - After a graceful or forced TEARDOWN_HCA: every object is gone and the firmware's pages
+///   are reclaimable (QUERY_PAGES reports the negative count, MANAGE_PAGES TAKE returns them);
+///   then DISABLE_HCA. Fast teardown (PREPARE_FAST_TEARDOWN, then the driver writes NIC
+///   interface DISABLED: rdma-core `mlx5_vfio_teardown_hca_fast`, kernel
+///   `mlx5_cmd_fast_teardown_hca`) resets the function at once: the pages are simply the
+///   driver's again, as after a reset.
 pub(crate) fn gate(fw: &Firmware, op: Opcode) -> CmdResult {
     let st = |synd| Err(CmdError::state(synd));
     let always = matches!(

@@ -1,28 +1,18 @@
 //! The command queue as the device processes it: entries and mailbox chains, by DMA.
 //!
 //! Owns: [`process`] (one `cmd_dbell` write), the commands that wait for a QP's bursts in
-//! flight ([`retry_waiting`]), reading an entry, gathering its input from the
-//! inline bytes and the `in_ptr` mailbox chain, checking the `out_ptr` chain, scattering the
-//! output, the delivery status, handing the entry back, and the CMD completion event.
-//! Must not: interpret commands (that is [`super::execute`]).
+//! flight ([`retry_waiting`]; the ledger keeps them), reading an entry, gathering its input
+//! from the inline bytes and the `in_ptr` mailbox chain, checking the `out_ptr` chain,
+//! scattering the output, the delivery status, handing the entry back, and the CMD
+//! completion event. Must not: interpret commands (that is [`super::execute`]).
 //!
 //! Sources: kernel `drivers/net/ethernet/mellanox/mlx5/core/cmd.c` (`mlx5_copy_to_msg`,
 //! `mlx5_copy_from_msg`: 16 bytes inline, then 512-byte blocks chained by `next`, numbered by
 //! `block_num` from 0, each carrying the entry's `token`; `cmd_work_handler`: ownership bit
 //! set last; `mlx5_cmd_comp_handler`: the CMD EQE's `vector` is a bitmap of completed slots;
-//! `deliv_status_to_str`: the delivery statuses), rdma-core `providers/mlx5/mlx5_vfio.c`
-//! (`mlx5_vfio_post_cmd`, `mlx5_copy_to_msg`/`mlx5_copy_from_msg`), and the PRM as
-//! `mlx5_ifc.h` gives it (`cmd_if_box_bits.next_pointer_31_10`: blocks are 1 KiB aligned).
-//!
-//! Choices where the sources are silent (documented, stable):
-//! - A mailbox the IOMMU refuses is reported as a pointer error of its direction
-//!   (IN_PTR_ALIGN_ERR / OUT_PTR_ALIGN_ERR): the pointer does not name usable memory.
-//! - A chain that ends (next = 0) before `inlen`/`outlen` is covered: IN_/OUT_LENGTH_ERR.
-//! - `inlen`/`outlen` above [`MAX_MSG_LEN`]: IN_/OUT_LENGTH_ERR (no command is that long).
-//! - The output chain is checked (alignment, block numbers, token, writability) before the
-//!   command runs, so a bad output chain never leaves a command half done.
-//! - An entry the device cannot read is counted as a DMA fault and left alone: there is no
-//!   way to report anything in memory the device cannot reach.
+//! `deliv_status_to_str`), rdma-core `providers/mlx5/mlx5_vfio.c` (`mlx5_vfio_post_cmd`), and
+//! `mlx5_ifc.h` (`cmd_if_box_bits.next_pointer_31_10`: blocks are 1 KiB aligned). Where the
+//! sources are silent, [`deliver`] documents the choice.
 
 use bypass_hw::cmd::Opcode;
 use bypass_hw::cmd::entry::{
@@ -162,6 +152,16 @@ fn run_slot(c: &mut Hca<'_>, slot: u8) {
 
 /// Gathers the input, checks the output chain, runs the command and scatters its output.
 /// Returns the 16 inline output bytes.
+///
+/// Choices where the sources are silent (documented, stable):
+/// - A mailbox the IOMMU refuses is reported as a pointer error of its direction
+///   (IN_PTR_ALIGN_ERR / OUT_PTR_ALIGN_ERR): the pointer does not name usable memory.
+/// - A chain that ends (next = 0) before `inlen`/`outlen` is covered: IN_/OUT_LENGTH_ERR.
+/// - `inlen`/`outlen` above [`MAX_MSG_LEN`]: IN_/OUT_LENGTH_ERR (no command is that long).
+/// - The output chain is checked (alignment, block numbers, token, writability) before the
+///   command runs, so a bad output chain never leaves a command half done.
+/// - An entry the device cannot read is counted as a DMA fault and left alone ([`run_slot`]):
+///   there is no way to report anything in memory the device cannot reach.
 fn deliver(
     c: &mut Hca<'_>,
     entry: &CmdLayout,

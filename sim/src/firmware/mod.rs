@@ -64,7 +64,7 @@ pub struct Firmware {
     /// The same pages, for the duplicate check.
     pub(crate) page_set: std::collections::BTreeSet<u64>,
     /// Pages the firmware wants to hold now (QUERY_PAGES REGULAR reports `target - held`;
-    /// [`Device::request_pages`] moves it).
+    /// [`Device::request_pages`](crate::Device::request_pages) moves it).
     pub(crate) page_target: u64,
     /// The profile's boot pages.
     pub(crate) boot_pages: u32,

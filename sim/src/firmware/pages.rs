@@ -1,5 +1,5 @@
 //! Firmware pages: QUERY_PAGES, MANAGE_PAGES (GIVE, TAKE, ALLOC_FAIL) and the page-request
-//! event a test can trigger with [`Device::request_pages`].
+//! event a test can trigger with [`Device::request_pages`](crate::Device::request_pages).
 //!
 //! Owns: the pages the firmware holds and how many it wants (`Firmware::page_target`). Must
 //! not: ever read or write those pages' contents (the firmware's private memory; the sim keeps

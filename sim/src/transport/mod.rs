@@ -1,10 +1,12 @@
-//! The RoCEv2 transport: what the device does with packets.
+//! The RoCEv2 transport: what the device does with send doorbells and packets.
 //!
-//! Owns: receive dispatch (parse, ICRC, address and QP checks, then requests to the
-//! [`responder`] and responses to the [`completer`]), and [`send`], the one way the device
-//! puts a packet on the wire (IP/UDP headers from the QP's path, as rxe builds them). The
-//! [`requester`] turns send WQEs into request packets and keeps the retransmit and RNR
-//! timers. Must not: touch rings directly (completions go through `Device::post_cqe`).
+//! Owns: the data path's entry points, each on a `DataPath` (the parts the device lends it):
+//! a send doorbell (`doorbell`), receive dispatch (parse, ICRC, address and QP checks, then
+//! requests to the responder and responses to the completer), and the periodic scan
+//! (timers, held-back sending, receives to flush). The requester turns send WQEs into
+//! request packets, the completer takes responses, the responder takes requests; `wire` puts
+//! packets on the wire; `state` holds the device-wide state and the firmware's way in
+//! (`QpControl`). Must not: touch rings directly (completions go through `Completions`).
 //!
 //! Receive checks follow rxe (`rxe_recv.c` `rxe_rcv`, `check_type_state`, `check_addr`):
 //! bad ICRC → dropped and counted; a destination address that is not one of our GIDs, an

@@ -50,7 +50,7 @@ pub(crate) struct Transport {
     own_gid: Option<[u8; 16]>,
     /// Wire lengths of the last packets sized on the fast path.
     pub(crate) len_memo: LenMemo,
-    /// Packet headers of the last route used (`transport::headers`).
+    /// Packet headers of the last route used (`transport::wire::headers`).
     pub(crate) headers_cache: Option<super::wire::HeadersCache>,
     /// Bursts in flight and what waits for them.
     pub(crate) ledger: Ledger,

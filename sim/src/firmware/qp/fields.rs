@@ -4,6 +4,13 @@
 //! Owns: the required fields of RST2INIT, INIT2RTR (RC and UD) and RTR2RTS, and every optional
 //! parameter. Must not: decide whether a transition is allowed or change the QP (that is
 //! [`super::modify`], which applies what these return only when all of them succeed).
+//!
+//! Sources: what the kernel's `__mlx5_ib_modify_qp` (`drivers/infiniband/hw/mlx5/qp.c`)
+//! always fills for an edge, the IB_QP_* attributes the IBTA lists as required (RST→INIT:
+//! port, P_Key index, access flags (RC) or Q_Key (UD); INIT→RTR (RC): path MTU, destination
+//! QPN, RQ PSN, responder resources, min RNR timer, address vector; RTR→RTS: SQ PSN and (RC)
+//! retry count, RNR retry, initiator depth, timeout), and rdma-core's DEVX test
+//! (`tests/mlx5_base.py` `Mlx5DevxRcResources.to_rts`).
 
 use bypass_hw::cmd::qp::{OptParamMask, PathMtu, Qpc};
 use bypass_hw::syndrome::CmdStatus;

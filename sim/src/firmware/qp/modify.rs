@@ -3,24 +3,16 @@
 //!
 //! Owns: the QP state machine as the firmware enforces it (which edge, which optional bits),
 //! the all-or-nothing update of a QP (the fields are taken and checked by [`super::fields`]
-//! first; the QP changes only if all pass), the arming of the requester and responder, and
-//! 2ERR / 2RST. Must not: touch rings (ERR flushes through
-//! `Device::set_qp_state`) or the requester/responder internals (it only creates their state
-//! with `ReqState::new` / `RespState::new`).
+//! first; the QP changes only if all pass), the arming of the requester and responder
+//! (`ReqState::new`, `RespState::new`), and 2ERR / 2RST. Must not: touch rings or the
+//! transport's internals (state changes, flushes and resets go through `QpControl`).
 //!
-//! Sources:
-//! - allowed edges: `bypass_hw::cmd::qp::apply`, the kernel's `optab` in
-//!   `drivers/infiniband/hw/mlx5/qp.c` `__mlx5_ib_modify_qp`; a command from another state is
-//!   BAD_QP_STATE (`MLX5_CMD_STAT_BAD_QP_STATE_ERR` 0x10, `cmd_status_str` "bad QP state").
-//! - required fields per transition (taken in [`super::fields`]): what `__mlx5_ib_modify_qp` always fills for that edge
-//!   (IB_QP_* attributes the IBTA lists as required: RST→INIT port, P_Key index, access flags
-//!   (RC) or Q_Key (UD); INIT→RTR (RC) path MTU, destination QPN, RQ PSN, responder resources,
-//!   min RNR timer, address vector; RTR→RTS SQ PSN and (RC) retry count, RNR retry, initiator
-//!   depth, timeout) and what rdma-core's DEVX test sets (`tests/mlx5_base.py`
-//!   `Mlx5DevxRcResources.to_rts`).
-//! - optional fields: [`super::optpar`].
-//! - UD: the kernel fixes `mtu` to 4096 and `log_msg_max` to 12 for UD (`mtu_msgmax`), the
-//!   port's own MTU being the real limit, so INIT2RTR of a UD QP checks neither.
+//! Sources: the allowed edges of `bypass_hw::cmd::qp::apply` and the kernel's `optab`
+//! (`drivers/infiniband/hw/mlx5/qp.c` `__mlx5_ib_modify_qp`; another state is BAD_QP_STATE,
+//! `MLX5_CMD_STAT_BAD_QP_STATE_ERR`); the fields each edge requires as `__mlx5_ib_modify_qp`
+//! and rdma-core's DEVX test (`tests/mlx5_base.py` `Mlx5DevxRcResources.to_rts`) fill them
+//! ([`super::fields`]); the optional ones in [`super::optpar`]. For UD the kernel fixes `mtu`
+//! to 4096 and `log_msg_max` to 12 (`mtu_msgmax`), so INIT2RTR of a UD QP checks neither.
 
 use bypass_hw::cmd::Opcode;
 use bypass_hw::cmd::qp::{

@@ -112,7 +112,7 @@ pub(super) fn send_burst(
     burst.msg_len = w.len;
     burst.raddr = w.raddr;
     burst.rkey = w.rkey;
-    // What `emit` and `transport::send` do for each of the packets, in closed form.
+    // What `emit` and `transport::wire::send` do for each of the packets, in closed form.
     let first_psn = req.psn;
     let ends = packet_at(off, w.len, mtu, count - 1).3;
     // Packets below `max_psn` are retransmissions; the rest move it.

@@ -1,22 +1,17 @@
-//! The requester: send WQEs → request packets; the retransmit and RNR timers.
+//! The requester: send WQEs → request packets, in-order send completions, go-back-N.
 //!
-//! Owns: [`ReqState`] (the queue of fetched WQEs with their PSN ranges, the next PSN, the
-//! oldest unacknowledged PSN, the retry counters and timers), [`pump`] (send what the window,
-//! the READ/atomic limit and fences allow), go-back-N [`rewind`], in-order completion
-//! ([`complete_ready`]) and the timers. Must not: parse responses (that is the
-//! [`completer`](super::completer)) or fetch WQEs (the engine).
+//! Owns: `pump` (send what the window, the READ/atomic limit and fences allow), the `Sender`
+//! a QP's send side works through, go-back-N `rewind` and in-order completion
+//! (`complete_ready`); bursts are in `burst`, timers in `timers`, the per-QP state in `state`.
+//! Must not: parse responses (that is the completer) or fetch WQEs (the engine).
 //!
 //! Follows rxe (`rxe_req.c` `rxe_requester`, `next_opcode`, `update_wqe_psn`,
-//! `check_init_depth`, `req_retry`; `rxe_comp.c` for the timers): one PSN per packet, READ
-//! reserves `max(1, ceil(len / mtu))` PSNs, AckReq on the last packet of a message and after
-//! every `RXE_MAX_PKT_PER_ACK` packets without one, at most `RXE_MAX_UNACKED_PSNS` PSNs in
-//! flight, at most `2^log_sra_max` READ/atomics outstanding, go-back-N on retry. The ACK
-//! timeout is 4.096 µs × 2^`ack_timeout` (IBTA §9.7.6.1.3; 0 = no timer), the RNR timer the
-//! IBTA table 45 value for the NAK's code (rxe `rnrnak_usec`).
-//!
-//! Designed for loss recovery: every WQE keeps its PSN range and local buffers until it
-//! completes, so a later retransmission (from any PSN, mid-message or mid-READ) is a
-//! [`rewind`] followed by [`pump`].
+//! `check_init_depth`, `req_retry`): one PSN per packet, READ reserves `max(1, ceil(len /
+//! mtu))` PSNs, AckReq on the last packet of a message and after every `RXE_MAX_PKT_PER_ACK`
+//! packets without one, at most `RXE_MAX_UNACKED_PSNS` PSNs in flight, at most
+//! `2^log_sra_max` READ/atomics outstanding. Every WQE keeps its PSN range and local buffers
+//! until it completes, so a retransmission (from any PSN, mid-message or mid-READ) is a
+//! `rewind` followed by `pump`.
 
 use bypass_hw::cmd::qp::{QpState, service_type as st};
 use bypass_hw::roce::opcode::{psn_add, psn_diff};

@@ -1,21 +1,17 @@
 //! The responder: request packets → receives, RDMA WRITE/READ/atomics, ACK/NAK/RNR NAK.
 //!
-//! Owns: [`RespState`] (expected PSN, MSN, the message in progress, the responder resources
-//! for READ/atomic replay, the "PSN NAK sent" flag), the RC request checks in rxe's order and
-//! the flush of the receive queue. The pieces: [`rq`] (receive WQEs, scatter, receive CQEs),
-//! [`ack`] (response packets), `send` (RC SEND), `rdma` (WRITE, READ, atomics, duplicates),
-//! `ud` (UD receive with the GRH). Must not: touch the send queue or the requester's state.
+//! Owns: the RC request checks in rxe's order and what a failed one costs (IBTA §9.9.3 error
+//! classes: B = RNR NAK; C = the consumed receive WQE completes in error, the NAK goes out
+//! with the request's PSN and the QP moves to ERR, rxe `do_class_ac_error` + `RESPST_ERROR`;
+//! D = silent drop). The pieces: [`state`] (per-QP state), [`ack`] (response packets), `send`
+//! (RC SEND), `rdma` (WRITE, READ, atomics, duplicates), `ud` (UD receive with the GRH),
+//! [`burst`] (a WRITE burst applied at once); receive WQEs are `engine::rq`'s. Must not: touch
+//! the send queue or the requester's state.
 //!
-//! The state machine follows Linux rxe `rxe_resp.c` (`rxe_responder`: `check_psn`,
-//! `check_op_seq`, `check_op_valid`, `check_resource`, `check_length`, `check_rkey`,
-//! `execute`, `acknowledge`, `duplicate_request` and the error classes of IBTA §9.9.3:
-//! class B = RNR NAK, class C = NAK + QP to ERR, class D = silent drop) and IBTA vol. 1
-//! §9.7 (PSN checks, MSN, duplicates, responder resources).
-//!
-//! What a NAK costs: an invalid request (0x61), remote access (0x62) or remote operational
-//! (0x63) NAK is class C: the receive WQE the message had consumed (if any) completes with an
-//! error CQE, the NAK goes out with the request's PSN, and the QP moves to ERR (which flushes
-//! the rest of both queues), as rxe `do_class_ac_error` + `RESPST_ERROR` do.
+//! Sources: Linux rxe `rxe_resp.c` (`rxe_responder`: `check_psn`, `check_op_seq`,
+//! `check_op_valid`, `check_resource`, `check_length`, `check_rkey`, `execute`, `acknowledge`,
+//! `duplicate_request`) and IBTA vol. 1 §9.7 (PSN checks, MSN, duplicates, responder
+//! resources).
 
 pub(crate) mod ack;
 pub(crate) mod burst;

@@ -8,21 +8,8 @@
 //! Sources: rxe `rxe_resp.c` (`check_resource`, `check_length`, `check_rkey` — a zero-length
 //! READ or WRITE needs no valid rkey, IBTA C9-88 —, `write_data_in`, `read_reply`,
 //! `atomic_reply`, `rxe_prepare_res`, `find_resource`, `duplicate_request`); rxe
-//! `rxe_mr.c` `rxe_mr_do_atomic_op` (the rkey is checked before the 8-byte alignment).
-//!
-//! Byte order of the atomic operand in memory: the mlx5 responder treats the 8 bytes as a
-//! big-endian value unless the driver switched the device to host endianness
-//! (`atomic_caps.atomic_req_8B_endianness_mode`, kernel `mlx5/core/main.c`
-//! `handle_hca_cap_atomic` with `MLX5_ATOMIC_REQ_MODE_BE = 0` /
-//! `MLX5_ATOMIC_REQ_MODE_HOST_ENDIANNESS = 1`, only when the device advertises
-//! `supported_atomic_req_8B_endianness_mode_1`). The simulated device does not advertise it,
-//! so the operand is big-endian, as the PRM's default mode says.
-//!
-//! When a READ/atomic is "outstanding": a resource stays busy until the last packet of its
-//! response has left the device (been taken by the wire). A requester that respects the
-//! negotiated `max_rd_atomic` never has more in flight than that, so it never sees the NAK;
-//! one that sends more while the responses are still queued gets NAK invalid request (the
-//! error rxe names `RESPST_ERR_TOO_MANY_RDMA_ATM_REQ`, IBTA §9.7.5.2.2 invalid request).
+//! `rxe_mr.c` `rxe_mr_do_atomic_op` (the rkey is checked before the 8-byte alignment); the
+//! kernel's `mlx5/core/main.c` `handle_hca_cap_atomic` (the operand's byte order, [`atomic`]).
 
 use bypass_hw::cqe::CqeOpcode;
 use bypass_hw::roce::opcode::{Position, psn_add, psn_compare};
@@ -142,6 +129,12 @@ fn ring_cap(dp: &DataPath<'_>, qpn: u32) -> usize {
 
 /// A ring slot for a new READ/atomic, or NAK invalid request if every resource is still
 /// outstanding (rxe `check_resource`).
+///
+/// A resource stays busy until the last packet of its response has left the device (been
+/// taken by the wire). A requester that respects the negotiated `max_rd_atomic` never has
+/// more in flight than that, so it never sees the NAK; one that sends more while the responses
+/// are still queued gets NAK invalid request (the error rxe names
+/// `RESPST_ERR_TOO_MANY_RDMA_ATM_REQ`, IBTA §9.7.5.2.2 invalid request).
 fn claim(dp: &DataPath<'_>, qpn: u32) -> Result<usize, Fail> {
     let cap = ring_cap(dp, qpn);
     let Some(qp) = dp.objs.qps.get(qpn) else {
@@ -359,6 +352,12 @@ fn read_responses(
 }
 
 /// A COMPARE_SWAP or FETCH_ADD request.
+///
+/// The 8-byte operand in memory is big-endian: the mlx5 responder treats it so unless the
+/// driver switched the device to host endianness (`atomic_caps.atomic_req_8B_endianness_mode`,
+/// kernel `handle_hca_cap_atomic` with `MLX5_ATOMIC_REQ_MODE_BE = 0` /
+/// `MLX5_ATOMIC_REQ_MODE_HOST_ENDIANNESS = 1`, only when the device advertises
+/// `supported_atomic_req_8B_endianness_mode_1`, which this one does not).
 pub(super) fn atomic(dp: &mut DataPath<'_>, qpn: u32, pkt: &RocePacket<'_>) -> Result<(), Fail> {
     let Some(a) = pkt.atomic_eth() else {
         return Err(Fail::inv_req(false));

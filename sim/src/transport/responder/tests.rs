@@ -1,4 +1,4 @@
-//! Responder tests: request packets built as a peer would (`transport::send` on the other
+//! Responder tests: request packets built as a peer would (`transport::wire::send` on the other
 //! host), received by the device under test, then its memory, CQEs and response packets
 //! checked. The requester is not used.
 

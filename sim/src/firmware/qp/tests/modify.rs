@@ -380,7 +380,7 @@ proptest! {
     }
 }
 
-/// The headers `transport::qp_headers` keeps in QP `qpn` for its primary path (building them
+/// The headers `transport::wire::qp_headers` keeps in QP `qpn` for its primary path (building them
 /// if the QP has none).
 fn kept_headers(
     r: &mut Rig,
