@@ -17,7 +17,7 @@
 
 use bypass_hw::init_seg::{self as iseg, NicInterface};
 
-use crate::bar0::{Bar0, Written};
+use crate::bar0::{Bar0, Doorbell, Written};
 use crate::counters::Counters;
 use crate::events::Completions;
 use crate::firmware::{Firmware, Hca, Stage};
@@ -29,7 +29,7 @@ use crate::profile::Profile;
 use crate::trace::{Trace, TraceEvent};
 use crate::transport::state::{DataPath, Transport};
 
-pub use crate::bar0::{CMDQ_LOG_SIZE, CMDQ_LOG_STRIDE, Doorbell, MmioError};
+pub use crate::bar0::MmioError;
 
 /// A simulated mlx5 device: the owner of its parts.
 pub struct Device {
