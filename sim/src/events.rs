@@ -1,10 +1,10 @@
-//! Completions and events: writing a CQE into its CQ, the completion and error events that
-//! follow, asynchronous events to the EQ that subscribed to them, interrupts, and the CQ arm
-//! and EQ doorbells.
+//! Completions and events: the CQ and EQ tables, writing a CQE into its CQ, the completion
+//! and error events that follow, asynchronous events to the EQ that subscribed to them,
+//! MSI-X interrupts, and the CQ arm and EQ doorbells.
 //!
-//! Owns: the device's single path from "something completed or happened" to CQE/EQE bytes in
-//! host memory and an MSI-X interrupt. Firmware, engine and transport call
-//! [`Device::post_cqe`] and [`Device::post_event`]; none of them touches a ring directly.
+//! Owns: [`Completions`], the device's single path from "something completed or happened"
+//! to CQE/EQE bytes in host memory and an interrupt. Firmware, send queue and transport call
+//! [`Completions::post_cqe`] and [`Completions::post_event`]; none of them touches a ring.
 //! Must not: build CQE contents (callers do, with `bypass_hw::cqe`).
 //!
 //! Routing follows the PRM as the kernel's `mlx5_core` uses it: a CQ's completion events go to
@@ -12,56 +12,123 @@
 //! has its type (the kernel creates one async EQ for all of them); a CQ overrun raises
 //! `CQ_ERROR` with syndrome 1 (`MLX5_CQ_ERROR_SYNDROME_CQ_OVERRUN`).
 
-use bypass_hw::cmd::qp::QpState;
 use bypass_hw::eqe::{EQE_DATA_LEN, Eqe, EventType};
 use zerocopy::FromZeros;
 
-use crate::device::Device;
-use crate::iommu::DmaFault;
+use crate::counters::Counters;
+use crate::io::Io;
+use crate::objects::{Cq, Eq};
+use crate::profile::Caps;
 use crate::ring::{CqPost, EqPost};
-use crate::trace::TraceEvent;
+use crate::table::Table;
+use crate::trace::{Trace, TraceEvent};
 
 /// `CQ_ERROR` syndrome for an overrun (kernel `mlx5_ifc.h` `MLX5_CQ_ERROR_SYNDROME_CQ_OVERRUN`).
 pub const CQ_ERROR_SYNDROME_OVERRUN: u8 = 0x1;
 
-impl Device {
-    /// Counts and traces a DMA the IOMMU refused.
-    pub(crate) fn dma_fault(&mut self, f: DmaFault) {
-        self.counters.dma_faults += 1;
-        let at = self.now;
-        self.trace.record(|| TraceEvent::DmaFault {
-            at,
-            iova: f.iova,
-            len: f.len,
-            write: f.dir == crate::iommu::Dir::Write,
-        });
+/// The device's MSI-X vectors: the handler interrupts go to, and how many each vector raised.
+struct Msix {
+    handler: Option<Box<dyn FnMut(u16) + Send>>,
+    /// Interrupts raised per vector (also reported to the handler, if any).
+    raised: Vec<u64>,
+}
+
+impl Msix {
+    /// Raises `vector` at device time `now`: counted, traced, reported to the handler.
+    fn raise(&mut self, vector: u16, counters: &mut Counters, trace: &mut Trace, now: u64) {
+        if let Some(c) = self.raised.get_mut(usize::from(vector)) {
+            *c += 1;
+        }
+        counters.interrupts += 1;
+        trace.record(|| TraceEvent::Interrupt { at: now, vector });
+        if let Some(h) = self.handler.as_mut() {
+            h(vector);
+        }
+    }
+}
+
+/// The CQs and EQs, and the interrupts their events raise.
+pub(crate) struct Completions {
+    /// Completion queues.
+    pub(crate) cqs: Table<Cq>,
+    /// Event queues.
+    pub(crate) eqs: Table<Eq>,
+    msix: Msix,
+}
+
+impl std::fmt::Debug for Completions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Completions")
+            .field("cqs", &self.cqs.len())
+            .field("eqs", &self.eqs.len())
+            .field("interrupts", &self.msix.raised)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Completions {
+    /// Empty tables sized by `caps`, `vectors` MSI-X vectors and no handler.
+    pub(crate) fn new(caps: &Caps, vectors: usize) -> Self {
+        let cap = |log: u8| 1u32.checked_shl(u32::from(log)).unwrap_or(u32::MAX);
+        Self {
+            cqs: Table::new(1, cap(caps.log_max_cq), 1 << 24),
+            eqs: Table::new(0, cap(caps.log_max_eq), 1 << 8),
+            msix: Msix {
+                handler: None,
+                raised: vec![0; vectors],
+            },
+        }
+    }
+
+    /// Removes every CQ and EQ (TEARDOWN_HCA / DISABLE_HCA).
+    pub(crate) fn clear(&mut self) {
+        self.cqs.clear();
+        self.eqs.clear();
+    }
+
+    /// Installs the interrupt handler.
+    pub(crate) fn set_handler(&mut self, handler: impl FnMut(u16) + Send + 'static) {
+        self.msix.handler = Some(Box::new(handler));
+    }
+
+    /// Interrupts raised so far on `vector`.
+    pub(crate) fn raised(&self, vector: u16) -> u64 {
+        self.msix
+            .raised
+            .get(usize::from(vector))
+            .copied()
+            .unwrap_or(0)
     }
 
     /// Writes `cqe` (the 64-byte CQE; placed in the second half of a 128-byte entry when the
     /// CQ has 128-byte CQEs) into CQ `cqn`, then raises the completion event if the CQ was
     /// armed for it, or the CQ error event on overrun. Returns false if the CQE could not be
     /// written (no such CQ, overrun, DMA fault).
-    pub(crate) fn post_cqe(&mut self, cqn: u32, cqe: &[u8; 64], solicited_or_error: bool) -> bool {
-        let Some(cq) = self.objs.cqs.get_mut(cqn) else {
+    pub(crate) fn post_cqe(
+        &mut self,
+        io: &mut Io<'_>,
+        cqn: u32,
+        cqe: &[u8; 64],
+        solicited_or_error: bool,
+    ) -> bool {
+        let Some(cq) = self.cqs.get_mut(cqn) else {
             return false;
         };
         let mut entry = [0u8; 128];
         let size = cq.ring.cqe_size() as usize;
         entry[size - 64..size].copy_from_slice(cqe);
         let eqn = cq.eqn;
-        let result = cq
-            .ring
-            .post(&mut self.iommu, &mut entry[..size], solicited_or_error);
+        let result = cq.ring.post(io.dma, &mut entry[..size], solicited_or_error);
         match result {
             Ok(CqPost::Written { notify, .. }) => {
-                let at = self.now;
-                self.trace.record(|| TraceEvent::Cqe {
+                let at = io.now;
+                io.trace.record(|| TraceEvent::Cqe {
                     at,
                     cqn,
                     bytes: entry[..size].to_vec(),
                 });
                 if notify {
-                    self.post_completion_event(eqn, cqn);
+                    self.post_completion_event(io, eqn, cqn);
                 }
                 true
             }
@@ -70,34 +137,34 @@ impl Device {
                 let err = e.cq_err_mut();
                 err.cqn.set(cqn & 0x00ff_ffff);
                 err.syndrome = CQ_ERROR_SYNDROME_OVERRUN;
-                self.post_event(EventType::CQ_ERROR, 0, &e.data);
+                self.post_event(io, EventType::CQ_ERROR, 0, &e.data);
                 false
             }
             Ok(CqPost::InError) => false,
             Err(f) => {
-                self.dma_fault(f);
+                io.dma_fault(f);
                 false
             }
         }
     }
 
     /// A completion event for `cqn` on EQ `eqn`.
-    fn post_completion_event(&mut self, eqn: u32, cqn: u32) {
+    fn post_completion_event(&mut self, io: &mut Io<'_>, eqn: u32, cqn: u32) {
         let mut e = Eqe::new_zeroed();
         e.comp_mut().cqn.set(cqn & 0x00ff_ffff);
-        self.write_eqe(eqn, EventType::COMPLETION, 0, &e.data);
+        self.write_eqe(io, eqn, EventType::COMPLETION, 0, &e.data);
     }
 
     /// Posts an asynchronous event to the (lowest-numbered) EQ that subscribed to its type.
     /// Returns false if no EQ wants it (the event is dropped, as the hardware does).
     pub(crate) fn post_event(
         &mut self,
+        io: &mut Io<'_>,
         t: EventType,
         sub_type: u8,
         data: &[u8; EQE_DATA_LEN],
     ) -> bool {
         let Some(eqn) = self
-            .objs
             .eqs
             .iter()
             .find(|(_, eq)| eq.wants(t.0))
@@ -105,22 +172,23 @@ impl Device {
         else {
             return false;
         };
-        self.write_eqe(eqn, t, sub_type, data)
+        self.write_eqe(io, eqn, t, sub_type, data)
     }
 
     /// True if some EQ receives events of type `t`.
     pub(crate) fn event_subscribed(&self, t: EventType) -> bool {
-        self.objs.eqs.iter().any(|(_, eq)| eq.wants(t.0))
+        self.eqs.iter().any(|(_, eq)| eq.wants(t.0))
     }
 
     fn write_eqe(
         &mut self,
+        io: &mut Io<'_>,
         eqn: u32,
         t: EventType,
         sub_type: u8,
         data: &[u8; EQE_DATA_LEN],
     ) -> bool {
-        let Some(eq) = self.objs.eqs.get_mut(eqn) else {
+        let Some(eq) = self.eqs.get_mut(eqn) else {
             return false;
         };
         let mut eqe = Eqe::new_zeroed();
@@ -130,72 +198,49 @@ impl Device {
         let mut bytes = [0u8; 64];
         bytes.copy_from_slice(zerocopy::IntoBytes::as_bytes(&eqe));
         let intr = eq.intr;
-        match eq.ring.post(&mut self.iommu, &mut bytes) {
+        match eq.ring.post(io.dma, &mut bytes) {
             Ok(EqPost::Written { interrupt }) => {
-                let at = self.now;
-                self.trace.record(|| TraceEvent::Eqe {
+                let at = io.now;
+                io.trace.record(|| TraceEvent::Eqe {
                     at,
                     eqn,
                     bytes: bytes.to_vec(),
                 });
                 if interrupt {
-                    self.raise_interrupt(intr);
+                    self.msix.raise(intr, io.counters, io.trace, io.now);
                 }
                 true
             }
             Ok(EqPost::Overrun) => false,
             Err(f) => {
-                self.dma_fault(f);
+                io.dma_fault(f);
                 false
             }
         }
     }
 
     /// The CQ arm doorbell (UAR offset 0x20). Must come through the CQ's UAR page.
-    pub(crate) fn cq_arm(&mut self, uar: u32, cmd_sn_ci: u32, cqn: u32) {
-        let Some(cq) = self.objs.cqs.get_mut(cqn).filter(|cq| cq.uar == uar) else {
-            self.counters.doorbell_errors += 1;
+    pub(crate) fn cq_arm(&mut self, io: &mut Io<'_>, uar: u32, cmd_sn_ci: u32, cqn: u32) {
+        let Some(cq) = self.cqs.get_mut(cqn).filter(|cq| cq.uar == uar) else {
+            io.counters.doorbell_errors += 1;
             return;
         };
         if cq.ring.arm(cmd_sn_ci) {
             let eqn = cq.eqn;
-            self.post_completion_event(eqn, cqn);
+            self.post_completion_event(io, eqn, cqn);
         }
     }
 
     /// The EQ doorbell (UAR offset 0x40 arm / 0x48 update only). Must come through the EQ's
     /// UAR page.
-    pub(crate) fn eq_doorbell(&mut self, uar: u32, eqn: u32, ci: u32, arm: bool) {
-        let Some(eq) = self.objs.eqs.get_mut(eqn).filter(|eq| eq.uar == uar) else {
-            self.counters.doorbell_errors += 1;
+    pub(crate) fn eq_doorbell(&mut self, io: &mut Io<'_>, uar: u32, eqn: u32, ci: u32, arm: bool) {
+        let Some(eq) = self.eqs.get_mut(eqn).filter(|eq| eq.uar == uar) else {
+            io.counters.doorbell_errors += 1;
             return;
         };
         if eq.ring.update_ci(ci, arm) {
             let intr = eq.intr;
-            self.raise_interrupt(intr);
-        }
-    }
-
-    /// Moves QP `qpn` to `to`, tracing the change; entering ERR flushes both its queues
-    /// (every outstanding WQE completes with WR_FLUSH_ERR), as the PRM requires.
-    pub(crate) fn set_qp_state(&mut self, qpn: u32, to: QpState) {
-        let Some(qp) = self.objs.qps.get_mut(qpn) else {
-            return;
-        };
-        let from = qp.state;
-        qp.state = to;
-        if from != to {
-            let at = self.now;
-            self.trace.record(|| TraceEvent::QpState {
-                at,
-                qpn,
-                from: from as u8,
-                to: to as u8,
-            });
-        }
-        if to == QpState::Err {
-            crate::engine::flush_sq(self, qpn);
-            crate::transport::responder::flush_rq(self, qpn);
+            self.msix.raise(intr, io.counters, io.trace, io.now);
         }
     }
 }

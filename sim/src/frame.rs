@@ -170,7 +170,7 @@ impl AckFrame {
 
     /// The wire bytes (`None` only if the spec cannot be emitted, which a frame the device
     /// built never is).
-    pub fn to_wire(&self) -> Option<Vec<u8>> {
+    pub fn to_wire(self) -> Option<Vec<u8>> {
         let mut buf = Vec::new();
         self.to_wire_into(&mut buf).then_some(buf)
     }
@@ -342,7 +342,7 @@ pub struct Burst {
 /// above all) hands the WQE's buffer back to the application, which may then write it; while
 /// a burst of that QP still reads it, that write races the read, and the receiver could see
 /// bytes no transmit ever sent. So a QP's error CQEs and SQ flush wait until none of its
-/// bursts is in flight (`engine::post_err_when_read`; the QP is in ERR meanwhile, and no new
+/// bursts is in flight (`engine::ledger`; the QP is in ERR meanwhile, and no new
 /// burst can start). Success CQEs need nothing: they wait for the ACK, which follows the
 /// read.
 ///

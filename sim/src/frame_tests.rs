@@ -232,7 +232,7 @@ fn a_burst_taken_as_bytes_is_exactly_the_packets_of_the_byte_path() {
     let expected = take_packets(&mut stepped(1024, &writes, false));
 
     let mut fast = stepped(1024, &writes, true);
-    assert_eq!(fast.p.a.dev.tx.len(), 3, "one burst per WRITE");
+    assert_eq!(fast.p.a.dev.tp.tx.len(), 3, "one burst per WRITE");
     let got = take_packets(&mut fast);
     assert_eq!(got.len(), 20 + 4 + 1);
     assert_eq!(got, expected);
@@ -362,6 +362,7 @@ fn acknowledgements_taken_as_bytes_are_exactly_the_byte_paths() {
         let acks =
             c.p.b
                 .dev
+                .tp
                 .tx
                 .iter()
                 .filter(|f| matches!(f, crate::frame::Frame::Ack(_)))
@@ -465,7 +466,7 @@ fn a_received_burst_box_carries_the_next_burst_sent_and_keeps_no_buffer_alive() 
     let held = std::sync::Arc::strong_count(&mem);
     c.p.b.dev.receive_frame(crate::frame::Frame::Burst(b));
     c.p.b.dev.step();
-    assert_eq!(c.p.b.dev.burst_spare.len(), 1, "b kept the box");
+    assert_eq!(c.p.b.dev.tp.burst_spare.len(), 1, "b kept the box");
     assert!(
         std::sync::Arc::strong_count(&mem) < held,
         "the kept box let go of a's buffer"
@@ -478,7 +479,7 @@ fn a_received_burst_box_carries_the_next_burst_sent_and_keeps_no_buffer_alive() 
     let rc = &mut c.rc;
     rc.p.b.post_send(&mut rc.b_qp, &wqe);
     c.p.b.dev.step();
-    assert!(c.p.b.dev.burst_spare.is_empty(), "the box was taken");
+    assert!(c.p.b.dev.tp.burst_spare.is_empty(), "the box was taken");
     let frames: Vec<_> = std::iter::from_fn(|| c.p.b.dev.take_frame()).collect();
     let reused = frames.iter().any(|f| match f {
         crate::frame::Frame::Burst(b) => std::ptr::eq(&**b, boxed) && b.bytes() == 4,
@@ -650,13 +651,13 @@ fn a_2rst_waits_for_its_qps_unread_burst_and_runs_at_the_first_step_after_it_is_
     assert!(c.p.a.dev.step(), "the command ran");
     assert_cmd_ok(&c, entry);
     assert_eq!(state(&c), QpState::Rst);
-    assert!(c.p.a.dev.waiting_cmds.is_empty());
+    assert!(!c.p.a.dev.tp.ledger.commands_waiting());
 }
 
 #[test]
 fn the_flush_cqes_held_for_a_burst_are_written_before_a_2rst_waiting_for_it_runs() {
     // The QP enters ERR while its burst is unread: its flush CQEs wait for the burst
-    // (`engine::post_err_when_read`), and so does a 2RST_QP issued meanwhile. A NIC wrote
+    // (`engine::ledger`), and so does a 2RST_QP issued meanwhile. A NIC wrote
     // the flush CQEs when the QP entered ERR, before any reset: once the burst is read, they
     // must be written before the reset forgets the QP's work.
     let mut c = connect(1024);
@@ -680,7 +681,7 @@ fn the_flush_cqes_held_for_a_burst_are_written_before_a_2rst_waiting_for_it_runs
     let qp = c.p.a.dev.objs.qps.get(qpn).expect("qp a");
     assert_eq!(qp.state, QpState::Rst);
     assert_eq!(qp.counters.req_cqe_flush_error, 1);
-    assert!(c.p.a.dev.deferred_flushes.is_empty() && c.p.a.dev.waiting_cmds.is_empty());
+    assert!(!c.p.a.dev.tp.ledger.flushes_waiting() && !c.p.a.dev.tp.ledger.commands_waiting());
 }
 
 #[test]
@@ -735,7 +736,7 @@ fn a_flush_waits_until_no_burst_of_the_qp_still_reads_its_memory() {
     assert_eq!(flushed_wqes(&a_cqes(&mut c)), [0, 1, 2]);
     let qp = c.p.a.dev.objs.qps.get(qpn).expect("qp a");
     assert_eq!(qp.counters.req_cqe_flush_error, 3);
-    assert!(qp.flush_wait.is_none() && c.p.a.dev.deferred_flushes.is_empty());
+    assert!(!c.p.a.dev.tp.ledger.holds_errs(qpn) && !c.p.a.dev.tp.ledger.flushes_waiting());
 }
 
 #[test]

@@ -4,22 +4,18 @@
 //! RoCEv2 on the wire, using only `bypass-hw` for formats, so that a driver (bypass's own, or
 //! a team's test suite) runs unchanged against it.
 //!
-//! - [`device`]: BAR0 as MMIO callbacks (init segment, command doorbell, UAR pages with CQ/EQ
-//!   doorbells and BlueFlame registers); doorbells are latched and acted on in
-//!   [`Device::step`](device::Device::step).
-//! - [`iommu`] + [`memory`]: every device access to host memory goes through IOVA
-//!   translation, bounds-checked; a miss is a fault reported as the hardware would.
-//! - `firmware`: the command queue and every command handler, bring-up order, firmware pages,
-//!   object tables ([`objects`], [`table`], [`mkey`]) with the capabilities' limits.
-//! - `engine` + [`transport`]: the data path, RC and UD, as RoCEv2 packets.
-//! - [`ring`], `events`: CQ/EQ rings, completions, events, interrupts.
-//! - [`link`]: wires outside the stepped world (a UDP socket speaking RoCEv2 like rxe).
-//! - [`counters`], [`trace`]: what `rdma statistic` would show, and an optional event log.
-//! - [`faults`], [`pcap`]: seeded link faults for the stepped [`World`], and a pcap writer.
-//! - [`fabric`]: devices on a world as the seam's backends (`bypass-seam`): stepped, threaded,
-//!   or on a UDP link, opened by a driver as it opens a VFIO device.
+//! A [`Device`] is a thin owner of parts, each with its own type, and lends each piece of work
+//! the parts it touches: BAR0's MMIO decode (init segment, UAR pages, latched doorbells,
+//! BlueFlame), the firmware (the command queue and the handlers over the object tables), the
+//! [`iommu`] in front of host [`memory`], the transport engine (send and receive queues,
+//! requester, responder, completer, the burst ledger), and the completions and events (CQs,
+//! EQs, interrupts). [`counters`] and [`trace`] show what it did. A [`World`] steps devices on
+//! a simulated network with seeded [`faults`] and a [`pcap`] tee; [`link`] carries a device's
+//! packets over a real UDP socket; [`fabric`] puts devices behind the seam's backend traits
+//! (`bypass-seam`), stepped, threaded or on a UDP link.
 
-pub mod buffer;
+mod bar0;
+mod buffer;
 pub mod counters;
 pub mod device;
 mod engine;
@@ -27,18 +23,19 @@ mod events;
 pub mod fabric;
 pub mod faults;
 mod firmware;
-pub mod frame;
+mod frame;
 mod header_cache;
 mod inline;
+mod io;
 pub mod iommu;
 pub mod link;
 pub mod memory;
-pub mod mkey;
-pub mod objects;
+mod mkey;
+mod objects;
 pub mod pcap;
 pub mod profile;
-pub mod ring;
-pub mod table;
+mod ring;
+mod table;
 pub mod trace;
 pub mod transport;
 pub mod world;
@@ -52,9 +49,8 @@ mod e2e_tests;
 #[cfg(test)]
 mod frame_tests;
 
-pub use bypass_hw as hw;
 pub use device::{Device, MmioError};
+pub use firmware::Stage;
 pub use firmware::syndromes;
-pub use firmware::{Stage, cmdq::MAX_MSG_LEN};
 pub use profile::Profile;
 pub use world::{LinkConfig, World};

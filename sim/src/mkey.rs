@@ -43,8 +43,6 @@ pub enum Need {
 /// Why an access through an mkey was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AccessError {
-    /// The key's index names no mkey, or the variant byte does not match.
-    BadKey,
     /// The mkey belongs to another protection domain than the QP's.
     WrongPd,
     /// The range is not inside `[start_addr, start_addr + len)` or wraps.
@@ -137,6 +135,7 @@ pub struct Runs<'a> {
 impl Iterator for Runs<'_> {
     type Item = (u64, u64);
 
+    #[inline]
     fn next(&mut self) -> Option<(u64, u64)> {
         if self.at >= self.end {
             return None;

@@ -17,7 +17,8 @@ use crate::mkey::Mkey;
 use crate::profile::Caps;
 use crate::ring::{CqRing, EqRing};
 use crate::table::Table;
-use crate::transport::{ReqState, RespState};
+use crate::transport::requester::state::ReqState;
+use crate::transport::responder::state::RespState;
 
 /// A protection domain.
 #[derive(Debug, Clone, Default)]
@@ -150,6 +151,7 @@ impl WqGeometry {
     }
 
     /// SQ size in bytes.
+    #[cfg(test)]
     pub fn sq_bytes(&self) -> u64 {
         self.log_sq_size.map_or(0, |l| (1u64 << l) * 64)
     }
@@ -182,7 +184,7 @@ pub struct Qp {
     pub dbr: u64,
     /// Connection attributes.
     pub attrs: QpAttrs,
-    /// The IP header and UDP ports of the primary path (`transport::qp_headers`), built on
+    /// The IP header and UDP ports of the primary path (`transport::wire::qp_headers`), built on
     /// first use; cleared wherever `attrs` is replaced (the modify commands).
     pub(crate) headers: Option<(bypass_hw::roce::IpSpec, bypass_hw::roce::UdpPorts)>,
     /// SQ WQEBBs the device has consumed (`hw_sq_wqebb_counter`, 16 bits on the wire).
@@ -191,11 +193,6 @@ pub struct Qp {
     pub rq_ci: u32,
     /// Requester (send side) transport state.
     pub req: ReqState,
-    /// Its bursts still reading its memory (`crate::frame::BurstReads`).
-    pub(crate) reads: crate::frame::BurstReads,
-    /// Error CQEs (an error completion, then the SQ flush) waiting for those bursts
-    /// (`engine::post_err_when_read`), in SQ order. `None`: nothing waits.
-    pub(crate) flush_wait: Option<std::collections::VecDeque<crate::engine::cqe::PendingErr>>,
     /// Responder (receive side) transport state.
     pub resp: RespState,
     /// The raw `qpc` as last created/modified (QUERY_QP returns it with live fields).
@@ -204,7 +201,8 @@ pub struct Qp {
     pub counters: Counters,
 }
 
-/// Every object table of a device.
+/// The object tables of a device the firmware fills and the data path reads (CQs and EQs are
+/// the completions part's: `crate::events::Completions`).
 #[derive(Debug, Clone)]
 pub struct Objects {
     /// Protection domains.
@@ -213,10 +211,6 @@ pub struct Objects {
     pub uars: Table<Uar>,
     /// Memory keys, by index (`key >> 8`).
     pub mkeys: Table<Mkey>,
-    /// Completion queues.
-    pub cqs: Table<Cq>,
-    /// Event queues.
-    pub eqs: Table<Eq>,
     /// Queue pairs.
     pub qps: Table<Qp>,
 }
@@ -231,8 +225,6 @@ impl Objects {
             uars: Table::new(first_uar, uar_pages, first_uar + uar_pages),
             // mkey index 0 is never handed out, so no valid key is 0x000000xx.
             mkeys: Table::new(1, cap(caps.log_max_mkey), 1 << 24),
-            cqs: Table::new(1, cap(caps.log_max_cq), 1 << 24),
-            eqs: Table::new(0, cap(caps.log_max_eq), 1 << 8),
             // QPN 0 and 1 are the special SMI/GSI QPs.
             qps: Table::new(2, cap(caps.log_max_qp), 1 << 24),
         }
@@ -243,8 +235,6 @@ impl Objects {
         self.pds.clear();
         self.uars.clear();
         self.mkeys.clear();
-        self.cqs.clear();
-        self.eqs.clear();
         self.qps.clear();
     }
 }

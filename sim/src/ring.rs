@@ -90,11 +90,6 @@ impl CqRing {
         self.cqe_size
     }
 
-    /// log2 of the number of entries.
-    pub fn log_size(&self) -> u32 {
-        self.log_size
-    }
-
     /// Reads the consumer index the driver last wrote to the doorbell record.
     pub fn consumer_index(&self, iommu: &mut Iommu) -> Result<u32, DmaFault> {
         Ok(iommu.read_be32(self.dbr)? & 0x00ff_ffff)

@@ -95,6 +95,7 @@ impl<T> Table<T> {
     }
 
     /// True if empty.
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.count == 0
     }
@@ -116,6 +117,7 @@ impl<T> Table<T> {
     }
 
     /// Objects in number order, writable.
+    #[cfg(test)]
     pub fn iter_mut(&mut self) -> impl Iterator<Item = (u32, &mut T)> {
         let base = self.base;
         self.slots

@@ -26,7 +26,8 @@ use crate::mkey::{Access, Mkey};
 use crate::objects::{AddressPath, Cq, Eq, Pd, Qp, QpAttrs, Uar, WqGeometry};
 use crate::profile::Profile;
 use crate::ring::{CqRing, EqRing};
-use crate::transport::{ReqState, RespState};
+use crate::transport::requester::state::ReqState;
+use crate::transport::responder::state::RespState;
 
 /// IOVA where each device's host memory is mapped.
 pub const IOVA_BASE: u64 = 0x10_0000;
@@ -115,7 +116,7 @@ impl Host {
         );
         h.eqn = h
             .dev
-            .objs
+            .comp
             .eqs
             .insert_with(|_| Eq {
                 ring,
@@ -170,7 +171,7 @@ impl Host {
         let (uar, eqn) = (self.uar, self.eqn);
         let cqn = self
             .dev
-            .objs
+            .comp
             .cqs
             .insert_with(|_| Cq {
                 ring,
@@ -274,8 +275,6 @@ impl Host {
                 sq_ci: 0,
                 rq_ci: 0,
                 req: ReqState::default(),
-                reads: crate::frame::BurstReads::default(),
-                flush_wait: None,
                 resp: RespState::default(),
                 qpc: vec![0; 0xe8],
                 counters: Default::default(),

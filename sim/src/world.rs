@@ -387,7 +387,7 @@ impl World {
         while let Some(src) = self
             .devices
             .get(next..)
-            .and_then(|ds| ds.iter().position(|d| !d.tx.is_empty()))
+            .and_then(|ds| ds.iter().position(Device::has_tx))
             .map(|k| next + k)
         {
             next = src + 1;
@@ -395,9 +395,7 @@ impl World {
                 any = true;
                 if !matches!(frame, Frame::Wire(_)) && !fast {
                     // Sent before the link started needing the bytes: segment it.
-                    for pkt in frame.into_wire().into_iter().rev() {
-                        self.devices[src].tx.push_front(Frame::Wire(pkt));
-                    }
+                    self.devices[src].untake_wire(frame.into_wire());
                     continue;
                 }
                 let Some(dst) = self.route(&frame) else {
@@ -550,7 +548,7 @@ impl World {
 mod tests {
     use super::*;
     use crate::objects::AddressPath;
-    use crate::transport::{Route, send};
+    use crate::transport::wire::Route;
     use bypass_hw::roce::RocePacket;
     use bypass_hw::roce::ext::Aeth;
     use bypass_hw::roce::{BthFields, BthOpcode, DEFAULT_PKEY, ExtFields};
@@ -574,8 +572,7 @@ mod tests {
             aeth: Some(Aeth::new(AethSyndrome::ACK_UNLIMITED, 0).unwrap()),
             ..Default::default()
         };
-        assert!(send(
-            w.device(from),
+        assert!(w.device(from).data_path().send(
             Route {
                 port: 1,
                 path: &path,

@@ -1,5 +1,5 @@
 //! Send completions: the requester CQE and the requester error CQE, built with
-//! `bypass_hw::cqe` and posted through [`Device::post_cqe`].
+//! `bypass_hw::cqe` and posted through `Completions::post_cqe`.
 //!
 //! Owns: the contents of send-side CQEs and the counters that go with error ones. Must not:
 //! decide when a WQE completes (the requester and completer do) or touch the ring.
@@ -16,53 +16,68 @@ use bypass_hw::syndrome::CqeSyndrome;
 use bypass_hw::wqe::WqeOpcode;
 use zerocopy::{FromZeros, IntoBytes};
 
-use crate::device::Device;
+use crate::counters::Counters;
+use crate::events::Completions;
+use crate::io::Io;
+use crate::objects::Qp;
 
-/// A requester error CQE not written yet: it waits for bursts of its QP still reading the
-/// QP's memory (`engine::post_err_when_read`).
+/// Where a QP's send CQEs go and what they name: its send CQ, user index and number.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct PendingErr {
-    /// The WQE's index.
-    pub index: u16,
-    /// Its opcode.
-    pub opcode: WqeOpcode,
-    /// Why it failed (WR_FLUSH_ERR for a flush).
-    pub syndrome: CqeSyndrome,
+pub(crate) struct SendCq {
+    /// Send CQ.
+    pub cqn: u32,
+    /// User index (`srqn_uidx` with cqe_version 1).
+    pub uidx: u32,
+    /// QP number.
+    pub qpn: u32,
 }
 
-/// Posts a successful requester CQE for the WQE at `index` of QP `qpn`.
-pub(crate) fn post_ok(dev: &mut Device, qpn: u32, index: u16, opcode: WqeOpcode, byte_cnt: u32) {
-    let Some(qp) = dev.objs.qps.get(qpn) else {
-        return;
-    };
-    let (cqn, uidx) = (qp.cqn_snd, qp.user_index);
+impl SendCq {
+    /// `qp`'s.
+    #[inline]
+    pub(crate) fn of(qp: &Qp) -> Self {
+        Self {
+            cqn: qp.cqn_snd,
+            uidx: qp.user_index,
+            qpn: qp.qpn,
+        }
+    }
+}
+
+/// Posts a successful requester CQE for the WQE at `index` of the QP `cq` names.
+pub(crate) fn post_ok(
+    cq: SendCq,
+    comp: &mut Completions,
+    io: &mut Io<'_>,
+    index: u16,
+    opcode: WqeOpcode,
+    byte_cnt: u32,
+) {
     let mut c = Cqe64::new_zeroed();
     c.sop_drop_qpn
-        .set((u32::from(opcode.0) << 24) | (qpn & 0x00ff_ffff));
+        .set((u32::from(opcode.0) << 24) | (cq.qpn & 0x00ff_ffff));
     c.wqe_counter.set(index);
     c.byte_cnt.set(byte_cnt);
-    c.srqn_uidx.set(uidx & 0x00ff_ffff);
+    c.srqn_uidx.set(cq.uidx & 0x00ff_ffff);
     c.op_own = make_op_own(CqeOpcode::REQ, 0, false, false);
     let mut b = [0u8; 64];
     b.copy_from_slice(c.as_bytes());
-    dev.post_cqe(cqn, &b, false);
+    comp.post_cqe(io, cq.cqn, &b, false);
 }
 
-/// Posts a requester error CQE (`REQ_ERR`, `syndrome`) for the WQE at `index` of QP `qpn`,
-/// and counts it.
+/// Posts a requester error CQE (`REQ_ERR`, `syndrome`) for the WQE at `index` of the QP `cq`
+/// names, and counts it (in `qp_counters`, the QP's, and the device's).
 pub(crate) fn post_err(
-    dev: &mut Device,
-    qpn: u32,
+    cq: SendCq,
+    qp_counters: &mut Counters,
+    comp: &mut Completions,
+    io: &mut Io<'_>,
     index: u16,
     opcode: WqeOpcode,
     syndrome: CqeSyndrome,
 ) {
-    let Some(qp) = dev.objs.qps.get_mut(qpn) else {
-        return;
-    };
-    let (cqn, uidx) = (qp.cqn_snd, qp.user_index);
     let flush = syndrome == CqeSyndrome::WR_FLUSH_ERR;
-    for c in [&mut qp.counters, &mut dev.counters] {
+    for c in [qp_counters, &mut *io.counters] {
         if flush {
             c.req_cqe_flush_error += 1;
         } else {
@@ -70,15 +85,15 @@ pub(crate) fn post_err(
         }
     }
     let mut c = ErrCqe::new_zeroed();
-    c.srqn.set(uidx & 0x00ff_ffff);
+    c.srqn.set(cq.uidx & 0x00ff_ffff);
     c.syndrome = syndrome.0;
     c.s_wqe_opcode_qpn
-        .set((u32::from(opcode.0) << 24) | (qpn & 0x00ff_ffff));
+        .set((u32::from(opcode.0) << 24) | (cq.qpn & 0x00ff_ffff));
     c.wqe_counter.set(index);
     c.op_own = make_op_own(CqeOpcode::REQ_ERR, 0, false, false);
     let mut b = [0u8; 64];
     b.copy_from_slice(c.as_bytes());
     // Error completions always raise an armed CQ's event, solicited-only or not (PRM; the
     // kernel's `mlx5_ib_arm_cq` documents that errors wake solicited-only waiters).
-    dev.post_cqe(cqn, &b, true);
+    comp.post_cqe(io, cq.cqn, &b, true);
 }

@@ -184,6 +184,7 @@ pub(crate) struct IovaRuns {
 
 impl IovaRuns {
     /// Appends `n` bytes at `iova`, extending the last run if it ends there.
+    #[inline]
     pub(crate) fn push(&mut self, iova: u64, n: u64) {
         if self.first.is_none() {
             self.first = Some((iova, n));

@@ -1,62 +1,42 @@
-//! The send side of the data path: send doorbells, WQE fetch by DMA, flush.
+//! The work queues as the device reads and completes them: WQE fetch from the send queue by
+//! DMA, the receive queue, send completions, flushes, and the QP state change that flushes.
 //!
-//! Owns: what a send doorbell does ([`send_doorbell`]), fetching WQEs from the SQ ring up to
-//! the doorbell record's producer ([`fetch`]), and flushing ([`flush_sq`]). WQE parsing is in
-//! [`wqe`], local memory access in [`gather`], send CQEs in [`cqe`]. Must not: build packets
-//! or keep transport state (that is `transport::requester`), touch rings directly.
+//! Owns: fetching WQEs from the SQ ring up to the doorbell record's producer ([`fetch`]),
+//! flushing ([`flush_sq`], [`flush_posted`]) and entering a state ([`set_qp_state`]). WQE
+//! parsing is in [`wqe`], local memory access in [`gather`], send CQEs in [`cqe`], the
+//! receive queue in [`rq`], what waits for bursts in flight in [`ledger`]. Must not: build
+//! packets or keep transport state (that is `transport`), touch rings directly.
 //!
 //! The doorbell protocol, as rdma-core `providers/mlx5/qp.c` `post_send_db` drives it: the
 //! WQEs are written, then the doorbell record's send counter (`dbr + 4`, big-endian, 16 bits
 //! of `sq.cur_post`), then the first 8 bytes of the last WQE's ctrl segment go to the UAR
 //! (or the whole WQE by BlueFlame). The device processes WQEs from its own counter up to the
 //! record's, so one doorbell can cover many WQEs; the 8 doorbell bytes only name the QP.
-//!
-//! QP state (IBTA vol. 1 §10.3.1 and the QP state table 10.3.1.1, which mlx5 follows): work
-//! requests may be posted in INIT and RTR but are processed only from RTS; in SQD they wait
-//! for the return to RTS; in SQE and ERR new WQEs complete with WR_FLUSH_ERR. A doorbell for
-//! a QP in RESET, INIT, RTR or SQD therefore does nothing now; [`fetch`] picks the WQEs up
-//! when the QP reaches RTS (the requester's `resume` calls it once per entry into RTS).
+//! Work requests are processed only from RTS (IBTA vol. 1 §10.3.1): [`fetch`] picks up the
+//! WQEs posted before when the QP reaches RTS (the requester's `resume` calls it).
 
 pub(crate) mod cqe;
 pub(crate) mod gather;
+pub(crate) mod ledger;
+pub(crate) mod rq;
 pub(crate) mod wqe;
 
-use bypass_hw::cmd::qp::{QpState, service_type as st};
+use bypass_hw::cmd::qp::QpState;
 use bypass_hw::syndrome::CqeSyndrome;
 use bypass_hw::wqe::{CtrlSeg, MLX5_SEND_WQE_BB, WqeOpcode};
 use zerocopy::FromBytes;
 
-use crate::device::Device;
+use crate::buffer::PageList;
+use crate::counters::Counters;
+use crate::events::Completions;
+use crate::io::Io;
+use crate::iommu::Iommu;
+use crate::objects::Qp;
+use crate::profile::Caps;
+use crate::table::Table;
 use crate::trace::TraceEvent;
+use ledger::Ledger;
 use wqe::{Limits, SendWqe};
-
-/// A send doorbell (8-byte doorbell, or a whole WQE by BlueFlame) arrived on UAR page `uar`.
-///
-/// A doorbell naming an unknown QP, a QP without an SQ or of a type without a send engine
-/// here, or arriving through another UAR page than the QP's, is dropped and counted
-/// (`doorbell_errors`), as the hardware drops it: the UAR page is the protection domain of
-/// doorbells (kernel `mlx5_ib` gives each process its own pages for that reason).
-pub(crate) fn send_doorbell(dev: &mut Device, uar: u32, ctrl: [u8; 8], bf: Option<Vec<u8>>) {
-    let qpn = u32::from_be_bytes([ctrl[4], ctrl[5], ctrl[6], ctrl[7]]) >> 8;
-    let Some(qp) = dev.objs.qps.get(qpn) else {
-        dev.counters.doorbell_errors += 1;
-        return;
-    };
-    if qp.uar != uar || qp.geom.log_sq_size.is_none() || !matches!(qp.st, st::RC | st::UD) {
-        dev.counters.doorbell_errors += 1;
-        return;
-    }
-    match qp.state {
-        QpState::Rts => {
-            fetch(dev, qpn, bf);
-            crate::transport::requester::pump(dev, qpn);
-        }
-        // While an SQ flush waits for bursts in flight, the WQEs posted since are flushed
-        // after it (CQEs in SQ order): the waiting flush ends with `flush_posted`.
-        QpState::Err | QpState::Sqer if qp.flush_wait.is_none() => flush_posted(dev, qpn),
-        _ => {}
-    }
-}
 
 /// Fetches every WQE from the QP's SQ counter up to the doorbell record's producer, parses it
 /// and queues it for the requester. With BlueFlame, `bf` holds the WQE written to the
@@ -69,39 +49,43 @@ pub(crate) fn send_doorbell(dev: &mut Device, uar: u32, ctrl: [u8; 8], bf: Optio
 /// already announces. It can reach the device late: after an earlier doorbell already fetched
 /// its WQE from the ring (the record had moved past it) and while the record announces more.
 /// Its bytes then belong to an index behind the device's counter, and putting them in place of
-/// the WQE at the counter executes one WQE twice and loses another (the threaded-fabric stall
-/// of moderated `perf write-bw`: an unsignaled WRITE ran in place of the signaled one). Such a
-/// write is only a doorbell: every WQE comes from the ring.
-pub(crate) fn fetch(dev: &mut Device, qpn: u32, bf: Option<Vec<u8>>) {
-    let Some(qp) = dev.objs.qps.get(qpn) else {
-        return;
-    };
+/// the WQE at the counter would execute one WQE twice and lose another (an unsignaled WRITE
+/// run in place of a signaled one, whose completion then never comes). Such a write is only a
+/// doorbell: every WQE comes from the ring.
+pub(crate) fn fetch(
+    qp: &mut Qp,
+    caps: &Caps,
+    io: &mut Io<'_>,
+    bf_spare: &mut Vec<u8>,
+    bf: Option<Vec<u8>>,
+) {
     let Some(log_sq) = qp.geom.log_sq_size else {
         return;
     };
+    let qpn = qp.qpn;
     let sq_wqebbs = 1u32 << log_sq;
     let rq_bytes = qp.geom.rq_bytes();
     let lim = Limits {
         qpn,
         st: qp.st,
-        max_wqe_bytes: u32::from(dev.profile.caps.max_wqe_sz_sq),
+        max_wqe_bytes: u32::from(caps.max_wqe_sz_sq),
         log_msg_max: match qp.attrs.log_msg_max {
             // A qpc without log_msg_max: the device's own limit applies.
-            0 => dev.profile.caps.log_max_msg,
-            l => l.min(dev.profile.caps.log_max_msg),
+            0 => caps.log_max_msg,
+            l => l.min(caps.log_max_msg),
         },
     };
     let dbr = qp.dbr.wrapping_add(4);
-    let pi = match dev.iommu.read_be32(dbr) {
+    let pi = match io.dma.read_be32(dbr) {
         Ok(v) => v & 0xffff,
         Err(f) => {
-            dev.dma_fault(f);
+            io.dma_fault(f);
             return;
         }
     };
     let mut ci = qp.sq_ci & 0xffff;
     let outstanding = u32::try_from(qp.req.wqes.len()).unwrap_or(u32::MAX);
-    let mut remaining = fetch_budget(dev, pi, ci, sq_wqebbs, outstanding);
+    let mut remaining = fetch_budget(io.counters, pi, ci, sq_wqebbs, outstanding);
     // The index the BlueFlame WQE was posted at (`ctrl.opmod_idx_opcode` bits 23:8).
     let bf_index = bf.as_deref().and_then(|b| {
         CtrlSeg::read_from_prefix(b)
@@ -111,21 +95,16 @@ pub(crate) fn fetch(dev: &mut Device, qpn: u32, bf: Option<Vec<u8>>) {
     let mut bf = bf;
     // Fetched WQEs go straight onto the QP's queue (no list per doorbell); `sq_ci` is
     // written once at the end.
-    let push = |dev: &mut Device, w: SendWqe| {
-        if let Some(qp) = dev.objs.qps.get_mut(qpn) {
-            qp.req.wqes.push_back(w);
-        }
-    };
     while remaining != 0 {
         let mine = if bf_index == Some(ci) {
             bf.take()
         } else {
             None
         };
-        match read_wqe(dev, qpn, rq_bytes, sq_wqebbs, ci, mine) {
+        match read_wqe(&qp.wq, io.dma, rq_bytes, sq_wqebbs, ci, mine) {
             Ok((bytes, wqebbs)) => {
-                let at = dev.now;
-                dev.trace.record(|| TraceEvent::Wqe {
+                let at = io.now;
+                io.trace.record(|| TraceEvent::Wqe {
                     at,
                     qpn,
                     bytes: bytes.clone(),
@@ -136,18 +115,16 @@ pub(crate) fn fetch(dev: &mut Device, qpn: u32, bf: Option<Vec<u8>>) {
                 // the parsed WQE on the way).
                 let fits = wqebbs <= remaining;
                 if fits {
-                    if let Some(qp) = dev.objs.qps.get_mut(qpn) {
-                        qp.req
-                            .wqes
-                            .push_back(SendWqe::bare(ci as u16, WqeOpcode::NOP, 1));
-                        if let Some(w) = qp.req.wqes.back_mut() {
-                            wqe::parse_into(w, &bytes, &lim);
-                        }
+                    qp.req
+                        .wqes
+                        .push_back(SendWqe::bare(ci as u16, WqeOpcode::NOP, 1));
+                    if let Some(w) = qp.req.wqes.back_mut() {
+                        wqe::parse_into(w, &bytes, &lim);
                     }
                 }
-                if bytes.capacity() > dev.bf_spare.capacity() {
+                if bytes.capacity() > bf_spare.capacity() {
                     // The next BlueFlame write fills this buffer again.
-                    dev.bf_spare = bytes;
+                    *bf_spare = bytes;
                 }
                 if !fits {
                     break;
@@ -159,18 +136,16 @@ pub(crate) fn fetch(dev: &mut Device, qpn: u32, bf: Option<Vec<u8>>) {
                 // The WQE could not be read: it completes with the local protection error
                 // (the device's access to the posted buffer failed) when its turn comes, and
                 // nothing after it is fetched.
-                dev.dma_fault(f);
+                io.dma_fault(f);
                 let mut w = SendWqe::bare(ci as u16, WqeOpcode::NOP, 1);
                 w.error = Some(CqeSyndrome::LOCAL_PROT_ERR);
                 ci = (ci + 1) & 0xffff;
-                push(dev, w);
+                qp.req.wqes.push_back(w);
                 break;
             }
         }
     }
-    if let Some(qp) = dev.objs.qps.get_mut(qpn) {
-        qp.sq_ci = ci;
-    }
+    qp.sq_ci = ci;
 }
 
 /// Reads the WQE at SQ counter `ci`: its ctrl segment, then the rest, WQEBB by WQEBB, wrapping
@@ -178,24 +153,17 @@ pub(crate) fn fetch(dev: &mut Device, qpn: u32, bf: Option<Vec<u8>>) {
 /// most the SQ's size) and the WQEBBs the ctrl segment claims (one if it cannot be read; not
 /// capped: a WQE claiming more than the fetch budget is not parsed).
 fn read_wqe(
-    dev: &mut Device,
-    qpn: u32,
+    wq: &PageList,
+    dma: &mut Iommu,
     rq_bytes: u64,
     sq_wqebbs: u32,
     ci: u32,
     bf: Option<Vec<u8>>,
 ) -> Result<(Vec<u8>, u32), crate::iommu::DmaFault> {
-    let Some(qp) = dev.objs.qps.get(qpn) else {
-        return Ok((Vec::new(), 1));
-    };
     let mut first = [0u8; MLX5_SEND_WQE_BB];
     match bf.as_deref().and_then(|b| b.get(..MLX5_SEND_WQE_BB)) {
         Some(b) => first.copy_from_slice(b),
-        None => qp.wq.read(
-            &mut dev.iommu,
-            wqe::sq_offset(rq_bytes, sq_wqebbs, ci),
-            &mut first,
-        )?,
+        None => wq.read(dma, wqe::sq_offset(rq_bytes, sq_wqebbs, ci), &mut first)?,
     }
     let claimed =
         CtrlSeg::read_from_prefix(&first[..]).map_or(1, |(c, _)| u32::from(wqe::wqebbs(&c)));
@@ -218,12 +186,46 @@ fn read_wqe(
             None => {
                 let mut bb = [0u8; MLX5_SEND_WQE_BB];
                 let off = wqe::sq_offset(rq_bytes, sq_wqebbs, ci.wrapping_add(i));
-                qp.wq.read(&mut dev.iommu, off, &mut bb)?;
+                wq.read(dma, off, &mut bb)?;
                 bytes.extend_from_slice(&bb);
             }
         }
     }
     Ok((bytes, claimed))
+}
+
+/// Moves QP `qpn` to `to`, tracing the change; entering ERR flushes both its queues (every
+/// outstanding WQE completes with WR_FLUSH_ERR, the SQ's once no burst of the QP reads its
+/// memory: [`ledger`]), as the PRM requires, and forgets the message being received.
+pub(crate) fn set_qp_state(
+    qps: &mut Table<Qp>,
+    comp: &mut Completions,
+    ledger: &mut Ledger,
+    io: &mut Io<'_>,
+    qpn: u32,
+    to: QpState,
+) {
+    let Some(qp) = qps.get_mut(qpn) else {
+        return;
+    };
+    let from = qp.state;
+    qp.state = to;
+    if from != to {
+        let at = io.now;
+        io.trace.record(|| TraceEvent::QpState {
+            at,
+            qpn,
+            from: from as u8,
+            to: to as u8,
+        });
+    }
+    if to == QpState::Err {
+        flush_sq(qps, comp, ledger, io, qpn);
+        if let Some(qp) = qps.get_mut(qpn) {
+            qp.resp.forget_message();
+            rq::flush(qp, comp, io);
+        }
+    }
 }
 
 /// Completes every outstanding send WQE of `qpn`, and every WQE posted up to the doorbell
@@ -237,121 +239,25 @@ fn read_wqe(
 /// own signaled marker WQE.
 ///
 /// The requester forgets the WQEs at once; their CQEs wait while a burst of this QP still
-/// reads its memory ([`post_err_when_read`]).
-pub(crate) fn flush_sq(dev: &mut Device, qpn: u32) {
-    let Some(qp) = dev.objs.qps.get_mut(qpn) else {
+/// reads its memory ([`Ledger::flush_when_read`]).
+pub(crate) fn flush_sq(
+    qps: &mut Table<Qp>,
+    comp: &mut Completions,
+    ledger: &mut Ledger,
+    io: &mut Io<'_>,
+    qpn: u32,
+) {
+    let Some(qp) = qps.get_mut(qpn) else {
         return;
     };
     let wqes = std::mem::take(&mut qp.req.wqes);
     qp.req.reset_after_flush();
-    let now = qp.flush_wait.is_none() && qp.reads.none_in_flight();
-    let flushes = wqes.iter().map(|w| cqe::PendingErr {
+    let flushes = wqes.iter().map(|w| ledger::PendingErr {
         index: w.index,
         opcode: w.opcode,
         syndrome: CqeSyndrome::WR_FLUSH_ERR,
     });
-    if now {
-        post_errs(dev, qpn, flushes);
-    } else {
-        wait_for_reads(dev, qpn, flushes);
-    }
-}
-
-/// Writes requester error CQE `e` of QP `qpn` now, unless a burst of the QP still reads its
-/// memory (`crate::frame::BurstReads`) or earlier error CQEs of the QP wait: then it waits
-/// behind them, and [`retry_deferred_flushes`] writes them all, then flushes the WQEs posted
-/// since, once those bursts are applied, segmented or dropped (a bounded number of steps
-/// later; the QP is in ERR meanwhile, so no new burst starts).
-///
-/// Why: an error CQE (a flush above all) hands the WQE's buffers back to the application,
-/// which may write them at once; a burst still reading them would race that write, and
-/// carry bytes no transmit sent (a NIC reads the buffer when it transmits, before any
-/// completion). Success CQEs need nothing: they wait for the ACK, which follows the read.
-pub(crate) fn post_err_when_read(dev: &mut Device, qpn: u32, e: cqe::PendingErr) {
-    let Some(qp) = dev.objs.qps.get(qpn) else {
-        return;
-    };
-    if qp.flush_wait.is_none() && qp.reads.none_in_flight() {
-        cqe::post_err(dev, qpn, e.index, e.opcode, e.syndrome);
-        return;
-    }
-    wait_for_reads(dev, qpn, std::iter::once(e));
-}
-
-/// Queues `errs` behind QP `qpn`'s waiting error CQEs (the first makes the device retry it).
-fn wait_for_reads(dev: &mut Device, qpn: u32, errs: impl Iterator<Item = cqe::PendingErr>) {
-    let Some(qp) = dev.objs.qps.get_mut(qpn) else {
-        return;
-    };
-    let first = qp.flush_wait.is_none();
-    qp.flush_wait
-        .get_or_insert_with(Default::default)
-        .extend(errs);
-    if first {
-        dev.deferred_flushes.push(qpn);
-    }
-}
-
-/// Writes the error CQEs `errs` of QP `qpn` (WQE order) and then what follows its flush
-/// ([`flush_posted`]).
-fn post_errs(dev: &mut Device, qpn: u32, errs: impl IntoIterator<Item = cqe::PendingErr>) {
-    for e in errs {
-        cqe::post_err(dev, qpn, e.index, e.opcode, e.syndrome);
-    }
-    flush_posted(dev, qpn);
-}
-
-/// Writes the error CQEs [`post_err_when_read`] held back, then flushes the WQEs posted
-/// since, for the QPs that have no burst in flight any more. Returns true if it wrote any. A
-/// QP destroyed or reset meanwhile has nothing left to complete.
-/// Writes the error CQEs held for `qpn`'s bursts now if those bursts are all read (a 2RST_QP
-/// about to forget them waited for the reads). True if it wrote any.
-pub(crate) fn post_held_errs(dev: &mut Device, qpn: u32) -> bool {
-    let errs = dev
-        .objs
-        .qps
-        .get_mut(qpn)
-        .filter(|qp| qp.reads.none_in_flight())
-        .and_then(|qp| qp.flush_wait.take());
-    match errs {
-        Some(errs) => {
-            post_errs(dev, qpn, errs);
-            true
-        }
-        None => false,
-    }
-}
-
-pub(crate) fn retry_deferred_flushes(dev: &mut Device) -> bool {
-    let mut any = false;
-    let mut i = 0;
-    while let Some(&qpn) = dev.deferred_flushes.get(i) {
-        let ready = match dev.objs.qps.get_mut(qpn) {
-            Some(qp) if qp.flush_wait.is_some() && !qp.reads.none_in_flight() => {
-                i += 1;
-                continue;
-            }
-            Some(qp) => qp.flush_wait.take(),
-            None => None,
-        };
-        dev.deferred_flushes.swap_remove(i);
-        if let Some(errs) = ready {
-            post_errs(dev, qpn, errs);
-            any = true;
-        }
-    }
-    any
-}
-
-/// True if a deferred SQ flush can be written now (its QP's bursts are all read): the
-/// device is due at once (`Device::next_deadline`), though no timer is.
-pub(crate) fn deferred_flush_ready(dev: &Device) -> bool {
-    dev.deferred_flushes.iter().any(|&qpn| {
-        dev.objs
-            .qps
-            .get(qpn)
-            .is_some_and(|qp| qp.flush_wait.is_some() && qp.reads.none_in_flight())
-    })
+    ledger.flush_when_read(qps, comp, io, qpn, flushes);
 }
 
 /// How many WQEBBs the device may take from the SQ, from counter `ci` toward the doorbell
@@ -362,47 +268,46 @@ pub(crate) fn deferred_flush_ready(dev: &Device) -> bool {
 /// takes at most one ring's worth and counts the bad record. Callers also stop before a WQE
 /// that would reach past the budget (it is not complete yet). Without these bounds a producer
 /// that falls inside a multi-WQEBB WQE is never matched exactly and the walk runs around the
-/// 16-bit counter forever (a fuzz finding).
-fn fetch_budget(dev: &mut Device, pi: u32, ci: u32, sq_wqebbs: u32, outstanding: u32) -> u32 {
+/// 16-bit counter forever.
+fn fetch_budget(
+    counters: &mut Counters,
+    pi: u32,
+    ci: u32,
+    sq_wqebbs: u32,
+    outstanding: u32,
+) -> u32 {
     let announced = pi.wrapping_sub(ci) & 0xffff;
     let budget = announced.min(sq_wqebbs.saturating_sub(outstanding));
     if budget < announced {
-        dev.counters.doorbell_errors += 1;
+        counters.doorbell_errors += 1;
     }
     budget
 }
 
 /// Flushes the WQEs posted after the device's SQ counter (reading only their ctrl segments).
-fn flush_posted(dev: &mut Device, qpn: u32) {
-    let Some(qp) = dev.objs.qps.get(qpn) else {
-        return;
-    };
+pub(crate) fn flush_posted(qp: &mut Qp, comp: &mut Completions, io: &mut Io<'_>) {
     let Some(log_sq) = qp.geom.log_sq_size else {
         return;
     };
     let sq_wqebbs = 1u32 << log_sq;
     let rq_bytes = qp.geom.rq_bytes();
-    let pi = match dev.iommu.read_be32(qp.dbr.wrapping_add(4)) {
+    let pi = match io.dma.read_be32(qp.dbr.wrapping_add(4)) {
         Ok(v) => v & 0xffff,
         Err(f) => {
-            dev.dma_fault(f);
+            io.dma_fault(f);
             return;
         }
     };
     let mut ci = qp.sq_ci & 0xffff;
-    let mut remaining = fetch_budget(dev, pi, ci, sq_wqebbs, 0);
+    let mut remaining = fetch_budget(io.counters, pi, ci, sq_wqebbs, 0);
     let mut flushed = Vec::new();
     while remaining != 0 {
         let mut c = [0u8; 16];
-        let Some(qp) = dev.objs.qps.get(qpn) else {
-            return;
-        };
-        if let Err(f) = qp.wq.read(
-            &mut dev.iommu,
-            wqe::sq_offset(rq_bytes, sq_wqebbs, ci),
-            &mut c,
-        ) {
-            dev.dma_fault(f);
+        if let Err(f) = qp
+            .wq
+            .read(io.dma, wqe::sq_offset(rq_bytes, sq_wqebbs, ci), &mut c)
+        {
+            io.dma_fault(f);
             break;
         }
         let (opcode, nbb) = match CtrlSeg::read_from_prefix(&c[..]) {
@@ -417,11 +322,18 @@ fn flush_posted(dev: &mut Device, qpn: u32) {
         flushed.push((ci as u16, opcode));
         ci = (ci + nbb) & 0xffff;
     }
-    if let Some(qp) = dev.objs.qps.get_mut(qpn) {
-        qp.sq_ci = ci;
-    }
+    qp.sq_ci = ci;
+    let cq = cqe::SendCq::of(qp);
     for (index, opcode) in flushed {
-        cqe::post_err(dev, qpn, index, opcode, CqeSyndrome::WR_FLUSH_ERR);
+        cqe::post_err(
+            cq,
+            &mut qp.counters,
+            comp,
+            io,
+            index,
+            opcode,
+            CqeSyndrome::WR_FLUSH_ERR,
+        );
     }
 }
 

@@ -1,4 +1,5 @@
-//! Send WQE parsing and validation: the bytes the engine fetched from the SQ → a [`SendWqe`].
+//! Send WQE parsing and validation: the bytes the engine fetched from the SQ → a [`SendWqe`];
+//! and a receive WQE's scatter list, [`RecvWqe`].
 //!
 //! Owns: the segment walk of a send WQE (ctrl, raddr, atomic, datagram, data and inline
 //! segments, all through `bypass_hw::wqe` views), the "is this WQE well formed for this QP"
@@ -19,7 +20,7 @@ use bypass_hw::wqe::{
 };
 use zerocopy::FromBytes;
 
-/// One gather (or, for READ/atomic, scatter) entry of a send WQE.
+/// One gather or scatter entry of a WQE (a send WQE's data segment, a receive WQE's).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Sge {
     /// Local key.
@@ -28,6 +29,20 @@ pub(crate) struct Sge {
     pub addr: u64,
     /// Length in bytes.
     pub len: u32,
+}
+
+/// A receive WQE the responder has taken (it stays at the head, `rq_ci`, until completed).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct RecvWqe {
+    /// Its scatter list, as read from the ring when the message started.
+    pub sges: Vec<Sge>,
+}
+
+impl RecvWqe {
+    /// Bytes the WQE can hold.
+    pub fn capacity(&self) -> u64 {
+        self.sges.iter().map(|s| u64::from(s.len)).sum()
+    }
 }
 
 /// Where a UD send goes, from the WQE's address vector (`mlx5_wqe_av`).
@@ -183,7 +198,7 @@ pub(crate) fn parse(bytes: &[u8], index: u16, lim: &Limits) -> SendWqe {
     w
 }
 
-/// [`parse`] into `w`, a [`SendWqe::bare`] WQE at its index already in place (the engine
+/// `parse` into `w`, a [`SendWqe::bare`] WQE at its index already in place (the engine
 /// parses into the queue's slot: the parsed WQE is never moved).
 #[inline]
 pub(crate) fn parse_into(w: &mut SendWqe, bytes: &[u8], lim: &Limits) {
@@ -345,63 +360,4 @@ pub(crate) fn sq_offset(rq_bytes: u64, sq_wqebbs: u32, counter: u32) -> u64 {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::testkit::ctrl;
-    use zerocopy::IntoBytes;
-
-    fn lim(st: u8) -> Limits {
-        Limits {
-            qpn: 7,
-            st,
-            max_wqe_bytes: 1024,
-            log_msg_max: 30,
-        }
-    }
-
-    #[test]
-    fn parses_write_with_two_sges() {
-        let mut b = ctrl(WqeOpcode::RDMA_WRITE, 3, 7, 4, 0);
-        b.extend_from_slice(RaddrSeg::new(0x1000, 0x55).as_bytes());
-        b.extend_from_slice(DataSeg::new(10, 1, 2).as_bytes());
-        b.extend_from_slice(DataSeg::new(20, 3, 4).as_bytes());
-        let w = parse(&b, 3, &lim(st::RC));
-        assert_eq!(w.error, None);
-        assert_eq!(
-            (w.raddr, w.rkey, w.len, w.sges.len()),
-            (0x1000, 0x55, 30, 2)
-        );
-        assert!(w.signaled);
-    }
-
-    #[test]
-    fn rejects_wrong_qpn_opcode_for_type_and_short_ds() {
-        let b = ctrl(WqeOpcode::SEND, 0, 8, 1, 0);
-        assert_eq!(
-            parse(&b, 0, &lim(st::RC)).error,
-            Some(CqeSyndrome::LOCAL_QP_OP_ERR)
-        );
-        let b = ctrl(WqeOpcode::RDMA_READ, 0, 7, 2, 0);
-        let mut b2 = b.clone();
-        b2.extend_from_slice(&[0; 16]);
-        assert_eq!(
-            parse(&b2, 0, &lim(st::UD)).error,
-            Some(CqeSyndrome::LOCAL_QP_OP_ERR)
-        );
-        let b = ctrl(WqeOpcode::RDMA_WRITE, 0, 7, 1, 0);
-        assert_eq!(
-            parse(&b, 0, &lim(st::RC)).error,
-            Some(CqeSyndrome::LOCAL_QP_OP_ERR)
-        );
-    }
-
-    #[test]
-    fn zero_byte_count_means_two_gib_and_exceeds_the_message_limit() {
-        let mut b = ctrl(WqeOpcode::SEND, 0, 7, 2, 0);
-        b.extend_from_slice(DataSeg::new(0, 1, 2).as_bytes());
-        assert_eq!(
-            parse(&b, 0, &lim(st::RC)).error,
-            Some(CqeSyndrome::LOCAL_LENGTH_ERR)
-        );
-    }
-}
+mod tests;

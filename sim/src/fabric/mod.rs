@@ -1,30 +1,20 @@
 //! The sim's fabrics: simulated devices behind the seam's [`Backend`] traits, as a driver opens
 //! them.
 //!
-//! Owns: [`SimFabric`] (a [`World`] behind `Arc<Mutex<..>>`, stepped or driven by an engine
-//! thread) and [`SimBackend`] (one device of it). Must not: reach into the device's
-//! internals (only `World`/`Device` public methods), or know mlx5 formats.
+//! Owns: [`SimFabric`] (a [`World`] behind `Arc<Mutex<..>>`) and [`SimBackend`] (one device of
+//! it). Must not: reach into the device's internals (only `World`/`Device` methods), or know
+//! mlx5 formats.
 //!
-//! - Stepped ([`SimFabric::stepped`]): deterministic. The world moves only inside
-//!   [`Backend::progress`] and [`Backend::wait_irq`], which run it until idle and then advance
-//!   virtual time to the next scheduled event.
-//! - Threaded ([`SimFabric::threaded`]): an engine thread runs the world continuously,
-//!   advancing virtual time with real elapsed time; MMIO writes wake it. It is stopped and
-//!   joined when the last handle to the fabric drops.
-//! - Threaded with inline doorbells ([`SimFabric::threaded_with`] and
-//!   [`FabricOptions::inline_doorbells`]): an MMIO write that latches a doorbell runs the
-//!   world until idle in the writer's thread (virtual time first catches up with the wall
-//!   clock), so a post reaches the peer's memory before `post_send` returns when the link
-//!   latency is 0; the engine thread only runs timers and packets still in flight. This is the
-//!   low-latency mode of `bypass perf` (no thread hand-off per message). The device itself is
-//!   unchanged: it still acts on doorbells in `Device::step`, which the fabric calls.
-//! - UDP ([`SimFabric::udp`], in `fabric/udp.rs`): a real UDP socket as the wire; doorbells
-//!   and `progress()` pump it in the caller's thread, the engine thread runs timers.
+//! - Stepped ([`SimFabric::stepped`]): deterministic; the world moves only inside
+//!   [`Backend::progress`] and `Interrupts::wait_irq`, to idle, then to the next event.
+//! - Threaded ([`SimFabric::threaded`]): an engine thread runs the world with real elapsed
+//!   time; MMIO writes wake it. With inline doorbells ([`FabricOptions::inline_doorbells`]) an
+//!   MMIO write that latches a doorbell runs the world to idle in the writer's thread.
+//! - UDP ([`SimFabric::udp`], `fabric/udp.rs`): a real UDP socket as the wire.
 //!
-//! MMIO goes to `Device::mmio_read`/`mmio_write` with the bytes as they appear on the bus
-//! (`v.to_ne_bytes()` of what a `write_volatile` would store). A refused access is traced
-//! and counted, never a panic. DMA regions are mapped into the device's IOMMU. Each MSI-X
-//! vector has a non-blocking eventfd that the device's interrupt handler writes.
+//! MMIO goes to `Device::mmio_read`/`mmio_write` as the bytes on the bus (`v.to_ne_bytes()` of
+//! what a `write_volatile` stores); a refused access is traced and counted, never a panic. DMA
+//! regions are mapped into the device's IOMMU; each MSI-X vector has a non-blocking eventfd.
 
 use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -2,7 +2,7 @@
 //!
 //! Owns: building the capability pages from the profile and the rules of what a driver may
 //! set. Must not: enforce the limits themselves (each resource handler checks its own against
-//! `dev.profile.caps`).
+//! `profile.caps`).
 //!
 //! Sources: kernel `drivers/net/ethernet/mellanox/mlx5/core/main.c` (`handle_hca_cap`: the
 //! driver copies the CUR page, edits the fields it may set, sends it back; `mlx5_core_get_caps`:
@@ -22,7 +22,7 @@ use bypass_hw::cmd::caps::{
 
 use super::syndromes as s;
 use super::{CmdError, CmdResult};
-use crate::device::Device;
+use crate::firmware::Firmware;
 use crate::profile::Profile;
 
 /// The RoCEv2 UDP port (IANA).
@@ -126,14 +126,18 @@ fn cap_type(op_mod: u32, roce: bool) -> Result<CapType, CmdError> {
 }
 
 /// QUERY_HCA_CAP.
-pub(crate) fn query_hca_cap(dev: &mut Device, input: &[u8], out: &mut [u8]) -> CmdResult {
+pub(crate) fn query_hca_cap(
+    fw: &Firmware,
+    profile: &Profile,
+    input: &[u8],
+    out: &mut [u8],
+) -> CmdResult {
     let i = QueryHcaCapIn::wrap_unchecked(input);
     if i.other_function() != 0 || i.function_id() != 0 {
         return Err(CmdError::param(s::OTHER_FUNCTION));
     }
     let max = CapMode((i.op_mod() & 1) as u16) == CapMode::MAX;
-    let fw = &dev.fw;
-    let page = match (cap_type(i.op_mod(), dev.profile.caps.roce)?, max) {
+    let page = match (cap_type(i.op_mod(), profile.caps.roce)?, max) {
         (CapType::GENERAL, true) => &fw.cap_max,
         (CapType::GENERAL, false) => &fw.cap_cur,
         (_, true) => &fw.roce_max,
@@ -156,13 +160,17 @@ macro_rules! settable {
 }
 
 /// SET_HCA_CAP.
-pub(crate) fn set_hca_cap(dev: &mut Device, input: &[u8], _out: &mut [u8]) -> CmdResult {
+pub(crate) fn set_hca_cap(
+    fw: &mut Firmware,
+    profile: &Profile,
+    input: &[u8],
+    _out: &mut [u8],
+) -> CmdResult {
     let i = SetHcaCapIn::wrap_unchecked(input);
     if i.other_function() != 0 || i.function_id() != 0 {
         return Err(CmdError::param(s::OTHER_FUNCTION));
     }
-    let ty = cap_type(i.op_mod(), dev.profile.caps.roce)?;
-    let fw = &mut dev.fw;
+    let ty = cap_type(i.op_mod(), profile.caps.roce)?;
     if ty == CapType::GENERAL {
         let new = i.capability();
         if new.cmdif_checksum() == cmdif_checksum::ENABLED {

@@ -1,28 +1,18 @@
 //! The command queue as the device processes it: entries and mailbox chains, by DMA.
 //!
 //! Owns: [`process`] (one `cmd_dbell` write), the commands that wait for a QP's bursts in
-//! flight ([`retry_waiting`]), reading an entry, gathering its input from the
-//! inline bytes and the `in_ptr` mailbox chain, checking the `out_ptr` chain, scattering the
-//! output, the delivery status, handing the entry back, and the CMD completion event.
-//! Must not: interpret commands (that is [`super::execute`]).
+//! flight ([`retry_waiting`]; the ledger keeps them), reading an entry, gathering its input
+//! from the inline bytes and the `in_ptr` mailbox chain, checking the `out_ptr` chain,
+//! scattering the output, the delivery status, handing the entry back, and the CMD
+//! completion event. Must not: interpret commands (that is [`super::execute`]).
 //!
 //! Sources: kernel `drivers/net/ethernet/mellanox/mlx5/core/cmd.c` (`mlx5_copy_to_msg`,
 //! `mlx5_copy_from_msg`: 16 bytes inline, then 512-byte blocks chained by `next`, numbered by
 //! `block_num` from 0, each carrying the entry's `token`; `cmd_work_handler`: ownership bit
 //! set last; `mlx5_cmd_comp_handler`: the CMD EQE's `vector` is a bitmap of completed slots;
-//! `deliv_status_to_str`: the delivery statuses), rdma-core `providers/mlx5/mlx5_vfio.c`
-//! (`mlx5_vfio_post_cmd`, `mlx5_copy_to_msg`/`mlx5_copy_from_msg`), and the PRM as
-//! `mlx5_ifc.h` gives it (`cmd_if_box_bits.next_pointer_31_10`: blocks are 1 KiB aligned).
-//!
-//! Choices where the sources are silent (documented, stable):
-//! - A mailbox the IOMMU refuses is reported as a pointer error of its direction
-//!   (IN_PTR_ALIGN_ERR / OUT_PTR_ALIGN_ERR): the pointer does not name usable memory.
-//! - A chain that ends (next = 0) before `inlen`/`outlen` is covered: IN_/OUT_LENGTH_ERR.
-//! - `inlen`/`outlen` above [`MAX_MSG_LEN`]: IN_/OUT_LENGTH_ERR (no command is that long).
-//! - The output chain is checked (alignment, block numbers, token, writability) before the
-//!   command runs, so a bad output chain never leaves a command half done.
-//! - An entry the device cannot read is counted as a DMA fault and left alone: there is no
-//!   way to report anything in memory the device cannot reach.
+//! `deliv_status_to_str`), rdma-core `providers/mlx5/mlx5_vfio.c` (`mlx5_vfio_post_cmd`), and
+//! `mlx5_ifc.h` (`cmd_if_box_bits.next_pointer_31_10`: blocks are 1 KiB aligned). Where the
+//! sources are silent, [`deliver`] documents the choice.
 
 use bypass_hw::cmd::Opcode;
 use bypass_hw::cmd::entry::{
@@ -33,7 +23,9 @@ use bypass_hw::cmd::qp::{DestroyQpIn, Qp2RstIn};
 use bypass_hw::eqe::{EQE_DATA_LEN, EventType};
 use zerocopy::FromBytes;
 
-use crate::device::{CMDQ_LOG_SIZE, CMDQ_LOG_STRIDE, Device};
+use super::Hca;
+use crate::bar0::{CMDQ_LOG_SIZE, CMDQ_LOG_STRIDE};
+use crate::io::Io;
 use crate::iommu::DmaFault;
 use crate::trace::TraceEvent;
 
@@ -47,49 +39,29 @@ const ENTRY_OUT_OFF: u64 = 0x20;
 const ENTRY_STATUS_OWN_OFF: u64 = 0x3f;
 
 /// Processes the command queue slots in `slots` (the `cmd_dbell` bitmask), lowest first. A
-/// command that must wait for its QP's bursts in flight ([`waits_for`]) is kept in
-/// `Device::waiting_cmds` and run by [`retry_waiting`] once they are read.
-pub(crate) fn process(dev: &mut Device, slots: u32) {
+/// command that must wait for its QP's bursts in flight ([`waits_for`]) is kept by the burst
+/// ledger (`engine::ledger`) and run by [`retry_waiting`] once they are read.
+pub(crate) fn process(c: &mut Hca<'_>, slots: u32) {
     let nslots = 1u32 << CMDQ_LOG_SIZE;
     for slot in 0..nslots.min(32) {
         if slots & (1 << slot) != 0 {
-            match waits_for(dev, slot as u8) {
-                Some(qpn) => dev.waiting_cmds.push((slot as u8, qpn)),
-                None => run_slot(dev, slot as u8),
+            match waits_for(c, slot as u8) {
+                Some(qpn) => c.dp.hold_command(slot as u8, qpn),
+                None => run_slot(c, slot as u8),
             }
         }
     }
 }
 
 /// Runs the waiting commands whose QP no burst reads any more, in slot order; true if one ran.
-pub(crate) fn retry_waiting(dev: &mut Device) -> bool {
+pub(crate) fn retry_waiting(c: &mut Hca<'_>) -> bool {
     let mut ran = false;
-    let mut i = 0;
-    while let Some(&(slot, qpn)) = dev.waiting_cmds.get(i) {
-        if reads_in_flight(dev, qpn) {
-            i += 1;
-        } else {
-            dev.waiting_cmds.remove(i);
-            run_slot(dev, slot);
-            ran = true;
-        }
+    let mut at = 0;
+    while let Some(slot) = c.dp.next_command(&mut at) {
+        run_slot(c, slot);
+        ran = true;
     }
     ran
-}
-
-/// True if a waiting command can run now ([`retry_waiting`] would run it).
-pub(crate) fn waiting_ready(dev: &Device) -> bool {
-    dev.waiting_cmds
-        .iter()
-        .any(|&(_, qpn)| !reads_in_flight(dev, qpn))
-}
-
-/// True if a by-reference burst of QP `qpn` still reads its memory (`crate::frame::BurstReads`).
-fn reads_in_flight(dev: &Device, qpn: u32) -> bool {
-    dev.objs
-        .qps
-        .get(qpn)
-        .is_some_and(|qp| !qp.reads.none_in_flight())
 }
 
 /// The QP whose bursts the command in `slot` must wait for: a 2RST_QP or DESTROY_QP of a QP
@@ -101,12 +73,10 @@ fn reads_in_flight(dev: &Device, qpn: u32) -> bool {
 /// Both inputs are 16 bytes, inline in the entry, which stays the device's until the command
 /// completes. Anything else, or an entry that cannot be read, does not wait ([`run_slot`]
 /// reports what is wrong with it).
-fn waits_for(dev: &mut Device, slot: u8) -> Option<u32> {
-    let addr = dev
-        .cmdq_addr()
-        .wrapping_add(u64::from(slot) << CMDQ_LOG_STRIDE);
+fn waits_for(c: &mut Hca<'_>, slot: u8) -> Option<u32> {
+    let addr = c.cmdq.wrapping_add(u64::from(slot) << CMDQ_LOG_STRIDE);
     let mut raw = [0u8; CMD_ENTRY_SIZE];
-    dev.iommu.read(addr, &mut raw).ok()?;
+    c.io.dma.read(addr, &mut raw).ok()?;
     let entry = CmdLayout::read_from_bytes(&raw[..]).ok()?;
     if !entry.hw_owned() {
         return None;
@@ -117,16 +87,14 @@ fn waits_for(dev: &mut Device, slot: u8) -> Option<u32> {
         Opcode::DESTROY_QP => DestroyQpIn::new_checked(input).ok()?.qpn(),
         _ => return None,
     };
-    reads_in_flight(dev, qpn).then_some(qpn)
+    c.dp.bursts_in_flight(qpn).then_some(qpn)
 }
 
-fn run_slot(dev: &mut Device, slot: u8) {
-    let addr = dev
-        .cmdq_addr()
-        .wrapping_add(u64::from(slot) << CMDQ_LOG_STRIDE);
+fn run_slot(c: &mut Hca<'_>, slot: u8) {
+    let addr = c.cmdq.wrapping_add(u64::from(slot) << CMDQ_LOG_STRIDE);
     let mut raw = [0u8; CMD_ENTRY_SIZE];
-    if let Err(f) = dev.iommu.read(addr, &mut raw) {
-        dev.dma_fault(f);
+    if let Err(f) = c.io.dma.read(addr, &mut raw) {
+        c.io.dma_fault(f);
         return;
     }
     let Ok(entry) = CmdLayout::read_from_bytes(&raw[..]) else {
@@ -138,35 +106,35 @@ fn run_slot(dev: &mut Device, slot: u8) {
         return;
     }
     let inline_in = entry.input;
-    let (delivery, out_inline, exec) = match deliver(dev, &entry) {
+    let (delivery, out_inline, exec) = match deliver(c, &entry) {
         Ok((out, exec)) => (DeliveryStatus::OK, out, Some(exec)),
         Err(d) => (d, [0u8; CMD_INLINE_LEN], None),
     };
     if delivery == DeliveryStatus::OK {
-        if let Err(f) = dev
-            .iommu
-            .write(addr.wrapping_add(ENTRY_OUT_OFF), &out_inline)
+        if let Err(f) =
+            c.io.dma
+                .write(addr.wrapping_add(ENTRY_OUT_OFF), &out_inline)
         {
-            dev.dma_fault(f);
+            c.io.dma_fault(f);
             return;
         }
     }
     // Ownership goes back last: status in bits 7..1, owner bit clear.
-    if let Err(f) = dev
-        .iommu
-        .write(addr.wrapping_add(ENTRY_STATUS_OWN_OFF), &[delivery.0 << 1])
+    if let Err(f) =
+        c.io.dma
+            .write(addr.wrapping_add(ENTRY_STATUS_OWN_OFF), &[delivery.0 << 1])
     {
-        dev.dma_fault(f);
+        c.io.dma_fault(f);
         return;
     }
-    dev.counters.commands += 1;
-    let at = dev.now;
+    c.io.counters.commands += 1;
+    let at = c.io.now;
     let hdr = bypass_hw::cmd::MboxIn::wrap_unchecked(&inline_in[..]);
     let (opcode, op_mod, status, syndrome) = match exec {
         Some(e) => (e.opcode, e.op_mod, e.status, e.syndrome),
         None => (hdr.opcode() as u16, hdr.op_mod() as u16, 0, 0),
     };
-    dev.trace.record(|| TraceEvent::Command {
+    c.io.trace.record(|| TraceEvent::Command {
         at,
         slot,
         opcode,
@@ -175,17 +143,27 @@ fn run_slot(dev: &mut Device, slot: u8) {
         status,
         syndrome,
     });
-    if dev.event_subscribed(EventType::CMD) {
+    if c.comp.event_subscribed(EventType::CMD) {
         let mut data = [0u8; EQE_DATA_LEN];
         data[..4].copy_from_slice(&(1u32 << slot).to_be_bytes());
-        dev.post_event(EventType::CMD, 0, &data);
+        c.comp.post_event(&mut c.io, EventType::CMD, 0, &data);
     }
 }
 
 /// Gathers the input, checks the output chain, runs the command and scatters its output.
 /// Returns the 16 inline output bytes.
+///
+/// Choices where the sources are silent (documented, stable):
+/// - A mailbox the IOMMU refuses is reported as a pointer error of its direction
+///   (IN_PTR_ALIGN_ERR / OUT_PTR_ALIGN_ERR): the pointer does not name usable memory.
+/// - A chain that ends (next = 0) before `inlen`/`outlen` is covered: IN_/OUT_LENGTH_ERR.
+/// - `inlen`/`outlen` above [`MAX_MSG_LEN`]: IN_/OUT_LENGTH_ERR (no command is that long).
+/// - The output chain is checked (alignment, block numbers, token, writability) before the
+///   command runs, so a bad output chain never leaves a command half done.
+/// - An entry the device cannot read is counted as a DMA fault and left alone ([`run_slot`]):
+///   there is no way to report anything in memory the device cannot reach.
 fn deliver(
-    dev: &mut Device,
+    c: &mut Hca<'_>,
     entry: &CmdLayout,
 ) -> Result<([u8; CMD_INLINE_LEN], super::Executed), DeliveryStatus> {
     if entry.cmd_type() != MLX5_PCI_CMD_XPORT {
@@ -202,17 +180,23 @@ fn deliver(
     let token = entry.token();
     let mut input = Vec::with_capacity(inlen.min(64 * 1024));
     input.extend_from_slice(entry.input.get(..inlen.min(CMD_INLINE_LEN)).unwrap_or(&[]));
-    walk_chain(dev, entry.in_ptr(), token, inlen, Chain::In(&mut input))?;
+    walk_chain(
+        &mut c.io,
+        entry.in_ptr(),
+        token,
+        inlen,
+        Chain::In(&mut input),
+    )?;
     let mut out_blocks = Vec::new();
     walk_chain(
-        dev,
+        &mut c.io,
         entry.out_ptr(),
         token,
         outlen,
         Chain::Out(&mut out_blocks),
     )?;
 
-    let (output, exec) = super::execute(dev, &input, outlen);
+    let (output, exec) = super::execute(c, &input, outlen);
 
     let mut inline = [0u8; CMD_INLINE_LEN];
     let n = output.len().min(CMD_INLINE_LEN);
@@ -227,8 +211,8 @@ fn deliver(
         if start >= end {
             break;
         }
-        if let Err(f) = dev.iommu.write(addr, &output[start..end]) {
-            dev.dma_fault(f);
+        if let Err(f) = c.io.dma.write(addr, &output[start..end]) {
+            c.io.dma_fault(f);
             return Err(DeliveryStatus::OUT_PTR_ALIGN_ERR);
         }
     }
@@ -245,7 +229,7 @@ enum Chain<'a> {
 
 /// Walks the mailbox chain from `first` that carries a `len`-byte message.
 fn walk_chain(
-    dev: &mut Device,
+    io: &mut Io<'_>,
     first: u64,
     token: u8,
     len: usize,
@@ -270,8 +254,8 @@ fn walk_chain(
             return Err(align_err);
         }
         let mut raw = [0u8; MAILBOX_SIZE];
-        if let Err(f) = dev.iommu.read(ptr, &mut raw) {
-            dev.dma_fault(f);
+        if let Err(f) = io.dma.read(ptr, &mut raw) {
+            io.dma_fault(f);
             return Err(align_err);
         }
         let Ok(block) = CmdMailbox::read_from_bytes(&raw[..]) else {
@@ -289,8 +273,8 @@ fn walk_chain(
         match &mut what {
             Chain::In(input) => input.extend_from_slice(&block.data[..r.len()]),
             Chain::Out(blocks) => {
-                if let Err(f) = zero_data(dev, ptr) {
-                    dev.dma_fault(f);
+                if let Err(f) = zero_data(io, ptr) {
+                    io.dma_fault(f);
                     return Err(align_err);
                 }
                 blocks.push(ptr);
@@ -301,6 +285,6 @@ fn walk_chain(
     Ok(())
 }
 
-fn zero_data(dev: &mut Device, ptr: u64) -> Result<(), DmaFault> {
-    dev.iommu.write(ptr, &[0u8; MAILBOX_DATA_LEN])
+fn zero_data(io: &mut Io<'_>, ptr: u64) -> Result<(), DmaFault> {
+    io.dma.write(ptr, &[0u8; MAILBOX_DATA_LEN])
 }

@@ -24,8 +24,11 @@ use bypass_hw::cmd::eq::{
 use super::syndromes as s;
 use super::{CmdError, CmdResult, check_uid};
 use crate::buffer::{PageList, PageListError};
-use crate::device::Device;
+use crate::events::Completions;
+use crate::io::Io;
+use crate::objects::Objects;
 use crate::objects::{Cq, Eq};
+use crate::profile::Profile;
 use crate::ring::{ArmKind, CqRing, EqRing};
 
 /// Reads the `pas` entries a `len`-byte buffer with `log_page_size` (relative to 4 KiB) and
@@ -61,7 +64,13 @@ fn page_list(
 }
 
 /// CREATE_CQ.
-pub(crate) fn create_cq(dev: &mut Device, input: &[u8], out: &mut [u8]) -> CmdResult {
+pub(crate) fn create_cq(
+    objs: &mut Objects,
+    comp: &mut Completions,
+    profile: &Profile,
+    input: &[u8],
+    out: &mut [u8],
+) -> CmdResult {
     check_uid(input)?;
     let i = CreateCqIn::wrap_unchecked(input);
     let c = i.cqc();
@@ -76,15 +85,15 @@ pub(crate) fn create_cq(dev: &mut Device, input: &[u8], out: &mut [u8]) -> CmdRe
     let code = c.cqe_sz() as u8;
     let cqe_bytes = cqe_sz::bytes(code).ok_or(CmdError::param(s::CQ_BAD_CQE_SIZE))?;
     let log_size = c.log_cq_size();
-    if log_size > u32::from(dev.profile.caps.log_max_cq_sz) {
+    if log_size > u32::from(profile.caps.log_max_cq_sz) {
         return Err(CmdError::lim(s::CQ_TOO_LARGE));
     }
     let uar = c.uar_page();
-    if !dev.objs.uars.contains(uar) {
+    if !objs.uars.contains(uar) {
         return Err(CmdError::res(s::CQ_UAR_UNKNOWN));
     }
     let eqn = c.c_eqn();
-    if !dev.objs.eqs.contains(eqn) {
+    if !comp.eqs.contains(eqn) {
         return Err(CmdError::res(s::CQ_EQ_UNKNOWN));
     }
     let len = cq_buf_bytes(log_size as u8, code).ok_or(CmdError::lim(s::CQ_TOO_LARGE))?;
@@ -99,8 +108,7 @@ pub(crate) fn create_cq(dev: &mut Device, input: &[u8], out: &mut [u8]) -> CmdRe
     )?;
     let ring = CqRing::new(pl, log_size, cqe_bytes as u32, c.dbr_addr(), c.oi() != 0);
     let cqc = c.as_bytes().to_vec();
-    let cqn = dev
-        .objs
+    let cqn = comp
         .cqs
         .insert_with(|_| Cq {
             ring,
@@ -110,10 +118,10 @@ pub(crate) fn create_cq(dev: &mut Device, input: &[u8], out: &mut [u8]) -> CmdRe
             cqc,
         })
         .ok_or(CmdError::lim(s::CQ_EXHAUSTED))?;
-    if let Some(e) = dev.objs.eqs.get_mut(eqn) {
+    if let Some(e) = comp.eqs.get_mut(eqn) {
         e.users = e.users.saturating_add(1);
     }
-    if let Some(u) = dev.objs.uars.get_mut(uar) {
+    if let Some(u) = objs.uars.get_mut(uar) {
         u.users = u.users.saturating_add(1);
     }
     let _ = CreateCqOut::wrap_unchecked(out).set_cqn(cqn);
@@ -121,18 +129,23 @@ pub(crate) fn create_cq(dev: &mut Device, input: &[u8], out: &mut [u8]) -> CmdRe
 }
 
 /// QUERY_CQ: the cqc as created, with the live status, arm state and counters.
-pub(crate) fn query_cq(dev: &mut Device, input: &[u8], out: &mut [u8]) -> CmdResult {
+pub(crate) fn query_cq(
+    comp: &Completions,
+    io: &mut Io<'_>,
+    input: &[u8],
+    out: &mut [u8],
+) -> CmdResult {
     let cqn = QueryCqIn::wrap_unchecked(input).cqn();
-    let Some(cq) = dev.objs.cqs.get(cqn) else {
+    let Some(cq) = comp.cqs.get(cqn) else {
         return Err(CmdError::res(s::CQ_UNKNOWN));
     };
     let (cqc, pi, overrun, armed) = (cq.cqc.clone(), cq.ring.pi, cq.ring.overrun, cq.ring.armed());
     let ci = {
-        let Some(cq) = dev.objs.cqs.get(cqn) else {
+        let Some(cq) = comp.cqs.get(cqn) else {
             return Err(CmdError::res(s::CQ_UNKNOWN));
         };
         let ring = cq.ring.clone();
-        ring.consumer_index(&mut dev.iommu)
+        ring.consumer_index(io.dma)
     };
     let mut o = QueryCqOut::wrap_unchecked(out);
     let mut c = o.cq_context_mut();
@@ -154,17 +167,17 @@ pub(crate) fn query_cq(dev: &mut Device, input: &[u8], out: &mut [u8]) -> CmdRes
         Ok(ci) => {
             let _ = c.set_consumer_counter(ci);
         }
-        Err(f) => dev.dma_fault(f),
+        Err(f) => io.dma_fault(f),
     }
     Ok(())
 }
 
 /// MODIFY_CQ: moderation (`cq_period`, `cq_max_count`) and overrun-ignore are recorded in the
 /// context (the sim does not moderate events); resize is not supported (`cq_resize` = 0).
-pub(crate) fn modify_cq(dev: &mut Device, input: &[u8], _out: &mut [u8]) -> CmdResult {
+pub(crate) fn modify_cq(comp: &mut Completions, input: &[u8], _out: &mut [u8]) -> CmdResult {
     check_uid(input)?;
     let i = ModifyCqIn::wrap_unchecked(input);
-    let Some(cq) = dev.objs.cqs.get_mut(i.cqn()) else {
+    let Some(cq) = comp.cqs.get_mut(i.cqn()) else {
         return Err(CmdError::res(s::CQ_UNKNOWN));
     };
     match i.op_mod() as u16 {
@@ -189,39 +202,50 @@ pub(crate) fn modify_cq(dev: &mut Device, input: &[u8], _out: &mut [u8]) -> CmdR
 }
 
 /// DESTROY_CQ: refused while a QP uses the CQ.
-pub(crate) fn destroy_cq(dev: &mut Device, input: &[u8], _out: &mut [u8]) -> CmdResult {
+pub(crate) fn destroy_cq(
+    objs: &mut Objects,
+    comp: &mut Completions,
+    input: &[u8],
+    _out: &mut [u8],
+) -> CmdResult {
     check_uid(input)?;
     let cqn = DestroyCqIn::wrap_unchecked(input).cqn();
-    let (eqn, uar) = match dev.objs.cqs.get(cqn) {
+    let (eqn, uar) = match comp.cqs.get(cqn) {
         None => return Err(CmdError::res(s::CQ_UNKNOWN)),
         Some(cq) if cq.users > 0 => return Err(CmdError::busy(s::CQ_IN_USE)),
         Some(cq) => (cq.eqn, cq.uar),
     };
-    dev.objs.cqs.remove(cqn);
-    if let Some(e) = dev.objs.eqs.get_mut(eqn) {
+    comp.cqs.remove(cqn);
+    if let Some(e) = comp.eqs.get_mut(eqn) {
         e.users = e.users.saturating_sub(1);
     }
-    if let Some(u) = dev.objs.uars.get_mut(uar) {
+    if let Some(u) = objs.uars.get_mut(uar) {
         u.users = u.users.saturating_sub(1);
     }
     Ok(())
 }
 
 /// CREATE_EQ.
-pub(crate) fn create_eq(dev: &mut Device, input: &[u8], out: &mut [u8]) -> CmdResult {
+pub(crate) fn create_eq(
+    objs: &mut Objects,
+    comp: &mut Completions,
+    profile: &Profile,
+    input: &[u8],
+    out: &mut [u8],
+) -> CmdResult {
     check_uid(input)?;
     let i = CreateEqIn::wrap_unchecked(input);
     let c = i.eqc();
     let log_size = c.log_eq_size();
-    if log_size > u32::from(dev.profile.caps.log_max_eq_sz) {
+    if log_size > u32::from(profile.caps.log_max_eq_sz) {
         return Err(CmdError::lim(s::EQ_TOO_LARGE));
     }
     let uar = c.uar_page();
-    if !dev.objs.uars.contains(uar) {
+    if !objs.uars.contains(uar) {
         return Err(CmdError::res(s::EQ_UAR_UNKNOWN));
     }
     let intr = c.intr();
-    if intr >= u32::from(dev.profile.msix_vectors) {
+    if intr >= u32::from(profile.msix_vectors) {
         return Err(CmdError::param(s::EQ_BAD_VECTOR));
     }
     let len = eq_buf_bytes(log_size as u8).ok_or(CmdError::lim(s::EQ_TOO_LARGE))?;
@@ -239,8 +263,7 @@ pub(crate) fn create_eq(dev: &mut Device, input: &[u8], out: &mut [u8]) -> CmdRe
         *slot = i.event_bitmask(w).unwrap_or(0);
     }
     let eqc = c.as_bytes().to_vec();
-    let eqn = dev
-        .objs
+    let eqn = comp
         .eqs
         .insert_with(|_| Eq {
             ring: EqRing::new(pl, log_size),
@@ -251,7 +274,7 @@ pub(crate) fn create_eq(dev: &mut Device, input: &[u8], out: &mut [u8]) -> CmdRe
             eqc,
         })
         .ok_or(CmdError::lim(s::EQ_EXHAUSTED))?;
-    if let Some(u) = dev.objs.uars.get_mut(uar) {
+    if let Some(u) = objs.uars.get_mut(uar) {
         u.users = u.users.saturating_add(1);
     }
     let _ = CreateEqOut::wrap_unchecked(out).set_eq_number(eqn);
@@ -259,9 +282,9 @@ pub(crate) fn create_eq(dev: &mut Device, input: &[u8], out: &mut [u8]) -> CmdRe
 }
 
 /// QUERY_EQ: the eqc as created, with the live counters and arm state.
-pub(crate) fn query_eq(dev: &mut Device, input: &[u8], out: &mut [u8]) -> CmdResult {
+pub(crate) fn query_eq(comp: &Completions, input: &[u8], out: &mut [u8]) -> CmdResult {
     let eqn = QueryEqIn::wrap_unchecked(input).eq_number();
-    let Some(eq) = dev.objs.eqs.get(eqn) else {
+    let Some(eq) = comp.eqs.get(eqn) else {
         return Err(CmdError::res(s::EQ_UNKNOWN));
     };
     let mut o = QueryEqOut::wrap_unchecked(out);
@@ -281,15 +304,20 @@ pub(crate) fn query_eq(dev: &mut Device, input: &[u8], out: &mut [u8]) -> CmdRes
 }
 
 /// DESTROY_EQ: refused while a CQ reports to the EQ.
-pub(crate) fn destroy_eq(dev: &mut Device, input: &[u8], _out: &mut [u8]) -> CmdResult {
+pub(crate) fn destroy_eq(
+    objs: &mut Objects,
+    comp: &mut Completions,
+    input: &[u8],
+    _out: &mut [u8],
+) -> CmdResult {
     let eqn = DestroyEqIn::wrap_unchecked(input).eq_number();
-    let uar = match dev.objs.eqs.get(eqn) {
+    let uar = match comp.eqs.get(eqn) {
         None => return Err(CmdError::res(s::EQ_UNKNOWN)),
         Some(eq) if eq.users > 0 => return Err(CmdError::busy(s::EQ_IN_USE)),
         Some(eq) => eq.uar,
     };
-    dev.objs.eqs.remove(eqn);
-    if let Some(u) = dev.objs.uars.get_mut(uar) {
+    comp.eqs.remove(eqn);
+    if let Some(u) = objs.uars.get_mut(uar) {
         u.users = u.users.saturating_sub(1);
     }
     Ok(())

@@ -16,6 +16,7 @@
 pub(crate) mod bringup;
 pub(crate) mod caps;
 pub(crate) mod cmdq;
+pub(crate) mod command;
 pub(crate) mod cq_eq;
 pub(crate) mod pages;
 pub(crate) mod qp;
@@ -26,10 +27,13 @@ pub(crate) mod vport;
 use bypass_hw::cmd::{MboxIn, MboxOut, Opcode};
 use bypass_hw::syndrome::CmdStatus;
 
-use crate::device::Device;
+use crate::events::Completions;
+use crate::io::Io;
+use crate::objects::Objects;
 use crate::profile::Profile;
 
-pub(crate) use cmdq::{process, retry_waiting, waiting_ready};
+pub(crate) use cmdq::{process, retry_waiting};
+pub(crate) use command::{CmdError, CmdResult, QpControl};
 
 /// Where the function is in its life (PRM "HCA bring-up"; kernel `mlx5_function_setup`,
 /// rdma-core `mlx5_vfio_setup_function`).
@@ -60,7 +64,7 @@ pub struct Firmware {
     /// The same pages, for the duplicate check.
     pub(crate) page_set: std::collections::BTreeSet<u64>,
     /// Pages the firmware wants to hold now (QUERY_PAGES REGULAR reports `target - held`;
-    /// [`Device::request_pages`] moves it).
+    /// [`Device::request_pages`](crate::Device::request_pages) moves it).
     pub(crate) page_target: u64,
     /// The profile's boot pages.
     pub(crate) boot_pages: u32,
@@ -110,62 +114,25 @@ impl Firmware {
     }
 }
 
-impl Device {
-    /// The firmware's bring-up stage.
-    pub fn firmware_stage(&self) -> Stage {
-        self.fw.stage
-    }
-
-    /// Pages the firmware holds (given by MANAGE_PAGES and not yet taken back).
-    pub fn firmware_pages(&self) -> usize {
-        self.fw.pages.len()
-    }
+/// The parts a command works on, lent by the device for one command doorbell: the
+/// firmware's own state, the object tables, the completions, the profile, host memory, the
+/// data path's interface, and the command queue's address.
+pub(crate) struct Hca<'a> {
+    /// Bring-up stage, pages, capabilities, vport state.
+    pub(crate) fw: &'a mut Firmware,
+    /// PDs, UARs, mkeys, QPs.
+    pub(crate) objs: &'a mut Objects,
+    /// CQs, EQs, interrupts.
+    pub(crate) comp: &'a mut Completions,
+    /// The device's profile.
+    pub(crate) profile: &'a Profile,
+    /// DMA, counters, trace, time.
+    pub(crate) io: Io<'a>,
+    /// The data path, for what a QP command changes there.
+    pub(crate) dp: &'a mut dyn QpControl,
+    /// The command queue's IOVA, as the driver wrote it into the init segment.
+    pub(crate) cmdq: u64,
 }
-
-/// Why a command failed: the status and syndrome its output header carries.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct CmdError {
-    /// `mbox_out.status`.
-    pub status: CmdStatus,
-    /// `mbox_out.syndrome`.
-    pub syndrome: u32,
-}
-
-impl CmdError {
-    /// A failure with `status` and `syndrome`.
-    pub(crate) const fn new(status: CmdStatus, syndrome: u32) -> Self {
-        Self { status, syndrome }
-    }
-    /// BAD_PARAM with `syndrome`.
-    pub(crate) const fn param(syndrome: u32) -> Self {
-        Self::new(CmdStatus::BAD_PARAM_ERR, syndrome)
-    }
-    /// BAD_RES with `syndrome`.
-    pub(crate) const fn res(syndrome: u32) -> Self {
-        Self::new(CmdStatus::BAD_RES_ERR, syndrome)
-    }
-    /// RES_BUSY with `syndrome`.
-    pub(crate) const fn busy(syndrome: u32) -> Self {
-        Self::new(CmdStatus::RES_BUSY, syndrome)
-    }
-    /// LIM_ERR with `syndrome`.
-    pub(crate) const fn lim(syndrome: u32) -> Self {
-        Self::new(CmdStatus::LIM_ERR, syndrome)
-    }
-    /// BAD_SYS_STATE with `syndrome`.
-    pub(crate) const fn state(syndrome: u32) -> Self {
-        Self::new(CmdStatus::BAD_SYS_STATE_ERR, syndrome)
-    }
-    /// BAD_INP_LEN with `syndrome`.
-    pub(crate) const fn inlen(syndrome: u32) -> Self {
-        Self::new(CmdStatus::BAD_INP_LEN_ERR, syndrome)
-    }
-}
-
-/// A command handler's result. Handlers get the whole input (header included) and an output
-/// buffer already sized to the opcode's output layout and zeroed; they fill the fields after
-/// the header, and the dispatcher writes status and syndrome.
-pub(crate) type CmdResult = Result<(), CmdError>;
 
 /// What the dispatcher did with one command, for the trace.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -237,18 +204,18 @@ fn layout_sizes(op: Opcode) -> Option<(usize, usize)> {
 }
 
 /// Output length a command needs: its layout, plus the list it returns where it has one.
-fn output_len(dev: &Device, op: Opcode, input: &[u8], layout: usize) -> usize {
+fn output_len(fw: &Firmware, profile: &Profile, op: Opcode, input: &[u8], layout: usize) -> usize {
     match op {
-        Opcode::MANAGE_PAGES => pages::take_output_len(dev, input).unwrap_or(layout),
+        Opcode::MANAGE_PAGES => pages::take_output_len(fw, input).unwrap_or(layout),
         Opcode::ACCESS_REG => vport::access_reg_output_len(input),
-        Opcode::QUERY_HCA_VPORT_GID => vport::gid_output_len(dev, input),
+        Opcode::QUERY_HCA_VPORT_GID => vport::gid_output_len(profile, input),
         _ => layout,
     }
 }
 
 /// Runs one gathered command and returns its output (at most `outlen` bytes are meaningful;
 /// the vector may be shorter) and what happened.
-pub(crate) fn execute(dev: &mut Device, input: &[u8], outlen: usize) -> (Vec<u8>, Executed) {
+pub(crate) fn execute(c: &mut Hca<'_>, input: &[u8], outlen: usize) -> (Vec<u8>, Executed) {
     let hdr = MboxIn::wrap_unchecked(input);
     let op = hdr.op();
     let op_mod = hdr.op_mod() as u16;
@@ -262,7 +229,7 @@ pub(crate) fn execute(dev: &mut Device, input: &[u8], outlen: usize) -> (Vec<u8>
             Err(CmdError::inlen(syndromes::INLEN_TOO_SHORT))
         }
         Some((_, out_layout)) => {
-            let need = output_len(dev, op, input, out_layout);
+            let need = output_len(c.fw, c.profile, op, input, out_layout);
             if outlen < need {
                 Err(CmdError::new(
                     CmdStatus::BAD_OUTP_LEN_ERR,
@@ -270,7 +237,7 @@ pub(crate) fn execute(dev: &mut Device, input: &[u8], outlen: usize) -> (Vec<u8>
                 ))
             } else {
                 out = vec![0u8; need.max(MboxOut::LEN)];
-                bringup::gate(&dev.fw, op).and_then(|()| dispatch(dev, op, input, &mut out))
+                bringup::gate(c.fw, op).and_then(|()| dispatch(c, op, input, &mut out))
             }
         }
     };
@@ -298,41 +265,51 @@ pub(crate) fn execute(dev: &mut Device, input: &[u8], outlen: usize) -> (Vec<u8>
     )
 }
 
-fn dispatch(dev: &mut Device, op: Opcode, input: &[u8], out: &mut [u8]) -> CmdResult {
+fn dispatch(c: &mut Hca<'_>, op: Opcode, input: &[u8], out: &mut [u8]) -> CmdResult {
+    let Hca {
+        fw,
+        objs,
+        comp,
+        profile,
+        io,
+        dp,
+        ..
+    } = c;
+    let profile: &Profile = profile;
     match op {
-        Opcode::ENABLE_HCA => bringup::enable_hca(dev, input, out),
-        Opcode::DISABLE_HCA => bringup::disable_hca(dev, input, out),
-        Opcode::QUERY_ISSI => bringup::query_issi(dev, input, out),
-        Opcode::SET_ISSI => bringup::set_issi(dev, input, out),
-        Opcode::INIT_HCA => bringup::init_hca(dev, input, out),
-        Opcode::TEARDOWN_HCA => bringup::teardown_hca(dev, input, out),
+        Opcode::ENABLE_HCA => bringup::enable_hca(fw, profile, input, out),
+        Opcode::DISABLE_HCA => bringup::disable_hca(fw, objs, comp, profile, *dp, input, out),
+        Opcode::QUERY_ISSI => bringup::query_issi(fw, input, out),
+        Opcode::SET_ISSI => bringup::set_issi(fw, input, out),
+        Opcode::INIT_HCA => bringup::init_hca(fw, profile, input, out),
+        Opcode::TEARDOWN_HCA => bringup::teardown_hca(fw, objs, comp, profile, *dp, input, out),
         Opcode::SET_DRIVER_VERSION | Opcode::NOP => Ok(()),
-        Opcode::ACCESS_REG => vport::access_reg(dev, input, out),
-        Opcode::QUERY_PAGES => pages::query_pages(dev, input, out),
-        Opcode::MANAGE_PAGES => pages::manage_pages(dev, input, out),
-        Opcode::QUERY_HCA_CAP => caps::query_hca_cap(dev, input, out),
-        Opcode::SET_HCA_CAP => caps::set_hca_cap(dev, input, out),
-        Opcode::QUERY_HCA_VPORT_CONTEXT => vport::query_hca_vport_context(dev, input, out),
-        Opcode::QUERY_HCA_VPORT_GID => vport::query_hca_vport_gid(dev, input, out),
-        Opcode::QUERY_NIC_VPORT_CONTEXT => vport::query_nic_vport_context(dev, input, out),
-        Opcode::MODIFY_NIC_VPORT_CONTEXT => vport::modify_nic_vport_context(dev, input, out),
-        Opcode::ALLOC_PD => resources::alloc_pd(dev, input, out),
-        Opcode::DEALLOC_PD => resources::dealloc_pd(dev, input, out),
-        Opcode::ALLOC_UAR => resources::alloc_uar(dev, input, out),
-        Opcode::DEALLOC_UAR => resources::dealloc_uar(dev, input, out),
-        Opcode::CREATE_MKEY => resources::create_mkey(dev, input, out),
-        Opcode::QUERY_MKEY => resources::query_mkey(dev, input, out),
-        Opcode::DESTROY_MKEY => resources::destroy_mkey(dev, input, out),
-        Opcode::CREATE_CQ => cq_eq::create_cq(dev, input, out),
-        Opcode::QUERY_CQ => cq_eq::query_cq(dev, input, out),
-        Opcode::MODIFY_CQ => cq_eq::modify_cq(dev, input, out),
-        Opcode::DESTROY_CQ => cq_eq::destroy_cq(dev, input, out),
-        Opcode::CREATE_EQ => cq_eq::create_eq(dev, input, out),
-        Opcode::QUERY_EQ => cq_eq::query_eq(dev, input, out),
-        Opcode::DESTROY_EQ => cq_eq::destroy_eq(dev, input, out),
-        Opcode::CREATE_QP => qp::create_qp(dev, input, out),
-        Opcode::DESTROY_QP => qp::destroy_qp(dev, input, out),
-        Opcode::QUERY_QP => qp::query_qp(dev, input, out),
+        Opcode::ACCESS_REG => vport::access_reg(fw, profile, input, out),
+        Opcode::QUERY_PAGES => pages::query_pages(fw, profile, input, out),
+        Opcode::MANAGE_PAGES => pages::manage_pages(fw, io, input, out),
+        Opcode::QUERY_HCA_CAP => caps::query_hca_cap(fw, profile, input, out),
+        Opcode::SET_HCA_CAP => caps::set_hca_cap(fw, profile, input, out),
+        Opcode::QUERY_HCA_VPORT_CONTEXT => vport::query_hca_vport_context(fw, profile, input, out),
+        Opcode::QUERY_HCA_VPORT_GID => vport::query_hca_vport_gid(profile, input, out),
+        Opcode::QUERY_NIC_VPORT_CONTEXT => vport::query_nic_vport_context(fw, profile, input, out),
+        Opcode::MODIFY_NIC_VPORT_CONTEXT => vport::modify_nic_vport_context(fw, input, out),
+        Opcode::ALLOC_PD => resources::alloc_pd(objs, input, out),
+        Opcode::DEALLOC_PD => resources::dealloc_pd(objs, input, out),
+        Opcode::ALLOC_UAR => resources::alloc_uar(objs, input, out),
+        Opcode::DEALLOC_UAR => resources::dealloc_uar(objs, input, out),
+        Opcode::CREATE_MKEY => resources::create_mkey(objs, input, out),
+        Opcode::QUERY_MKEY => resources::query_mkey(objs, input, out),
+        Opcode::DESTROY_MKEY => resources::destroy_mkey(objs, input, out),
+        Opcode::CREATE_CQ => cq_eq::create_cq(objs, comp, profile, input, out),
+        Opcode::QUERY_CQ => cq_eq::query_cq(comp, io, input, out),
+        Opcode::MODIFY_CQ => cq_eq::modify_cq(comp, input, out),
+        Opcode::DESTROY_CQ => cq_eq::destroy_cq(objs, comp, input, out),
+        Opcode::CREATE_EQ => cq_eq::create_eq(objs, comp, profile, input, out),
+        Opcode::QUERY_EQ => cq_eq::query_eq(comp, input, out),
+        Opcode::DESTROY_EQ => cq_eq::destroy_eq(objs, comp, input, out),
+        Opcode::CREATE_QP => qp::create_qp(objs, comp, profile, input, out),
+        Opcode::DESTROY_QP => qp::destroy_qp(objs, comp, *dp, input, out),
+        Opcode::QUERY_QP => qp::query_qp(objs, input, out),
         Opcode::RST2INIT_QP
         | Opcode::INIT2INIT_QP
         | Opcode::INIT2RTR_QP
@@ -341,7 +318,7 @@ fn dispatch(dev: &mut Device, op: Opcode, input: &[u8], out: &mut [u8]) -> CmdRe
         | Opcode::SQERR2RTS_QP
         | Opcode::SQD_RTS_QP
         | Opcode::QP_2ERR
-        | Opcode::QP_2RST => qp::modify_qp(dev, op, input, out),
+        | Opcode::QP_2RST => qp::modify_qp(objs, comp, profile, io, *dp, op, input),
         _ => Err(CmdError::new(
             CmdStatus::BAD_OP_ERR,
             syndromes::UNKNOWN_OPCODE,
@@ -350,8 +327,8 @@ fn dispatch(dev: &mut Device, op: Opcode, input: &[u8], out: &mut [u8]) -> CmdRe
 }
 
 /// The driver wrote NIC interface DISABLED into `cmdq_addr_l_sz` (fast teardown).
-pub(crate) fn nic_disabled(dev: &mut Device) {
-    bringup::nic_disabled(dev);
+pub(crate) fn nic_disabled(c: &mut Hca<'_>) {
+    bringup::nic_disabled(c);
 }
 
 /// Checks `uid` (bits 0x10..0x20 of every object command): the sim has no DEVX user contexts,

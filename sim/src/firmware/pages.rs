@@ -1,5 +1,5 @@
 //! Firmware pages: QUERY_PAGES, MANAGE_PAGES (GIVE, TAKE, ALLOC_FAIL) and the page-request
-//! event a test can trigger with [`Device::request_pages`].
+//! event a test can trigger with [`Device::request_pages`](crate::Device::request_pages).
 //!
 //! Owns: the pages the firmware holds and how many it wants (`Firmware::page_target`). Must
 //! not: ever read or write those pages' contents (the firmware's private memory; the sim keeps
@@ -24,8 +24,10 @@ use bypass_hw::eqe::{EQE_DATA_LEN, EventType};
 
 use super::syndromes as s;
 use super::{CmdError, CmdResult, Firmware, Stage};
-use crate::device::Device;
+use crate::events::Completions;
+use crate::io::Io;
 use crate::memory::PAGE_SIZE;
+use crate::profile::Profile;
 
 /// True once the firmware holds its boot pages.
 pub(crate) fn boot_pages_given(fw: &Firmware) -> bool {
@@ -38,12 +40,12 @@ fn surplus(fw: &Firmware) -> u64 {
 }
 
 /// The MANAGE_PAGES output length: for TAKE, the header and the pages it will return.
-pub(crate) fn take_output_len(dev: &Device, input: &[u8]) -> Option<usize> {
+pub(crate) fn take_output_len(fw: &Firmware, input: &[u8]) -> Option<usize> {
     let i = ManagePagesIn::wrap_unchecked(input);
     if ManagePagesOpMod(i.op_mod() as u16) != ManagePagesOpMod::TAKE {
         return None;
     }
-    let n = u64::from(i.input_num_entries()).min(surplus(&dev.fw));
+    let n = u64::from(i.input_num_entries()).min(surplus(fw));
     Some(manage_pages_out_len(
         usize::try_from(n).unwrap_or(usize::MAX),
     ))
@@ -57,13 +59,17 @@ fn check_function(embedded: u32, function_id: u32) -> CmdResult {
 }
 
 /// QUERY_PAGES.
-pub(crate) fn query_pages(dev: &mut Device, input: &[u8], out: &mut [u8]) -> CmdResult {
+pub(crate) fn query_pages(
+    fw: &Firmware,
+    profile: &Profile,
+    input: &[u8],
+    out: &mut [u8],
+) -> CmdResult {
     let i = QueryPagesIn::wrap_unchecked(input);
     check_function(i.embedded_cpu_function(), i.function_id())?;
-    let fw = &dev.fw;
     let held = fw.pages.len() as i64;
-    let boot = i64::from(dev.profile.boot_pages);
-    let init = i64::from(dev.profile.init_pages);
+    let boot = i64::from(profile.boot_pages);
+    let init = i64::from(profile.init_pages);
     let n: i64 = match (QueryPagesOpMod(i.op_mod() as u16), fw.stage) {
         (QueryPagesOpMod::BOOT, Stage::Enabled) => (boot - held).max(0),
         (QueryPagesOpMod::INIT, Stage::Enabled) => (boot + init - held).clamp(0, init),
@@ -82,19 +88,24 @@ pub(crate) fn query_pages(dev: &mut Device, input: &[u8], out: &mut [u8]) -> Cmd
 }
 
 /// MANAGE_PAGES.
-pub(crate) fn manage_pages(dev: &mut Device, input: &[u8], out: &mut [u8]) -> CmdResult {
+pub(crate) fn manage_pages(
+    fw: &mut Firmware,
+    io: &mut Io<'_>,
+    input: &[u8],
+    out: &mut [u8],
+) -> CmdResult {
     let i = ManagePagesIn::wrap_unchecked(input);
     check_function(i.embedded_cpu_function(), i.function_id())?;
     let n = usize::try_from(i.input_num_entries()).unwrap_or(usize::MAX);
     match ManagePagesOpMod(i.op_mod() as u16) {
-        ManagePagesOpMod::GIVE => give(dev, &i, n),
+        ManagePagesOpMod::GIVE => give(fw, io, &i, n),
         ManagePagesOpMod::TAKE => {
-            let k = usize::try_from(surplus(&dev.fw).min(n as u64)).unwrap_or(0);
+            let k = usize::try_from(surplus(fw).min(n as u64)).unwrap_or(0);
             let mut o = ManagePagesOut::wrap_unchecked(out);
             let mut returned = 0usize;
             while returned < k {
-                let Some(p) = dev.fw.pages.pop() else { break };
-                dev.fw.page_set.remove(&p);
+                let Some(p) = fw.pages.pop() else { break };
+                fw.page_set.remove(&p);
                 let _ = o.set_pas(returned, p);
                 returned += 1;
             }
@@ -104,14 +115,14 @@ pub(crate) fn manage_pages(dev: &mut Device, input: &[u8], out: &mut [u8]) -> Cm
         ManagePagesOpMod::ALLOC_FAIL => {
             // The driver could not allocate what was asked: stop asking (kernel
             // `page_notify_fail`).
-            dev.fw.page_target = dev.fw.pages.len() as u64;
+            fw.page_target = fw.pages.len() as u64;
             Ok(())
         }
         _ => Err(CmdError::param(s::BAD_OP_MOD)),
     }
 }
 
-fn give(dev: &mut Device, i: &ManagePagesIn<&[u8]>, n: usize) -> CmdResult {
+fn give(fw: &mut Firmware, io: &mut Io<'_>, i: &ManagePagesIn<&[u8]>, n: usize) -> CmdResult {
     if i.pas_len() < n {
         return Err(CmdError::inlen(s::LIST_TRUNCATED));
     }
@@ -122,44 +133,41 @@ fn give(dev: &mut Device, i: &ManagePagesIn<&[u8]>, n: usize) -> CmdResult {
         if p % PAGE_SIZE as u64 != 0 {
             return Err(CmdError::param(s::PAGE_UNALIGNED));
         }
-        if dev.fw.page_set.contains(&p) || !new.insert(p) {
+        if fw.page_set.contains(&p) || !new.insert(p) {
             return Err(CmdError::param(s::PAGE_DUPLICATE));
         }
         // The firmware will read and write the page: it must be mapped both ways. Reading it
         // and writing the same bytes back checks both without changing anything.
-        let ok = dev
-            .iommu
+        let ok = io
+            .dma
             .read(p, &mut probe)
-            .and_then(|()| dev.iommu.write(p, &probe));
+            .and_then(|()| io.dma.write(p, &probe));
         if let Err(f) = ok {
-            dev.dma_fault(f);
+            io.dma_fault(f);
             return Err(CmdError::param(s::PAGE_NOT_MAPPED));
         }
     }
     for k in 0..n {
         if let Ok(p) = i.pas(k) {
-            dev.fw.pages.push(p);
-            dev.fw.page_set.insert(p);
+            fw.pages.push(p);
+            fw.page_set.insert(p);
         }
     }
     Ok(())
 }
 
-impl Device {
-    /// Test hook: the firmware asks for `n` more pages (positive) or offers `-n` back
-    /// (negative), as firmware does at run time. Posts a PAGE_REQUEST event (function 0,
-    /// signed count; kernel `struct mlx5_eqe_page_req`) to the EQ that subscribed to it and
-    /// makes QUERY_PAGES REGULAR report the count until the driver gives or takes the pages.
-    /// Ignored unless the HCA is initialized.
-    pub fn request_pages(&mut self, n: i32) {
-        if self.fw.stage != Stage::Initialized {
-            return;
-        }
-        let held = self.fw.pages.len() as i64;
-        self.fw.page_target = u64::try_from(held.saturating_add(i64::from(n))).unwrap_or(0);
-        let mut data = [0u8; EQE_DATA_LEN];
-        // ec_function (2 bytes) = 0, func_id (2 bytes) = 0, num_pages (4 bytes, signed).
-        data[4..8].copy_from_slice(&n.to_be_bytes());
-        self.post_event(EventType::PAGE_REQUEST, 0, &data);
+/// The firmware asks for `n` more pages (positive) or offers `-n` back (negative), as
+/// firmware does at run time: a PAGE_REQUEST event (function 0, signed count; kernel `struct
+/// mlx5_eqe_page_req`) to the EQ that subscribed to it, and QUERY_PAGES REGULAR reports the
+/// count until the driver gives or takes the pages. Ignored unless the HCA is initialized.
+pub(crate) fn request_pages(fw: &mut Firmware, comp: &mut Completions, io: &mut Io<'_>, n: i32) {
+    if fw.stage != Stage::Initialized {
+        return;
     }
+    let held = fw.pages.len() as i64;
+    fw.page_target = u64::try_from(held.saturating_add(i64::from(n))).unwrap_or(0);
+    let mut data = [0u8; EQE_DATA_LEN];
+    // ec_function (2 bytes) = 0, func_id (2 bytes) = 0, num_pages (4 bytes, signed).
+    data[4..8].copy_from_slice(&n.to_be_bytes());
+    comp.post_event(io, EventType::PAGE_REQUEST, 0, &data);
 }

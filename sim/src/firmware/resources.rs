@@ -23,15 +23,14 @@ use bypass_hw::cmd::pd_uar::{AllocPdOut, AllocUarOut, DeallocPdIn, DeallocUarIn}
 
 use super::syndromes as s;
 use super::{CmdError, CmdResult, check_uid};
-use crate::device::Device;
 use crate::mkey::{Access, Mkey};
+use crate::objects::Objects;
 use crate::objects::{Pd, Uar};
 
 /// ALLOC_PD.
-pub(crate) fn alloc_pd(dev: &mut Device, input: &[u8], out: &mut [u8]) -> CmdResult {
+pub(crate) fn alloc_pd(objs: &mut Objects, input: &[u8], out: &mut [u8]) -> CmdResult {
     check_uid(input)?;
-    let pd = dev
-        .objs
+    let pd = objs
         .pds
         .insert_with(|_| Pd::default())
         .ok_or(CmdError::lim(s::PD_EXHAUSTED))?;
@@ -40,24 +39,23 @@ pub(crate) fn alloc_pd(dev: &mut Device, input: &[u8], out: &mut [u8]) -> CmdRes
 }
 
 /// DEALLOC_PD.
-pub(crate) fn dealloc_pd(dev: &mut Device, input: &[u8], _out: &mut [u8]) -> CmdResult {
+pub(crate) fn dealloc_pd(objs: &mut Objects, input: &[u8], _out: &mut [u8]) -> CmdResult {
     check_uid(input)?;
     let n = DeallocPdIn::wrap_unchecked(input).pd();
-    match dev.objs.pds.get(n) {
+    match objs.pds.get(n) {
         None => Err(CmdError::res(s::PD_UNKNOWN)),
         Some(pd) if pd.users > 0 => Err(CmdError::busy(s::PD_IN_USE)),
         Some(_) => {
-            dev.objs.pds.remove(n);
+            objs.pds.remove(n);
             Ok(())
         }
     }
 }
 
 /// ALLOC_UAR: the lowest free UAR page of BAR0.
-pub(crate) fn alloc_uar(dev: &mut Device, input: &[u8], out: &mut [u8]) -> CmdResult {
+pub(crate) fn alloc_uar(objs: &mut Objects, input: &[u8], out: &mut [u8]) -> CmdResult {
     check_uid(input)?;
-    let uar = dev
-        .objs
+    let uar = objs
         .uars
         .insert_with(|_| Uar::default())
         .ok_or(CmdError::lim(s::UAR_EXHAUSTED))?;
@@ -66,21 +64,21 @@ pub(crate) fn alloc_uar(dev: &mut Device, input: &[u8], out: &mut [u8]) -> CmdRe
 }
 
 /// DEALLOC_UAR.
-pub(crate) fn dealloc_uar(dev: &mut Device, input: &[u8], _out: &mut [u8]) -> CmdResult {
+pub(crate) fn dealloc_uar(objs: &mut Objects, input: &[u8], _out: &mut [u8]) -> CmdResult {
     check_uid(input)?;
     let n = DeallocUarIn::wrap_unchecked(input).uar();
-    match dev.objs.uars.get(n) {
+    match objs.uars.get(n) {
         None => Err(CmdError::res(s::UAR_UNKNOWN)),
         Some(u) if u.users > 0 => Err(CmdError::busy(s::UAR_IN_USE)),
         Some(_) => {
-            dev.objs.uars.remove(n);
+            objs.uars.remove(n);
             Ok(())
         }
     }
 }
 
 /// CREATE_MKEY: MTT mode only.
-pub(crate) fn create_mkey(dev: &mut Device, input: &[u8], out: &mut [u8]) -> CmdResult {
+pub(crate) fn create_mkey(objs: &mut Objects, input: &[u8], out: &mut [u8]) -> CmdResult {
     check_uid(input)?;
     let i = CreateMkeyIn::wrap_unchecked(input);
     if i.mkey_umem_valid() != 0 {
@@ -94,7 +92,7 @@ pub(crate) fn create_mkey(dev: &mut Device, input: &[u8], out: &mut [u8]) -> Cmd
         return Err(CmdError::param(s::MKEY_ACCESS_MODE));
     }
     let pd = m.pd();
-    if !dev.objs.pds.contains(pd) {
+    if !objs.pds.contains(pd) {
         return Err(CmdError::res(s::PD_UNKNOWN));
     }
     if m.length64() != 0 {
@@ -150,15 +148,14 @@ pub(crate) fn create_mkey(dev: &mut Device, input: &[u8], out: &mut [u8]) -> Cmd
         page_shift: shift,
         mtt,
     };
-    let index = dev
-        .objs
+    let index = objs
         .mkeys
         .insert_with(|n| Mkey {
             key: mkey_from(n, variant),
             ..key
         })
         .ok_or(CmdError::lim(s::MKEY_EXHAUSTED))?;
-    if let Some(p) = dev.objs.pds.get_mut(pd) {
+    if let Some(p) = objs.pds.get_mut(pd) {
         p.users = p.users.saturating_add(1);
     }
     let _ = CreateMkeyOut::wrap_unchecked(out).set_mkey_index(index);
@@ -166,10 +163,9 @@ pub(crate) fn create_mkey(dev: &mut Device, input: &[u8], out: &mut [u8]) -> Cmd
 }
 
 /// QUERY_MKEY: the mkc as created (and the first MTT entries).
-pub(crate) fn query_mkey(dev: &mut Device, input: &[u8], out: &mut [u8]) -> CmdResult {
+pub(crate) fn query_mkey(objs: &Objects, input: &[u8], out: &mut [u8]) -> CmdResult {
     let index = QueryMkeyIn::wrap_unchecked(input).mkey_index();
-    let k = dev
-        .objs
+    let k = objs
         .mkeys
         .get(index)
         .ok_or(CmdError::res(s::MKEY_UNKNOWN))?;
@@ -198,15 +194,14 @@ pub(crate) fn query_mkey(dev: &mut Device, input: &[u8], out: &mut [u8]) -> CmdR
 
 /// DESTROY_MKEY. The input carries only the index (kernel `mlx5_core_destroy_mkey`), so the
 /// variant byte cannot be checked here; the data path checks it on every use.
-pub(crate) fn destroy_mkey(dev: &mut Device, input: &[u8], _out: &mut [u8]) -> CmdResult {
+pub(crate) fn destroy_mkey(objs: &mut Objects, input: &[u8], _out: &mut [u8]) -> CmdResult {
     check_uid(input)?;
     let index = DestroyMkeyIn::wrap_unchecked(input).mkey_index();
-    let k = dev
-        .objs
+    let k = objs
         .mkeys
         .remove(index)
         .ok_or(CmdError::res(s::MKEY_UNKNOWN))?;
-    if let Some(p) = dev.objs.pds.get_mut(k.pd) {
+    if let Some(p) = objs.pds.get_mut(k.pd) {
         p.users = p.users.saturating_sub(1);
     }
     Ok(())

@@ -26,7 +26,8 @@ use bypass_hw::syndrome::CmdStatus;
 
 use super::syndromes as s;
 use super::{CmdError, CmdResult};
-use crate::device::Device;
+use crate::firmware::Firmware;
+use crate::profile::Profile;
 
 /// The NIC vport MTU after reset: a 9000-byte Ethernet MTU plus the 22 bytes of L2 header,
 /// VLAN tag and FCS the kernel adds (`MLX5E_SW2HW_MTU`), enough for a 4096-byte RoCE path MTU.
@@ -56,10 +57,10 @@ fn guid(mac: [u8; 6]) -> u64 {
 }
 
 /// Port `n` (1-based; 0 = the function's port) as an index into the profile's ports.
-fn port_index(dev: &Device, n: u32) -> Result<usize, CmdError> {
+fn port_index(profile: &Profile, n: u32) -> Result<usize, CmdError> {
     let n = if n == 0 { 1 } else { n };
     let i = (n as usize).wrapping_sub(1);
-    if i < dev.profile.ports.len() {
+    if i < profile.ports.len() {
         Ok(i)
     } else {
         Err(CmdError::param(s::BAD_PORT))
@@ -67,14 +68,19 @@ fn port_index(dev: &Device, n: u32) -> Result<usize, CmdError> {
 }
 
 /// QUERY_HCA_VPORT_CONTEXT.
-pub(crate) fn query_hca_vport_context(dev: &mut Device, input: &[u8], out: &mut [u8]) -> CmdResult {
+pub(crate) fn query_hca_vport_context(
+    fw: &Firmware,
+    profile: &Profile,
+    input: &[u8],
+    out: &mut [u8],
+) -> CmdResult {
     let i = QueryHcaVportContextIn::wrap_unchecked(input);
     if i.other_vport() != 0 {
         return Err(CmdError::param(s::OTHER_FUNCTION));
     }
-    let p = port_index(dev, i.port_num())?;
-    let up = dev.fw.port_admin.get(p).copied() == Some(port_status::UP);
-    let mac = dev.profile.ports.get(p).map_or([0; 6], |pt| pt.mac);
+    let p = port_index(profile, i.port_num())?;
+    let up = fw.port_admin.get(p).copied() == Some(port_status::UP);
+    let mac = profile.ports.get(p).map_or([0; 6], |pt| pt.mac);
     let mut o = QueryHcaVportContextOut::wrap_unchecked(out);
     let mut c = o.hca_vport_context_mut();
     let _ = c.set_grh_required(1);
@@ -96,10 +102,10 @@ pub(crate) fn query_hca_vport_context(dev: &mut Device, input: &[u8], out: &mut 
 }
 
 /// The QUERY_HCA_VPORT_GID output length: one GID, or the whole table for `ALL_GIDS`.
-pub(crate) fn gid_output_len(dev: &Device, input: &[u8]) -> usize {
+pub(crate) fn gid_output_len(profile: &Profile, input: &[u8]) -> usize {
     let i = QueryHcaVportGidIn::wrap_unchecked(input);
     let n = if i.gid_index() == ALL_GIDS {
-        super::caps::gid_table_len(&dev.profile)
+        super::caps::gid_table_len(profile)
     } else {
         1
     };
@@ -107,15 +113,14 @@ pub(crate) fn gid_output_len(dev: &Device, input: &[u8]) -> usize {
 }
 
 /// QUERY_HCA_VPORT_GID: the port's GID table (entries the profile does not fill are zero).
-pub(crate) fn query_hca_vport_gid(dev: &mut Device, input: &[u8], out: &mut [u8]) -> CmdResult {
+pub(crate) fn query_hca_vport_gid(profile: &Profile, input: &[u8], out: &mut [u8]) -> CmdResult {
     let i = QueryHcaVportGidIn::wrap_unchecked(input);
     if i.other_vport() != 0 {
         return Err(CmdError::param(s::OTHER_FUNCTION));
     }
-    let p = port_index(dev, i.port_num())?;
-    let len = super::caps::gid_table_len(&dev.profile);
-    let gids = dev
-        .profile
+    let p = port_index(profile, i.port_num())?;
+    let len = super::caps::gid_table_len(profile);
+    let gids = profile
         .ports
         .get(p)
         .map(|pt| pt.gids.clone())
@@ -137,10 +142,10 @@ pub(crate) fn query_hca_vport_gid(dev: &mut Device, input: &[u8], out: &mut [u8]
     Ok(())
 }
 
-fn fill_nic_vport(dev: &Device, c: &mut NicVportContext<&mut [u8]>) {
-    let mac = dev.profile.ports.first().map_or([0; 6], |p| p.mac);
-    let _ = c.set_roce_en(dev.fw.roce_en.into());
-    let _ = c.set_mtu(dev.fw.nic_mtu.into());
+fn fill_nic_vport(fw: &Firmware, profile: &Profile, c: &mut NicVportContext<&mut [u8]>) {
+    let mac = profile.ports.first().map_or([0; 6], |p| p.mac);
+    let _ = c.set_roce_en(fw.roce_en.into());
+    let _ = c.set_mtu(fw.nic_mtu.into());
     let _ = c.set_port_guid(guid(mac));
     let _ = c.set_node_guid(guid(mac));
     let _ = c.set_system_image_guid(guid(mac));
@@ -148,12 +153,17 @@ fn fill_nic_vport(dev: &Device, c: &mut NicVportContext<&mut [u8]>) {
 }
 
 /// QUERY_NIC_VPORT_CONTEXT.
-pub(crate) fn query_nic_vport_context(dev: &mut Device, input: &[u8], out: &mut [u8]) -> CmdResult {
+pub(crate) fn query_nic_vport_context(
+    fw: &Firmware,
+    profile: &Profile,
+    input: &[u8],
+    out: &mut [u8],
+) -> CmdResult {
     if QueryNicVportContextIn::wrap_unchecked(input).other_vport() != 0 {
         return Err(CmdError::param(s::OTHER_FUNCTION));
     }
     let mut o = QueryNicVportContextOut::wrap_unchecked(out);
-    fill_nic_vport(dev, &mut o.nic_vport_context_mut());
+    fill_nic_vport(fw, profile, &mut o.nic_vport_context_mut());
     Ok(())
 }
 
@@ -161,7 +171,7 @@ pub(crate) fn query_nic_vport_context(dev: &mut Device, input: &[u8], out: &mut 
 /// (accepted, not modelled); the addresses, GUIDs and affiliation only an e-switch manager may
 /// change (BAD_PARAM `VPORT_FIELD_NOT_SETTABLE`).
 pub(crate) fn modify_nic_vport_context(
-    dev: &mut Device,
+    fw: &mut Firmware,
     input: &[u8],
     _out: &mut [u8],
 ) -> CmdResult {
@@ -186,10 +196,10 @@ pub(crate) fn modify_nic_vport_context(
         }
     }
     if fs.mtu() != 0 {
-        dev.fw.nic_mtu = c.mtu() as u16;
+        fw.nic_mtu = c.mtu() as u16;
     }
     if fs.roce_en() != 0 {
-        dev.fw.roce_en = c.roce_en() != 0;
+        fw.roce_en = c.roce_en() != 0;
     }
     Ok(())
 }
@@ -209,7 +219,12 @@ pub(crate) fn access_reg_output_len(input: &[u8]) -> usize {
 }
 
 /// ACCESS_REG: write (op_mod 0) or read (op_mod 1) HOST_ENDIANNESS or PAOS.
-pub(crate) fn access_reg(dev: &mut Device, input: &[u8], out: &mut [u8]) -> CmdResult {
+pub(crate) fn access_reg(
+    fw: &mut Firmware,
+    profile: &Profile,
+    input: &[u8],
+    out: &mut [u8],
+) -> CmdResult {
     let i = AccessRegisterIn::wrap_unchecked(input);
     let id = RegisterId(i.register_id() as u16);
     let Some(len) = reg_len(id) else {
@@ -229,23 +244,23 @@ pub(crate) fn access_reg(dev: &mut Device, input: &[u8], out: &mut [u8]) -> CmdR
     match id {
         RegisterId::HOST_ENDIANNESS => {
             if write {
-                dev.fw.host_endianness = RegisterHostEndianness::wrap_unchecked(data).he();
+                fw.host_endianness = RegisterHostEndianness::wrap_unchecked(data).he();
             }
-            let _ = RegisterHostEndianness::wrap_unchecked(reg_out).set_he(dev.fw.host_endianness);
+            let _ = RegisterHostEndianness::wrap_unchecked(reg_out).set_he(fw.host_endianness);
         }
         _ => {
             let r = PaosReg::wrap_unchecked(data);
-            let p = port_index(dev, r.local_port())?;
+            let p = port_index(profile, r.local_port())?;
             if write && r.ase() != 0 {
                 let a = r.admin_status();
                 if a != port_status::UP && a != port_status::DOWN {
                     return Err(CmdError::param(s::BAD_ADMIN_STATUS));
                 }
-                if let Some(slot) = dev.fw.port_admin.get_mut(p) {
+                if let Some(slot) = fw.port_admin.get_mut(p) {
                     *slot = a;
                 }
             }
-            let admin = dev.fw.port_admin.get(p).copied().unwrap_or(port_status::UP);
+            let admin = fw.port_admin.get(p).copied().unwrap_or(port_status::UP);
             let mut ro = PaosReg::wrap_unchecked(reg_out);
             let _ = ro.set_local_port(r.local_port());
             let _ = ro.set_admin_status(admin);

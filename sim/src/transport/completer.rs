@@ -17,9 +17,9 @@ use bypass_hw::roce::{Aeth, BthOpcode, RocePacket};
 use bypass_hw::syndrome::{AethKind, CqeSyndrome};
 use bypass_hw::wqe::WqeOpcode;
 
-use super::requester::{self, Ctx, ReqState, count, rewind, rnr_timer_ns, use_retry};
-use crate::device::Device;
+use super::requester::{self, Ctx, ReqState, Sender, count, rewind, rnr_timer_ns, use_retry};
 use crate::engine::gather;
+use crate::transport::state::DataPath;
 
 /// What an acknowledgement up to a PSN found.
 enum Acked {
@@ -31,19 +31,19 @@ enum Acked {
 }
 
 /// A response packet for QP `qpn`.
-pub(crate) fn handle_response(dev: &mut Device, qpn: u32, pkt: &RocePacket<'_>) {
-    respond_to(dev, qpn, pkt.bth().psn(), |dev, c, req, psn| {
+pub(crate) fn handle_response(dp: &mut DataPath<'_>, qpn: u32, pkt: &RocePacket<'_>) {
+    respond_to(dp, qpn, pkt.bth().psn(), |s, c, req, psn| {
         match pkt.opcode() {
             BthOpcode::RC_ACKNOWLEDGE => {
                 if let Some(aeth) = pkt.aeth() {
-                    on_ack(dev, c, req, aeth, psn);
+                    on_ack(s, c, req, aeth, psn);
                 }
             }
-            BthOpcode::RC_ATOMIC_ACKNOWLEDGE => on_atomic_ack(dev, c, req, pkt, psn),
+            BthOpcode::RC_ATOMIC_ACKNOWLEDGE => on_atomic_ack(s, c, req, pkt, psn),
             BthOpcode::RC_RDMA_READ_RESPONSE_FIRST
             | BthOpcode::RC_RDMA_READ_RESPONSE_MIDDLE
             | BthOpcode::RC_RDMA_READ_RESPONSE_LAST
-            | BthOpcode::RC_RDMA_READ_RESPONSE_ONLY => on_read_response(dev, c, req, pkt, psn),
+            | BthOpcode::RC_RDMA_READ_RESPONSE_ONLY => on_read_response(s, c, req, pkt, psn),
             _ => {}
         }
     });
@@ -51,38 +51,38 @@ pub(crate) fn handle_response(dev: &mut Device, qpn: u32, pkt: &RocePacket<'_>) 
 
 /// An ACKNOWLEDGE that came as a structured frame on the in-process link
 /// (`crate::frame::AckFrame`): what [`handle_response`] does with the same packet.
-pub(crate) fn handle_ack(dev: &mut Device, qpn: u32, psn: u32, aeth: &Aeth) {
-    respond_to(dev, qpn, psn, |dev, c, req, psn| {
-        on_ack(dev, c, req, aeth, psn)
-    });
+pub(crate) fn handle_ack(dp: &mut DataPath<'_>, qpn: u32, psn: u32, aeth: &Aeth) {
+    respond_to(dp, qpn, psn, |s, c, req, psn| on_ack(s, c, req, aeth, psn));
 }
 
-/// Takes the requester state of `qpn`, lets `f` act on a response with PSN `psn` unless it is
-/// stale, then completes what is ready and lets the requester send again.
+/// Lends QP `qpn`'s send side to `f` for a response with PSN `psn` unless it is stale, then
+/// completes what is ready and lets the requester send again.
 fn respond_to(
-    dev: &mut Device,
+    dp: &mut DataPath<'_>,
     qpn: u32,
     psn: u32,
-    f: impl FnOnce(&mut Device, &Ctx, &mut ReqState, u32),
+    f: impl FnOnce(&mut Sender<'_, '_>, &Ctx, &mut ReqState, u32),
 ) {
-    let Some(c) = requester::ctx(dev, qpn) else {
+    let answered = requester::with_sender(dp, qpn, |s, c, req| {
+        // Only PSNs in [una - 1, max_psn) can answer something still outstanding; older ones
+        // are duplicates (rxe re-ACKs duplicates at `ack_psn - 1`), newer ones answer nothing
+        // sent.
+        let stale = psn_diff(psn, req.una) < -1 || psn_diff(psn, req.max_psn) >= 0;
+        if !stale {
+            f(s, c, req, psn);
+        }
+        requester::complete_ready(s, req)
+    });
+    let Some(to_err) = answered else {
         return;
     };
-    let Some(mut req) = requester::take(dev, qpn) else {
-        return;
-    };
-    // Only PSNs in [una - 1, max_psn) can answer something still outstanding; older ones are
-    // duplicates (rxe re-ACKs duplicates at `ack_psn - 1`), newer ones answer nothing sent.
-    let stale = psn_diff(psn, req.una) < -1 || psn_diff(psn, req.max_psn) >= 0;
-    if !stale {
-        f(dev, &c, &mut req, psn);
+    if to_err {
+        dp.set_qp_state(qpn, bypass_hw::cmd::qp::QpState::Err);
     }
-    let to_err = requester::complete_ready(dev, &c, &mut req);
-    requester::restore(dev, qpn, req, to_err);
     // Skipped when it would do nothing: every WQE completed or still waiting for its ACK
     // (`requester::has_work`).
-    if !to_err && dev.objs.qps.get(qpn).is_some_and(requester::has_work) {
-        requester::pump(dev, qpn);
+    if !to_err && dp.objs.qps.get(qpn).is_some_and(requester::has_work) {
+        requester::pump(dp, qpn);
     }
 }
 
@@ -91,7 +91,7 @@ fn respond_to(
 /// outstanding READ/atomic has not received (a READ response beyond a lost one implicitly
 /// acknowledges the requests before the READ, not the READ's own missing data; rxe
 /// `rxe_comp.c` `check_psn` keeps `comp.psn` at the WQE's first missing PSN).
-fn ack_through(dev: &mut Device, c: &Ctx, req: &mut ReqState, psn: u32) -> Acked {
+fn ack_through(s: &mut Sender<'_, '_>, c: &Ctx, req: &mut ReqState, psn: u32) -> Acked {
     let mut progress = false;
     let mut lost = None;
     // The acknowledgement cannot reach past the response data a READ/atomic still waits for.
@@ -131,7 +131,7 @@ fn ack_through(dev: &mut Device, c: &Ctx, req: &mut ReqState, psn: u32) -> Acked
         req.retries = 0;
         req.rnr_retries = 0;
         req.ack_deadline = if req.outstanding() {
-            c.ack_timeout.map(|t| dev.now.saturating_add(t))
+            c.ack_timeout.map(|t| s.io.now.saturating_add(t))
         } else {
             None
         };
@@ -144,28 +144,28 @@ fn ack_through(dev: &mut Device, c: &Ctx, req: &mut ReqState, psn: u32) -> Acked
 
 /// A retry from `psn` after a lost response or a sequence NAK: uses a transport retry, or
 /// fails the oldest outstanding WQE with TRANSPORT_RETRY_EXC_ERR when none is left.
-fn retry_from(dev: &mut Device, c: &Ctx, req: &mut ReqState, psn: u32) {
+fn retry_from(s: &mut Sender<'_, '_>, c: &Ctx, req: &mut ReqState, psn: u32) {
     if req.retrying {
         // A retry is already resending; its own duplicates' ACKs must not restart it (rxe
         // `rxe_completer` COMPST_ERROR_RETRY: `started_retry && !timeout_retry`).
         return;
     }
     if use_retry(&mut req.retries, c.retry_count) {
-        count(dev, c.qpn, |k| k.completer_retry_err += 1);
+        count(s, |k| k.completer_retry_err += 1);
         req.retrying = true;
         rewind(req, psn);
     } else {
-        count(dev, c.qpn, |k| k.retry_exceeded_err += 1);
+        count(s, |k| k.retry_exceeded_err += 1);
         fail_at(req, psn, CqeSyndrome::TRANSPORT_RETRY_EXC_ERR);
     }
 }
 
 /// A response whose PSN shows an earlier READ/atomic response was lost: retry from `psn`.
-fn implied_nak(dev: &mut Device, c: &Ctx, req: &mut ReqState, psn: u32) {
+fn implied_nak(s: &mut Sender<'_, '_>, c: &Ctx, req: &mut ReqState, psn: u32) {
     if !req.retrying {
-        count(dev, c.qpn, |k| k.implied_nak_seq_err += 1);
+        count(s, |k| k.implied_nak_seq_err += 1);
     }
-    retry_from(dev, c, req, psn);
+    retry_from(s, c, req, psn);
 }
 
 /// Marks the outstanding WQE holding `psn` (or the oldest outstanding one) failed.
@@ -193,51 +193,51 @@ fn fail_at(req: &mut ReqState, psn: u32, synd: CqeSyndrome) {
 }
 
 /// ACKNOWLEDGE: an ACK, an RNR NAK or a NAK.
-fn on_ack(dev: &mut Device, c: &Ctx, req: &mut ReqState, aeth: &Aeth, psn: u32) {
+fn on_ack(s: &mut Sender<'_, '_>, c: &Ctx, req: &mut ReqState, aeth: &Aeth, psn: u32) {
     match aeth.syndrome().kind() {
         AethKind::Ack(_) => {
-            if let Acked::Lost(p) = ack_through(dev, c, req, psn) {
-                implied_nak(dev, c, req, p);
+            if let Acked::Lost(p) = ack_through(s, c, req, psn) {
+                implied_nak(s, c, req, p);
             }
         }
         AethKind::RnrNak(code) => {
             // The NAK acknowledges every PSN before the one refused.
-            if let Acked::Lost(p) = ack_through(dev, c, req, psn_add(psn, 0x00ff_ffff)) {
-                implied_nak(dev, c, req, p);
+            if let Acked::Lost(p) = ack_through(s, c, req, psn_add(psn, 0x00ff_ffff)) {
+                implied_nak(s, c, req, p);
                 return;
             }
-            count(dev, c.qpn, |k| k.rnr_nak_received += 1);
+            count(s, |k| k.rnr_nak_received += 1);
             if use_retry(&mut req.rnr_retries, c.rnr_retry) {
                 req.ack_deadline = None;
-                req.rnr_wait = Some((dev.now.saturating_add(rnr_timer_ns(code)), psn));
+                req.rnr_wait = Some((s.io.now.saturating_add(rnr_timer_ns(code)), psn));
             } else {
-                count(dev, c.qpn, |k| k.rnr_nak_retry_err += 1);
+                count(s, |k| k.rnr_nak_retry_err += 1);
                 fail_at(req, psn, CqeSyndrome::RNR_RETRY_EXC_ERR);
             }
         }
         AethKind::Nak(code) => {
-            count(dev, c.qpn, |k| k.naks_received += 1);
-            if let Acked::Lost(p) = ack_through(dev, c, req, psn_add(psn, 0x00ff_ffff)) {
-                implied_nak(dev, c, req, p);
+            count(s, |k| k.naks_received += 1);
+            if let Acked::Lost(p) = ack_through(s, c, req, psn_add(psn, 0x00ff_ffff)) {
+                implied_nak(s, c, req, p);
                 return;
             }
             match code {
                 0 => {
                     // PSN sequence error: the responder expects `psn`; go back to it
                     // (rxe: COMPST_ERROR_RETRY, which uses a retry).
-                    count(dev, c.qpn, |k| k.packet_seq_err += 1);
-                    retry_from(dev, c, req, psn);
+                    count(s, |k| k.packet_seq_err += 1);
+                    retry_from(s, c, req, psn);
                 }
                 1 => {
-                    count(dev, c.qpn, |k| k.req_remote_invalid_request += 1);
+                    count(s, |k| k.req_remote_invalid_request += 1);
                     fail_at(req, psn, CqeSyndrome::REMOTE_INVAL_REQ_ERR);
                 }
                 2 => {
-                    count(dev, c.qpn, |k| k.req_remote_access_errors += 1);
+                    count(s, |k| k.req_remote_access_errors += 1);
                     fail_at(req, psn, CqeSyndrome::REMOTE_ACCESS_ERR);
                 }
                 3 => {
-                    count(dev, c.qpn, |k| k.req_remote_operation_error += 1);
+                    count(s, |k| k.req_remote_operation_error += 1);
                     fail_at(req, psn, CqeSyndrome::REMOTE_OP_ERR);
                 }
                 // Invalid RD request, or a reserved code: not meaningful on RC.
@@ -250,10 +250,10 @@ fn on_ack(dev: &mut Device, c: &Ctx, req: &mut ReqState, aeth: &Aeth, psn: u32) 
 
 /// The oldest outstanding WQE, after the implicit acknowledgement of everything before `psn`.
 /// `None` if nothing matches (the response is stale) or after a retry was started.
-fn head_for(dev: &mut Device, c: &Ctx, req: &mut ReqState, psn: u32) -> Option<usize> {
-    if let Acked::Lost(p) = ack_through(dev, c, req, psn_add(psn, 0x00ff_ffff)) {
+fn head_for(s: &mut Sender<'_, '_>, c: &Ctx, req: &mut ReqState, psn: u32) -> Option<usize> {
+    if let Acked::Lost(p) = ack_through(s, c, req, psn_add(psn, 0x00ff_ffff)) {
         if psn_diff(p, psn) < 0 {
-            implied_nak(dev, c, req, p);
+            implied_nak(s, c, req, p);
             return None;
         }
     }
@@ -263,8 +263,14 @@ fn head_for(dev: &mut Device, c: &Ctx, req: &mut ReqState, psn: u32) -> Option<u
 }
 
 /// A READ response packet: scatter at its offset, complete on LAST/ONLY.
-fn on_read_response(dev: &mut Device, c: &Ctx, req: &mut ReqState, pkt: &RocePacket<'_>, psn: u32) {
-    let Some(i) = head_for(dev, c, req, psn) else {
+fn on_read_response(
+    s: &mut Sender<'_, '_>,
+    c: &Ctx,
+    req: &mut ReqState,
+    pkt: &RocePacket<'_>,
+    psn: u32,
+) {
+    let Some(i) = head_for(s, c, req, psn) else {
         return;
     };
     let Some(w) = req.wqes.get(i) else {
@@ -280,7 +286,7 @@ fn on_read_response(dev: &mut Device, c: &Ctx, req: &mut ReqState, pkt: &RocePac
     }
     if d > 0 {
         // A response packet was lost (rxe: COMPST_ERROR_RETRY from the first missing PSN).
-        implied_nak(dev, c, req, expected);
+        implied_nak(s, c, req, expected);
         return;
     }
     let pos = pkt.info().position;
@@ -298,18 +304,10 @@ fn on_read_response(dev: &mut Device, c: &Ctx, req: &mut ReqState, pkt: &RocePac
         fail_at(req, psn, CqeSyndrome::BAD_RESP_ERR);
         return;
     }
-    let r = gather::scatter(
-        &dev.objs.mkeys,
-        &mut dev.iommu,
-        c.pd,
-        c.qpn,
-        &w.sges,
-        off,
-        pkt.payload(),
-    );
+    let r = gather::scatter(s.mkeys, s.io.dma, c.pd, c.qpn, &w.sges, off, pkt.payload());
     if let Err(e) = r {
         if let gather::MemError::Dma(f) = e {
-            dev.dma_fault(f);
+            s.io.dma_fault(f);
         }
         fail_at(req, psn, e.syndrome());
         return;
@@ -323,7 +321,7 @@ fn on_read_response(dev: &mut Device, c: &Ctx, req: &mut ReqState, pkt: &RocePac
         }
     }
     // Progress: the READ's packets up to this one are acknowledged.
-    let _ = ack_through(dev, c, req, if last { last_psn } else { psn });
+    let _ = ack_through(s, c, req, if last { last_psn } else { psn });
     if psn_diff(psn_add(psn, 1), req.una) > 0 {
         req.una = psn_add(psn, 1);
     }
@@ -335,11 +333,17 @@ fn on_read_response(dev: &mut Device, c: &Ctx, req: &mut ReqState, pkt: &RocePac
 /// `atomic_req_8B_endianness_mode` is big-endian (kernel `mlx5_ifc.h` atomic caps;
 /// `mlx5_ib` `get_atomic_caps` advertises host-endian atomics only when the firmware was
 /// switched to host endianness, which this device does not model).
-fn on_atomic_ack(dev: &mut Device, c: &Ctx, req: &mut ReqState, pkt: &RocePacket<'_>, psn: u32) {
+fn on_atomic_ack(
+    s: &mut Sender<'_, '_>,
+    c: &Ctx,
+    req: &mut ReqState,
+    pkt: &RocePacket<'_>,
+    psn: u32,
+) {
     let (Some(_aeth), Some(ack)) = (pkt.aeth(), pkt.atomic_ack_eth()) else {
         return;
     };
-    let Some(i) = head_for(dev, c, req, psn) else {
+    let Some(i) = head_for(s, c, req, psn) else {
         return;
     };
     let Some(w) = req.wqes.get(i) else {
@@ -352,18 +356,10 @@ fn on_atomic_ack(dev: &mut Device, c: &Ctx, req: &mut ReqState, pkt: &RocePacket
         return;
     }
     let orig = ack.orig().to_be_bytes();
-    let r = gather::scatter(
-        &dev.objs.mkeys,
-        &mut dev.iommu,
-        c.pd,
-        c.qpn,
-        &w.sges,
-        0,
-        &orig,
-    );
+    let r = gather::scatter(s.mkeys, s.io.dma, c.pd, c.qpn, &w.sges, 0, &orig);
     if let Err(e) = r {
         if let gather::MemError::Dma(f) = e {
-            dev.dma_fault(f);
+            s.io.dma_fault(f);
         }
         fail_at(req, psn, e.syndrome());
         return;
@@ -371,5 +367,5 @@ fn on_atomic_ack(dev: &mut Device, c: &Ctx, req: &mut ReqState, pkt: &RocePacket
     if let Some(w) = req.wqes.get_mut(i) {
         w.done = true;
     }
-    let _ = ack_through(dev, c, req, psn);
+    let _ = ack_through(s, c, req, psn);
 }

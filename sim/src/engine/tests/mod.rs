@@ -15,7 +15,7 @@ use zerocopy::{FromBytes, IntoBytes};
 
 use crate::objects::AddressPath;
 use crate::testkit::{Host, HostCq, HostMr, HostQp, Pair, RC, ctrl};
-use crate::transport::Route;
+use crate::transport::wire::Route;
 
 /// The remote QPN every RC QP here is connected to.
 pub const REMOTE: u32 = 0x99;
@@ -129,13 +129,7 @@ impl Rig {
             psn,
             ..Default::default()
         };
-        assert!(crate::transport::send(
-            &mut self.p.b.dev,
-            route,
-            bth,
-            ext,
-            payload
-        ));
+        assert!(self.p.b.dev.data_path().send(route, bth, ext, payload));
         let pkt = self.p.b.dev.take_tx().expect("built");
         self.p.a.dev.receive(pkt);
         self.p.a.dev.step();

@@ -463,9 +463,9 @@ fn responses_to_a_retry_in_progress_start_no_second_retry() {
 
 #[test]
 fn a_read_response_beyond_a_lost_one_does_not_acknowledge_the_missing_data() {
-    // Soak finding: a READ response after a lost one moved the oldest unacknowledged PSN past
-    // the READ's missing data, so the replayed responses were taken as stale and the READ
-    // completed with the wrong bytes. The implicit ACK stops at the READ's first missing PSN
+    // A READ response after a lost one must not move the oldest unacknowledged PSN past the
+    // READ's missing data (the replayed responses would be taken as stale and the READ
+    // complete with the wrong bytes): the implicit ACK stops at the READ's first missing PSN
     // (rxe `check_psn`).
     let mut r = Rig::rc(256, 0);
     r.read(1000, 0); // PSNs 0..3

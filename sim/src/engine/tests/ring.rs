@@ -30,13 +30,12 @@ fn blueflame_doorbell_uses_the_wqe_written_to_the_register() {
     assert_eq!(parse(&p[0]).payload(), &r.p.a.read(r.mr.off + 100, 16)[..]);
 }
 
-/// The stall of `bypass perf write-bw -Q 16` on a threaded fabric with BlueFlame: each post is
-/// ring copy → doorbell record → BlueFlame copy (rdma-core `post_send_db`), and the engine
-/// thread steps whenever it gets the lock, here between a post's record and its BlueFlame
-/// write. The BlueFlame write of WQE 1 then reaches the device after WQE 1 was fetched from
-/// the ring (the record announced it) and while the record already announces WQE 2: it must
-/// not stand in for WQE 2, or the signaled WRITE is replaced by an unsignaled one and its
-/// completion never comes.
+/// Each post is ring copy → doorbell record → BlueFlame copy (rdma-core `post_send_db`), and a
+/// threaded fabric's engine thread may step between a post's record and its BlueFlame write.
+/// The BlueFlame write of WQE 1 then reaches the device after WQE 1 was fetched from the ring
+/// (the record announced it) and while the record already announces WQE 2: it must not stand
+/// in for WQE 2, or the signaled WRITE is replaced by an unsignaled one and its completion
+/// never comes.
 #[test]
 fn a_late_blueflame_wqe_never_stands_in_for_another_index() {
     let mut r = Rig::rc(1024, 0);
@@ -200,9 +199,8 @@ fn executed_wqes_are_traced_and_nops_complete_in_order() {
 }
 
 /// A doorbell record whose producer falls inside a multi-WQEBB WQE, or jumps further ahead
-/// than the SQ can hold, must not send the device around the 16-bit counter forever (a fuzz
-/// finding: the fetch looped until it ran out of memory). The device fetches only complete
-/// WQEs, at most one ring's worth, and counts the bad record.
+/// than the SQ can hold, must not send the device around the 16-bit counter forever. The
+/// device fetches only complete WQEs, at most one ring's worth, and counts the bad record.
 #[test]
 fn a_producer_inside_a_wqe_or_beyond_the_ring_fetches_at_most_one_ring() {
     let mut r = Rig::rc(1024, 0);

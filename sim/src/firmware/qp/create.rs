@@ -26,10 +26,13 @@ use super::{
     over_limit,
 };
 use crate::buffer::PageList;
-use crate::device::Device;
-use crate::firmware::{CmdError, CmdResult};
+use crate::events::Completions;
+use crate::firmware::command::{CmdError, CmdResult, QpControl};
+use crate::objects::Objects;
 use crate::objects::{Qp, QpAttrs, WqGeometry};
-use crate::transport::{ReqState, RespState};
+use crate::profile::Profile;
+use crate::transport::requester::state::ReqState;
+use crate::transport::responder::state::RespState;
 
 /// `qpc.rq_type` of a regular RQ (kernel `qp.c` `MLX5_NON_ZERO_RQ`); `MLX5_SRQ_RQ` (1) and
 /// `MLX5_ZERO_LEN_RQ` (3) are not modelled.
@@ -46,11 +49,17 @@ fn short_output() -> CmdError {
 }
 
 /// CREATE_QP: checks everything first, then inserts the QP in RST and takes its users counts.
-pub(super) fn create_qp(dev: &mut Device, input: &[u8], output: &mut [u8]) -> CmdResult {
+pub(super) fn create_qp(
+    objs: &mut Objects,
+    comp: &mut Completions,
+    profile: &Profile,
+    input: &[u8],
+    output: &mut [u8],
+) -> CmdResult {
     let inp = CreateQpIn::new_checked(input).map_err(|_| short_input())?;
     let mut out = CreateQpOut::new_checked(output).map_err(|_| short_output())?;
     let qpc = inp.qpc();
-    let caps = &dev.profile.caps;
+    let caps = &profile.caps;
 
     // Service type: the device models RC, and UD when it advertises `ud` (cmd_hca_cap.ud).
     // UC, XRC, DC and the special types are refused as unsupported parameters.
@@ -95,19 +104,19 @@ pub(super) fn create_qp(dev: &mut Device, input: &[u8], output: &mut [u8]) -> Cm
 
     // The objects it names (BAD_RES: "the object the command names does not exist").
     let pd = qpc.pd();
-    if !dev.objs.pds.contains(pd) {
+    if !objs.pds.contains(pd) {
         return Err(fail(CmdStatus::BAD_RES_ERR, SYND_NO_PD));
     }
     let cqn_snd = qpc.cqn_snd();
-    if !dev.objs.cqs.contains(cqn_snd) {
+    if !comp.cqs.contains(cqn_snd) {
         return Err(fail(CmdStatus::BAD_RES_ERR, SYND_NO_CQ_SND));
     }
     let cqn_rcv = qpc.cqn_rcv();
-    if !dev.objs.cqs.contains(cqn_rcv) {
+    if !comp.cqs.contains(cqn_rcv) {
         return Err(fail(CmdStatus::BAD_RES_ERR, SYND_NO_CQ_RCV));
     }
     let uar = qpc.uar_page();
-    if !dev.objs.uars.contains(uar) {
+    if !objs.uars.contains(uar) {
         return Err(fail(CmdStatus::BAD_RES_ERR, SYND_NO_UAR));
     }
 
@@ -133,7 +142,7 @@ pub(super) fn create_qp(dev: &mut Device, input: &[u8], output: &mut [u8]) -> Cm
     if let Ok(mut q) = bypass_hw::cmd::qp::Qpc::new_checked(&mut raw[..]) {
         let _ = q.set_state(QpState::Rst as u32);
     }
-    let Some(qpn) = dev.objs.qps.insert_with(|qpn| Qp {
+    let Some(qpn) = objs.qps.insert_with(|qpn| Qp {
         qpn,
         st,
         pd,
@@ -150,8 +159,6 @@ pub(super) fn create_qp(dev: &mut Device, input: &[u8], output: &mut [u8]) -> Cm
         sq_ci: 0,
         rq_ci: 0,
         req: ReqState::default(),
-        reads: crate::frame::BurstReads::default(),
-        flush_wait: None,
         resp: RespState::default(),
         qpc: raw,
         counters: Default::default(),
@@ -161,15 +168,15 @@ pub(super) fn create_qp(dev: &mut Device, input: &[u8], output: &mut [u8]) -> Cm
     };
 
     // The objects it uses cannot be destroyed while it lives (RES_BUSY in their DESTROY).
-    if let Some(p) = dev.objs.pds.get_mut(pd) {
+    if let Some(p) = objs.pds.get_mut(pd) {
         p.users = p.users.saturating_add(1);
     }
     for cqn in [cqn_snd, cqn_rcv] {
-        if let Some(cq) = dev.objs.cqs.get_mut(cqn) {
+        if let Some(cq) = comp.cqs.get_mut(cqn) {
             cq.users = cq.users.saturating_add(1);
         }
     }
-    if let Some(u) = dev.objs.uars.get_mut(uar) {
+    if let Some(u) = objs.uars.get_mut(uar) {
         u.users = u.users.saturating_add(1);
     }
     out.set_qpn(qpn).map_err(|_| short_output())?;
@@ -178,28 +185,34 @@ pub(super) fn create_qp(dev: &mut Device, input: &[u8], output: &mut [u8]) -> Cm
 
 /// DESTROY_QP: from any state; outstanding WQEs are dropped without completions (the PRM
 /// destroys the context; the kernel moves a QP to RESET first only to clean its CQs).
-pub(super) fn destroy_qp(dev: &mut Device, input: &[u8], _output: &mut [u8]) -> CmdResult {
+pub(super) fn destroy_qp(
+    objs: &mut Objects,
+    comp: &mut Completions,
+    dp: &mut dyn QpControl,
+    input: &[u8],
+    _output: &mut [u8],
+) -> CmdResult {
     let inp = DestroyQpIn::new_checked(input).map_err(|_| short_input())?;
-    let qp = dev
-        .objs
+    let qp = objs
         .qps
         .remove(inp.qpn())
         .ok_or(fail(CmdStatus::BAD_RES_ERR, SYND_NO_QP))?;
-    release_users(dev, &qp);
+    release_users(objs, comp, &qp);
+    dp.forget(qp.qpn);
     Ok(())
 }
 
 /// Gives back the users counts `qp` took at creation (and any CQ it moved to since).
-pub(super) fn release_users(dev: &mut Device, qp: &Qp) {
-    if let Some(p) = dev.objs.pds.get_mut(qp.pd) {
+pub(super) fn release_users(objs: &mut Objects, comp: &mut Completions, qp: &Qp) {
+    if let Some(p) = objs.pds.get_mut(qp.pd) {
         p.users = p.users.saturating_sub(1);
     }
     for cqn in [qp.cqn_snd, qp.cqn_rcv] {
-        if let Some(cq) = dev.objs.cqs.get_mut(cqn) {
+        if let Some(cq) = comp.cqs.get_mut(cqn) {
             cq.users = cq.users.saturating_sub(1);
         }
     }
-    if let Some(u) = dev.objs.uars.get_mut(qp.uar) {
+    if let Some(u) = objs.uars.get_mut(qp.uar) {
         u.users = u.users.saturating_sub(1);
     }
 }
@@ -210,10 +223,9 @@ pub(super) fn release_users(dev: &mut Device, qp: &Qp) {
 /// Live fields (the ones the kernel's `query_qp_attr` and rdma-core read back as current, or
 /// that `mlx5_ifc.h` marks as hardware counters): `state`, `next_send_psn`, `next_rcv_psn`,
 /// `hw_sq_wqebb_counter`, `hw_rq_counter`.
-pub(super) fn query_qp(dev: &mut Device, input: &[u8], output: &mut [u8]) -> CmdResult {
+pub(super) fn query_qp(objs: &Objects, input: &[u8], output: &mut [u8]) -> CmdResult {
     let inp = QueryQpIn::new_checked(input).map_err(|_| short_input())?;
-    let qp = dev
-        .objs
+    let qp = objs
         .qps
         .get(inp.qpn())
         .ok_or(fail(CmdStatus::BAD_RES_ERR, SYND_NO_QP))?;

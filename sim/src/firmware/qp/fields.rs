@@ -4,6 +4,13 @@
 //! Owns: the required fields of RST2INIT, INIT2RTR (RC and UD) and RTR2RTS, and every optional
 //! parameter. Must not: decide whether a transition is allowed or change the QP (that is
 //! [`super::modify`], which applies what these return only when all of them succeed).
+//!
+//! Sources: what the kernel's `__mlx5_ib_modify_qp` (`drivers/infiniband/hw/mlx5/qp.c`)
+//! always fills for an edge, the IB_QP_* attributes the IBTA lists as required (RST→INIT:
+//! port, P_Key index, access flags (RC) or Q_Key (UD); INIT→RTR (RC): path MTU, destination
+//! QPN, RQ PSN, responder resources, min RNR timer, address vector; RTR→RTS: SQ PSN and (RC)
+//! retry count, RNR retry, initiator depth, timeout), and rdma-core's DEVX test
+//! (`tests/mlx5_base.py` `Mlx5DevxRcResources.to_rts`).
 
 use bypass_hw::cmd::qp::{OptParamMask, PathMtu, Qpc};
 use bypass_hw::syndrome::CmdStatus;
@@ -13,8 +20,8 @@ use super::{
     SYND_PKEY_INDEX, SYND_PORT, SYND_RAE_NO_ATOMIC, SYND_RRA_MAX, SYND_SRA_MAX, SYND_SRQN,
     bad_param, fail, over_limit,
 };
-use crate::device::Device;
-use crate::firmware::CmdError;
+use crate::events::Completions;
+use crate::firmware::command::CmdError;
 use crate::objects::QpAttrs;
 use crate::profile::Profile;
 
@@ -219,13 +226,14 @@ pub(super) fn rtr2rts(
 /// The optional parameters whose bits are set (the table has already refused the others).
 /// Returns a new receive CQ when `CQN_RCV` names one.
 pub(super) fn optional(
-    dev: &Device,
+    comp: &Completions,
+    profile: &Profile,
     opt: OptParamMask,
     q: &Qpc<&[u8]>,
     a: &mut QpAttrs,
     s: &mut Qpc<&mut [u8]>,
 ) -> Result<Option<u32>, CmdError> {
-    let p = &dev.profile;
+    let p = &profile;
     if opt.contains(OptParamMask::RRE) {
         a.rre = q.rre() != 0;
         put(s.set_rre(q.rre()));
@@ -284,7 +292,7 @@ pub(super) fn optional(
     let mut cqn_rcv = None;
     if opt.contains(OptParamMask::CQN_RCV) {
         let cqn = q.cqn_rcv();
-        if !dev.objs.cqs.contains(cqn) {
+        if !comp.cqs.contains(cqn) {
             return Err(fail(CmdStatus::BAD_RES_ERR, SYND_NO_CQ_RCV));
         }
         put(s.set_cqn_rcv(cqn));

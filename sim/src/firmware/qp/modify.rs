@@ -3,24 +3,16 @@
 //!
 //! Owns: the QP state machine as the firmware enforces it (which edge, which optional bits),
 //! the all-or-nothing update of a QP (the fields are taken and checked by [`super::fields`]
-//! first; the QP changes only if all pass), the arming of the requester and responder, and
-//! 2ERR / 2RST. Must not: touch rings (ERR flushes through
-//! `Device::set_qp_state`) or the requester/responder internals (it only creates their state
-//! with `ReqState::new` / `RespState::new`).
+//! first; the QP changes only if all pass), the arming of the requester and responder
+//! (`ReqState::new`, `RespState::new`), and 2ERR / 2RST. Must not: touch rings or the
+//! transport's internals (state changes, flushes and resets go through `QpControl`).
 //!
-//! Sources:
-//! - allowed edges: `bypass_hw::cmd::qp::apply`, the kernel's `optab` in
-//!   `drivers/infiniband/hw/mlx5/qp.c` `__mlx5_ib_modify_qp`; a command from another state is
-//!   BAD_QP_STATE (`MLX5_CMD_STAT_BAD_QP_STATE_ERR` 0x10, `cmd_status_str` "bad QP state").
-//! - required fields per transition (taken in [`super::fields`]): what `__mlx5_ib_modify_qp` always fills for that edge
-//!   (IB_QP_* attributes the IBTA lists as required: RST→INIT port, P_Key index, access flags
-//!   (RC) or Q_Key (UD); INIT→RTR (RC) path MTU, destination QPN, RQ PSN, responder resources,
-//!   min RNR timer, address vector; RTR→RTS SQ PSN and (RC) retry count, RNR retry, initiator
-//!   depth, timeout) and what rdma-core's DEVX test sets (`tests/mlx5_base.py`
-//!   `Mlx5DevxRcResources.to_rts`).
-//! - optional fields: [`super::optpar`].
-//! - UD: the kernel fixes `mtu` to 4096 and `log_msg_max` to 12 for UD (`mtu_msgmax`), the
-//!   port's own MTU being the real limit, so INIT2RTR of a UD QP checks neither.
+//! Sources: the allowed edges of `bypass_hw::cmd::qp::apply` and the kernel's `optab`
+//! (`drivers/infiniband/hw/mlx5/qp.c` `__mlx5_ib_modify_qp`; another state is BAD_QP_STATE,
+//! `MLX5_CMD_STAT_BAD_QP_STATE_ERR`); the fields each edge requires as `__mlx5_ib_modify_qp`
+//! and rdma-core's DEVX test (`tests/mlx5_base.py` `Mlx5DevxRcResources.to_rts`) fill them
+//! ([`super::fields`]); the optional ones in [`super::optpar`]. For UD the kernel fixes `mtu`
+//! to 4096 and `log_msg_max` to 12 (`mtu_msgmax`), so INIT2RTR of a UD QP checks neither.
 
 use bypass_hw::cmd::Opcode;
 use bypass_hw::cmd::qp::{
@@ -33,10 +25,14 @@ use super::fields::{init2rtr_rc, init2rtr_ud, optional, rst2init, rtr2rts};
 use super::{
     SYND_BAD_QP_STATE, SYND_INPUT_LEN, SYND_NO_QP, SYND_OPT_PARAM, bad_param, fail, optpar,
 };
-use crate::device::Device;
-use crate::firmware::{CmdError, CmdResult};
-use crate::objects::QpAttrs;
-use crate::transport::{ReqState, RespState};
+use crate::events::Completions;
+use crate::firmware::command::{CmdError, CmdResult, QpControl};
+use crate::io::Io;
+use crate::objects::Objects;
+use crate::objects::{Qp, QpAttrs};
+use crate::profile::Profile;
+use crate::transport::requester::state::ReqState;
+use crate::transport::responder::state::RespState;
 
 /// Bytes of a `qpc`.
 const QPC_LEN: usize = Qpc::<()>::LEN;
@@ -105,14 +101,16 @@ struct Update {
 
 /// One modify command.
 pub(super) fn modify_qp(
-    dev: &mut Device,
+    objs: &mut Objects,
+    comp: &mut Completions,
+    profile: &Profile,
+    io: &mut Io<'_>,
+    dp: &mut dyn QpControl,
     op: Opcode,
     input: &[u8],
-    _output: &mut [u8],
 ) -> CmdResult {
     let m = parse(op, input)?;
-    let qp = dev
-        .objs
+    let qp = objs
         .qps
         .get(m.qpn)
         .ok_or(fail(CmdStatus::BAD_RES_ERR, SYND_NO_QP))?;
@@ -128,16 +126,16 @@ pub(super) fn modify_qp(
     match op {
         Opcode::QP_2ERR => {
             // Flushes every outstanding WQE of both queues with WR_FLUSH_ERR.
-            dev.set_qp_state(qpn, QpState::Err);
+            dp.set_state(&mut objs.qps, comp, io, qpn, QpState::Err);
         }
-        Opcode::QP_2RST => to_reset(dev, qpn),
+        Opcode::QP_2RST => to_reset(objs, comp, io, dp, qpn),
         _ => {
             let q = Qpc::wrap_unchecked(&m.qpc[..]);
-            let up = plan(dev, op, qp.st, &qp.attrs, &qp.qpc, &q, opt)?;
+            let up = plan(comp, profile, op, qp, &q, opt)?;
             if let Some(new_rcv) = up.cqn_rcv {
-                move_rcv_cq(dev, qpn, new_rcv);
+                move_rcv_cq(objs, comp, qpn, new_rcv);
             }
-            let Some(qp) = dev.objs.qps.get_mut(qpn) else {
+            let Some(qp) = objs.qps.get_mut(qpn) else {
                 return Err(fail(CmdStatus::BAD_RES_ERR, SYND_NO_QP));
             };
             qp.attrs = up.attrs;
@@ -150,7 +148,7 @@ pub(super) fn modify_qp(
                 Opcode::RTR2RTS_QP => qp.req = ReqState::new(qp.attrs.sq_psn),
                 _ => {}
             }
-            dev.set_qp_state(qpn, to);
+            dp.set_state(&mut objs.qps, comp, io, qpn, to);
         }
     }
     Ok(())
@@ -160,23 +158,21 @@ pub(super) fn modify_qp(
 /// simply forgotten (PRM; the kernel cleans the CQs itself, `mlx5_ib_modify_qp` →
 /// `__mlx5_ib_cq_clean` on a move to RESET), counters and transport state start over, and the
 /// attributes the transitions set are cleared.
-fn to_reset(dev: &mut Device, qpn: u32) {
-    // Error CQEs held for the QP's bursts (`engine::post_err_when_read`) are written first: a
-    // NIC wrote them when the QP entered ERR, before this command, which waited for those
-    // bursts to be read (`firmware::cmdq::waits_for`). Anything else waiting is forgotten
-    // with the rest.
-    crate::engine::post_held_errs(dev, qpn);
-    dev.set_qp_state(qpn, QpState::Rst);
-    let Some(qp) = dev.objs.qps.get_mut(qpn) else {
+fn to_reset(
+    objs: &mut Objects,
+    comp: &mut Completions,
+    io: &mut Io<'_>,
+    dp: &mut dyn QpControl,
+    qpn: u32,
+) {
+    // The data path writes the error CQEs held for the QP's bursts first (a NIC wrote them
+    // when the QP entered ERR, before this command, which waited for those bursts to be read:
+    // `firmware::cmdq::waits_for`), then forgets the rest with the QP's transport state.
+    dp.reset(&mut objs.qps, comp, io, qpn);
+    let Some(qp) = objs.qps.get_mut(qpn) else {
         return;
     };
-    qp.sq_ci = 0;
-    qp.rq_ci = 0;
-    qp.req = ReqState::default();
-    qp.flush_wait = None;
-    qp.resp = RespState::default();
     qp.attrs = QpAttrs::default();
-    qp.headers = None;
     if let Ok(mut s) = Qpc::new_checked(&mut qp.qpc[..]) {
         clear_transition_fields(&mut s);
     }
@@ -204,35 +200,34 @@ fn clear_transition_fields(s: &mut Qpc<&mut [u8]>) {
 }
 
 /// Moves QP `qpn`'s receive CQ to `cqn`, moving the users count with it.
-fn move_rcv_cq(dev: &mut Device, qpn: u32, cqn: u32) {
-    let Some(qp) = dev.objs.qps.get_mut(qpn) else {
+fn move_rcv_cq(objs: &mut Objects, comp: &mut Completions, qpn: u32, cqn: u32) {
+    let Some(qp) = objs.qps.get_mut(qpn) else {
         return;
     };
     let old = core::mem::replace(&mut qp.cqn_rcv, cqn);
-    if let Some(cq) = dev.objs.cqs.get_mut(old) {
+    if let Some(cq) = comp.cqs.get_mut(old) {
         cq.users = cq.users.saturating_sub(1);
     }
-    if let Some(cq) = dev.objs.cqs.get_mut(cqn) {
+    if let Some(cq) = comp.cqs.get_mut(cqn) {
         cq.users = cq.users.saturating_add(1);
     }
 }
 
 /// Computes a long transition's [`Update`] from the input `q`, or the error that refuses it.
 fn plan(
-    dev: &Device,
+    comp: &Completions,
+    profile: &Profile,
     op: Opcode,
-    st: u8,
-    attrs: &QpAttrs,
-    stored: &[u8],
+    qp: &Qp,
     q: &Qpc<&[u8]>,
     opt: OptParamMask,
 ) -> Result<Update, CmdError> {
-    let mut a = attrs.clone();
-    let mut raw = stored.to_vec();
+    let mut a = qp.attrs.clone();
+    let mut raw = qp.qpc.clone();
     raw.resize(QPC_LEN.max(raw.len()), 0);
     let mut s = Qpc::wrap_unchecked(&mut raw[..]);
-    let p = &dev.profile;
-    let rc = st == service_type::RC;
+    let p = profile;
+    let rc = qp.st == service_type::RC;
     match op {
         Opcode::RST2INIT_QP => rst2init(p, rc, q, &mut a, &mut s)?,
         Opcode::INIT2RTR_QP if rc => init2rtr_rc(p, q, &mut a, &mut s)?,
@@ -241,7 +236,7 @@ fn plan(
         // INIT2INIT, RTS2RTS, SQERR2RTS, SQD_RTS: optional parameters only.
         _ => {}
     }
-    let cqn_rcv = optional(dev, opt, q, &mut a, &mut s)?;
+    let cqn_rcv = optional(comp, profile, opt, q, &mut a, &mut s)?;
     Ok(Update {
         attrs: a,
         qpc: raw,

@@ -12,35 +12,36 @@ use bypass_hw::roce::opcode::MASK_24;
 use bypass_hw::roce::{Aeth, BthFields, BthOpcode, DEFAULT_PKEY, ExtFields, IpSpec, UdpPorts};
 use bypass_hw::syndrome::AethSyndrome;
 
-use crate::device::Device;
 use crate::frame::{AckFrame, Frame};
-use crate::transport::{Route, qp_headers, send};
+use crate::io::Io;
+use crate::transport::state::{DataPath, Transport};
+use crate::transport::wire::{Route, qp_headers, send};
 
 /// Sends a response packet of `opcode` with PSN `psn` from QP `qpn` to its remote QP.
 /// Returns false if it could not be sent (no such QP, bad path).
 pub(crate) fn respond(
-    dev: &mut Device,
+    dp: &mut DataPath<'_>,
     qpn: u32,
     opcode: BthOpcode,
     psn: u32,
     ext: ExtFields,
     payload: &[u8],
 ) -> bool {
-    let Some(qp) = dev.objs.qps.get(qpn) else {
+    let Some(qp) = dp.objs.qps.get_mut(qpn) else {
         return false;
     };
     let bth = BthFields {
         opcode,
         ..ack_bth(qp.attrs.remote_qpn, psn)
     };
-    let fast_ack = match (dev.fast_tx && !dev.trace.enabled(), opcode, ext.aeth) {
+    let fast_ack = match (dp.tp.fast_tx && !dp.io.trace.enabled(), opcode, ext.aeth) {
         (true, BthOpcode::RC_ACKNOWLEDGE, Some(aeth)) if payload.is_empty() => Some(aeth),
         _ => None,
     };
     // The in-process link carries an ACKNOWLEDGE as its fields (`crate::frame`), with the
     // QP's headers once built (no copy of its path then).
     if let (Some(aeth), Some((ip, ports))) = (fast_ack, qp.headers) {
-        push_ack(dev, ip, ports, &bth, aeth);
+        push_ack(dp.tp, &mut dp.io, ip, ports, &bth, aeth);
         return true;
     }
     let path = qp.attrs.path.clone();
@@ -50,12 +51,12 @@ pub(crate) fn respond(
         src_qpn: qpn,
     };
     if let Some(aeth) = fast_ack {
-        if let Some((ip, ports)) = qp_headers(dev, qpn, route) {
-            push_ack(dev, ip, ports, &bth, aeth);
+        if let Some((ip, ports)) = qp_headers(&mut qp.headers, dp.tp, dp.profile, route) {
+            push_ack(dp.tp, &mut dp.io, ip, ports, &bth, aeth);
             return true;
         }
     }
-    send(dev, route, bth, ext, payload)
+    send(dp.tp, dp.profile, &mut dp.io, route, bth, ext, payload)
 }
 
 /// The BTH of a response to `remote_qpn` with PSN `psn` (opcode ACKNOWLEDGE; `respond` sets
@@ -72,13 +73,20 @@ fn ack_bth(remote_qpn: u32, psn: u32) -> BthFields {
 }
 
 /// Queues an ACKNOWLEDGE as its fields, counted as the packet `send` would have built.
-fn push_ack(dev: &mut Device, ip: IpSpec, ports: UdpPorts, bth: &BthFields, aeth: Aeth) {
-    let wire_len = dev.len_memo.ack_len(&ip, || {
+fn push_ack(
+    tp: &mut Transport,
+    io: &mut Io<'_>,
+    ip: IpSpec,
+    ports: UdpPorts,
+    bth: &BthFields,
+    aeth: Aeth,
+) {
+    let wire_len = tp.len_memo.ack_len(&ip, || {
         AckFrame::spec(ip, ports, bth.dest_qp, bth.psn, aeth)
     });
-    dev.counters.port_xmit_packets += 1;
-    dev.counters.port_xmit_data += wire_len;
-    dev.tx.push_back(Frame::Ack(AckFrame {
+    io.counters.port_xmit_packets += 1;
+    io.counters.port_xmit_data += wire_len;
+    tp.tx.push_back(Frame::Ack(AckFrame {
         ip,
         ports,
         dest_qp: bth.dest_qp,
@@ -89,14 +97,14 @@ fn push_ack(dev: &mut Device, ip: IpSpec, ports: UdpPorts, bth: &BthFields, aeth
 }
 
 /// The AETH for `syndrome` with the QP's current MSN.
-pub(crate) fn aeth(dev: &Device, qpn: u32, syndrome: AethSyndrome) -> Option<Aeth> {
-    let msn = dev.objs.qps.get(qpn)?.resp.msn;
+pub(crate) fn aeth(dp: &DataPath<'_>, qpn: u32, syndrome: AethSyndrome) -> Option<Aeth> {
+    let msn = dp.objs.qps.get(qpn)?.resp.msn;
     Aeth::new(syndrome, msn & MASK_24).ok()
 }
 
 /// Sends an ACKNOWLEDGE (ACK, RNR NAK or NAK, by `syndrome`) with PSN `psn`.
-pub(crate) fn send_ack(dev: &mut Device, qpn: u32, syndrome: AethSyndrome, psn: u32) -> bool {
-    let Some(qp) = dev.objs.qps.get(qpn) else {
+pub(crate) fn send_ack(dp: &mut DataPath<'_>, qpn: u32, syndrome: AethSyndrome, psn: u32) -> bool {
+    let Some(qp) = dp.objs.qps.get(qpn) else {
         return false;
     };
     let Ok(a) = Aeth::new(syndrome, qp.resp.msn & MASK_24) else {
@@ -104,14 +112,14 @@ pub(crate) fn send_ack(dev: &mut Device, qpn: u32, syndrome: AethSyndrome, psn: 
     };
     // What `respond` does for an ACKNOWLEDGE on the in-process link once the QP's headers are
     // built, without building the extension headers it would not use.
-    if let (true, Some((ip, ports))) = (dev.fast_tx && !dev.trace.enabled(), qp.headers) {
+    if let (true, Some((ip, ports))) = (dp.tp.fast_tx && !dp.io.trace.enabled(), qp.headers) {
         let bth = ack_bth(qp.attrs.remote_qpn, psn);
-        push_ack(dev, ip, ports, &bth, a);
+        push_ack(dp.tp, &mut dp.io, ip, ports, &bth, a);
         return true;
     }
     let ext = ExtFields {
         aeth: Some(a),
         ..Default::default()
     };
-    respond(dev, qpn, BthOpcode::RC_ACKNOWLEDGE, psn, ext, &[])
+    respond(dp, qpn, BthOpcode::RC_ACKNOWLEDGE, psn, ext, &[])
 }

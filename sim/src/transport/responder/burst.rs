@@ -18,25 +18,27 @@ use bypass_hw::roce::opcode::{psn_add, psn_diff};
 use bypass_hw::syndrome::AethSyndrome;
 
 use super::rdma::{check_rkey, max_msg, pd};
-use super::rq::mkey;
-use super::{Msg, ack, comm_est, count, mtu};
-use crate::device::Device;
+use super::state::Msg;
+use super::{ack, comm_est, count, mtu};
 use crate::engine::gather::IovaRuns;
+use crate::engine::rq::mkey;
 use crate::frame::{Burst, Payload, copy_payload, packet_at};
 use crate::iommu::Dir;
 use crate::mkey::Need;
+use crate::transport::state::DataPath;
 
 /// Applies `b` to its QP if it is the plain case; false (nothing changed) otherwise.
-pub(crate) fn apply(dev: &mut Device, b: &Burst) -> bool {
+#[inline(never)]
+pub(crate) fn apply(dp: &mut DataPath<'_>, b: &Burst) -> bool {
     let qpn = b.dest_qp;
-    let copied = plain(dev, b).is_some_and(|iovas| write_payload(dev, &b.src, &iovas));
+    let copied = plain(dp, b).is_some_and(|iovas| write_payload(dp, &b.src, &iovas));
     if !copied {
         return false;
     }
-    dev.counters.port_rcv_packets += u64::from(b.count);
-    dev.counters.port_rcv_data += b.wire_len;
-    comm_est(dev, qpn);
-    if let Some(qp) = dev.objs.qps.get_mut(qpn) {
+    dp.io.counters.port_rcv_packets += u64::from(b.count);
+    dp.io.counters.port_rcv_data += b.wire_len;
+    comm_est(dp, qpn);
+    if let Some(qp) = dp.objs.qps.get_mut(qpn) {
         qp.resp.nak_sent = false;
     }
     // The state after each packet matters only where something observes it: the ACKs (their
@@ -55,14 +57,14 @@ pub(crate) fn apply(dev: &mut Device, b: &Burst) -> bool {
         };
         let psn = psn_add(b.first_psn, i);
         let (off, n, _, last) = packet_at(b.msg_off, b.msg_len, b.mtu, i);
-        let Some(qp) = dev.objs.qps.get_mut(qpn) else {
+        let Some(qp) = dp.objs.qps.get_mut(qpn) else {
             return true;
         };
         qp.resp.epsn = psn_add(psn, 1);
         if last {
             qp.resp.msg = Msg::Idle;
             qp.resp.msn = qp.resp.msn.wrapping_add(1);
-            count(dev, qpn, |c| &mut c.rx_write_requests);
+            count(dp, qpn, |c| &mut c.rx_write_requests);
         } else {
             qp.resp.msg = Msg::Write {
                 va: b.raddr,
@@ -72,7 +74,7 @@ pub(crate) fn apply(dev: &mut Device, b: &Burst) -> bool {
             };
         }
         if b.acks(i) {
-            ack::send_ack(dev, qpn, AethSyndrome::ACK_UNLIMITED, psn);
+            ack::send_ack(dp, qpn, AethSyndrome::ACK_UNLIMITED, psn);
         }
         if i == end {
             return true;
@@ -87,29 +89,29 @@ pub(crate) fn apply(dev: &mut Device, b: &Burst) -> bool {
 /// latency test) is written through the IOMMU at once; everything else is resolved into host
 /// runs first and copied run to run. Both copy the same bytes to the same place, and both
 /// count nothing on a refusal: the caller's per-packet fallback reports it.
-fn write_payload(dev: &mut Device, src: &Payload, iovas: &IovaRuns) -> bool {
+fn write_payload(dp: &mut DataPath<'_>, src: &Payload, iovas: &IovaRuns) -> bool {
     if let (Payload::Inline(bytes), Some((iova, n))) = (src, iovas.single()) {
-        if n > 0 && n == bytes.len() as u64 && dev.iommu.write_within_one(iova, bytes) {
+        if n > 0 && n == bytes.len() as u64 && dp.io.dma.write_within_one(iova, bytes) {
             return true;
         }
     }
     // The destination runs go into the device's reused buffer (no allocation per burst); it
     // is emptied again before it goes back, so it keeps no buffer alive.
-    let mut dst = std::mem::take(&mut dev.runs_spare);
+    let mut dst = std::mem::take(&mut dp.tp.runs_spare);
     dst.clear();
     let copied = iovas
-        .resolve_into(&mut dev.iommu, Dir::Write, &mut dst)
+        .resolve_into(dp.io.dma, Dir::Write, &mut dst)
         .is_some()
         && copy_payload(src, &dst);
     dst.clear();
-    dev.runs_spare = dst;
+    dp.tp.runs_spare = dst;
     copied
 }
 
 /// The destination's IOVA runs, if every packet of `b` would pass the responder's checks.
-fn plain(dev: &mut Device, b: &Burst) -> Option<IovaRuns> {
+fn plain(dp: &mut DataPath<'_>, b: &Burst) -> Option<IovaRuns> {
     let qpn = b.dest_qp;
-    let qp = dev.objs.qps.get(qpn)?;
+    let qp = dp.objs.qps.get(qpn)?;
     let starts = b.msg_off == 0;
     let in_order = psn_diff(b.first_psn, qp.resp.epsn) == 0;
     let seq_ok = match qp.resp.msg {
@@ -125,8 +127,8 @@ fn plain(dev: &mut Device, b: &Burst) -> Option<IovaRuns> {
     let bytes = b.bytes();
     let sized = b.count > 0
         && b.msg_len > 0
-        && b.mtu == mtu(dev, qpn)
-        && u64::from(b.msg_len) <= max_msg(dev, qpn)
+        && b.mtu == mtu(dp, qpn)
+        && u64::from(b.msg_len) <= max_msg(dp, qpn)
         && bytes as u64 <= u64::from(b.msg_len - b.msg_off);
     if !(in_order && seq_ok && qp.attrs.rwe && sized) {
         return None;
@@ -137,7 +139,7 @@ fn plain(dev: &mut Device, b: &Burst) -> Option<IovaRuns> {
     if starts
         && !whole
         && !check_rkey(
-            dev,
+            dp,
             qpn,
             b.rkey,
             b.raddr,
@@ -147,10 +149,10 @@ fn plain(dev: &mut Device, b: &Burst) -> Option<IovaRuns> {
     {
         return None;
     }
-    let key = mkey(&dev.objs, b.rkey)?;
+    let key = mkey(&dp.objs.mkeys, b.rkey)?;
     let va = b.raddr.wrapping_add(u64::from(b.msg_off));
     let runs = key
-        .translate(pd(dev, qpn), qpn, va, bytes as u64, Need::RemoteWrite)
+        .translate(pd(dp, qpn), qpn, va, bytes as u64, Need::RemoteWrite)
         .ok()?;
     let mut iovas = IovaRuns::default();
     for (iova, n) in runs {

@@ -8,71 +8,20 @@
 //! Sources: rxe `rxe_resp.c` (`check_resource`, `check_length`, `check_rkey` — a zero-length
 //! READ or WRITE needs no valid rkey, IBTA C9-88 —, `write_data_in`, `read_reply`,
 //! `atomic_reply`, `rxe_prepare_res`, `find_resource`, `duplicate_request`); rxe
-//! `rxe_mr.c` `rxe_mr_do_atomic_op` (the rkey is checked before the 8-byte alignment).
-//!
-//! Byte order of the atomic operand in memory: the mlx5 responder treats the 8 bytes as a
-//! big-endian value unless the driver switched the device to host endianness
-//! (`atomic_caps.atomic_req_8B_endianness_mode`, kernel `mlx5/core/main.c`
-//! `handle_hca_cap_atomic` with `MLX5_ATOMIC_REQ_MODE_BE = 0` /
-//! `MLX5_ATOMIC_REQ_MODE_HOST_ENDIANNESS = 1`, only when the device advertises
-//! `supported_atomic_req_8B_endianness_mode_1`). The simulated device does not advertise it,
-//! so the operand is big-endian, as the PRM's default mode says.
-//!
-//! When a READ/atomic is "outstanding": a resource stays busy until the last packet of its
-//! response has left the device (been taken by the wire). A requester that respects the
-//! negotiated `max_rd_atomic` never has more in flight than that, so it never sees the NAK;
-//! one that sends more while the responses are still queued gets NAK invalid request (the
-//! error rxe names `RESPST_ERR_TOO_MANY_RDMA_ATM_REQ`, IBTA §9.7.5.2.2 invalid request).
+//! `rxe_mr.c` `rxe_mr_do_atomic_op` (the rkey is checked before the 8-byte alignment); the
+//! kernel's `mlx5/core/main.c` `handle_hca_cap_atomic` (the operand's byte order, [`atomic`]).
 
 use bypass_hw::cqe::CqeOpcode;
 use bypass_hw::roce::opcode::{Position, psn_add, psn_compare};
 use bypass_hw::roce::{Aeth, AtomicAckEth, BthOpcode, ExtFields, RocePacket};
 use bypass_hw::syndrome::{AethSyndrome, CqeSyndrome};
 
-use super::rq::{self, RecvDone, mkey};
-use super::{Fail, Kind, Msg, ack, advance, check_length, count, kind, mtu};
-use crate::device::Device;
+use super::state::{Msg, Resource};
+use super::{Fail, Kind, ack, advance, check_length, count, kind, mtu};
+use crate::engine::rq::{RecvDone, mkey};
 use crate::iommu::DmaFault;
 use crate::mkey::Need;
-
-/// A responder resource (rxe `struct resp_res`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Resource {
-    /// An RDMA READ request.
-    Read {
-        /// PSN of the request (first response).
-        first_psn: u32,
-        /// PSN of the last response.
-        last_psn: u32,
-        /// Requested virtual address.
-        va: u64,
-        /// Requested rkey.
-        rkey: u32,
-        /// Requested length.
-        len: u32,
-        /// Device transmit count after its last response was queued.
-        tx_end: u64,
-    },
-    /// An atomic, with the value it returned.
-    Atomic {
-        /// PSN of the request.
-        psn: u32,
-        /// The original remote value.
-        orig: u64,
-        /// MSN its ACK carried.
-        msn: u32,
-        /// Device transmit count after its ACK was queued.
-        tx_end: u64,
-    },
-}
-
-impl Resource {
-    fn tx_end(&self) -> u64 {
-        match self {
-            Self::Read { tx_end, .. } | Self::Atomic { tx_end, .. } => *tx_end,
-        }
-    }
-}
+use crate::transport::state::DataPath;
 
 /// Why a remote access failed.
 enum RemoteError {
@@ -83,11 +32,11 @@ enum RemoteError {
 impl RemoteError {
     /// The class C error: access → NAK remote access; an IOMMU refusal behind a valid key is
     /// the responder's own failure → NAK remote operational error.
-    fn fail(self, dev: &mut Device, consumed: bool) -> Fail {
+    fn fail(self, dp: &mut DataPath<'_>, consumed: bool) -> Fail {
         match self {
             Self::Access => Fail::access(consumed),
             Self::Fault(f) => {
-                dev.dma_fault(f);
+                dp.io.dma_fault(f);
                 Fail::operational(CqeSyndrome::LOCAL_PROT_ERR, consumed)
             }
         }
@@ -95,32 +44,39 @@ impl RemoteError {
 }
 
 /// Largest message the QP accepts (`log_msg_max`, at most 2^31 on mlx5).
-pub(super) fn max_msg(dev: &Device, qpn: u32) -> u64 {
-    let log = dev.objs.qps.get(qpn).map_or(31, |q| q.attrs.log_msg_max);
+pub(super) fn max_msg(dp: &DataPath<'_>, qpn: u32) -> u64 {
+    let log = dp.objs.qps.get(qpn).map_or(31, |q| q.attrs.log_msg_max);
     1u64 << log.min(31)
 }
 
-pub(super) fn pd(dev: &Device, qpn: u32) -> u32 {
-    dev.objs.qps.get(qpn).map_or(0, |q| q.pd)
+pub(super) fn pd(dp: &DataPath<'_>, qpn: u32) -> u32 {
+    dp.objs.qps.get(qpn).map_or(0, |q| q.pd)
 }
 
 /// Checks that `rkey` grants `need` on `[va, va + len)` to QP `qpn`.
-pub(super) fn check_rkey(dev: &Device, qpn: u32, rkey: u32, va: u64, len: u64, need: Need) -> bool {
-    let pd = pd(dev, qpn);
-    mkey(&dev.objs, rkey).is_some_and(|k| k.translate(pd, qpn, va, len, need).is_ok())
+pub(super) fn check_rkey(
+    dp: &DataPath<'_>,
+    qpn: u32,
+    rkey: u32,
+    va: u64,
+    len: u64,
+    need: Need,
+) -> bool {
+    let pd = pd(dp, qpn);
+    mkey(&dp.objs.mkeys, rkey).is_some_and(|k| k.translate(pd, qpn, va, len, need).is_ok())
 }
 
 /// Writes `data` at `va` through `rkey`.
 fn write_remote(
-    dev: &mut Device,
+    dp: &mut DataPath<'_>,
     qpn: u32,
     rkey: u32,
     va: u64,
     data: &[u8],
     need: Need,
 ) -> Result<(), RemoteError> {
-    let pd = pd(dev, qpn);
-    let key = mkey(&dev.objs, rkey).ok_or(RemoteError::Access)?;
+    let pd = pd(dp, qpn);
+    let key = mkey(&dp.objs.mkeys, rkey).ok_or(RemoteError::Access)?;
     let runs = key
         .translate(pd, qpn, va, data.len() as u64, need)
         .map_err(|_| RemoteError::Access)?;
@@ -128,7 +84,7 @@ fn write_remote(
     for (iova, n) in runs {
         let n = n as usize;
         let chunk = data.get(at..at + n).ok_or(RemoteError::Access)?;
-        dev.iommu.write(iova, chunk).map_err(RemoteError::Fault)?;
+        dp.io.dma.write(iova, chunk).map_err(RemoteError::Fault)?;
         at += n;
     }
     Ok(())
@@ -136,15 +92,15 @@ fn write_remote(
 
 /// Reads `buf.len()` bytes at `va` through `rkey`.
 fn read_remote(
-    dev: &mut Device,
+    dp: &mut DataPath<'_>,
     qpn: u32,
     rkey: u32,
     va: u64,
     buf: &mut [u8],
     need: Need,
 ) -> Result<(), RemoteError> {
-    let pd = pd(dev, qpn);
-    let key = mkey(&dev.objs, rkey).ok_or(RemoteError::Access)?;
+    let pd = pd(dp, qpn);
+    let key = mkey(&dp.objs.mkeys, rkey).ok_or(RemoteError::Access)?;
     let runs = key
         .translate(pd, qpn, va, buf.len() as u64, need)
         .map_err(|_| RemoteError::Access)?;
@@ -152,29 +108,36 @@ fn read_remote(
     for (iova, n) in runs {
         let n = n as usize;
         let chunk = buf.get_mut(at..at + n).ok_or(RemoteError::Access)?;
-        dev.iommu.read(iova, chunk).map_err(RemoteError::Fault)?;
+        dp.io.dma.read(iova, chunk).map_err(RemoteError::Fault)?;
         at += n;
     }
     Ok(())
 }
 
 /// Packets that have left the device so far.
-fn taken(dev: &Device) -> u64 {
-    dev.counters
+fn taken(dp: &DataPath<'_>) -> u64 {
+    dp.io
+        .counters
         .port_xmit_packets
-        .saturating_sub(dev.tx_queued())
+        .saturating_sub(dp.tp.tx_queued())
 }
 
-fn ring_cap(dev: &Device, qpn: u32) -> usize {
-    let log = dev.objs.qps.get(qpn).map_or(0, |q| q.attrs.log_rra_max);
+fn ring_cap(dp: &DataPath<'_>, qpn: u32) -> usize {
+    let log = dp.objs.qps.get(qpn).map_or(0, |q| q.attrs.log_rra_max);
     1usize << log.min(16)
 }
 
 /// A ring slot for a new READ/atomic, or NAK invalid request if every resource is still
 /// outstanding (rxe `check_resource`).
-fn claim(dev: &Device, qpn: u32) -> Result<usize, Fail> {
-    let cap = ring_cap(dev, qpn);
-    let Some(qp) = dev.objs.qps.get(qpn) else {
+///
+/// A resource stays busy until the last packet of its response has left the device (been
+/// taken by the wire). A requester that respects the negotiated `max_rd_atomic` never has
+/// more in flight than that, so it never sees the NAK; one that sends more while the responses
+/// are still queued gets NAK invalid request (the error rxe names
+/// `RESPST_ERR_TOO_MANY_RDMA_ATM_REQ`, IBTA §9.7.5.2.2 invalid request).
+fn claim(dp: &DataPath<'_>, qpn: u32) -> Result<usize, Fail> {
+    let cap = ring_cap(dp, qpn);
+    let Some(qp) = dp.objs.qps.get(qpn) else {
         return Err(Fail::Drop);
     };
     let res = &qp.resp.res;
@@ -182,15 +145,15 @@ fn claim(dev: &Device, qpn: u32) -> Result<usize, Fail> {
         return Ok(res.len());
     }
     let slot = qp.resp.res_next % cap;
-    if res.get(slot).is_some_and(|r| r.tx_end() > taken(dev)) {
+    if res.get(slot).is_some_and(|r| r.tx_end() > taken(dp)) {
         return Err(Fail::inv_req(false));
     }
     Ok(slot)
 }
 
-fn store(dev: &mut Device, qpn: u32, slot: usize, r: Resource) {
-    let cap = ring_cap(dev, qpn);
-    let Some(qp) = dev.objs.qps.get_mut(qpn) else {
+fn store(dp: &mut DataPath<'_>, qpn: u32, slot: usize, r: Resource) {
+    let cap = ring_cap(dp, qpn);
+    let Some(qp) = dp.objs.qps.get_mut(qpn) else {
         return;
     };
     let res = &mut qp.resp.res;
@@ -203,23 +166,23 @@ fn store(dev: &mut Device, qpn: u32, slot: usize, r: Resource) {
 }
 
 /// One RDMA WRITE packet.
-pub(super) fn write(dev: &mut Device, qpn: u32, pkt: &RocePacket<'_>) -> Result<(), Fail> {
+pub(super) fn write(dp: &mut DataPath<'_>, qpn: u32, pkt: &RocePacket<'_>) -> Result<(), Fail> {
     let position = pkt.info().position;
     let imm = pkt.imm_dt().map(|i| i.imm());
     // rxe `check_resource`: the packet carrying the immediate needs a receive WQE before
     // anything of it is written (RNR NAK otherwise; the earlier packets stay written).
     if imm.is_some() {
-        match rq::peek(dev, qpn) {
+        match super::peek(dp, qpn) {
             Ok(Some(_)) => {}
             Ok(None) => return Err(Fail::Rnr),
             Err(f) => {
-                dev.dma_fault(f);
+                dp.io.dma_fault(f);
                 return Err(Fail::operational(CqeSyndrome::LOCAL_QP_OP_ERR, false));
             }
         }
     }
     let consumed = imm.is_some();
-    if !check_length(pkt, mtu(dev, qpn)) {
+    if !check_length(pkt, mtu(dp, qpn)) {
         return Err(Fail::inv_req(consumed));
     }
     let (va, rkey, total, done) = match position {
@@ -228,14 +191,14 @@ pub(super) fn write(dev: &mut Device, qpn: u32, pkt: &RocePacket<'_>) -> Result<
                 return Err(Fail::inv_req(consumed));
             };
             let total = reth.len();
-            if u64::from(total) > max_msg(dev, qpn) || (position == Position::First && total == 0) {
+            if u64::from(total) > max_msg(dp, qpn) || (position == Position::First && total == 0) {
                 return Err(Fail::inv_req(consumed));
             }
             // C9-88: a zero-length WRITE needs no valid rkey. Otherwise the whole message's
             // range is checked at its first packet (rxe `check_rkey`).
             if total > 0
                 && !check_rkey(
-                    dev,
+                    dp,
                     qpn,
                     reth.rkey(),
                     reth.va(),
@@ -247,7 +210,7 @@ pub(super) fn write(dev: &mut Device, qpn: u32, pkt: &RocePacket<'_>) -> Result<
             }
             (reth.va(), reth.rkey(), total, 0)
         }
-        Position::Middle | Position::Last => match dev.objs.qps.get(qpn).map(|q| &q.resp.msg) {
+        Position::Middle | Position::Last => match dp.objs.qps.get(qpn).map(|q| &q.resp.msg) {
             Some(&Msg::Write {
                 va,
                 rkey,
@@ -271,20 +234,20 @@ pub(super) fn write(dev: &mut Device, qpn: u32, pkt: &RocePacket<'_>) -> Result<
     }
     if n > 0 {
         let at = va.wrapping_add(u64::from(done));
-        if let Err(e) = write_remote(dev, qpn, rkey, at, payload, Need::RemoteWrite) {
-            return Err(e.fail(dev, consumed));
+        if let Err(e) = write_remote(dp, qpn, rkey, at, payload, Need::RemoteWrite) {
+            return Err(e.fail(dp, consumed));
         }
     }
     let done = done + n;
     let end = matches!(position, Position::Last | Position::Only);
-    let Some(qp) = dev.objs.qps.get_mut(qpn) else {
+    let Some(qp) = dp.objs.qps.get_mut(qpn) else {
         return Err(Fail::Drop);
     };
     if end {
         qp.resp.msg = Msg::Idle;
         qp.resp.msn = qp.resp.msn.wrapping_add(1);
         let remote = qp.attrs.remote_qpn & 0x00ff_ffff;
-        count(dev, qpn, |c| &mut c.rx_write_requests);
+        count(dp, qpn, |c| &mut c.rx_write_requests);
         if let Some(imm) = imm {
             let done = RecvDone {
                 opcode: CqeOpcode::RESP_WR_IMM,
@@ -293,7 +256,7 @@ pub(super) fn write(dev: &mut Device, qpn: u32, pkt: &RocePacket<'_>) -> Result<
                 flags_rqpn: remote,
                 se: pkt.bth().se(),
             };
-            rq::complete(dev, qpn, &done);
+            super::recv_done(dp, qpn, &done);
         }
     } else {
         qp.resp.msg = Msg::Write {
@@ -303,34 +266,34 @@ pub(super) fn write(dev: &mut Device, qpn: u32, pkt: &RocePacket<'_>) -> Result<
             done,
         };
     }
-    advance(dev, qpn, pkt, 1);
+    advance(dp, qpn, pkt, 1);
     Ok(())
 }
 
 /// An RDMA READ request.
-pub(super) fn read(dev: &mut Device, qpn: u32, pkt: &RocePacket<'_>) -> Result<(), Fail> {
+pub(super) fn read(dp: &mut DataPath<'_>, qpn: u32, pkt: &RocePacket<'_>) -> Result<(), Fail> {
     let Some(reth) = pkt.reth() else {
         return Err(Fail::inv_req(false));
     };
     let (va, rkey, len) = (reth.va(), reth.rkey(), reth.len());
-    if u64::from(len) > max_msg(dev, qpn) {
+    if u64::from(len) > max_msg(dp, qpn) {
         return Err(Fail::inv_req(false));
     }
-    let slot = claim(dev, qpn)?;
-    if len > 0 && !check_rkey(dev, qpn, rkey, va, u64::from(len), Need::RemoteRead) {
+    let slot = claim(dp, qpn)?;
+    if len > 0 && !check_rkey(dp, qpn, rkey, va, u64::from(len), Need::RemoteRead) {
         return Err(Fail::access(false));
     }
     let psn = pkt.bth().psn();
-    let npkts = len.div_ceil(mtu(dev, qpn)).max(1);
-    let Some(qp) = dev.objs.qps.get_mut(qpn) else {
+    let npkts = len.div_ceil(mtu(dp, qpn)).max(1);
+    let Some(qp) = dp.objs.qps.get_mut(qpn) else {
         return Err(Fail::Drop);
     };
     // rxe `execute`: the MSN counts the READ when it is accepted (C9-148), so every response
     // carries it; the expected PSN skips the PSNs the responses use.
     qp.resp.msn = qp.resp.msn.wrapping_add(1);
     qp.resp.epsn = psn_add(psn, npkts);
-    count(dev, qpn, |c| &mut c.rx_read_requests);
-    let tx_end = read_responses(dev, qpn, psn, va, rkey, len, true)?;
+    count(dp, qpn, |c| &mut c.rx_read_requests);
+    let tx_end = read_responses(dp, qpn, psn, va, rkey, len, true)?;
     let r = Resource::Read {
         first_psn: psn,
         last_psn: psn_add(psn, npkts - 1),
@@ -339,7 +302,7 @@ pub(super) fn read(dev: &mut Device, qpn: u32, pkt: &RocePacket<'_>) -> Result<(
         len,
         tx_end,
     };
-    store(dev, qpn, slot, r);
+    store(dp, qpn, slot, r);
     Ok(())
 }
 
@@ -347,7 +310,7 @@ pub(super) fn read(dev: &mut Device, qpn: u32, pkt: &RocePacket<'_>) -> Result<(
 /// for a new request, MIDDLE.../LAST for a replay that starts inside one (rxe `read_reply`).
 /// Returns the transmit count after the last one.
 fn read_responses(
-    dev: &mut Device,
+    dp: &mut DataPath<'_>,
     qpn: u32,
     psn: u32,
     va: u64,
@@ -355,7 +318,7 @@ fn read_responses(
     len: u32,
     new: bool,
 ) -> Result<u64, Fail> {
-    let mtu = mtu(dev, qpn);
+    let mtu = mtu(dp, qpn);
     let npkts = len.div_ceil(mtu).max(1);
     for i in 0..npkts {
         let off = i * mtu;
@@ -363,8 +326,8 @@ fn read_responses(
         let mut buf = vec![0u8; n as usize];
         if n > 0 {
             let at = va.wrapping_add(u64::from(off));
-            if let Err(e) = read_remote(dev, qpn, rkey, at, &mut buf, Need::RemoteRead) {
-                return Err(e.fail(dev, false));
+            if let Err(e) = read_remote(dp, qpn, rkey, at, &mut buf, Need::RemoteRead) {
+                return Err(e.fail(dp, false));
             }
         }
         let (first, last) = (i == 0 && new, i + 1 == npkts);
@@ -377,25 +340,31 @@ fn read_responses(
         let aeth = if opcode == BthOpcode::RC_RDMA_READ_RESPONSE_MIDDLE {
             None
         } else {
-            ack::aeth(dev, qpn, AethSyndrome::ACK_UNLIMITED)
+            ack::aeth(dp, qpn, AethSyndrome::ACK_UNLIMITED)
         };
         let ext = ExtFields {
             aeth,
             ..Default::default()
         };
-        ack::respond(dev, qpn, opcode, psn_add(psn, i), ext, &buf);
+        ack::respond(dp, qpn, opcode, psn_add(psn, i), ext, &buf);
     }
-    Ok(dev.counters.port_xmit_packets)
+    Ok(dp.io.counters.port_xmit_packets)
 }
 
 /// A COMPARE_SWAP or FETCH_ADD request.
-pub(super) fn atomic(dev: &mut Device, qpn: u32, pkt: &RocePacket<'_>) -> Result<(), Fail> {
+///
+/// The 8-byte operand in memory is big-endian: the mlx5 responder treats it so unless the
+/// driver switched the device to host endianness (`atomic_caps.atomic_req_8B_endianness_mode`,
+/// kernel `handle_hca_cap_atomic` with `MLX5_ATOMIC_REQ_MODE_BE = 0` /
+/// `MLX5_ATOMIC_REQ_MODE_HOST_ENDIANNESS = 1`, only when the device advertises
+/// `supported_atomic_req_8B_endianness_mode_1`, which this one does not).
+pub(super) fn atomic(dp: &mut DataPath<'_>, qpn: u32, pkt: &RocePacket<'_>) -> Result<(), Fail> {
     let Some(a) = pkt.atomic_eth() else {
         return Err(Fail::inv_req(false));
     };
     let (va, rkey) = (a.va(), a.rkey());
-    let slot = claim(dev, qpn)?;
-    if !check_rkey(dev, qpn, rkey, va, 8, Need::RemoteAtomic) {
+    let slot = claim(dp, qpn)?;
+    if !check_rkey(dp, qpn, rkey, va, 8, Need::RemoteAtomic) {
         return Err(Fail::access(false));
     }
     // rxe `rxe_mr_do_atomic_op`: RESPST_ERR_MISALIGNED_ATOMIC, after the key checks.
@@ -403,8 +372,8 @@ pub(super) fn atomic(dev: &mut Device, qpn: u32, pkt: &RocePacket<'_>) -> Result
         return Err(Fail::inv_req(false));
     }
     let mut cur = [0u8; 8];
-    if let Err(e) = read_remote(dev, qpn, rkey, va, &mut cur, Need::RemoteAtomic) {
-        return Err(e.fail(dev, false));
+    if let Err(e) = read_remote(dp, qpn, rkey, va, &mut cur, Need::RemoteAtomic) {
+        return Err(e.fail(dp, false));
     }
     let orig = u64::from_be_bytes(cur);
     let new = if pkt.opcode() == BthOpcode::RC_COMPARE_SWAP {
@@ -413,21 +382,21 @@ pub(super) fn atomic(dev: &mut Device, qpn: u32, pkt: &RocePacket<'_>) -> Result
         Some(orig.wrapping_add(a.swap_add()))
     };
     if let Some(v) = new {
-        if let Err(e) = write_remote(dev, qpn, rkey, va, &v.to_be_bytes(), Need::RemoteAtomic) {
-            return Err(e.fail(dev, false));
+        if let Err(e) = write_remote(dp, qpn, rkey, va, &v.to_be_bytes(), Need::RemoteAtomic) {
+            return Err(e.fail(dp, false));
         }
     }
     let psn = pkt.bth().psn();
-    let Some(qp) = dev.objs.qps.get_mut(qpn) else {
+    let Some(qp) = dp.objs.qps.get_mut(qpn) else {
         return Err(Fail::Drop);
     };
     qp.resp.msn = qp.resp.msn.wrapping_add(1);
     qp.resp.epsn = psn_add(psn, 1);
     let msn = qp.resp.msn;
-    count(dev, qpn, |c| &mut c.rx_atomic_requests);
-    let tx_end = atomic_ack(dev, qpn, psn, orig, msn);
+    count(dp, qpn, |c| &mut c.rx_atomic_requests);
+    let tx_end = atomic_ack(dp, qpn, psn, orig, msn);
     store(
-        dev,
+        dp,
         qpn,
         slot,
         Resource::Atomic {
@@ -441,30 +410,30 @@ pub(super) fn atomic(dev: &mut Device, qpn: u32, pkt: &RocePacket<'_>) -> Result
 }
 
 /// Sends ATOMIC ACKNOWLEDGE for PSN `psn` with the original value; returns the transmit count.
-fn atomic_ack(dev: &mut Device, qpn: u32, psn: u32, orig: u64, msn: u32) -> u64 {
+fn atomic_ack(dp: &mut DataPath<'_>, qpn: u32, psn: u32, orig: u64, msn: u32) -> u64 {
     let ext = ExtFields {
         aeth: Aeth::new(AethSyndrome::ACK_UNLIMITED, msn & 0x00ff_ffff).ok(),
         atomic_ack_eth: Some(AtomicAckEth::new(orig)),
         ..Default::default()
     };
-    ack::respond(dev, qpn, BthOpcode::RC_ATOMIC_ACKNOWLEDGE, psn, ext, &[]);
-    dev.counters.port_xmit_packets
+    ack::respond(dp, qpn, BthOpcode::RC_ATOMIC_ACKNOWLEDGE, psn, ext, &[]);
+    dp.io.counters.port_xmit_packets
 }
 
 /// A request with a PSN before the expected one (rxe `duplicate_request`, IBTA §9.9.1.1):
 /// SEND/WRITE are acknowledged again with the last PSN processed (C9-105); a READ is replayed
 /// from the resource that covers its PSN, for the part it asks for; an atomic gets its saved
 /// ACK again. Anything not found in the resources is dropped (class D).
-pub(super) fn duplicate(dev: &mut Device, qpn: u32, pkt: &RocePacket<'_>) -> Result<(), Fail> {
+pub(super) fn duplicate(dp: &mut DataPath<'_>, qpn: u32, pkt: &RocePacket<'_>) -> Result<(), Fail> {
     let psn = pkt.bth().psn();
-    let Some(qp) = dev.objs.qps.get(qpn) else {
+    let Some(qp) = dp.objs.qps.get(qpn) else {
         return Err(Fail::Drop);
     };
     let epsn = qp.resp.epsn;
     match kind(pkt.opcode()) {
         Some(Kind::Send | Kind::Write) | None => {
             let prev = psn_add(epsn, 0x00ff_ffff);
-            ack::send_ack(dev, qpn, AethSyndrome::ACK_UNLIMITED, prev);
+            ack::send_ack(dp, qpn, AethSyndrome::ACK_UNLIMITED, prev);
             Ok(())
         }
         Some(Kind::Read) => {
@@ -497,7 +466,7 @@ pub(super) fn duplicate(dev: &mut Device, qpn: u32, pkt: &RocePacket<'_>) -> Res
             // READs and brings new ones in the same burst, and the requester only counts the
             // new ones against `max_rd_atomic` (rxe `check_resource` recycles the ring and
             // leaves the limit to the requester). Its responses are already queued as bytes.
-            read_responses(dev, qpn, psn, va, rkey, len, new)?;
+            read_responses(dp, qpn, psn, va, rkey, len, new)?;
             Ok(())
         }
         Some(Kind::Atomic) => {
@@ -513,7 +482,7 @@ pub(super) fn duplicate(dev: &mut Device, qpn: u32, pkt: &RocePacket<'_>) -> Res
             // Replayed from the saved result, never executed again; the replay does not hold
             // the resource longer (as for READs above).
             let _ = slot;
-            atomic_ack(dev, qpn, psn, orig, msn);
+            atomic_ack(dp, qpn, psn, orig, msn);
             Ok(())
         }
     }

@@ -16,17 +16,18 @@ use bypass_hw::roce::RocePacket;
 use bypass_hw::roce::opcode::Position;
 use bypass_hw::syndrome::CqeSyndrome;
 
-use super::rq::{self, RecvDone, ScatterError};
-use super::{Fail, Msg, advance, check_length, mtu};
-use crate::device::Device;
+use super::state::Msg;
+use super::{Fail, advance, check_length, mtu};
+use crate::engine::rq::{RecvDone, ScatterError};
+use crate::transport::state::DataPath;
 
 /// Maps a scatter failure to the class C error it is.
-pub(super) fn scatter_fail(dev: &mut Device, e: ScatterError) -> Fail {
+pub(super) fn scatter_fail(dp: &mut DataPath<'_>, e: ScatterError) -> Fail {
     match e {
         ScatterError::Length => Fail::inv_req_with(CqeSyndrome::LOCAL_LENGTH_ERR),
         ScatterError::Protection => Fail::operational(CqeSyndrome::LOCAL_PROT_ERR, true),
         ScatterError::Fault(f) => {
-            dev.dma_fault(f);
+            dp.io.dma_fault(f);
             Fail::operational(CqeSyndrome::LOCAL_PROT_ERR, true)
         }
     }
@@ -47,19 +48,19 @@ impl Fail {
 }
 
 /// One SEND packet (its PSN is the expected one and its opcode continues the sequence).
-pub(super) fn send(dev: &mut Device, qpn: u32, pkt: &RocePacket<'_>) -> Result<(), Fail> {
+pub(super) fn send(dp: &mut DataPath<'_>, qpn: u32, pkt: &RocePacket<'_>) -> Result<(), Fail> {
     let position = pkt.info().position;
     let (wqe, offset) = match position {
-        Position::First | Position::Only => match rq::peek(dev, qpn) {
+        Position::First | Position::Only => match super::peek(dp, qpn) {
             Ok(Some(w)) => (w, 0),
             Ok(None) => return Err(Fail::Rnr),
             Err(f) => {
-                dev.dma_fault(f);
+                dp.io.dma_fault(f);
                 return Err(Fail::operational(CqeSyndrome::LOCAL_QP_OP_ERR, false));
             }
         },
         Position::Middle | Position::Last => {
-            let Some(qp) = dev.objs.qps.get_mut(qpn) else {
+            let Some(qp) = dp.objs.qps.get_mut(qpn) else {
                 return Err(Fail::Drop);
             };
             match std::mem::take(&mut qp.resp.msg) {
@@ -69,14 +70,14 @@ pub(super) fn send(dev: &mut Device, qpn: u32, pkt: &RocePacket<'_>) -> Result<(
             }
         }
     };
-    if !check_length(pkt, mtu(dev, qpn)) {
+    if !check_length(pkt, mtu(dp, qpn)) {
         return Err(Fail::inv_req(true));
     }
     let payload = pkt.payload();
-    rq::scatter(dev, qpn, &wqe, offset, payload).map_err(|e| scatter_fail(dev, e))?;
+    super::scatter(dp, qpn, &wqe, offset, payload).map_err(|e| scatter_fail(dp, e))?;
     let offset = offset + payload.len() as u64;
     let last = matches!(position, Position::Last | Position::Only);
-    let Some(qp) = dev.objs.qps.get_mut(qpn) else {
+    let Some(qp) = dp.objs.qps.get_mut(qpn) else {
         return Err(Fail::Drop);
     };
     if last {
@@ -96,10 +97,10 @@ pub(super) fn send(dev: &mut Device, qpn: u32, pkt: &RocePacket<'_>) -> Result<(
             flags_rqpn: qp.attrs.remote_qpn & 0x00ff_ffff,
             se: pkt.bth().se(),
         };
-        rq::complete(dev, qpn, &done);
+        super::recv_done(dp, qpn, &done);
     } else {
         qp.resp.msg = Msg::Send { wqe, offset };
     }
-    advance(dev, qpn, pkt, 1);
+    advance(dp, qpn, pkt, 1);
     Ok(())
 }

@@ -1,4 +1,4 @@
-//! Responder tests: request packets built as a peer would (`transport::send` on the other
+//! Responder tests: request packets built as a peer would (`transport::wire::send` on the other
 //! host), received by the device under test, then its memory, CQEs and response packets
 //! checked. The requester is not used.
 
@@ -14,7 +14,7 @@ use zerocopy::FromBytes;
 use crate::mkey::Access;
 use crate::objects::AddressPath;
 use crate::testkit::{Host, HostCq, HostMr, HostQp, Pair, RC, UD};
-use crate::transport::{Route, send};
+use crate::transport::wire::Route;
 
 const EPSN: u32 = 0x00ff_fff0; // close to the wrap, so PSN arithmetic wraps in most tests
 const MR_LEN: usize = 64 << 10;
@@ -108,7 +108,7 @@ impl Rig {
             path,
             src_qpn: self.peer,
         };
-        assert!(send(&mut self.p.a.dev, route, bth, r.ext, r.payload));
+        assert!(self.p.a.dev.data_path().send(route, bth, r.ext, r.payload));
         self.p.a.dev.take_tx().expect("packet")
     }
 

@@ -19,9 +19,9 @@ use bypass_hw::roce::RocePacket;
 use bypass_hw::roce::ip::{IPV4_HDR_LEN, IpSpec, UDP_HDR_LEN};
 use bypass_hw::syndrome::CqeSyndrome;
 
-use super::rq::{self, RecvDone, ScatterError};
 use super::{count, mtu};
-use crate::device::Device;
+use crate::engine::rq::{RecvDone, ScatterError};
+use crate::transport::state::DataPath;
 
 /// Bytes of the GRH area at the head of a UD receive buffer.
 pub(crate) const GRH_LEN: usize = 40;
@@ -54,33 +54,33 @@ fn grh(pkt: &RocePacket<'_>) -> Option<([u8; GRH_LEN], u32)> {
 }
 
 /// A UD SEND (with immediate) for QP `qpn`.
-pub(super) fn receive(dev: &mut Device, qpn: u32, pkt: &RocePacket<'_>) {
-    let Some(qp) = dev.objs.qps.get(qpn) else {
+pub(super) fn receive(dp: &mut DataPath<'_>, qpn: u32, pkt: &RocePacket<'_>) {
+    let Some(qp) = dp.objs.qps.get(qpn) else {
         return;
     };
     let Some(deth) = pkt.deth() else {
-        count(dev, qpn, |c| &mut c.rx_discards);
+        count(dp, qpn, |c| &mut c.rx_discards);
         return;
     };
     // IBTA C10-15 / rxe `check_keys`: a datagram whose Q_Key differs from the QP's is dropped.
     let payload = pkt.payload();
-    if deth.qkey() != qp.attrs.q_key || payload.len() > mtu(dev, qpn) as usize {
-        count(dev, qpn, |c| &mut c.rx_discards);
+    if deth.qkey() != qp.attrs.q_key || payload.len() > mtu(dp, qpn) as usize {
+        count(dp, qpn, |c| &mut c.rx_discards);
         return;
     }
     let Some((grh, l3)) = grh(pkt) else {
-        count(dev, qpn, |c| &mut c.rx_discards);
+        count(dp, qpn, |c| &mut c.rx_discards);
         return;
     };
-    let wqe = match rq::peek(dev, qpn) {
+    let wqe = match super::peek(dp, qpn) {
         Ok(Some(w)) => w,
         Ok(None) => {
             // No receive posted: the datagram is lost (class D, no RNR on UD).
-            count(dev, qpn, |c| &mut c.out_of_buffer);
+            count(dp, qpn, |c| &mut c.out_of_buffer);
             return;
         }
         Err(f) => {
-            dev.dma_fault(f);
+            dp.io.dma_fault(f);
             return;
         }
     };
@@ -89,8 +89,8 @@ pub(super) fn receive(dev: &mut Device, qpn: u32, pkt: &RocePacket<'_>) {
     let placed = if GRH_LEN as u64 + payload.len() as u64 > wqe.capacity() {
         Err(ScatterError::Length)
     } else {
-        rq::scatter(dev, qpn, &wqe, 0, &grh)
-            .and_then(|()| rq::scatter(dev, qpn, &wqe, GRH_LEN as u64, payload))
+        super::scatter(dp, qpn, &wqe, 0, &grh)
+            .and_then(|()| super::scatter(dp, qpn, &wqe, GRH_LEN as u64, payload))
     };
     match placed {
         Ok(()) => {
@@ -106,23 +106,23 @@ pub(super) fn receive(dev: &mut Device, qpn: u32, pkt: &RocePacket<'_>) {
                 flags_rqpn: CQE_GRH_PRESENT | (l3 << 24) | (deth.src_qp() & 0x00ff_ffff),
                 se: pkt.bth().se(),
             };
-            rq::complete(dev, qpn, &done);
+            super::recv_done(dp, qpn, &done);
         }
         Err(e) => {
             // A completion error moves the QP to ERR (IBTA §10.8.3.3), flushing the rest.
             let syndrome = match e {
                 ScatterError::Length => {
-                    count(dev, qpn, |c| &mut c.resp_local_length_error);
+                    count(dp, qpn, |c| &mut c.resp_local_length_error);
                     CqeSyndrome::LOCAL_LENGTH_ERR
                 }
                 ScatterError::Protection => CqeSyndrome::LOCAL_PROT_ERR,
                 ScatterError::Fault(f) => {
-                    dev.dma_fault(f);
+                    dp.io.dma_fault(f);
                     CqeSyndrome::LOCAL_PROT_ERR
                 }
             };
-            rq::complete_error(dev, qpn, syndrome);
-            dev.set_qp_state(qpn, QpState::Err);
+            super::recv_error(dp, qpn, syndrome);
+            dp.set_qp_state(qpn, QpState::Err);
         }
     }
 }

@@ -6,6 +6,7 @@ use bypass_hw::cmd::qp::{CreateQpIn, QpState, QueryQpOut, service_type};
 use bypass_hw::syndrome::CmdStatus;
 
 use super::{Rig, assert_fails, out_qpc};
+use super::{create_qp, modify_qp};
 use crate::firmware::qp::*;
 use crate::memory::PAGE_SIZE;
 use crate::objects::QpAttrs;
@@ -34,7 +35,7 @@ fn create_rc_qp_takes_pd_cqs_uar_and_starts_in_reset() {
     assert_eq!(r.host.dev.objs.pds.get(pd).unwrap().users, 1);
     assert_eq!(r.host.dev.objs.uars.get(uar).unwrap().users, 1);
     // Used as send and receive CQ: two uses.
-    assert_eq!(r.host.dev.objs.cqs.get(cqn).unwrap().users, 2);
+    assert_eq!(r.host.dev.comp.cqs.get(cqn).unwrap().users, 2);
     // A second QP gets the next number.
     let second = r.qp_of(service_type::RC);
     assert_eq!(second, qpn + 1);
@@ -51,8 +52,8 @@ fn create_ud_qp_and_separate_cqs() {
     let qp = r.qp(qpn);
     assert_eq!(qp.st, service_type::UD);
     assert_eq!(qp.cqn_rcv, cq2);
-    assert_eq!(r.host.dev.objs.cqs.get(r.cq.cqn).unwrap().users, 1);
-    assert_eq!(r.host.dev.objs.cqs.get(cq2).unwrap().users, 1);
+    assert_eq!(r.host.dev.comp.cqs.get(r.cq.cqn).unwrap().users, 1);
+    assert_eq!(r.host.dev.comp.cqs.get(cq2).unwrap().users, 1);
 }
 
 #[test]
@@ -97,7 +98,7 @@ fn create_naming_a_missing_object_is_bad_res_and_takes_nothing() {
     }
     assert!(r.host.dev.objs.qps.is_empty());
     assert_eq!(r.host.dev.objs.pds.get(r.host.pd).unwrap().users, 0);
-    assert_eq!(r.host.dev.objs.cqs.get(r.cq.cqn).unwrap().users, 0);
+    assert_eq!(r.host.dev.comp.cqs.get(r.cq.cqn).unwrap().users, 0);
     assert_eq!(r.host.dev.objs.uars.get(r.host.uar).unwrap().users, 0);
 }
 
@@ -208,7 +209,7 @@ fn destroy_gives_back_pd_cq_and_uar_and_forgets_the_qpn() {
     r.destroy(qpn).unwrap();
     assert!(r.host.dev.objs.qps.get(qpn).is_none());
     assert_eq!(r.host.dev.objs.pds.get(r.host.pd).unwrap().users, 0);
-    assert_eq!(r.host.dev.objs.cqs.get(r.cq.cqn).unwrap().users, 0);
+    assert_eq!(r.host.dev.comp.cqs.get(r.cq.cqn).unwrap().users, 0);
     assert_eq!(r.host.dev.objs.uars.get(r.host.uar).unwrap().users, 0);
     assert_fails(r.destroy(qpn), CmdStatus::BAD_RES_ERR, SYND_NO_QP);
     // The number is free again.
@@ -234,23 +235,18 @@ fn short_inputs_and_outputs_are_refused_not_trusted() {
     let mut r = Rig::new();
     let mut out = vec![0u8; 0x10];
     assert_fails(
-        crate::firmware::qp::create_qp(&mut r.host.dev, &[0u8; 0x10], &mut out),
+        create_qp(&mut r.host.dev, &[0u8; 0x10], &mut out),
         CmdStatus::BAD_INP_LEN_ERR,
         SYND_INPUT_LEN,
     );
     let input = r.create_in(service_type::RC, 2, &|_| {});
     assert_fails(
-        crate::firmware::qp::create_qp(&mut r.host.dev, &input, &mut [0u8; 4]),
+        create_qp(&mut r.host.dev, &input, &mut [0u8; 4]),
         CmdStatus::BAD_OUTP_LEN_ERR,
         SYND_OUTPUT_LEN,
     );
     assert_fails(
-        crate::firmware::qp::modify_qp(
-            &mut r.host.dev,
-            Opcode::RST2INIT_QP,
-            &[0u8; 0x10],
-            &mut out,
-        ),
+        modify_qp(&mut r.host.dev, Opcode::RST2INIT_QP, &[0u8; 0x10], &mut out),
         CmdStatus::BAD_INP_LEN_ERR,
         SYND_INPUT_LEN,
     );

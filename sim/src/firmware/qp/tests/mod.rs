@@ -16,10 +16,35 @@ use bypass_hw::cmd::qp::{
 };
 use bypass_hw::syndrome::CmdStatus;
 
-use crate::firmware::CmdError;
+use crate::device::Device;
+use crate::firmware::{CmdError, CmdResult};
 use crate::memory::PAGE_SIZE;
 use crate::objects::Qp;
 use crate::testkit::{Host, HostCq};
+
+/// CREATE_QP on `dev`, with the parts the device lends a command.
+pub(super) fn create_qp(dev: &mut Device, input: &[u8], out: &mut [u8]) -> CmdResult {
+    let c = dev.hca();
+    super::create_qp(c.objs, c.comp, c.profile, input, out)
+}
+
+/// A modify command on `dev`.
+pub(super) fn modify_qp(dev: &mut Device, op: Opcode, input: &[u8], _out: &mut [u8]) -> CmdResult {
+    let mut c = dev.hca();
+    super::modify_qp(c.objs, c.comp, c.profile, &mut c.io, c.dp, op, input)
+}
+
+/// QUERY_QP on `dev`.
+pub(super) fn query_qp(dev: &mut Device, input: &[u8], out: &mut [u8]) -> CmdResult {
+    let c = dev.hca();
+    super::query_qp(c.objs, input, out)
+}
+
+/// DESTROY_QP on `dev`.
+pub(super) fn destroy_qp(dev: &mut Device, input: &[u8], out: &mut [u8]) -> CmdResult {
+    let c = dev.hca();
+    super::destroy_qp(c.objs, c.comp, c.dp, input, out)
+}
 
 /// The MAC the tests put in `rmac`.
 pub(super) const PEER_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 2];
@@ -100,7 +125,7 @@ impl Rig {
     /// Runs CREATE_QP; the new QPN.
     pub fn create(&mut self, input: &[u8]) -> Result<u32, CmdError> {
         let mut out = vec![0u8; CreateQpOut::<()>::LEN];
-        super::create_qp(&mut self.host.dev, input, &mut out)?;
+        create_qp(&mut self.host.dev, input, &mut out)?;
         Ok(CreateQpOut::new_checked(&out[..]).unwrap().qpn())
     }
 
@@ -149,7 +174,7 @@ impl Rig {
             _ => unreachable!(),
         }
         let mut out = vec![0u8; 0x10];
-        super::modify_qp(&mut self.host.dev, op, &buf, &mut out)
+        modify_qp(&mut self.host.dev, op, &buf, &mut out)
     }
 
     /// Runs `op` with the fields rdma-core's DEVX test gives it (RC) or a UD QP needs.
@@ -177,7 +202,7 @@ impl Rig {
             .set_qpn(qpn)
             .unwrap();
         let mut out = vec![0u8; QueryQpOut::<()>::LEN + 8 * pas_room];
-        super::query_qp(&mut self.host.dev, &inp, &mut out)?;
+        query_qp(&mut self.host.dev, &inp, &mut out)?;
         Ok(out)
     }
 
@@ -196,7 +221,7 @@ impl Rig {
             .set_qpn(qpn)
             .unwrap();
         let mut out = vec![0u8; 0x10];
-        super::destroy_qp(&mut self.host.dev, &inp, &mut out)
+        destroy_qp(&mut self.host.dev, &inp, &mut out)
     }
 
     /// The QP in the table.

@@ -7,6 +7,7 @@ use bypass_hw::syndrome::CmdStatus;
 use proptest::prelude::*;
 
 use super::{Rig, assert_fails, good_fields, out_qpc};
+use super::{create_qp, destroy_qp, modify_qp, query_qp};
 use crate::firmware::qp::*;
 use crate::objects::QpAttrs;
 use crate::profile::Profile;
@@ -297,13 +298,13 @@ fn rts2rts_cqn_rcv_moves_the_users_count() {
     })
     .unwrap();
     assert_eq!(r.qp(qpn).cqn_rcv, b);
-    assert_eq!(r.host.dev.objs.cqs.get(a).unwrap().users, 1);
-    assert_eq!(r.host.dev.objs.cqs.get(b).unwrap().users, 1);
+    assert_eq!(r.host.dev.comp.cqs.get(a).unwrap().users, 1);
+    assert_eq!(r.host.dev.comp.cqs.get(b).unwrap().users, 1);
     let res = r.modify(Opcode::RTS2RTS_QP, qpn, M::SRQN.bits(), |_| {});
     assert_fails(res, CmdStatus::BAD_PARAM_ERR, SYND_SRQN);
     r.destroy(qpn).unwrap();
-    assert_eq!(r.host.dev.objs.cqs.get(a).unwrap().users, 0);
-    assert_eq!(r.host.dev.objs.cqs.get(b).unwrap().users, 0);
+    assert_eq!(r.host.dev.comp.cqs.get(a).unwrap().users, 0);
+    assert_eq!(r.host.dev.comp.cqs.get(b).unwrap().users, 0);
 }
 
 #[test]
@@ -379,19 +380,19 @@ proptest! {
     }
 }
 
-/// The headers `transport::qp_headers` keeps in QP `qpn` for its primary path (building them
+/// The headers `transport::wire::qp_headers` keeps in QP `qpn` for its primary path (building them
 /// if the QP has none).
 fn kept_headers(
     r: &mut Rig,
     qpn: u32,
 ) -> Option<(bypass_hw::roce::IpSpec, bypass_hw::roce::UdpPorts)> {
     let path = r.qp(qpn).attrs.path.clone();
-    let route = crate::transport::Route {
+    let route = crate::transport::wire::Route {
         port: path.port,
         path: &path,
         src_qpn: qpn,
     };
-    crate::transport::qp_headers(&mut r.host.dev, qpn, route)
+    r.host.dev.data_path().qp_headers(qpn, route)
 }
 
 #[test]

@@ -89,8 +89,8 @@ fn query_reports_the_psns_the_transport_holds() {
     let qpn = r.qp_of(service_type::RC);
     r.walk_to_rts(qpn);
     let qp = r.qp(qpn);
-    let expect_sq = crate::transport::ReqState::new(SQ_PSN).psn();
-    let expect_rq = crate::transport::RespState::new(RQ_PSN).epsn();
+    let expect_sq = crate::transport::requester::state::ReqState::new(SQ_PSN).psn();
+    let expect_rq = crate::transport::responder::state::RespState::new(RQ_PSN).epsn();
     assert_eq!(qp.req.psn(), expect_sq);
     assert_eq!(qp.resp.epsn(), expect_rq);
     let q = out_qpc(&r.query(qpn));

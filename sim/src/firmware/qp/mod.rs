@@ -2,23 +2,18 @@
 //!
 //! Owns: the firmware's side of a QP's life: checking a command against the device's
 //! capabilities, the objects it names and the QP state machine, then filling or updating the
-//! [`Qp`](crate::objects::Qp) in the object table (its `attrs`, geometry, raw `qpc`, state) and
-//! the users counts of the PD, CQs and UAR it names. Split into [`create`] (CREATE / QUERY /
-//! DESTROY), [`modify`] (the state machine), [`fields`] (what each transition takes) and
-//! [`optpar`] (which optional parameters each transition accepts). Must not: touch rings or packets (entering ERR flushes through
-//! `Device::set_qp_state`, which calls the data path), or parse anything but through
-//! `bypass_hw::cmd::qp` views.
+//! [`Qp`](crate::objects::Qp) in the object table and the users counts of what it names.
+//! Split into [`create`] (CREATE / QUERY / DESTROY), [`modify`] (the state machine),
+//! [`fields`] (what each transition takes) and [`optpar`] (which optional parameters each
+//! transition accepts). Must not: touch rings, packets or transport state but through
+//! `QpControl`, or parse anything but through `bypass_hw::cmd::qp` views.
 //!
-//! Status codes follow the kernel's reading of the PRM (`drivers/net/ethernet/mellanox/mlx5/
-//! core/cmd.c` `cmd_status_to_err` / `cmd_status_str`): a malformed or unsupported value is
-//! BAD_PARAM (0x3); a value above a capability (`log_max_qp_sz`, `max_wqe_sz_rq`,
-//! `log_max_msg`, `log_max_ra_*_qp`) or a full QP table is LIM_ERR (0x8, "limits exceeded",
-//! the same rule as the firmware core's other objects); an object number that names nothing
-//! is BAD_RES (0x5); a modify from a state the transition does not start from is BAD_QP_STATE
-//! (0x10, "bad QP state"; BAD_RES_STATE 0x9 is the generic one for non-QP objects).
-//! The syndromes are this simulator's own (real firmware's are opaque 32-bit hashes); each
-//! names the check that failed, in the 0x0500_xxxx range so that they never collide with
-//! the firmware core's.
+//! Status codes follow the kernel's reading of the PRM (`core/cmd.c` `cmd_status_to_err` /
+//! `cmd_status_str`): a malformed or unsupported value is BAD_PARAM (0x3); a value above a
+//! capability or a full QP table is LIM_ERR (0x8); an object number that names nothing is
+//! BAD_RES (0x5); a modify from a state the transition does not start from is BAD_QP_STATE
+//! (0x10). The syndromes are this simulator's own (real firmware's are opaque hashes), each
+//! naming the check that failed, in the 0x0500_xxxx range.
 
 mod create;
 mod fields;
@@ -30,8 +25,12 @@ mod tests;
 use bypass_hw::cmd::Opcode;
 use bypass_hw::syndrome::CmdStatus;
 
-use super::{CmdError, CmdResult};
-use crate::device::Device;
+use crate::events::Completions;
+use crate::firmware::command::QpControl;
+use crate::firmware::command::{CmdError, CmdResult};
+use crate::io::Io;
+use crate::objects::Objects;
+use crate::profile::Profile;
 
 /// CREATE_QP: `qpc.st` is not a service type this device supports (RC, and UD if `caps.ud`).
 pub const SYND_BAD_SERVICE_TYPE: u32 = 0x0500_0001;
@@ -113,26 +112,41 @@ pub(super) const fn over_limit(syndrome: u32) -> CmdError {
 }
 
 /// CREATE_QP.
-pub(crate) fn create_qp(dev: &mut Device, input: &[u8], output: &mut [u8]) -> CmdResult {
-    create::create_qp(dev, input, output)
+pub(crate) fn create_qp(
+    objs: &mut Objects,
+    comp: &mut Completions,
+    profile: &Profile,
+    input: &[u8],
+    output: &mut [u8],
+) -> CmdResult {
+    create::create_qp(objs, comp, profile, input, output)
 }
 
 /// DESTROY_QP.
-pub(crate) fn destroy_qp(dev: &mut Device, input: &[u8], output: &mut [u8]) -> CmdResult {
-    create::destroy_qp(dev, input, output)
+pub(crate) fn destroy_qp(
+    objs: &mut Objects,
+    comp: &mut Completions,
+    dp: &mut dyn QpControl,
+    input: &[u8],
+    output: &mut [u8],
+) -> CmdResult {
+    create::destroy_qp(objs, comp, dp, input, output)
 }
 
 /// QUERY_QP.
-pub(crate) fn query_qp(dev: &mut Device, input: &[u8], output: &mut [u8]) -> CmdResult {
-    create::query_qp(dev, input, output)
+pub(crate) fn query_qp(objs: &Objects, input: &[u8], output: &mut [u8]) -> CmdResult {
+    create::query_qp(objs, input, output)
 }
 
 /// RST2INIT, INIT2INIT, INIT2RTR, RTR2RTS, RTS2RTS, SQERR2RTS, SQD_RTS, 2ERR, 2RST.
 pub(crate) fn modify_qp(
-    dev: &mut Device,
+    objs: &mut Objects,
+    comp: &mut Completions,
+    profile: &Profile,
+    io: &mut Io<'_>,
+    dp: &mut dyn QpControl,
     op: Opcode,
     input: &[u8],
-    output: &mut [u8],
 ) -> CmdResult {
-    modify::modify_qp(dev, op, input, output)
+    modify::modify_qp(objs, comp, profile, io, dp, op, input)
 }

@@ -1,27 +1,23 @@
 //! The responder: request packets → receives, RDMA WRITE/READ/atomics, ACK/NAK/RNR NAK.
 //!
-//! Owns: [`RespState`] (expected PSN, MSN, the message in progress, the responder resources
-//! for READ/atomic replay, the "PSN NAK sent" flag), the RC request checks in rxe's order and
-//! the flush of the receive queue. The pieces: [`rq`] (receive WQEs, scatter, receive CQEs),
-//! [`ack`] (response packets), `send` (RC SEND), `rdma` (WRITE, READ, atomics, duplicates),
-//! `ud` (UD receive with the GRH). Must not: touch the send queue or the requester's state.
+//! Owns: the RC request checks in rxe's order and what a failed one costs (IBTA §9.9.3 error
+//! classes: B = RNR NAK; C = the consumed receive WQE completes in error, the NAK goes out
+//! with the request's PSN and the QP moves to ERR, rxe `do_class_ac_error` + `RESPST_ERROR`;
+//! D = silent drop). The pieces: [`state`] (per-QP state), [`ack`] (response packets), `send`
+//! (RC SEND), `rdma` (WRITE, READ, atomics, duplicates), `ud` (UD receive with the GRH),
+//! [`burst`] (a WRITE burst applied at once); receive WQEs are `engine::rq`'s. Must not: touch
+//! the send queue or the requester's state.
 //!
-//! The state machine follows Linux rxe `rxe_resp.c` (`rxe_responder`: `check_psn`,
-//! `check_op_seq`, `check_op_valid`, `check_resource`, `check_length`, `check_rkey`,
-//! `execute`, `acknowledge`, `duplicate_request` and the error classes of IBTA §9.9.3:
-//! class B = RNR NAK, class C = NAK + QP to ERR, class D = silent drop) and IBTA vol. 1
-//! §9.7 (PSN checks, MSN, duplicates, responder resources).
-//!
-//! What a NAK costs: an invalid request (0x61), remote access (0x62) or remote operational
-//! (0x63) NAK is class C: the receive WQE the message had consumed (if any) completes with an
-//! error CQE, the NAK goes out with the request's PSN, and the QP moves to ERR (which flushes
-//! the rest of both queues), as rxe `do_class_ac_error` + `RESPST_ERROR` do.
+//! Sources: Linux rxe `rxe_resp.c` (`rxe_responder`: `check_psn`, `check_op_seq`,
+//! `check_op_valid`, `check_resource`, `check_length`, `check_rkey`, `execute`, `acknowledge`,
+//! `duplicate_request`) and IBTA vol. 1 §9.7 (PSN checks, MSN, duplicates, responder
+//! resources).
 
 pub(crate) mod ack;
 pub(crate) mod burst;
 mod rdma;
-pub(crate) mod rq;
 mod send;
+pub(crate) mod state;
 mod ud;
 
 #[cfg(test)]
@@ -35,79 +31,12 @@ use bypass_hw::syndrome::{AethSyndrome, CqeSyndrome};
 use zerocopy::{FromZeros, IntoBytes};
 
 use crate::counters::Counters;
-use crate::device::Device;
+use crate::transport::state::DataPath;
 
-pub(crate) use rdma::Resource;
-use rq::RecvWqe;
-
-/// The message a QP is in the middle of receiving (rxe `qp->resp.opcode` plus the WQE/RETH
-/// state it carries between packets).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) enum Msg {
-    /// Between messages.
-    #[default]
-    Idle,
-    /// A SEND past its FIRST packet: the receive WQE it fills and the bytes placed so far.
-    Send {
-        /// The WQE (at the head of the RQ).
-        wqe: RecvWqe,
-        /// Bytes of the message received.
-        offset: u64,
-    },
-    /// An RDMA WRITE past its FIRST packet.
-    Write {
-        /// Remote virtual address of the message's first byte.
-        va: u64,
-        /// Its rkey.
-        rkey: u32,
-        /// RETH DMA length.
-        total: u32,
-        /// Bytes written so far.
-        done: u32,
-    },
-}
-
-/// Responder state of a QP.
-#[derive(Debug, Clone, Default)]
-pub struct RespState {
-    /// Expected PSN (24 bits).
-    pub(crate) epsn: u32,
-    /// Message sequence number: messages completed (24 bits on the wire).
-    pub(crate) msn: u32,
-    /// The message in progress.
-    pub(crate) msg: Msg,
-    /// A PSN sequence error NAK was sent and the sequence has not recovered yet.
-    pub(crate) nak_sent: bool,
-    /// Responder resources (`1 << log_rra_max` at most), a ring: READ requests and atomic
-    /// results kept for duplicates (rxe `qp->resp.resources`).
-    pub(crate) res: Vec<Resource>,
-    /// The next ring slot to use.
-    pub(crate) res_next: usize,
-    /// COMM_EST was reported.
-    pub(crate) comm_est: bool,
-    /// A DMA fault on the doorbell record was reported (so a polling flush does not repeat it).
-    pub(crate) dbr_fault: bool,
-}
-
-impl RespState {
-    /// State for a QP entering RTR expecting PSN `psn`.
-    pub fn new(psn: u32) -> Self {
-        Self {
-            epsn: psn & MASK_24,
-            ..Self::default()
-        }
-    }
-
-    /// The PSN this QP expects next (QUERY_QP `next_rcv_psn`).
-    pub fn epsn(&self) -> u32 {
-        self.epsn
-    }
-
-    /// The current message sequence number.
-    pub fn msn(&self) -> u32 {
-        self.msn & MASK_24
-    }
-}
+use crate::engine::rq::{self, RecvDone, ScatterError};
+use crate::engine::wqe::RecvWqe;
+use crate::iommu::DmaFault;
+use state::Msg;
 
 /// How a request failed the checks (rxe's error states, grouped by IBTA error class).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -160,16 +89,16 @@ impl Fail {
 }
 
 /// Adds one to counter `f` of the device and of QP `qpn`.
-pub(crate) fn count(dev: &mut Device, qpn: u32, f: fn(&mut Counters) -> &mut u64) {
-    *f(&mut dev.counters) += 1;
-    if let Some(qp) = dev.objs.qps.get_mut(qpn) {
+pub(crate) fn count(dp: &mut DataPath<'_>, qpn: u32, f: fn(&mut Counters) -> &mut u64) {
+    *f(dp.io.counters) += 1;
+    if let Some(qp) = dp.objs.qps.get_mut(qpn) {
         *f(&mut qp.counters) += 1;
     }
 }
 
 /// The path MTU of a QP (256 if unset, so no division by zero whatever the context says).
-pub(crate) fn mtu(dev: &Device, qpn: u32) -> u32 {
-    dev.objs
+pub(crate) fn mtu(dp: &DataPath<'_>, qpn: u32) -> u32 {
+    dp.objs
         .qps
         .get(qpn)
         .map_or(256, |q| q.attrs.mtu)
@@ -178,21 +107,21 @@ pub(crate) fn mtu(dev: &Device, qpn: u32) -> u32 {
 
 /// A request packet for QP `qpn` (`transport::receive` checked the ICRC, the address, the
 /// QP, the transport and that the QP is in RTR or later).
-pub(crate) fn handle_request(dev: &mut Device, qpn: u32, pkt: &RocePacket<'_>) {
-    let Some(qp) = dev.objs.qps.get(qpn) else {
+pub(crate) fn handle_request(dp: &mut DataPath<'_>, qpn: u32, pkt: &RocePacket<'_>) {
+    let Some(qp) = dp.objs.qps.get(qpn) else {
         return;
     };
     match qp.st {
-        st::RC => rc_request(dev, qpn, pkt),
-        st::UD => ud::receive(dev, qpn, pkt),
-        _ => dev.counters.rx_discards += 1,
+        st::RC => rc_request(dp, qpn, pkt),
+        st::UD => ud::receive(dp, qpn, pkt),
+        _ => dp.io.counters.rx_discards += 1,
     }
 }
 
 /// Posts COMM_EST the first time a connected QP receives a request while in RTR (PRM; the
 /// kernel's `mlx5_ib` `mlx5_ib_qp_event` turns it into `IB_EVENT_COMM_EST`).
-fn comm_est(dev: &mut Device, qpn: u32) {
-    let Some(qp) = dev.objs.qps.get_mut(qpn) else {
+fn comm_est(dp: &mut DataPath<'_>, qpn: u32) {
+    let Some(qp) = dp.objs.qps.get_mut(qpn) else {
         return;
     };
     if qp.state != QpState::Rtr || qp.resp.comm_est {
@@ -206,14 +135,15 @@ fn comm_est(dev: &mut Device, qpn: u32) {
     let b = ev.as_bytes();
     let n = b.len().min(EQE_DATA_LEN);
     data[..n].copy_from_slice(&b[..n]);
-    dev.post_event(EventType::COMM_EST, 0, &data);
+    dp.comp
+        .post_event(&mut dp.io, EventType::COMM_EST, 0, &data);
 }
 
 /// An RC request: PSN check, then the checks and execution (rxe `rxe_responder`).
-fn rc_request(dev: &mut Device, qpn: u32, pkt: &RocePacket<'_>) {
-    comm_est(dev, qpn);
+fn rc_request(dp: &mut DataPath<'_>, qpn: u32, pkt: &RocePacket<'_>) {
+    comm_est(dp, qpn);
     let psn = pkt.bth().psn();
-    let Some(qp) = dev.objs.qps.get_mut(qpn) else {
+    let Some(qp) = dp.objs.qps.get_mut(qpn) else {
         return;
     };
     let epsn = qp.resp.epsn;
@@ -224,27 +154,27 @@ fn rc_request(dev: &mut Device, qpn: u32, pkt: &RocePacket<'_>) {
             return;
         }
         qp.resp.nak_sent = true;
-        count(dev, qpn, |c| &mut c.out_of_sequence);
-        count(dev, qpn, |c| &mut c.naks_sent);
-        count(dev, qpn, |c| &mut c.nak_seq_sent);
-        ack::send_ack(dev, qpn, AethSyndrome::NAK_PSN_SEQ_ERROR, epsn);
+        count(dp, qpn, |c| &mut c.out_of_sequence);
+        count(dp, qpn, |c| &mut c.naks_sent);
+        count(dp, qpn, |c| &mut c.nak_seq_sent);
+        ack::send_ack(dp, qpn, AethSyndrome::NAK_PSN_SEQ_ERROR, epsn);
         return;
     }
     let result = if diff < 0 {
-        count(dev, qpn, |c| &mut c.duplicate_request);
-        rdma::duplicate(dev, qpn, pkt)
+        count(dp, qpn, |c| &mut c.duplicate_request);
+        rdma::duplicate(dp, qpn, pkt)
     } else {
         qp.resp.nak_sent = false;
-        check_and_execute(dev, qpn, pkt)
+        check_and_execute(dp, qpn, pkt)
     };
     match result {
         Ok(()) => {}
         Err(Fail::Rnr) => {
-            count(dev, qpn, |c| &mut c.out_of_buffer);
-            let timer = dev.objs.qps.get(qpn).map_or(0, |q| q.attrs.min_rnr_nak);
-            ack::send_ack(dev, qpn, AethSyndrome::rnr_nak(timer), psn);
+            count(dp, qpn, |c| &mut c.out_of_buffer);
+            let timer = dp.objs.qps.get(qpn).map_or(0, |q| q.attrs.min_rnr_nak);
+            ack::send_ack(dp, qpn, AethSyndrome::rnr_nak(timer), psn);
         }
-        Err(Fail::Fatal { nak, cqe, consumed }) => fatal(dev, qpn, psn, nak, cqe, consumed),
+        Err(Fail::Fatal { nak, cqe, consumed }) => fatal(dp, qpn, psn, nak, cqe, consumed),
         Err(Fail::Drop) => {}
     }
 }
@@ -297,9 +227,9 @@ pub(crate) fn check_length(pkt: &RocePacket<'_>, mtu: u32) -> bool {
 }
 
 /// The checks after the PSN one, then execution.
-fn check_and_execute(dev: &mut Device, qpn: u32, pkt: &RocePacket<'_>) -> Result<(), Fail> {
+fn check_and_execute(dp: &mut DataPath<'_>, qpn: u32, pkt: &RocePacket<'_>) -> Result<(), Fail> {
     let op = pkt.opcode();
-    let Some(qp) = dev.objs.qps.get(qpn) else {
+    let Some(qp) = dp.objs.qps.get(qpn) else {
         return Err(Fail::Drop);
     };
     // RESPST_ERR_UNSUPPORTED_OPCODE for anything rxe's RC responder does not take.
@@ -316,68 +246,95 @@ fn check_and_execute(dev: &mut Device, qpn: u32, pkt: &RocePacket<'_>) -> Result
         return Err(Fail::inv_req(false));
     }
     match k {
-        Kind::Send => send::send(dev, qpn, pkt),
-        Kind::Write => rdma::write(dev, qpn, pkt),
-        Kind::Read => rdma::read(dev, qpn, pkt),
-        Kind::Atomic => rdma::atomic(dev, qpn, pkt),
+        Kind::Send => send::send(dp, qpn, pkt),
+        Kind::Write => rdma::write(dp, qpn, pkt),
+        Kind::Read => rdma::read(dp, qpn, pkt),
+        Kind::Atomic => rdma::atomic(dp, qpn, pkt),
     }
 }
 
 /// A request processed: the expected PSN moves past it (`npsn` PSNs), and an ACK goes out
 /// if the requester asked for one (rxe `execute` + `acknowledge`: one ACK covers every
 /// request before it, so only AckReq packets are acknowledged).
-pub(crate) fn advance(dev: &mut Device, qpn: u32, pkt: &RocePacket<'_>, npsn: u32) {
+pub(crate) fn advance(dp: &mut DataPath<'_>, qpn: u32, pkt: &RocePacket<'_>, npsn: u32) {
     let psn = pkt.bth().psn();
-    if let Some(qp) = dev.objs.qps.get_mut(qpn) {
+    if let Some(qp) = dp.objs.qps.get_mut(qpn) {
         qp.resp.epsn = psn_add(psn, npsn);
     }
     if pkt.bth().ack_req() {
-        ack::send_ack(dev, qpn, AethSyndrome::ACK_UNLIMITED, psn);
+        ack::send_ack(dp, qpn, AethSyndrome::ACK_UNLIMITED, psn);
     }
 }
 
 /// Class C error: the consumed receive WQE completes with `cqe`, NAK `nak` with the request's
 /// PSN, QP to ERR (rxe `do_class_ac_error`, `do_complete`, `acknowledge`, `RESPST_ERROR`).
 fn fatal(
-    dev: &mut Device,
+    dp: &mut DataPath<'_>,
     qpn: u32,
     psn: u32,
     nak: AethSyndrome,
     cqe: CqeSyndrome,
     consumed: bool,
 ) {
-    if let Some(qp) = dev.objs.qps.get_mut(qpn) {
+    if let Some(qp) = dp.objs.qps.get_mut(qpn) {
         qp.resp.msg = Msg::Idle;
     }
     if consumed {
         if cqe == CqeSyndrome::LOCAL_LENGTH_ERR {
-            count(dev, qpn, |c| &mut c.resp_local_length_error);
+            count(dp, qpn, |c| &mut c.resp_local_length_error);
         }
-        rq::complete_error(dev, qpn, cqe);
+        recv_error(dp, qpn, cqe);
     }
     if nak == AethSyndrome::NAK_REMOTE_ACCESS_ERROR {
-        count(dev, qpn, |c| &mut c.resp_remote_access_errors);
+        count(dp, qpn, |c| &mut c.resp_remote_access_errors);
     }
-    count(dev, qpn, |c| &mut c.naks_sent);
-    ack::send_ack(dev, qpn, nak, psn);
-    dev.set_qp_state(qpn, QpState::Err);
+    count(dp, qpn, |c| &mut c.naks_sent);
+    ack::send_ack(dp, qpn, nak, psn);
+    dp.set_qp_state(qpn, QpState::Err);
 }
 
-/// Completes every outstanding receive WQE of `qpn` with WR_FLUSH_ERR (the QP entered ERR),
-/// and forgets the message in progress.
-pub(crate) fn flush_rq(dev: &mut Device, qpn: u32) {
-    let Some(qp) = dev.objs.qps.get_mut(qpn) else {
-        return;
+/// The receive WQE at the head of QP `qpn`'s RQ, if one is posted (`engine::rq::peek`).
+pub(super) fn peek(dp: &mut DataPath<'_>, qpn: u32) -> Result<Option<RecvWqe>, DmaFault> {
+    match dp.objs.qps.get(qpn) {
+        Some(qp) => rq::peek(qp, dp.io.dma),
+        None => Ok(None),
+    }
+}
+
+/// Writes `data` at byte `offset` of the message `wqe` receives, through QP `qpn`'s PD
+/// (`engine::rq::scatter`).
+pub(super) fn scatter(
+    dp: &mut DataPath<'_>,
+    qpn: u32,
+    wqe: &RecvWqe,
+    offset: u64,
+    data: &[u8],
+) -> Result<(), ScatterError> {
+    let Some(pd) = dp.objs.qps.get(qpn).map(|q| q.pd) else {
+        return Err(ScatterError::Protection);
     };
-    qp.resp.msg = Msg::Idle;
-    rq::flush(dev, qpn);
+    rq::scatter(&dp.objs.mkeys, dp.io.dma, (pd, qpn), wqe, offset, data)
+}
+
+/// Completes the head receive WQE of QP `qpn` (`engine::rq::complete`).
+pub(super) fn recv_done(dp: &mut DataPath<'_>, qpn: u32, done: &RecvDone) {
+    if let Some(qp) = dp.objs.qps.get_mut(qpn) {
+        rq::complete(qp, dp.comp, &mut dp.io, done);
+    }
+}
+
+/// Completes the head receive WQE of QP `qpn` with `syndrome` (`engine::rq::complete_error`).
+pub(super) fn recv_error(dp: &mut DataPath<'_>, qpn: u32, syndrome: CqeSyndrome) {
+    if let Some(qp) = dp.objs.qps.get_mut(qpn) {
+        rq::complete_error(qp, dp.comp, &mut dp.io, syndrome);
+    }
 }
 
 /// Flushes receives posted to QPs already in ERR: the device learns of them from the doorbell
 /// record (mlx5 has no RQ doorbell register), and completes them with WR_FLUSH_ERR as the PRM
 /// requires of a QP in ERR. True if any completion was written.
-pub(crate) fn resume(dev: &mut Device) -> bool {
-    let in_err: Vec<u32> = dev
+pub(crate) fn resume(dp: &mut DataPath<'_>) -> bool {
+    let in_err: Vec<u32> = dp
         .objs
         .qps
         .iter()
@@ -386,16 +343,16 @@ pub(crate) fn resume(dev: &mut Device) -> bool {
         .collect();
     let mut any = false;
     for qpn in in_err {
-        match rq::posted(dev, qpn) {
+        let Some(qp) = dp.objs.qps.get_mut(qpn) else {
+            continue;
+        };
+        match rq::posted(qp, dp.io.dma) {
             Ok(0) => {}
-            Ok(_) => any |= rq::flush(dev, qpn) > 0,
+            Ok(_) => any |= rq::flush(qp, dp.comp, &mut dp.io) > 0,
             Err(f) => {
-                let Some(qp) = dev.objs.qps.get_mut(qpn) else {
-                    continue;
-                };
                 if !qp.resp.dbr_fault {
                     qp.resp.dbr_fault = true;
-                    dev.dma_fault(f);
+                    dp.io.dma_fault(f);
                 }
             }
         }

@@ -1,4 +1,4 @@
-//! The receive queue as the responder sees it: finding the next posted receive WQE, scattering
+//! The receive queue as the responder uses it: finding the next posted receive WQE, scattering
 //! a message into its SGEs, and writing receive completions (good, error, flush).
 //!
 //! Owns: the RQ half of the work queue buffer and the RQ doorbell record (dword 0), and the
@@ -15,35 +15,13 @@ use bypass_hw::syndrome::CqeSyndrome;
 use bypass_hw::wqe::DataSeg;
 use zerocopy::{FromBytes, FromZeros, IntoBytes};
 
-use crate::device::Device;
-use crate::iommu::DmaFault;
+use super::wqe::{RecvWqe, Sge};
+use crate::events::Completions;
+use crate::io::Io;
+use crate::iommu::{DmaFault, Iommu};
 use crate::mkey::{Mkey, Need};
-use crate::objects::Objects;
-
-/// One scatter entry of a receive WQE.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Sge {
-    /// Local key.
-    pub lkey: u32,
-    /// Virtual address.
-    pub addr: u64,
-    /// Length in bytes.
-    pub len: u32,
-}
-
-/// A receive WQE the responder has taken (it stays at the head, `rq_ci`, until completed).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct RecvWqe {
-    /// Its scatter list, as read from the ring when the message started.
-    pub sges: Vec<Sge>,
-}
-
-impl RecvWqe {
-    /// Bytes the WQE can hold.
-    pub fn capacity(&self) -> u64 {
-        self.sges.iter().map(|s| u64::from(s.len)).sum()
-    }
-}
+use crate::objects::Qp;
+use crate::table::Table;
 
 /// Why the payload could not be placed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,39 +35,31 @@ pub(crate) enum ScatterError {
 }
 
 /// The mkey named by `key` (index and variant byte must both match).
-pub(crate) fn mkey(objs: &Objects, key: u32) -> Option<&Mkey> {
-    objs.mkeys.get(key >> 8).filter(|m| m.key == key)
+#[inline]
+pub(crate) fn mkey(mkeys: &Table<Mkey>, key: u32) -> Option<&Mkey> {
+    mkeys.get(key >> 8).filter(|m| m.key == key)
 }
 
 /// Receive WQEs posted and not yet consumed: the doorbell record's 16-bit producer minus the
 /// device's counter, at most the ring size (a producer further ahead is a driver bug; the
 /// device never looks past one lap). `Err` if the doorbell record cannot be read.
-pub(crate) fn posted(dev: &mut Device, qpn: u32) -> Result<u32, DmaFault> {
-    let Some(qp) = dev.objs.qps.get(qpn) else {
-        return Ok(0);
-    };
+pub(crate) fn posted(qp: &Qp, dma: &mut Iommu) -> Result<u32, DmaFault> {
     let (dbr, ci, size) = (qp.dbr, qp.rq_ci, 1u32 << qp.geom.log_rq_size.min(16));
-    let pi = dev.iommu.read_be32(dbr)? & 0xffff;
+    let pi = dma.read_be32(dbr)? & 0xffff;
     let avail = (pi as u16).wrapping_sub(ci as u16);
     Ok(u32::from(avail).min(size))
 }
 
 /// Reads the receive WQE at the head of the RQ (`rq_ci`), or `None` if none is posted.
-pub(crate) fn peek(dev: &mut Device, qpn: u32) -> Result<Option<RecvWqe>, DmaFault> {
-    if posted(dev, qpn)? == 0 {
+pub(crate) fn peek(qp: &Qp, dma: &mut Iommu) -> Result<Option<RecvWqe>, DmaFault> {
+    if posted(qp, dma)? == 0 {
         return Ok(None);
     }
-    let Some(qp) = dev.objs.qps.get(qpn) else {
-        return Ok(None);
-    };
     let stride = qp.geom.rq_stride.min(1 << 12);
     let index = qp.rq_ci & ((1u32 << qp.geom.log_rq_size.min(16)) - 1);
     let mut bytes = vec![0u8; stride as usize];
-    qp.wq.read(
-        &mut dev.iommu,
-        u64::from(index) * u64::from(stride),
-        &mut bytes,
-    )?;
+    qp.wq
+        .read(dma, u64::from(index) * u64::from(stride), &mut bytes)?;
     let mut sges = Vec::new();
     for chunk in bytes.chunks_exact(16) {
         let Ok(seg) = DataSeg::read_from_bytes(chunk) else {
@@ -109,23 +79,22 @@ pub(crate) fn peek(dev: &mut Device, qpn: u32) -> Result<Option<RecvWqe>, DmaFau
 }
 
 /// Writes `data` at byte `offset` of the message being received into `wqe`, through the
-/// SGEs' lkeys (QP `qpn`'s PD, local write access).
+/// SGEs' lkeys (the receiving QP's PD and number, `who`; local write access).
 pub(crate) fn scatter(
-    dev: &mut Device,
-    qpn: u32,
+    mkeys: &Table<Mkey>,
+    dma: &mut Iommu,
+    who: (u32, u32),
     wqe: &RecvWqe,
     offset: u64,
     data: &[u8],
 ) -> Result<(), ScatterError> {
+    let (pd, qpn) = who;
     let end = offset
         .checked_add(data.len() as u64)
         .ok_or(ScatterError::Length)?;
     if end > wqe.capacity() {
         return Err(ScatterError::Length);
     }
-    let Some(pd) = dev.objs.qps.get(qpn).map(|q| q.pd) else {
-        return Err(ScatterError::Protection);
-    };
     let mut base = 0u64;
     let mut done = 0usize;
     for sge in &wqe.sges {
@@ -134,7 +103,7 @@ pub(crate) fn scatter(
         if done < data.len() && at < sge_end {
             let n = usize::try_from((sge_end - at).min((data.len() - done) as u64))
                 .unwrap_or(usize::MAX);
-            let key = mkey(&dev.objs, sge.lkey).ok_or(ScatterError::Protection)?;
+            let key = mkey(mkeys, sge.lkey).ok_or(ScatterError::Protection)?;
             let va = sge
                 .addr
                 .checked_add(at - base)
@@ -146,7 +115,7 @@ pub(crate) fn scatter(
             for (iova, len) in runs {
                 let len = len as usize;
                 let chunk = data.get(put..put + len).ok_or(ScatterError::Protection)?;
-                dev.iommu.write(iova, chunk).map_err(ScatterError::Fault)?;
+                dma.write(iova, chunk).map_err(ScatterError::Fault)?;
                 put += len;
             }
             done += n;
@@ -171,17 +140,14 @@ pub(crate) struct RecvDone {
     pub se: bool,
 }
 
-/// Completes the WQE at the head of the RQ successfully and consumes it.
-pub(crate) fn complete(dev: &mut Device, qpn: u32, done: &RecvDone) {
-    let Some(qp) = dev.objs.qps.get_mut(qpn) else {
-        return;
-    };
+/// Completes the WQE at the head of the RQ of `qp` successfully and consumes it.
+pub(crate) fn complete(qp: &mut Qp, comp: &mut Completions, io: &mut Io<'_>, done: &RecvDone) {
     let mut cqe = Cqe64::new_zeroed();
     cqe.byte_cnt.set(done.byte_cnt);
     cqe.imm_inval_pkey.set(done.imm);
     cqe.flags_rqpn.set(done.flags_rqpn);
     cqe.srqn_uidx.set(qp.user_index & 0x00ff_ffff);
-    cqe.sop_drop_qpn.set(qpn & 0x00ff_ffff);
+    cqe.sop_drop_qpn.set(qp.qpn & 0x00ff_ffff);
     cqe.wqe_counter.set(qp.rq_ci as u16);
     // The ring stamps the owner bit.
     cqe.op_own = make_op_own(done.opcode, 0, done.se, false);
@@ -189,21 +155,23 @@ pub(crate) fn complete(dev: &mut Device, qpn: u32, done: &RecvDone) {
     let cqn = qp.cqn_rcv;
     let mut bytes = [0u8; 64];
     bytes.copy_from_slice(cqe.as_bytes());
-    dev.post_cqe(cqn, &bytes, done.se);
+    comp.post_cqe(io, cqn, &bytes, done.se);
 }
 
-/// Completes the WQE at the head of the RQ with error `syndrome` (a RESP_ERR CQE) and
-/// consumes it.
-pub(crate) fn complete_error(dev: &mut Device, qpn: u32, syndrome: CqeSyndrome) {
-    let Some(qp) = dev.objs.qps.get_mut(qpn) else {
-        return;
-    };
+/// Completes the WQE at the head of the RQ of `qp` with error `syndrome` (a RESP_ERR CQE)
+/// and consumes it.
+pub(crate) fn complete_error(
+    qp: &mut Qp,
+    comp: &mut Completions,
+    io: &mut Io<'_>,
+    syndrome: CqeSyndrome,
+) {
     let mut cqe = ErrCqe::new_zeroed();
     // cqe_version 1: the user index sits where `srqn` is (rdma-core `cq.c` reads `srqn_uidx`
     // before it looks at the opcode).
     cqe.srqn.set(qp.user_index & 0x00ff_ffff);
     cqe.syndrome = syndrome.0;
-    cqe.s_wqe_opcode_qpn.set(qpn & 0x00ff_ffff);
+    cqe.s_wqe_opcode_qpn.set(qp.qpn & 0x00ff_ffff);
     cqe.wqe_counter.set(qp.rq_ci as u16);
     cqe.op_own = make_op_own(CqeOpcode::RESP_ERR, 0, false, false);
     qp.rq_ci = qp.rq_ci.wrapping_add(1);
@@ -215,27 +183,27 @@ pub(crate) fn complete_error(dev: &mut Device, qpn: u32, syndrome: CqeSyndrome) 
         c.resp_cqe_error += 1;
     }
     if flush {
-        dev.counters.resp_cqe_flush_error += 1;
+        io.counters.resp_cqe_flush_error += 1;
     } else {
-        dev.counters.resp_cqe_error += 1;
+        io.counters.resp_cqe_error += 1;
     }
     let cqn = qp.cqn_rcv;
     let mut bytes = [0u8; 64];
     bytes.copy_from_slice(cqe.as_bytes());
-    dev.post_cqe(cqn, &bytes, true);
+    comp.post_cqe(io, cqn, &bytes, true);
 }
 
-/// Completes every posted receive WQE of `qpn` with WR_FLUSH_ERR. Returns how many.
-pub(crate) fn flush(dev: &mut Device, qpn: u32) -> u32 {
-    let n = match posted(dev, qpn) {
+/// Completes every posted receive WQE of `qp` with WR_FLUSH_ERR. Returns how many.
+pub(crate) fn flush(qp: &mut Qp, comp: &mut Completions, io: &mut Io<'_>) -> u32 {
+    let n = match posted(qp, io.dma) {
         Ok(n) => n,
         Err(f) => {
-            dev.dma_fault(f);
+            io.dma_fault(f);
             return 0;
         }
     };
     for _ in 0..n {
-        complete_error(dev, qpn, CqeSyndrome::WR_FLUSH_ERR);
+        complete_error(qp, comp, io, CqeSyndrome::WR_FLUSH_ERR);
     }
     n
 }
