@@ -5,7 +5,7 @@
 //! for hardware compiles no simulator, and a test still starts in one line.
 //!
 //! Owns: [`SimPair`] and [`SimContext`] (the simulated-NIC constructors of a
-//! [`Context`](bypass_verbs::Context), and the way back from a context to its sim device).
+//! [`Context`], and the way back from a context to its sim device).
 //! Must not: add behaviour of its own: every device object is made by the driver, every
 //! packet by the sim.
 //!

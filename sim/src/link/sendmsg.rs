@@ -29,7 +29,7 @@ pub(crate) const GSO_MAX_SEGS: usize = 64;
 
 /// The link's segmented sends as the requester sees them ([`TxTrains`]: it ends window-cut
 /// WRITE bursts where a send ends).
-pub const GSO_TRAINS: TxTrains = TxTrains {
+pub(crate) const GSO_TRAINS: TxTrains = TxTrains {
     max_segments: GSO_MAX_SEGS as u32,
     max_bytes: GSO_MAX_BYTES as u32,
 };

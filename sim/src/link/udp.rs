@@ -44,7 +44,7 @@ use crate::profile::Profile;
 pub use super::counters::LinkCounters;
 pub use super::ipv4_id::recover_ipv4_id;
 pub(crate) use super::rx::RX_BATCH;
-pub use super::sendmsg::GSO_TRAINS;
+pub(crate) use super::sendmsg::GSO_TRAINS;
 pub(crate) use super::sendmsg::{GSO_MAX_BYTES, GSO_MAX_SEGS};
 pub use super::socket::LinkError;
 
