@@ -257,7 +257,7 @@ impl UdpWire {
             tx_crcs,
             spare,
         } = g;
-        // A device's SQ flush waits for bursts this round sends (`engine::post_err_when_read`).
+        // A device's SQ flush waits for bursts this round sends (`engine::ledger::Ledger::post_err_when_read`).
         let mut flush_waits = false;
         {
             let n = w.len();
