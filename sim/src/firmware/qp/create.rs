@@ -49,7 +49,7 @@ fn short_output() -> CmdError {
 }
 
 /// CREATE_QP: checks everything first, then inserts the QP in RST and takes its users counts.
-pub(super) fn create_qp(
+pub(crate) fn create_qp(
     objs: &mut Objects,
     comp: &mut Completions,
     profile: &Profile,
@@ -185,7 +185,7 @@ pub(super) fn create_qp(
 
 /// DESTROY_QP: from any state; outstanding WQEs are dropped without completions (the PRM
 /// destroys the context; the kernel moves a QP to RESET first only to clean its CQs).
-pub(super) fn destroy_qp(
+pub(crate) fn destroy_qp(
     objs: &mut Objects,
     comp: &mut Completions,
     dp: &mut dyn QpControl,
@@ -223,7 +223,7 @@ pub(super) fn release_users(objs: &mut Objects, comp: &mut Completions, qp: &Qp)
 /// Live fields (the ones the kernel's `query_qp_attr` and rdma-core read back as current, or
 /// that `mlx5_ifc.h` marks as hardware counters): `state`, `next_send_psn`, `next_rcv_psn`,
 /// `hw_sq_wqebb_counter`, `hw_rq_counter`.
-pub(super) fn query_qp(objs: &Objects, input: &[u8], output: &mut [u8]) -> CmdResult {
+pub(crate) fn query_qp(objs: &Objects, input: &[u8], output: &mut [u8]) -> CmdResult {
     let inp = QueryQpIn::new_checked(input).map_err(|_| short_input())?;
     let qp = objs
         .qps

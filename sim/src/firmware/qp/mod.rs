@@ -22,15 +22,9 @@ mod optpar;
 #[cfg(test)]
 mod tests;
 
-use bypass_hw::cmd::Opcode;
 use bypass_hw::syndrome::CmdStatus;
 
-use crate::events::Completions;
-use crate::firmware::command::QpControl;
-use crate::firmware::command::{CmdError, CmdResult};
-use crate::io::Io;
-use crate::objects::Objects;
-use crate::profile::Profile;
+use crate::firmware::command::CmdError;
 
 /// CREATE_QP: `qpc.st` is not a service type this device supports (RC, and UD if `caps.ud`).
 pub const SYND_BAD_SERVICE_TYPE: u32 = 0x0500_0001;
@@ -111,42 +105,5 @@ pub(super) const fn over_limit(syndrome: u32) -> CmdError {
     fail(CmdStatus::LIM_ERR, syndrome)
 }
 
-/// CREATE_QP.
-pub(crate) fn create_qp(
-    objs: &mut Objects,
-    comp: &mut Completions,
-    profile: &Profile,
-    input: &[u8],
-    output: &mut [u8],
-) -> CmdResult {
-    create::create_qp(objs, comp, profile, input, output)
-}
-
-/// DESTROY_QP.
-pub(crate) fn destroy_qp(
-    objs: &mut Objects,
-    comp: &mut Completions,
-    dp: &mut dyn QpControl,
-    input: &[u8],
-    output: &mut [u8],
-) -> CmdResult {
-    create::destroy_qp(objs, comp, dp, input, output)
-}
-
-/// QUERY_QP.
-pub(crate) fn query_qp(objs: &Objects, input: &[u8], output: &mut [u8]) -> CmdResult {
-    create::query_qp(objs, input, output)
-}
-
-/// RST2INIT, INIT2INIT, INIT2RTR, RTR2RTS, RTS2RTS, SQERR2RTS, SQD_RTS, 2ERR, 2RST.
-pub(crate) fn modify_qp(
-    objs: &mut Objects,
-    comp: &mut Completions,
-    profile: &Profile,
-    io: &mut Io<'_>,
-    dp: &mut dyn QpControl,
-    op: Opcode,
-    input: &[u8],
-) -> CmdResult {
-    modify::modify_qp(objs, comp, profile, io, dp, op, input)
-}
+pub(crate) use create::{create_qp, destroy_qp, query_qp};
+pub(crate) use modify::modify_qp;

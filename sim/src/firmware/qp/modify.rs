@@ -100,7 +100,7 @@ struct Update {
 }
 
 /// One modify command.
-pub(super) fn modify_qp(
+pub(crate) fn modify_qp(
     objs: &mut Objects,
     comp: &mut Completions,
     profile: &Profile,
