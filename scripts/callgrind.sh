@@ -38,6 +38,9 @@ rounds="${1:-32}"
 command -v valgrind >/dev/null || { echo "valgrind not found: apt-get install valgrind" >&2; exit 1; }
 
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target/callgrind}"
+# The build log below is written next to the target directory: make sure its parent exists
+# (a fresh checkout has no target/, and the redirect would fail before cargo ran).
+mkdir -p "$CARGO_TARGET_DIR"
 RUSTFLAGS="-C target-cpu=x86-64 -g" cargo bench -p bypass-driver --bench callgrind_hot_path --no-run \
   --message-format=json 2>/dev/null >"$CARGO_TARGET_DIR.build.json" || {
   RUSTFLAGS="-C target-cpu=x86-64 -g" cargo bench -p bypass-driver --bench callgrind_hot_path --no-run; exit 1; }
