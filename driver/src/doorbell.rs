@@ -62,7 +62,7 @@ impl SendDoorbell {
                 // (the SQ's start is, checked at QP creation); this post wrote them and nothing
                 // writes them until their completion retires them, after this call returns.
                 mmio.write_bf(reg, unsafe { &*p });
-            } else if !last.wraps() && last.slot() + last.wqebbs() <= sq.wqebbs {
+            } else if last.slot() + last.wqebbs() <= sq.wqebbs {
                 for k in 0..last.wqebbs() as usize {
                     // SAFETY: as above, for blocks `slot..slot + wqebbs`, inside the ring
                     // (checked just above).

@@ -117,8 +117,6 @@ pub struct Written {
     start: u32,
     /// Where its first block is in the ring: `start & (wqebbs in the ring - 1)`.
     slot: u32,
-    /// True when the WQE continues at the start of the ring (its blocks are not contiguous).
-    wraps: bool,
     /// Size in 16-byte units.
     ds: u8,
     /// Size in WQEBBs.
@@ -126,8 +124,6 @@ pub struct Written {
     /// The first 8 bytes of the ctrl segment as stored (`opmod_idx_opcode`, `qpn_ds`), as one
     /// native word: what the 8-byte doorbell writes.
     doorbell: u64,
-    /// True when the payload was inline.
-    inline: bool,
 }
 
 impl Written {
@@ -139,11 +135,9 @@ impl Written {
         Self {
             start,
             slot: start & sq.wqebbs.wrapping_sub(1),
-            wraps: false,
             ds: WRITE_DS,
             wqebbs: 1,
             doorbell,
-            inline: false,
         }
     }
 
@@ -157,12 +151,6 @@ impl Written {
     #[inline(always)]
     pub fn slot(&self) -> u32 {
         self.slot
-    }
-
-    /// True when it continues at the start of the ring.
-    #[inline(always)]
-    pub fn wraps(&self) -> bool {
-        self.wraps
     }
 
     /// Size in 16-byte units.
@@ -547,8 +535,7 @@ pub fn write_wqe<S: Shapes>(
     // `wqebbs >= 1` fit, so the ring has at least one WQEBB and `wqebbs - 1` is its mask.
     let start = sq.cur_post;
     let slot = start & (sq.wqebbs - 1);
-    let wraps = slot + wqebbs > sq.wqebbs;
-    if wraps {
+    if slot + wqebbs > sq.wqebbs {
         if let Some(l) = S::left() {
             return Err(Stop::Left(l));
         }
@@ -597,11 +584,9 @@ pub fn write_wqe<S: Shapes>(
     Ok(Written {
         start,
         slot,
-        wraps,
         ds: ds as u8,
         wqebbs,
         doorbell: ctrl[0],
-        inline: inline.is_some(),
     })
 }
 
@@ -743,11 +728,9 @@ pub fn write_rdma_write_reserved(
     Written {
         start,
         slot,
-        wraps: false,
         ds: WRITE_DS,
         wqebbs: 1,
         doorbell: ctrl[0],
-        inline: false,
     }
 }
 
