@@ -494,9 +494,7 @@ pub fn write_wqe<S: Shapes>(
             (sges, None)
         }
         Payload::Inline(data) => {
-            if let Some(l) = S::left() {
-                return Err(Stop::Left(l));
-            }
+            // The common shapes left inline payloads at the top: only `All` gets here.
             if atomic.is_some() || matches!(wr.op, SendOp::Read { .. }) {
                 return Err(Stop::Refused(bad(
                     qpn,
