@@ -631,7 +631,8 @@ fn completion(held: HeldRef<'_>, cqe: &Cqe64, t: Taken) -> WorkCompletion {
 }
 
 /// CQE bytes 60..64 (`wqe_counter`, `signature`, `op_own`) as one big-endian word, which
-/// [`crate::wq::WqShared::complete_send_word`] retires by: a constant range, so one load and a byte swap.
+/// [`crate::wq::WqShared::complete_send_word`] retires by: a constant range, so one load and
+/// a byte swap.
 #[inline(always)]
 fn send_word(cqe: &Cqe64) -> u32 {
     cqe.as_bytes()

@@ -300,8 +300,9 @@ impl QpTable {
 /// control path's blocking take), given back by [`Held::release`], which consumes it. What
 /// only the holder may touch, the QP lookup with its cache and the consumer count's writes, is
 /// reached through it ([`Held::get`]), so the compiler checks the rule: no lookup without the
-/// side held, and no looked-up bookkeeping borrowed past its release. A reference to the table and nothing more. Not `Sync` (a lookup writes the cache:
-/// one thread at a time uses it); it may move to another thread, as a poll guard may.
+/// side held, and no looked-up bookkeeping borrowed past its release. A reference to the table
+/// and nothing more. Not `Sync` (a lookup writes the cache: one thread at a time uses it); it
+/// may move to another thread, as a poll guard may.
 ///
 /// Released explicitly, not on drop: a release in `Drop` would give every poll that calls out
 /// of line (the cold paths) an unwinding landing pad and the registers it keeps live. One
