@@ -518,19 +518,33 @@ impl Qp {
         if !self.write_ok {
             return Err(self.write_refusal());
         }
-        let Some(w) = write_rdma_write(
+        let w = self.write_one(wr_id, local, &remote, flags)?;
+        self.db.ring(&self.sq, w, true);
+        Ok(())
+    }
+
+    /// The WQE of an RDMA WRITE of `local` to `remote` on a QP that takes
+    /// [`Qp::post_write`] (`write_ok`), if the SQ has a free WQEBB ([`write_rdma_write`]);
+    /// the doorbell is the caller's. [`Qp::post_write`] out of credits and
+    /// [`WriteBatch::write`].
+    #[inline(always)]
+    fn write_one(
+        &mut self,
+        wr_id: u64,
+        local: &Sge,
+        remote: &RemoteAddr,
+        flags: SendFlags,
+    ) -> core::result::Result<Written, PostRefused> {
+        write_rdma_write(
             &mut self.sq,
             &self.shared,
             &self.write_tpl,
             wr_id,
             local,
-            &remote,
+            remote,
             flags,
-        ) else {
-            return Err(PostRefused::new(self.res.qpn, Refusal::SqFull));
-        };
-        self.db.ring(&self.sq, w, true);
-        Ok(())
+        )
+        .ok_or(PostRefused::new(self.res.qpn, Refusal::SqFull))
     }
 
     /// Why [`Qp::post_write`] refuses on this QP (`write_ok` false: not able to send, UD, or no
@@ -674,18 +688,7 @@ impl WriteBatch<'_> {
         remote: RemoteAddr,
         flags: SendFlags,
     ) -> core::result::Result<(), PostRefused> {
-        let q = &mut *self.qp;
-        let Some(w) = write_rdma_write(
-            &mut q.sq,
-            &q.shared,
-            &q.write_tpl,
-            wr_id,
-            &local,
-            &remote,
-            flags,
-        ) else {
-            return Err(PostRefused::new(q.res.qpn, Refusal::SqFull));
-        };
+        let w = self.qp.write_one(wr_id, &local, &remote, flags)?;
         self.last = w.doorbell();
         self.n += 1;
         Ok(())
