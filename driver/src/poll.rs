@@ -591,6 +591,8 @@ impl CqPoller {
                 Some(CqPollGuard {
                     poller: this,
                     wr_id: t.wr_id,
+                    // Read again, not kept from `acquire_fast`: a `ci` live across the cold
+                    // call costs the fast path a register (and its spill).
                     ci: held.get().ci(),
                     held: ManuallyDrop::new(held),
                     opcode: t.opcode,
