@@ -298,10 +298,7 @@ impl DmaMapper {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .alloc(rlen as u64, align)?;
-        if let Err(e) = self
-            .backend
-            .map_dma(iova, region.clone() as Arc<dyn HostMemory>)
-        {
+        if let Err(e) = self.backend.map_dma(iova, region.clone()) {
             self.free_iova(iova, rlen);
             return Err(e.into());
         }
