@@ -131,25 +131,6 @@ impl RingPtr {
         out
     }
 
-    /// The 64-byte block at `off` (rounded down to 64, masked) as eight `u64` words in place,
-    /// for a BlueFlame copy without an intermediate buffer; `None` if the ring is not 8-byte
-    /// aligned.
-    ///
-    /// # Safety
-    /// Nothing may write those bytes while the reference lives (an SQ block software has
-    /// written and the device only reads).
-    #[inline(always)]
-    pub unsafe fn block64(&self, off: usize) -> Option<&[u64; 8]> {
-        let at = (off & self.mask()) & !63;
-        if at + 64 > self.len {
-            return None;
-        }
-        let p = self.base.as_ptr().wrapping_add(at).cast::<[u64; 8]>();
-        // SAFETY: `at + 64 <= len`: inside the ring (valid for reads), aligned (checked); the
-        // caller guarantees no concurrent write.
-        p.is_aligned().then(|| unsafe { &*p })
-    }
-
     /// A handle on the 4-byte-aligned big-endian word at `off` (a doorbell-record word), for
     /// stores with no per-store checks; `None` if it is not inside the ring or not aligned.
     pub fn word32(&self, off: usize) -> Option<Word32> {
