@@ -12,5 +12,5 @@
 pub mod vfio;
 
 pub use bypass_seam::{
-    Backend, BackendError, DmaMap, HostMemory, Interrupts, IovaRange, MemlockState, Mmio, Progress,
+    Backend, BackendError, DmaMap, HostMemory, Interrupts, IovaRange, Mmio, Progress,
 };

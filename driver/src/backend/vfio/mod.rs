@@ -33,10 +33,8 @@ use vfio_bindings::bindings::vfio::{
 use vfio_ioctls::{VfioContainer, VfioDevice};
 use vmm_sys_util::eventfd::{EFD_NONBLOCK, EventFd};
 
-use super::{
-    Backend, BackendError, DmaMap, HostMemory, Interrupts, IovaRange, MemlockState, Mmio, Progress,
-};
-use crate::dma::PAGE_SIZE;
+use super::{Backend, BackendError, DmaMap, HostMemory, Interrupts, IovaRange, Mmio, Progress};
+use crate::dma::{MemlockState, PAGE_SIZE};
 pub use error::{GroupMember, VfioError};
 pub use iommu_info::IommuInfo;
 pub use region::{Bar, RegionInfo};
