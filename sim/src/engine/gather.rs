@@ -14,6 +14,7 @@
 
 use bypass_hw::syndrome::CqeSyndrome;
 
+use crate::io::Io;
 use crate::iommu::{Dir, DmaFault, HostRun, Iommu};
 use crate::mkey::{Mkey, Need};
 use crate::table::Table;
@@ -33,6 +34,14 @@ impl MemError {
     /// The CQE syndrome the requester reports.
     pub fn syndrome(self) -> CqeSyndrome {
         CqeSyndrome::LOCAL_PROT_ERR
+    }
+
+    /// Counts and traces a refused DMA (`Io::dma_fault`), then the CQE syndrome.
+    pub(crate) fn report(self, io: &mut Io<'_>) -> CqeSyndrome {
+        if let Self::Dma(f) = self {
+            io.dma_fault(f);
+        }
+        self.syndrome()
     }
 }
 

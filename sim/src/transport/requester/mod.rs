@@ -495,12 +495,7 @@ fn payload(
         u64::from(off),
         n as usize,
     )
-    .map_err(|e| {
-        if let gather::MemError::Dma(f) = e {
-            s.io.dma_fault(f);
-        }
-        e.syndrome()
-    })
+    .map_err(|e| e.report(s.io))
 }
 
 /// One RC packet of `wqes[cur]`, or, for a WRITE on the fast path, a burst of `burst`
