@@ -16,7 +16,7 @@ use bypass_hw::syndrome::CqeSyndrome;
 
 use crate::io::Io;
 use crate::iommu::{Dir, DmaFault, HostRun, Iommu};
-use crate::mkey::{Mkey, Need};
+use crate::mkey::{Mkey, Need, lookup};
 use crate::table::Table;
 
 use super::wqe::Sge;
@@ -43,11 +43,6 @@ impl MemError {
         }
         self.syndrome()
     }
-}
-
-/// The mkey `key` names, if its index and variant byte match.
-fn lookup(mkeys: &Table<Mkey>, key: u32) -> Option<&Mkey> {
-    mkeys.get(key >> 8).filter(|m| m.key == key)
 }
 
 /// Checks every SGE for `need` by a QP in `pd` numbered `qpn`, without touching memory.
