@@ -114,20 +114,8 @@ impl Device {
 
     /// The parts a command works on, lent to the firmware for one command doorbell.
     pub(crate) fn hca(&mut self) -> Hca<'_> {
-        Hca {
-            fw: &mut self.fw,
-            objs: &mut self.objs,
-            comp: &mut self.comp,
-            profile: &self.profile,
-            io: Io {
-                dma: &mut self.iommu,
-                counters: &mut self.counters,
-                trace: &mut self.trace,
-                now: self.now,
-            },
-            dp: &mut self.tp,
-            cmdq: self.bar.cmdq_addr(),
-        }
+        let (dp, fw, bar) = self.parts();
+        hca_of(dp, fw, bar.cmdq_addr())
     }
 
     /// The firmware's bring-up stage.
@@ -146,30 +134,46 @@ impl Device {
     /// makes QUERY_PAGES REGULAR report the count until the driver gives or takes the pages.
     /// Ignored unless the HCA is initialized.
     pub fn request_pages(&mut self, n: i32) {
-        let mut io = Io {
-            dma: &mut self.iommu,
-            counters: &mut self.counters,
-            trace: &mut self.trace,
-            now: self.now,
-        };
-        crate::firmware::pages::request_pages(&mut self.fw, &mut self.comp, &mut io, n);
+        let Hca {
+            fw, comp, mut io, ..
+        } = self.hca();
+        crate::firmware::pages::request_pages(fw, comp, &mut io, n);
     }
 
     /// The data path's parts, lent for one doorbell, packet or scan.
     #[inline]
     pub(crate) fn data_path(&mut self) -> DataPath<'_> {
-        DataPath {
-            objs: &mut self.objs,
-            comp: &mut self.comp,
-            tp: &mut self.tp,
-            profile: &self.profile,
+        self.parts().0
+    }
+
+    /// Every part, split: the data path's, the firmware and BAR0 (disjoint borrows).
+    #[inline(always)]
+    fn parts(&mut self) -> (DataPath<'_>, &mut Firmware, &mut Bar0) {
+        let Self {
+            profile,
+            iommu,
+            bar,
+            fw,
+            objs,
+            tp,
+            comp,
+            now,
+            counters,
+            trace,
+        } = self;
+        let dp = DataPath {
+            objs,
+            comp,
+            tp,
+            profile,
             io: Io {
-                dma: &mut self.iommu,
-                counters: &mut self.counters,
-                trace: &mut self.trace,
-                now: self.now,
+                dma: iommu,
+                counters,
+                trace,
+                now: *now,
             },
-        }
+        };
+        (dp, fw, bar)
     }
 
     /// Device time (ns).
@@ -330,30 +334,7 @@ impl Device {
             }
             return progress;
         }
-        let Self {
-            profile,
-            iommu,
-            bar,
-            fw,
-            objs,
-            tp,
-            comp,
-            now,
-            counters,
-            trace,
-        } = self;
-        let mut dp = DataPath {
-            objs,
-            comp,
-            tp,
-            profile,
-            io: Io {
-                dma: iommu,
-                counters,
-                trace,
-                now: *now,
-            },
-        };
+        let (mut dp, fw, bar) = self.parts();
         while let Some(db) = bar.take() {
             ring(&mut dp, fw, bar, db);
         }
@@ -507,27 +488,35 @@ impl Device {
     }
 }
 
+/// The parts a command works on: the data path's (its transport as the firmware's
+/// `QpControl`), the firmware's own, and the command queue at `cmdq`.
+#[inline(always)]
+fn hca_of<'a>(dp: DataPath<'a>, fw: &'a mut Firmware, cmdq: u64) -> Hca<'a> {
+    let DataPath {
+        objs,
+        comp,
+        tp,
+        profile,
+        io,
+    } = dp;
+    Hca {
+        fw,
+        objs,
+        comp,
+        profile,
+        io,
+        dp: tp,
+        cmdq,
+    }
+}
+
 /// Acts on doorbell `db` with the data path's parts (the firmware's, with `fw` and the command
 /// queue `bar` names, for a command doorbell).
 #[inline(always)]
 fn ring(dp: &mut DataPath<'_>, fw: &mut Firmware, bar: &Bar0, db: Doorbell) {
     match db {
         Doorbell::Command(slots) => {
-            let mut hca = Hca {
-                fw,
-                objs: &mut *dp.objs,
-                comp: &mut *dp.comp,
-                profile: dp.profile,
-                io: Io {
-                    dma: &mut *dp.io.dma,
-                    counters: &mut *dp.io.counters,
-                    trace: &mut *dp.io.trace,
-                    now: dp.io.now,
-                },
-                dp: &mut *dp.tp,
-                cmdq: bar.cmdq_addr(),
-            };
-            crate::firmware::process(&mut hca, slots);
+            crate::firmware::process(&mut hca_of(dp.reborrow(), fw, bar.cmdq_addr()), slots);
         }
         Doorbell::Send { uar, ctrl } => crate::transport::doorbell(dp, uar, ctrl, None),
         Doorbell::BlueFlame { uar, wqe } => {

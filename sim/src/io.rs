@@ -23,6 +23,17 @@ pub(crate) struct Io<'a> {
 }
 
 impl Io<'_> {
+    /// The same borrows, for a shorter time (a part lending them on).
+    #[inline(always)]
+    pub(crate) fn reborrow(&mut self) -> Io<'_> {
+        Io {
+            dma: &mut *self.dma,
+            counters: &mut *self.counters,
+            trace: &mut *self.trace,
+            now: self.now,
+        }
+    }
+
     /// Counts and traces a DMA the IOMMU refused.
     pub(crate) fn dma_fault(&mut self, f: DmaFault) {
         self.counters.dma_faults += 1;

@@ -10,6 +10,10 @@
 //! of the MTT, and MTT entry *i* the IOVA of the page holding `start_addr + i * page` (rounded
 //! down), with `MLX5_MTT_READ`/`WRITE` in its low bits. The key is `mkey_index << 8 | mkey_7_0`.
 
+use bypass_hw::cmd::mkey::mkey_index;
+
+use crate::table::Table;
+
 /// Access rights of an mkey (`mkc.lr/lw/rr/rw/a`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Access {
@@ -74,6 +78,13 @@ pub struct Mkey {
     pub page_shift: u32,
     /// MTT: page IOVAs (low bits may carry the read/write flags and are ignored).
     pub mtt: Vec<u64>,
+}
+
+/// The mkey `key` (an lkey or rkey) names in `mkeys`, if both its index and its variant byte
+/// match: a key of a destroyed mkey whose index was given out again names nothing.
+#[inline]
+pub(crate) fn lookup(mkeys: &Table<Mkey>, key: u32) -> Option<&Mkey> {
+    mkeys.get(mkey_index(key)).filter(|m| m.key == key)
 }
 
 impl Mkey {

@@ -117,7 +117,6 @@ impl<T> Table<T> {
     }
 
     /// Objects in number order, writable.
-    #[cfg(test)]
     pub fn iter_mut(&mut self) -> impl Iterator<Item = (u32, &mut T)> {
         let base = self.base;
         self.slots

@@ -14,8 +14,9 @@
 
 use bypass_hw::syndrome::CqeSyndrome;
 
+use crate::io::Io;
 use crate::iommu::{Dir, DmaFault, HostRun, Iommu};
-use crate::mkey::{Mkey, Need};
+use crate::mkey::{Mkey, Need, lookup};
 use crate::table::Table;
 
 use super::wqe::Sge;
@@ -34,11 +35,14 @@ impl MemError {
     pub fn syndrome(self) -> CqeSyndrome {
         CqeSyndrome::LOCAL_PROT_ERR
     }
-}
 
-/// The mkey `key` names, if its index and variant byte match.
-fn lookup(mkeys: &Table<Mkey>, key: u32) -> Option<&Mkey> {
-    mkeys.get(key >> 8).filter(|m| m.key == key)
+    /// Counts and traces a refused DMA (`Io::dma_fault`), then the CQE syndrome.
+    pub(crate) fn report(self, io: &mut Io<'_>) -> CqeSyndrome {
+        if let Self::Dma(f) = self {
+            io.dma_fault(f);
+        }
+        self.syndrome()
+    }
 }
 
 /// Checks every SGE for `need` by a QP in `pd` numbered `qpn`, without touching memory.

@@ -227,23 +227,19 @@ impl Ledger {
     }
 
     /// Writes the error CQEs held for `qpn`'s bursts now if those bursts are all read (a
-    /// 2RST_QP about to forget them waited for the reads). True if it wrote any.
+    /// 2RST_QP about to forget them waited for the reads).
     pub(crate) fn post_held(
         &mut self,
         qps: &mut Table<Qp>,
         comp: &mut Completions,
         io: &mut Io<'_>,
         qpn: u32,
-    ) -> bool {
+    ) {
         if !qps.contains(qpn) {
-            return false;
+            return;
         }
-        match self.take_held(qpn) {
-            Some(errs) => {
-                post_errs(qps, comp, io, qpn, errs);
-                true
-            }
-            None => false,
+        if let Some(errs) = self.take_held(qpn) {
+            post_errs(qps, comp, io, qpn, errs);
         }
     }
 

@@ -19,7 +19,7 @@ use super::wqe::{RecvWqe, Sge};
 use crate::events::Completions;
 use crate::io::Io;
 use crate::iommu::{DmaFault, Iommu};
-use crate::mkey::{Mkey, Need};
+use crate::mkey::{Mkey, Need, lookup};
 use crate::objects::Qp;
 use crate::table::Table;
 
@@ -32,12 +32,6 @@ pub(crate) enum ScatterError {
     Protection,
     /// The IOMMU refused the write (counted as a DMA fault, reported as LOCAL_PROT_ERR).
     Fault(DmaFault),
-}
-
-/// The mkey named by `key` (index and variant byte must both match).
-#[inline]
-pub(crate) fn mkey(mkeys: &Table<Mkey>, key: u32) -> Option<&Mkey> {
-    mkeys.get(key >> 8).filter(|m| m.key == key)
 }
 
 /// Receive WQEs posted and not yet consumed: the doorbell record's 16-bit producer minus the
@@ -103,7 +97,7 @@ pub(crate) fn scatter(
         if done < data.len() && at < sge_end {
             let n = usize::try_from((sge_end - at).min((data.len() - done) as u64))
                 .unwrap_or(usize::MAX);
-            let key = mkey(mkeys, sge.lkey).ok_or(ScatterError::Protection)?;
+            let key = lookup(mkeys, sge.lkey).ok_or(ScatterError::Protection)?;
             let va = sge
                 .addr
                 .checked_add(at - base)

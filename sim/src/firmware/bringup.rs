@@ -180,9 +180,7 @@ pub(crate) fn teardown_hca(
     let caps = &profile.caps;
     match how {
         TeardownProfile::GRACEFUL_CLOSE | TeardownProfile::FORCE_CLOSE => {
-            objs.clear();
-            comp.clear();
-            dp.forget_all();
+            destroy_all(objs, comp, dp);
             fw.stage = Stage::TornDown;
             fw.page_target = 0;
             fw.fast_teardown_armed = false;
@@ -215,8 +213,13 @@ fn reset(
     profile: &Profile,
     dp: &mut dyn QpControl,
 ) {
+    destroy_all(objs, comp, dp);
+    *fw = Firmware::new(profile);
+}
+
+/// Every object gone: the tables, the CQs and EQs, and what the data path keeps per QP.
+fn destroy_all(objs: &mut Objects, comp: &mut Completions, dp: &mut dyn QpControl) {
     objs.clear();
     comp.clear();
     dp.forget_all();
-    *fw = Firmware::new(profile);
 }

@@ -38,7 +38,9 @@ impl CmdError {
     pub(crate) const fn busy(syndrome: u32) -> Self {
         Self::new(CmdStatus::RES_BUSY, syndrome)
     }
-    /// LIM_ERR with `syndrome`.
+    /// LIM_ERR with `syndrome`: a value above a capability, or a table already full (real
+    /// firmware answers an exhausted mkey table with "CREATE_MKEY(0x200) op_mod(0x0) failed,
+    /// status limits exceeded(0x8)": kernel `mlx5_cmd_check` log lines in public bug reports).
     pub(crate) const fn lim(syndrome: u32) -> Self {
         Self::new(CmdStatus::LIM_ERR, syndrome)
     }

@@ -32,6 +32,7 @@ use crate::io::Io;
 use crate::objects::Objects;
 use crate::profile::Profile;
 
+pub(crate) use bringup::nic_disabled;
 pub(crate) use cmdq::{process, retry_waiting};
 pub(crate) use command::{CmdError, CmdResult, QpControl};
 
@@ -324,11 +325,6 @@ fn dispatch(c: &mut Hca<'_>, op: Opcode, input: &[u8], out: &mut [u8]) -> CmdRes
             syndromes::UNKNOWN_OPCODE,
         )),
     }
-}
-
-/// The driver wrote NIC interface DISABLED into `cmdq_addr_l_sz` (fast teardown).
-pub(crate) fn nic_disabled(c: &mut Hca<'_>) {
-    bringup::nic_disabled(c);
 }
 
 /// Checks `uid` (bits 0x10..0x20 of every object command): the sim has no DEVX user contexts,

@@ -306,10 +306,7 @@ fn on_read_response(
     }
     let r = gather::scatter(s.mkeys, s.io.dma, c.pd, c.qpn, &w.sges, off, pkt.payload());
     if let Err(e) = r {
-        if let gather::MemError::Dma(f) = e {
-            s.io.dma_fault(f);
-        }
-        fail_at(req, psn, e.syndrome());
+        fail_at(req, psn, e.report(s.io));
         return;
     }
     let last = matches!(pos, Position::Last | Position::Only);
@@ -358,10 +355,7 @@ fn on_atomic_ack(
     let orig = ack.orig().to_be_bytes();
     let r = gather::scatter(s.mkeys, s.io.dma, c.pd, c.qpn, &w.sges, 0, &orig);
     if let Err(e) = r {
-        if let gather::MemError::Dma(f) = e {
-            s.io.dma_fault(f);
-        }
-        fail_at(req, psn, e.syndrome());
+        fail_at(req, psn, e.report(s.io));
         return;
     }
     if let Some(w) = req.wqes.get_mut(i) {

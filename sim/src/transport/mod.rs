@@ -134,12 +134,7 @@ fn receive_packet(dp: &mut DataPath<'_>, pkt: &RocePacket<'_>, icrc_checked: boo
         Transport::Ud => qp.st == st::UD,
         _ => false,
     };
-    // Packets reach a QP from RTR on (rxe `check_type_state`); in ERR they are dropped.
-    let state_ok = matches!(
-        qp.state,
-        QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::SqDraining | QpState::Sqer
-    );
-    if !type_ok || !state_ok {
+    if !type_ok || !takes_packets(qp.state) {
         dp.io.counters.rx_discards += 1;
         return;
     }
@@ -154,7 +149,10 @@ fn receive_packet(dp: &mut DataPath<'_>, pkt: &RocePacket<'_>, icrc_checked: boo
 /// and processed packet by packet, so every outcome is the per-packet path's.
 #[inline(always)]
 pub(crate) fn receive_burst(dp: &mut DataPath<'_>, b: &Burst) {
-    if !dp.io.trace.enabled() && burst_reaches_qp(dp, b) && responder::burst::apply(dp, b) {
+    if !dp.io.trace.enabled()
+        && reaches_rc_qp(dp, &b.ip, b.dest_qp)
+        && responder::burst::apply(dp, b)
+    {
         return;
     }
     for pkt in b.segment() {
@@ -182,25 +180,25 @@ pub(crate) fn receive_ack(dp: &mut DataPath<'_>, a: &AckFrame) {
     completer::handle_ack(dp, a.dest_qp, a.psn, &a.aeth);
 }
 
-/// The checks `receive` makes before the responder, for a burst: ours, an RC QP in a state
-/// that takes packets.
-fn burst_reaches_qp(dp: &mut DataPath<'_>, b: &Burst) -> bool {
-    reaches_rc_qp(dp, &b.ip, b.dest_qp)
-}
-
 /// True if the destination address is ours and `qpn` is an RC QP in a state that takes
 /// packets (the checks of `receive`, rxe `check_addr`/`check_type_state`).
 fn reaches_rc_qp(dp: &mut DataPath<'_>, ip: &IpSpec, qpn: u32) -> bool {
     if !dp.owns_gid(&crate::frame::dst_gid(ip)) {
         return false;
     }
-    dp.objs.qps.get(qpn).is_some_and(|qp| {
-        qp.st == st::RC
-            && matches!(
-                qp.state,
-                QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::SqDraining | QpState::Sqer
-            )
-    })
+    dp.objs
+        .qps
+        .get(qpn)
+        .is_some_and(|qp| qp.st == st::RC && takes_packets(qp.state))
+}
+
+/// True if a QP in `state` takes packets: from RTR on, not in ERR (rxe `check_type_state`).
+#[inline(always)]
+fn takes_packets(state: QpState) -> bool {
+    matches!(
+        state,
+        QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::SqDraining | QpState::Sqer
+    )
 }
 
 /// The periodic scan of a device step: runs every transport timer that has expired by device

@@ -108,6 +108,18 @@ pub(crate) struct DataPath<'a> {
 }
 
 impl DataPath<'_> {
+    /// The same borrows, for a shorter time (a command doorbell lends them to the firmware).
+    #[inline(always)]
+    pub(crate) fn reborrow(&mut self) -> DataPath<'_> {
+        DataPath {
+            objs: &mut *self.objs,
+            comp: &mut *self.comp,
+            tp: &mut *self.tp,
+            profile: self.profile,
+            io: self.io.reborrow(),
+        }
+    }
+
     /// Moves QP `qpn` to `to` (`engine::set_qp_state`).
     pub(crate) fn set_qp_state(&mut self, qpn: u32, to: QpState) {
         crate::engine::set_qp_state(

@@ -22,8 +22,7 @@ use bypass_hw::syndrome::CmdStatus;
 use super::{
     SYND_BAD_SERVICE_TYPE, SYND_INPUT_LEN, SYND_INPUT_QPN, SYND_NO_CQ_RCV, SYND_NO_CQ_SND,
     SYND_NO_PD, SYND_NO_QP, SYND_NO_UAR, SYND_OUTPUT_LEN, SYND_PAS, SYND_QP_TABLE_FULL,
-    SYND_RQ_SIZE, SYND_RQ_STRIDE, SYND_RQ_TYPE, SYND_SQ_SIZE, SYND_UMEM, bad_param, fail,
-    over_limit,
+    SYND_RQ_SIZE, SYND_RQ_STRIDE, SYND_RQ_TYPE, SYND_SQ_SIZE, SYND_UMEM,
 };
 use crate::buffer::PageList;
 use crate::events::Completions;
@@ -40,12 +39,12 @@ const RQ_TYPE_REGULAR: u32 = 0;
 
 /// The input is too short for its layout.
 fn short_input() -> CmdError {
-    fail(CmdStatus::BAD_INP_LEN_ERR, SYND_INPUT_LEN)
+    CmdError::inlen(SYND_INPUT_LEN)
 }
 
 /// The output is too short for its layout.
 fn short_output() -> CmdError {
-    fail(CmdStatus::BAD_OUTP_LEN_ERR, SYND_OUTPUT_LEN)
+    CmdError::new(CmdStatus::BAD_OUTP_LEN_ERR, SYND_OUTPUT_LEN)
 }
 
 /// CREATE_QP: checks everything first, then inserts the QP in RST and takes its users counts.
@@ -66,38 +65,38 @@ pub(crate) fn create_qp(
     let st = u8::try_from(qpc.st()).unwrap_or(u8::MAX);
     let supported = st == service_type::RC || (st == service_type::UD && caps.ud);
     if !supported {
-        return Err(bad_param(SYND_BAD_SERVICE_TYPE));
+        return Err(CmdError::param(SYND_BAD_SERVICE_TYPE));
     }
     // `input_qpn` needs a capability this device does not advertise (kernel `qp.c` sets it
     // only for `MLX5_IB_QP_CREATE_SQPN_QP1`-style special QPs).
     if inp.input_qpn() != 0 {
-        return Err(bad_param(SYND_INPUT_QPN));
+        return Err(CmdError::param(SYND_INPUT_QPN));
     }
     // DEVX umems exist only under the kernel's DEVX; over VFIO there are none to name.
     if inp.wq_umem_valid() != 0 || qpc.dbr_umem_valid() != 0 {
-        return Err(bad_param(SYND_UMEM));
+        return Err(CmdError::param(SYND_UMEM));
     }
     if qpc.rq_type() != RQ_TYPE_REGULAR {
-        return Err(bad_param(SYND_RQ_TYPE));
+        return Err(CmdError::param(SYND_RQ_TYPE));
     }
 
     // Sizes (kernel `set_rq_size`, `calc_sq_size`, `set_user_buf_size`: log_max_qp_sz,
     // max_wqe_sz_rq).
     let log_rq_size = u8::try_from(qpc.log_rq_size()).unwrap_or(u8::MAX);
     if log_rq_size > caps.log_max_qp_sz {
-        return Err(over_limit(SYND_RQ_SIZE));
+        return Err(CmdError::lim(SYND_RQ_SIZE));
     }
     let log_rq_stride = u8::try_from(qpc.log_rq_stride()).unwrap_or(u8::MAX);
     let rq_stride = rq_stride_bytes(log_rq_stride);
     if rq_stride > u64::from(caps.max_wqe_sz_rq) {
-        return Err(over_limit(SYND_RQ_STRIDE));
+        return Err(CmdError::lim(SYND_RQ_STRIDE));
     }
     let log_sq_size = if qpc.no_sq() != 0 {
         None
     } else {
         let l = u8::try_from(qpc.log_sq_size()).unwrap_or(u8::MAX);
         if l > caps.log_max_qp_sz {
-            return Err(over_limit(SYND_SQ_SIZE));
+            return Err(CmdError::lim(SYND_SQ_SIZE));
         }
         Some(l)
     };
@@ -105,31 +104,31 @@ pub(crate) fn create_qp(
     // The objects it names (BAD_RES: "the object the command names does not exist").
     let pd = qpc.pd();
     if !objs.pds.contains(pd) {
-        return Err(fail(CmdStatus::BAD_RES_ERR, SYND_NO_PD));
+        return Err(CmdError::res(SYND_NO_PD));
     }
     let cqn_snd = qpc.cqn_snd();
     if !comp.cqs.contains(cqn_snd) {
-        return Err(fail(CmdStatus::BAD_RES_ERR, SYND_NO_CQ_SND));
+        return Err(CmdError::res(SYND_NO_CQ_SND));
     }
     let cqn_rcv = qpc.cqn_rcv();
     if !comp.cqs.contains(cqn_rcv) {
-        return Err(fail(CmdStatus::BAD_RES_ERR, SYND_NO_CQ_RCV));
+        return Err(CmdError::res(SYND_NO_CQ_RCV));
     }
     let uar = qpc.uar_page();
     if !objs.uars.contains(uar) {
-        return Err(fail(CmdStatus::BAD_RES_ERR, SYND_NO_UAR));
+        return Err(CmdError::res(SYND_NO_UAR));
     }
 
     // The WQ buffer: RQ at offset 0, SQ right after it (rdma-core `sq.offset = rq.wq_size`),
     // `pas[]` pages of `4 KiB << log_page_size`, starting `page_offset * 64` bytes into the
     // first (kernel `mlx5_ib_populate_pas` + `MLX5_SET(qpc, qpc, page_offset, ...)`).
     let (_, wq_len) =
-        wq_buf_layout(log_rq_size, log_rq_stride, log_sq_size).ok_or(bad_param(SYND_PAS))?;
+        wq_buf_layout(log_rq_size, log_rq_stride, log_sq_size).ok_or(CmdError::param(SYND_PAS))?;
     let pages: Vec<u64> = (0..inp.pas_capacity())
         .filter_map(|i| inp.pas(i).ok())
         .collect();
     let wq = PageList::new(pages, qpc.log_page_size(), qpc.page_offset(), wq_len)
-        .map_err(|_| bad_param(SYND_PAS))?;
+        .map_err(|_| CmdError::param(SYND_PAS))?;
 
     let geom = WqGeometry {
         log_rq_size,
@@ -164,7 +163,7 @@ pub(crate) fn create_qp(
         counters: Default::default(),
     }) else {
         // Every QP number of `1 << log_max_qp` is taken.
-        return Err(over_limit(SYND_QP_TABLE_FULL));
+        return Err(CmdError::lim(SYND_QP_TABLE_FULL));
     };
 
     // The objects it uses cannot be destroyed while it lives (RES_BUSY in their DESTROY).
@@ -196,7 +195,7 @@ pub(crate) fn destroy_qp(
     let qp = objs
         .qps
         .remove(inp.qpn())
-        .ok_or(fail(CmdStatus::BAD_RES_ERR, SYND_NO_QP))?;
+        .ok_or(CmdError::res(SYND_NO_QP))?;
     release_users(objs, comp, &qp);
     dp.forget(qp.qpn);
     Ok(())
@@ -225,10 +224,7 @@ pub(super) fn release_users(objs: &mut Objects, comp: &mut Completions, qp: &Qp)
 /// `hw_sq_wqebb_counter`, `hw_rq_counter`.
 pub(crate) fn query_qp(objs: &Objects, input: &[u8], output: &mut [u8]) -> CmdResult {
     let inp = QueryQpIn::new_checked(input).map_err(|_| short_input())?;
-    let qp = objs
-        .qps
-        .get(inp.qpn())
-        .ok_or(fail(CmdStatus::BAD_RES_ERR, SYND_NO_QP))?;
+    let qp = objs.qps.get(inp.qpn()).ok_or(CmdError::res(SYND_NO_QP))?;
     let mut out = QueryQpOut::new_checked(output).map_err(|_| short_output())?;
     {
         let mut qpc = out.qpc_mut();

@@ -13,12 +13,10 @@
 //! (`tests/mlx5_base.py` `Mlx5DevxRcResources.to_rts`).
 
 use bypass_hw::cmd::qp::{OptParamMask, PathMtu, Qpc};
-use bypass_hw::syndrome::CmdStatus;
 
 use super::{
     SYND_GID_INDEX, SYND_LOG_MSG_MAX, SYND_MTU, SYND_MTU_ABOVE_PORT, SYND_NO_CQ_RCV,
     SYND_PKEY_INDEX, SYND_PORT, SYND_RAE_NO_ATOMIC, SYND_RRA_MAX, SYND_SRA_MAX, SYND_SRQN,
-    bad_param, fail, over_limit,
 };
 use crate::events::Completions;
 use crate::firmware::command::CmdError;
@@ -28,9 +26,9 @@ use crate::profile::Profile;
 /// Checks a port number (1-based) against the device's ports (kernel `qp.c`
 /// `mlx5_ib_modify_qp`: "invalid port number" unless `1..=num_ports`).
 fn check_port(p: &Profile, port: u32) -> Result<u8, CmdError> {
-    let n = u8::try_from(port).map_err(|_| bad_param(SYND_PORT))?;
+    let n = u8::try_from(port).map_err(|_| CmdError::param(SYND_PORT))?;
     if n == 0 || usize::from(n) > p.ports.len() {
-        return Err(bad_param(SYND_PORT));
+        return Err(CmdError::param(SYND_PORT));
     }
     Ok(n)
 }
@@ -41,7 +39,7 @@ fn check_pkey_index(p: &Profile, index: u32) -> Result<u16, CmdError> {
     u16::try_from(index)
         .ok()
         .filter(|&i| i < p.caps.pkey_table_size)
-        .ok_or(bad_param(SYND_PKEY_INDEX))
+        .ok_or(CmdError::param(SYND_PKEY_INDEX))
 }
 
 /// Ignores a setter's result: every value written here was read from a field of the same
@@ -62,7 +60,7 @@ pub(super) fn rst2init(
     if rc {
         let rae = q.rae() != 0;
         if rae && !p.caps.atomic {
-            return Err(bad_param(SYND_RAE_NO_ATOMIC));
+            return Err(CmdError::param(SYND_RAE_NO_ATOMIC));
         }
         a.rre = q.rre() != 0;
         a.rwe = q.rwe() != 0;
@@ -101,28 +99,28 @@ pub(super) fn init2rtr_rc(
     let port_info = usize::from(port)
         .checked_sub(1)
         .and_then(|i| p.ports.get(i))
-        .ok_or(bad_param(SYND_PORT))?;
+        .ok_or(CmdError::param(SYND_PORT))?;
     // `mtu` must be an IB MTU code (kernel `__mlx5_ib_modify_qp`: "invalid mtu") no larger
     // than the port's (`ib_modify_qp_is_ok` / `ib_mtu_enum_to_int` against the port's
     // active MTU).
     let mtu = u8::try_from(q.mtu())
         .ok()
         .and_then(|c| PathMtu::try_from(c).ok())
-        .ok_or(bad_param(SYND_MTU))?;
+        .ok_or(CmdError::param(SYND_MTU))?;
     if mtu.bytes() > port_info.max_mtu {
-        return Err(bad_param(SYND_MTU_ABOVE_PORT));
+        return Err(CmdError::param(SYND_MTU_ABOVE_PORT));
     }
     // The kernel writes the capability itself here (`mtu_msgmax = path_mtu << 5 |
     // log_max_msg`); more than the device can reassemble is out of range.
     let log_msg_max = u8::try_from(q.log_msg_max()).unwrap_or(u8::MAX);
     if log_msg_max > p.caps.log_max_msg {
-        return Err(over_limit(SYND_LOG_MSG_MAX));
+        return Err(CmdError::lim(SYND_LOG_MSG_MAX));
     }
     // Responder resources (kernel `mlx5_ib_modify_qp`: `max_dest_rd_atomic` at most
     // `1 << log_max_ra_res_qp`).
     let log_rra_max = u8::try_from(q.log_rra_max()).unwrap_or(u8::MAX);
     if log_rra_max > p.caps.log_max_ra_res_qp {
-        return Err(over_limit(SYND_RRA_MAX));
+        return Err(CmdError::lim(SYND_RRA_MAX));
     }
     // The source GID must be an entry of the port's table (IB core resolves `sgid_index`
     // through `rdma_get_gid_attr` before mlx5 ever builds the path; an empty entry has no
@@ -132,7 +130,7 @@ pub(super) fn init2rtr_rc(
     let src_addr_index = u8::try_from(gid_index)
         .ok()
         .filter(|&i| usize::from(i) < gids)
-        .ok_or(bad_param(SYND_GID_INDEX))?;
+        .ok_or(CmdError::param(SYND_GID_INDEX))?;
 
     a.mtu = mtu.bytes();
     a.log_msg_max = log_msg_max;
@@ -184,7 +182,7 @@ pub(super) fn init2rtr_ud(
     let port = usize::from(a.path.port)
         .checked_sub(1)
         .and_then(|i| p.ports.get(i))
-        .ok_or(bad_param(SYND_PORT))?;
+        .ok_or(CmdError::param(SYND_PORT))?;
     let mtu = PathMtu::from_bytes(port.max_mtu).unwrap_or(PathMtu::Mtu256);
     a.mtu = mtu.bytes();
     put(s.set_mtu(u32::from(mtu.code())));
@@ -206,7 +204,7 @@ pub(super) fn rtr2rts(
         // capability.
         let log_sra_max = u8::try_from(q.log_sra_max()).unwrap_or(u8::MAX);
         if log_sra_max > p.caps.log_max_ra_req_qp {
-            return Err(over_limit(SYND_SRA_MAX));
+            return Err(CmdError::lim(SYND_SRA_MAX));
         }
         let ack_timeout = q.primary_address_path().ack_timeout();
         a.log_sra_max = log_sra_max;
@@ -244,7 +242,7 @@ pub(super) fn optional(
     }
     if opt.contains(OptParamMask::RAE) {
         if q.rae() != 0 && !p.caps.atomic {
-            return Err(bad_param(SYND_RAE_NO_ATOMIC));
+            return Err(CmdError::param(SYND_RAE_NO_ATOMIC));
         }
         a.rae = q.rae() != 0;
         put(s.set_rae(q.rae()));
@@ -287,13 +285,13 @@ pub(super) fn optional(
         put(s.set_counter_set_id(q.counter_set_id()));
     }
     if opt.contains(OptParamMask::SRQN) {
-        return Err(bad_param(SYND_SRQN));
+        return Err(CmdError::param(SYND_SRQN));
     }
     let mut cqn_rcv = None;
     if opt.contains(OptParamMask::CQN_RCV) {
         let cqn = q.cqn_rcv();
         if !comp.cqs.contains(cqn) {
-            return Err(fail(CmdStatus::BAD_RES_ERR, SYND_NO_CQ_RCV));
+            return Err(CmdError::res(SYND_NO_CQ_RCV));
         }
         put(s.set_cqn_rcv(cqn));
         cqn_rcv = Some(cqn);

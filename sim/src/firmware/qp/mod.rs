@@ -22,10 +22,6 @@ mod optpar;
 #[cfg(test)]
 mod tests;
 
-use bypass_hw::syndrome::CmdStatus;
-
-use crate::firmware::command::CmdError;
-
 /// CREATE_QP: `qpc.st` is not a service type this device supports (RC, and UD if `caps.ud`).
 pub const SYND_BAD_SERVICE_TYPE: u32 = 0x0500_0001;
 /// CREATE_QP: `qpc.pd` names no protection domain.
@@ -86,24 +82,6 @@ pub const SYND_SRQN: u32 = 0x0500_001c;
 pub const SYND_INPUT_LEN: u32 = 0x0500_001d;
 /// The output buffer is shorter than its layout (as above, for the output).
 pub const SYND_OUTPUT_LEN: u32 = 0x0500_001e;
-
-/// A failed command: `status` with `syndrome`.
-pub(super) const fn fail(status: CmdStatus, syndrome: u32) -> CmdError {
-    CmdError { status, syndrome }
-}
-
-/// BAD_PARAM with `syndrome`.
-pub(super) const fn bad_param(syndrome: u32) -> CmdError {
-    fail(CmdStatus::BAD_PARAM_ERR, syndrome)
-}
-
-/// LIM_ERR with `syndrome`: a value above a capability, or a table already full. The same
-/// rule as the firmware core's `CmdError::lim`; real firmware answers an exhausted mkey table
-/// with "CREATE_MKEY(0x200) op_mod(0x0) failed, status limits exceeded(0x8)" (kernel
-/// `mlx5_cmd_check` log lines in public bug reports).
-pub(super) const fn over_limit(syndrome: u32) -> CmdError {
-    fail(CmdStatus::LIM_ERR, syndrome)
-}
 
 pub(crate) use create::{create_qp, destroy_qp, query_qp};
 pub(crate) use modify::modify_qp;

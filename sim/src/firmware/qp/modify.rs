@@ -22,9 +22,7 @@ use bypass_hw::cmd::qp::{
 use bypass_hw::syndrome::CmdStatus;
 
 use super::fields::{init2rtr_rc, init2rtr_ud, optional, rst2init, rtr2rts};
-use super::{
-    SYND_BAD_QP_STATE, SYND_INPUT_LEN, SYND_NO_QP, SYND_OPT_PARAM, bad_param, fail, optpar,
-};
+use super::{SYND_BAD_QP_STATE, SYND_INPUT_LEN, SYND_NO_QP, SYND_OPT_PARAM, optpar};
 use crate::events::Completions;
 use crate::firmware::command::{CmdError, CmdResult, QpControl};
 use crate::io::Io;
@@ -47,7 +45,7 @@ struct ModifyIn {
 
 /// Reads `qpn`, `opt_param_mask` and `qpc` through the opcode's own layout.
 fn parse(op: Opcode, input: &[u8]) -> Result<ModifyIn, CmdError> {
-    let short = || fail(CmdStatus::BAD_INP_LEN_ERR, SYND_INPUT_LEN);
+    let short = || CmdError::inlen(SYND_INPUT_LEN);
     macro_rules! long {
         ($ty:ident) => {{
             let v = $ty::new_checked(input).map_err(|_| short())?;
@@ -86,7 +84,7 @@ fn parse(op: Opcode, input: &[u8]) -> Result<ModifyIn, CmdError> {
         Opcode::QP_2ERR => short!(Qp2ErrIn),
         Opcode::QP_2RST => short!(Qp2RstIn),
         // The dispatcher routes only the opcodes above here.
-        _ => return Err(fail(CmdStatus::BAD_OP_ERR, 0)),
+        _ => return Err(CmdError::new(CmdStatus::BAD_OP_ERR, 0)),
     })
 }
 
@@ -110,16 +108,16 @@ pub(crate) fn modify_qp(
     input: &[u8],
 ) -> CmdResult {
     let m = parse(op, input)?;
-    let qp = objs
-        .qps
-        .get(m.qpn)
-        .ok_or(fail(CmdStatus::BAD_RES_ERR, SYND_NO_QP))?;
+    let qp = objs.qps.get(m.qpn).ok_or(CmdError::res(SYND_NO_QP))?;
     let Some(to) = apply(op, qp.state) else {
-        return Err(fail(CmdStatus::BAD_QP_STATE_ERR, SYND_BAD_QP_STATE));
+        return Err(CmdError::new(
+            CmdStatus::BAD_QP_STATE_ERR,
+            SYND_BAD_QP_STATE,
+        ));
     };
     let allowed = optpar::allowed(op, qp.st);
     if m.opt & !allowed.bits() != 0 {
-        return Err(bad_param(SYND_OPT_PARAM));
+        return Err(CmdError::param(SYND_OPT_PARAM));
     }
     let opt = OptParamMask::from_bits_retain(m.opt);
     let qpn = m.qpn;
@@ -136,7 +134,7 @@ pub(crate) fn modify_qp(
                 move_rcv_cq(objs, comp, qpn, new_rcv);
             }
             let Some(qp) = objs.qps.get_mut(qpn) else {
-                return Err(fail(CmdStatus::BAD_RES_ERR, SYND_NO_QP));
+                return Err(CmdError::res(SYND_NO_QP));
             };
             qp.attrs = up.attrs;
             qp.headers = None;

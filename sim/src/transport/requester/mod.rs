@@ -495,12 +495,7 @@ fn payload(
         u64::from(off),
         n as usize,
     )
-    .map_err(|e| {
-        if let gather::MemError::Dma(f) = e {
-            s.io.dma_fault(f);
-        }
-        e.syndrome()
-    })
+    .map_err(|e| e.report(s.io))
 }
 
 /// One RC packet of `wqes[cur]`, or, for a WRITE on the fast path, a burst of `burst`
@@ -540,7 +535,9 @@ fn send_rc(
             }
         }
     }
-    let Some(w) = req.wqes.get(cur).cloned() else {
+    // The WQE is read in place (no copy of its gather list per packet): every field is read
+    // before `emit` takes the requester state.
+    let Some(w) = req.wqes.get(cur) else {
         return Ok(());
     };
     let psn = req.psn;
@@ -560,11 +557,11 @@ fn send_rc(
                 true,
                 false,
             );
-            let attrs = s.attrs;
-            emit(s, c, req, &attrs.path, b, ext, &[]);
             // The responses use every reserved PSN: they are all "sent" as far as the
             // completer's staleness check goes.
             let end = psn_add(w.last_psn, 1);
+            let attrs = s.attrs;
+            emit(s, c, req, &attrs.path, b, ext, &[]);
             if psn_diff(end, req.max_psn) > 0 {
                 req.max_psn = end;
             }
@@ -601,8 +598,8 @@ fn send_rc(
             let n = (w.len - off).min(mtu);
             let first = req.cur_pkt == 0;
             let last = off + n >= w.len;
-            let data = payload(s, c, &w, off, n)?;
-            let (op, reth, imm) = rc_opcode(&w, first, last);
+            let data = payload(s, c, w, off, n)?;
+            let (op, reth, imm) = rc_opcode(w, first, last);
             let ack_req = last || req.noack + 1 >= MAX_PKT_PER_ACK;
             // SE goes on the last packet of a solicited SEND or WRITE with immediate
             // (IBTA §9.2: SE is valid on the last packet of a message that consumes a receive).
@@ -678,13 +675,14 @@ fn rc_opcode(w: &SendWqe, first: bool, last: bool) -> (BthOpcode, bool, bool) {
 /// The one packet of a UD send; it completes as soon as it is sent (UD has no ACKs).
 fn send_ud(s: &mut Sender<'_, '_>, c: &Ctx, req: &mut ReqState) -> Result<(), CqeSyndrome> {
     let cur = req.cur;
-    let Some(w) = req.wqes.get(cur).cloned() else {
+    // Read in place, as `send_rc` reads it.
+    let Some(w) = req.wqes.get(cur) else {
         return Ok(());
     };
     let Some(ud) = w.ud else {
         return Err(CqeSyndrome::LOCAL_QP_OP_ERR);
     };
-    let data = payload(s, c, &w, 0, w.len)?;
+    let data = payload(s, c, w, 0, w.len)?;
     // A Q_Key with its high bit set means "use the QP's Q_Key" (IBTA §10.2.5 C10-15; rdma-core
     // leaves the choice to the device by copying the WR's value).
     let qkey = if ud.qkey & 0x8000_0000 != 0 {

@@ -21,10 +21,9 @@ use super::rdma::{check_rkey, max_msg, pd};
 use super::state::Msg;
 use super::{ack, comm_est, count, mtu};
 use crate::engine::gather::IovaRuns;
-use crate::engine::rq::mkey;
 use crate::frame::{Burst, Payload, copy_payload, packet_at};
 use crate::iommu::Dir;
-use crate::mkey::Need;
+use crate::mkey::{Need, lookup};
 use crate::transport::state::DataPath;
 
 /// Applies `b` to its QP if it is the plain case; false (nothing changed) otherwise.
@@ -149,7 +148,7 @@ fn plain(dp: &mut DataPath<'_>, b: &Burst) -> Option<IovaRuns> {
     {
         return None;
     }
-    let key = mkey(&dp.objs.mkeys, b.rkey)?;
+    let key = lookup(&dp.objs.mkeys, b.rkey)?;
     let va = b.raddr.wrapping_add(u64::from(b.msg_off));
     let runs = key
         .translate(pd(dp, qpn), qpn, va, bytes as u64, Need::RemoteWrite)

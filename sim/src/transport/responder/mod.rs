@@ -334,18 +334,13 @@ pub(super) fn recv_error(dp: &mut DataPath<'_>, qpn: u32, syndrome: CqeSyndrome)
 /// record (mlx5 has no RQ doorbell register), and completes them with WR_FLUSH_ERR as the PRM
 /// requires of a QP in ERR. True if any completion was written.
 pub(crate) fn resume(dp: &mut DataPath<'_>) -> bool {
-    let in_err: Vec<u32> = dp
-        .objs
-        .qps
-        .iter()
-        .filter(|(_, q)| q.state == QpState::Err)
-        .map(|(n, _)| n)
-        .collect();
+    // The QPs are borrowed apart from the completions and the DMA they flush through: no list
+    // of QP numbers is collected (a scan allocates nothing).
     let mut any = false;
-    for qpn in in_err {
-        let Some(qp) = dp.objs.qps.get_mut(qpn) else {
+    for (_, qp) in dp.objs.qps.iter_mut() {
+        if qp.state != QpState::Err {
             continue;
-        };
+        }
         match rq::posted(qp, dp.io.dma) {
             Ok(0) => {}
             Ok(_) => any |= rq::flush(qp, dp.comp, &mut dp.io) > 0,

@@ -18,9 +18,9 @@ use bypass_hw::syndrome::{AethSyndrome, CqeSyndrome};
 
 use super::state::{Msg, Resource};
 use super::{Fail, Kind, ack, advance, check_length, count, kind, mtu};
-use crate::engine::rq::{RecvDone, mkey};
+use crate::engine::rq::RecvDone;
 use crate::iommu::DmaFault;
-use crate::mkey::Need;
+use crate::mkey::{Need, lookup};
 use crate::transport::state::DataPath;
 
 /// Why a remote access failed.
@@ -63,7 +63,7 @@ pub(super) fn check_rkey(
     need: Need,
 ) -> bool {
     let pd = pd(dp, qpn);
-    mkey(&dp.objs.mkeys, rkey).is_some_and(|k| k.translate(pd, qpn, va, len, need).is_ok())
+    lookup(&dp.objs.mkeys, rkey).is_some_and(|k| k.translate(pd, qpn, va, len, need).is_ok())
 }
 
 /// Writes `data` at `va` through `rkey`.
@@ -76,7 +76,7 @@ fn write_remote(
     need: Need,
 ) -> Result<(), RemoteError> {
     let pd = pd(dp, qpn);
-    let key = mkey(&dp.objs.mkeys, rkey).ok_or(RemoteError::Access)?;
+    let key = lookup(&dp.objs.mkeys, rkey).ok_or(RemoteError::Access)?;
     let runs = key
         .translate(pd, qpn, va, data.len() as u64, need)
         .map_err(|_| RemoteError::Access)?;
@@ -100,7 +100,7 @@ fn read_remote(
     need: Need,
 ) -> Result<(), RemoteError> {
     let pd = pd(dp, qpn);
-    let key = mkey(&dp.objs.mkeys, rkey).ok_or(RemoteError::Access)?;
+    let key = lookup(&dp.objs.mkeys, rkey).ok_or(RemoteError::Access)?;
     let runs = key
         .translate(pd, qpn, va, buf.len() as u64, need)
         .map_err(|_| RemoteError::Access)?;
