@@ -512,7 +512,7 @@ impl World {
     }
 
     fn deliver(&mut self, dst: usize, frame: Frame) -> bool {
-        if !self.rules.is_empty()
+        if self.rules.watched()
             && let Frame::Wire(pkt) = &frame
         {
             self.rules.seen(pkt, self.now, Seen::Delivered);

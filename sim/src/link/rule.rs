@@ -11,8 +11,8 @@
 //!
 //! Sources: turmoil's packet rules (`tokio-rs/turmoil`, `Rule::on_packet -> Verdict`: a
 //! simulator as a small router plus plug-in rules). A link with no rule pays nothing: it
-//! asks [`Rules::is_empty`] once per packet, and an in-process link carries packets by
-//! reference only while no rule is [`Rule::active`].
+//! asks [`Rules::is_empty`] (or [`Rules::watched`]) once per packet, and an in-process link
+//! carries packets by reference only while no rule is [`Rule::active`].
 
 use std::any::Any;
 
@@ -77,6 +77,13 @@ pub trait Rule: Any + Send {
     /// Whether the rule can change or see a packet now: a link that carries packets by
     /// reference (the world's bursts) must then carry them as bytes.
     fn active(&self) -> bool;
+
+    /// Whether [`Rule::on_seen`] looks at packets now: a link that has work to do to show a
+    /// packet (build a gather packet's bytes, stamp the IP header the kernel would write, read
+    /// the clock) does it only while some rule watches. By default, while it is active.
+    fn watches(&self) -> bool {
+        self.active()
+    }
 }
 
 /// A link's rules, in the order they were added.
@@ -109,6 +116,13 @@ impl Rules {
     /// True if any rule is [`Rule::active`].
     pub fn active(&self) -> bool {
         self.list.iter().any(|r| r.active())
+    }
+
+    /// True if any rule [`Rule::watches`] what leaves the wire (false, at once, if there is
+    /// no rule).
+    #[inline]
+    pub fn watched(&self) -> bool {
+        self.list.iter().any(|r| r.watches())
     }
 
     /// The first rule of type `T`.
@@ -211,11 +225,20 @@ mod tests {
     #[test]
     fn the_first_verdict_that_is_not_pass_wins_and_every_rule_sees_what_leaves() {
         let mut r = Rules::default();
-        assert!(r.is_empty() && !r.active());
+        assert!(r.is_empty() && !r.active() && !r.watched());
         assert_eq!(verdict(&mut r, 0), Verdict::Pass, "no rule: carried");
+        let mut late = Rules::default();
+        late.push(Box::new(Late));
+        assert!(
+            !late.watched(),
+            "an inactive rule watches nothing (by default)"
+        );
         r.push(Box::new(ZeroDropper::default()));
         r.push(Box::new(Late));
-        assert!(r.active());
+        assert!(
+            r.active() && r.watched(),
+            "an active rule watches (by default)"
+        );
         assert_eq!(verdict(&mut r, 0), Verdict::Drop, "the first rule decides");
         let late = Verdict::Deliver {
             extra_ns: 5,

@@ -181,10 +181,10 @@ impl UdpLink {
         Ok(())
     }
 
-    /// Shows a packet the link sent to its rules (the pcap tee records it).
+    /// Shows a packet the link sent to its rules, if one watches (the pcap tee records it).
     #[inline]
     pub(super) fn show_sent(&mut self, packet: &[u8]) {
-        if !self.rules.is_empty() {
+        if self.rules.watched() {
             self.rules.seen(packet, wall_ns(), Seen::Sent);
         }
     }
