@@ -139,11 +139,12 @@ impl Rules {
             .find_map(|r| (&mut **r as &mut dyn Any).downcast_mut::<T>())
     }
 
-    /// The first rule of type `T`, added last by `make` if there is none (`None` cannot
-    /// happen: it was found or just added).
-    pub fn get_or_add<T: Rule>(&mut self, make: impl FnOnce() -> T) -> Option<&mut T> {
+    /// The first rule of type `T`, to change it; if there is none, the one `make` gives,
+    /// added last. `make` may give none (a link told to stop a rule it never had keeps its
+    /// list empty): `None` then.
+    pub fn get_or_add<T: Rule>(&mut self, make: impl FnOnce() -> Option<T>) -> Option<&mut T> {
         if self.get::<T>().is_none() {
-            self.push(Box::new(make()));
+            self.push(Box::new(make()?));
         }
         self.get_mut::<T>()
     }
@@ -260,14 +261,12 @@ mod tests {
     #[test]
     fn get_or_add_adds_a_rule_of_a_kind_once() {
         let mut r = Rules::default();
-        r.get_or_add(ZeroDropper::default)
-            .unwrap()
-            .seen
-            .push((1, Seen::Sent));
-        r.get_or_add(ZeroDropper::default)
-            .unwrap()
-            .seen
-            .push((2, Seen::Sent));
+        assert!(r.get_or_add(|| None::<ZeroDropper>).is_none());
+        assert!(r.is_empty(), "nothing made: nothing added");
+        let make = || Some(ZeroDropper::default());
+        r.get_or_add(make).unwrap().seen.push((1, Seen::Sent));
+        r.get_or_add(make).unwrap().seen.push((2, Seen::Sent));
+        assert!(r.get_or_add(|| None::<ZeroDropper>).is_some(), "found");
         assert_eq!(r.list.len(), 1);
         assert_eq!(r.get::<ZeroDropper>().unwrap().seen.len(), 2);
     }

@@ -195,9 +195,8 @@ impl UdpLink {
     /// ([`Faults`] with [`Trigger::Every`]) among the link's rules.
     pub fn drop_incoming_every(&mut self, n: u64) {
         let plan = (n > 0).then(|| FaultPlan::default().with(Trigger::Every(n), Fault::Drop));
-        if (plan.is_some() || self.rules.get::<Faults>().is_some())
-            && let Some(f) = self.rules.get_or_add(Faults::default)
-        {
+        let add = plan.is_some();
+        if let Some(f) = self.rules.get_or_add(|| add.then(Faults::default)) {
             f.set_all(plan);
         }
     }
