@@ -416,6 +416,11 @@ impl Rule for Faults {
     fn active(&self) -> bool {
         self.is_active()
     }
+
+    /// Faults decide a packet's fate; they do not look at it leave.
+    fn watches(&self) -> bool {
+        false
+    }
 }
 
 #[cfg(test)]
@@ -514,6 +519,16 @@ mod tests {
             }
         );
         assert_ne!(pkt, vec![0x45u8; 44], "corrupted");
+    }
+
+    #[test]
+    fn faults_decide_but_do_not_watch_so_a_link_shows_them_nothing() {
+        use crate::link::rule::Rules;
+        let mut f = Faults::default();
+        f.set_all(Some(FaultPlan::drop(Rate::ALWAYS)));
+        let mut rules = Rules::default();
+        rules.push(Box::new(f));
+        assert!(rules.active() && !rules.watched());
     }
 
     #[test]

@@ -145,9 +145,8 @@ impl World {
     /// Sets the faults for packets sent from now on by every device without a plan of its
     /// own (`None`: a perfect link). Their randomness comes from the world's seed.
     pub fn set_faults(&mut self, plan: Option<FaultPlan>) {
-        if (plan.is_some() || self.rules.get::<Faults>().is_some())
-            && let Some(f) = self.rules.get_or_add(Faults::default)
-        {
+        let add = plan.is_some();
+        if let Some(f) = self.rules.get_or_add(|| add.then(Faults::default)) {
             f.set_all(plan);
         }
     }
@@ -155,9 +154,8 @@ impl World {
     /// Sets the faults for packets device `src` sends (one direction of a two-device link);
     /// `None` returns it to the plan of [`World::set_faults`].
     pub fn set_faults_from(&mut self, src: usize, plan: Option<FaultPlan>) {
-        if (plan.is_some() || self.rules.get::<Faults>().is_some())
-            && let Some(f) = self.rules.get_or_add(Faults::default)
-        {
+        let add = plan.is_some();
+        if let Some(f) = self.rules.get_or_add(|| add.then(Faults::default)) {
             f.set_from(src, plan);
         }
     }
@@ -512,7 +510,7 @@ impl World {
     }
 
     fn deliver(&mut self, dst: usize, frame: Frame) -> bool {
-        if !self.rules.is_empty()
+        if self.rules.watched()
             && let Frame::Wire(pkt) = &frame
         {
             self.rules.seen(pkt, self.now, Seen::Delivered);

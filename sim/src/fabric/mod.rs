@@ -18,7 +18,7 @@
 
 use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -33,8 +33,10 @@ use crate::device::Device;
 use crate::iommu::Perm;
 use crate::world::{LinkConfig, Livelock, World};
 
+mod lock;
 mod udp;
 
+use lock::{lock, try_lock};
 use udp::pump::{Pumper, UdpWire};
 
 /// How long the engine thread sleeps when the world is idle (it is woken by MMIO writes).
@@ -125,10 +127,6 @@ impl std::fmt::Debug for SimFabric {
             .field("threaded", &self.threaded)
             .finish_non_exhaustive()
     }
-}
-
-fn lock(world: &Mutex<World>) -> MutexGuard<'_, World> {
-    world.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl SimFabric {
@@ -278,11 +276,7 @@ impl SimFabric {
         if !self.threaded {
             return;
         }
-        let engine = self
-            .inner
-            .engine
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let engine = lock(&self.inner.engine);
         if let Some(t) = engine.as_ref().and_then(|e| e.thread.as_ref()) {
             t.thread().unpark();
         }
@@ -352,11 +346,7 @@ fn run_inline(w: &mut World, start: Instant) -> Result<bool, Livelock> {
 fn engine_loop(world: &Mutex<World>, stop: &AtomicBool, start: Instant, inline: bool) {
     while !stop.load(Ordering::Acquire) {
         let guard = if inline {
-            match world.try_lock() {
-                Ok(g) => Some(g),
-                Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
-                Err(std::sync::TryLockError::WouldBlock) => None,
-            }
+            try_lock(world)
         } else {
             Some(lock(world))
         };
@@ -408,7 +398,7 @@ impl SimBackend {
 
     fn mmio_write(&self, off: u64, bytes: &[u8]) {
         let inner = &self.fabric.inner;
-        // UDP: the device acts on a doorbell in this thread (see `sim/udp.rs`).
+        // UDP: the device acts on a doorbell in this thread (see `fabric/udp.rs`).
         let udp = self.fabric.ring(|world| {
             let dev = world.device(self.id);
             let r = dev.mmio_write(off, bytes);

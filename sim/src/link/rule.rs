@@ -11,8 +11,8 @@
 //!
 //! Sources: turmoil's packet rules (`tokio-rs/turmoil`, `Rule::on_packet -> Verdict`: a
 //! simulator as a small router plus plug-in rules). A link with no rule pays nothing: it
-//! asks [`Rules::is_empty`] once per packet, and an in-process link carries packets by
-//! reference only while no rule is [`Rule::active`].
+//! asks [`Rules::is_empty`] (or [`Rules::watched`]) once per packet, and an in-process link
+//! carries packets by reference only while no rule is [`Rule::active`].
 
 use std::any::Any;
 
@@ -77,6 +77,13 @@ pub trait Rule: Any + Send {
     /// Whether the rule can change or see a packet now: a link that carries packets by
     /// reference (the world's bursts) must then carry them as bytes.
     fn active(&self) -> bool;
+
+    /// Whether [`Rule::on_seen`] looks at packets now: a link that has work to do to show a
+    /// packet (build a gather packet's bytes, stamp the IP header the kernel would write, read
+    /// the clock) does it only while some rule watches. By default, while it is active.
+    fn watches(&self) -> bool {
+        self.active()
+    }
 }
 
 /// A link's rules, in the order they were added.
@@ -111,6 +118,13 @@ impl Rules {
         self.list.iter().any(|r| r.active())
     }
 
+    /// True if any rule [`Rule::watches`] what leaves the wire (false, at once, if there is
+    /// no rule).
+    #[inline]
+    pub fn watched(&self) -> bool {
+        self.list.iter().any(|r| r.watches())
+    }
+
     /// The first rule of type `T`.
     pub fn get<T: Rule>(&self) -> Option<&T> {
         self.list
@@ -125,11 +139,12 @@ impl Rules {
             .find_map(|r| (&mut **r as &mut dyn Any).downcast_mut::<T>())
     }
 
-    /// The first rule of type `T`, added last by `make` if there is none (`None` cannot
-    /// happen: it was found or just added).
-    pub fn get_or_add<T: Rule>(&mut self, make: impl FnOnce() -> T) -> Option<&mut T> {
+    /// The first rule of type `T`, to change it; if there is none, the one `make` gives,
+    /// added last. `make` may give none (a link told to stop a rule it never had keeps its
+    /// list empty): `None` then.
+    pub fn get_or_add<T: Rule>(&mut self, make: impl FnOnce() -> Option<T>) -> Option<&mut T> {
         if self.get::<T>().is_none() {
-            self.push(Box::new(make()));
+            self.push(Box::new(make()?));
         }
         self.get_mut::<T>()
     }
@@ -211,11 +226,20 @@ mod tests {
     #[test]
     fn the_first_verdict_that_is_not_pass_wins_and_every_rule_sees_what_leaves() {
         let mut r = Rules::default();
-        assert!(r.is_empty() && !r.active());
+        assert!(r.is_empty() && !r.active() && !r.watched());
         assert_eq!(verdict(&mut r, 0), Verdict::Pass, "no rule: carried");
+        let mut late = Rules::default();
+        late.push(Box::new(Late));
+        assert!(
+            !late.watched(),
+            "an inactive rule watches nothing (by default)"
+        );
         r.push(Box::new(ZeroDropper::default()));
         r.push(Box::new(Late));
-        assert!(r.active());
+        assert!(
+            r.active() && r.watched(),
+            "an active rule watches (by default)"
+        );
         assert_eq!(verdict(&mut r, 0), Verdict::Drop, "the first rule decides");
         let late = Verdict::Deliver {
             extra_ns: 5,
@@ -237,14 +261,12 @@ mod tests {
     #[test]
     fn get_or_add_adds_a_rule_of_a_kind_once() {
         let mut r = Rules::default();
-        r.get_or_add(ZeroDropper::default)
-            .unwrap()
-            .seen
-            .push((1, Seen::Sent));
-        r.get_or_add(ZeroDropper::default)
-            .unwrap()
-            .seen
-            .push((2, Seen::Sent));
+        assert!(r.get_or_add(|| None::<ZeroDropper>).is_none());
+        assert!(r.is_empty(), "nothing made: nothing added");
+        let make = || Some(ZeroDropper::default());
+        r.get_or_add(make).unwrap().seen.push((1, Seen::Sent));
+        r.get_or_add(make).unwrap().seen.push((2, Seen::Sent));
+        assert!(r.get_or_add(|| None::<ZeroDropper>).is_some(), "found");
         assert_eq!(r.list.len(), 1);
         assert_eq!(r.get::<ZeroDropper>().unwrap().seen.len(), 2);
     }

@@ -224,7 +224,7 @@ impl UdpLink {
                 let pkt = &*pkt;
                 LinkCounters::add(&counters.rx_packets, 1);
                 LinkCounters::add(&counters.rx_bytes, plen as u64);
-                if !rules.is_empty() {
+                if rules.watched() {
                     rules.seen(pkt, wall_ns(), Seen::Delivered);
                 }
                 deliver(&RxPacket {

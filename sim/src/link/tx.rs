@@ -45,7 +45,8 @@ impl UdpLink {
         let to = SocketAddr::new(w.dst, self.local.port());
         let route = self.tx_route(w.sport, to);
         if route.id != 0 {
-            let header = !self.rules.is_empty();
+            // The IP header is only read by a rule that watches (the pcap tee).
+            let header = self.rules.watched();
             let (solver, table) = (&mut self.deltas, &mut self.train_deltas);
             let mut delta = |len: usize, id: u16| table.delta(solver, len, id);
             if restamp_known(packet, w, route.id, header, &mut delta).is_none() {
@@ -175,7 +176,7 @@ impl UdpLink {
                 return;
             }
         }
-        if !self.rules.is_empty() {
+        if self.rules.watched() {
             let p = bursts.assemble(g).unwrap_or_default();
             self.show_sent(&p);
         }
@@ -217,8 +218,9 @@ impl UdpLink {
         let to = SocketAddr::new(first.dst, self.local.port());
         let route = self.tx_route(first.sport, to);
         // The kernel writes the IP headers of a segmented send itself: a packet's own IP
-        // header is only read by the rules (the pcap tee), and re-stamped only for them.
-        let header = !self.rules.is_empty();
+        // header is only read by a rule that watches (the pcap tee), and re-stamped only
+        // for it.
+        let header = self.rules.watched();
         let (solver, table) = (&mut self.deltas, &mut self.train_deltas);
         let mut delta = |len: usize, id: u16| table.delta(solver, len, id);
         for (k, (p, w)) in train.iter_mut().zip(wires).enumerate() {
@@ -236,7 +238,7 @@ impl UdpLink {
                 LinkCounters::add(&self.counters.tx_malformed, 1);
             }
         }
-        if !self.rules.is_empty() {
+        if header {
             for p in train.iter() {
                 match p {
                     Out::Bytes(b) => self.show_sent(b),

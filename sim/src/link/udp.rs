@@ -181,10 +181,10 @@ impl UdpLink {
         Ok(())
     }
 
-    /// Shows a packet the link sent to its rules (the pcap tee records it).
+    /// Shows a packet the link sent to its rules, if one watches (the pcap tee records it).
     #[inline]
     pub(super) fn show_sent(&mut self, packet: &[u8]) {
-        if !self.rules.is_empty() {
+        if self.rules.watched() {
             self.rules.seen(packet, wall_ns(), Seen::Sent);
         }
     }
@@ -195,9 +195,8 @@ impl UdpLink {
     /// ([`Faults`] with [`Trigger::Every`]) among the link's rules.
     pub fn drop_incoming_every(&mut self, n: u64) {
         let plan = (n > 0).then(|| FaultPlan::default().with(Trigger::Every(n), Fault::Drop));
-        if (plan.is_some() || self.rules.get::<Faults>().is_some())
-            && let Some(f) = self.rules.get_or_add(Faults::default)
-        {
+        let add = plan.is_some();
+        if let Some(f) = self.rules.get_or_add(|| add.then(Faults::default)) {
             f.set_all(plan);
         }
     }

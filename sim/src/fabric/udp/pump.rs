@@ -17,12 +17,13 @@
 use std::net::UdpSocket;
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use bypass_hw::roce::{BthOpcode, RocePacket};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 
+use crate::fabric::lock::{lock, try_lock};
 use crate::frame::{AckWriter, Frame};
 use crate::header_cache::HeaderCache;
 use crate::link::gather::{Gathered, Out};
@@ -46,18 +47,6 @@ const APP_PUMPING: Duration = Duration::from_millis(2);
 /// True for an RC ACK (or NAK): BTH opcode `RC_ACKNOWLEDGE`.
 fn is_ack(packet: &[u8]) -> bool {
     RocePacket::parse(packet).is_ok_and(|p| p.opcode() == BthOpcode::RC_ACKNOWLEDGE)
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-fn try_lock<T>(m: &Mutex<T>) -> Option<MutexGuard<'_, T>> {
-    match m.try_lock() {
-        Ok(g) => Some(g),
-        Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
-        Err(std::sync::TryLockError::WouldBlock) => None,
-    }
 }
 
 /// The most device steps of one pump round (a livelocking device cannot hold the lock).
