@@ -3,6 +3,10 @@
 #
 #   scripts/guest-test.sh vfio     the VFIO backend on QEMU's edu device behind an intel
 #                                  vIOMMU (driver/tests/vfio_edu.rs, the #[ignore]d tests)
+#   scripts/guest-test.sh msix     the VFIO backend's MSI-X path: QEMU's ivshmem-doorbell device
+#                                  (4 MSI-X vectors; host side scripts/guest/ivshmem-server.py),
+#                                  each vector raised by its doorbell and seen on its own eventfd
+#                                  (driver/tests/vfio_msix.rs, the #[ignore]d tests)
 #   scripts/guest-test.sh rxe      interop with Linux Soft-RoCE: the guest's rdma-core
 #                                  ibv_rc_pingpong on rxe0 against `bypass pingpong -d udp:…` in
 #                                  a network namespace holding the guest's tap, both roles,
@@ -287,6 +291,31 @@ case "$MODE" in
     (cd "$ROOT" && "$GUEST/run-guest.sh" --iommu intel --edu --net none --timeout "${GUEST_TIMEOUT:-900}" \
       -- BYPASS_CLI="$CLI" bash "$GUEST/jobs/vfio-edu.sh" "$BIN" --ignored --test-threads=1 --nocapture) || rc=$?
     echo "guest-test: vfio rc=$rc in $(( $(date +%s) - start )) s"
+    exit "$rc"
+    ;;
+  msix)
+    BIN=$(test_binary bypass-driver vfio_msix)
+    [ -x "$BIN" ] || { echo "guest-test: building the vfio_msix test binary failed" >&2; exit 1; }
+    cargo build --manifest-path "$ROOT/Cargo.toml" -p bypass --bin bypass
+    CLI=$(cargo metadata --manifest-path "$ROOT/Cargo.toml" --format-version 1 --no-deps \
+      | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')/debug/bypass
+    [ -x "$CLI" ] || { echo "guest-test: building the bypass CLI failed" >&2; exit 1; }
+    ensure_guest
+    # The device's host side: shared memory and one eventfd per vector (Debian has no
+    # ivshmem-server). It must listen before QEMU starts, and goes when QEMU disconnects.
+    SOCK=$(mktemp -u "${TMPDIR:-/tmp}/bypass-ivshmem.XXXXXX")
+    exec 3< <(exec python3 "$GUEST/ivshmem-server.py" "$SOCK" 4)
+    SERVER_PID=$!
+    trap 'kill "$SERVER_PID" 2>/dev/null; rm -f "$SOCK"' EXIT
+    read -r -t 10 ready <&3 && [ "$ready" = ready ] \
+      || { echo "guest-test: ivshmem-server.py did not start" >&2; exit 1; }
+    echo "guest-test: running $BIN in the guest (--iommu intel, ivshmem-doorbell with 4 MSI-X vectors)"
+    start=$(date +%s)
+    rc=0
+    (cd "$ROOT" && "$GUEST/run-guest.sh" --iommu intel --net none --timeout "${GUEST_TIMEOUT:-900}" \
+      --qemu -chardev --qemu "socket,path=$SOCK,id=ivs" --qemu -device --qemu ivshmem-doorbell,chardev=ivs,vectors=4 \
+      -- BYPASS_CLI="$CLI" bash "$GUEST/jobs/vfio-ivshmem.sh" "$BIN" --ignored --test-threads=1 --nocapture) || rc=$?
+    echo "guest-test: msix rc=$rc in $(( $(date +%s) - start )) s"
     exit "$rc"
     ;;
   rxe)

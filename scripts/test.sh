@@ -78,6 +78,10 @@ BYPASS_SOAK_MESSAGES=100000 cargo test -p bypass --test fault_soak
 # The VFIO backend on a real kernel: QEMU guest with an intel vIOMMU and the edu device.
 scripts/guest-test.sh vfio
 
+# The VFIO backend's MSI-X path: QEMU's ivshmem-doorbell device with 4 vectors, each raised by
+# its doorbell and seen on its own eventfd, no other (driver/tests/vfio_msix.rs).
+scripts/guest-test.sh msix
+
 # Interop with Linux Soft-RoCE: the guest's ibv_rc_pingpong on rxe against bypass pingpong over
 # the UDP link (both roles, 1 B/4 KiB/64 KiB, MTU 1024/4096; rxe's counters; a pcap checked
 # by tshark and scapy). Needs a release build of bypass.
