@@ -85,6 +85,24 @@ fn loopback_rc_write_and_send_between_two_qps_of_one_nic_threaded() {
 }
 
 #[test]
+fn loopback_packets_take_the_wire_path_and_a_lost_one_is_retransmitted_to_itself() {
+    use bypass_sim::faults::{Fault, FaultPlan, Trigger};
+    let fabric = SimFabric::stepped(15);
+    let ctx = Context::open_sim(&fabric, 1).unwrap();
+    let (mut x, mut y) = (small(&ctx), small(&ctx));
+    let (mut qx, mut qy) = connect(&x, &y);
+    // An active rule makes every packet wire bytes; the first one (the WRITE) is lost.
+    fabric.with_world(|w| {
+        w.set_faults(Some(
+            FaultPlan::default().with(Trigger::Packet(0), Fault::Drop),
+        ))
+    });
+    write_and_send(&mut x, &mut qx, &mut y, &mut qy, 0x60);
+    let dropped = fabric.with_world(|w| w.fault_stats().dropped);
+    assert_eq!(dropped, 1, "the loopback packet went through the rule");
+}
+
+#[test]
 fn two_contexts_on_one_nic_exchange_with_each_other_and_with_the_peer() {
     let pair = Context::sim_pair(13).unwrap();
     let c1 = pair.a.clone();
