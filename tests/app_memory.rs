@@ -176,7 +176,7 @@ fn deregistration_is_refused_while_a_posted_wqe_holds_a_lease() {
     };
     assert!(
         DeregisterError::InUse { mr, leases: 1 }
-            .error()
+            .into_error()
             .to_string()
             .contains("poll their completions")
     );

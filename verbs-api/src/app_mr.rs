@@ -180,23 +180,12 @@ impl<O: MrOwner> fmt::Debug for DeregisterError<O> {
 }
 
 impl<O: MrOwner> DeregisterError<O> {
-    /// The error this stands for ([`VerbsError::MrInUse`] for a refusal).
-    pub fn error(&self) -> VerbsError {
+    /// The error this stands for ([`VerbsError::MrInUse`] for a refusal, dropping the region
+    /// it carries).
+    pub fn into_error(self) -> VerbsError {
         match self {
-            Self::InUse { leases, .. } => VerbsError::MrInUse { leases: *leases },
-            Self::Failed(VerbsError::Driver(e)) => VerbsError::MrAccessMode {
-                what: "deregistration failed",
-                fix: match e {
-                    crate::driver::DriverError::StillMapped { .. } => {
-                        "the device may still reach the memory, which stays allocated (see the log)"
-                    }
-                    _ => "see the log",
-                },
-            },
-            Self::Failed(_) => VerbsError::MrAccessMode {
-                what: "deregistration failed",
-                fix: "see the log",
-            },
+            Self::InUse { leases, .. } => VerbsError::MrInUse { leases },
+            Self::Failed(e) => e,
         }
     }
 }
