@@ -5,6 +5,7 @@
 //! first-fit, like rdma-core's `util/interval_set.c` `iset_alloc_range`), [`DmaMapper`] (the
 //! two together over a [`Backend`]) and [`DmaBuf`] (a region mapped at an IOVA; unmapped,
 //! then its IOVA freed, then its memory freed, on drop). Must not: know mlx5 formats.
+//! Application memory the caller owns is mapped by `user_dma.rs`, over the same allocator.
 //!
 //! Memory shared with the device is written by the CPU and by DMA without Rust borrows in
 //! between. So nothing here hands out `&[u8]`/`&mut [u8]` into a region: access is through
@@ -257,6 +258,8 @@ impl IovaAllocator {
 pub struct DmaMapper {
     backend: Arc<dyn Backend>,
     iova: Mutex<IovaAllocator>,
+    /// Application memory mapped now, shared by overlapping registrations (`user_dma.rs`).
+    pub(crate) pins: Mutex<crate::pin_table::PinTable>,
 }
 
 impl DmaMapper {
@@ -268,6 +271,7 @@ impl DmaMapper {
         }
         Arc::new(Self {
             iova: Mutex::new(IovaAllocator::new(&ranges)),
+            pins: Mutex::default(),
             backend,
         })
     }
@@ -309,7 +313,14 @@ impl DmaMapper {
         })
     }
 
-    fn free_iova(&self, iova: u64, len: usize) {
+    pub(crate) fn alloc_iova(&self, len: u64) -> Result<u64> {
+        self.iova
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .alloc(len, IovaAllocator::natural_align(len))
+    }
+
+    pub(crate) fn free_iova(&self, iova: u64, len: usize) {
         self.iova
             .lock()
             .unwrap_or_else(PoisonError::into_inner)

@@ -198,6 +198,51 @@ pub enum DriverError {
     /// The CQ poller refused the ring the driver made for it (a driver bug).
     #[error("the CQ poller cannot read this CQ's ring: {0}. This is a driver bug: report it")]
     CqGeometry(#[from] crate::poll::CqGeometryError),
+    /// A registration whose IOVA and address differ in their offset within a page.
+    #[error(
+        "memory at {addr:#x} cannot be registered at IOVA {iova:#x}: the two must have the same offset in a 4 KiB page (the MTT maps whole pages; `mlx5_vfio_reg_mr` and the kernel's `ib_umem_find_best_pgsz` refuse it too): choose an IOVA with the low 12 bits of the address"
+    )]
+    IovaOffsetMismatch {
+        /// Host address of the first byte.
+        addr: u64,
+        /// The IOVA asked for.
+        iova: u64,
+    },
+    /// The IOVA range of a registration wraps around the address space.
+    #[error(
+        "a registration of {len} bytes at IOVA {iova:#x} wraps around the 64-bit address space: choose a lower IOVA"
+    )]
+    IovaWraps {
+        /// The IOVA asked for.
+        iova: u64,
+        /// Bytes.
+        len: usize,
+    },
+    /// Application memory could not be prepared for DMA (`madvise`, `mlock` on its pages).
+    #[error(
+        "{op} of the pages at {addr:#x} ({len:#x} bytes) failed: {source}{}",
+        if *source == nix::errno::Errno::ENOMEM { ": part of the range is not mapped in this process (register only memory it owns), or mlock hit the locked-memory limit" } else { "" }
+    )]
+    CallerMemory {
+        /// `madvise(MADV_DONTFORK)` or `mlock`.
+        op: &'static str,
+        /// First page.
+        addr: u64,
+        /// Bytes (whole pages).
+        len: u64,
+        /// The errno.
+        source: nix::Error,
+    },
+    /// Unmapping application memory failed: the device may still reach it.
+    #[error(
+        "unmapping the application memory at {addr:#x} ({len} bytes) from the device failed (see the log): the device may still reach it, so it is kept (leaked), never handed back or freed"
+    )]
+    StillMapped {
+        /// Host address of the first byte.
+        addr: u64,
+        /// Bytes.
+        len: usize,
+    },
 }
 
 impl DriverError {

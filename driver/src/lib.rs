@@ -40,12 +40,15 @@ pub mod hca;
 pub mod mr;
 pub mod pages;
 pub mod pd;
+pub mod pin_table;
 pub mod poll;
 pub mod post;
 pub mod qp;
 pub mod qp_attr;
 pub mod qp_table;
 pub mod uar;
+pub mod user_dma;
+pub mod user_mr;
 pub mod wq;
 pub mod wqe;
 

@@ -63,14 +63,7 @@ impl Mr {
         let iova = buf.iova_at(offset)?;
         let variant = pd.next_key_variant();
         let i = create_mkey_input(pd.pdn(), va, iova, len, access, variant)?;
-        let o = pd.hca().cmd().exec(&i, CreateMkeyOut::LEN)?;
-        let index = CreateMkeyOut::new_checked(&o[..])
-            .map_err(|source| DriverError::BadOutput {
-                op: Opcode::CREATE_MKEY,
-                source,
-            })?
-            .mkey_index();
-        let key = mkey_from(index, variant);
+        let key = exec_create_mkey(pd, &i, variant)?;
         tracing::debug!(pdn = pd.pdn(), len, "CREATE_MKEY");
         Ok(Self {
             pd: pd.clone(),
@@ -150,27 +143,51 @@ pub fn create_mkey_input(
     access: MkeyAccess,
     variant: u8,
 ) -> Result<Vec<u8>> {
+    let npages = mtt_pages(va, len);
+    // The page holding `va` maps to the IOVA page holding `iova` (same offset in the page).
+    let first_iova = iova & !(PAGE - 1);
+    let pages: Vec<u64> = (0..npages as u64).map(|k| first_iova + k * PAGE).collect();
+    create_mkey_input_pages(pdn, va, len, access, variant, &pages)
+}
+
+/// The number of 4 KiB MTT pages `len` bytes starting at `va` touch (0 for `len == 0`).
+pub fn mtt_pages(va: u64, len: usize) -> usize {
+    if len == 0 {
+        return 0;
+    }
+    let last = va.saturating_add(len as u64 - 1);
+    ((last / PAGE) - (va / PAGE) + 1) as usize
+}
+
+/// The CREATE_MKEY input for `len` bytes that SGEs address from `start_addr`, MTT entry `k`
+/// being `pages[k]`, the IOVA of the page that holds `start_addr + k * 4096` rounded down
+/// (PRM `mkc`: `start_addr`, `len`, `log_page_size = 12`, `translations_octword_size =
+/// ALIGN(npages, 2) / 2`; the kernel's `mlx5_ib` `mr.c` `set_mkc_access_pd_addr_fields` and
+/// rdma-core `mlx5_vfio_reg_mr` fill the same fields). `start_addr` may be unaligned: the
+/// device keeps its offset in the page, so it must equal the offset of the bytes in
+/// `pages[0]`'s page.
+pub fn create_mkey_input_pages(
+    pdn: u32,
+    start_addr: u64,
+    len: usize,
+    access: MkeyAccess,
+    variant: u8,
+    pages: &[u64],
+) -> Result<Vec<u8>> {
     let e = |source| DriverError::BuildInput {
         what: "CREATE_MKEY",
         source,
     };
-    let len64 = len as u64;
-    let npages = if len == 0 {
-        0
-    } else {
-        (((va + len64 - 1) / PAGE) - (va / PAGE) + 1) as usize
-    };
-    // The page holding `va` maps to the IOVA page holding `iova` (same offset in the page).
-    let first_iova = iova & !(PAGE - 1);
+    let npages = pages.len();
     let mut i = input(Opcode::CREATE_MKEY, 0, create_mkey_in_len(npages));
     let mut c = CreateMkeyIn::new_checked(&mut i[..]).map_err(e)?;
     c.set_pg_access(1).map_err(e)?;
     c.set_translations_octword_actual_size(npages.div_ceil(2) as u32)
         .map_err(e)?;
-    for k in 0..npages {
+    for (k, &page) in pages.iter().enumerate() {
         c.set_klm_pas_mtt(
             k,
-            mtt_entry(first_iova + k as u64 * PAGE, MLX5_MTT_READ | MLX5_MTT_WRITE),
+            mtt_entry(page & !(PAGE - 1), MLX5_MTT_READ | MLX5_MTT_WRITE),
         )
         .map_err(e)?;
     }
@@ -180,23 +197,41 @@ pub fn create_mkey_input(
     m.set_qpn(0x00ff_ffff).map_err(e)?;
     m.set_mkey_7_0(variant.into()).map_err(e)?;
     m.set_pd(pdn).map_err(e)?;
-    m.set_start_addr(va).map_err(e)?;
-    m.set_len(len64).map_err(e)?;
+    m.set_start_addr(start_addr).map_err(e)?;
+    m.set_len(len as u64).map_err(e)?;
     m.set_translations_octword_size(npages.div_ceil(2) as u32)
         .map_err(e)?;
     m.set_log_page_size(12).map_err(e)?;
     Ok(i)
 }
 
+/// Runs a CREATE_MKEY input built for `pd` with key variant `variant`; returns the key.
+pub(crate) fn exec_create_mkey(pd: &Pd, i: &[u8], variant: u8) -> Result<u32> {
+    let o = pd.hca().cmd().exec(i, CreateMkeyOut::LEN)?;
+    let index = CreateMkeyOut::new_checked(&o[..])
+        .map_err(|source| DriverError::BadOutput {
+            op: Opcode::CREATE_MKEY,
+            source,
+        })?
+        .mkey_index();
+    Ok(mkey_from(index, variant))
+}
+
+/// DESTROY_MKEY of `key` (errors logged: the key then stays valid on the device, but every
+/// caller unmaps the memory behind it next, so the device can no longer reach it).
+pub(crate) fn destroy_mkey(pd: &Pd, key: u32) {
+    let mut i = input(Opcode::DESTROY_MKEY, 0, DestroyMkeyIn::LEN);
+    if let Ok(mut d) = DestroyMkeyIn::new_checked(&mut i[..]) {
+        let _ = d.set_mkey_index(mkey_index(key));
+    }
+    if let Err(e) = pd.hca().cmd().exec(&i, 16) {
+        tracing::error!(error = %e, "DESTROY_MKEY failed; the key stays valid on the device");
+    }
+}
+
 impl Drop for Mr {
     fn drop(&mut self) {
-        let mut i = input(Opcode::DESTROY_MKEY, 0, DestroyMkeyIn::LEN);
-        if let Ok(mut d) = DestroyMkeyIn::new_checked(&mut i[..]) {
-            let _ = d.set_mkey_index(mkey_index(self.key));
-        }
-        if let Err(e) = self.pd.hca().cmd().exec(&i, 16) {
-            tracing::error!(error = %e, "DESTROY_MKEY failed; the key stays valid on the device");
-        }
+        destroy_mkey(&self.pd, self.key);
     }
 }
 

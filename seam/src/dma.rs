@@ -56,6 +56,10 @@ impl IovaRange {
 /// `read_at`/`write_at` are helpers over `base()`/`len()`, not hooks: a device may also copy
 /// through `base()` directly (the sim's IOMMU caches recent mappings), so an implementation
 /// must not override them with other behaviour.
+///
+/// Memory the application owns and registers is mapped by whole pages ([`crate::CallerPages`]):
+/// there the promise about references holds for the registered bytes, and the device reaches
+/// the rest of those pages never, since memory keys bound every access to them.
 pub unsafe trait HostMemory: Send + Sync {
     /// First byte.
     fn base(&self) -> NonNull<u8>;

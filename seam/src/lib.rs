@@ -5,8 +5,9 @@
 //! through ([`DmaMap`], [`HostMemory`]), interrupts ([`Interrupts`]), and [`Backend`], the
 //! three together with a name and a way to let a simulated device move.
 //!
-//! Owns: those traits, [`IovaRange`], [`Progress`], [`BackendError`] and the locked-memory
-//! accounting both sides check before they pin ([`MemlockState`]). Must not: know any mlx5
+//! Owns: those traits, [`IovaRange`], [`CallerPages`] (application memory as a device maps
+//! it), [`Progress`], [`BackendError`] and the locked-memory accounting both sides check
+//! before they pin ([`MemlockState`]). Must not: know any mlx5
 //! format (`bypass-hw`), keep driver or device state, or depend on either side: the driver
 //! (`bypass-driver`) and the software NIC (`bypass-sim`) both depend on this crate, never on
 //! each other.
@@ -16,6 +17,7 @@
 //! [`Interrupts`]. Every method is shaped so that the VFIO implementation is a thin wrapper
 //! over a syscall or a volatile access (`vfio-ioctls`, `VFIO_IOMMU_MAP_DMA`, eventfds).
 
+mod caller;
 mod dma;
 mod error;
 mod irq;
@@ -25,6 +27,7 @@ mod mmio;
 use std::any::Any;
 use std::fmt;
 
+pub use caller::CallerPages;
 pub use dma::{DmaMap, HostMemory, IovaRange, PAGE_SIZE, copy_small};
 pub use error::BackendError;
 pub use irq::Interrupts;

@@ -234,6 +234,38 @@ mod tests {
     }
 
     #[test]
+    fn an_unaligned_start_keeps_its_page_offset_to_the_last_byte() {
+        // `ibv_reg_mr_iova2` of 5 bytes at IOVA ..ffd (3 in the first page, 2 in the next):
+        // two MTT pages, the first byte at offset 0xffd of the first page's IOVA.
+        let mut k = key();
+        k.start = 0x5a5a_0000_0ffd;
+        k.len = 5;
+        k.mtt = vec![0x80_0000 | 3, 0x20_0000 | 3];
+        let runs: Vec<_> = k
+            .translate(5, 7, 0x5a5a_0000_0ffd, 5, Need::LocalRead)
+            .unwrap()
+            .collect();
+        assert_eq!(runs, vec![(0x80_0ffd, 3), (0x20_0000, 2)]);
+        let last: Vec<_> = k
+            .translate(5, 7, 0x5a5a_0000_1001, 1, Need::LocalRead)
+            .unwrap()
+            .collect();
+        assert_eq!(last, vec![(0x20_0001, 1)]);
+        assert_eq!(
+            k.translate(5, 7, 0x5a5a_0000_1001, 2, Need::LocalRead)
+                .err(),
+            Some(AccessError::OutOfBounds),
+            "one byte past the exact length"
+        );
+        assert_eq!(
+            k.translate(5, 7, 0x5a5a_0000_0ffc, 1, Need::LocalRead)
+                .err(),
+            Some(AccessError::OutOfBounds),
+            "one byte before the start"
+        );
+    }
+
+    #[test]
     fn checks_pd_rights_bounds_and_qp() {
         let k = key();
         assert_eq!(

@@ -4,6 +4,16 @@
 //! Owns: [`Context`]. Must not: create device objects other than through the driver, know
 //! which backend is behind it (simulated NICs are opened by `bypass-testbed`), or keep global
 //! state (every object holds an `Arc<Context>` instead).
+//!
+//! One device, many users: as libibverbs lets a process `ibv_open_device` one device several
+//! times (each context with its own PDs, CQs and QPs on the device the kernel brought up once),
+//! [`Context::open_sibling`] / [`Context::with_hca`] open another context on an HCA that is
+//! up already. The contexts share the brought-up function (its command queue, EQs, firmware
+//! pages and the UAR page of 8-byte doorbells; a QP with BlueFlame has a UAR page of its own);
+//! everything made from one context is its alone. The HCA is torn down when the last context
+//! and the last object made from any of them are gone (each holds an `Arc` of it). Without
+//! globals there is no registry of open devices: a second `Context::new` on the same backend
+//! would bring the function up again, so share the first context's HCA instead.
 
 use std::sync::Arc;
 
@@ -27,6 +37,28 @@ impl Context {
         Ok(Arc::new(Context {
             hca: Arc::new(Hca::open(backend)?),
         }))
+    }
+
+    /// Another context on this context's device, sharing its brought-up HCA (see the module
+    /// doc): its own PDs, CQs and QPs; this context may be dropped first.
+    ///
+    /// ```
+    /// use bypass_testbed::SimContext;
+    /// use bypass_verbs::Context;
+    /// let pair = Context::sim_pair(1)?;
+    /// let second = pair.a.open_sibling();
+    /// assert!(std::sync::Arc::ptr_eq(pair.a.hca(), second.hca()));
+    /// assert_eq!(second.gid(1)?, pair.a.gid(1)?);
+    /// # Ok::<(), bypass_verbs::VerbsError>(())
+    /// ```
+    pub fn open_sibling(&self) -> Arc<Self> {
+        Self::with_hca(self.hca.clone())
+    }
+
+    /// A context on an HCA brought up already (`Hca::open`), shared with whoever else holds
+    /// it.
+    pub fn with_hca(hca: Arc<Hca>) -> Arc<Self> {
+        Arc::new(Context { hca })
     }
 
     /// The driver's device (commands, caps, DMA; research access).

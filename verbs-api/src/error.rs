@@ -267,4 +267,33 @@ pub enum VerbsError {
     /// The out-of-band exchange failed.
     #[error(transparent)]
     Exchange(#[from] ExchangeError),
+    /// Deregistration of application memory while leases of it are alive (posted in work
+    /// requests or held): the region is given back unchanged.
+    #[error(
+        "the memory region still has {leases} lease(s) alive (posted work requests or held leases): poll their completions and reclaim and drop the leases, then deregister"
+    )]
+    MrInUse {
+        /// Leases alive.
+        leases: usize,
+    },
+    /// An owned region used in a way its access rights rule out.
+    #[error("{what}: {fix}")]
+    MrAccessMode {
+        /// What was refused.
+        what: &'static str,
+        /// What to do instead.
+        fix: &'static str,
+    },
+    /// A range of the owner's bytes to register that is empty or outside them.
+    #[error(
+        "the range {start}..{end} is not a non-empty range inside the {len}-byte buffer: register bytes the buffer has"
+    )]
+    BadMrRange {
+        /// Start asked for.
+        start: usize,
+        /// End asked for.
+        end: usize,
+        /// The buffer's length.
+        len: usize,
+    },
 }

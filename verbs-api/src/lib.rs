@@ -143,6 +143,7 @@
 
 pub use bypass_driver as driver;
 
+pub mod app_mr;
 pub mod context;
 pub mod cq;
 pub mod endpoint;
@@ -157,6 +158,7 @@ pub mod qp;
 pub mod shared;
 pub mod wr;
 
+pub use app_mr::{DeregisterError, MrOptions, MrOwner, OwnedMr, RawMr};
 pub use context::Context;
 pub use cq::{Completion, Cq, Poll};
 pub use driver::mr::MkeyAccess as Access;

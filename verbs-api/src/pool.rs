@@ -95,6 +95,14 @@ impl MemoryPool {
         })
     }
 
+    /// Ends the pool if nothing else holds it (no lease alive, no clone): otherwise gives it
+    /// back. Lets an owned region hand its memory back only once no lease can reach it.
+    pub(crate) fn try_close(self) -> Result<(), Self> {
+        Arc::try_unwrap(self.shared)
+            .map(drop)
+            .map_err(|shared| MemoryPool { shared })
+    }
+
     /// The size of each chunk (the largest lease).
     pub fn chunk_size(&self) -> usize {
         self.shared.chunk
