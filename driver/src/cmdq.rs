@@ -107,6 +107,9 @@ struct State {
     page_requests: i64,
     /// Other async events, oldest first, for [`CmdQueue::take_events`].
     events: Vec<AsyncEvent>,
+    /// Signalled whenever an event is kept for [`CmdQueue::take_events`] (the async-event
+    /// channel's eventfd: a command waiter may take the interrupt that announced it).
+    notify: Option<Arc<nix::sys::eventfd::EventFd>>,
 }
 
 /// The firmware command queue of one function.
@@ -201,6 +204,7 @@ impl CmdQueue {
                 done: 0,
                 page_requests: 0,
                 events: Vec::new(),
+                notify: None,
             }),
             timeout,
             stats: Stats::default(),
@@ -254,6 +258,12 @@ impl CmdQueue {
         st.eq.take()
     }
 
+    /// Signals `fd` from now on whenever an event other than CMD is kept for
+    /// [`CmdQueue::take_events`] (replacing any earlier one).
+    pub fn set_event_notify(&self, fd: Arc<nix::sys::eventfd::EventFd>) {
+        self.lock().notify = Some(fd);
+    }
+
     /// Polls the async EQ and returns what it carried for others: the net page request
     /// (positive: give, negative: take) and every event that is neither CMD nor
     /// PAGE_REQUEST. The EQ is re-armed.
@@ -272,17 +282,26 @@ impl CmdQueue {
             done,
             page_requests,
             events,
+            notify,
             ..
         } = st;
         let Some(eq) = eq.as_mut() else { return };
+        let mut kept = false;
         eq.poll(&**backend, |ev| match ev.event_type {
             EventType::CMD => *done |= ev.cmd_vector(),
             EventType::PAGE_REQUEST => {
                 *page_requests = page_requests.saturating_add(i64::from(ev.page_request()));
+                kept = true;
             }
-            _ => events.push(*ev),
+            _ => {
+                events.push(*ev);
+                kept = true;
+            }
         });
         eq.update_ci(&**backend, true);
+        if let (true, Some(fd)) = (kept, notify.as_ref()) {
+            let _ = fd.write(1);
+        }
     }
 
     /// Executes one command: `input` (header included) and `out_len` bytes of output

@@ -1,6 +1,7 @@
 //! Completion queues: the ring (from `alloc_dma`, every CQE initialised invalid), the doorbell
-//! record, CREATE_CQ reporting to the completion EQ, polling (see `poll.rs`), arming, and a
-//! blocking wait on the EQ's interrupt. DESTROY_CQ on drop.
+//! record, CREATE_CQ reporting to the completion EQ of the vector its creator chose (`c_eqn`),
+//! polling (see `poll.rs`), arming with the arm sequence number, and a blocking wait on the
+//! CQ's own events (`cq_events.rs`, `comp_channel.rs`). DESTROY_CQ on drop.
 //!
 //! Follows rdma-core `providers/mlx5/cq.c` (`mlx5_alloc_cq_buf` initialisation, `mlx5_arm_cq`:
 //! DBR arm word, `mmio_wc_start`, 64-bit doorbell at UAR + `MLX5_CQ_DOORBELL`,
@@ -21,7 +22,9 @@ use bypass_hw::uar::{MLX5_CQ_DOORBELL, uar_bar_offset};
 
 use crate::barrier::{mmio_flush_writes, mmio_wc_start};
 use crate::cmdq::input;
+use crate::comp_channel::{ChannelCore, CompletionChannel};
 use crate::completion::CQE_SIZE;
+use crate::cq_events::CqEventSink;
 use crate::dma::DmaBuf;
 use crate::error::{DriverError, Result};
 use crate::hca::Hca;
@@ -112,8 +115,18 @@ pub struct Cq {
     // `poller` points into `shared`'s buffers: declared first so it is dropped first.
     poller: CqPoller,
     shared: Arc<CqShared>,
-    arm_sn: u32,
+    events: Arc<CqEventSink>,
     uar_offset: u64,
+}
+
+/// How a CQ reports its events (`ibv_create_cq`'s `channel` and `comp_vector`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CqConfig<'a> {
+    /// The completion vector (`0..Hca::num_comp_vectors()`): the EQ, and so the MSI-X vector,
+    /// its events go to.
+    pub comp_vector: u32,
+    /// The completion channel its events are queued on (`None`: only `Cq::wait` sees them).
+    pub channel: Option<&'a CompletionChannel>,
 }
 
 impl Cq {
@@ -123,13 +136,36 @@ impl Cq {
     /// Errors: no completion EQ (open the `Hca` with one), a size beyond `log_max_cq_sz`, DMA
     /// or command failures.
     pub fn create(hca: &Arc<Hca>, min_cqes: u32) -> Result<Self> {
-        let eqn = hca
-            .completion_eq()
-            .ok_or(DriverError::Unsupported {
+        Self::create_with(hca, min_cqes, CqConfig::default())
+    }
+
+    /// [`Cq::create`] on completion vector `config.comp_vector`, its events queued on
+    /// `config.channel` if given (libibverbs `ibv_create_cq(ctx, cqe, ctx, channel,
+    /// comp_vector)`).
+    ///
+    /// Errors: as [`Cq::create`]; [`DriverError::NoCompVector`] for a vector the HCA does not
+    /// have; [`DriverError::Unsupported`] for a channel made on another HCA.
+    pub fn create_with(hca: &Arc<Hca>, min_cqes: u32, config: CqConfig<'_>) -> Result<Self> {
+        if hca.num_comp_vectors() == 0 {
+            return Err(DriverError::Unsupported {
                 what: "completion queues without a completion EQ",
                 fix: "open the Hca with HcaConfig { completion_eq: true, .. } on a device with at least two MSI-X vectors",
-            })?
-            .eqn();
+            });
+        }
+        let ceq = usize::try_from(config.comp_vector)
+            .ok()
+            .and_then(|v| hca.completion_eqs().get(v))
+            .ok_or(DriverError::NoCompVector {
+                vector: config.comp_vector,
+                available: hca.num_comp_vectors(),
+            })?;
+        if config.channel.is_some_and(|c| !c.is_on(hca)) {
+            return Err(DriverError::Unsupported {
+                what: "a CQ on a completion channel of another device",
+                fix: "make the channel on the same Hca (Context) as the CQ",
+            });
+        }
+        let (eqn, vector) = (ceq.eqn(), ceq.vector());
         let nent = min_cqes
             .max(2)
             .checked_next_power_of_two()
@@ -208,12 +244,47 @@ impl Cq {
             dbr,
         });
         let poller = CqPoller::new(ring, nent, dbr_ring, table)?;
+        let channel = config.channel.map(|c| c.core().clone());
+        if let Some(c) = &channel {
+            c.watch_vector(vector)?;
+        }
+        let events = Arc::new(CqEventSink::new(cqn, vector, channel));
+        hca.cq_router().insert(&events);
         Ok(Self {
             poller,
             shared,
-            arm_sn: 0,
+            events,
             uar_offset: uar_bar_offset(uar) + MLX5_CQ_DOORBELL as u64,
         })
+    }
+
+    /// The CQ's event state (arm sequence number, unacknowledged events).
+    pub fn events(&self) -> &Arc<CqEventSink> {
+        &self.events
+    }
+
+    /// Acknowledges `n` events taken from the CQ's channel (libibverbs `ibv_ack_cq_events`).
+    ///
+    /// Errors: [`DriverError::AckTooMany`] when fewer than `n` were taken and not yet
+    /// acknowledged.
+    pub fn ack_events(&self, n: u32) -> Result<()> {
+        self.events.ack(n)
+    }
+
+    /// Destroys the CQ, refusing while events taken from its channel are unacknowledged
+    /// (`ibv_destroy_cq` would wait for them forever): the CQ comes back with
+    /// [`DriverError::CqEventsUnacked`].
+    pub fn destroy(self) -> std::result::Result<(), Box<(Self, DriverError)>> {
+        let unacked = self.events.unacked();
+        if unacked > 0 {
+            let cqn = self.cqn();
+            return Err(Box::new((
+                self,
+                DriverError::CqEventsUnacked { cqn, unacked },
+            )));
+        }
+        drop(self);
+        Ok(())
     }
 
     /// The CQ number.
@@ -295,9 +366,12 @@ impl Cq {
     /// Arms the CQ: the next completion (`solicited`: the next solicited one) raises an event
     /// on the completion EQ. rdma-core `mlx5_arm_cq`: the arm word into the doorbell record,
     /// `mmio_wc_start`, the 64-bit doorbell at UAR + 0x20, `mmio_flush_writes`.
+    /// The sequence number is the count of events taken (`mlx5_cq_event`): arming again
+    /// before the last event was taken repeats the request, and the device raises nothing
+    /// new for it (see `sim/src/ring.rs`).
     pub fn arm(&mut self, solicited: bool) {
         let ci = self.poller.consumer_index();
-        let sn = self.arm_sn & 3;
+        let sn = self.events.arm_sn() & 3;
         self.poller
             .dbr()
             .write_be32(4, cq_arm_value(sn, solicited, ci));
@@ -319,15 +393,24 @@ impl Cq {
     }
 
     /// [`Cq::wait`] with the completion's sequence number (as [`Cq::poll_one_seq`]).
+    ///
+    /// Waits on the CQ's own events only (a private channel made at the first wait): another
+    /// CQ's completion neither wakes it nor is consumed by it.
+    ///
+    /// Errors: [`DriverError::CqOnChannel`] for a CQ created on a completion channel (its
+    /// events belong to the channel's reader).
     pub fn wait_seq(&mut self, timeout: Duration) -> Result<Option<(WorkCompletion, u64)>> {
         let deadline = Instant::now() + timeout;
+        if self.events.bound() {
+            return Err(DriverError::CqOnChannel { cqn: self.cqn() });
+        }
         let hca = self.shared.hca.clone();
-        let Some(eq) = hca.completion_eq() else {
-            return Err(DriverError::Unsupported {
-                what: "blocking waits without a completion EQ",
-                fix: "open the Hca with HcaConfig { completion_eq: true, .. }",
-            });
-        };
+        let vector = self.events.vector();
+        let channel = self.events.set_target_if_none(|| {
+            let c = ChannelCore::new(&hca)?;
+            c.watch_vector(vector)?;
+            Ok(c)
+        })?;
         loop {
             if let Some(got) = self.poll_one_seq() {
                 return Ok(Some(got));
@@ -341,25 +424,32 @@ impl Cq {
             if left.is_zero() {
                 return Ok(None);
             }
-            let fired = eq.wait(left)?;
-            let mine = self.shared.cqn;
-            let mut got = false;
-            eq.poll(|cqn| got |= cqn == mine);
-            if got {
-                // rdma-core `mlx5_cq_event`: one arm sequence number per event.
-                self.arm_sn = self.arm_sn.wrapping_add(1);
-            } else if !fired {
+            match channel.get(left)? {
+                // The private channel's events are acknowledged here: nobody else sees them.
+                Some(sink) => sink.ack(1)?,
                 // Timed out, or a stepped sim went idle: nothing more will come.
-                return Ok(self.poll_one_seq());
+                None => return Ok(self.poll_one_seq()),
             }
-            // Another CQ's event woke us (the completion EQ is shared; its waiter re-polls
-            // its CQ before it sleeps again, but may sleep until its own timeout): go round.
         }
     }
 
     /// Events this CQ consumed so far (the arm sequence number).
     pub fn arm_sn(&self) -> u32 {
-        self.arm_sn
+        self.events.arm_sn()
+    }
+}
+
+impl Drop for Cq {
+    fn drop(&mut self) {
+        self.shared.hca.cq_router().remove(&self.events);
+        let unacked = self.events.unacked();
+        if unacked > 0 {
+            tracing::warn!(
+                cqn = self.cqn(),
+                unacked,
+                "CQ dropped with completion events not acknowledged"
+            );
+        }
     }
 }
 

@@ -243,6 +243,55 @@ pub enum DriverError {
         /// Bytes.
         len: usize,
     },
+    /// A CQ asked for a completion vector the HCA does not have.
+    #[error(
+        "completion vector {vector} does not exist (this HCA has {available}, one completion EQ each): use a vector below {available} (Hca::num_comp_vectors)"
+    )]
+    NoCompVector {
+        /// The vector asked for.
+        vector: u32,
+        /// Completion vectors of the HCA.
+        available: u32,
+    },
+    /// A CQ with completion events not yet acknowledged cannot be destroyed (libibverbs
+    /// `ibv_destroy_cq` would block until they are).
+    #[error(
+        "CQ {cqn:#x} has {unacked} completion event(s) taken with get_cq_event and not acknowledged: call ack_cq_events for them before destroying it"
+    )]
+    CqEventsUnacked {
+        /// The CQ.
+        cqn: u32,
+        /// Events taken and not acknowledged.
+        unacked: u32,
+    },
+    /// More events acknowledged than were taken.
+    #[error(
+        "ack_cq_events on CQ {cqn:#x} acknowledged {acked} event(s) but only {taken} were taken with get_cq_event and not yet acknowledged: acknowledge each event once"
+    )]
+    AckTooMany {
+        /// The CQ.
+        cqn: u32,
+        /// Events the call acknowledged.
+        acked: u32,
+        /// Events outstanding.
+        taken: u32,
+    },
+    /// An eventfd or epoll instance for an event channel could not be made or used.
+    #[error("{what} failed: {source} (raise the open-file limit, `ulimit -n`, if it is EMFILE)")]
+    EventChannel {
+        /// What was being done.
+        what: &'static str,
+        /// The errno.
+        source: nix::Error,
+    },
+    /// A CQ bound to a completion channel reports its events there only.
+    #[error(
+        "CQ {cqn:#x} reports to a completion channel: wait on the channel (get_cq_event), not with Cq::wait"
+    )]
+    CqOnChannel {
+        /// The CQ.
+        cqn: u32,
+    },
 }
 
 impl DriverError {

@@ -10,7 +10,10 @@
 //! queue and `initializing`, ENABLE_HCA, ISSI, boot pages, HOST_ENDIANNESS, general and RoCE
 //! caps, init pages, INIT_HCA, RoCE enable on the NIC vport, ALLOC_UAR, the async EQ (CMD,
 //! PAGE_REQUEST, CQ/QP errors, port change, COMM_EST ...) on vector 0, armed; then commands
-//! complete by event. bypass adds a completion EQ on vector 1 for CQs. Teardown runs the
+//! complete by event. bypass adds one completion EQ per further MSI-X vector (vectors 1..=n,
+//! `num_comp_vectors`), as the kernel's `mlx5_core` `eq.c` sizes them (`get_num_eqs`: the
+//! completion vectors the IRQ table offers, at most the device's EQs less the async ones;
+//! `create_comp_eqs`: one EQ per vector), capped by [`HcaConfig::max_comp_vectors`]. Teardown runs the
 //! reverse (`mlx5_vfio_free_context`): the EQs, DEALLOC_UAR, TEARDOWN_HCA (graceful), every
 //! page taken back until QUERY_PAGES reports none, DISABLE_HCA, then every DMA region
 //! unmapped. Teardown errors are logged, never panicked.
@@ -28,6 +31,7 @@ use bypass_hw::init_seg as iseg;
 use crate::backend::Backend;
 use crate::bringup;
 use crate::cmdq::{CmdQueue, DEFAULT_CMD_TIMEOUT};
+use crate::cq_events::{self, CqRouter};
 use crate::dma::{DmaBuf, DmaMapper};
 use crate::eq::{AsyncEvent, CompletionEq, EventQueue};
 use crate::error::Result;
@@ -59,8 +63,12 @@ pub struct HcaConfig {
     pub async_eq_log_size: u8,
     /// log2 of the completion EQ's entries.
     pub completion_eq_log_size: u8,
-    /// Create the completion EQ (needs a second MSI-X vector).
+    /// Create the completion EQs (needs a second MSI-X vector).
     pub completion_eq: bool,
+    /// The most completion EQs (one per MSI-X vector beyond vector 0) to create. The kernel
+    /// creates one per online CPU the IRQ table covers; a user-space driver's threads are
+    /// fewer, and each EQ pins its ring.
+    pub max_comp_vectors: u16,
 }
 
 impl Default for HcaConfig {
@@ -68,8 +76,9 @@ impl Default for HcaConfig {
         Self {
             cmd_timeout: DEFAULT_CMD_TIMEOUT,
             async_eq_log_size: 8,
-            completion_eq_log_size: 10,
+            completion_eq_log_size: 9,
             completion_eq: true,
+            max_comp_vectors: 8,
         }
     }
 }
@@ -342,7 +351,9 @@ pub struct Hca {
     dma: Arc<DmaMapper>,
     cmd: CmdQueue,
     pages: Mutex<PagePool>,
-    comp_eq: Option<CompletionEq>,
+    comp_eqs: Vec<CompletionEq>,
+    cq_router: CqRouter,
+    async_core: std::sync::OnceLock<Arc<crate::async_events::AsyncCore>>,
     uar: Option<u32>,
     caps: Caps,
     ports: Vec<Port>,
@@ -382,7 +393,9 @@ impl Hca {
             backend,
             dma,
             cmd,
-            comp_eq: None,
+            comp_eqs: Vec::new(),
+            cq_router: CqRouter::default(),
+            async_core: std::sync::OnceLock::new(),
             uar: None,
             caps: Caps::default(),
             ports: Vec::new(),
@@ -428,12 +441,21 @@ impl Hca {
         )?;
         eq.update_ci(&*self.backend, true);
         cmd.attach_eq(eq);
-        if config.completion_eq && self.backend.irq_vectors() > 1 {
-            let eq =
-                EventQueue::create(cmd, &self.dma, uar, config.completion_eq_log_size, 1, &[])?;
-            let ceq = CompletionEq::new(eq, self.backend.clone());
-            ceq.arm();
-            self.comp_eq = Some(ceq);
+        if config.completion_eq {
+            let eqs = 1u32
+                .checked_shl(u32::from(self.caps.log_max_eq))
+                .unwrap_or(u32::MAX);
+            // Vector 0 and one EQ belong to the async EQ (kernel `get_num_eqs`).
+            let n = u32::from(self.backend.irq_vectors().saturating_sub(1))
+                .min(eqs.saturating_sub(1))
+                .min(u32::from(config.max_comp_vectors));
+            for v in 1..=n as u16 {
+                let eq =
+                    EventQueue::create(cmd, &self.dma, uar, config.completion_eq_log_size, v, &[])?;
+                let ceq = CompletionEq::new(eq, self.backend.clone());
+                ceq.arm();
+                self.comp_eqs.push(ceq);
+            }
         }
         self.ports = self.query_ports()?;
         Ok(())
@@ -497,10 +519,43 @@ impl Hca {
         self.uar.unwrap_or(0)
     }
 
-    /// The EQ completion queues report to (on MSI-X vector 1), if the device has a second
-    /// vector and [`HcaConfig::completion_eq`] was set.
+    /// The EQ of completion vector 0 (MSI-X vector 1), if the device has a second vector and
+    /// [`HcaConfig::completion_eq`] was set.
     pub fn completion_eq(&self) -> Option<&CompletionEq> {
-        self.comp_eq.as_ref()
+        self.comp_eqs.first()
+    }
+
+    /// The completion EQs, index = completion vector (`ibv_create_cq`'s `comp_vector`); EQ
+    /// `k` raises MSI-X vector `k + 1`.
+    pub fn completion_eqs(&self) -> &[CompletionEq] {
+        &self.comp_eqs
+    }
+
+    /// Completion vectors (`ibv_context.num_comp_vectors`).
+    pub fn num_comp_vectors(&self) -> u32 {
+        self.comp_eqs.len() as u32
+    }
+
+    /// Services the completion EQs: each completion event goes to its own CQ's channel (see
+    /// `cq_events.rs`). Channels and `Cq::wait` call it; returns the events taken.
+    pub fn service_completions(&self) -> usize {
+        cq_events::service(&*self.backend, &self.comp_eqs, &self.cq_router)
+    }
+
+    pub(crate) fn cq_router(&self) -> &CqRouter {
+        &self.cq_router
+    }
+
+    pub(crate) fn async_core(
+        &self,
+        make: impl FnOnce() -> Result<Arc<crate::async_events::AsyncCore>>,
+    ) -> Result<Arc<crate::async_events::AsyncCore>> {
+        if let Some(c) = self.async_core.get() {
+            return Ok(c.clone());
+        }
+        let c = make()?;
+        // Another thread may have won the race; its core is the one in use.
+        Ok(self.async_core.get_or_init(|| c).clone())
     }
 
     /// Firmware version (major, minor, subminor).
@@ -557,7 +612,7 @@ impl Hca {
                 tracing::error!(error = %e, "teardown: {what} failed");
             }
         };
-        if let Some(ceq) = self.comp_eq.take() {
+        for ceq in std::mem::take(&mut self.comp_eqs) {
             log(
                 "DESTROY_EQ (completion)",
                 ceq.into_inner().destroy(&self.cmd),

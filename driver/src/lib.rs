@@ -26,12 +26,15 @@
 //! # Ok::<(), bypass_driver::DriverError>(())
 //! ```
 
+pub mod async_events;
 pub mod backend;
 pub mod barrier;
 mod bringup;
 pub mod cmdq;
+pub mod comp_channel;
 pub mod completion;
 pub mod cq;
+pub mod cq_events;
 pub mod dma;
 pub mod doorbell;
 pub mod eq;

@@ -63,6 +63,13 @@ pub trait Backend: Mmio + DmaMap + Interrupts + Any + Send + Sync + fmt::Debug {
     /// until idle, then advances virtual time to the next scheduled event.
     fn progress(&self) -> Progress;
 
+    /// True for a stepped (deterministic) sim: nothing happens unless the driver calls
+    /// [`Backend::progress`], so a wait must step it rather than sleep on an eventfd. False
+    /// (the default) for hardware and a threaded sim, which raise interrupts on their own.
+    fn is_stepped(&self) -> bool {
+        false
+    }
+
     /// A name for a command syndrome, where the backend knows one (a sim knows its own
     /// firmware's; real firmware syndromes are opaque, so VFIO returns `None`).
     fn syndrome_name(&self, _syndrome: u32) -> Option<&'static str> {

@@ -140,6 +140,22 @@ impl Device {
         crate::firmware::pages::request_pages(fw, comp, &mut io, n);
     }
 
+    /// Test hook: port `port`'s link goes down (`up == false`) or comes back, as a pulled
+    /// cable or a peer going away does; the firmware reports the port's new state and raises
+    /// PORT_CHANGE (DOWN / ACTIVE). Returns false for an unknown port or no change.
+    pub fn set_port_link(&mut self, port: u8, up: bool) -> bool {
+        let Hca {
+            fw, comp, mut io, ..
+        } = self.hca();
+        crate::firmware::vport::set_link(fw, comp, &mut io, port, up)
+    }
+
+    /// Research view: the IOVAs of QP `qpn`'s work queue pages (RQ then SQ), as CREATE_QP
+    /// gave them, or `None` for no such QP.
+    pub fn qp_wq_pages(&self, qpn: u32) -> Option<Vec<u64>> {
+        self.objs.qps.get(qpn).map(|qp| qp.wq.pages().to_vec())
+    }
+
     /// The data path's parts, lent for one doorbell, packet or scan.
     #[inline]
     pub(crate) fn data_path(&mut self) -> DataPath<'_> {

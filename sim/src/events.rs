@@ -175,6 +175,17 @@ impl Completions {
         self.write_eqe(io, eqn, t, sub_type, data)
     }
 
+    /// Posts a QP event (`struct mlx5_eqe_qp_srq`: queue type QP, the QPN) of type `t`: the
+    /// affiliated asynchronous events of IBTA vol. 1 §11.6.3 as mlx5 encodes them
+    /// (`WQ_CATAS_ERROR`, `WQ_INVAL_REQ_ERROR`, `WQ_ACCESS_ERROR`, ...; kernel `device.h`).
+    pub(crate) fn post_qp_event(&mut self, io: &mut Io<'_>, t: EventType, qpn: u32) -> bool {
+        let mut e = Eqe::new_zeroed();
+        let q = e.qp_srq_mut();
+        q.queue_type = bypass_hw::eqe::MLX5_EVENT_QUEUE_TYPE_QP;
+        q.qp_srq_n.set(qpn & 0x00ff_ffff);
+        self.post_event(io, t, 0, &e.data)
+    }
+
     /// True if some EQ receives events of type `t`.
     pub(crate) fn event_subscribed(&self, t: EventType) -> bool {
         self.eqs.iter().any(|(_, eq)| eq.wants(t.0))

@@ -10,6 +10,14 @@
 //! rdma-core `providers/mlx5/mlx5_vfio.c` (`mlx5_eq_get_eqe`, the same rule for EQEs;
 //! `eq_update_ci`: UAR+0x40 updates the CI and arms, +0x48 only updates the CI), and the kernel's
 //! `drivers/net/ethernet/mellanox/mlx5/core/eq.c` (a CQ overrun raises a CQ error event).
+//!
+//! Arm sequence numbers: rdma-core `mlx5_arm_cq` puts `cq->arm_sn & 3` in bits 29:28 of the
+//! arm word (`cmd_sn`) and `mlx5_cq_event` (run by `ibv_get_cq_event`) increments it once per
+//! event taken. The device treats an arm carrying the sequence number of the request it last
+//! answered with an event as a repeat of that request, not a new one: it raises nothing (the
+//! PRM's reason for the field; the kernel's `mlx5_ib_arm_cq` relies on it the same way). So an
+//! armed CQ raises exactly one event, and re-arming before the event was taken never wakes
+//! twice.
 
 use crate::buffer::PageList;
 use crate::iommu::{DmaFault, Iommu};
@@ -54,8 +62,11 @@ pub struct CqRing {
     oi: bool,
     /// Producer counter: CQEs written so far.
     pub pi: u32,
-    /// The arm request, if any, and the CI it was armed at.
-    armed: Option<(ArmKind, u32)>,
+    /// The arm request, if any: its kind, the CI it was armed at and its sequence number.
+    armed: Option<(ArmKind, u32, u8)>,
+    /// The sequence number of the arm request that last raised an event (`None` before the
+    /// first): an arm repeating it is ignored (module docs).
+    fired_sn: Option<u8>,
     /// The CQ is in overrun (cqc.status = CQ_OVERFLOW).
     pub overrun: bool,
     /// The consumer index the doorbell record held when last read. The driver's CI only
@@ -75,6 +86,7 @@ impl CqRing {
             oi,
             pi: 0,
             armed: None,
+            fired_sn: None,
             overrun: false,
             ci_seen: 0,
         }
@@ -97,14 +109,19 @@ impl CqRing {
 
     /// The arm request, if one is pending.
     pub fn armed(&self) -> Option<ArmKind> {
-        self.armed.map(|(k, _)| k)
+        self.armed.map(|(k, _, _)| k)
     }
 
     /// Handles the arm doorbell (UAR offset 0x20): `cmd_sn_ci` is the upper dword
     /// (`sn << 28 | cmd << 24 | ci`). Returns true if a completion is already due (CQEs were
     /// written at or past the armed CI), in which case the CQ is disarmed and the caller posts
-    /// a completion event at once.
+    /// a completion event at once. An arm with the sequence number of the request that last
+    /// fired is a repeat and does nothing (module docs).
     pub fn arm(&mut self, cmd_sn_ci: u32) -> bool {
+        let sn = ((cmd_sn_ci >> 28) & 0x3) as u8;
+        if self.fired_sn == Some(sn) {
+            return false;
+        }
         let kind = if (cmd_sn_ci >> 24) & 0x7 == 1 {
             ArmKind::SolicitedOnly
         } else {
@@ -116,9 +133,10 @@ impl CqRing {
         // retroactively; the next solicited CQE fires it.
         if kind == ArmKind::Any && (self.pi & 0x00ff_ffff) != ci {
             self.armed = None;
+            self.fired_sn = Some(sn);
             return true;
         }
-        self.armed = Some((kind, ci));
+        self.armed = Some((kind, ci, sn));
         false
     }
 
@@ -162,12 +180,12 @@ impl CqRing {
         self.buf.write(iommu, off, entry)?;
         self.pi = self.pi.wrapping_add(1);
         let notify = match self.armed {
-            Some((ArmKind::Any, _)) => true,
-            Some((ArmKind::SolicitedOnly, _)) => solicited_or_error,
+            Some((ArmKind::Any, _, _)) => true,
+            Some((ArmKind::SolicitedOnly, _, _)) => solicited_or_error,
             None => false,
         };
         if notify {
-            self.armed = None;
+            self.fired_sn = self.armed.take().map(|(_, _, sn)| sn);
         }
         Ok(CqPost::Written { index, notify })
     }
@@ -333,9 +351,11 @@ mod tests {
             cq.post(&mut io, &mut e, false).unwrap(),
             CqPost::Written { notify: false, .. }
         ));
-        // Armed late, with CQEs already past the CI: due at once.
-        assert!(cq.arm(1));
-        assert!(!cq.arm((1 << 24) | 2));
+        // The same sequence number again is a repeat of the request already answered.
+        assert!(!cq.arm(1));
+        // Armed late (next sequence number), with CQEs already past the CI: due at once.
+        assert!(cq.arm((1 << 28) | 1));
+        assert!(!cq.arm((2 << 28) | (1 << 24) | 2));
         assert!(matches!(
             cq.post(&mut io, &mut e, false).unwrap(),
             CqPost::Written { notify: false, .. }
@@ -344,6 +364,41 @@ mod tests {
             cq.post(&mut io, &mut e, true).unwrap(),
             CqPost::Written { notify: true, .. }
         ));
+    }
+
+    #[test]
+    fn a_repeated_arm_sequence_number_never_fires_twice() {
+        let (mem, mut io, mut cq) = setup();
+        let mut e = [0u8; 64];
+        // Armed twice before any CQE: one request, one event.
+        assert!(!cq.arm(0));
+        assert!(!cq.arm(0));
+        assert!(matches!(
+            cq.post(&mut io, &mut e, false).unwrap(),
+            CqPost::Written { notify: true, .. }
+        ));
+        // The same sn again, CQE unconsumed and a new one written: no second event.
+        assert!(!cq.arm(0));
+        assert!(matches!(
+            cq.post(&mut io, &mut e, false).unwrap(),
+            CqPost::Written { notify: false, .. }
+        ));
+        // The next sn (the driver took the event) with CQEs past the CI: due at once, once.
+        set_ci(&mem, 1);
+        assert!(cq.arm((1 << 28) | 1));
+        assert!(!cq.arm((1 << 28) | 1));
+        // Solicited-only with sn 2: a plain CQE does not fire it, a solicited one does.
+        set_ci(&mem, 2);
+        assert!(!cq.arm((2 << 28) | (1 << 24) | 2));
+        assert!(matches!(
+            cq.post(&mut io, &mut e, false).unwrap(),
+            CqPost::Written { notify: false, .. }
+        ));
+        assert!(matches!(
+            cq.post(&mut io, &mut e, true).unwrap(),
+            CqPost::Written { notify: true, .. }
+        ));
+        assert_eq!(cq.armed(), None);
     }
 
     #[test]

@@ -17,7 +17,9 @@
 
 use std::sync::Arc;
 
+use crate::driver::async_events::AsyncEvents;
 use crate::driver::backend::{Backend, Progress};
+use crate::driver::comp_channel::CompletionChannel;
 use crate::driver::{DeviceInfo, Hca, Port};
 use crate::endpoint::{Gid, Mtu};
 use crate::error::VerbsError;
@@ -111,6 +113,24 @@ impl Context {
     /// Pages lent to the firmware now.
     pub fn firmware_pages(&self) -> usize {
         self.hca.firmware_pages()
+    }
+
+    /// Completion vectors (`ibv_context.num_comp_vectors`): one completion EQ and MSI-X
+    /// vector each; pick one per CQ with [`crate::Cq::with_channel`].
+    pub fn num_comp_vectors(&self) -> u32 {
+        self.hca.num_comp_vectors()
+    }
+
+    /// A new completion channel (`ibv_create_comp_channel`): its fd goes in epoll, CQs made
+    /// on it report there.
+    pub fn create_comp_channel(&self) -> Result<CompletionChannel, VerbsError> {
+        Ok(CompletionChannel::new(&self.hca)?)
+    }
+
+    /// The context's async-event channel (`ibv_context.async_fd`, `ibv_get_async_event`):
+    /// every call returns a handle to the same one.
+    pub fn async_events(&self) -> Result<AsyncEvents, VerbsError> {
+        Ok(AsyncEvents::new(&self.hca)?)
     }
 
     /// Allocates a protection domain.

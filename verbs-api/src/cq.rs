@@ -18,7 +18,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::context::Context;
-use crate::driver::cq::Cq as DriverCq;
+use crate::driver::comp_channel::{CompletionChannel, CqEvent};
+use crate::driver::cq::{Cq as DriverCq, CqConfig};
 use crate::driver::poll::{QpTable, WcFlags, WcOpcode, WcStatus, WorkCompletion};
 use crate::error::VerbsError;
 
@@ -45,6 +46,58 @@ impl Cq {
         Ok(Cq {
             inner: DriverCq::create(ctx.hca(), min_cqes)?,
             ctx: ctx.clone(),
+        })
+    }
+
+    /// A CQ on completion vector `comp_vector` (`0..Context::num_comp_vectors()`), its
+    /// events queued on `channel` if given (`ibv_create_cq`'s `channel` and `comp_vector`).
+    /// A CQ on a channel is waited for there ([`CompletionChannel::get_cq_event`]), not with
+    /// [`Cq::wait`].
+    pub fn with_channel(
+        ctx: &Arc<Context>,
+        min_cqes: u32,
+        channel: Option<&CompletionChannel>,
+        comp_vector: u32,
+    ) -> Result<Self, VerbsError> {
+        let config = CqConfig {
+            comp_vector,
+            channel,
+        };
+        Ok(Cq {
+            inner: DriverCq::create_with(ctx.hca(), min_cqes, config)?,
+            ctx: ctx.clone(),
+        })
+    }
+
+    /// Requests an event for the next completion, or with `solicited_only` for the next
+    /// solicited (or error) one (`ibv_req_notify_cq`). One request raises one event; after
+    /// taking it, request again.
+    pub fn req_notify(&mut self, solicited_only: bool) {
+        self.inner.arm(solicited_only);
+    }
+
+    /// True if `event` fired for this CQ.
+    pub fn owns(&self, event: &CqEvent) -> bool {
+        event.is_for(&self.inner)
+    }
+
+    /// Acknowledges `n` events taken for this CQ (`ibv_ack_cq_events`).
+    pub fn ack_events(&self, n: u32) -> Result<(), VerbsError> {
+        Ok(self.inner.ack_events(n)?)
+    }
+
+    /// Events taken for this CQ and not yet acknowledged.
+    pub fn unacked_events(&self) -> u32 {
+        self.inner.events().unacked()
+    }
+
+    /// Destroys the CQ (`ibv_destroy_cq`), refusing while events taken for it are not
+    /// acknowledged (libibverbs would block forever): the CQ comes back with the error.
+    pub fn destroy(self) -> Result<(), Box<(Self, VerbsError)>> {
+        let Cq { inner, ctx } = self;
+        inner.destroy().map_err(|b| {
+            let (inner, e) = *b;
+            Box::new((Cq { inner, ctx }, VerbsError::from(e)))
         })
     }
 

@@ -161,6 +161,8 @@ pub mod wr;
 pub use app_mr::{DeregisterError, MrOptions, MrOwner, OwnedMr, RawMr};
 pub use context::Context;
 pub use cq::{Completion, Cq, Poll};
+pub use driver::async_events::{AsyncEventKind, AsyncEventRecord, AsyncEvents};
+pub use driver::comp_channel::{CompletionChannel, CqEvent};
 pub use driver::mr::MkeyAccess as Access;
 pub use driver::poll::{WcFlags, WcOpcode, WcStatus};
 pub use endpoint::{EndpointParseError, Gid, Mtu, QpEndpoint, RemoteBuffer};

@@ -52,15 +52,19 @@ use wqe::{Limits, SendWqe};
 /// the WQE at the counter would execute one WQE twice and lose another (an unsignaled WRITE
 /// run in place of a signaled one, whose completion then never comes). Such a write is only a
 /// doorbell: every WQE comes from the ring.
+///
+/// Returns true when the device could not read its doorbell record or a WQE (a DMA fault):
+/// a work queue catastrophic error, which the caller reports with `WQ_CATAS_ERROR` (PRM; the
+/// kernel's `mlx5_ib` `mlx5_ib_qp_event` turns it into `IB_EVENT_QP_FATAL`).
 pub(crate) fn fetch(
     qp: &mut Qp,
     caps: &Caps,
     io: &mut Io<'_>,
     bf_spare: &mut Vec<u8>,
     bf: Option<Vec<u8>>,
-) {
+) -> bool {
     let Some(log_sq) = qp.geom.log_sq_size else {
-        return;
+        return false;
     };
     let qpn = qp.qpn;
     let sq_wqebbs = 1u32 << log_sq;
@@ -80,9 +84,10 @@ pub(crate) fn fetch(
         Ok(v) => v & 0xffff,
         Err(f) => {
             io.dma_fault(f);
-            return;
+            return true;
         }
     };
+    let mut faulted = false;
     let mut ci = qp.sq_ci & 0xffff;
     let outstanding = u32::try_from(qp.req.wqes.len()).unwrap_or(u32::MAX);
     let mut remaining = fetch_budget(io.counters, pi, ci, sq_wqebbs, outstanding);
@@ -141,11 +146,13 @@ pub(crate) fn fetch(
                 w.error = Some(CqeSyndrome::LOCAL_PROT_ERR);
                 ci = (ci + 1) & 0xffff;
                 qp.req.wqes.push_back(w);
+                faulted = true;
                 break;
             }
         }
     }
     qp.sq_ci = ci;
+    faulted
 }
 
 /// Reads the WQE at SQ counter `ci`: its ctrl segment, then the rest, WQEBB by WQEBB, wrapping

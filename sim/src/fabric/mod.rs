@@ -576,6 +576,10 @@ impl Backend for SimBackend {
         self.fabric.step()
     }
 
+    fn is_stepped(&self) -> bool {
+        !self.fabric.threaded
+    }
+
     fn syndrome_name(&self, syndrome: u32) -> Option<&'static str> {
         crate::syndromes::name(syndrome)
     }

@@ -10,7 +10,9 @@
 //! table of `mlx5_get_gid_table_len` entries; `mlx5_modify_nic_vport_context`,
 //! `mlx5_nic_vport_update_roce_state`), `core/port.c` (`mlx5_set_port_admin_status`: PAOS with
 //! `ase`), `core/fw.c` / `main.c` (`set_hca_ctrl`: HOST_ENDIANNESS), rdma-core `mlx5_vfio.c`
-//! (`mlx5_vfio_nic_vport_update_roce_state`). Only this function's own vport exists: any
+//! (`mlx5_vfio_nic_vport_update_roce_state`), `core/events.c` (`port_change`: PORT_CHANGE with
+//! sub-type DOWN 1 / ACTIVE 4 and the port in bits 7:4 of `struct mlx5_eqe_port_state`, turned
+//! into `IB_EVENT_PORT_ERR` / `IB_EVENT_PORT_ACTIVE` by `mlx5_ib`). Only this function's own vport exists: any
 //! `other_vport` request is BAD_PARAM (the sim's function is not an e-switch manager).
 
 use bypass_hw::cmd::hca::{
@@ -65,6 +67,43 @@ fn port_index(profile: &Profile, n: u32) -> Result<usize, CmdError> {
     } else {
         Err(CmdError::param(s::BAD_PORT))
     }
+}
+
+/// The link of port `port` (1-based) goes down or comes up, as when a cable is pulled or the
+/// peer goes away: the port's state follows (QUERY_HCA_VPORT_CONTEXT reports it) and a
+/// PORT_CHANGE event (DOWN or ACTIVE) goes to the EQ that subscribed to it. Returns false (and
+/// changes nothing) for a port the device does not have or a state it is already in.
+pub(crate) fn set_link(
+    fw: &mut Firmware,
+    comp: &mut crate::events::Completions,
+    io: &mut crate::io::Io<'_>,
+    port: u8,
+    up: bool,
+) -> bool {
+    let want = if up {
+        port_status::UP
+    } else {
+        port_status::DOWN
+    };
+    let Some(slot) = usize::from(port)
+        .checked_sub(1)
+        .and_then(|p| fw.port_admin.get_mut(p))
+    else {
+        return false;
+    };
+    if *slot == want {
+        return false;
+    }
+    *slot = want;
+    let mut e = <bypass_hw::eqe::Eqe as zerocopy::FromZeros>::new_zeroed();
+    e.port_state_mut().set_port(port);
+    let sub = if up {
+        bypass_hw::eqe::MLX5_PORT_CHANGE_SUBTYPE_ACTIVE
+    } else {
+        bypass_hw::eqe::MLX5_PORT_CHANGE_SUBTYPE_DOWN
+    };
+    comp.post_event(io, bypass_hw::eqe::EventType::PORT_CHANGE, sub, &e.data);
+    true
 }
 
 /// QUERY_HCA_VPORT_CONTEXT.

@@ -20,6 +20,7 @@ pub(crate) mod state;
 pub(crate) mod wire;
 
 use bypass_hw::cmd::qp::{QpState, service_type as st};
+use bypass_hw::eqe::EventType;
 use bypass_hw::roce::opcode::{Direction, Transport};
 use bypass_hw::roce::{IpSpec, RocePacket, UdpPorts};
 
@@ -54,7 +55,10 @@ pub(crate) fn doorbell(dp: &mut DataPath<'_>, uar: u32, ctrl: [u8; 8], bf: Optio
     }
     match qp.state {
         QpState::Rts => {
-            crate::engine::fetch(qp, &dp.profile.caps, &mut dp.io, &mut dp.tp.bf_spare, bf);
+            if crate::engine::fetch(qp, &dp.profile.caps, &mut dp.io, &mut dp.tp.bf_spare, bf) {
+                dp.comp
+                    .post_qp_event(&mut dp.io, EventType::WQ_CATAS_ERROR, qpn);
+            }
             requester::pump(dp, qpn);
         }
         // While an SQ flush waits for bursts in flight, the WQEs posted since are flushed

@@ -14,6 +14,7 @@
 //! `rewind` followed by `pump`.
 
 use bypass_hw::cmd::qp::{QpState, service_type as st};
+use bypass_hw::eqe::EventType;
 use bypass_hw::roce::opcode::{psn_add, psn_diff};
 use bypass_hw::roce::{
     AtomicEth, BthFields, BthOpcode, DEFAULT_PKEY, Deth, ExtFields, ImmDt, IpSpec, Reth, UdpPorts,
@@ -752,7 +753,11 @@ pub(crate) fn resume(dp: &mut DataPath<'_>) -> bool {
         if fresh {
             if let Some(qp) = dp.objs.qps.get_mut(qpn) {
                 qp.req.fresh = false;
-                crate::engine::fetch(qp, &dp.profile.caps, &mut dp.io, &mut dp.tp.bf_spare, None);
+                let caps = &dp.profile.caps;
+                if crate::engine::fetch(qp, caps, &mut dp.io, &mut dp.tp.bf_spare, None) {
+                    dp.comp
+                        .post_qp_event(&mut dp.io, EventType::WQ_CATAS_ERROR, qpn);
+                }
             }
         }
         sent |= pump(dp, qpn);

@@ -291,6 +291,16 @@ fn fatal(
     count(dp, qpn, |c| &mut c.naks_sent);
     ack::send_ack(dp, qpn, nak, psn);
     dp.set_qp_state(qpn, QpState::Err);
+    // The responder's QP reports why it went to ERR (IBTA vol. 1 §11.6.3.1: local access
+    // violation / invalid request work queue errors; the kernel's `mlx5_ib_qp_event` maps
+    // `WQ_ACCESS_ERROR` to `IB_EVENT_QP_ACCESS_ERR`, `WQ_INVAL_REQ_ERROR` to
+    // `IB_EVENT_QP_REQ_ERR`, `WQ_CATAS_ERROR` to `IB_EVENT_QP_FATAL`).
+    let t = match nak {
+        AethSyndrome::NAK_REMOTE_ACCESS_ERROR => EventType::WQ_ACCESS_ERROR,
+        AethSyndrome::NAK_INVALID_REQUEST => EventType::WQ_INVAL_REQ_ERROR,
+        _ => EventType::WQ_CATAS_ERROR,
+    };
+    dp.comp.post_qp_event(&mut dp.io, t, qpn);
 }
 
 /// The receive WQE at the head of QP `qpn`'s RQ, if one is posted (`engine::rq::peek`).
