@@ -349,6 +349,7 @@ pub struct Hca {
     fw_version: (u16, u16, u16),
     hw_id: u32,
     stage: Stage,
+    bfregs: crate::bfregs::BfregPool,
 }
 
 impl fmt::Debug for Hca {
@@ -389,6 +390,7 @@ impl Hca {
             fw_version: ((fw & 0xffff) as u16, (fw >> 16) as u16, sub as u16),
             hw_id,
             stage: Stage::default(),
+            bfregs: crate::bfregs::BfregPool::default(),
         };
         hca.bring_up(&config)?;
         tracing::info!(fw = %hca.fw_version_string(), uar = ?hca.uar, "HCA up");
@@ -463,6 +465,11 @@ impl Hca {
     /// `len` bytes of zeroed, pinned DMA memory, mapped for the device.
     pub fn alloc_dma(&self, len: usize) -> Result<DmaBuf> {
         self.dma.alloc(len)
+    }
+
+    /// The QPs' BlueFlame registers and their UAR pages (`bfregs.rs`).
+    pub fn bfregs(&self) -> &crate::bfregs::BfregPool {
+        &self.bfregs
     }
 
     /// The DMA allocator (for buffers that outlive a borrow of the `Hca`).

@@ -28,6 +28,7 @@
 
 pub mod backend;
 pub mod barrier;
+pub mod bfregs;
 mod bringup;
 pub mod cmdq;
 pub mod completion;

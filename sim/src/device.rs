@@ -118,6 +118,11 @@ impl Device {
         hca_of(dp, fw, bar.cmdq_addr())
     }
 
+    /// UAR pages allocated (ALLOC_UAR, not yet DEALLOC_UAR).
+    pub fn uar_pages_allocated(&self) -> usize {
+        self.objs.uars.len()
+    }
+
     /// The firmware's bring-up stage.
     pub fn firmware_stage(&self) -> Stage {
         self.fw.stage
