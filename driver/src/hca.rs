@@ -350,6 +350,7 @@ pub struct Hca {
     hw_id: u32,
     stage: Stage,
     bfregs: crate::bfregs::BfregPool,
+    dbrecs: crate::dbrec::DbrecPool,
 }
 
 impl fmt::Debug for Hca {
@@ -391,6 +392,7 @@ impl Hca {
             hw_id,
             stage: Stage::default(),
             bfregs: crate::bfregs::BfregPool::default(),
+            dbrecs: crate::dbrec::DbrecPool::default(),
         };
         hca.bring_up(&config)?;
         tracing::info!(fw = %hca.fw_version_string(), uar = ?hca.uar, "HCA up");
@@ -470,6 +472,11 @@ impl Hca {
     /// The QPs' BlueFlame registers and their UAR pages (`bfregs.rs`).
     pub fn bfregs(&self) -> &crate::bfregs::BfregPool {
         &self.bfregs
+    }
+
+    /// The doorbell records' pages (`dbrec.rs`).
+    pub fn dbrecs(&self) -> &crate::dbrec::DbrecPool {
+        &self.dbrecs
     }
 
     /// The DMA allocator (for buffers that outlive a borrow of the `Hca`).

@@ -33,6 +33,7 @@ mod bringup;
 pub mod cmdq;
 pub mod completion;
 pub mod cq;
+pub mod dbrec;
 pub mod dma;
 pub mod doorbell;
 pub mod eq;

@@ -48,7 +48,7 @@ use crate::wqe::{
 struct QpResources {
     qpn: u32,
     _wq: DmaBuf,
-    _dbr: DmaBuf,
+    _dbr: crate::dbrec::Dbrec,
     _bfreg: crate::bfregs::QpDoorbell,
     send_cq: Arc<CqShared>,
     recv_cq: Arc<CqShared>,
@@ -130,7 +130,7 @@ impl Qp {
         let rq_bytes = g.rq_bytes();
         let sq_bytes = g.sq_bytes();
         let wq = hca.alloc_dma(rq_bytes + sq_bytes)?;
-        let dbr = hca.alloc_dma(64)?;
+        let dbr = hca.dbrecs().alloc(hca.dma())?;
         let bf_reg_size = dcaps.bf_reg_size();
         let want_bf = dcaps.bf && bf_reg_size >= 128 && !shut_up_bf();
         let door = hca.bfregs().get(&hca, want_bf)?;
