@@ -317,7 +317,7 @@ impl Device {
     #[inline(always)]
     fn scan(&mut self) -> bool {
         if !self.tp.ledger.flushes_waiting() {
-            let due = crate::transport::scan_pass(&self.objs.qps, self.now);
+            let due = crate::transport::gated_pass(&mut self.tp, &self.objs.qps, self.now);
             if !due.any() {
                 return false;
             }
@@ -375,7 +375,12 @@ impl Device {
     /// The earliest device time at which a timer (retransmit, RNR retry) needs the device;
     /// now, if a command that waited for a QP's bursts can run.
     pub fn next_deadline(&self) -> Option<u64> {
-        let timer = crate::transport::next_deadline(&self.objs.qps, &self.tp.ledger, self.now);
+        let timer = crate::transport::next_deadline(
+            &self.objs.qps,
+            &self.tp.ledger,
+            self.now,
+            self.tp.is_quiet(),
+        );
         if self.tp.ledger.commands_waiting() && self.tp.ledger.command_ready() {
             return Some(timer.map_or(self.now, |t| t.min(self.now)));
         }
