@@ -1,6 +1,9 @@
 //! `bypass perf qp-scale`: what a QP costs as their number grows, on one simulated NIC:
-//! creation time per QP and host memory per idle RC QP (16-entry queues, connected, in RTS)
-//! at 1k, 4k, 16k and 64k QPs.
+//! creation time per QP and host memory per idle RC QP (16-entry queues)
+//! at 1k, 4k, 16k and 64k QPs. With `--connect` each QP is also connected (to itself) and
+//! moved to RTS before memory is read; that walk is not timed, and it costs O(QPs) each
+//! (every state change makes the sim's transport scan every QP once: `DESIGN.md`), so it is
+//! off by default.
 //!
 //! Memory is measured, not estimated: the heap bytes the process holds (the counting global
 //! allocator, `crate::alloc_count`: driver, verbs layer and sim are all in this process) plus
@@ -33,6 +36,9 @@ pub struct QpScaleOpts {
     /// Seed of the simulated fabric.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Connect every QP (to itself) and move it to RTS before measuring memory.
+    #[arg(long)]
+    connect: bool,
 }
 
 /// One run at one count.
@@ -57,7 +63,7 @@ fn build(pd: &bypass_verbs::Pd, cq: &Cq) -> Result<Qp, PerfError> {
         .build()?)
 }
 
-fn measure(seed: u64, n: usize) -> Result<Sample, PerfError> {
+fn measure(seed: u64, n: usize, connect: bool) -> Result<Sample, PerfError> {
     let fabric = SimFabric::stepped(seed);
     let ctx = Context::open_sim(&fabric, 1)?;
     let pd = ctx.alloc_pd()?;
@@ -75,8 +81,8 @@ fn measure(seed: u64, n: usize) -> Result<Sample, PerfError> {
         qps.push(build(&pd, &cq)?);
     }
     let end = Instant::now();
-    // Idle but live: each connected to itself and in RTS.
-    for q in &mut qps {
+    // With `connect`: idle but live, each connected to itself and in RTS.
+    for q in qps.iter_mut().filter(|_| connect) {
         let e = q.endpoint()?;
         q.connect(&e)?;
     }
@@ -114,7 +120,14 @@ pub fn run(o: &QpScaleOpts) -> Result<(), PerfError> {
         " Device          : sim (one simulated NIC, stepped fabric, seed {})",
         o.seed
     );
-    println!(" QPs             : RC, 16 send + 16 recv WQEs, 1 SGE, no inline; one shared CQ");
+    println!(
+        " QPs             : RC, 16 send + 16 recv WQEs, 1 SGE, no inline; one shared CQ; {}",
+        if o.connect {
+            "connected, RTS"
+        } else {
+            "created (RST)"
+        }
+    );
     println!(" Memory          : heap (counting allocator) + driver DMA, after - before, per QP");
     println!(" Repeats         : {} (medians)", o.repeats);
     println!("{}", crate::stats::RESULT_LINE);
@@ -130,7 +143,7 @@ pub fn run(o: &QpScaleOpts) -> Result<(), PerfError> {
     );
     for &n in &o.counts {
         let samples = (0..o.repeats)
-            .map(|_| measure(o.seed, n as usize))
+            .map(|_| measure(o.seed, n as usize, o.connect))
             .collect::<Result<Vec<_>, _>>()?;
         let m = |f: fn(&Sample) -> f64| median(samples.iter().map(f).collect());
         let all = m(|s| s.create_all.as_secs_f64() * 1e6);
