@@ -3,6 +3,7 @@
 //! Owns: the command line (clap) and the dispatch to one module per command. Must not hold
 //! measurement or device logic itself: `explain`, `perf`, `stats` and `baseline` do.
 
+mod alloc_count;
 mod args;
 mod baseline;
 mod device;
@@ -19,6 +20,10 @@ use clap::{Parser, Subcommand};
 
 use crate::args::parse_u8;
 use crate::explain::CodeKind;
+
+/// Counts heap bytes for `perf qp-scale` (one relaxed add per allocation).
+#[global_allocator]
+static ALLOC: alloc_count::Counting = alloc_count::Counting;
 
 /// A kernel-bypass RDMA stack for mlx5 NICs.
 #[derive(Parser)]

@@ -7,7 +7,8 @@
 //! post holds one WQE of `1 < ds <= buf_size / 16` on a register that has BlueFlame) or the
 //! 8-byte doorbell (the ctrl segment's first 8 bytes) → `mmio_flush_writes` → the BlueFlame
 //! half toggled (`bf->offset ^= bf->buf_size`). The register and its toggle are the QP's alone
-//! (`uar.rs`), so no lock.
+//! (`uar.rs`), or, when shared with other QPs, locked inside its MMIO object (`bfregs.rs`), so
+//! this sequence has no lock of its own.
 //!
 //! Owns: [`SendDoorbell`]. Must not: write WQEs (`wqe.rs`), check QP state (`qp.rs`), or
 //! allocate, lock, make syscalls or format.

@@ -360,6 +360,8 @@ pub struct Hca {
     fw_version: (u16, u16, u16),
     hw_id: u32,
     stage: Stage,
+    bfregs: crate::bfregs::BfregPool,
+    dbrecs: crate::dbrec::DbrecPool,
 }
 
 impl fmt::Debug for Hca {
@@ -402,6 +404,8 @@ impl Hca {
             fw_version: ((fw & 0xffff) as u16, (fw >> 16) as u16, sub as u16),
             hw_id,
             stage: Stage::default(),
+            bfregs: crate::bfregs::BfregPool::default(),
+            dbrecs: crate::dbrec::DbrecPool::default(),
         };
         hca.bring_up(&config)?;
         tracing::info!(fw = %hca.fw_version_string(), uar = ?hca.uar, "HCA up");
@@ -485,6 +489,16 @@ impl Hca {
     /// `len` bytes of zeroed, pinned DMA memory, mapped for the device.
     pub fn alloc_dma(&self, len: usize) -> Result<DmaBuf> {
         self.dma.alloc(len)
+    }
+
+    /// The QPs' BlueFlame registers and their UAR pages (`bfregs.rs`).
+    pub fn bfregs(&self) -> &crate::bfregs::BfregPool {
+        &self.bfregs
+    }
+
+    /// The doorbell records' pages (`dbrec.rs`).
+    pub fn dbrecs(&self) -> &crate::dbrec::DbrecPool {
+        &self.dbrecs
     }
 
     /// The DMA allocator (for buffers that outlive a borrow of the `Hca`).

@@ -29,12 +29,14 @@
 pub mod async_events;
 pub mod backend;
 pub mod barrier;
+pub mod bfregs;
 mod bringup;
 pub mod cmdq;
 pub mod comp_channel;
 pub mod completion;
 pub mod cq;
 pub mod cq_events;
+pub mod dbrec;
 pub mod dma;
 pub mod doorbell;
 pub mod eq;

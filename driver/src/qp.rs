@@ -16,16 +16,13 @@
 use std::sync::Arc;
 
 use bypass_hw::cmd::Opcode;
-use bypass_hw::cmd::pd_uar::{AllocUarIn, AllocUarOut, DeallocUarIn};
 use bypass_hw::cmd::qp::{CreateQpOut, QpState, QueryQpOut};
 
 use crate::barrier::udma_to_device_barrier;
-use crate::cmdq::input;
 use crate::cq::{Cq, CqShared};
 use crate::dma::DmaBuf;
 use crate::doorbell::SendDoorbell;
 use crate::error::{DriverError, Result};
-use crate::hca::Hca;
 use crate::pd::Pd;
 pub use crate::post::PostListError;
 use crate::post::{
@@ -37,57 +34,22 @@ use crate::qp_attr::{
     create_qp_input, destroy_qp_input, init2rtr_input, query_qp_input, rst2init_input,
     rtr2rts_input, rts2rts_input, to_err_input, to_rst_input,
 };
-use crate::uar::{Bfreg, MmioHandle, shut_up_bf};
+use crate::uar::{Bfreg, shut_up_bf};
 use crate::wq::{RingPtr, RqRing, SqRing, WqShared};
 use crate::wqe::{
     SendLimits, Stop, WriteTemplate, Written, write_any, write_common, write_rdma_write,
     write_rdma_write_reserved, write_recv, write_send,
 };
 
-/// A UAR page of the QP's own (for a BlueFlame register nobody else rings).
-#[derive(Debug)]
-struct OwnUar {
-    hca: Arc<Hca>,
-    index: u32,
-}
-
-impl OwnUar {
-    fn alloc(hca: &Arc<Hca>) -> Result<Self> {
-        let i = input(Opcode::ALLOC_UAR, 0, AllocUarIn::LEN);
-        let o = hca.cmd().exec(&i, AllocUarOut::LEN)?;
-        let index = AllocUarOut::new_checked(&o[..])
-            .map_err(|source| DriverError::BadOutput {
-                op: Opcode::ALLOC_UAR,
-                source,
-            })?
-            .uar();
-        Ok(Self {
-            hca: hca.clone(),
-            index,
-        })
-    }
-}
-
-impl Drop for OwnUar {
-    fn drop(&mut self) {
-        let mut i = input(Opcode::DEALLOC_UAR, 0, DeallocUarIn::LEN);
-        if let Ok(mut d) = DeallocUarIn::new_checked(&mut i[..]) {
-            let _ = d.set_uar(self.index);
-        }
-        if let Err(e) = self.hca.cmd().exec(&i, 16) {
-            tracing::error!(uar = self.index, error = %e, "DEALLOC_UAR failed");
-        }
-    }
-}
-
 /// What a QP keeps alive, destroyed in reverse order of creation: DESTROY_QP first (in
-/// `Drop`), then its memory, its UAR page, its CQs and its PD (field order).
+/// `Drop`), then its memory, its bfreg (and the UAR page, if it was the last on it), its CQs
+/// and its PD (field order).
 #[derive(Debug)]
 struct QpResources {
     qpn: u32,
     _wq: DmaBuf,
-    _dbr: DmaBuf,
-    _own_uar: Option<OwnUar>,
+    _dbr: crate::dbrec::Dbrec,
+    _bfreg: crate::bfregs::QpDoorbell,
     send_cq: Arc<CqShared>,
     recv_cq: Arc<CqShared>,
     pd: Arc<Pd>,
@@ -151,8 +113,10 @@ impl Qp {
     /// `recv_cq` (may be the same CQ), sized for `caps`. The QP starts in RST.
     ///
     /// BlueFlame: unless `BYPASS_SHUT_UP_BF` is set (read here, once) or the device has no
-    /// BlueFlame registers, the QP allocates a UAR page of its own and rings bfreg 1 of it;
-    /// otherwise it rings bfreg 0 of the driver's UAR page with 8-byte doorbells.
+    /// BlueFlame registers, the QP gets a bfreg from the device's pool (`bfregs.rs`, as
+    /// rdma-core's `mlx5_get_qp_uar`): one of its own while the low-latency ones last, else the
+    /// least used shared one; otherwise it rings bfreg 0 of the driver's UAR page with 8-byte
+    /// doorbells. [`Qp::bfreg`]`().class()` tells which.
     pub fn create(
         pd: &Arc<Pd>,
         send_cq: &Cq,
@@ -166,31 +130,13 @@ impl Qp {
         let rq_bytes = g.rq_bytes();
         let sq_bytes = g.sq_bytes();
         let wq = hca.alloc_dma(rq_bytes + sq_bytes)?;
-        let dbr = hca.alloc_dma(64)?;
+        let dbr = hca.dbrecs().alloc(hca.dma())?;
         let bf_reg_size = dcaps.bf_reg_size();
         let want_bf = dcaps.bf && bf_reg_size >= 128 && !shut_up_bf();
-        let own_uar = if want_bf {
-            match OwnUar::alloc(&hca) {
-                Ok(u) => Some(u),
-                Err(e) => {
-                    tracing::warn!(error = %e, "no UAR page for BlueFlame; using 8-byte doorbells");
-                    None
-                }
-            }
-        } else {
-            None
-        };
-        let (uar_page, bfreg) = match &own_uar {
-            Some(u) => (u.index, Bfreg::new(u.index, 1, bf_reg_size, true)),
-            None => (
-                hca.uar_index(),
-                Bfreg::new(hca.uar_index(), 0, bf_reg_size.max(64), false),
-            ),
-        };
-        let bfreg = bfreg.map_err(|source| DriverError::BuildInput {
-            what: "the QP's BlueFlame register",
-            source,
-        })?;
+        let door = hca.bfregs().get(&hca, want_bf)?;
+        let uar_page = door.bfreg.uar_index();
+        let bfreg = door.bfreg.clone();
+        let mmio = door.mmio.clone();
         let pages: Vec<u64> = (0..wq
             .len()
             .div_ceil(4096)
@@ -234,7 +180,7 @@ impl Qp {
             qpn,
             _wq: wq,
             _dbr: dbr,
-            _own_uar: own_uar,
+            _bfreg: door,
             send_cq: send_cq.shared().clone(),
             recv_cq: recv_cq.shared().clone(),
             pd: pd.clone(),
@@ -271,7 +217,7 @@ impl Qp {
         Ok(Self {
             sq: SqRing::new(sq_ring),
             rq: RqRing::new(rq_ring, 16 << g.log_rq_stride),
-            db: SendDoorbell::new(sq_dbr, bfreg, MmioHandle::new(hca.backend().clone())),
+            db: SendDoorbell::new(sq_dbr, bfreg, mmio),
             dbr: dbr_ring,
             limits,
             write_tpl: WriteTemplate::new(&limits),

@@ -99,6 +99,8 @@ pub struct QpTable {
     slots: UnsafeCell<Box<[Slot]>>,
     /// What free slots hold (an empty queue pair's bookkeeping under `EMPTY_QPN`).
     placeholder: Arc<WqShared>,
+    /// QPs in `slots` (touched, like `slots`, only by the holder of `busy`).
+    live: UnsafeCell<usize>,
 }
 
 // SAFETY: `slots` and `cache` are read and written only through a `Held` (made only when `busy`
@@ -129,6 +131,7 @@ impl QpTable {
             }),
             slots: UnsafeCell::new(build_slots(&[], &placeholder)),
             placeholder,
+            live: UnsafeCell::new(0),
         }
     }
 
@@ -158,41 +161,52 @@ impl QpTable {
 
     /// Runs `f` on the slots while holding the consumer side (control path), with the cache
     /// reset first: whatever `f` changes, no cached pointer outlives the slot that kept it.
-    fn with_slots<R>(&self, f: impl FnOnce(&mut Box<[Slot]>) -> R) -> R {
+    fn with_slots<R>(&self, f: impl FnOnce(&mut Box<[Slot]>, &mut usize) -> R) -> R {
         let held = self.acquire_blocking();
         held.get().forget_cached();
-        // SAFETY: `held` holds `busy`: nobody else touches `slots` until it is released, and
-        // the cache (reset above) points into no slot this may replace.
-        let r = f(unsafe { &mut *held.table.slots.get() });
+        // SAFETY: `held` holds `busy`: nobody else touches `slots` or `live` until it is
+        // released, and the cache (reset above) points into no slot this may replace.
+        let r = f(unsafe { &mut *held.table.slots.get() }, unsafe {
+            &mut *held.table.live.get()
+        });
         held.release();
         r
     }
 
-    /// Adds a QP (no-op if its QPN is already there).
+    /// Adds a QP (no-op if its QPN is already there). O(1) amortised: the QP goes into the
+    /// first free slot from its home one; only when that would make the table more than half
+    /// full is it rebuilt, at twice the size (so a CQ shared by 64k QPs costs each attach
+    /// what the first one did).
     pub fn attach(&self, wq: Arc<WqShared>) {
-        self.with_slots(|slots| {
-            let mut all: Vec<Arc<WqShared>> = slots
-                .iter()
-                .filter(|s| s.qpn != EMPTY_QPN)
-                .map(|s| s.wq.clone())
-                .collect();
-            if all.iter().any(|w| w.qpn() == wq.qpn()) {
+        self.with_slots(|slots, live| {
+            if slot_of(slots, wq.qpn()).is_some() {
                 return;
             }
-            all.push(wq);
-            *slots = build_slots(&all, &self.placeholder);
+            if (*live + 1) * 2 > slots.len() {
+                let mut all = live_wqs(slots, EMPTY_QPN);
+                all.push(wq);
+                *slots = build_slots(&all, &self.placeholder);
+            } else {
+                put(slots, wq);
+            }
+            *live += 1;
         });
     }
 
-    /// Removes QP `qpn` (and forgets it if it is the cached one).
+    /// Removes QP `qpn` (and forgets it if it is the cached one). O(1) expected: the slot is
+    /// emptied and the entries probing past it move back (backward-shift deletion, so no
+    /// tombstone ever lengthens a probe); the table shrinks when an eighth full.
     pub fn detach(&self, qpn: u32) {
-        self.with_slots(|slots| {
-            let all: Vec<Arc<WqShared>> = slots
-                .iter()
-                .filter(|s| s.qpn != EMPTY_QPN && s.qpn != qpn)
-                .map(|s| s.wq.clone())
-                .collect();
-            *slots = build_slots(&all, &self.placeholder);
+        self.with_slots(|slots, live| {
+            let Some(i) = slot_of(slots, qpn) else {
+                return;
+            };
+            *live -= 1;
+            if slots.len() > 16 && *live * 8 < slots.len() {
+                *slots = build_slots(&live_wqs(slots, qpn), &self.placeholder);
+                return;
+            }
+            take_out(slots, i, &self.placeholder);
         });
     }
 
@@ -485,6 +499,65 @@ impl<'h> HeldRef<'h> {
     }
 }
 
+/// The slot holding QP `qpn`, probing linearly from its home slot to the first free one.
+fn slot_of(slots: &[Slot], qpn: u32) -> Option<usize> {
+    let mask = slots.len().wrapping_sub(1);
+    let start = qpn as usize & mask;
+    (0..slots.len())
+        .map(|k| (start + k) & mask)
+        .take_while(|&i| slots.get(i).is_some_and(|s| s.qpn != EMPTY_QPN))
+        .find(|&i| slots.get(i).is_some_and(|s| s.qpn == qpn))
+}
+
+/// The QPs in `slots` but `except`.
+fn live_wqs(slots: &[Slot], except: u32) -> Vec<Arc<WqShared>> {
+    slots
+        .iter()
+        .filter(|s| s.qpn != EMPTY_QPN && s.qpn != except)
+        .map(|s| s.wq.clone())
+        .collect()
+}
+
+/// Puts `w` in the first free slot from its home one (the table has one: at most half full).
+fn put(slots: &mut [Slot], w: Arc<WqShared>) {
+    let mask = slots.len().wrapping_sub(1);
+    let start = w.qpn() as usize & mask;
+    for k in 0..slots.len() {
+        if let Some(s) = slots.get_mut((start + k) & mask) {
+            if s.qpn == EMPTY_QPN {
+                *s = Slot {
+                    qpn: w.qpn(),
+                    wq: w,
+                };
+                return;
+            }
+        }
+    }
+}
+
+/// Empties slot `hole` and moves back each entry of the probe run after it whose home slot
+/// is not between the hole and it (cyclically), so that every lookup still reaches its QP
+/// before a free slot (linear probing's deletion without tombstones, Knuth vol. 3, 6.4,
+/// Algorithm R).
+fn take_out(slots: &mut [Slot], mut hole: usize, placeholder: &Arc<WqShared>) {
+    let mask = slots.len().wrapping_sub(1);
+    if let Some(s) = slots.get_mut(hole) {
+        *s = Slot {
+            qpn: EMPTY_QPN,
+            wq: placeholder.clone(),
+        };
+    }
+    let mut j = (hole + 1) & mask;
+    while let Some(qpn) = slots.get(j).map(|s| s.qpn).filter(|&q| q != EMPTY_QPN) {
+        let home = qpn as usize & mask;
+        if (j.wrapping_sub(home) & mask) >= (j.wrapping_sub(hole) & mask) {
+            slots.swap(hole, j);
+            hole = j;
+        }
+        j = (j + 1) & mask;
+    }
+}
+
 /// An open-addressed table of `wqs`: a power of two of at least 16 slots and at least twice
 /// as many as QPs, each QP at `qpn & mask` or the next free slot after it.
 fn build_slots(wqs: &[Arc<WqShared>], placeholder: &Arc<WqShared>) -> Box<[Slot]> {
@@ -515,6 +588,40 @@ fn build_slots(wqs: &[Arc<WqShared>], placeholder: &Arc<WqShared>) -> Box<[Slot]
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn attach_and_detach_in_place_keep_every_qp_reachable() {
+        let t = QpTable::new();
+        // QPNs that collide on their home slots at every table size up to 4096.
+        let qpns: Vec<u32> = (0..600u32)
+            .map(|k| if k % 3 == 0 { k << 12 } else { k })
+            .collect();
+        for &q in &qpns {
+            t.attach(Arc::new(WqShared::new(q, 1, 1)));
+        }
+        let reachable = |t: &QpTable, live: &[u32]| {
+            let h = t.try_acquire().unwrap();
+            let slots = h.get().slots();
+            let ok = live.iter().all(|&q| slot_of(slots, q).is_some());
+            let count = slots.iter().filter(|s| s.qpn != EMPTY_QPN).count();
+            h.release();
+            (ok, count)
+        };
+        assert_eq!(reachable(&t, &qpns), (true, 600));
+        let (gone, kept): (Vec<u32>, Vec<u32>) = qpns.iter().partition(|&&q| q % 2 == 0);
+        for &q in &gone {
+            t.detach(q);
+            t.detach(q);
+        }
+        assert_eq!(reachable(&t, &kept), (true, kept.len()));
+        let h = t.try_acquire().unwrap();
+        assert!(gone.iter().all(|&q| slot_of(h.get().slots(), q).is_none()));
+        h.release();
+        for &q in &kept {
+            t.detach(q);
+        }
+        assert_eq!(reachable(&t, &[]), (true, 0));
+    }
 
     #[test]
     fn the_qpn_key_is_the_cqe_word_with_the_opcode_byte_cleared() {

@@ -1,9 +1,8 @@
 //! The doorbell side of a UAR page: which BlueFlame register ("bfreg") a QP rings, the
-//! double-buffer toggle, whether BlueFlame is allowed at all (`BYPASS_SHUT_UP_BF`). A QP that
-//! wants BlueFlame rings bfreg 1 of a UAR page of its own (as rdma-core's DEVX tests allocate
-//! one `MLX5DV_UAR_ALLOC_TYPE_BF` page per resource set), so the register and its toggle are
-//! its alone and posting needs no lock; otherwise bfreg 0 of the driver's shared page, with
-//! 8-byte doorbells (single atomic stores, no lock either).
+//! double-buffer toggle, whether BlueFlame is allowed at all (`BYPASS_SHUT_UP_BF`). Which
+//! register a QP gets is `bfregs.rs`'s: a dedicated one (its toggle the QP's alone, no lock), a
+//! shared one (rung through a locked MMIO object that keeps the register's toggle), or bfreg 0
+//! of the driver's page, with 8-byte doorbells (single atomic stores, no lock either).
 //!
 //! Follows rdma-core `providers/mlx5/mlx5.c` (bfreg `k` at `0x800 + k * bf_reg_size`,
 //! `buf_size = bf_reg_size / 2`, bfreg 0 keeps `buf_size = 0`: never BlueFlame;
@@ -11,8 +10,8 @@
 //! `post_send_db` (BlueFlame when `nreq == 1 && buf_size && 1 < ds <= buf_size / 16`, with
 //! `prefer_bf`; `bf->offset ^= bf->buf_size`).
 //!
-//! Owns: [`Bfreg`], [`shut_up_bf`], [`MmioHandle`] (the backend's MMIO resolved once for the
-//! data path). Must not: allocate UAR pages (`qp.rs`), write the doorbell sequence
+//! Owns: [`Bfreg`], [`BfregClass`], [`shut_up_bf`], [`MmioHandle`] (the backend's MMIO resolved once for the
+//! data path). Must not: allocate UAR pages (`bfregs.rs`), write the doorbell sequence
 //! (`doorbell.rs`) or build WQEs.
 
 use core::ptr::NonNull;
@@ -63,6 +62,21 @@ impl MmioHandle {
     }
 }
 
+/// Bfregs per UAR page that QPs use (`MLX5_NUM_NON_FP_BFREGS_PER_UAR`).
+pub const BFREGS_PER_UAR: usize = 2;
+
+/// The kind of bfreg a QP got (its research view: `Qp::bfreg().class()`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BfregClass {
+    /// A low-latency bfreg of its own: BlueFlame, no lock.
+    LowLatency,
+    /// A medium-class bfreg shared with other QPs: BlueFlame for one-WQEBB WQEs, each doorbell
+    /// under the register's lock.
+    Shared,
+    /// The driver's page, bfreg 0: 8-byte doorbells only (BlueFlame off, or no page left).
+    NoBlueFlame,
+}
+
 /// The environment variable that turns BlueFlame off (rdma-core: `MLX5_SHUT_UP_BF`).
 pub const SHUT_UP_BF_ENV: &str = "BYPASS_SHUT_UP_BF";
 
@@ -90,6 +104,8 @@ pub struct Bfreg {
     /// `bf_max_ds - 1` (0 when it is below 2), so that the data path's `1 < ds <= bf_max_ds` is
     /// the single unsigned comparison `ds - 2 < bf_span` (wrapping: `ds` of 0 or 1 wraps high).
     bf_span: u8,
+    /// Dedicated, shared or no BlueFlame (`bfregs.rs`); read on the control path only.
+    class: BfregClass,
 }
 
 impl Bfreg {
@@ -118,7 +134,52 @@ impl Bfreg {
             buf_size,
             bf_max_ds: (buf_size / 16).min(u8::MAX as usize) as u8,
             bf_span: ((buf_size / 16).min(u8::MAX as usize) as u8).saturating_sub(1),
+            class: if buf_size == 0 {
+                BfregClass::NoBlueFlame
+            } else {
+                BfregClass::LowLatency
+            },
         })
+    }
+
+    /// Register `index` (0 or 1) of a UAR page allocated for QPs, as rdma-core's dynamic UARs
+    /// lay it out (`mlx5_insert_dyn_uuars`: both registers of the page carry BlueFlame,
+    /// `buf_size = bf_reg_size / 2`), taking BlueFlame for WQEs of at most `max_ds` 16-byte
+    /// units (and at most `buf_size / 16`), of `class`.
+    ///
+    /// Errors: a register index above 1 or a size the page layout does not allow.
+    pub fn dynamic(
+        uar_index: u32,
+        index: usize,
+        bf_reg_size: usize,
+        max_ds: u8,
+        class: BfregClass,
+    ) -> Result<Self, bypass_hw::Error> {
+        if index >= BFREGS_PER_UAR {
+            return Err(bypass_hw::Error::IndexOutOfRange {
+                what: "QP bfreg of a UAR page",
+                index,
+                len: BFREGS_PER_UAR,
+            });
+        }
+        let reg = uar_bar_offset(uar_index) + bfreg_offset(index, bf_reg_size)? as u64;
+        let buf_size = bf_reg_size / 2;
+        let max = (buf_size / 16).min(usize::from(max_ds)) as u8;
+        Ok(Self {
+            uar_index,
+            index,
+            cur: reg,
+            flip: reg ^ (reg + buf_size as u64),
+            buf_size,
+            bf_max_ds: max,
+            bf_span: max.saturating_sub(1),
+            class,
+        })
+    }
+
+    /// Which kind of register this is: dedicated low-latency, shared, or no BlueFlame.
+    pub fn class(&self) -> BfregClass {
+        self.class
     }
 
     /// The UAR page.
@@ -201,5 +262,24 @@ mod tests {
         let off = Bfreg::new(8, 1, 512, false).unwrap();
         assert!(!off.use_blueflame(1, 3));
         assert!(Bfreg::new(8, 4, 512, true).is_err());
+        assert_eq!(off.class(), BfregClass::NoBlueFlame);
+        assert_eq!(b1.class(), BfregClass::LowLatency);
+    }
+
+    #[test]
+    fn dynamic_registers_both_take_blueflame_and_shared_ones_one_wqebb() {
+        let mut d0 = Bfreg::dynamic(9, 0, 512, u8::MAX, BfregClass::LowLatency).unwrap();
+        assert_eq!(
+            (d0.doorbell_offset(), d0.buf_size()),
+            (9 * 4096 + 0x800, 256)
+        );
+        assert!(d0.use_blueflame_one(16) && !d0.use_blueflame_one(17));
+        d0.toggle();
+        assert_eq!(d0.doorbell_offset(), 9 * 4096 + 0x900);
+        let s1 = Bfreg::dynamic(9, 1, 512, 4, BfregClass::Shared).unwrap();
+        assert_eq!(s1.doorbell_offset(), 9 * 4096 + 0xa00);
+        assert!(s1.use_blueflame_one(4) && !s1.use_blueflame_one(5));
+        assert_eq!(s1.class(), BfregClass::Shared);
+        assert!(Bfreg::dynamic(9, 2, 512, 4, BfregClass::Shared).is_err());
     }
 }

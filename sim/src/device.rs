@@ -118,6 +118,11 @@ impl Device {
         hca_of(dp, fw, bar.cmdq_addr())
     }
 
+    /// UAR pages allocated (ALLOC_UAR, not yet DEALLOC_UAR).
+    pub fn uar_pages_allocated(&self) -> usize {
+        self.objs.uars.len()
+    }
+
     /// The firmware's bring-up stage.
     pub fn firmware_stage(&self) -> Stage {
         self.fw.stage
@@ -328,7 +333,7 @@ impl Device {
     #[inline(always)]
     fn scan(&mut self) -> bool {
         if !self.tp.ledger.flushes_waiting() {
-            let due = crate::transport::scan_pass(&self.objs.qps, self.now);
+            let due = crate::transport::gated_pass(&mut self.tp, &self.objs.qps, self.now);
             if !due.any() {
                 return false;
             }
@@ -386,7 +391,12 @@ impl Device {
     /// The earliest device time at which a timer (retransmit, RNR retry) needs the device;
     /// now, if a command that waited for a QP's bursts can run.
     pub fn next_deadline(&self) -> Option<u64> {
-        let timer = crate::transport::next_deadline(&self.objs.qps, &self.tp.ledger, self.now);
+        let timer = crate::transport::next_deadline(
+            &self.objs.qps,
+            &self.tp.ledger,
+            self.now,
+            self.tp.is_quiet(),
+        );
         if self.tp.ledger.commands_waiting() && self.tp.ledger.command_ready() {
             return Some(timer.map_or(self.now, |t| t.min(self.now)));
         }

@@ -4,8 +4,13 @@
 //! its limits; nothing else in the sim hard-codes a limit. Must not: hold runtime state.
 //!
 //! The default profile resembles a ConnectX-5 with one RoCE port (values in the range the
-//! kernel's `mlx5_core` sees on such a card), scaled down where a simulator gains nothing from
-//! large tables.
+//! kernel's `mlx5_core` sees on such a card), with the object counts of a ConnectX-6: as
+//! published `ibv_devinfo -v` output shows them, a ConnectX-6 (vendor_part_id 4123, fw
+//! 20.29.1016, device_cap_flags 0xe97e1c36) has max_qp 262144 = 2^18 (openucx/ucx issue #8229),
+//! and mlx5 devices of the same device_cap_flags report max_cq, max_mr and max_pd 16777216 =
+//! 2^24 (rapidsai/ucx-py issue #361; the ConnectX-5 of open-mpi/ompi pull #6137 shows the same
+//! three). Nothing in the sim is sized by these counts up front (`table.rs`): an object costs
+//! memory when it is created, not when the capability allows it.
 
 /// Device capabilities, as `cmd_hca_cap` reports them (field names from `mlx5_ifc.h`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -58,13 +63,15 @@ impl Default for Caps {
     fn default() -> Self {
         Self {
             log_max_qp_sz: 15,
-            log_max_qp: 12,
+            // ConnectX-6: max_qp 262144 (openucx/ucx #8229).
+            log_max_qp: 18,
             log_max_cq_sz: 22,
-            log_max_cq: 12,
+            // max_cq, max_mr, max_pd 16777216 (rapidsai/ucx-py #361).
+            log_max_cq: 24,
             log_max_eq_sz: 22,
             log_max_eq: 6,
-            log_max_mkey: 16,
-            log_max_pd: 12,
+            log_max_mkey: 24,
+            log_max_pd: 24,
             log_max_msg: 30,
             log_max_ra_req_qp: 4,
             log_max_ra_res_qp: 4,

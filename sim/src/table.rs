@@ -5,7 +5,13 @@
 //!
 //! Numbers are handed out lowest-free-first, so the live numbers stay dense: the table is a
 //! vector indexed by `number - base` (a lookup on the data path is one bounds check, not a
-//! tree search), trimmed when its highest objects go.
+//! tree search), trimmed when its highest objects go. The free numbers below the highest live
+//! one are kept in a min-heap, so an insertion is O(log holes) (O(1) amortised while there are
+//! none: a push at the high-water mark), never a scan of the table: creating the 64k-th QP
+//! costs what the first did. Nothing is sized by the capacity up front.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 
 /// Numbered objects of one kind.
 #[derive(Debug, Clone)]
@@ -14,6 +20,10 @@ pub struct Table<T> {
     slots: Vec<Option<T>>,
     /// Objects present.
     count: usize,
+    /// Slot indices freed below the last slot, lowest first. Invariant: every index in it
+    /// below `slots.len()` names an empty slot; indices at or above it (left by trimming) are
+    /// stale and dropped when met.
+    holes: BinaryHeap<Reverse<usize>>,
     base: u32,
     capacity: u32,
     limit: u32,
@@ -26,6 +36,7 @@ impl<T> Table<T> {
         Self {
             slots: Vec::new(),
             count: 0,
+            holes: BinaryHeap::new(),
             base,
             capacity,
             limit,
@@ -42,18 +53,24 @@ impl<T> Table<T> {
         if self.count as u64 >= u64::from(self.capacity) {
             return None;
         }
-        let i = self
-            .slots
-            .iter()
-            .position(Option::is_none)
-            .unwrap_or(self.slots.len());
+        // The lowest hole, if any is left below the last slot; else the high-water mark.
+        while let Some(&Reverse(h)) = self.holes.peek() {
+            if h < self.slots.len() && self.slots[h].is_none() {
+                break;
+            }
+            self.holes.pop();
+        }
+        let i = self.holes.peek().map_or(self.slots.len(), |&Reverse(h)| h);
         let n = u32::try_from(i).ok()?.checked_add(self.base)?;
         if n >= self.limit {
             return None;
         }
         let item = Some(make(n));
         match self.slots.get_mut(i) {
-            Some(slot) => *slot = item,
+            Some(slot) => {
+                self.holes.pop();
+                *slot = item;
+            }
             None => self.slots.push(item),
         }
         self.count += 1;
@@ -78,8 +95,14 @@ impl<T> Table<T> {
         let i = self.index(n)?;
         let item = self.slots.get_mut(i)?.take()?;
         self.count -= 1;
-        while matches!(self.slots.last(), Some(None)) {
-            self.slots.pop();
+        if i + 1 == self.slots.len() {
+            // The holes this uncovers at the end go with the slots; their heap entries are
+            // now stale (at or above the length) and are dropped when met.
+            while matches!(self.slots.last(), Some(None)) {
+                self.slots.pop();
+            }
+        } else {
+            self.holes.push(Reverse(i));
         }
         Some(item)
     }
@@ -128,6 +151,7 @@ impl<T> Table<T> {
     /// Removes every object.
     pub fn clear(&mut self) {
         self.slots.clear();
+        self.holes.clear();
         self.count = 0;
     }
 }
@@ -149,6 +173,40 @@ mod tests {
         small.insert_with(|_| ());
         small.insert_with(|_| ());
         assert_eq!(small.insert_with(|_| ()), None, "limit");
+    }
+
+    #[test]
+    fn holes_are_refilled_lowest_first_and_trimming_leaves_no_stale_number() {
+        let mut t = Table::new(0, 1 << 20, 1 << 24);
+        for _ in 0..10 {
+            t.insert_with(|n| n);
+        }
+        for n in [7, 2, 5, 9, 8] {
+            t.remove(n);
+        }
+        // 9 and 8 were the last: trimmed with 7, which became the end.
+        assert_eq!(t.slots.len(), 7);
+        let got: Vec<_> = (0..5).filter_map(|_| t.insert_with(|n| n)).collect();
+        assert_eq!(
+            got,
+            vec![2, 5, 7, 8, 9],
+            "holes first, lowest first, then the end"
+        );
+        for n in 0..10 {
+            assert_eq!(t.get(n), Some(&n));
+        }
+        // Many objects, many holes: every insertion takes the lowest free number.
+        for n in 10..50_000 {
+            assert_eq!(t.insert_with(|k| k), Some(n));
+        }
+        for n in (0..50_000).step_by(3) {
+            t.remove(n);
+        }
+        for n in (0..50_000).step_by(3) {
+            assert_eq!(t.insert_with(|k| k), Some(n));
+        }
+        assert_eq!(t.len(), 50_000);
+        assert_eq!(t.insert_with(|k| k), Some(50_000));
     }
 
     #[test]

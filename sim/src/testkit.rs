@@ -336,6 +336,8 @@ impl Host {
         q.resp = RespState::new(rq_psn);
         q.req = ReqState::new(sq_psn);
         q.state = QpState::Rts;
+        // A state change as the firmware's would count it: the scan looks at the QPs again.
+        self.dev.tp.ledger.note_state_change();
     }
 
     /// Writes one WQE (whole WQEBBs) at the SQ producer, bumps the DBR and rings the 8-byte

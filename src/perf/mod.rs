@@ -10,6 +10,7 @@ mod bw;
 mod compare;
 mod lat;
 mod pair;
+mod qp_scale;
 mod remote;
 mod udp_compare;
 
@@ -42,6 +43,9 @@ pub enum PerfCommand {
     CompareUdp(udp_compare::UdpCompareOpts),
     /// Measure the baselines alone: memcpy bandwidth and a TCP loopback busy-poll ping-pong.
     Baselines(baselines::BaselineOpts),
+    /// Creation time per QP and host memory per idle RC QP at 1k, 4k, 16k and 64k QPs on one
+    /// simulated NIC.
+    QpScale(qp_scale::QpScaleOpts),
 }
 
 /// Options every sim benchmark takes (perftest's names).
@@ -169,6 +173,7 @@ pub fn run(cmd: PerfCommand) -> Result<(), PerfError> {
         PerfCommand::Compare(o) => compare::run(&o),
         PerfCommand::CompareUdp(o) => udp_compare::run(&o),
         PerfCommand::Baselines(o) => baselines::run(&o),
+        PerfCommand::QpScale(o) => qp_scale::run(&o),
     }
 }
 

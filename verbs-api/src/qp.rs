@@ -673,6 +673,12 @@ impl Qp {
         self.rq.outstanding()
     }
 
+    /// The BlueFlame register this QP rings (research access): `.class()` says whether it is a
+    /// dedicated low-latency one, a shared one (posts take its lock) or none (8-byte doorbells).
+    pub fn bfreg(&self) -> &bypass_driver::uar::Bfreg {
+        self.inner.bfreg()
+    }
+
     /// The bytes of the last send WQE posted (research access), all its WQEBBs.
     pub fn last_wqe_bytes(&self) -> Option<Vec<u8>> {
         let (start, n) = self.last_send?;

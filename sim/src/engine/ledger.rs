@@ -57,9 +57,24 @@ pub(crate) struct Ledger {
     flushes: Vec<u32>,
     /// Commands (slot, QPN) whose 2RST_QP / DESTROY_QP waits for the QP's bursts.
     commands: Vec<(u8, u32)>,
+    /// QP state changes so far (`engine::set_qp_state`): the transport's quiet scan is valid
+    /// only while this has not moved (`Transport::quiet`).
+    state_changes: u64,
 }
 
 impl Ledger {
+    /// Counts a QP state change.
+    #[inline(always)]
+    pub(crate) fn note_state_change(&mut self) {
+        self.state_changes = self.state_changes.wrapping_add(1);
+    }
+
+    /// QP state changes so far.
+    #[inline(always)]
+    pub(crate) fn state_changes(&self) -> u64 {
+        self.state_changes
+    }
+
     fn entry(&self, qpn: u32) -> Option<&QpEntry> {
         self.qps.get(qpn as usize)?.as_ref()
     }

@@ -217,6 +217,7 @@ pub(crate) fn set_qp_state(
     };
     let from = qp.state;
     qp.state = to;
+    ledger.note_state_change();
     if from != to {
         let at = io.now;
         io.trace.record(|| TraceEvent::QpState {

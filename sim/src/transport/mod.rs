@@ -44,6 +44,7 @@ use state::DataPath;
 /// a QP in RESET, INIT, RTR or SQD therefore does nothing now; the WQEs are fetched when the
 /// QP reaches RTS (`requester::resume`).
 pub(crate) fn doorbell(dp: &mut DataPath<'_>, uar: u32, ctrl: [u8; 8], bf: Option<Vec<u8>>) {
+    dp.tp.quiet = None;
     let qpn = u32::from_be_bytes([ctrl[4], ctrl[5], ctrl[6], ctrl[7]]) >> 8;
     let Some(qp) = dp.objs.qps.get_mut(qpn) else {
         dp.io.counters.doorbell_errors += 1;
@@ -74,6 +75,7 @@ pub(crate) fn doorbell(dp: &mut DataPath<'_>, uar: u32, ctrl: [u8; 8], bf: Optio
 /// already checked the ICRC and found it right (`Device::receive_icrc_checked`), so it is not
 /// computed again.
 pub(crate) fn receive(dp: &mut DataPath<'_>, bytes: &[u8], icrc_checked: bool) {
+    dp.tp.quiet = None;
     count_and_trace(dp, bytes);
     let Ok(pkt) = RocePacket::parse(bytes) else {
         dp.io.counters.rx_discards += 1;
@@ -153,6 +155,7 @@ fn receive_packet(dp: &mut DataPath<'_>, pkt: &RocePacket<'_>, icrc_checked: boo
 /// and processed packet by packet, so every outcome is the per-packet path's.
 #[inline(always)]
 pub(crate) fn receive_burst(dp: &mut DataPath<'_>, b: &Burst) {
+    dp.tp.quiet = None;
     if !dp.io.trace.enabled()
         && reaches_rc_qp(dp, &b.ip, b.dest_qp)
         && responder::burst::apply(dp, b)
@@ -169,6 +172,7 @@ pub(crate) fn receive_burst(dp: &mut DataPath<'_>, b: &Burst) {
 /// completer. With a trace to record, it goes through `receive` as bytes.
 #[inline(always)]
 pub(crate) fn receive_ack(dp: &mut DataPath<'_>, a: &AckFrame) {
+    dp.tp.quiet = None;
     if dp.io.trace.enabled() {
         if let Some(bytes) = a.to_wire() {
             receive(dp, &bytes, false);
@@ -224,7 +228,7 @@ pub(crate) fn scan(dp: &mut DataPath<'_>) -> bool {
     // anything else.
     let flushed =
         dp.tp.ledger.flushes_waiting() && dp.tp.ledger.retry(&mut dp.objs.qps, dp.comp, &mut dp.io);
-    let due = scan_pass(&dp.objs.qps, dp.io.now);
+    let due = gated_pass(dp.tp, &dp.objs.qps, dp.io.now);
     if !due.any() {
         return flushed;
     }
@@ -247,20 +251,41 @@ impl Due {
     }
 }
 
-/// The scan's pass over the QPs at time `now` ([`scan`]).
+/// [`scan_pass`], skipped while the transport is quiet (`Transport::quiet`); a pass that
+/// finds nothing to do and no timer armed makes it quiet.
 #[inline(always)]
-pub(crate) fn scan_pass(qps: &Table<Qp>, now: u64) -> Due {
-    let (mut timers, mut resumable, mut in_err) = (false, false, false);
+pub(crate) fn gated_pass(tp: &mut state::Transport, qps: &Table<Qp>, now: u64) -> Due {
+    if tp.is_quiet() {
+        return Due {
+            timers: false,
+            resumable: false,
+            in_err: false,
+        };
+    }
+    let (due, armed) = scan_pass(qps, now);
+    tp.quiet = (!due.any() && !armed).then(|| tp.ledger.state_changes());
+    due
+}
+
+/// The scan's pass over the QPs at time `now` ([`scan`]), and whether any QP has a timer
+/// armed (due or not).
+#[inline(always)]
+pub(crate) fn scan_pass(qps: &Table<Qp>, now: u64) -> (Due, bool) {
+    let (mut timers, mut resumable, mut in_err, mut armed) = (false, false, false, false);
     for (_, qp) in qps.iter() {
         timers |= requester::timer_due(qp, now);
+        armed |= qp.req.rnr_wait.is_some() | qp.req.ack_deadline.is_some();
         resumable |= requester::has_work(qp);
         in_err |= qp.state == QpState::Err;
     }
-    Due {
-        timers,
-        resumable,
-        in_err,
-    }
+    (
+        Due {
+            timers,
+            resumable,
+            in_err,
+        },
+        armed,
+    )
 }
 
 /// The work [`scan`] found may be due: timers, held-back sending, receives to flush.
@@ -287,8 +312,18 @@ pub(crate) fn scan_work(dp: &mut DataPath<'_>, due: Due) -> bool {
 /// The earliest pending timer; now, if a deferred SQ flush can be written
 /// (`engine::ledger::Ledger::flush_ready`).
 #[inline]
-pub(crate) fn next_deadline(qps: &Table<Qp>, ledger: &Ledger, now: u64) -> Option<u64> {
-    let timer = requester::next_deadline(qps);
+pub(crate) fn next_deadline(
+    qps: &Table<Qp>,
+    ledger: &Ledger,
+    now: u64,
+    quiet: bool,
+) -> Option<u64> {
+    // Quiet: no timer is armed (`Transport::quiet`).
+    let timer = if quiet {
+        None
+    } else {
+        requester::next_deadline(qps)
+    };
     if ledger.flushes_waiting() && ledger.flush_ready() {
         return Some(timer.map_or(now, |t| t.min(now)));
     }

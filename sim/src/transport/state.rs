@@ -57,9 +57,22 @@ pub(crate) struct Transport {
     /// The buffer of the last BlueFlame WQE the send queue finished with, which BAR0 fills
     /// with the next (no allocation per BlueFlame post).
     pub(crate) bf_spare: Vec<u8>,
+    /// `Some(n)`: the last scan pass found no QP with a timer armed, work to resume or in ERR,
+    /// when the ledger's state-change count was `n`, and no doorbell or frame came since. While
+    /// the count is still `n`, nothing can have given a QP scan work (work comes only from a
+    /// send doorbell, a frame, a state change, or a timer, and none was armed), so the scan and
+    /// the deadline search skip the pass over every QP: a device with 64k idle QPs pays for
+    /// its commands what one with a few does.
+    pub(crate) quiet: Option<u64>,
 }
 
 impl Transport {
+    /// True while the last scan's "nothing to do" still holds (see [`Transport::quiet`]).
+    #[inline(always)]
+    pub(crate) fn is_quiet(&self) -> bool {
+        self.quiet == Some(self.ledger.state_changes())
+    }
+
     /// True if `gid` is one of the GIDs of `profile`'s ports. The last GID found is
     /// remembered (the profile, and so the GID table, never changes).
     #[inline]
