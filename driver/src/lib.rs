@@ -45,6 +45,7 @@ pub mod post;
 pub mod qp;
 pub mod qp_attr;
 pub mod qp_table;
+pub mod srq;
 pub mod uar;
 pub mod wq;
 pub mod wqe;

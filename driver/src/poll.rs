@@ -346,7 +346,7 @@ impl CqPoller {
         };
         let wr_id = match w {
             None => 0,
-            Some(w) if completes_a_receive(opcode) => w.complete_recv(),
+            Some(w) if completes_a_receive(opcode) => w.complete_recv_at(cqe.wqe_counter.get()),
             Some(w) => w.complete_send_word(send_word(cqe)),
         };
         Taken { wr_id, opcode }
@@ -656,7 +656,10 @@ fn raw(cqe: &Cqe64) -> [u8; 64] {
 #[cold]
 #[inline(never)]
 fn rq_index(held: HeldRef<'_>, qpn: u32) -> Option<u16> {
-    held.find(qpn).map(|w| w.rq_tail().wrapping_sub(1) as u16)
+    // A QP on an SRQ keeps the CQE's `wqe_counter`: the SRQ WQE's index.
+    held.find(qpn)
+        .filter(|w| w.srq().is_none())
+        .map(|w| w.rq_tail().wrapping_sub(1) as u16)
 }
 
 /// The current CQE of a poll in progress, and the right to take more. While it lives the
