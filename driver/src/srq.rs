@@ -343,8 +343,9 @@ impl Srq {
         Ok(())
     }
 
-    /// Writes one receive at the list's head (`mlx5_post_srq_recv`'s loop body).
-    fn write(&self, l: &mut FreeList, wr: &RecvWr<'_>) -> core::result::Result<(), PostError> {
+    /// Writes one receive at the list's head (`mlx5_post_srq_recv`'s loop body); the WQE's
+    /// index.
+    fn write(&self, l: &mut FreeList, wr: &RecvWr<'_>) -> core::result::Result<u16, PostError> {
         let s = &self.shared;
         if wr.sges.len() > s.max_sge {
             return Err(PostError::TooManySges {
@@ -376,23 +377,25 @@ impl Srq {
         if wr.sges.len() < s.max_sge {
             s.ring.write(off, DataSeg::end_of_list().as_bytes());
         }
+        let index = l.head;
         l.head = u16::from_be_bytes(next);
         l.counter = l.counter.wrapping_add(1);
-        Ok(())
+        Ok(index)
     }
 
     /// Posts one receive to the SRQ (`ibv_post_srq_recv`): whichever QP on it receives the
-    /// next message takes it.
-    pub fn post_srq_recv(&self, wr: &RecvWr<'_>) -> core::result::Result<(), PostError> {
+    /// next message takes it. Returns the index of the WQE it took (the `wqe_counter` of its
+    /// completion).
+    pub fn post_srq_recv(&self, wr: &RecvWr<'_>) -> core::result::Result<u16, PostError> {
         let mut l = self
             .shared
             .list
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        self.write(&mut l, wr)?;
+        let index = self.write(&mut l, wr)?;
         udma_to_device_barrier();
         self.shared.dbr.write_be32(0, l.counter);
-        Ok(())
+        Ok(index)
     }
 
     /// Posts a list of receives with one doorbell-record update.

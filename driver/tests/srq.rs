@@ -21,7 +21,7 @@ use bypass_driver::srq::{Srq, SrqAttr};
 use bypass_hw::eqe::EventType;
 use bypass_hw::syndrome::{CmdStatus, CqeSyndrome};
 use bypass_sim::Profile;
-use bypass_sim::fabric::SimFabric;
+use bypass_sim::fabric::{SimBackend, SimFabric};
 use datapath_util::settle;
 
 struct Node {
@@ -32,11 +32,12 @@ struct Node {
     pd: Arc<Pd>,
     hca: Arc<Hca>,
     gid: [u8; 16],
+    backend: Arc<SimBackend>,
 }
 
 fn node(f: &SimFabric, id: u8) -> Node {
     let backend = f.add_device(Profile::with_id(id)).unwrap();
-    let hca = Arc::new(Hca::open(backend).unwrap());
+    let hca = Arc::new(Hca::open(backend.clone()).unwrap());
     let pd = Pd::alloc(&hca).unwrap();
     let cq = Cq::create(&hca, 256).unwrap();
     let buf = hca.alloc_dma(1 << 20).unwrap();
@@ -50,6 +51,7 @@ fn node(f: &SimFabric, id: u8) -> Node {
         pd,
         hca,
         gid,
+        backend,
     }
 }
 
@@ -158,12 +160,21 @@ fn eight_qps_share_one_srq_and_completions_name_the_srq_wr_ids() {
 fn an_empty_srq_rnr_naks_and_the_send_completes_once_a_receive_is_posted() {
     let (f, mut a, mut b) = setup(2, SrqAttr::default(), 7);
     send(&mut a, 0, 1, 0x5a);
-    // Some progress with nothing posted: RNR NAKs, nothing completes.
-    for _ in 0..3 {
+    // Some virtual time with nothing posted: RNR NAKs (retried forever), nothing completes.
+    for _ in 0..20 {
         f.run_until_idle().unwrap();
+        if let Some(next) = f.with_world(|w| w.next_event()) {
+            f.with_world(|w| {
+                let now = w.now();
+                w.advance(next.saturating_sub(now).max(1))
+            })
+            .unwrap();
+        }
     }
     assert!(b.cq.poll_one().is_none());
     assert!(a.cq.poll_one().is_none());
+    let rnr = b.backend.with_device(|d| d.counters.out_of_buffer).unwrap();
+    assert!(rnr >= 2, "RNR NAKs sent: {rnr}");
     post_srq(&b, 9, 0);
     settle(&f);
     let wc = b.cq.poll_one().expect("the receive");

@@ -155,6 +155,7 @@ pub mod pd;
 pub mod pool;
 pub mod qp;
 pub mod shared;
+pub mod srq;
 pub mod wr;
 
 pub use context::Context;
@@ -169,4 +170,5 @@ pub use pd::Pd;
 pub use pool::{Lease, MemoryPool};
 pub use qp::{Qp, QpAccess, QpBuilder, QpCaps, QpOptions};
 pub use shared::SharedLease;
+pub use srq::{Srq, SrqOptions};
 pub use wr::{RecvWr, SendOp, SendWr, UdDest};
