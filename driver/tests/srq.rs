@@ -348,3 +348,30 @@ fn bad_input_is_refused() {
     ));
     assert_eq!(qp.srqn(), Some(one_sge.srqn()));
 }
+
+#[test]
+fn destroying_a_qp_gives_the_srq_wqes_of_its_unpolled_receives_back() {
+    let attr = SrqAttr {
+        max_wr: 4,
+        ..SrqAttr::default()
+    };
+    let (f, mut a, mut b) = setup(1, attr, 7);
+    let srq_max = b.srq.as_ref().unwrap().max_wr();
+    for w in 0..u64::from(srq_max) {
+        post_srq(&b, w, 0x100 * w);
+    }
+    send(&mut a, 0, 1, 1);
+    settle(&f);
+    // The receive CQE stays unpolled; the QP's destroy cleans it from the CQ.
+    b.qps.clear();
+    post_srq(&b, 50, 0);
+    let sge = [b.mr.sge(0, 16)];
+    assert!(matches!(
+        b.srq.as_ref().unwrap().post_srq_recv(&RecvWr {
+            wr_id: 51,
+            sges: &sge
+        }),
+        Err(PostError::SrqFull { .. })
+    ));
+    assert!(b.cq.poll_one().is_none(), "the CQE was cleaned");
+}
