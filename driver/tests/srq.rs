@@ -375,3 +375,49 @@ fn destroying_a_qp_gives_the_srq_wqes_of_its_unpolled_receives_back() {
     ));
     assert!(b.cq.poll_one().is_none(), "the CQE was cleaned");
 }
+
+#[test]
+fn a_ud_qp_on_an_empty_srq_drops_the_datagram_then_receives_into_the_srq() {
+    use bypass_driver::post::UdDest;
+    let f = SimFabric::stepped(9);
+    let mut a = node(&f, 1);
+    let mut b = node(&f, 2);
+    let srq = Srq::create(&b.pd, &SrqAttr::default()).unwrap();
+    let caps = QpCaps::default();
+    let mut qa = Qp::create(&a.pd, &a.cq, &a.cq, QpType::Ud, &caps).unwrap();
+    let mut qb = Qp::create_on_srq(&b.pd, &b.cq, &b.cq, QpType::Ud, &caps, &srq).unwrap();
+    for qp in [&mut qa, &mut qb] {
+        qp.rst2init(&Rst2Init {
+            qkey: 0x1111_1111,
+            ..Rst2Init::default()
+        })
+        .unwrap();
+        qp.init2rtr(&Init2Rtr::ud()).unwrap();
+        qp.rtr2rts(&Rtr2Rts::new(0)).unwrap();
+    }
+    let mac = b.hca.ports()[0].mac;
+    let dest = UdDest::roce(qb.qpn(), 0x1111_1111, b.gid, mac, 0, 64);
+    a.mr.buf().write(0, b"datagram").unwrap();
+    let s = [a.mr.sge(0, 8)];
+    let wr = SendWr {
+        ud: Some(&dest),
+        ..SendWr::new(1, SendOp::Send, &s)
+    };
+    qa.post_send(&wr).unwrap();
+    settle(&f);
+    assert!(
+        a.cq.poll_one()
+            .is_some_and(|c| c.status() == WcStatus::Success)
+    );
+    assert!(b.cq.poll_one().is_none(), "dropped: no receive posted");
+    let drops = b.backend.with_device(|d| d.counters.out_of_buffer).unwrap();
+    assert_eq!(drops, 1);
+    b.srq = Some(srq);
+    post_srq(&b, 77, 0);
+    qa.post_send(&wr).unwrap();
+    settle(&f);
+    let c = b.cq.poll_one().expect("the datagram");
+    assert_eq!((c.wr_id(), c.byte_len()), (77, 40 + 8));
+    assert_eq!(&read(&b.mr, 40)[..8], b"datagram");
+    drop(qb);
+}
