@@ -421,3 +421,43 @@ fn a_ud_qp_on_an_empty_srq_drops_the_datagram_then_receives_into_the_srq() {
     assert_eq!(&read(&b.mr, 40)[..8], b"datagram");
     drop(qb);
 }
+
+#[test]
+fn multi_packet_sends_of_two_qps_each_fill_their_own_srq_wqe() {
+    let (f, mut a, mut b) = setup(2, SrqAttr::default(), 7);
+    let srq = b.srq.as_ref().unwrap();
+    for w in 0..2u64 {
+        let sge = [b.mr.sge(0x10000 * (w + 1), 0x8000)];
+        srq.post_srq_recv(&RecvWr {
+            wr_id: w,
+            sges: &sge,
+        })
+        .unwrap();
+    }
+    for k in 0..2usize {
+        let msg: Vec<u8> = (0..20_000u32)
+            .map(|i| (i as u8) ^ (k as u8 * 0x55))
+            .collect();
+        a.mr.buf().write(0x10000 * (k + 1), &msg).unwrap();
+        let sge = [a.mr.sge(0x10000 * (k as u64 + 1), 20_000)];
+        a.qps[k]
+            .post_send(&SendWr::new(k as u64, SendOp::Send, &sge))
+            .unwrap();
+    }
+    settle(&f);
+    let mut seen = 0;
+    while let Some(wc) = b.cq.poll_one() {
+        assert_eq!((wc.status(), wc.byte_len()), (WcStatus::Success, 20_000));
+        let k = b.qps.iter().position(|q| q.qpn() == wc.qpn()).unwrap();
+        let mut got = vec![0u8; 20_000];
+        b.mr.buf()
+            .read(0x10000 * (wc.wr_id() as usize + 1), &mut got)
+            .unwrap();
+        let want: Vec<u8> = (0..20_000u32)
+            .map(|i| (i as u8) ^ (k as u8 * 0x55))
+            .collect();
+        assert!(got == want, "QP {k}'s message landed whole in its own WQE");
+        seen += 1;
+    }
+    assert_eq!(seen, 2);
+}
