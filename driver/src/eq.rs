@@ -79,6 +79,18 @@ impl AsyncEvent {
         }
     }
 
+    /// The SRQ number of an SRQ_LIMIT event (`qp_srq_n`, as the kernel's
+    /// `srq_event_notifier` reads it).
+    pub fn srq_limit_srqn(&self) -> Option<u32> {
+        (self.event_type == EventType::SRQ_LIMIT).then(|| self.eqe().qp_srq().qp_srq_n())
+    }
+
+    /// The QP number of a LAST_WQE (last WQE reached) event: a QP attached to an SRQ reached
+    /// the error state and will take no more of its WQEs.
+    pub fn last_wqe_qpn(&self) -> Option<u32> {
+        (self.event_type == EventType::LAST_WQE).then(|| self.eqe().qp_srq().qp_srq_n())
+    }
+
     /// The CQ number of a COMPLETION or CQ_ERROR event.
     pub fn cqn(&self) -> Option<u32> {
         match self.event_type {

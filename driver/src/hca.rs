@@ -39,7 +39,7 @@ use crate::pages::{self, PagePool};
 
 /// Events the async EQ subscribes to (rdma-core subscribes CMD and PAGE_REQUEST; bypass adds
 /// the asynchronous errors and state events a verbs user must see).
-const ASYNC_EVENTS: [EventType; 12] = [
+const ASYNC_EVENTS: [EventType; 14] = [
     EventType::CMD,
     EventType::PAGE_REQUEST,
     EventType::CQ_ERROR,
@@ -52,6 +52,9 @@ const ASYNC_EVENTS: [EventType; 12] = [
     EventType::PATH_MIG_FAILED,
     EventType::COMM_EST,
     EventType::SQ_DRAINED,
+    // SRQs (`mlx5_ib` `srq_cmd.c` `srq_event_notifier`, `qp.c` `mlx5_ib_qp_event`).
+    EventType::SRQ_LIMIT,
+    EventType::LAST_WQE,
 ];
 
 /// Knobs for [`Hca::open_with`].

@@ -51,6 +51,7 @@ pub mod post;
 pub mod qp;
 pub mod qp_attr;
 pub mod qp_table;
+pub mod srq;
 pub mod uar;
 pub mod user_dma;
 pub mod user_mr;

@@ -346,7 +346,7 @@ impl CqPoller {
         };
         let wr_id = match w {
             None => 0,
-            Some(w) if completes_a_receive(opcode) => w.complete_recv(),
+            Some(w) if completes_a_receive(opcode) => recv_wr_id(w, cqe),
             Some(w) => w.complete_send_word(send_word(cqe)),
         };
         Taken { wr_id, opcode }
@@ -648,6 +648,14 @@ fn raw(cqe: &Cqe64) -> [u8; 64] {
     zerocopy::transmute!(*cqe)
 }
 
+/// Retires the receive WQE a receive CQE of `w`'s QP names (out of line: the requester
+/// CQEs of the cold step do not pay for the SRQ case's `wqe_counter` read).
+#[cold]
+#[inline(never)]
+fn recv_wr_id(w: &crate::wq::WqShared, cqe: &Cqe64) -> u64 {
+    w.complete_recv_at(cqe.wqe_counter.get())
+}
+
 /// The index (modulo 2^16) of the receive WQE that QP `qpn`'s last receive completion, just
 /// taken, completed (rdma-core `handle_responder` takes `wq->tail` for a non-SRQ receive and
 /// does not read `wqe_counter`): the step moved its receive tail past it, and only the holder
@@ -656,7 +664,10 @@ fn raw(cqe: &Cqe64) -> [u8; 64] {
 #[cold]
 #[inline(never)]
 fn rq_index(held: HeldRef<'_>, qpn: u32) -> Option<u16> {
-    held.find(qpn).map(|w| w.rq_tail().wrapping_sub(1) as u16)
+    // A QP on an SRQ keeps the CQE's `wqe_counter`: the SRQ WQE's index.
+    held.find(qpn)
+        .filter(|w| w.srq().is_none())
+        .map(|w| w.rq_tail().wrapping_sub(1) as u16)
 }
 
 /// The current CQE of a poll in progress, and the right to take more. While it lives the

@@ -278,6 +278,24 @@ pub enum PostError {
         /// What to do.
         fix: &'static str,
     },
+    /// The SRQ has no free WQE.
+    #[error(
+        "SRQ {srqn:#x}: full ({depth} receives outstanding): poll the CQs of its QPs, or create the SRQ with a larger max_wr"
+    )]
+    SrqFull {
+        /// SRQ number.
+        srqn: u32,
+        /// Its depth.
+        depth: u32,
+    },
+    /// A receive posted to a QP that takes its receives from an SRQ.
+    #[error("QP {qpn:#x} receives from SRQ {srqn:#x}: post the receive to the SRQ (post_srq_recv)")]
+    OnSrq {
+        /// QP number.
+        qpn: u32,
+        /// Its SRQ.
+        srqn: u32,
+    },
 }
 
 /// [`PostError::BadRequest`]'s reason for an RDMA or atomic request on a UD QP.

@@ -16,7 +16,8 @@
 use std::sync::Arc;
 
 use bypass_hw::cmd::Opcode;
-use bypass_hw::cmd::qp::{CreateQpOut, QpState, QueryQpOut};
+use bypass_hw::cmd::qp::{CreateQpIn, CreateQpOut, QpState, QueryQpOut};
+use bypass_hw::cmd::rmp::rq_type;
 
 use crate::barrier::udma_to_device_barrier;
 use crate::cq::{Cq, CqShared};
@@ -28,6 +29,7 @@ pub use crate::post::PostListError;
 use crate::post::{
     NOT_READY_FIX, PostError, PostRefused, RecvWr, Refusal, RemoteAddr, SendFlags, SendWr, Sge,
 };
+use crate::srq::Srq;
 
 use crate::qp_attr::{
     CreateQpParams, Init2Rtr, QpCaps, QpGeometry, QpInfo, QpType, Rst2Init, Rtr2Rts, Rts2Rts,
@@ -106,6 +108,8 @@ pub struct Qp {
     qp_type: QpType,
     caps: QpCaps,
     res: QpResources,
+    /// The SRQ it receives from (`None`: its own RQ).
+    srqn: Option<u32>,
 }
 
 impl Qp {
@@ -124,12 +128,49 @@ impl Qp {
         qp_type: QpType,
         caps: &QpCaps,
     ) -> Result<Self> {
+        Self::create_with(pd, send_cq, recv_cq, qp_type, caps, None)
+    }
+
+    /// CREATE_QP as [`Qp::create`], taking its receives from `srq` (`qpc.rq_type` SRQ,
+    /// `srqn_rmpn_xrqn`; kernel `qp.c` `create_qp_common`): the QP has no RQ of its own (the
+    /// SQ starts its buffer, `caps.max_recv_*` are ignored), its receive completions report
+    /// the SRQ's `wr_id`s, and [`Qp::post_recv`] is refused. The SRQ cannot be destroyed while
+    /// the QP exists.
+    pub fn create_on_srq(
+        pd: &Arc<Pd>,
+        send_cq: &Cq,
+        recv_cq: &Cq,
+        qp_type: QpType,
+        caps: &QpCaps,
+        srq: &Srq,
+    ) -> Result<Self> {
+        Self::create_with(pd, send_cq, recv_cq, qp_type, caps, Some(srq))
+    }
+
+    fn create_with(
+        pd: &Arc<Pd>,
+        send_cq: &Cq,
+        recv_cq: &Cq,
+        qp_type: QpType,
+        caps: &QpCaps,
+        srq: Option<&Srq>,
+    ) -> Result<Self> {
         let hca = pd.hca().clone();
         let dcaps = hca.caps();
-        let g = QpGeometry::new(qp_type, caps, dcaps.log_max_qp_sz)?;
-        let rq_bytes = g.rq_bytes();
+        let mut g = QpGeometry::new(qp_type, caps, dcaps.log_max_qp_sz)?;
+        if srq.is_some() {
+            // The kernel's `set_rq_size` for a QP with an SRQ: no RQ (`log_rq_size` 0).
+            g.log_rq_size = 0;
+            g.log_rq_stride = 0;
+        }
+        // A QP on an SRQ has its SQ at offset 0; the driver keeps a 64-byte RQ ring after it
+        // that nothing is ever posted to (so the QP's receive bookkeeping stays uniform).
+        let (rq_bytes, rq_ring_off, rq_ring_len) = match srq {
+            None => (g.rq_bytes(), 0, g.rq_bytes()),
+            Some(_) => (0, g.sq_bytes(), 64),
+        };
         let sq_bytes = g.sq_bytes();
-        let wq = hca.alloc_dma(rq_bytes + sq_bytes)?;
+        let wq = hca.alloc_dma(rq_bytes + sq_bytes + if srq.is_some() { 64 } else { 0 })?;
         let dbr = hca.dbrecs().alloc(hca.dma())?;
         let bf_reg_size = dcaps.bf_reg_size();
         let want_bf = dcaps.bf && bf_reg_size >= 128 && !shut_up_bf();
@@ -152,7 +193,21 @@ impl Qp {
             dbr_iova: dbr.iova(),
             user_index: 0,
         };
-        let i = create_qp_input(&params, &g, &pages)?;
+        let mut i = create_qp_input(&params, &g, &pages)?;
+        if let Some(s) = srq {
+            let mut c =
+                CreateQpIn::new_checked(&mut i[..]).map_err(|source| DriverError::BuildInput {
+                    what: "CREATE_QP",
+                    source,
+                })?;
+            let mut q = c.qpc_mut();
+            q.set_rq_type(rq_type::SRQ.into())
+                .and_then(|q| q.set_srqn_rmpn_xrqn(s.srqn()))
+                .map_err(|source| DriverError::BuildInput {
+                    what: "CREATE_QP",
+                    source,
+                })?;
+        }
         let o = hca.cmd().exec(&i, CreateQpOut::LEN)?;
         let qpn = CreateQpOut::new_checked(&o[..])
             .map_err(|source| DriverError::BadOutput {
@@ -166,12 +221,16 @@ impl Qp {
             blueflame = bfreg.buf_size() != 0,
             "CREATE_QP"
         );
-        let shared = Arc::new(WqShared::new(qpn, 1 << g.log_sq_size, 1 << g.log_rq_size));
+        let shared = WqShared::new(qpn, 1 << g.log_sq_size, 1 << g.log_rq_size);
+        let shared = Arc::new(match srq {
+            Some(s) => shared.on_srq(s.shared().clone()),
+            None => shared,
+        });
         // SAFETY: `wq` holds `rq_bytes + sq_bytes` bytes (RQ first) and `dbr` at least 64; both
         // live in `res`, which the `Qp` owns and drops after these views (field order).
         let rings = unsafe {
             (
-                RingPtr::new(wq.as_ptr(), rq_bytes),
+                RingPtr::new(wq.as_ptr().add(rq_ring_off), rq_ring_len),
                 RingPtr::new(wq.as_ptr().add(rq_bytes), sq_bytes),
                 RingPtr::new(dbr.as_ptr(), 64),
             )
@@ -229,12 +288,18 @@ impl Qp {
             qp_type,
             caps: *caps,
             res,
+            srqn: srq.map(Srq::srqn),
         })
     }
 
     /// The QP number.
     pub fn qpn(&self) -> u32 {
         self.res.qpn
+    }
+
+    /// The SRQ it receives from, if it was created on one.
+    pub fn srqn(&self) -> Option<u32> {
+        self.srqn
     }
 
     /// RC or UD.
@@ -543,6 +608,12 @@ impl Qp {
     /// Posts one receive work request: data segments, barrier, RQ doorbell record (no MMIO).
     #[inline]
     pub fn post_recv(&mut self, wr: &RecvWr<'_>) -> core::result::Result<(), PostError> {
+        if let Some(srqn) = self.srqn {
+            return Err(PostError::OnSrq {
+                qpn: self.res.qpn,
+                srqn,
+            });
+        }
         if self.state == QpState::Rst {
             return Err(PostError::BadState {
                 qpn: self.res.qpn,
@@ -565,6 +636,16 @@ impl Qp {
         let mut res = Ok(());
         let mut n = 0;
         for (index, wr) in wrs.iter().enumerate() {
+            if let Some(srqn) = self.srqn {
+                res = Err(PostListError {
+                    index,
+                    error: PostError::OnSrq {
+                        qpn: self.res.qpn,
+                        srqn,
+                    },
+                });
+                break;
+            }
             if self.state == QpState::Rst {
                 res = Err(PostListError {
                     index,

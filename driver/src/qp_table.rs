@@ -283,6 +283,9 @@ impl QpTable {
         udma_from_device_barrier();
         let mut freed = 0u32;
         let mut cqe = Cqe64::new_zeroed();
+        // A QP on an SRQ: the receive CQEs dropped here give their SRQ WQEs back to its free
+        // list (rdma-core `__mlx5_cq_clean`: `mlx5_free_srq_wqe` for a responder CQE).
+        let srq = held.get().find(qpn).and_then(|w| w.srq().cloned());
         while prod != ci {
             prod = prod.wrapping_sub(1);
             ring.read(off(prod), cqe.as_mut_bytes());
@@ -290,6 +293,12 @@ impl QpTable {
             // the low 24 bits, for good and error CQEs alike.
             if cqe.qpn() == qpn {
                 freed += 1;
+                // Responder opcodes (RESP_WR_IMM 1 ..= RESP_SEND_INV 4, RESP_ERR 14).
+                if let Some(s) = &srq
+                    && (0x401e_u32 >> (cqe.op_own >> 4)) & 1 != 0
+                {
+                    s.complete(cqe.wqe_counter.get());
+                }
             } else if freed > 0 {
                 let dst = off(prod.wrapping_add(freed));
                 let owner = ring.read_u8(dst + CQE_SIZE - 1) & MLX5_CQE_OWNER_MASK;

@@ -243,6 +243,8 @@ pub struct WqShared {
     /// `rq_wrid.len() - 1`.
     rq_mask: u32,
     rq_tail: AtomicU32,
+    /// The SRQ the QP receives from: its receive completions index the SRQ's `wr_id`s.
+    srq: Option<std::sync::Arc<crate::srq::SrqShared>>,
 }
 
 impl WqShared {
@@ -262,6 +264,29 @@ impl WqShared {
             rq_wrid: (0..rq_len).map(|_| AtomicU64::new(0)).collect(),
             rq_mask: rq_len - 1,
             rq_tail: AtomicU32::new(0),
+            srq: None,
+        }
+    }
+
+    /// The same bookkeeping for a QP that receives from `srq`.
+    pub fn on_srq(mut self, srq: std::sync::Arc<crate::srq::SrqShared>) -> Self {
+        self.srq = Some(srq);
+        self
+    }
+
+    /// The SRQ the QP receives from, if any.
+    pub fn srq(&self) -> Option<&std::sync::Arc<crate::srq::SrqShared>> {
+        self.srq.as_ref()
+    }
+
+    /// Retires the receive WQE a receive CQE names: the RQ's oldest ([`WqShared::complete_recv`]),
+    /// or for a QP on an SRQ the SRQ WQE `wqe_counter` names, which goes back to the SRQ's
+    /// free list (rdma-core `cq.c` `handle_responder`).
+    #[inline(always)]
+    pub fn complete_recv_at(&self, wqe_counter: u16) -> u64 {
+        match &self.srq {
+            None => self.complete_recv(),
+            Some(s) => s.complete(wqe_counter),
         }
     }
 

@@ -31,6 +31,7 @@ pub mod error;
 pub mod init_seg;
 pub mod prm;
 pub mod roce;
+pub mod srq_wqe;
 pub mod syndrome;
 pub mod uar;
 pub mod view;

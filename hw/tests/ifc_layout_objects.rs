@@ -20,6 +20,10 @@ use bypass_hw::cmd::mkey::{
     QueryMkeyOut,
 };
 use bypass_hw::cmd::qp::*;
+use bypass_hw::cmd::rmp::{
+    self, CreateRmpIn, CreateRmpOut, DestroyRmpIn, DestroyRmpOut, ModifyRmpIn, ModifyRmpOut,
+    QueryRmpIn, QueryRmpOut, RmpBitmask, Rmpc, Wq,
+};
 use bypass_hw::cmd::{MboxIn, Opcode};
 use bypass_hw::prm::Field;
 
@@ -53,6 +57,7 @@ const BYTE_FIELDS: &[(&str, &str, usize, usize)] = &[
     ("query_eq_out", "pas", eq::EQ_PAS_OFFSET, 0),
     ("create_qp_in", "pas", QP_PAS_OFFSET, 0),
     ("query_qp_out", "pas", QP_PAS_OFFSET, 0),
+    ("wq", "pas", rmp::WQ_PAS_OFFSET, 0),
 ];
 
 /// Kernel fields bypass deliberately leaves out (none today; a new kernel field shows up as a
@@ -154,6 +159,36 @@ check_layouts! {
     qp_2err_out_matches_kernel: Qp2ErrOut;
     qp_2rst_in_matches_kernel: Qp2RstIn;
     qp_2rst_out_matches_kernel: Qp2RstOut;
+    wq_matches_kernel: Wq;
+    rmpc_matches_kernel: Rmpc [Wq];
+    rmp_bitmask_matches_kernel: RmpBitmask;
+    create_rmp_in_matches_kernel: CreateRmpIn [Rmpc];
+    create_rmp_out_matches_kernel: CreateRmpOut;
+    modify_rmp_in_matches_kernel: ModifyRmpIn [RmpBitmask, Rmpc];
+    modify_rmp_out_matches_kernel: ModifyRmpOut;
+    query_rmp_in_matches_kernel: QueryRmpIn;
+    query_rmp_out_matches_kernel: QueryRmpOut [Rmpc];
+    destroy_rmp_in_matches_kernel: DestroyRmpIn;
+    destroy_rmp_out_matches_kernel: DestroyRmpOut;
+}
+
+/// The RMP's `wq.pas[]` sits right after the fixed CREATE_RMP / QUERY_RMP layout (the kernel's
+/// `create_rmp_cmd` copies the page list to `MLX5_ADDR_OF(rmpc, rmpc, wq.pas)`).
+#[test]
+fn rmp_pas_follows_the_wq() {
+    let table = common::ifc_table();
+    let bit = |l: &str, f: &str| {
+        table
+            .iter()
+            .find(|r| r.layout == l && r.field == f)
+            .map(|r| r.bit_off)
+            .unwrap()
+    };
+    let pas = bit("create_rmp_in", "ctx") + bit("rmpc", "wq") + bit("wq", "pas");
+    assert_eq!(pas, rmp::RMP_PAS_OFFSET * 8);
+    let pas = bit("query_rmp_out", "rmp_context") + bit("rmpc", "wq") + bit("wq", "pas");
+    assert_eq!(pas, rmp::RMP_PAS_OFFSET * 8);
+    assert_eq!(CreateRmpIn::LEN, rmp::RMP_PAS_OFFSET);
 }
 
 #[test]

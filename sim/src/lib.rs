@@ -35,6 +35,7 @@ mod objects;
 pub mod pcap;
 pub mod profile;
 mod ring;
+mod srq;
 mod table;
 pub mod trace;
 pub mod transport;

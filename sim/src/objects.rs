@@ -16,6 +16,7 @@ use crate::counters::Counters;
 use crate::mkey::Mkey;
 use crate::profile::Caps;
 use crate::ring::{CqRing, EqRing};
+use crate::srq::Srq;
 use crate::table::Table;
 use crate::transport::requester::state::ReqState;
 use crate::transport::responder::state::RespState;
@@ -199,6 +200,9 @@ pub struct Qp {
     pub qpc: Vec<u8>,
     /// Per-QP counters.
     pub counters: Counters,
+    /// The SRQ its receives come from (`qpc.rq_type` SRQ, `srqn_rmpn_xrqn`); `None` for a QP
+    /// with its own RQ.
+    pub srqn: Option<u32>,
 }
 
 /// The object tables of a device the firmware fills and the data path reads (CQs and EQs are
@@ -213,6 +217,8 @@ pub struct Objects {
     pub mkeys: Table<Mkey>,
     /// Queue pairs.
     pub qps: Table<Qp>,
+    /// Shared receive queues (RMPs).
+    pub srqs: Table<Srq>,
 }
 
 impl Objects {
@@ -227,6 +233,7 @@ impl Objects {
             mkeys: Table::new(1, cap(caps.log_max_mkey), 1 << 24),
             // QPN 0 and 1 are the special SMI/GSI QPs.
             qps: Table::new(2, cap(caps.log_max_qp), 1 << 24),
+            srqs: Table::new(1, cap(caps.log_max_srq), 1 << 24),
         }
     }
 
@@ -236,5 +243,6 @@ impl Objects {
         self.uars.clear();
         self.mkeys.clear();
         self.qps.clear();
+        self.srqs.clear();
     }
 }

@@ -57,6 +57,10 @@ pub struct Caps {
     pub gid_table_size: u16,
     /// P_Key table entries per port.
     pub pkey_table_size: u16,
+    /// log2 of the most WQEs in an SRQ (`log_max_srq_sz`).
+    pub log_max_srq_sz: u8,
+    /// log2 of the number of SRQs (`log_max_srq`).
+    pub log_max_srq: u8,
 }
 
 impl Default for Caps {
@@ -85,6 +89,9 @@ impl Default for Caps {
             fast_teardown: true,
             gid_table_size: 16,
             pkey_table_size: 1,
+            // ConnectX-5/6 report log_max_srq_sz 15 (`ibv_devinfo -v`: max_srq_wr 32767).
+            log_max_srq_sz: 15,
+            log_max_srq: 12,
         }
     }
 }

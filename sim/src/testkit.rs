@@ -278,6 +278,7 @@ impl Host {
                 resp: RespState::default(),
                 qpc: vec![0; 0xe8],
                 counters: Default::default(),
+                srqn: None,
             })
             .expect("qp");
         HostQp {

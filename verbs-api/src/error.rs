@@ -296,4 +296,24 @@ pub enum VerbsError {
         /// The buffer's length.
         len: usize,
     },
+    /// An SRQ destroyed while QPs still take receives from it.
+    #[error("SRQ {srqn:#x} is used by {qps} QP(s): destroy them first")]
+    SrqInUse {
+        /// The SRQ number.
+        srqn: u32,
+        /// QPs built on it.
+        qps: usize,
+    },
+    /// A QP built on an SRQ with another receive CQ than the SRQ's.
+    #[error(
+        "SRQ {srqn:#x} was created for receive CQ {srq_cqn:#x}, the QP reports receives to CQ {cqn:#x}: build every QP on one SRQ with the SRQ's CQ as its receive CQ"
+    )]
+    SrqCqMismatch {
+        /// The SRQ number.
+        srqn: u32,
+        /// The SRQ's CQ.
+        srq_cqn: u32,
+        /// The QP's receive CQ.
+        cqn: u32,
+    },
 }

@@ -156,6 +156,7 @@ pub mod pd;
 pub mod pool;
 pub mod qp;
 pub mod shared;
+pub mod srq;
 pub mod wr;
 
 pub use app_mr::{DeregisterError, MrOptions, MrOwner, OwnedMr, RawMr};
@@ -173,4 +174,5 @@ pub use pd::Pd;
 pub use pool::{Lease, MemoryPool};
 pub use qp::{Qp, QpAccess, QpBuilder, QpCaps, QpOptions};
 pub use shared::SharedLease;
+pub use srq::{Srq, SrqOptions};
 pub use wr::{RecvWr, SendOp, SendWr, UdDest};

@@ -66,6 +66,7 @@ impl Default for QpOptions {
 /// Builds a QP: `QpBuilder::rc(&pd, &cq, &cq).max_send_wr(128).build()?`.
 #[derive(Debug)]
 pub struct QpBuilder<'a> {
+    srq: Option<&'a crate::srq::Srq>,
     pd: &'a Pd,
     send_cq: &'a Cq,
     recv_cq: &'a Cq,
@@ -78,6 +79,7 @@ impl<'a> QpBuilder<'a> {
     /// `recv_cq` (may be the same CQ).
     pub fn rc(pd: &'a Pd, send_cq: &'a Cq, recv_cq: &'a Cq) -> Self {
         QpBuilder {
+            srq: None,
             pd,
             send_cq,
             recv_cq,
@@ -92,6 +94,14 @@ impl<'a> QpBuilder<'a> {
             qp_type: QpType::Ud,
             ..Self::rc(pd, send_cq, recv_cq)
         }
+    }
+
+    /// Receives come from `srq` (`ibv_qp_init_attr.srq`): the QP has no receive queue of its
+    /// own ([`Qp::post_recv`] is refused), and its receive completions are reclaimed on the
+    /// SRQ ([`crate::Srq::reclaim`]). The receive CQ must be the SRQ's.
+    pub fn srq(mut self, srq: &'a crate::srq::Srq) -> Self {
+        self.srq = Some(srq);
+        self
     }
 
     /// All options at once.
@@ -162,14 +172,41 @@ impl<'a> QpBuilder<'a> {
 
     /// CREATE_QP. The QP starts in RESET.
     pub fn build(self) -> Result<Qp, VerbsError> {
-        let inner = DriverQp::create(
-            self.pd.driver(),
-            self.send_cq.driver(),
-            self.recv_cq.driver(),
-            self.qp_type,
-            &self.opts.caps,
-        )?;
+        let inner = match self.srq {
+            None => DriverQp::create(
+                self.pd.driver(),
+                self.send_cq.driver(),
+                self.recv_cq.driver(),
+                self.qp_type,
+                &self.opts.caps,
+            )?,
+            Some(s) => {
+                let core = s.core();
+                if core.cq_id() != Arc::as_ptr(self.recv_cq.table()) as usize {
+                    return Err(VerbsError::SrqCqMismatch {
+                        srqn: s.srqn(),
+                        srq_cqn: core.cqn(),
+                        cqn: self.recv_cq.cqn(),
+                    });
+                }
+                DriverQp::create_on_srq(
+                    self.pd.driver(),
+                    self.send_cq.driver(),
+                    self.recv_cq.driver(),
+                    self.qp_type,
+                    &self.opts.caps,
+                    core.driver(),
+                )?
+            }
+        };
         let qpn = inner.qpn();
+        let srq = self.srq.map(|s| {
+            s.core().attach(qpn);
+            crate::srq::Attachment {
+                core: s.core().clone(),
+                qpn,
+            }
+        });
         // A PSN that differs between QPs without a random source (ibv_rc_pingpong uses
         // lrand48); a golden-ratio hash of the QPN, 24 bits.
         let psn = self
@@ -187,6 +224,7 @@ impl<'a> QpBuilder<'a> {
             opts: self.opts,
             psn,
             pd: self.pd.clone(),
+            _srq: srq,
         })
     }
 }
@@ -242,6 +280,8 @@ pub struct Qp {
     opts: QpOptions,
     psn: u32,
     pd: Pd,
+    /// The SRQ it receives from (kept alive, and detached after DESTROY_QP: after `inner`).
+    _srq: Option<crate::srq::Attachment>,
 }
 
 impl fmt::Debug for Qp {

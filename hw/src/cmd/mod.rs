@@ -19,6 +19,7 @@ pub mod mkey;
 pub mod pages;
 pub mod pd_uar;
 pub mod qp;
+pub mod rmp;
 pub mod vport;
 
 use core::fmt;
@@ -96,6 +97,10 @@ opcodes! {
     DEALLOC_UAR = 0x803,
     ACCESS_REG = 0x805,
     NOP = 0x80d,
+    CREATE_RMP = 0x90c,
+    MODIFY_RMP = 0x90d,
+    DESTROY_RMP = 0x90e,
+    QUERY_RMP = 0x90f,
 }
 
 impl fmt::Display for Opcode {

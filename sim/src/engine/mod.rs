@@ -19,6 +19,7 @@ pub(crate) mod cqe;
 pub(crate) mod gather;
 pub(crate) mod ledger;
 pub(crate) mod rq;
+pub(crate) mod srq_recv;
 pub(crate) mod wqe;
 
 use bypass_hw::cmd::qp::QpState;
@@ -232,6 +233,9 @@ pub(crate) fn set_qp_state(
         if let Some(qp) = qps.get_mut(qpn) {
             qp.resp.forget_message();
             rq::flush(qp, comp, io);
+            if qp.srqn.is_some() && from != QpState::Err {
+                srq_recv::entered_err(qp, comp, io);
+            }
         }
     }
 }

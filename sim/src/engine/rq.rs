@@ -136,16 +136,29 @@ pub(crate) struct RecvDone {
 
 /// Completes the WQE at the head of the RQ of `qp` successfully and consumes it.
 pub(crate) fn complete(qp: &mut Qp, comp: &mut Completions, io: &mut Io<'_>, done: &RecvDone) {
+    let index = qp.rq_ci as u16;
+    qp.rq_ci = qp.rq_ci.wrapping_add(1);
+    complete_at(qp, comp, io, done, index);
+}
+
+/// Writes the good receive CQE of `qp` for the WQE whose index (`wqe_counter`) is `index`: the
+/// RQ's head ([`complete`]) or an SRQ WQE the QP took (`engine::srq_recv`).
+pub(crate) fn complete_at(
+    qp: &Qp,
+    comp: &mut Completions,
+    io: &mut Io<'_>,
+    done: &RecvDone,
+    index: u16,
+) {
     let mut cqe = Cqe64::new_zeroed();
     cqe.byte_cnt.set(done.byte_cnt);
     cqe.imm_inval_pkey.set(done.imm);
     cqe.flags_rqpn.set(done.flags_rqpn);
     cqe.srqn_uidx.set(qp.user_index & 0x00ff_ffff);
     cqe.sop_drop_qpn.set(qp.qpn & 0x00ff_ffff);
-    cqe.wqe_counter.set(qp.rq_ci as u16);
+    cqe.wqe_counter.set(index);
     // The ring stamps the owner bit.
     cqe.op_own = make_op_own(done.opcode, 0, done.se, false);
-    qp.rq_ci = qp.rq_ci.wrapping_add(1);
     let cqn = qp.cqn_rcv;
     let mut bytes = [0u8; 64];
     bytes.copy_from_slice(cqe.as_bytes());
@@ -160,15 +173,28 @@ pub(crate) fn complete_error(
     io: &mut Io<'_>,
     syndrome: CqeSyndrome,
 ) {
+    let index = qp.rq_ci as u16;
+    qp.rq_ci = qp.rq_ci.wrapping_add(1);
+    complete_error_at(qp, comp, io, syndrome, index);
+}
+
+/// Writes the error receive CQE of `qp` for the WQE whose index is `index` (see
+/// [`complete_at`]).
+pub(crate) fn complete_error_at(
+    qp: &mut Qp,
+    comp: &mut Completions,
+    io: &mut Io<'_>,
+    syndrome: CqeSyndrome,
+    index: u16,
+) {
     let mut cqe = ErrCqe::new_zeroed();
     // cqe_version 1: the user index sits where `srqn` is (rdma-core `cq.c` reads `srqn_uidx`
     // before it looks at the opcode).
     cqe.srqn.set(qp.user_index & 0x00ff_ffff);
     cqe.syndrome = syndrome.0;
     cqe.s_wqe_opcode_qpn.set(qp.qpn & 0x00ff_ffff);
-    cqe.wqe_counter.set(qp.rq_ci as u16);
+    cqe.wqe_counter.set(index);
     cqe.op_own = make_op_own(CqeOpcode::RESP_ERR, 0, false, false);
-    qp.rq_ci = qp.rq_ci.wrapping_add(1);
     let flush = syndrome == CqeSyndrome::WR_FLUSH_ERR;
     let c = &mut qp.counters;
     if flush {

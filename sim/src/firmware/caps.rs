@@ -67,6 +67,8 @@ pub(crate) fn general_pages(p: &Profile) -> (Vec<u8>, Vec<u8>) {
     let _ = m.set_log_max_ra_res_qp(c.log_max_ra_res_qp.into());
     let _ = m.set_max_wqe_sz_sq(c.max_wqe_sz_sq.into());
     let _ = m.set_max_wqe_sz_rq(c.max_wqe_sz_rq.into());
+    let _ = m.set_log_max_srq_sz(c.log_max_srq_sz.into());
+    let _ = m.set_log_max_srq(c.log_max_srq.into());
     let _ = m.set_log_bf_reg_size(c.log_bf_reg_size.into());
     let _ = m.set_bf(1);
     let _ = m.set_atomic(c.atomic.into());

@@ -33,7 +33,7 @@ use crate::ring::{ArmKind, CqRing, EqRing};
 
 /// Reads the `pas` entries a `len`-byte buffer with `log_page_size` (relative to 4 KiB) and
 /// `page_offset` (64-byte units) needs, and builds its page list.
-fn page_list(
+pub(super) fn page_list(
     len: u64,
     log_page_size: u32,
     page_offset: u32,

@@ -5,6 +5,7 @@
 //! [`cmdq`] (entries and mailbox chains, by DMA), [`bringup`] (ENABLE/DISABLE/INIT/TEARDOWN,
 //! ISSI, the order rules), [`pages`], [`caps`], [`vport`] (vport contexts and ACCESS_REG),
 //! [`resources`] (PD, UAR, mkey), [`cq_eq`], [`qp`] (QP commands, another work item's),
+//! [`srq`] (SRQs as RMPs),
 //! [`syndromes`]. Must not: touch the data path's rings or packets (it creates the objects the
 //! data path uses and nothing else).
 //!
@@ -21,6 +22,9 @@ pub(crate) mod cq_eq;
 pub(crate) mod pages;
 pub(crate) mod qp;
 pub(crate) mod resources;
+pub(crate) mod srq;
+#[cfg(test)]
+mod srq_tests;
 pub mod syndromes;
 pub(crate) mod vport;
 
@@ -147,7 +151,7 @@ pub(crate) struct Executed {
 /// The input and output layout sizes of an opcode the device implements, or `None`.
 fn layout_sizes(op: Opcode) -> Option<(usize, usize)> {
     use bypass_hw::cmd::{caps as c, cq, eq, hca as h, mkey as m, pages as p, pd_uar as u};
-    use bypass_hw::cmd::{qp as q, vport as v};
+    use bypass_hw::cmd::{qp as q, rmp as r, vport as v};
     Some(match op {
         Opcode::ENABLE_HCA => (h::EnableHcaIn::LEN, h::EnableHcaOut::LEN),
         Opcode::DISABLE_HCA => (h::DisableHcaIn::LEN, h::DisableHcaOut::LEN),
@@ -200,6 +204,10 @@ fn layout_sizes(op: Opcode) -> Option<(usize, usize)> {
         | Opcode::SQERR2RTS_QP
         | Opcode::SQD_RTS_QP => (q::Rst2InitQpIn::LEN, q::Rst2InitQpOut::LEN),
         Opcode::QP_2ERR | Opcode::QP_2RST => (MboxIn::LEN, MboxOut::LEN),
+        Opcode::CREATE_RMP => (r::CreateRmpIn::LEN, r::CreateRmpOut::LEN),
+        Opcode::MODIFY_RMP => (r::ModifyRmpIn::LEN, r::ModifyRmpOut::LEN),
+        Opcode::QUERY_RMP => (r::QueryRmpIn::LEN, r::QueryRmpOut::LEN),
+        Opcode::DESTROY_RMP => (r::DestroyRmpIn::LEN, r::DestroyRmpOut::LEN),
         _ => return None,
     })
 }
@@ -320,6 +328,10 @@ fn dispatch(c: &mut Hca<'_>, op: Opcode, input: &[u8], out: &mut [u8]) -> CmdRes
         | Opcode::SQD_RTS_QP
         | Opcode::QP_2ERR
         | Opcode::QP_2RST => qp::modify_qp(objs, comp, profile, io, *dp, op, input),
+        Opcode::CREATE_RMP => srq::create_rmp(objs, profile, input, out),
+        Opcode::MODIFY_RMP => srq::modify_rmp(objs, input, out),
+        Opcode::QUERY_RMP => srq::query_rmp(objs, input, out),
+        Opcode::DESTROY_RMP => srq::destroy_rmp(objs, input, out),
         _ => Err(CmdError::new(
             CmdStatus::BAD_OP_ERR,
             syndromes::UNKNOWN_OPCODE,

@@ -7,7 +7,8 @@
 //! are its own, stable and documented, so a test (or a user reading a log) can tell which check
 //! refused a command. Families: `0x0100_xxxx` dispatch and command queue, `0x0101_xxxx`
 //! bring-up order, `0x0102_xxxx` pages, `0x0103_xxxx` capabilities, `0x0104_xxxx` vport and
-//! registers, `0x0105_xxxx` PD/UAR, `0x0106_xxxx` mkeys, `0x0107_xxxx` CQs, `0x0108_xxxx` EQs.
+//! registers, `0x0105_xxxx` PD/UAR, `0x0106_xxxx` mkeys, `0x0107_xxxx` CQs, `0x0108_xxxx` EQs,
+//! `0x0109_xxxx` SRQs (RMPs).
 //! (The QP commands, in `firmware::qp`, use `0x0500_xxxx`.)
 
 macro_rules! syndromes {
@@ -160,6 +161,29 @@ syndromes! {
     EQ_PAS_UNALIGNED = 0x0108_0007;
     /// `log_page_size` gives pages above 2 GiB.
     EQ_PAGE_SIZE = 0x0108_0008;
+
+    /// The SRQ (RMP) does not exist.
+    SRQ_UNKNOWN = 0x0109_0001;
+    /// DESTROY_RMP while QPs still take receives from the SRQ.
+    SRQ_IN_USE = 0x0109_0002;
+    /// Every SRQ (`log_max_srq`) is in use.
+    SRQ_EXHAUSTED = 0x0109_0003;
+    /// `wq.log_wq_sz` above `log_max_srq_sz`.
+    SRQ_TOO_LARGE = 0x0109_0004;
+    /// `wq.log_wq_stride` below 32 bytes (next segment and one scatter entry) or above `max_wqe_sz_rq`.
+    SRQ_BAD_STRIDE = 0x0109_0005;
+    /// `wq.pd` names no PD.
+    SRQ_PD_UNKNOWN = 0x0109_0006;
+    /// `wq.wq_type` is not a linked list, or a feature the sim does not model (UMEM, signatures).
+    SRQ_UNSUPPORTED = 0x0109_0007;
+    /// `rmpc.state` (CREATE) or `rmp_state` (MODIFY) is not RDY.
+    SRQ_BAD_STATE = 0x0109_0008;
+    /// `wq.lwm` is not below the number of WQEs.
+    SRQ_BAD_LIMIT = 0x0109_0009;
+    /// An SRQ page address is not aligned to the page size.
+    SRQ_PAS_UNALIGNED = 0x0109_000a;
+    /// `log_wq_pg_sz` gives pages above 2 GiB.
+    SRQ_PAGE_SIZE = 0x0109_000b;
 }
 
 /// The name of syndrome `s`, if the firmware core defines it.

@@ -21,8 +21,8 @@ use bypass_hw::syndrome::CmdStatus;
 
 use super::{
     SYND_BAD_SERVICE_TYPE, SYND_INPUT_LEN, SYND_INPUT_QPN, SYND_NO_CQ_RCV, SYND_NO_CQ_SND,
-    SYND_NO_PD, SYND_NO_QP, SYND_NO_UAR, SYND_OUTPUT_LEN, SYND_PAS, SYND_QP_TABLE_FULL,
-    SYND_RQ_SIZE, SYND_RQ_STRIDE, SYND_RQ_TYPE, SYND_SQ_SIZE, SYND_UMEM,
+    SYND_NO_PD, SYND_NO_QP, SYND_NO_SRQ, SYND_NO_UAR, SYND_OUTPUT_LEN, SYND_PAS,
+    SYND_QP_TABLE_FULL, SYND_RQ_SIZE, SYND_RQ_STRIDE, SYND_RQ_TYPE, SYND_SQ_SIZE, SYND_UMEM,
 };
 use crate::buffer::PageList;
 use crate::events::Completions;
@@ -32,10 +32,7 @@ use crate::objects::{Qp, QpAttrs, WqGeometry};
 use crate::profile::Profile;
 use crate::transport::requester::state::ReqState;
 use crate::transport::responder::state::RespState;
-
-/// `qpc.rq_type` of a regular RQ (kernel `qp.c` `MLX5_NON_ZERO_RQ`); `MLX5_SRQ_RQ` (1) and
-/// `MLX5_ZERO_LEN_RQ` (3) are not modelled.
-const RQ_TYPE_REGULAR: u32 = 0;
+use bypass_hw::cmd::rmp::rq_type;
 
 /// The input is too short for its layout.
 fn short_input() -> CmdError {
@@ -76,9 +73,21 @@ pub(crate) fn create_qp(
     if inp.wq_umem_valid() != 0 || qpc.dbr_umem_valid() != 0 {
         return Err(CmdError::param(SYND_UMEM));
     }
-    if qpc.rq_type() != RQ_TYPE_REGULAR {
-        return Err(CmdError::param(SYND_RQ_TYPE));
-    }
+    // `qpc.rq_type` (kernel `qp.c` `get_rx_type`): a regular RQ, or receives from the SRQ in
+    // `srqn_rmpn_xrqn` (`MLX5_SRQ_RQ`, whose own RQ is empty: the SQ starts the buffer, as
+    // the kernel's `set_rq_size` leaves `rq.wqe_cnt` 0). CRQ and zero-length RQs are not
+    // modelled.
+    let srqn = match u8::try_from(qpc.rq_type()).unwrap_or(u8::MAX) {
+        rq_type::REGULAR => None,
+        rq_type::SRQ => {
+            let n = qpc.srqn_rmpn_xrqn();
+            if !objs.srqs.contains(n) {
+                return Err(CmdError::res(SYND_NO_SRQ));
+            }
+            Some(n)
+        }
+        _ => return Err(CmdError::param(SYND_RQ_TYPE)),
+    };
 
     // Sizes (kernel `set_rq_size`, `calc_sq_size`, `set_user_buf_size`: log_max_qp_sz,
     // max_wqe_sz_rq).
@@ -122,8 +131,13 @@ pub(crate) fn create_qp(
     // The WQ buffer: RQ at offset 0, SQ right after it (rdma-core `sq.offset = rq.wq_size`),
     // `pas[]` pages of `4 KiB << log_page_size`, starting `page_offset * 64` bytes into the
     // first (kernel `mlx5_ib_populate_pas` + `MLX5_SET(qpc, qpc, page_offset, ...)`).
-    let (_, wq_len) =
+    let (rq_len, wq_len) =
         wq_buf_layout(log_rq_size, log_rq_stride, log_sq_size).ok_or(CmdError::param(SYND_PAS))?;
+    let wq_len = if srqn.is_some() {
+        wq_len - rq_len
+    } else {
+        wq_len
+    };
     let pages: Vec<u64> = (0..inp.pas_capacity())
         .filter_map(|i| inp.pas(i).ok())
         .collect();
@@ -131,8 +145,13 @@ pub(crate) fn create_qp(
         .map_err(|_| CmdError::param(SYND_PAS))?;
 
     let geom = WqGeometry {
-        log_rq_size,
-        rq_stride: u32::try_from(rq_stride).unwrap_or(u32::MAX),
+        log_rq_size: if srqn.is_some() { 0 } else { log_rq_size },
+        // An SRQ QP's RQ takes no room: `rq_bytes()` is 0 and the SQ starts at offset 0.
+        rq_stride: if srqn.is_some() {
+            0
+        } else {
+            u32::try_from(rq_stride).unwrap_or(u32::MAX)
+        },
         log_sq_size,
     };
     let user_index = qpc.user_index();
@@ -161,6 +180,7 @@ pub(crate) fn create_qp(
         resp: RespState::default(),
         qpc: raw,
         counters: Default::default(),
+        srqn,
     }) else {
         // Every QP number of `1 << log_max_qp` is taken.
         return Err(CmdError::lim(SYND_QP_TABLE_FULL));
@@ -177,6 +197,9 @@ pub(crate) fn create_qp(
     }
     if let Some(u) = objs.uars.get_mut(uar) {
         u.users = u.users.saturating_add(1);
+    }
+    if let Some(s) = srqn.and_then(|n| objs.srqs.get_mut(n)) {
+        s.users = s.users.saturating_add(1);
     }
     out.set_qpn(qpn).map_err(|_| short_output())?;
     Ok(())
@@ -213,6 +236,9 @@ pub(super) fn release_users(objs: &mut Objects, comp: &mut Completions, qp: &Qp)
     }
     if let Some(u) = objs.uars.get_mut(qp.uar) {
         u.users = u.users.saturating_sub(1);
+    }
+    if let Some(s) = qp.srqn.and_then(|n| objs.srqs.get_mut(n)) {
+        s.users = s.users.saturating_sub(1);
     }
 }
 

@@ -82,6 +82,8 @@ pub const SYND_SRQN: u32 = 0x0500_001c;
 pub const SYND_INPUT_LEN: u32 = 0x0500_001d;
 /// The output buffer is shorter than its layout (as above, for the output).
 pub const SYND_OUTPUT_LEN: u32 = 0x0500_001e;
+/// CREATE_QP with `rq_type` SRQ: `srqn_rmpn_xrqn` names no SRQ.
+pub const SYND_NO_SRQ: u32 = 0x0500_001f;
 
 pub(crate) use create::{create_qp, destroy_qp, query_qp};
 pub(crate) use modify::modify_qp;

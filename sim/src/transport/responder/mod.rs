@@ -34,6 +34,7 @@ use crate::counters::Counters;
 use crate::transport::state::DataPath;
 
 use crate::engine::rq::{self, RecvDone, ScatterError};
+use crate::engine::srq_recv;
 use crate::engine::wqe::RecvWqe;
 use crate::iommu::DmaFault;
 use state::Msg;
@@ -305,8 +306,11 @@ fn fatal(
 
 /// The receive WQE at the head of QP `qpn`'s RQ, if one is posted (`engine::rq::peek`).
 pub(super) fn peek(dp: &mut DataPath<'_>, qpn: u32) -> Result<Option<RecvWqe>, DmaFault> {
-    match dp.objs.qps.get(qpn) {
-        Some(qp) => rq::peek(qp, dp.io.dma),
+    match dp.objs.qps.get_mut(qpn) {
+        Some(qp) => match qp.srqn {
+            None => rq::peek(qp, dp.io.dma),
+            Some(srqn) => srq_recv::peek(qp, &mut dp.objs.srqs, dp.comp, &mut dp.io, srqn),
+        },
         None => Ok(None),
     }
 }
@@ -320,8 +324,13 @@ pub(super) fn scatter(
     offset: u64,
     data: &[u8],
 ) -> Result<(), ScatterError> {
-    let Some(pd) = dp.objs.qps.get(qpn).map(|q| q.pd) else {
-        return Err(ScatterError::Protection);
+    let pd = match dp.objs.qps.get(qpn) {
+        Some(q) if q.srqn.is_none() => q.pd,
+        Some(q) => q
+            .srqn
+            .and_then(|n| srq_recv::pd(&dp.objs.srqs, n))
+            .ok_or(ScatterError::Protection)?,
+        None => return Err(ScatterError::Protection),
     };
     rq::scatter(&dp.objs.mkeys, dp.io.dma, (pd, qpn), wqe, offset, data)
 }
@@ -329,14 +338,22 @@ pub(super) fn scatter(
 /// Completes the head receive WQE of QP `qpn` (`engine::rq::complete`).
 pub(super) fn recv_done(dp: &mut DataPath<'_>, qpn: u32, done: &RecvDone) {
     if let Some(qp) = dp.objs.qps.get_mut(qpn) {
-        rq::complete(qp, dp.comp, &mut dp.io, done);
+        if qp.srqn.is_none() {
+            rq::complete(qp, dp.comp, &mut dp.io, done);
+        } else {
+            srq_recv::complete(qp, dp.comp, &mut dp.io, done);
+        }
     }
 }
 
 /// Completes the head receive WQE of QP `qpn` with `syndrome` (`engine::rq::complete_error`).
 pub(super) fn recv_error(dp: &mut DataPath<'_>, qpn: u32, syndrome: CqeSyndrome) {
     if let Some(qp) = dp.objs.qps.get_mut(qpn) {
-        rq::complete_error(qp, dp.comp, &mut dp.io, syndrome);
+        if qp.srqn.is_none() {
+            rq::complete_error(qp, dp.comp, &mut dp.io, syndrome);
+        } else {
+            srq_recv::complete_error(qp, dp.comp, &mut dp.io, syndrome);
+        }
     }
 }
 

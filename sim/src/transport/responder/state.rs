@@ -55,6 +55,10 @@ pub struct RespState {
     pub(crate) comm_est: bool,
     /// A DMA fault on the doorbell record was reported (so a polling flush does not repeat it).
     pub(crate) dbr_fault: bool,
+    /// The SRQ WQE this QP has taken for the message it receives (its index), until the
+    /// message completes: an SRQ WQE leaves the SRQ when a message starts, so no other QP
+    /// takes it (QPs with their own RQ keep `None`).
+    pub(crate) srq_wqe: Option<u16>,
 }
 
 impl RespState {
