@@ -89,9 +89,10 @@ impl Default for Caps {
             fast_teardown: true,
             gid_table_size: 16,
             pkey_table_size: 1,
-            // ConnectX-5/6 report log_max_srq_sz 15 (`ibv_devinfo -v`: max_srq_wr 32767).
+            // A ConnectX-6 Lx (vendor_part_id 4127): max_srq 8388608, max_srq_wr 32767
+            // (openucx/ucx #10317).
             log_max_srq_sz: 15,
-            log_max_srq: 12,
+            log_max_srq: 23,
         }
     }
 }
