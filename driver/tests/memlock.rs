@@ -7,43 +7,20 @@ use bypass_driver::dma::MemlockState;
 use bypass_driver::{DriverError, Hca};
 use bypass_sim::fabric::SimFabric;
 use bypass_sim::{Profile, Stage};
-use nix::libc;
 use nix::sys::resource::{Resource, getrlimit, setrlimit};
 
-/// `struct __user_cap_header_struct` / `__user_cap_data_struct` (linux/capability.h, v3).
-#[repr(C)]
-struct CapHeader {
-    version: u32,
-    pid: i32,
-}
-#[repr(C)]
-#[derive(Clone, Copy, Default)]
-struct CapData {
-    effective: u32,
-    permitted: u32,
-    inheritable: u32,
-}
-const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
-const CAP_IPC_LOCK: u32 = 14;
-
-/// Sets or clears CAP_IPC_LOCK in the effective set (the limit does not apply with it).
+/// Sets or clears CAP_IPC_LOCK in the effective set (the limit does not apply with it); it can
+/// be set only if it is in the permitted set.
 fn set_ipc_lock(on: bool) {
-    let mut h = CapHeader {
-        version: LINUX_CAPABILITY_VERSION_3,
-        pid: 0,
-    };
-    let mut d = [CapData::default(); 2];
-    // SAFETY: capget with a v3 header and room for its two data structs.
-    let r = unsafe { libc::syscall(libc::SYS_capget, &mut h as *mut CapHeader, d.as_mut_ptr()) };
-    assert_eq!(r, 0, "capget");
-    if on {
-        d[0].effective |= d[0].permitted & (1 << CAP_IPC_LOCK);
+    use caps::{CapSet, Capability};
+    let r = if !on {
+        caps::drop(None, CapSet::Effective, Capability::CAP_IPC_LOCK)
+    } else if caps::has_cap(None, CapSet::Permitted, Capability::CAP_IPC_LOCK).unwrap() {
+        caps::raise(None, CapSet::Effective, Capability::CAP_IPC_LOCK)
     } else {
-        d[0].effective &= !(1 << CAP_IPC_LOCK);
-    }
-    // SAFETY: capset with the header and data capget filled in.
-    let r = unsafe { libc::syscall(libc::SYS_capset, &mut h as *mut CapHeader, d.as_ptr()) };
-    assert_eq!(r, 0, "capset");
+        Ok(())
+    };
+    r.unwrap();
 }
 
 #[test]
