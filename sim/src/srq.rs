@@ -17,11 +17,10 @@
 //! and the PRM's `wq.lwm` implement it.
 
 use bypass_hw::srq_wqe::{SRQ_NEXT_SEG_LEN, SrqNextSeg};
-use bypass_hw::wqe::DataSeg;
 use zerocopy::FromBytes;
 
 use crate::buffer::PageList;
-use crate::engine::wqe::{RecvWqe, Sge};
+use crate::engine::wqe::RecvWqe;
 use crate::iommu::{DmaFault, Iommu};
 
 /// An SRQ (a basic RMP).
@@ -75,24 +74,7 @@ pub(crate) fn read_wqe(srq: &Srq, dma: &mut Iommu, index: u16) -> Result<(RecvWq
         .get(..SRQ_NEXT_SEG_LEN)
         .and_then(|b| SrqNextSeg::read_from_bytes(b).ok())
         .map_or(0, |s| s.next());
-    let mut sges = Vec::new();
-    for chunk in bytes
-        .get(SRQ_NEXT_SEG_LEN..)
-        .unwrap_or(&[])
-        .chunks_exact(16)
-    {
-        let Ok(seg) = DataSeg::read_from_bytes(chunk) else {
-            break;
-        };
-        if seg.is_end_of_list() {
-            break;
-        }
-        sges.push(Sge {
-            lkey: seg.lkey(),
-            addr: seg.addr(),
-            len: seg.byte_count(),
-        });
-    }
+    let sges = crate::engine::rq::data_segs(bytes.get(SRQ_NEXT_SEG_LEN..).unwrap_or(&[]));
     Ok((RecvWqe { sges }, next))
 }
 

@@ -54,12 +54,20 @@ pub(crate) fn peek(qp: &Qp, dma: &mut Iommu) -> Result<Option<RecvWqe>, DmaFault
     let mut bytes = vec![0u8; stride as usize];
     qp.wq
         .read(dma, u64::from(index) * u64::from(stride), &mut bytes)?;
+    Ok(Some(RecvWqe {
+        sges: data_segs(&bytes),
+    }))
+}
+
+/// The scatter list of a receive WQE's data segments (an RQ WQE, or an SRQ WQE after its
+/// next segment): 16-byte segments up to the terminator rdma-core writes after the last SGE
+/// (`MLX5_INVALID_LKEY`), or to the end of the stride.
+pub(crate) fn data_segs(bytes: &[u8]) -> Vec<Sge> {
     let mut sges = Vec::new();
     for chunk in bytes.chunks_exact(16) {
         let Ok(seg) = DataSeg::read_from_bytes(chunk) else {
             break;
         };
-        // The NIC stops at the terminator rdma-core writes after the last SGE.
         if seg.is_end_of_list() {
             break;
         }
@@ -69,7 +77,7 @@ pub(crate) fn peek(qp: &Qp, dma: &mut Iommu) -> Result<Option<RecvWqe>, DmaFault
             len: seg.byte_count(),
         });
     }
-    Ok(Some(RecvWqe { sges }))
+    sges
 }
 
 /// Writes `data` at byte `offset` of the message being received into `wqe`, through the
