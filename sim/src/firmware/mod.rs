@@ -198,7 +198,9 @@ fn layout_sizes(op: Opcode) -> Option<(usize, usize)> {
         | Opcode::RTR2RTS_QP
         | Opcode::RTS2RTS_QP
         | Opcode::SQERR2RTS_QP
-        | Opcode::SQD_RTS_QP => (q::Rst2InitQpIn::LEN, q::Rst2InitQpOut::LEN),
+        | Opcode::SQD_RTS_QP
+        | Opcode::RTS2SQD_QP
+        | Opcode::SQD2SQD_QP => (q::Rst2InitQpIn::LEN, q::Rst2InitQpOut::LEN),
         Opcode::QP_2ERR | Opcode::QP_2RST => (MboxIn::LEN, MboxOut::LEN),
         _ => return None,
     })
@@ -318,6 +320,8 @@ fn dispatch(c: &mut Hca<'_>, op: Opcode, input: &[u8], out: &mut [u8]) -> CmdRes
         | Opcode::RTS2RTS_QP
         | Opcode::SQERR2RTS_QP
         | Opcode::SQD_RTS_QP
+        | Opcode::RTS2SQD_QP
+        | Opcode::SQD2SQD_QP
         | Opcode::QP_2ERR
         | Opcode::QP_2RST => qp::modify_qp(objs, comp, profile, io, *dp, op, input),
         _ => Err(CmdError::new(
