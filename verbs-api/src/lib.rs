@@ -167,6 +167,6 @@ pub use exchange::{ExchangeError, ExchangeServer, PeerInfo};
 pub use mr::Mr;
 pub use pd::Pd;
 pub use pool::{Lease, MemoryPool};
-pub use qp::{Qp, QpAccess, QpBuilder, QpCaps, QpOptions};
+pub use qp::{Qp, QpAccess, QpBuilder, QpCaps, QpOptions, SqAttrs};
 pub use shared::SharedLease;
 pub use wr::{RecvWr, SendOp, SendWr, UdDest};
