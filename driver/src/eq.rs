@@ -91,6 +91,13 @@ impl AsyncEvent {
         (self.event_type == EventType::LAST_WQE).then(|| self.eqe().qp_srq().qp_srq_n())
     }
 
+    /// The QP whose send queue drained, for an SQ_DRAINED event (`MLX5_EVENT_TYPE_SQ_DRAINED`,
+    /// 0x03, kernel `include/linux/mlx5/device.h`; the QP number in the QP/SRQ event data, as
+    /// `mlx5_ib` `mlx5_ib_qp_event` reads it); `None` for other events.
+    pub fn drained_qpn(&self) -> Option<u32> {
+        (self.event_type == EventType::SQ_DRAINED).then(|| self.eqe().qp_srq().qp_srq_n())
+    }
+
     /// The CQ number of a COMPLETION or CQ_ERROR event.
     pub fn cqn(&self) -> Option<u32> {
         match self.event_type {

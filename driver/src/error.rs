@@ -292,6 +292,36 @@ pub enum DriverError {
         /// The CQ.
         cqn: u32,
     },
+    /// A QP state transition that the verbs state table (`ib_modify_qp_is_ok`) does not have
+    /// from the QP's state for its type; nothing was sent to the device.
+    #[error("QP {qpn:#x} ({qp_type}): {transition} does not start from {from}: {fix}")]
+    BadQpTransition {
+        /// QP number.
+        qpn: u32,
+        /// RC, UC or UD.
+        qp_type: &'static str,
+        /// The transition asked for (e.g. "RTS→SQD").
+        transition: &'static str,
+        /// The state it was asked from.
+        from: &'static str,
+        /// What to do.
+        fix: &'static str,
+    },
+    /// An attribute that a transition does not take for this QP type (`ib_modify_qp_is_ok`'s
+    /// optional attributes); nothing was sent to the device.
+    #[error(
+        "QP {qpn:#x} ({qp_type}): {transition} does not take {attr} (not an optional attribute of that transition for this QP type): leave it unset"
+    )]
+    QpAttrNotAllowed {
+        /// QP number.
+        qpn: u32,
+        /// RC, UC or UD.
+        qp_type: &'static str,
+        /// The transition.
+        transition: &'static str,
+        /// The attribute given.
+        attr: &'static str,
+    },
 }
 
 impl DriverError {

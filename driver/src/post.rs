@@ -299,6 +299,9 @@ pub enum PostError {
 }
 
 /// [`PostError::BadRequest`]'s reason for an RDMA or atomic request on a UD QP.
+/// Why a READ or atomic is refused on a UC QP.
+pub(crate) const UC_READ_ATOMIC_WHY: &str = "is not available on a UC QP (UC carries SEND, SEND_IMM, RDMA_WRITE and RDMA_WRITE_IMM only: IBTA table 38 has no UC READ or atomic opcode): use an RC QP";
+
 pub(crate) const UD_RDMA_WHY: &str =
     "is not available on a UD QP (UD carries SEND and SEND_IMM only): use an RC QP";
 

@@ -36,6 +36,7 @@ use crate::qp_attr::{
     create_qp_input, destroy_qp_input, init2rtr_input, query_qp_input, rst2init_input,
     rtr2rts_input, rts2rts_input, to_err_input, to_rst_input,
 };
+use crate::qp_states::{SqAttrs, SqTransition, sq_transition_input};
 use crate::uar::{Bfreg, shut_up_bf};
 use crate::wq::{RingPtr, RqRing, SqRing, WqShared};
 use crate::wqe::{
@@ -273,6 +274,11 @@ impl Qp {
             g.max_inline,
             caps.sq_sig_all,
         );
+        let limits = if qp_type == QpType::Uc {
+            limits.uc()
+        } else {
+            limits
+        };
         Ok(Self {
             sq: SqRing::new(sq_ring),
             rq: RqRing::new(rq_ring, 16 << g.log_rq_stride),
@@ -302,7 +308,7 @@ impl Qp {
         self.srqn
     }
 
-    /// RC or UD.
+    /// RC, UD or UC.
     pub fn qp_type(&self) -> QpType {
         self.qp_type
     }
@@ -355,9 +361,16 @@ impl Qp {
         self.res.pd.hca().cmd().exec(&i, 16)?;
         tracing::debug!(qpn = self.res.qpn, op, to = to.name(), "modify QP");
         self.state = to;
-        self.can_send = matches!(to, QpState::Rts | QpState::Err | QpState::Sqd);
+        // libibverbs posts from RTS on (IBV_QPS_RTS, SQD, SQE, ERR): the device holds a WQE
+        // posted in SQD until SQD→RTS and flushes one posted in SQE or ERR.
+        self.can_send = matches!(
+            to,
+            QpState::Rts | QpState::Err | QpState::Sqd | QpState::Sqer
+        );
         self.rc_send = self.can_send && self.qp_type == QpType::Rc;
-        self.write_ok = self.rc_send && self.limits.max_sge >= 1;
+        // A UC WRITE is RC's WQE (ctrl, raddr, data): `post_write` takes both.
+        self.write_ok = (self.rc_send || (self.can_send && self.qp_type == QpType::Uc))
+            && self.limits.max_sge >= 1;
         if !self.write_ok {
             // `post_write`'s one-test fast path relies on it: no credits without `write_ok`.
             self.sq.forget_credits();
@@ -387,6 +400,37 @@ impl Qp {
     pub fn rts2rts(&mut self, a: &Rts2Rts) -> Result<()> {
         let i = rts2rts_input(self.res.qpn, self.qp_type, a);
         self.modify("RTS2RTS", i, QpState::Rts)
+    }
+
+    /// RTS → SQD: the device finishes the messages it started, starts no other, and raises
+    /// SQ_DRAINED on the async EQ when none is left ([`crate::eq::AsyncEvent::drained_qpn`]).
+    /// Sends posted meanwhile wait for [`Qp::sqd2rts`].
+    ///
+    /// Errors: [`DriverError::BadQpTransition`] unless the QP is in RTS; a device without the
+    /// drain command (see `bypass_hw::cmd::Opcode::RTS2SQD_QP`) answers with a command error.
+    pub fn rts2sqd(&mut self) -> Result<()> {
+        self.sq_transition(SqTransition::Rts2Sqd, &SqAttrs::default())
+    }
+
+    /// SQD → SQD: changes `a` on a drained QP (the device refuses it while still draining).
+    pub fn sqd2sqd(&mut self, a: &SqAttrs) -> Result<()> {
+        self.sq_transition(SqTransition::Sqd2Sqd, a)
+    }
+
+    /// SQD → RTS: sending resumes, from the first WQE the drain held back.
+    pub fn sqd2rts(&mut self, a: &SqAttrs) -> Result<()> {
+        self.sq_transition(SqTransition::Sqd2Rts, a)
+    }
+
+    /// SQE → RTS: a UD or UC QP that a send error moved to SQE (its error CQE, then
+    /// WR_FLUSH_ERR for the rest of the SQ, while receives went on) sends again.
+    pub fn sqe2rts(&mut self, a: &SqAttrs) -> Result<()> {
+        self.sq_transition(SqTransition::Sqe2Rts, a)
+    }
+
+    fn sq_transition(&mut self, tr: SqTransition, a: &SqAttrs) -> Result<()> {
+        let i = sq_transition_input(self.res.qpn, self.qp_type, self.state, tr, a);
+        self.modify(tr.name(), i, tr.to())
     }
 
     /// Any state → ERR: outstanding work requests complete with WR_FLUSH_ERR.
@@ -561,8 +605,7 @@ impl Qp {
     /// Why [`Qp::post_write`] refuses on this QP (`write_ok` false: not able to send, UD, or no
     /// send SGE), in the order [`Qp::post_send`] checks them (state, then `wqe::write_wqe`: UD,
     /// SGE count), so that `PostError::from` it is the error `post_send` gives for the same
-    /// WRITE. `QpType` has only RC and UD, so an RC QP that can send and takes an SGE is
-    /// `write_ok`.
+    /// WRITE. An RC or UC QP that can send and takes an SGE is `write_ok`.
     #[cold]
     #[inline(never)]
     fn write_refusal(&self) -> PostRefused {

@@ -27,6 +27,9 @@ pub enum QpType {
     Rc,
     /// Unreliable datagram.
     Ud,
+    /// Unreliable connected: SEND, SEND with immediate, RDMA WRITE and WRITE with immediate,
+    /// no ACKs (IBTA vol. 1 §9.8; no READ or atomics).
+    Uc,
 }
 
 impl QpType {
@@ -35,6 +38,7 @@ impl QpType {
         match self {
             Self::Rc => service_type::RC,
             Self::Ud => service_type::UD,
+            Self::Uc => service_type::UC,
         }
     }
 }
@@ -94,9 +98,15 @@ impl QpGeometry {
     /// Errors: [`DriverError::Unsupported`] when the caps exceed what one WQE or the queue may
     /// hold.
     pub fn new(qp_type: QpType, caps: &QpCaps, log_max_qp_sz: u8) -> Result<Self> {
-        // Largest send WQE: ctrl + (UD: datagram 48 | RC: raddr 16 + atomic 16) + max(data
-        // segments, inline segment) (rdma-core `sq_overhead` + `mlx5_calc_send_wqe`).
-        let overhead = 16 + if qp_type == QpType::Ud { 48 } else { 32 };
+        // Largest send WQE: ctrl + (UD: datagram 48 | RC: raddr 16 + atomic 16 | UC: raddr 16)
+        // + max(data segments, inline segment) (rdma-core `sq_overhead` +
+        // `mlx5_calc_send_wqe`).
+        let overhead = 16
+            + match qp_type {
+                QpType::Ud => 48,
+                QpType::Rc => 32,
+                QpType::Uc => 16,
+            };
         let data = (caps.max_send_sge as usize * 16)
             .max((caps.max_inline_data as usize + 4).next_multiple_of(16));
         let max_wqe_bytes = (overhead + data).next_multiple_of(64);
@@ -350,7 +360,7 @@ impl QpInfo {
     }
 }
 
-fn header(op: Opcode, len: usize) -> Vec<u8> {
+pub(crate) fn header(op: Opcode, len: usize) -> Vec<u8> {
     let mut i = vec![0u8; len.max(MboxIn::LEN)];
     if let Ok(mut h) = MboxIn::new_checked(&mut i[..]) {
         let _ = h.set_opcode(op.0.into());
@@ -358,7 +368,7 @@ fn header(op: Opcode, len: usize) -> Vec<u8> {
     i
 }
 
-fn build(what: &'static str) -> impl Fn(bypass_hw::Error) -> DriverError {
+pub(crate) fn build(what: &'static str) -> impl Fn(bypass_hw::Error) -> DriverError {
     move |source| DriverError::BuildInput { what, source }
 }
 
@@ -421,6 +431,32 @@ fn set_access<T: AsRef<[u8]> + AsMut<[u8]>>(
     Ok(())
 }
 
+/// Writes new access flags `a` (if any) into `q` for a QP of type `t`: the bits and the
+/// `opt_param_mask` bits of them (RC: RRE, RWE, RAE; UC: RWE alone, the kernel's UC rows of
+/// `opt_mask`; UD: none).
+pub(crate) fn access_opt<T: AsRef<[u8]> + AsMut<[u8]>>(
+    q: &mut Qpc<T>,
+    t: QpType,
+    a: Option<QpAccess>,
+    e: &impl Fn(bypass_hw::Error) -> DriverError,
+) -> Result<OptParamMask> {
+    let Some(a) = a else {
+        return Ok(OptParamMask::empty());
+    };
+    Ok(match t {
+        QpType::Rc => {
+            set_access(q, a, e)?;
+            OptParamMask::RRE | OptParamMask::RWE | OptParamMask::RAE
+        }
+        QpType::Uc => {
+            q.set_rwe(a.contains(QpAccess::REMOTE_WRITE).into())
+                .map_err(e)?;
+            OptParamMask::RWE
+        }
+        QpType::Ud => OptParamMask::empty(),
+    })
+}
+
 /// The RST2INIT input: port, P_Key index, access (RC) or Q_Key (UD). No optional parameters
 /// (the kernel's table has no RST2INIT row).
 pub fn rst2init_input(qpn: u32, t: QpType, a: &Rst2Init) -> Result<Vec<u8>> {
@@ -431,6 +467,8 @@ pub fn rst2init_input(qpn: u32, t: QpType, a: &Rst2Init) -> Result<Vec<u8>> {
     let mut q = m.qpc_mut();
     match t {
         QpType::Rc => set_access(&mut q, a.access, &e)?,
+        // UC is written to, never read from or atomically updated: only RWE means anything.
+        QpType::Uc => set_access(&mut q, a.access & QpAccess::REMOTE_WRITE, &e)?,
         QpType::Ud => {
             q.set_q_key(a.qkey).map_err(&e)?;
         }
@@ -452,18 +490,19 @@ pub fn init2rtr_input(qpn: u32, t: QpType, a: &Init2Rtr) -> Result<Vec<u8>> {
     let mut opt = OptParamMask::empty();
     {
         let mut q = m.qpc_mut();
-        if t == QpType::Rc {
+        if t != QpType::Ud {
             q.set_mtu(a.mtu.code().into()).map_err(&e)?;
             q.set_log_msg_max(a.log_msg_max.into()).map_err(&e)?;
             q.set_remote_qpn(a.dest_qpn).map_err(&e)?;
             q.set_next_rcv_psn(a.rq_psn & 0x00ff_ffff).map_err(&e)?;
-            q.set_min_rnr_nak(a.min_rnr_timer.into()).map_err(&e)?;
-            q.set_log_rra_max(a.log_max_dest_rd_atomic.into())
-                .map_err(&e)?;
-            if let Some(acc) = a.access {
-                set_access(&mut q, acc, &e)?;
-                opt |= OptParamMask::RRE | OptParamMask::RWE | OptParamMask::RAE;
+            // UC has no RNR NAKs and no responder resources (`ib_modify_qp_is_ok`: INIT→RTR
+            // of a UC QP takes neither IB_QP_MIN_RNR_TIMER nor IB_QP_MAX_DEST_RD_ATOMIC).
+            if t == QpType::Rc {
+                q.set_min_rnr_nak(a.min_rnr_timer.into()).map_err(&e)?;
+                q.set_log_rra_max(a.log_max_dest_rd_atomic.into())
+                    .map_err(&e)?;
             }
+            opt |= access_opt(&mut q, t, a.access, &e)?;
             let mut p = q.primary_address_path_mut();
             p.set_rgid_rip(&a.path.rgid).map_err(&e)?;
             if let Some(mac) = a.path.rmac {
@@ -505,13 +544,12 @@ pub fn rtr2rts_input(qpn: u32, t: QpType, a: &Rtr2Rts) -> Result<Vec<u8>> {
                 q.set_min_rnr_nak(r.into()).map_err(&e)?;
                 opt |= OptParamMask::RNR_TIMEOUT;
             }
-            if let Some(acc) = a.access {
-                set_access(&mut q, acc, &e)?;
-                opt |= OptParamMask::RRE | OptParamMask::RWE | OptParamMask::RAE;
-            }
+            opt |= access_opt(&mut q, t, a.access, &e)?;
             q.primary_address_path_mut()
                 .set_ack_timeout(a.timeout.into())
                 .map_err(&e)?;
+        } else if t == QpType::Uc {
+            opt |= access_opt(&mut q, t, a.access, &e)?;
         }
     }
     m.set_opt_param_mask(opt.bits()).map_err(&e)?;
@@ -538,6 +576,7 @@ pub fn rts2rts_input(qpn: u32, t: QpType, a: &Rts2Rts) -> Result<Vec<u8>> {
                     opt |= OptParamMask::RRE | OptParamMask::RWE | OptParamMask::RAE;
                 }
             }
+            QpType::Uc => opt |= access_opt(&mut q, t, a.access, &e)?,
             QpType::Ud => {
                 if let Some(k) = a.qkey {
                     q.set_q_key(k).map_err(&e)?;

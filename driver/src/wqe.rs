@@ -26,7 +26,8 @@ use bypass_hw::wqe::{
 use zerocopy::IntoBytes;
 
 use crate::post::{
-    Payload, PostError, RecvWr, RemoteAddr, SendFlags, SendOp, SendWr, Sge, UD_RDMA_WHY, UdDest,
+    Payload, PostError, RecvWr, RemoteAddr, SendFlags, SendOp, SendWr, Sge, UC_READ_ATOMIC_WHY,
+    UD_RDMA_WHY, UdDest,
 };
 use crate::wq::{RingPtr, RqRing, SqRing, WqShared};
 
@@ -37,6 +38,8 @@ pub struct SendLimits {
     pub qpn: u32,
     /// UD (datagram segment, SEND only) or RC.
     pub ud: bool,
+    /// UC: RC's segments without READ or atomics ([`SendLimits::uc`]; `new` leaves it off).
+    pub uc: bool,
     /// Max SGEs per send.
     pub max_sge: usize,
     /// Max inline bytes.
@@ -63,6 +66,7 @@ impl SendLimits {
         Self {
             qpn,
             ud,
+            uc: false,
             max_sge,
             max_inline,
             sig_all,
@@ -83,6 +87,13 @@ impl SendLimits {
                 fm_ce_se_of(sig_all, 7),
             ],
         }
+    }
+
+    /// The same limits for a UC QP: its WQEs are RC's (ctrl, raddr for a WRITE, data; rdma-core
+    /// `_mlx5_post_send` builds the raddr segment for `IBV_QPT_UC` as for RC), and a READ or
+    /// atomic is refused at post time ([`UC_READ_ATOMIC_WHY`]).
+    pub const fn uc(self) -> Self {
+        Self { uc: true, ..self }
     }
 
     /// `fm_ce_se` of the ctrl segment for `flags` (rdma-core `_mlx5_post_send`).
@@ -444,6 +455,15 @@ pub fn write_wqe<S: Shapes>(
         }
         _ => None,
     };
+    if S::ALL
+        && lim.uc
+        && matches!(
+            opcode,
+            WqeOpcode::RDMA_READ | WqeOpcode::ATOMIC_CS | WqeOpcode::ATOMIC_FA
+        )
+    {
+        return Err(Stop::Refused(bad(qpn, opcode, UC_READ_ATOMIC_WHY)));
+    }
     let ud = if S::ALL && lim.ud {
         if raddr.is_some() {
             return Err(Stop::Refused(bad(qpn, opcode, UD_RDMA_WHY)));
@@ -597,7 +617,7 @@ pub fn write_common(
     lim: &SendLimits,
     wr: &SendWr<'_>,
 ) -> Result<Written, Stop<()>> {
-    debug_assert!(!lim.ud);
+    debug_assert!(!lim.ud && !lim.uc);
     write_wqe::<Common>(sq, shared, lim, wr)
 }
 
@@ -624,7 +644,7 @@ pub fn write_send(
     lim: &SendLimits,
     wr: &SendWr<'_>,
 ) -> Result<Written, PostError> {
-    if !lim.ud {
+    if !lim.ud && !lim.uc {
         match write_common(sq, shared, lim, wr) {
             Ok(w) => return Ok(w),
             Err(Stop::Refused(e)) => return Err(e),

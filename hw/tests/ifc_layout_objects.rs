@@ -241,6 +241,37 @@ fn modify_family_opcodes_match_their_layouts() {
     }
 }
 
+/// RTS2SQD_QP and SQD2SQD_QP are not in today's `mlx5_ifc.h` (see `Opcode`): the first mlx5
+/// driver sent every modify with one `mlx5_modify_qp_mbox_in`, so their inputs must be laid out
+/// field for field as `sqd2rts_qp_in` (today's form of that input) is.
+#[test]
+fn the_drain_inputs_are_laid_out_as_sqd2rts_qp_in() {
+    let mut a = vec![0u8; Sqd2RtsQpIn::LEN];
+    let mut b = vec![0u8; Rts2SqdQpIn::LEN];
+    let mut c = vec![0u8; Sqd2SqdQpIn::LEN];
+    assert_eq!((a.len(), b.len(), c.len()), (0x110, 0x110, 0x110));
+    Sqd2RtsQpIn::new_checked(&mut a[..])
+        .unwrap()
+        .set_qpn(0xabcdef)
+        .unwrap()
+        .set_opt_param_mask(0x1234_5678)
+        .unwrap();
+    for buf in [&mut b, &mut c] {
+        Rts2SqdQpIn::new_checked(&mut buf[..])
+            .unwrap()
+            .set_qpn(0xabcdef)
+            .unwrap()
+            .set_opt_param_mask(0x1234_5678)
+            .unwrap();
+    }
+    assert_eq!(a, b);
+    assert_eq!(a, c);
+    assert_eq!(Sqd2SqdQpIn::new_checked(&c[..]).unwrap().qpn(), 0xabcdef);
+    assert_eq!(Rts2SqdQpOut::<()>::LEN, Sqd2RtsQpOut::<()>::LEN);
+    assert_eq!(Rts2SqdQpIn::OPCODE, Opcode::RTS2SQD_QP);
+    assert_eq!(Sqd2SqdQpIn::OPCODE, Opcode::SQD2SQD_QP);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Real inputs, as rdma-core's `tests/mlx5_base.py` `Mlx5DevxRcResources` builds them (its
 // minimal RC sequence). Expected bytes are hand-computed from `mlx5_ifc.h`'s bit positions.

@@ -49,6 +49,8 @@ pub struct Caps {
     pub roce: bool,
     /// UD QPs supported.
     pub ud: bool,
+    /// UC QPs supported (`cmd_hca_cap.uc`; every ConnectX has them).
+    pub uc: bool,
     /// CQE version (1: CQEs carry the user index).
     pub cqe_version: u8,
     /// Fast teardown supported.
@@ -85,6 +87,7 @@ impl Default for Caps {
             atomic: true,
             roce: true,
             ud: true,
+            uc: true,
             cqe_version: 1,
             fast_teardown: true,
             gid_table_size: 16,

@@ -1,11 +1,12 @@
-//! Queue pairs: the RC/UD builder, each state transition on its own (for research) and
+//! Queue pairs: the RC/UC/UD builder, each state transition on its own (for research) and
 //! `connect`, posting safe work requests (buffers parked until their completion is
 //! reclaimed), `reclaim`, and research access to WQE bytes and the QP context.
 //!
 //! Owns: [`Qp`], [`QpBuilder`], [`QpOptions`]. Must not: write WQEs or ring doorbells (the
 //! driver's `Qp` does), or release a parked buffer without a completion, a reset or the
 //! QP's destruction (see the crate docs and `outstanding`).
-//! Sources: the libibverbs QP state machine (`ibv_modify_qp`, `enum ibv_qp_state`); rdma-core
+//! Sources: the libibverbs QP state machine (`ibv_modify_qp`, `enum ibv_qp_state`; the SQD and
+//! SQE edges checked by the driver against the kernel's `ib_modify_qp_is_ok`); rdma-core
 //! `libibverbs/examples/rc_pingpong.c` `pp_connect_ctx` (the RTR/RTS attributes `connect` sets).
 
 use std::fmt;
@@ -28,6 +29,7 @@ use crate::pool::Lease;
 use crate::wr::{MAX_SGES, RecvWr, SendWr, SgeList, UdDest};
 
 pub use crate::driver::qp_attr::{QpAccess, QpCaps};
+pub use crate::driver::qp_states::SqAttrs;
 
 /// The Q_Key UD QPs use unless told otherwise (the value rdma-core's `ibv_ud_pingpong` uses).
 pub const DEFAULT_QKEY: u32 = 0x1111_1111;
@@ -85,6 +87,16 @@ impl<'a> QpBuilder<'a> {
             recv_cq,
             qp_type: QpType::Rc,
             opts: QpOptions::default(),
+        }
+    }
+
+    /// An unreliable-connected QP: SEND, SEND with immediate, RDMA WRITE and WRITE with
+    /// immediate to one peer, with no ACKs (a lost packet loses its message; nothing is
+    /// retransmitted). READ and atomics are refused at post time.
+    pub fn uc(pd: &'a Pd, send_cq: &'a Cq, recv_cq: &'a Cq) -> Self {
+        QpBuilder {
+            qp_type: QpType::Uc,
+            ..Self::rc(pd, send_cq, recv_cq)
         }
     }
 
@@ -302,7 +314,7 @@ impl Qp {
         self.inner.qpn()
     }
 
-    /// RC or UD.
+    /// RC, UD or UC.
     pub fn qp_type(&self) -> QpType {
         self.inner.qp_type()
     }
@@ -398,7 +410,7 @@ impl Qp {
     pub fn modify_to_rtr(&mut self, remote: &QpEndpoint) -> Result<(), VerbsError> {
         let a = match self.qp_type() {
             QpType::Ud => Init2Rtr::ud(),
-            QpType::Rc => {
+            QpType::Rc | QpType::Uc => {
                 let mtu = self
                     .pd
                     .context()
@@ -453,6 +465,44 @@ impl Qp {
         self.modify_to_rts()
     }
 
+    /// RTS → SQD: drains the send queue. Messages already started complete; sends posted
+    /// from now on are accepted but wait for [`Qp::modify_sqd_to_rts`]; when nothing is left
+    /// in progress the device raises SQ_DRAINED for this QP on the context's async events
+    /// (`Context::hca().process_events()`, [`crate::driver::eq::AsyncEvent::drained_qpn`]).
+    ///
+    /// Errors: [`VerbsError::Driver`] with `DriverError::BadQpTransition` unless in RTS.
+    pub fn modify_to_sqd(&mut self) -> Result<(), VerbsError> {
+        Ok(self.inner.rts2sqd()?)
+    }
+
+    /// SQD → SQD: changes attributes of a drained QP (RC: access, RNR timer, P_Key index; UC:
+    /// access, P_Key index; UD: Q_Key, P_Key index). Refused by the device while draining.
+    pub fn modify_sqd_to_sqd(&mut self, a: &SqAttrs) -> Result<(), VerbsError> {
+        Ok(self.inner.sqd2sqd(a)?)
+    }
+
+    /// SQD → RTS: sending resumes with the first send the drain held back.
+    pub fn modify_sqd_to_rts(&mut self) -> Result<(), VerbsError> {
+        self.modify_sqd_to_rts_with(&SqAttrs::default())
+    }
+
+    /// SQD → RTS changing `a` (RC: access, RNR timer; UC: access; UD: Q_Key).
+    pub fn modify_sqd_to_rts_with(&mut self, a: &SqAttrs) -> Result<(), VerbsError> {
+        Ok(self.inner.sqd2rts(a)?)
+    }
+
+    /// SQE → RTS: recovers a UD or UC QP that a send error moved to SQE (the failed send
+    /// completed with its error, the rest of the SQ with WR_FLUSH_ERR; receives went on).
+    /// Reclaim those completions, then send again.
+    pub fn modify_sqe_to_rts(&mut self) -> Result<(), VerbsError> {
+        self.modify_sqe_to_rts_with(&SqAttrs::default())
+    }
+
+    /// SQE → RTS changing `a` (UC: access; UD: Q_Key).
+    pub fn modify_sqe_to_rts_with(&mut self, a: &SqAttrs) -> Result<(), VerbsError> {
+        Ok(self.inner.sqe2rts(a)?)
+    }
+
     /// Any state → ERR: every outstanding work request completes with WR_FLUSH_ERR (poll and
     /// reclaim them to get the buffers back).
     pub fn to_error(&mut self) -> Result<(), VerbsError> {
@@ -490,7 +540,7 @@ impl Qp {
     #[inline]
     fn check_send_state(&self) -> Result<(), VerbsError> {
         match self.cached_state() {
-            QpState::Rts | QpState::Sqd | QpState::Err => Ok(()),
+            QpState::Rts | QpState::Sqd | QpState::Sqe | QpState::Err => Ok(()),
             _ => Err(self.not_ready()),
         }
     }

@@ -26,7 +26,11 @@ use core::fmt;
 
 /// A firmware command opcode (`mbox_in.opcode`, the first 16 bits of every input).
 ///
-/// Values: kernel `mlx5_ifc.h` `enum MLX5_CMD_OP_*`.
+/// Values: kernel `mlx5_ifc.h` `enum MLX5_CMD_OP_*`, except `RTS2SQD_QP` (0x508) and
+/// `SQD2SQD_QP` (0x511): today's `mlx5_ifc.h` has neither (nor does `mlx5_ib`'s `optab`, which
+/// answers RTS→SQD and SQD→SQD with `-EINVAL`); their values are those of the first mlx5
+/// driver (Linux 3.11 `include/linux/mlx5/driver.h`, issued by `mlx5/core/qp.c`
+/// `mlx5_core_qp_modify`), the only mlx5 encoding of the SQ drain ever published.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Opcode(pub u16);
 
@@ -84,6 +88,8 @@ opcodes! {
     SQD_RTS_QP = 0x50c,
     MAD_IFC = 0x50d,
     INIT2INIT_QP = 0x50e,
+    RTS2SQD_QP = 0x508,
+    SQD2SQD_QP = 0x511,
     QUERY_NIC_VPORT_CONTEXT = 0x754,
     MODIFY_NIC_VPORT_CONTEXT = 0x755,
     QUERY_ROCE_ADDRESS = 0x760,

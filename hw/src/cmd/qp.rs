@@ -311,6 +311,9 @@ const FROM_RTR: &[QpState] = &[QpState::Rtr];
 const FROM_RTS: &[QpState] = &[QpState::Rts];
 const FROM_SQER: &[QpState] = &[QpState::Sqer];
 const FROM_SQD: &[QpState] = &[QpState::Sqd];
+/// SQD→RTS may also cancel a drain still in progress (IBTA vol. 1 §10.3.1: the SQ Drain state
+/// has the two sub-states draining and drained, and the RTS transition is allowed from both).
+const FROM_SQD_ANY: &[QpState] = &[QpState::Sqd, QpState::SqDraining];
 const FROM_ANY: &[QpState] = &QpState::MODIFIABLE;
 
 /// What a modify opcode does to a QP: the states it may be applied in, and the state it leaves
@@ -319,7 +322,11 @@ const FROM_ANY: &[QpState] = &QpState::MODIFIABLE;
 /// The table is the kernel's `optab` in `drivers/infiniband/hw/mlx5/qp.c`
 /// (`__mlx5_ib_modify_qp`), read by opcode: RST2INIT RST→INIT, INIT2INIT INIT→INIT,
 /// INIT2RTR INIT→RTR, RTR2RTS RTR→RTS, RTS2RTS RTS→RTS, SQERR2RTS SQER→RTS, SQD_RTS SQD→RTS,
-/// and 2ERR / 2RST from every state of the table (RST, INIT, RTR, RTS, SQD, SQER, ERR).
+/// and 2ERR / 2RST from every state of the table (RST, INIT, RTR, RTS, SQD, SQER, ERR); plus
+/// the first mlx5 driver's RTS2SQD RTS→SQD and SQD2SQD SQD→SQD (Linux 3.11
+/// `mlx5_core_qp_modify`; see [`Opcode`]). RTS2SQD leaves the QP in SQ_DRAINING while the SQ
+/// still has messages in progress (the device moves it on to SQD); SQD2SQD needs the drain
+/// done, SQD_RTS does not.
 pub const fn transition(op: Opcode) -> Option<(&'static [QpState], QpState)> {
     Some(match op {
         Opcode::RST2INIT_QP => (FROM_RST, QpState::Init),
@@ -328,7 +335,9 @@ pub const fn transition(op: Opcode) -> Option<(&'static [QpState], QpState)> {
         Opcode::RTR2RTS_QP => (FROM_RTR, QpState::Rts),
         Opcode::RTS2RTS_QP => (FROM_RTS, QpState::Rts),
         Opcode::SQERR2RTS_QP => (FROM_SQER, QpState::Rts),
-        Opcode::SQD_RTS_QP => (FROM_SQD, QpState::Rts),
+        Opcode::SQD_RTS_QP => (FROM_SQD_ANY, QpState::Rts),
+        Opcode::RTS2SQD_QP => (FROM_RTS, QpState::Sqd),
+        Opcode::SQD2SQD_QP => (FROM_SQD, QpState::Sqd),
         Opcode::QP_2ERR => (FROM_ANY, QpState::Err),
         Opcode::QP_2RST => (FROM_ANY, QpState::Rst),
         _ => return None,
@@ -352,7 +361,7 @@ pub fn modify_opcode(from: QpState, to: QpState) -> Option<Opcode> {
 }
 
 /// Every QP modify opcode, in the order [`modify_opcode`] prefers them.
-pub const MODIFY_OPCODES: [Opcode; 9] = [
+pub const MODIFY_OPCODES: [Opcode; 11] = [
     Opcode::RST2INIT_QP,
     Opcode::INIT2INIT_QP,
     Opcode::INIT2RTR_QP,
@@ -360,6 +369,8 @@ pub const MODIFY_OPCODES: [Opcode; 9] = [
     Opcode::RTS2RTS_QP,
     Opcode::SQERR2RTS_QP,
     Opcode::SQD_RTS_QP,
+    Opcode::RTS2SQD_QP,
+    Opcode::SQD2SQD_QP,
     Opcode::QP_2ERR,
     Opcode::QP_2RST,
 ];
@@ -940,6 +951,29 @@ modify_qp_in!(
 modify_qp_out!(
     /// SQD_RTS_QP output (`mlx5_ifc_sqd2rts_qp_out_bits`).
     Sqd2RtsQpOut, "sqd2rts_qp_out"
+);
+modify_qp_in!(
+    /// RTS2SQD_QP input: the first mlx5 driver's `mlx5_modify_qp_mbox_in` (Linux 3.11
+    /// `include/linux/mlx5/qp.h`), the one input every modify command shared there, laid out
+    /// as today's modify inputs are (`qpn` at 0x48, `opt_param_mask` at 0x80, `qpc` at 0xc0;
+    /// `tests/ifc_layout_objects.rs` checks it against `sqd2rts_qp_in`). No `qpc` field is
+    /// read: the drain takes no attributes (`en_sqd_async_notify` never reached the device:
+    /// 3.11's `mlx5_core_qp_modify` took `sqd_event` and did not encode it, so SQ_DRAINED is
+    /// always raised).
+    Rts2SqdQpIn, "rts2sqd_qp_in", RTS2SQD_QP
+);
+modify_qp_out!(
+    /// RTS2SQD_QP output (`mlx5_modify_qp_mbox_out`: status, syndrome).
+    Rts2SqdQpOut, "rts2sqd_qp_out"
+);
+modify_qp_in!(
+    /// SQD2SQD_QP input (the same `mlx5_modify_qp_mbox_in`): optional parameters only, once
+    /// the SQ is drained.
+    Sqd2SqdQpIn, "sqd2sqd_qp_in", SQD2SQD_QP
+);
+modify_qp_out!(
+    /// SQD2SQD_QP output.
+    Sqd2SqdQpOut, "sqd2sqd_qp_out"
 );
 modify_qp_short_in!(
     /// 2ERR_QP input (`mlx5_ifc_qp_2err_in_bits`): move to ERR from any state (flushes WQEs).

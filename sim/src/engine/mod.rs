@@ -16,6 +16,7 @@
 //! WQEs posted before when the QP reaches RTS (the requester's `resume` calls it).
 
 pub(crate) mod cqe;
+pub(crate) mod drain;
 pub(crate) mod gather;
 pub(crate) mod ledger;
 pub(crate) mod rq;
@@ -204,7 +205,9 @@ fn read_wqe(
 
 /// Moves QP `qpn` to `to`, tracing the change; entering ERR flushes both its queues (every
 /// outstanding WQE completes with WR_FLUSH_ERR, the SQ's once no burst of the QP reads its
-/// memory: [`ledger`]), as the PRM requires, and forgets the message being received.
+/// memory: [`ledger`]), as the PRM requires, and forgets the message being received; entering
+/// SQE flushes the SQ alone; entering SQ_DRAINING ends at once in SQD if nothing is in
+/// progress ([`drain`]).
 pub(crate) fn set_qp_state(
     qps: &mut Table<Qp>,
     comp: &mut Completions,
@@ -237,6 +240,14 @@ pub(crate) fn set_qp_state(
                 srq_recv::entered_err(qp, comp, io);
             }
         }
+    }
+    // SQE (UD/UC after a send error): only the SQ flushes; receives go on (IBTA §10.3.1).
+    if to == QpState::Sqer {
+        flush_sq(qps, comp, ledger, io, qpn);
+    }
+    // A drain with nothing in progress is over at once.
+    if to == QpState::SqDraining {
+        drain::finish_if_drained(qps, comp, io, qpn);
     }
 }
 

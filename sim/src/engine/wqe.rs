@@ -244,6 +244,10 @@ fn fill(w: &mut SendWqe, ctrl: &CtrlSeg, bytes: &[u8], lim: &Limits) -> Result<(
         }
         (st::RC, WqeOpcode::ATOMIC_CS | WqeOpcode::ATOMIC_FA) => (true, true, false),
         (st::UD, WqeOpcode::SEND | WqeOpcode::SEND_IMM) => (false, false, true),
+        // UC: RC's segments for SEND and WRITE; READ and atomics are no UC operation.
+        (st::UC, WqeOpcode::NOP) => return Ok(()),
+        (st::UC, WqeOpcode::SEND | WqeOpcode::SEND_IMM) => (false, false, false),
+        (st::UC, WqeOpcode::RDMA_WRITE | WqeOpcode::RDMA_WRITE_IMM) => (true, false, false),
         _ => return Err(bad),
     };
     let mut off = 16;

@@ -74,6 +74,7 @@ pub(crate) fn general_pages(p: &Profile) -> (Vec<u8>, Vec<u8>) {
     let _ = m.set_atomic(c.atomic.into());
     let _ = m.set_roce(c.roce.into());
     let _ = m.set_ud(c.ud.into());
+    let _ = m.set_uc(c.uc.into());
     let _ = m.set_rc(1);
     let _ = m.set_cqe_version(c.cqe_version.into());
     let _ = m.set_fast_teardown(c.fast_teardown.into());

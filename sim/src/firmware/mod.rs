@@ -202,7 +202,9 @@ fn layout_sizes(op: Opcode) -> Option<(usize, usize)> {
         | Opcode::RTR2RTS_QP
         | Opcode::RTS2RTS_QP
         | Opcode::SQERR2RTS_QP
-        | Opcode::SQD_RTS_QP => (q::Rst2InitQpIn::LEN, q::Rst2InitQpOut::LEN),
+        | Opcode::SQD_RTS_QP
+        | Opcode::RTS2SQD_QP
+        | Opcode::SQD2SQD_QP => (q::Rst2InitQpIn::LEN, q::Rst2InitQpOut::LEN),
         Opcode::QP_2ERR | Opcode::QP_2RST => (MboxIn::LEN, MboxOut::LEN),
         Opcode::CREATE_RMP => (r::CreateRmpIn::LEN, r::CreateRmpOut::LEN),
         Opcode::MODIFY_RMP => (r::ModifyRmpIn::LEN, r::ModifyRmpOut::LEN),
@@ -326,6 +328,8 @@ fn dispatch(c: &mut Hca<'_>, op: Opcode, input: &[u8], out: &mut [u8]) -> CmdRes
         | Opcode::RTS2RTS_QP
         | Opcode::SQERR2RTS_QP
         | Opcode::SQD_RTS_QP
+        | Opcode::RTS2SQD_QP
+        | Opcode::SQD2SQD_QP
         | Opcode::QP_2ERR
         | Opcode::QP_2RST => qp::modify_qp(objs, comp, profile, io, *dp, op, input),
         Opcode::CREATE_RMP => srq::create_rmp(objs, profile, input, out),

@@ -71,14 +71,16 @@ fn respond_to(
         if !stale {
             f(s, c, req, psn);
         }
-        requester::complete_ready(s, req)
+        let failed = requester::complete_ready(s, req);
+        requester::After::of(c, failed)
     });
-    let Some(to_err) = answered else {
+    let Some(after) = answered else {
         return;
     };
-    if to_err {
-        dp.set_qp_state(qpn, bypass_hw::cmd::qp::QpState::Err);
-    }
+    let to_err = matches!(after, requester::After::Fail(_));
+    // An error moves the QP on; a drain ends when the ACK of its last started message
+    // arrives.
+    after.run(dp, qpn);
     // Skipped when it would do nothing: every WQE completed or still waiting for its ACK
     // (`requester::has_work`).
     if !to_err && dp.objs.qps.get(qpn).is_some_and(requester::has_work) {

@@ -50,7 +50,8 @@ pub(crate) fn doorbell(dp: &mut DataPath<'_>, uar: u32, ctrl: [u8; 8], bf: Optio
         dp.io.counters.doorbell_errors += 1;
         return;
     };
-    if qp.uar != uar || qp.geom.log_sq_size.is_none() || !matches!(qp.st, st::RC | st::UD) {
+    if qp.uar != uar || qp.geom.log_sq_size.is_none() || !matches!(qp.st, st::RC | st::UD | st::UC)
+    {
         dp.io.counters.doorbell_errors += 1;
         return;
     }
@@ -138,6 +139,7 @@ fn receive_packet(dp: &mut DataPath<'_>, pkt: &RocePacket<'_>, icrc_checked: boo
     let type_ok = match pkt.opcode().transport() {
         Transport::Rc => qp.st == st::RC,
         Transport::Ud => qp.st == st::UD,
+        Transport::Uc => qp.st == st::UC,
         _ => false,
     };
     if !type_ok || !takes_packets(qp.state) {

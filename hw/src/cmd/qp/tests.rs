@@ -80,3 +80,28 @@ fn rmac_and_gid_bytes() {
             .is_err()
     );
 }
+
+#[test]
+fn the_sq_drain_edges_follow_the_first_mlx5_optab() {
+    assert_eq!(apply(Opcode::RTS2SQD_QP, QpState::Rts), Some(QpState::Sqd));
+    assert_eq!(apply(Opcode::RTS2SQD_QP, QpState::Sqd), None);
+    assert_eq!(apply(Opcode::SQD2SQD_QP, QpState::Sqd), Some(QpState::Sqd));
+    // Attributes change only once drained.
+    assert_eq!(apply(Opcode::SQD2SQD_QP, QpState::SqDraining), None);
+    // The return to RTS may cancel a drain in progress.
+    assert_eq!(
+        apply(Opcode::SQD_RTS_QP, QpState::SqDraining),
+        Some(QpState::Rts)
+    );
+    assert_eq!(
+        modify_opcode(QpState::Rts, QpState::Sqd),
+        Some(Opcode::RTS2SQD_QP)
+    );
+    assert_eq!(
+        modify_opcode(QpState::Sqd, QpState::Sqd),
+        Some(Opcode::SQD2SQD_QP)
+    );
+    assert_eq!(modify_qp_in_len(Opcode::RTS2SQD_QP), Some(0x110));
+    assert_eq!(Opcode::RTS2SQD_QP.0, 0x508);
+    assert_eq!(Opcode::SQD2SQD_QP.0, 0x511);
+}

@@ -57,10 +57,12 @@ pub(crate) fn create_qp(
     let qpc = inp.qpc();
     let caps = &profile.caps;
 
-    // Service type: the device models RC, and UD when it advertises `ud` (cmd_hca_cap.ud).
-    // UC, XRC, DC and the special types are refused as unsupported parameters.
+    // Service type: the device models RC, and UD / UC when it advertises `ud` / `uc`
+    // (cmd_hca_cap). XRC, DC and the special types are refused as unsupported parameters.
     let st = u8::try_from(qpc.st()).unwrap_or(u8::MAX);
-    let supported = st == service_type::RC || (st == service_type::UD && caps.ud);
+    let supported = st == service_type::RC
+        || (st == service_type::UD && caps.ud)
+        || (st == service_type::UC && caps.uc);
     if !supported {
         return Err(CmdError::param(SYND_BAD_SERVICE_TYPE));
     }

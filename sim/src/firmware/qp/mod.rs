@@ -22,7 +22,7 @@ mod optpar;
 #[cfg(test)]
 mod tests;
 
-/// CREATE_QP: `qpc.st` is not a service type this device supports (RC, and UD if `caps.ud`).
+/// CREATE_QP: `qpc.st` is not a service type this device supports (RC; UD and UC if `caps.ud` / `caps.uc`).
 pub const SYND_BAD_SERVICE_TYPE: u32 = 0x0500_0001;
 /// CREATE_QP: `qpc.pd` names no protection domain.
 pub const SYND_NO_PD: u32 = 0x0500_0002;

@@ -1,5 +1,5 @@
 //! The modify family: RST2INIT, INIT2INIT, INIT2RTR, RTR2RTS, RTS2RTS, SQERR2RTS, SQD_RTS,
-//! 2ERR and 2RST.
+//! RTS2SQD, SQD2SQD, 2ERR and 2RST.
 //!
 //! Owns: the QP state machine as the firmware enforces it (which edge, which optional bits),
 //! the all-or-nothing update of a QP (the fields are taken and checked by [`super::fields`]
@@ -13,11 +13,18 @@
 //! and rdma-core's DEVX test (`tests/mlx5_base.py` `Mlx5DevxRcResources.to_rts`) fill them
 //! ([`super::fields`]); the optional ones in [`super::optpar`]. For UD the kernel fixes `mtu`
 //! to 4096 and `log_msg_max` to 12 (`mtu_msgmax`), so INIT2RTR of a UD QP checks neither.
+//! UC takes RC's path fields (INIT2RTR: MTU, remote QP, PSN, address path; RST2INIT: access)
+//! and none of its reliability ones (RTR2RTS: the send PSN only), as `ib_modify_qp_is_ok`'s
+//! table requires for `IB_QPT_UC` (`drivers/infiniband/core/verbs.c` `qp_state_table`).
+//! RTS2SQD moves the QP to SQ_DRAINING (SQD at once if nothing is in progress,
+//! `engine::drain`); SQD_RTS and SQERR2RTS let the requester fetch what was posted meanwhile.
+//! 2ERR and 2RST take a draining QP as an SQD one (the kernel's `optab` has only SQD).
 
 use bypass_hw::cmd::Opcode;
 use bypass_hw::cmd::qp::{
     Init2InitQpIn, Init2RtrQpIn, OptParamMask, Qp2ErrIn, Qp2RstIn, QpState, Qpc, Rst2InitQpIn,
-    Rtr2RtsQpIn, Rts2RtsQpIn, Sqd2RtsQpIn, Sqerr2RtsQpIn, apply, service_type,
+    Rtr2RtsQpIn, Rts2RtsQpIn, Rts2SqdQpIn, Sqd2RtsQpIn, Sqd2SqdQpIn, Sqerr2RtsQpIn, apply,
+    service_type,
 };
 use bypass_hw::syndrome::CmdStatus;
 
@@ -81,6 +88,8 @@ fn parse(op: Opcode, input: &[u8]) -> Result<ModifyIn, CmdError> {
         Opcode::RTS2RTS_QP => long!(Rts2RtsQpIn),
         Opcode::SQERR2RTS_QP => long!(Sqerr2RtsQpIn),
         Opcode::SQD_RTS_QP => long!(Sqd2RtsQpIn),
+        Opcode::RTS2SQD_QP => long!(Rts2SqdQpIn),
+        Opcode::SQD2SQD_QP => long!(Sqd2SqdQpIn),
         Opcode::QP_2ERR => short!(Qp2ErrIn),
         Opcode::QP_2RST => short!(Qp2RstIn),
         // The dispatcher routes only the opcodes above here.
@@ -109,7 +118,11 @@ pub(crate) fn modify_qp(
 ) -> CmdResult {
     let m = parse(op, input)?;
     let qp = objs.qps.get(m.qpn).ok_or(CmdError::res(SYND_NO_QP))?;
-    let Some(to) = apply(op, qp.state) else {
+    let from = match (qp.state, op) {
+        (QpState::SqDraining, Opcode::QP_2ERR | Opcode::QP_2RST) => QpState::Sqd,
+        (s, _) => s,
+    };
+    let Some(to) = apply(op, from) else {
         return Err(CmdError::new(
             CmdStatus::BAD_QP_STATE_ERR,
             SYND_BAD_QP_STATE,
@@ -141,9 +154,15 @@ pub(crate) fn modify_qp(
             qp.qpc = up.qpc;
             // INIT2RTR arms the responder at the expected PSN, RTR2RTS the requester at the
             // first PSN it sends.
+            let mut to = to;
             match op {
                 Opcode::INIT2RTR_QP => qp.resp = RespState::new(qp.attrs.rq_psn),
                 Opcode::RTR2RTS_QP => qp.req = ReqState::new(qp.attrs.sq_psn),
+                // Doorbells rung in SQD or SQE were not acted on (SQD) or flushed what they
+                // covered (SQE): back in RTS the requester looks at the record again.
+                Opcode::SQD_RTS_QP | Opcode::SQERR2RTS_QP => qp.req.fresh = true,
+                // Messages in progress finish first (`engine::drain`).
+                Opcode::RTS2SQD_QP => to = QpState::SqDraining,
                 _ => {}
             }
             dp.set_state(&mut objs.qps, comp, io, qpn, to);
@@ -226,12 +245,13 @@ fn plan(
     let mut s = Qpc::wrap_unchecked(&mut raw[..]);
     let p = profile;
     let rc = qp.st == service_type::RC;
+    let connected = rc || qp.st == service_type::UC;
     match op {
-        Opcode::RST2INIT_QP => rst2init(p, rc, q, &mut a, &mut s)?,
-        Opcode::INIT2RTR_QP if rc => init2rtr_rc(p, q, &mut a, &mut s)?,
+        Opcode::RST2INIT_QP => rst2init(p, connected, q, &mut a, &mut s)?,
+        Opcode::INIT2RTR_QP if connected => init2rtr_rc(p, q, &mut a, &mut s)?,
         Opcode::INIT2RTR_QP => init2rtr_ud(p, &mut a, &mut s)?,
         Opcode::RTR2RTS_QP => rtr2rts(p, rc, q, &mut a, &mut s)?,
-        // INIT2INIT, RTS2RTS, SQERR2RTS, SQD_RTS: optional parameters only.
+        // INIT2INIT, RTS2RTS, SQERR2RTS, SQD_RTS, RTS2SQD, SQD2SQD: optional parameters only.
         _ => {}
     }
     let cqn_rcv = optional(comp, profile, opt, q, &mut a, &mut s)?;

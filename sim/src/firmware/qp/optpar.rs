@@ -5,7 +5,7 @@
 //! Source: the kernel's `opt_mask[cur][new][st]` in `drivers/infiniband/hw/mlx5/qp.c`, the
 //! table `__mlx5_ib_modify_qp` masks every optional-parameter mask with before sending a modify
 //! command ("IB/mlx5: Fix opt param mask according to firmware spec", a4774e9095de), read for
-//! the service types this device models (RC and UD). Additions, each from the same file:
+//! the service types this device models (RC, UC and UD). Additions, each from the same file:
 //! - RTS2RTS also takes `COUNTER_SET_ID` (`__mlx5_ib_qp_set_counter` sends exactly that mask
 //!   to move a QP to another counter set).
 //! - RST2INIT has no row: the kernel never sends optional parameters with it, everything it
@@ -13,6 +13,8 @@
 //! - SQD_RTS has no row (the kernel never issues it, `optab` has no SQD→RTS entry); the IBTA
 //!   lets SQD→RTS change what RTS→RTS can, so it takes the RTS2RTS set.
 //! - 2ERR and 2RST carry no `opt_param_mask` at all.
+//! - RTS2SQD and SQD2SQD are not in today's table (see `bypass_hw::cmd::Opcode`): RTS2SQD takes
+//!   nothing, SQD2SQD what IBTA's SQD→SQD row (`ib_modify_qp_is_ok`) lets change.
 //!
 //! A bit outside the set is refused with BAD_PARAM: the firmware spec the kernel's table
 //! follows lists per transition which optional parameters are valid.
@@ -20,21 +22,23 @@
 use bypass_hw::cmd::Opcode;
 use bypass_hw::cmd::qp::{OptParamMask as M, service_type};
 
-/// The optional parameters `op` accepts for a QP of service type `st` (RC or UD).
+/// The optional parameters `op` accepts for a QP of service type `st` (RC, UC or UD).
 pub(super) fn allowed(op: Opcode, st: u8) -> M {
-    let rc = st == service_type::RC;
-    let ud = st == service_type::UD;
-    let (for_rc, for_ud) = match op {
+    // (RC, UC, UD), each row the kernel's `opt_mask[cur][new]` for those service types.
+    let (for_rc, for_uc, for_ud) = match op {
         Opcode::INIT2INIT_QP => (
             M::RRE | M::RAE | M::RWE | M::PKEY_INDEX | M::PRI_PORT,
+            M::RWE | M::PKEY_INDEX | M::PRI_PORT,
             M::PKEY_INDEX | M::Q_KEY | M::PRI_PORT,
         ),
         Opcode::INIT2RTR_QP => (
             M::ALT_ADDR_PATH | M::RRE | M::RAE | M::RWE | M::PKEY_INDEX,
+            M::ALT_ADDR_PATH | M::RWE | M::PKEY_INDEX,
             M::PKEY_INDEX | M::Q_KEY,
         ),
         Opcode::RTR2RTS_QP => (
             M::ALT_ADDR_PATH | M::RRE | M::RAE | M::RWE | M::PM_STATE | M::RNR_TIMEOUT,
+            M::ALT_ADDR_PATH | M::RWE | M::PM_STATE,
             M::Q_KEY,
         ),
         Opcode::RTS2RTS_QP | Opcode::SQD_RTS_QP => (
@@ -45,17 +49,33 @@ pub(super) fn allowed(op: Opcode, st: u8) -> M {
                 | M::PM_STATE
                 | M::ALT_ADDR_PATH
                 | M::COUNTER_SET_ID,
+            M::RWE | M::PM_STATE | M::ALT_ADDR_PATH | M::COUNTER_SET_ID,
             M::Q_KEY | M::SRQN | M::CQN_RCV | M::COUNTER_SET_ID,
         ),
-        Opcode::SQERR2RTS_QP => (M::RNR_TIMEOUT | M::RWE | M::RAE | M::RRE, M::Q_KEY),
-        _ => (M::empty(), M::empty()),
+        Opcode::SQERR2RTS_QP => (M::RNR_TIMEOUT | M::RWE | M::RAE | M::RRE, M::RWE, M::Q_KEY),
+        // SQD→SQD: the attributes `ib_modify_qp_is_ok` lets SQD→SQD change, as far as the
+        // device applies them (access, P_Key index, port, alternate path, migration state,
+        // RNR timer; Q_Key for UD).
+        Opcode::SQD2SQD_QP => (
+            M::RRE
+                | M::RAE
+                | M::RWE
+                | M::PKEY_INDEX
+                | M::PRI_PORT
+                | M::ALT_ADDR_PATH
+                | M::PM_STATE
+                | M::RNR_TIMEOUT,
+            M::RWE | M::PKEY_INDEX | M::ALT_ADDR_PATH | M::PM_STATE,
+            M::PKEY_INDEX | M::Q_KEY,
+        ),
+        // RTS2SQD takes none (the drain has no attributes).
+        _ => (M::empty(), M::empty(), M::empty()),
     };
-    if rc {
-        for_rc
-    } else if ud {
-        for_ud
-    } else {
-        M::empty()
+    match st {
+        service_type::RC => for_rc,
+        service_type::UC => for_uc,
+        service_type::UD => for_ud,
+        _ => M::empty(),
     }
 }
 
@@ -80,6 +100,9 @@ mod tests {
         let r2r = allowed(Opcode::RTR2RTS_QP, service_type::RC);
         assert!(!r2r.intersects(M::SRA_MAX | M::RETRY_COUNT | M::RNR_RETRY | M::ACK_TIMEOUT));
         assert!(allowed(Opcode::RTS2RTS_QP, service_type::UD).contains(M::CQN_RCV));
-        assert_eq!(allowed(Opcode::RTS2RTS_QP, service_type::UC), M::empty());
+        assert_eq!(allowed(Opcode::RTS2RTS_QP, service_type::XRC), M::empty());
+        assert!(!allowed(Opcode::RTS2RTS_QP, service_type::UC).intersects(M::RRE | M::RAE));
+        assert_eq!(allowed(Opcode::SQERR2RTS_QP, service_type::UC), M::RWE);
+        assert_eq!(allowed(Opcode::RTS2SQD_QP, service_type::RC), M::empty());
     }
 }

@@ -5,6 +5,9 @@
 //! (`complete_ready`); bursts are in `burst`, timers in `timers`, the per-QP state in `state`.
 //! Must not: parse responses (that is the completer) or fetch WQEs (the engine).
 //!
+//! UC goes the RC way packet by packet with UC opcodes, no AckReq, and completes each WQE once
+//! its last packet is sent; UD sends one packet per WQE and completes it at once.
+//!
 //! Follows rxe (`rxe_req.c` `rxe_requester`, `next_opcode`, `update_wqe_psn`,
 //! `check_init_depth`, `req_retry`): one PSN per packet, READ reserves `max(1, ceil(len /
 //! mtu))` PSNs, AckReq on the last packet of a message and after every `RXE_MAX_PKT_PER_ACK`
@@ -289,29 +292,72 @@ enum Step {
 /// went out.
 pub(crate) fn pump(dp: &mut DataPath<'_>, qpn: u32) -> bool {
     let pumped = with_sender(dp, qpn, |s, c, req| {
-        if c.state != QpState::Rts {
-            return (false, false);
+        // SQ_DRAINING goes on with the messages it started (`step` starts no other).
+        if c.state != QpState::Rts && c.state != QpState::SqDraining {
+            return (false, After::Nothing);
         }
         let mut sent = false;
         // Each iteration sends a packet or changes a WQE; the window bounds the packets.
         loop {
             if complete_ready(s, req) {
-                return (sent, true);
+                return (sent, After::of(c, true));
             }
             match step(s, c, req) {
                 Step::Sent => sent = true,
                 Step::Progress => {}
-                Step::Stall => return (sent, false),
+                Step::Stall => return (sent, After::of(c, false)),
             }
         }
     });
-    let Some((sent, to_err)) = pumped else {
+    let Some((sent, after)) = pumped else {
         return false;
     };
-    if to_err {
-        dp.set_qp_state(qpn, QpState::Err);
-    }
+    after.run(dp, qpn);
     sent
+}
+
+/// What a QP's send side must do once its completions are written (decided inside
+/// [`with_sender`] from the QP's constants, so the common case costs no lookup).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum After {
+    /// Nothing.
+    Nothing,
+    /// A WQE failed: the QP goes to this state (ERR for RC; SQE for UD and UC, IBTA vol. 1
+    /// §10.3.1 "Send Queue Error": a send error there affects the send queue alone, the
+    /// error CQE then WR_FLUSH_ERR for the rest of the SQ, as entering ERR writes them).
+    Fail(QpState),
+    /// The QP is draining: the drain may be over (`engine::drain`).
+    CheckDrain,
+}
+
+impl After {
+    /// What follows for QP `c` after completions that failed a WQE if `failed`.
+    #[inline(always)]
+    pub(crate) fn of(c: &Ctx, failed: bool) -> Self {
+        if failed {
+            Self::Fail(if c.st == st::UD || c.st == st::UC {
+                QpState::Sqer
+            } else {
+                QpState::Err
+            })
+        } else if c.state == QpState::SqDraining {
+            Self::CheckDrain
+        } else {
+            Self::Nothing
+        }
+    }
+
+    /// Does it for QP `qpn`.
+    #[inline(always)]
+    pub(crate) fn run(self, dp: &mut DataPath<'_>, qpn: u32) {
+        match self {
+            Self::Nothing => {}
+            Self::Fail(to) => dp.set_qp_state(qpn, to),
+            Self::CheckDrain => {
+                crate::engine::drain::finish_if_drained(&mut dp.objs.qps, dp.comp, &mut dp.io, qpn);
+            }
+        }
+    }
 }
 
 /// Sends the next packet of the current WQE, starting it first if needed.
@@ -333,6 +379,10 @@ fn step(s: &mut Sender<'_, '_>, c: &Ctx, req: &mut ReqState) -> Step {
         return Step::Progress;
     }
     if !w.started {
+        if c.state == QpState::SqDraining {
+            // No new message while draining: it waits for SQD→RTS.
+            return Step::Stall;
+        }
         match start(s, c, req) {
             Ok(true) => {}
             Ok(false) => return Step::Stall,
@@ -403,6 +453,11 @@ fn start(s: &mut Sender<'_, '_>, c: &Ctx, req: &mut ReqState) -> Result<bool, Cq
             Need::LocalRead
         };
         gather::check(s.mkeys, c.pd, c.qpn, &w.sges, need).map_err(|e| e.syndrome())?;
+    }
+    if c.st == st::UC && w.is_read_or_atomic() {
+        // UC has no READ or atomic opcodes (IBTA table 38); the drivers refuse them at post
+        // time, a WQE that carries one anyway is a local QP operation error.
+        return Err(CqeSyndrome::LOCAL_QP_OP_ERR);
     }
     if c.st == st::UD && w.opcode != WqeOpcode::NOP && w.len > c.mtu {
         // A UD message must fit one packet. mlx5 completes an oversized UD send with a local
@@ -601,7 +656,11 @@ fn send_rc(
             let last = off + n >= w.len;
             let data = payload(s, c, w, off, n)?;
             let (op, reth, imm) = rc_opcode(w, first, last);
-            let ack_req = last || req.noack + 1 >= MAX_PKT_PER_ACK;
+            // UC: the same packets with the UC opcode (`0x20 |` the RC one's low five bits),
+            // never asking for an ACK: none comes (IBTA §9.7.2; rxe `next_opcode_uc`).
+            let uc = c.st == st::UC;
+            let op = if uc { BthOpcode(op.0 | 0x20) } else { op };
+            let ack_req = !uc && (last || req.noack + 1 >= MAX_PKT_PER_ACK);
             // SE goes on the last packet of a solicited SEND or WRITE with immediate
             // (IBTA §9.2: SE is valid on the last packet of a message that consumes a receive).
             let se = last
@@ -628,6 +687,13 @@ fn send_rc(
             req.noack = if ack_req { 0 } else { req.noack + 1 };
             req.psn = psn_add(psn, 1);
             if last {
+                if uc {
+                    // Complete once the last packet is sent: no ACK, no retransmission
+                    // (rxe `rxe_comp.c` completes UC WQEs at `wqe->state == wqe_state_done`).
+                    if let Some(w) = req.wqes.get_mut(cur) {
+                        w.done = true;
+                    }
+                }
                 finish_wqe(req, cur);
             } else {
                 req.cur_pkt += 1;
@@ -782,7 +848,15 @@ pub(crate) fn has_work(qp: &Qp) -> bool {
             .wqes
             .front()
             .is_some_and(|w| w.started && !w.done && w.error.is_none());
-    qp.state == QpState::Rts && (req.fresh || (!req.wqes.is_empty() && !waiting))
+    if qp.state == QpState::Rts {
+        return req.fresh || (!req.wqes.is_empty() && !waiting);
+    }
+    // Draining: only the message in progress at `cur` (a WQE it has not started waits).
+    qp.state == QpState::SqDraining
+        && req
+            .wqes
+            .get(req.cur)
+            .is_some_and(|w| w.started && !w.done && w.error.is_none())
 }
 
 #[cfg(test)]

@@ -73,6 +73,12 @@ impl ReqState {
         self.max_psn = self.psn;
     }
 
+    /// True while some fetched WQE has started and not yet completed: a message an SQ drain
+    /// waits for.
+    pub(crate) fn in_progress(&self) -> bool {
+        self.wqes.iter().any(|w| w.started)
+    }
+
     /// True while some WQE has packets out and no answer yet.
     pub(crate) fn outstanding(&self) -> bool {
         self.wqes

@@ -4,7 +4,8 @@
 //! classes: B = RNR NAK; C = the consumed receive WQE completes in error, the NAK goes out
 //! with the request's PSN and the QP moves to ERR, rxe `do_class_ac_error` + `RESPST_ERROR`;
 //! D = silent drop). The pieces: [`state`] (per-QP state), [`ack`] (response packets), `send`
-//! (RC SEND), `rdma` (WRITE, READ, atomics, duplicates), `ud` (UD receive with the GRH),
+//! (RC SEND), `rdma` (WRITE, READ, atomics, duplicates), `ud` (UD receive with the GRH), `uc`
+//! (UC's PSN rule and drops over the same SEND/WRITE placement),
 //! [`burst`] (a WRITE burst applied at once); receive WQEs are `engine::rq`'s. Must not: touch
 //! the send queue or the requester's state.
 //!
@@ -18,6 +19,7 @@ pub(crate) mod burst;
 mod rdma;
 mod send;
 pub(crate) mod state;
+mod uc;
 mod ud;
 
 #[cfg(test)]
@@ -115,6 +117,7 @@ pub(crate) fn handle_request(dp: &mut DataPath<'_>, qpn: u32, pkt: &RocePacket<'
     match qp.st {
         st::RC => rc_request(dp, qpn, pkt),
         st::UD => ud::receive(dp, qpn, pkt),
+        st::UC => uc::receive(dp, qpn, pkt),
         _ => dp.io.counters.rx_discards += 1,
     }
 }
@@ -259,10 +262,13 @@ fn check_and_execute(dp: &mut DataPath<'_>, qpn: u32, pkt: &RocePacket<'_>) -> R
 /// request before it, so only AckReq packets are acknowledged).
 pub(crate) fn advance(dp: &mut DataPath<'_>, qpn: u32, pkt: &RocePacket<'_>, npsn: u32) {
     let psn = pkt.bth().psn();
+    // UC has no acknowledgements (IBTA §9.7: only RC responders answer), whatever AckReq says.
+    let mut rc = false;
     if let Some(qp) = dp.objs.qps.get_mut(qpn) {
         qp.resp.epsn = psn_add(psn, npsn);
+        rc = qp.st == st::RC;
     }
-    if pkt.bth().ack_req() {
+    if rc && pkt.bth().ack_req() {
         ack::send_ack(dp, qpn, AethSyndrome::ACK_UNLIMITED, psn);
     }
 }

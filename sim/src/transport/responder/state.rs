@@ -46,6 +46,9 @@ pub struct RespState {
     pub(crate) msg: Msg,
     /// A PSN sequence error NAK was sent and the sequence has not recovered yet.
     pub(crate) nak_sent: bool,
+    /// UC: the message in progress is being dropped until a FIRST or ONLY packet (rxe
+    /// `qp->resp.drop_msg`).
+    pub(crate) drop_msg: bool,
     /// Responder resources (`1 << log_rra_max` at most), a ring: READ requests and atomic
     /// results kept for duplicates (rxe `qp->resp.resources`).
     pub(crate) res: Vec<Resource>,

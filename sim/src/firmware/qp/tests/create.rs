@@ -57,18 +57,30 @@ fn create_ud_qp_and_separate_cqs() {
 }
 
 #[test]
-fn create_refuses_every_service_type_but_rc_and_ud() {
+fn create_refuses_every_service_type_but_rc_ud_and_uc() {
     let mut r = Rig::new();
     for st in 0..=255u8 {
         let input = r.create_in(st, 2, &|_| {});
         let result = r.create(&input);
-        if st == service_type::RC || st == service_type::UD {
+        if st == service_type::RC || st == service_type::UD || st == service_type::UC {
             assert!(result.is_ok(), "st {st}");
         } else {
             assert_fails(result, CmdStatus::BAD_PARAM_ERR, SYND_BAD_SERVICE_TYPE);
         }
     }
-    assert_eq!(r.host.dev.objs.qps.len(), 2);
+    assert_eq!(r.host.dev.objs.qps.len(), 3);
+}
+
+#[test]
+fn create_refuses_uc_on_a_device_without_uc() {
+    let mut r = Rig::new();
+    r.host.dev.profile.caps.uc = false;
+    let input = r.create_in(service_type::UC, 2, &|_| {});
+    assert_fails(
+        r.create(&input),
+        CmdStatus::BAD_PARAM_ERR,
+        SYND_BAD_SERVICE_TYPE,
+    );
 }
 
 #[test]

@@ -5,14 +5,16 @@
 //! their four entry points.
 
 mod create;
+mod drain;
 mod modify;
 mod walk;
 
 use bypass_hw::cmd::Opcode;
 use bypass_hw::cmd::qp::{
     CreateQpIn, CreateQpOut, DestroyQpIn, Init2InitQpIn, Init2RtrQpIn, Qp2ErrIn, Qp2RstIn, QpState,
-    Qpc, QueryQpIn, QueryQpOut, Rst2InitQpIn, Rtr2RtsQpIn, Rts2RtsQpIn, Sqd2RtsQpIn, Sqerr2RtsQpIn,
-    create_qp_in_len, modify_qp_in_len, pm_state, service_type, ts_format,
+    Qpc, QueryQpIn, QueryQpOut, Rst2InitQpIn, Rtr2RtsQpIn, Rts2RtsQpIn, Rts2SqdQpIn, Sqd2RtsQpIn,
+    Sqd2SqdQpIn, Sqerr2RtsQpIn, create_qp_in_len, modify_qp_in_len, pm_state, service_type,
+    ts_format,
 };
 use bypass_hw::syndrome::CmdStatus;
 
@@ -169,6 +171,8 @@ impl Rig {
             Opcode::RTS2RTS_QP => long!(Rts2RtsQpIn),
             Opcode::SQERR2RTS_QP => long!(Sqerr2RtsQpIn),
             Opcode::SQD_RTS_QP => long!(Sqd2RtsQpIn),
+            Opcode::RTS2SQD_QP => long!(Rts2SqdQpIn),
+            Opcode::SQD2SQD_QP => long!(Sqd2SqdQpIn),
             Opcode::QP_2ERR => short!(Qp2ErrIn),
             Opcode::QP_2RST => short!(Qp2RstIn),
             _ => unreachable!(),
@@ -242,16 +246,18 @@ impl Rig {
 /// or a UD QP needs them.
 pub(super) fn good_fields(op: Opcode, st: u8, peer_gid: [u8; 16], q: &mut Qpc<&mut [u8]>) {
     let rc = st == service_type::RC;
+    // UC takes RC's connection fields (not its reliability ones).
+    let connected = rc || st == service_type::UC;
     match op {
         Opcode::RST2INIT_QP => {
-            if rc {
+            if connected {
                 q.set_rre(1).unwrap().set_rwe(1).unwrap();
             } else {
                 q.set_q_key(0x1111_1111).unwrap();
             }
             q.primary_address_path_mut().set_vhca_port_num(1).unwrap();
         }
-        Opcode::INIT2RTR_QP if rc => {
+        Opcode::INIT2RTR_QP if connected => {
             // PATH_MTU = IBV_MTU_1024, log_msg_max = 20, MIN_RNR_TIMER = 12.
             q.set_mtu(3)
                 .unwrap()
