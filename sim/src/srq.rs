@@ -74,7 +74,7 @@ pub(crate) fn read_wqe(srq: &Srq, dma: &mut Iommu, index: u16) -> Result<(RecvWq
         .get(..SRQ_NEXT_SEG_LEN)
         .and_then(|b| SrqNextSeg::read_from_bytes(b).ok())
         .map_or(0, |s| s.next());
-    let sges = crate::engine::rq::data_segs(bytes.get(SRQ_NEXT_SEG_LEN..).unwrap_or(&[]));
+    let sges = crate::engine::wqe::data_segs(bytes.get(SRQ_NEXT_SEG_LEN..).unwrap_or(&[]));
     Ok((RecvWqe { sges }, next))
 }
 

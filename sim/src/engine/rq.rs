@@ -12,10 +12,9 @@
 
 use bypass_hw::cqe::{Cqe64, CqeOpcode, ErrCqe, make_op_own};
 use bypass_hw::syndrome::CqeSyndrome;
-use bypass_hw::wqe::DataSeg;
-use zerocopy::{FromBytes, FromZeros, IntoBytes};
+use zerocopy::{FromZeros, IntoBytes};
 
-use super::wqe::{RecvWqe, Sge};
+use super::wqe::RecvWqe;
 use crate::events::Completions;
 use crate::io::Io;
 use crate::iommu::{DmaFault, Iommu};
@@ -55,29 +54,8 @@ pub(crate) fn peek(qp: &Qp, dma: &mut Iommu) -> Result<Option<RecvWqe>, DmaFault
     qp.wq
         .read(dma, u64::from(index) * u64::from(stride), &mut bytes)?;
     Ok(Some(RecvWqe {
-        sges: data_segs(&bytes),
+        sges: super::wqe::data_segs(&bytes),
     }))
-}
-
-/// The scatter list of a receive WQE's data segments (an RQ WQE, or an SRQ WQE after its
-/// next segment): 16-byte segments up to the terminator rdma-core writes after the last SGE
-/// (`MLX5_INVALID_LKEY`), or to the end of the stride.
-pub(crate) fn data_segs(bytes: &[u8]) -> Vec<Sge> {
-    let mut sges = Vec::new();
-    for chunk in bytes.chunks_exact(16) {
-        let Ok(seg) = DataSeg::read_from_bytes(chunk) else {
-            break;
-        };
-        if seg.is_end_of_list() {
-            break;
-        }
-        sges.push(Sge {
-            lkey: seg.lkey(),
-            addr: seg.addr(),
-            len: seg.byte_count(),
-        });
-    }
-    sges
 }
 
 /// Writes `data` at byte `offset` of the message being received into `wqe`, through the

@@ -191,6 +191,27 @@ pub(crate) fn wqebbs(ctrl: &CtrlSeg) -> u16 {
 
 /// Parses and validates the WQE in `bytes` (ctrl segment first, `ds * 16` bytes or more) at SQ
 /// counter `index`. Never fails: a bad WQE comes back with `error` set.
+/// The scatter list of a receive WQE's data segments (an RQ WQE, or an SRQ WQE after its
+/// next segment): 16-byte segments up to the terminator rdma-core writes after the last SGE
+/// (`MLX5_INVALID_LKEY`), or to the end of the stride.
+pub(crate) fn data_segs(bytes: &[u8]) -> Vec<Sge> {
+    let mut sges = Vec::new();
+    for chunk in bytes.chunks_exact(16) {
+        let Ok(seg) = DataSeg::read_from_bytes(chunk) else {
+            break;
+        };
+        if seg.is_end_of_list() {
+            break;
+        }
+        sges.push(Sge {
+            lkey: seg.lkey(),
+            addr: seg.addr(),
+            len: seg.byte_count(),
+        });
+    }
+    sges
+}
+
 #[cfg(test)]
 pub(crate) fn parse(bytes: &[u8], index: u16, lim: &Limits) -> SendWqe {
     let mut w = SendWqe::bare(index, WqeOpcode::NOP, 1);
