@@ -509,3 +509,89 @@ fn the_mlx5_bring_up_runs_over_vfio_and_refuses_a_function_that_is_not_mlx5() {
     );
     assert_eq!(vfio.mmio_errors(), 0);
 }
+
+#[test]
+#[ignore = "runs in the QEMU guest: scripts/guest-test.sh vfio"]
+fn application_memory_is_mapped_once_however_registrations_overlap_and_dma_lands_in_it() {
+    let _g = serial();
+    let (vfio, edu) = open();
+    let mapper = DmaMapper::new(vfio.clone() as Arc<dyn Backend>);
+    // Memory the application allocated before anything was registered; pages 0..5 of it
+    // start at the first page boundary inside.
+    let mut app = vec![0u8; 7 * 4096];
+    let base = app.as_mut_ptr();
+    let skip = base.align_offset(4096);
+    let page = |i: usize, off: usize| {
+        // SAFETY: every page and offset used below is inside `app`.
+        std::ptr::NonNull::new(unsafe { base.add(skip + i * 4096 + off) }).unwrap()
+    };
+    let at = |off: usize, n: usize| -> Vec<u8> {
+        (0..n)
+            // SAFETY: inside `app`; a raw read, as pin_caller requires while mapped.
+            .map(|i| unsafe { base.add(skip + off + i).read_volatile() })
+            .collect()
+    };
+    let (p1, p2) = (page(1, 100), page(2, 7));
+    // The device's source buffer: one mapping of the driver's own memory.
+    let src = mapper.alloc(4096).unwrap();
+    assert_eq!(vfio.mappings().len(), 1);
+    // A: pages 1-3 (unaligned start and length). B: pages 2-4, overlapping A on 2-3.
+    // SAFETY: `app` stays allocated until both ranges are released below, and is read only
+    // through raw pointers while they are held.
+    let a = unsafe { mapper.pin_caller(p1, 2 * 4096) }.unwrap();
+    assert_eq!(a.page_iovas().len(), 3);
+    assert_eq!(vfio.mappings().len(), 2, "A maps its 3 pages as one extent");
+    // SAFETY: as for A.
+    let b = unsafe { mapper.pin_caller(p2, 2 * 4096) }.unwrap();
+    assert_eq!(
+        vfio.mappings().len(),
+        3,
+        "B maps only page 4, the gap: pages 2-3 are A's mapping, shared"
+    );
+    assert_eq!(
+        &b.page_iovas()[..2],
+        &a.page_iovas()[1..],
+        "B's pages 2-3 are A's IOVAs"
+    );
+    for iova in a.page_iovas().iter().chain(b.page_iovas()) {
+        assert!(*iova < edu::DMA_MASK, "edu reaches 28 bits");
+    }
+    // The device writes into the application's bytes through B's IOVA of page 4, and through
+    // A's IOVA of page 2: both reach the application's memory.
+    let p = pattern(512, 9);
+    src.write(0, &p).unwrap();
+    edu.dma_to_device(src.iova(), 0, 512, false, T).unwrap();
+    edu.dma_to_host(0, b.page_iovas()[2] + 300, 512, false, T)
+        .unwrap();
+    assert_eq!(
+        at(4 * 4096 + 300, 512),
+        p,
+        "the DMA did not land in the application's page 4"
+    );
+    edu.dma_to_host(0, a.page_iovas()[1] + 40, 64, false, T)
+        .unwrap();
+    assert_eq!(
+        at(2 * 4096 + 40, 64),
+        p[..64],
+        "the DMA did not land in page 2 through A's IOVA"
+    );
+    // Releasing A keeps its extent: B still uses pages 2-3 of it.
+    a.release().unwrap();
+    assert_eq!(vfio.mappings().len(), 3, "A's extent stays while B uses it");
+    edu.dma_to_host(0, b.page_iovas()[0] + 1000, 16, false, T)
+        .unwrap();
+    assert_eq!(
+        at(2 * 4096 + 1000, 16),
+        p[..16],
+        "B lost page 2 when A went"
+    );
+    b.release().unwrap();
+    assert_eq!(
+        vfio.mappings().len(),
+        1,
+        "the last user's release unmapped every application page"
+    );
+    drop(src);
+    assert!(vfio.mappings().is_empty());
+    drop(app);
+}
