@@ -52,17 +52,20 @@ for t in "$out"/bw.cg-*; do
 done
 # (awk reads to the end: an early exit would kill callgrind_annotate with SIGPIPE, which
 # pipefail turns into a silent stop of this script.)
+# One call of Burst::write_headers per packet built: the sum of its callers' call counts.
 pkts="$(callgrind_annotate --tree=caller "$f" | awk '
-  /< \?\?\?:bypass_sim::link::gather::(Gathered::)?push_burst \(/ { line = $0 }
-  /\* +\?\?\?:.*as bypass_seam::dma::HostMemory>::base/ && !found { print line; found = 1 }' |
-  sed 's/.*(\([0-9,]*\)x).*/\1/' | tr -d ,)"
+  /^ *$/ { n = 0; next }
+  /^ *[0-9,]+ .*< / { c = $0; sub(/.*\(/, "", c); sub(/x\).*/, "", c); gsub(",", "", c); n += c; next }
+  /\* +\?\?\?:bypass_sim::frame::Burst::write_headers / && !found { print n; found = 1 }
+  { n = 0 }')"
 crc="$(callgrind_annotate "$f" | awk '/pclmulqdq::calculate/ {gsub(",", "", $1); s += $1} END {print s + 0}')"
 [ -n "$pkts" ] && [ "$pkts" -gt 0 ] || { echo "could not count the packets built" >&2; exit 1; }
 # 50 WRITEs of 1 MiB are 12,800 packets of 4 KiB; the posting thread builds most of them (the
 # engine thread the rest). Far fewer means the count above no longer finds one call per packet
-# (the gather path changed shape): a figure divided by it would be wrong, so stop.
+# (the gather path changed shape; it counted HostMemory::base under push_burst until inlining
+# folded push_burst into UdpWire::round): a figure divided by it would be wrong, so stop.
 [ "$pkts" -ge 3200 ] && [ "$pkts" -le 12800 ] || {
-  echo "counted $pkts packets built by the posting thread, not 3,200..12,800: the count (HostMemory::base under push_burst) no longer matches the gather path" >&2
+  echo "counted $pkts packets built by the posting thread, not 3,200..12,800: the count (calls of Burst::write_headers) no longer matches the gather path" >&2
   exit 1
 }
 echo "bandwidth: $(( all / pkts )) instructions per 4 KiB WRITE packet on the posting thread ($pkts packets): $(( crc / pkts )) CRC, $(( (all - crc) / pkts )) the rest"
