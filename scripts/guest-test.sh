@@ -306,7 +306,7 @@ case "$MODE" in
     SOCK=$(mktemp -u "${TMPDIR:-/tmp}/bypass-ivshmem.XXXXXX")
     exec 3< <(exec python3 "$GUEST/ivshmem-server.py" "$SOCK" 4)
     SERVER_PID=$!
-    trap 'kill "$SERVER_PID" 2>/dev/null; rm -f "$SOCK"' EXIT
+    trap 'kill "$SERVER_PID" 2>/dev/null || true; rm -f "$SOCK"' EXIT
     read -r -t 10 ready <&3 && [ "$ready" = ready ] \
       || { echo "guest-test: ivshmem-server.py did not start" >&2; exit 1; }
     echo "guest-test: running $BIN in the guest (--iommu intel, ivshmem-doorbell with 4 MSI-X vectors)"
