@@ -14,36 +14,14 @@ use bypass_verbs::wr::RecvWr;
 use bypass_verbs::{Cq, Qp, QpBuilder, Srq, SrqOptions, VerbsError, WcOpcode};
 use support::*;
 
-/// Runs the stepped fabric until nothing is left, advancing virtual time through timers
-/// (RNR and retransmission timers).
+/// Runs the stepped fabric until the network is quiet (`World::settle`: virtual time moves
+/// through RNR and retransmission timers), at most 10 s of it.
 fn settle(f: &SimFabric) {
-    for _ in 0..100_000 {
-        f.run_until_idle().unwrap();
-        let Some(next) = f.with_world(|w| w.next_event()) else {
-            return;
-        };
-        f.with_world(|w| {
-            let now = w.now();
-            w.advance(next.saturating_sub(now).max(1))
-        })
-        .unwrap();
-    }
-    panic!("the fabric never went idle");
-}
-
-/// `n` steps of [`settle`]'s loop (for a fabric that does not go idle).
-fn steps(f: &SimFabric, n: usize) {
-    for _ in 0..n {
-        f.run_until_idle().unwrap();
-        let Some(next) = f.with_world(|w| w.next_event()) else {
-            return;
-        };
-        f.with_world(|w| {
-            let now = w.now();
-            w.advance(next.saturating_sub(now).max(1))
-        })
-        .unwrap();
-    }
+    let quiet = f.with_world(|w| w.settle(10_000_000_000));
+    assert!(
+        matches!(quiet, Ok(true)),
+        "the fabric never went quiet: {quiet:?}"
+    );
 }
 
 /// `n` connected pairs: a plain RC QP on NIC a, an RC QP on `srq` on NIC b.
@@ -128,9 +106,13 @@ fn an_empty_srq_answers_rnr_and_the_send_completes_once_a_receive_is_posted() {
     qa[1]
         .post_send(send_of(&r.a.pool, 5, b"after the RNR"))
         .unwrap();
-    // A few steps of virtual time: the SEND arrives, is RNR NAKed, and is retried (rnr_retry
-    // 7 retries forever, so the fabric would never go idle).
-    steps(&r.fabric, 20);
+    // 20 ms of virtual time: the SEND arrives, is RNR NAKed, and is retried (rnr_retry 7
+    // retries forever, so the network does not go quiet).
+    let quiet = r.fabric.with_world(|w| w.settle(20_000_000));
+    assert!(
+        matches!(quiet, Ok(false)),
+        "RNR retries keep the network busy: {quiet:?}"
+    );
     assert!(r.a.cq.poll_one().is_none(), "the requester is RNR-waiting");
     assert!(r.b.cq.poll_one().is_none());
     let rnr_sent =
