@@ -32,8 +32,8 @@ use crate::pd::Pd;
 use crate::pool::{Lease, MemoryPool, PoolMemory};
 
 /// A buffer an [`OwnedMr`] can hold: its bytes stay where they are however the owner moves
-/// (`StableDeref`), and it may be dropped on another thread. `Vec<u8>`, `Box<[u8]>`,
-/// `&'static mut [u8]`, and any such owner qualify.
+/// (`StableDeref`), and it may be dropped on another thread: `Vec<u8>`, `Box<[u8]>` and any
+/// such owner qualify.
 pub trait MrOwner: StableDeref + DerefMut<Target = [u8]> + Send + 'static {}
 
 impl<T: StableDeref + DerefMut<Target = [u8]> + Send + 'static> MrOwner for T {}
