@@ -8,21 +8,8 @@ use bypass_verbs::driver::DriverError;
 use bypass_verbs::driver::backend::BackendError;
 use bypass_verbs::driver::dma::MemlockState;
 use bypass_verbs::{Access, Context, VerbsError};
+use caps::{CapSet, Capability};
 use nix::sys::resource::{Resource, getrlimit, setrlimit};
-
-/// Sets or clears CAP_IPC_LOCK in the effective set (the limit does not apply with it); it can
-/// be set only if it is in the permitted set.
-fn set_ipc_lock(on: bool) {
-    use caps::{CapSet, Capability};
-    let r = if !on {
-        caps::drop(None, CapSet::Effective, Capability::CAP_IPC_LOCK)
-    } else if caps::has_cap(None, CapSet::Permitted, Capability::CAP_IPC_LOCK).unwrap() {
-        caps::raise(None, CapSet::Effective, Capability::CAP_IPC_LOCK)
-    } else {
-        Ok(())
-    };
-    r.unwrap();
-}
 
 #[test]
 fn registering_past_the_memlock_limit_is_explained() {
@@ -33,12 +20,15 @@ fn registering_past_the_memlock_limit_is_explained() {
     // Room for 16 KiB more than the bring-up locked.
     let limit = MemlockState::current().locked + (16 << 10);
     setrlimit(Resource::RLIMIT_MEMLOCK, limit, hard.max(limit)).unwrap();
-    set_ipc_lock(false);
+    // Without CAP_IPC_LOCK the limit binds.
+    caps::drop(None, CapSet::Effective, Capability::CAP_IPC_LOCK).unwrap();
 
     let small = pd.register_owned(vec![0u8; 4096], Access::LOCAL_WRITE);
     let big = pd.register_owned(vec![0u8; 1 << 20], Access::LOCAL_WRITE);
 
-    set_ipc_lock(had_cap);
+    if had_cap {
+        caps::raise(None, CapSet::Effective, Capability::CAP_IPC_LOCK).unwrap();
+    }
     setrlimit(Resource::RLIMIT_MEMLOCK, soft, hard).unwrap();
 
     assert!(small.is_ok(), "a registration inside the limit: {small:?}");
