@@ -175,9 +175,11 @@ impl Completions {
         self.write_eqe(io, eqn, t, sub_type, data)
     }
 
-    /// Posts a QP event (`struct mlx5_eqe_qp_srq`: queue type QP, the QPN) of type `t`: the
-    /// affiliated asynchronous events of IBTA vol. 1 §11.6.3 as mlx5 encodes them
-    /// (`WQ_CATAS_ERROR`, `WQ_INVAL_REQ_ERROR`, `WQ_ACCESS_ERROR`, ...; kernel `device.h`).
+    /// Posts a QP or SRQ event (`struct mlx5_eqe_qp_srq`: queue type QP, the QP or SRQ
+    /// number `qpn`) of type `t`: the affiliated asynchronous events of IBTA vol. 1 §11.6.3
+    /// as mlx5 encodes them (`WQ_CATAS_ERROR`, `COMM_EST`, `SQ_DRAINED`, `LAST_WQE`,
+    /// `SRQ_LIMIT`, ...; kernel `device.h`; the kernel's `srq_event_notifier` reads only
+    /// `qp_srq_n`). False if no EQ subscribed to `t`.
     pub(crate) fn post_qp_event(&mut self, io: &mut Io<'_>, t: EventType, qpn: u32) -> bool {
         let mut e = Eqe::new_zeroed();
         let q = e.qp_srq_mut();

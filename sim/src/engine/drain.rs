@@ -15,9 +15,7 @@
 //! (7) and `MLX5_QP_STATE_SQD` (5) (`include/linux/mlx5/qp.h`).
 
 use bypass_hw::cmd::qp::QpState;
-use bypass_hw::eqe::{EQE_DATA_LEN, EqeQpSrq, EventType, MLX5_EVENT_QUEUE_TYPE_QP};
-use bypass_hw::roce::opcode::MASK_24;
-use zerocopy::{FromZeros, IntoBytes};
+use bypass_hw::eqe::EventType;
 
 use crate::events::Completions;
 use crate::io::Io;
@@ -47,13 +45,6 @@ pub(crate) fn finish_if_drained(
         from: QpState::SqDraining as u8,
         to: QpState::Sqd as u8,
     });
-    let mut ev = EqeQpSrq::new_zeroed();
-    ev.queue_type = MLX5_EVENT_QUEUE_TYPE_QP;
-    ev.qp_srq_n.set(qpn & MASK_24);
-    let mut data = [0u8; EQE_DATA_LEN];
-    let b = ev.as_bytes();
-    let n = b.len().min(EQE_DATA_LEN);
-    data[..n].copy_from_slice(&b[..n]);
-    comp.post_event(io, EventType::SQ_DRAINED, 0, &data);
+    comp.post_qp_event(io, EventType::SQ_DRAINED, qpn);
     true
 }

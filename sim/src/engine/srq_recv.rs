@@ -14,9 +14,8 @@
 //! is raised when no more WQEs of the SRQ will be consumed by it: here, once the WQE it held
 //! (if any) was flushed. An SRQ's other WQEs stay posted: a QP's error does not flush them.
 
-use bypass_hw::eqe::{EQE_DATA_LEN, EqeQpSrq, EventType, MLX5_EVENT_QUEUE_TYPE_QP};
+use bypass_hw::eqe::EventType;
 use bypass_hw::syndrome::CqeSyndrome;
-use zerocopy::{FromZeros, IntoBytes};
 
 use super::rq::{self, RecvDone};
 use super::wqe::RecvWqe;
@@ -29,14 +28,7 @@ use crate::table::Table;
 
 /// Raises event `t` about queue `n` (`mlx5_eqe_qp_srq`).
 fn queue_event(comp: &mut Completions, io: &mut Io<'_>, t: EventType, n: u32) {
-    let mut ev = EqeQpSrq::new_zeroed();
-    ev.queue_type = MLX5_EVENT_QUEUE_TYPE_QP;
-    ev.qp_srq_n.set(n & 0x00ff_ffff);
-    let mut data = [0u8; EQE_DATA_LEN];
-    let b = ev.as_bytes();
-    let k = b.len().min(EQE_DATA_LEN);
-    data[..k].copy_from_slice(&b[..k]);
-    comp.post_event(io, t, 0, &data);
+    comp.post_qp_event(io, t, n);
 }
 
 /// The receive WQE for the message `qp` starts (or continues): the SRQ WQE it holds, or the

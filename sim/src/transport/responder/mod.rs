@@ -26,11 +26,10 @@ mod ud;
 mod tests;
 
 use bypass_hw::cmd::qp::{QpState, service_type as st};
-use bypass_hw::eqe::{EQE_DATA_LEN, EqeQpSrq, EventType, MLX5_EVENT_QUEUE_TYPE_QP};
-use bypass_hw::roce::opcode::{MASK_24, Position, pad_len, psn_add, psn_diff};
+use bypass_hw::eqe::EventType;
+use bypass_hw::roce::opcode::{Position, pad_len, psn_add, psn_diff};
 use bypass_hw::roce::{BthOpcode, RocePacket};
 use bypass_hw::syndrome::{AethSyndrome, CqeSyndrome};
-use zerocopy::{FromZeros, IntoBytes};
 
 use crate::counters::Counters;
 use crate::transport::state::DataPath;
@@ -132,15 +131,7 @@ fn comm_est(dp: &mut DataPath<'_>, qpn: u32) {
         return;
     }
     qp.resp.comm_est = true;
-    let mut ev = EqeQpSrq::new_zeroed();
-    ev.queue_type = MLX5_EVENT_QUEUE_TYPE_QP;
-    ev.qp_srq_n.set(qpn & MASK_24);
-    let mut data = [0u8; EQE_DATA_LEN];
-    let b = ev.as_bytes();
-    let n = b.len().min(EQE_DATA_LEN);
-    data[..n].copy_from_slice(&b[..n]);
-    dp.comp
-        .post_event(&mut dp.io, EventType::COMM_EST, 0, &data);
+    dp.comp.post_qp_event(&mut dp.io, EventType::COMM_EST, qpn);
 }
 
 /// An RC request: PSN check, then the checks and execution (rxe `rxe_responder`).
