@@ -60,6 +60,16 @@ for l in sys.stdin:
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == sys.argv[1]: print(m["executable"])' "$2" | tail -n 1
 }
 
+build_guest_test() { # test-target: sets BIN (the driver's test binary) and CLI (bypass, debug), prepares the guest
+  BIN=$(test_binary bypass-driver "$1")
+  [ -x "$BIN" ] || { echo "guest-test: building the $1 test binary failed" >&2; exit 1; }
+  cargo build --manifest-path "$ROOT/Cargo.toml" -p bypass --bin bypass
+  CLI=$(cargo metadata --manifest-path "$ROOT/Cargo.toml" --format-version 1 --no-deps \
+    | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')/debug/bypass
+  [ -x "$CLI" ] || { echo "guest-test: building the bypass CLI failed" >&2; exit 1; }
+  ensure_guest
+}
+
 # --- rxe: the guest's ibv_rc_pingpong (Linux Soft-RoCE) against bypass pingpong -------------
 RXE_NETNS=${RXE_NETNS:-bypass-rxe}; RXE_TAP=${RXE_TAP:-bprxe0}; RXE_ITERS=${RXE_ITERS:-50}
 RXE_PCAP_RUN=${RXE_PCAP_RUN:-2}; RXE_RUN_TIMEOUT=${RXE_RUN_TIMEOUT:-120}
@@ -278,13 +288,7 @@ rxe_interop() {
 
 case "$MODE" in
   vfio)
-    BIN=$(test_binary bypass-driver vfio_edu)
-    [ -x "$BIN" ] || { echo "guest-test: building the vfio_edu test binary failed" >&2; exit 1; }
-    cargo build --manifest-path "$ROOT/Cargo.toml" -p bypass --bin bypass
-    CLI=$(cargo metadata --manifest-path "$ROOT/Cargo.toml" --format-version 1 --no-deps \
-      | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')/debug/bypass
-    [ -x "$CLI" ] || { echo "guest-test: building the bypass CLI failed" >&2; exit 1; }
-    ensure_guest
+    build_guest_test vfio_edu
     echo "guest-test: running $BIN in the guest (--iommu intel --edu)"
     start=$(date +%s)
     rc=0
@@ -294,13 +298,7 @@ case "$MODE" in
     exit "$rc"
     ;;
   msix)
-    BIN=$(test_binary bypass-driver vfio_msix)
-    [ -x "$BIN" ] || { echo "guest-test: building the vfio_msix test binary failed" >&2; exit 1; }
-    cargo build --manifest-path "$ROOT/Cargo.toml" -p bypass --bin bypass
-    CLI=$(cargo metadata --manifest-path "$ROOT/Cargo.toml" --format-version 1 --no-deps \
-      | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')/debug/bypass
-    [ -x "$CLI" ] || { echo "guest-test: building the bypass CLI failed" >&2; exit 1; }
-    ensure_guest
+    build_guest_test vfio_msix
     # The device's host side: shared memory and one eventfd per vector (Debian has no
     # ivshmem-server). It must listen before QEMU starts, and goes when QEMU disconnects.
     SOCK=$(mktemp -u "${TMPDIR:-/tmp}/bypass-ivshmem.XXXXXX")
