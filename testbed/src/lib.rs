@@ -5,7 +5,8 @@
 //! for hardware compiles no simulator, and a test still starts in one line.
 //!
 //! Owns: [`SimPair`] and [`SimContext`] (the simulated-NIC constructors of a
-//! [`Context`], and the way back from a context to its sim device).
+//! [`Context`], and the way back from a context to its sim device), and [`DeviceSpec`], the
+//! device selector the CLI and the C library share.
 //! Must not: add behaviour of its own: every device object is made by the driver, every
 //! packet by the sim.
 //!
@@ -24,6 +25,9 @@ use std::sync::Arc;
 use bypass_driver::DriverError;
 use bypass_driver::backend::Backend;
 use bypass_verbs::{Context, VerbsError};
+
+pub mod device_spec;
+pub use device_spec::DeviceSpec;
 
 pub use bypass_sim::Profile;
 pub use bypass_sim::fabric::{FabricOptions, SimBackend, SimFabric};
