@@ -13,6 +13,10 @@
 //! binds the aliases to named nodes. rust-lld (rustc's default linker on x86-64 Linux) accepts a
 //! named script next to rustc's anonymous one; GNU ld refuses that combination.
 //!
+//! A compat (non-default) version `name@NODE`, such as `mlx5dv_init_obj@MLX5_1.0` next to
+//! `mlx5dv_init_obj@@MLX5_1.2`, cannot be made by `--defsym`; it gets a generated `global_asm!`
+//! trampoline bound with `.symver` (see [`compat_source`]).
+//!
 //! Owns: the version-script text, the link arguments, the symbol-list file format. Must not
 //! touch: anything outside `OUT_DIR`; it only prints `cargo:` lines. Follows the ld manual's
 //! "VERSION Command" section and rdma-core's `libibverbs.map.in` / Debian's `.gnu.version_d`
@@ -26,8 +30,41 @@ use std::path::{Path, PathBuf};
 pub struct Export<'a> {
     /// The C symbol name, e.g. `ibv_open_device`.
     pub name: &'a str,
-    /// The version node, e.g. `IBVERBS_1.1`.
+    /// The version node, e.g. `IBVERBS_1.1`: the default version (`name@@NODE`, what new links
+    /// bind). Written `@NODE` it is a compat version (`name@NODE`, found only by binaries linked
+    /// against it and by `dlvsym`), implemented by [`compat_impl_name`].
     pub version: &'a str,
+}
+
+impl<'a> Export<'a> {
+    /// The node name, without a compat `@`.
+    pub fn node(&self) -> &'a str {
+        self.version.strip_prefix('@').unwrap_or(self.version)
+    }
+
+    /// Whether this is a compat (non-default) version.
+    pub fn is_compat(&self) -> bool {
+        self.version.starts_with('@')
+    }
+
+    /// The private symbol the crate must define for this export.
+    pub fn impl_name(&self, impl_prefix: &str) -> String {
+        if self.is_compat() {
+            compat_impl_name(impl_prefix, self.name, self.node())
+        } else {
+            format!("{impl_prefix}{}", self.name)
+        }
+    }
+}
+
+/// The private symbol implementing the compat version `name@node`:
+/// `<impl_prefix><name>__<node with '.' as '_'>`, e.g. `__bypass_impl_mlx5dv_init_obj__MLX5_1_0`.
+pub fn compat_impl_name(impl_prefix: &str, name: &str, node: &str) -> String {
+    format!("{impl_prefix}{name}__{}", node.replace('.', "_"))
+}
+
+fn trampoline_name(name: &str, node: &str) -> String {
+    format!("__cabi_compat_{name}__{}", node.replace('.', "_"))
 }
 
 /// One version node of the script, with the node it inherits (`IBVERBS_1.1 {..} IBVERBS_1.0;`).
@@ -58,7 +95,7 @@ impl<'a> Node<'a> {
 pub struct SymbolEntry {
     /// The C symbol name.
     pub name: String,
-    /// The version node it is defined at.
+    /// The version node it is defined at (`@NODE` for a compat version, see [`Export`]).
     pub version: String,
     /// The optional third column; its meaning belongs to the crate that uses the list (the
     /// stand-ins use it for the stub's return kind).
@@ -94,8 +131,8 @@ pub enum Error {
     /// A version node name has characters a version script cannot take.
     #[error("{0:?} is not a valid version node name")]
     BadNode(String),
-    /// The same symbol is listed twice (one default version per name is supported).
-    #[error("symbol {0} is listed twice")]
+    /// The same symbol is listed twice at the same node, or twice as a default version.
+    #[error("symbol {0} is listed twice (or has two default versions)")]
     Duplicate(String),
     /// A node is listed twice.
     #[error("version node {0} is listed twice")]
@@ -129,6 +166,11 @@ pub enum Error {
     },
 }
 
+/// Two exports of one name clash when they share a node or are both default versions.
+fn clashes(a: &Export<'_>, b: &Export<'_>) -> bool {
+    a.name == b.name && (a.node() == b.node() || (!a.is_compat() && !b.is_compat()))
+}
+
 fn is_c_ident(s: &str) -> bool {
     let mut chars = s.chars();
     matches!(chars.next(), Some(c) if c == '_' || c.is_ascii_alphabetic())
@@ -143,7 +185,8 @@ fn is_node_name(s: &str) -> bool {
 
 /// Parses a symbol-list file: one `NAME VERSION [KIND]` per line, whitespace separated; `#`
 /// starts a comment (whole line or trailing); blank lines are skipped. Names must be C
-/// identifiers, versions valid node names, and no name may repeat.
+/// identifiers and versions valid node names, optionally `@`-prefixed for a compat version; a
+/// name has at most one default version and never two entries at one node.
 pub fn parse_symbol_list(text: &str) -> Result<Vec<SymbolEntry>, Error> {
     let mut out: Vec<SymbolEntry> = Vec::new();
     for (i, raw) in text.lines().enumerate() {
@@ -162,10 +205,15 @@ pub fn parse_symbol_list(text: &str) -> Result<Vec<SymbolEntry>, Error> {
         if !is_c_ident(cols[0]) {
             return Err(Error::BadName(cols[0].to_string()));
         }
-        if !is_node_name(cols[1]) {
+        let node = cols[1].strip_prefix('@').unwrap_or(cols[1]);
+        if !is_node_name(node) {
             return Err(Error::BadNode(cols[1].to_string()));
         }
-        if out.iter().any(|e| e.name == cols[0]) {
+        let new = Export {
+            name: cols[0],
+            version: cols[1],
+        };
+        if out.iter().any(|e| clashes(&e.export(), &new)) {
             return Err(Error::Duplicate(cols[0].to_string()));
         }
         out.push(SymbolEntry {
@@ -211,7 +259,7 @@ fn node_key(name: &str) -> (&str, Vec<u64>) {
 pub fn nodes_for<'a>(exports: &[Export<'a>]) -> Vec<Node<'a>> {
     let mut families: Vec<(&str, Vec<&'a str>)> = Vec::new();
     for e in exports {
-        let (fam, _) = node_key(e.version);
+        let (fam, _) = node_key(e.node());
         let idx = match families.iter().position(|(f, _)| *f == fam) {
             Some(i) => i,
             None => {
@@ -219,8 +267,8 @@ pub fn nodes_for<'a>(exports: &[Export<'a>]) -> Vec<Node<'a>> {
                 families.len() - 1
             }
         };
-        if !families[idx].1.contains(&e.version) {
-            families[idx].1.push(e.version);
+        if !families[idx].1.contains(&e.node()) {
+            families[idx].1.push(e.node());
         }
     }
     let mut out = Vec::new();
@@ -252,10 +300,10 @@ fn validate(nodes: &[Node<'_>], exports: &[Export<'_>]) -> Result<(), Error> {
         if !is_c_ident(e.name) {
             return Err(Error::BadName(e.name.to_string()));
         }
-        if exports[..i].iter().any(|f| f.name == e.name) {
+        if exports[..i].iter().any(|f| clashes(f, e)) {
             return Err(Error::Duplicate(e.name.to_string()));
         }
-        if !nodes.iter().any(|n| n.name == e.version) {
+        if !nodes.iter().any(|n| n.name == e.node()) {
             return Err(Error::UnknownNode {
                 name: e.name.to_string(),
                 version: e.version.to_string(),
@@ -265,9 +313,10 @@ fn validate(nodes: &[Node<'_>], exports: &[Export<'_>]) -> Result<(), Error> {
     Ok(())
 }
 
-/// The version script text: one block per node, in the given order, listing its exports
-/// (`NODE { global: a; b; } PARENT;`). No `local: *;`: rustc's own script already hides
-/// everything it does not export, and a second catch-all would fight it.
+/// The version script text: one block per node, in the given order, listing its default
+/// exports (`NODE { global: a; b; } PARENT;`). Compat versions are not listed: `.symver` names
+/// their node and rust-lld exports such a symbol as it is. No `local: *;`: rustc's own script
+/// already hides everything it does not export, and a second catch-all would fight it.
 pub fn version_script(nodes: &[Node<'_>], exports: &[Export<'_>]) -> Result<String, Error> {
     validate(nodes, exports)?;
     let mut s = String::from("/* generated by bypass-cabi-build */\n");
@@ -295,8 +344,10 @@ pub fn version_script(nodes: &[Node<'_>], exports: &[Export<'_>]) -> Result<Stri
     Ok(s)
 }
 
-/// The linker arguments (without the `cargo:` prefix): the soname, the version script, and one
-/// `--defsym=NAME=<impl_prefix>NAME` alias per export.
+/// The linker arguments (without the `cargo:` prefix): the soname, the version script, one
+/// `--defsym=NAME=<impl_prefix>NAME` alias per default export, and per compat export a
+/// `--defsym` of a throwaway local name to its trampoline, which fails the link ("undefined
+/// symbol") when the crate forgot to `include!` the [`compat_source`] file.
 pub fn link_args(
     soname: &str,
     impl_prefix: &str,
@@ -307,18 +358,56 @@ pub fn link_args(
         format!("-Wl,-soname,{soname}"),
         format!("-Wl,--version-script={}", script.display()),
     ];
-    args.extend(
-        exports
-            .iter()
-            .map(|e| format!("-Wl,--defsym={}={impl_prefix}{}", e.name, e.name)),
-    );
+    for e in exports {
+        if e.is_compat() {
+            let t = trampoline_name(e.name, e.node());
+            args.push(format!("-Wl,--defsym={t}_included={t}"));
+        } else {
+            args.push(format!(
+                "-Wl,--defsym={}={}",
+                e.name,
+                e.impl_name(impl_prefix)
+            ));
+        }
+    }
     args
 }
 
-/// From a build script: writes `OUT_DIR/<soname>.map` and prints the
-/// `cargo:rustc-cdylib-link-arg=` lines that give the cdylib the soname, the version script and
-/// the aliases. Each export `NAME` must be implemented in the crate as
-/// `#[unsafe(no_mangle)] pub extern "C" fn <impl_prefix>NAME`. Returns the script's path.
+/// Rust source defining the compat exports: per export `name@NODE`, a `global_asm!` trampoline
+/// that jumps to [`compat_impl_name`] and a `.symver` that names it `name@NODE` (`.symver` only
+/// binds a symbol defined in the same assembly, hence the trampoline rather than the Rust
+/// function itself). Empty when there is none. [`link_versioned`] writes it to
+/// `OUT_DIR/cabi_compat.rs`; a crate with compat exports includes it once at its root with
+/// `include!(concat!(env!("OUT_DIR"), "/cabi_compat.rs"));`. x86-64 and aarch64 only.
+pub fn compat_source(impl_prefix: &str, exports: &[Export<'_>]) -> String {
+    let mut s = String::new();
+    for e in exports.iter().filter(|e| e.is_compat()) {
+        let t = trampoline_name(e.name, e.node());
+        let target = e.impl_name(impl_prefix);
+        let (name, node) = (e.name, e.node());
+        let body = |ty: &str, jump: &str| {
+            format!(
+                "core::arch::global_asm!(\".text\", \".globl {t}\", \".type {t},{ty}\", \
+                 \"{t}:\", \"{jump} {target}\", \".size {t}, . - {t}\", \
+                 \".symver {t}, {name}@{node}\");"
+            )
+        };
+        let _ = writeln!(
+            s,
+            "// {name}@{node} -> {target}\n#[cfg(target_arch = \"x86_64\")]\n{}\n\
+             #[cfg(target_arch = \"aarch64\")]\n{}",
+            body("@function", "jmp"),
+            body("%function", "b"),
+        );
+    }
+    s
+}
+
+/// From a build script: writes `OUT_DIR/<soname>.map` and `OUT_DIR/cabi_compat.rs` (see
+/// [`compat_source`]) and prints the `cargo:rustc-cdylib-link-arg=` lines that give the cdylib
+/// the soname, the version script and the aliases. Each export must be implemented in the crate
+/// as `#[unsafe(no_mangle)] pub extern "C" fn` named [`Export::impl_name`]. Returns the
+/// script's path.
 ///
 /// What the `.so` then holds (measured with rust-lld, rustc 1.95): each `NAME@@NODE` alias, and
 /// the private `<impl_prefix>NAME` symbols too, unversioned (`Base`), since rustc's own script
@@ -340,6 +429,11 @@ pub fn link_versioned(
     let path = Path::new(&out).join(format!("{soname}.map"));
     std::fs::write(&path, text).map_err(|source| Error::Io {
         path: path.clone(),
+        source,
+    })?;
+    let compat = Path::new(&out).join("cabi_compat.rs");
+    std::fs::write(&compat, compat_source(impl_prefix, exports)).map_err(|source| Error::Io {
+        path: compat.clone(),
         source,
     })?;
     for arg in link_args(soname, impl_prefix, &path, exports) {
@@ -510,5 +604,39 @@ mod tests {
                 "-Wl,--defsym=ibv_x=__bypass_impl_ibv_x".to_string(),
             ]
         );
+    }
+
+    #[test]
+    fn compat_versions_sit_next_to_one_default() {
+        let e = parse_symbol_list("f V_1.2\nf @V_1.0\n").unwrap();
+        assert!(e[1].export().is_compat() && e[1].export().node() == "V_1.0");
+        assert!(matches!(
+            parse_symbol_list("f @V_1.0\nf V_1.0"),
+            Err(Error::Duplicate(_))
+        ));
+        assert!(matches!(
+            parse_symbol_list("f @V_1.0\nf @V_1.0"),
+            Err(Error::Duplicate(_))
+        ));
+        assert!(matches!(parse_symbol_list("f @V{"), Err(Error::BadNode(_))));
+        let ex: Vec<Export<'_>> = e.iter().map(SymbolEntry::export).collect();
+        assert_eq!(nodes_for(&ex), Node::chain(&["V_1.0", "V_1.2"]));
+        let script = version_script(&nodes_for(&ex), &ex).unwrap();
+        assert!(
+            script.contains("V_1.0 {\n};")
+                && script.contains("V_1.2 {\n  global:\n    f;\n} V_1.0;")
+        );
+        let args = link_args("l.so.1", "__p_", Path::new("m"), &ex);
+        assert_eq!(args[2], "-Wl,--defsym=f=__p_f");
+        assert_eq!(
+            args[3],
+            "-Wl,--defsym=__cabi_compat_f__V_1_0_included=__cabi_compat_f__V_1_0"
+        );
+        let src = compat_source("__p_", &ex);
+        assert!(
+            src.contains("\"jmp __p_f__V_1_0\"")
+                && src.contains("\".symver __cabi_compat_f__V_1_0, f@V_1.0\"")
+        );
+        assert_eq!(compat_source("__p_", &ex[..1]), "");
     }
 }

@@ -8,11 +8,13 @@ use std::ffi::CString;
 use std::path::PathBuf;
 use std::process::Command;
 
-const FIXTURE_EXPORTS: [(&str, &str, i32); 4] = [
-    ("fix_one", "FIX_1.0", 1),
-    ("fix_two", "FIX_1.1", 2),
-    ("fix_ten", "FIX_1.10", 10),
-    ("fix_private", "FIX_PRIVATE_7", 7),
+/// (name, node, default?, value the function returns).
+const FIXTURE_EXPORTS: [(&str, &str, bool, i32); 5] = [
+    ("fix_one", "FIX_1.0", true, 1),
+    ("fix_two", "FIX_1.1", true, 2),
+    ("fix_two", "FIX_1.0", false, 20),
+    ("fix_ten", "FIX_1.10", true, 10),
+    ("fix_private", "FIX_PRIVATE_7", true, 7),
 ];
 
 fn have_tool(name: &str) -> bool {
@@ -78,21 +80,26 @@ fn exports_carry_their_version_nodes_and_soname() {
         return;
     }
     let so = build_fixture();
-    // `readelf --dyn-syms -W` prints defined versioned symbols as `name@@NODE`.
+    // `readelf --dyn-syms -W` prints defined symbols as `name@@NODE` (default) / `name@NODE`.
     let dynsyms = tool_output("readelf", &["--dyn-syms", "-W"], &so);
-    for (name, node, _) in FIXTURE_EXPORTS {
-        let want = format!("{name}@@{node}");
+    for (name, node, default, _) in FIXTURE_EXPORTS {
+        let want = format!("{name}{}{node}", if default { "@@" } else { "@" });
         assert!(
             dynsyms.split_whitespace().any(|w| w == want),
             "{want} missing from readelf --dyn-syms:\n{dynsyms}"
         );
     }
-    // `objdump -T` columns: ... SECTION SIZE VERSION NAME.
+    // `objdump -T` columns: ... SECTION SIZE VERSION NAME, VERSION in parentheses if hidden.
     let objdump = tool_output("objdump", &["-T"], &so);
-    for (name, node, _) in FIXTURE_EXPORTS {
+    for (name, node, default, _) in FIXTURE_EXPORTS {
+        let shown = if default {
+            node.to_string()
+        } else {
+            format!("({node})")
+        };
         let found = objdump.lines().any(|l| {
             let c: Vec<&str> = l.split_whitespace().collect();
-            c.len() >= 2 && c[c.len() - 1] == name && c[c.len() - 2] == node && l.contains(".text")
+            c.len() >= 2 && c[c.len() - 1] == name && c[c.len() - 2] == shown && l.contains(".text")
         });
         assert!(found, "objdump -T lacks {name} at {node}:\n{objdump}");
     }
@@ -110,7 +117,7 @@ fn dlvsym_finds_each_export_at_its_node_only() {
     // SAFETY: dlopen gets a NUL-terminated path; the fixture has no constructors.
     let handle = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
     assert!(!handle.is_null(), "dlopen {} failed", so.display());
-    for (name, node, value) in FIXTURE_EXPORTS {
+    for (name, node, _, value) in FIXTURE_EXPORTS {
         let cname = CString::new(name).expect("no NUL");
         let cnode = CString::new(node).expect("no NUL");
         // SAFETY: handle is live; both strings are NUL-terminated.
@@ -124,6 +131,14 @@ fn dlvsym_finds_each_export_at_its_node_only() {
         let none = unsafe { libc::dlvsym(handle, cname.as_ptr(), wrong.as_ptr()) };
         assert!(none.is_null(), "dlvsym({name}, FIX_9.9) should fail");
     }
+    // Plain dlsym binds the default version, as a new link would.
+    let two = CString::new("fix_two").expect("no NUL");
+    // SAFETY: handle is live; the string is NUL-terminated.
+    let sym = unsafe { libc::dlsym(handle, two.as_ptr()) };
+    assert!(!sym.is_null(), "dlsym(fix_two) found nothing");
+    // SAFETY: as above, the export is `extern "C" fn() -> i32`.
+    let f: extern "C" fn() -> i32 = unsafe { std::mem::transmute(sym) };
+    assert_eq!(f(), 2, "dlsym(fix_two) should bind fix_two@@FIX_1.1");
     // SAFETY: handle came from dlopen and no pointer from it is used after this.
     unsafe { libc::dlclose(handle) };
 }
