@@ -10,10 +10,11 @@
 # `cargo build -p bypass-standin-mlx5 -p bypass-standin-efa` built; DEST defaults to
 # TARGETDIR/abi. Each ABI_LIBS entry `CARGO_FILE:SONAME` is copied TARGETDIR/CARGO_FILE ->
 # DEST/SONAME (through a temporary name and mv, so a process that has the old file mapped keeps
-# it); a missing CARGO_FILE is an error naming the package to build. Add libibverbs to ABI_LIBS
-# here once bypass-ibverbs builds it. Touches nothing outside DEST.
+# it); a missing CARGO_FILE is an error naming the package to build. Touches nothing outside
+# DEST.
 
 ABI_LIBS=(
+    "libibverbs.so:libibverbs.so.1" # bypass-ibverbs (ibverbs)
     "libmlx5.so:libmlx5.so.1"   # bypass-standin-mlx5 (standins/mlx5)
     "libefa.so:libefa.so.1"     # bypass-standin-efa (standins/efa)
 )

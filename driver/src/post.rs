@@ -17,6 +17,9 @@ use bypass_hw::wqe::{Av, DgramParams, WqeOpcode};
 
 /// One gather/scatter entry: `length` bytes at `addr` (an address inside a registered region)
 /// under local key `lkey`.
+/// `#[repr(C)]`: the layout of `struct ibv_sge`, so the C library hands a program's SGE
+/// array to the driver as it is.
+#[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Sge {
     /// Address inside the memory region (the region's start address plus an offset).

@@ -1,0 +1,77 @@
+//! The per-object lock the verbs ABI forces: libibverbs lets any thread post to a QP or poll
+//! a CQ, so the driver's `&mut` object behind a C handle is taken under a spin lock.
+//!
+//! Owns: [`SpinCell`], an uncontended compare-and-swap and a release store around each
+//! access (what rdma-core's mlx5 provider does with `mlx5_spin_lock` on every post and poll,
+//! unless `MLX5_SINGLE_THREADED` is set).
+//! Must not: be held across a blocking wait (completion-channel reads, firmware commands
+//! that wait for an interrupt run on objects that are not posted to concurrently).
+//!
+//! Sources: rdma-core `providers/mlx5/mlx5.h` (`mlx5_spin_lock`/`mlx5_spin_unlock`).
+
+use std::cell::UnsafeCell;
+use std::ops::{Deref, DerefMut};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// A value reached by one thread at a time.
+pub(crate) struct SpinCell<T> {
+    locked: AtomicBool,
+    value: UnsafeCell<T>,
+}
+
+// SAFETY: the value is only reached through a `SpinGuard`, which the flag makes exclusive;
+// moving it between threads needs `T: Send`, as a `Mutex<T>` does.
+unsafe impl<T: Send> Sync for SpinCell<T> {}
+
+impl<T> SpinCell<T> {
+    /// A cell holding `value`, unlocked.
+    pub(crate) const fn new(value: T) -> Self {
+        Self {
+            locked: AtomicBool::new(false),
+            value: UnsafeCell::new(value),
+        }
+    }
+
+    /// Waits (spinning) until no other thread holds the value, then holds it.
+    #[inline]
+    pub(crate) fn lock(&self) -> SpinGuard<'_, T> {
+        while self
+            .locked
+            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            std::hint::spin_loop();
+        }
+        SpinGuard { cell: self }
+    }
+}
+
+/// Exclusive access to a [`SpinCell`]'s value until dropped.
+pub(crate) struct SpinGuard<'a, T> {
+    cell: &'a SpinCell<T>,
+}
+
+impl<T> Deref for SpinGuard<'_, T> {
+    type Target = T;
+    #[inline]
+    fn deref(&self) -> &T {
+        // SAFETY: the guard's existence means this thread set the flag and no other guard
+        // exists.
+        unsafe { &*self.cell.value.get() }
+    }
+}
+
+impl<T> DerefMut for SpinGuard<'_, T> {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut T {
+        // SAFETY: as in `deref`; `&mut self` makes this the only reference through the guard.
+        unsafe { &mut *self.cell.value.get() }
+    }
+}
+
+impl<T> Drop for SpinGuard<'_, T> {
+    #[inline]
+    fn drop(&mut self) {
+        self.cell.locked.store(false, Ordering::Release);
+    }
+}

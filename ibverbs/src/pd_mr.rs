@@ -1,0 +1,282 @@
+//! Protection domains and memory regions over the program's own memory.
+//!
+//! Owns: `ibv_alloc_pd` / `ibv_dealloc_pd`, `ibv_reg_mr` / `ibv_reg_mr_iova2` /
+//! `ibv_dereg_mr` / `ibv_rereg_mr`, and [`Pd`] / [`Mr`], the C objects with the driver's
+//! behind them. A registration is the driver's application-memory MR (`UserMr`): the pages
+//! are mapped for the device (pinned, `MADV_DONTFORK`), an MTT mkey covers exactly the bytes
+//! asked for, from the IOVA asked for; the program's memory is never copied.
+//! Must not: touch the registered bytes.
+//!
+//! Sources: rdma-core `libibverbs/verbs.c` (`ibv_reg_mr_iova2`: the access flags it accepts,
+//! IBV_ACCESS_OPTIONAL_RANGE bits ignored where unsupported; `ibv_dereg_mr` EBUSY while in
+//! use is the kernel's), `man 3 ibv_reg_mr` (EINVAL for bad access flags: remote write or
+//! atomic without local write).
+
+use std::ffi::{c_int, c_void};
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use bypass_driver::hw::cmd::mkey::MkeyAccess;
+use bypass_driver::pd::Pd as DriverPd;
+use bypass_driver::user_mr::UserMr;
+
+use crate::abi::{self, ibv_context, ibv_mr, ibv_pd};
+use crate::context::Context;
+use crate::ffi::{errno_of, guard, set_errno};
+
+/// A protection domain: `ibv` first, so the program's `*mut ibv_pd` is a `*mut Pd`.
+#[repr(C)]
+pub(crate) struct Pd {
+    pub(crate) ibv: ibv_pd,
+    pub(crate) pd: Arc<DriverPd>,
+}
+
+impl Pd {
+    /// The PD behind a program's pointer.
+    ///
+    /// # Safety
+    /// `pd` from `ibv_alloc_pd`, not yet deallocated.
+    pub(crate) unsafe fn from_ibv<'a>(pd: *mut ibv_pd) -> &'a Pd {
+        // SAFETY: `ibv` is the first field of the `#[repr(C)]` box (the caller's contract).
+        unsafe { &*pd.cast::<Pd>() }
+    }
+
+    /// The context it was allocated on.
+    pub(crate) fn context(&self) -> &Context {
+        // SAFETY: a PD's context outlives it (the program must destroy PDs before closing).
+        unsafe { Context::from_ibv(self.ibv.context) }
+    }
+}
+
+/// A memory region: `ibv` first.
+#[repr(C)]
+pub(crate) struct Mr {
+    ibv: ibv_mr,
+    mr: UserMr,
+}
+
+/// `ibv_alloc_pd`: NULL with errno on failure.
+///
+/// # Safety
+/// `ctx` from `ibv_open_device`.
+#[unsafe(export_name = "__bypass_ibv_alloc_pd")]
+pub unsafe extern "C" fn ibv_alloc_pd(ctx: *mut ibv_context) -> *mut ibv_pd {
+    guard(std::ptr::null_mut(), || {
+        if ctx.is_null() {
+            set_errno(libc::EINVAL);
+            return std::ptr::null_mut();
+        }
+        // SAFETY: the caller's contract.
+        let c = unsafe { Context::from_ibv(ctx) };
+        match DriverPd::alloc(&c.open.hca) {
+            Ok(pd) => {
+                let ibv = ibv_pd {
+                    context: ctx,
+                    handle: pd.pdn(),
+                };
+                Box::into_raw(Box::new(Pd { ibv, pd })).cast()
+            }
+            Err(e) => {
+                set_errno(errno_of(&e));
+                std::ptr::null_mut()
+            }
+        }
+    })
+}
+
+/// `ibv_dealloc_pd`: 0, or an errno (EBUSY while objects use it: the driver PD is shared by
+/// them and goes when the last of them does; the C object goes now).
+///
+/// # Safety
+/// `pd` from `ibv_alloc_pd`, not used again.
+#[unsafe(export_name = "__bypass_ibv_dealloc_pd")]
+pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
+    guard(libc::EIO, || {
+        if pd.is_null() {
+            return libc::EINVAL;
+        }
+        // SAFETY: the caller's contract: `pd` is a boxed `Pd`.
+        let p = unsafe { &*pd.cast::<Pd>() };
+        if Arc::strong_count(&p.pd) > 1 {
+            return libc::EBUSY;
+        }
+        // SAFETY: leaked from a `Box` in `ibv_alloc_pd`; given back now.
+        drop(unsafe { Box::from_raw(pd.cast::<Pd>()) });
+        0
+    })
+}
+
+/// `IBV_ACCESS_OPTIONAL_RANGE` (`verbs.h`: the bits from `IBV_ACCESS_OPTIONAL_FIRST`, 1 << 20,
+/// up to bit 29): hints a provider may ignore, which bypass does.
+const IBV_ACCESS_OPTIONAL_RANGE: u32 = 0x3ff0_0000;
+
+/// The mkey access of `ibv_access_flags`, or None for a combination libibverbs refuses.
+pub(crate) fn mkey_access(access: c_int) -> Option<MkeyAccess> {
+    let a = u32::try_from(access).ok()?;
+    let remote = abi::IBV_ACCESS_REMOTE_WRITE | abi::IBV_ACCESS_REMOTE_ATOMIC;
+    if a & remote != 0 && a & abi::IBV_ACCESS_LOCAL_WRITE == 0 {
+        return None;
+    }
+    let known = abi::IBV_ACCESS_LOCAL_WRITE
+        | abi::IBV_ACCESS_REMOTE_WRITE
+        | abi::IBV_ACCESS_REMOTE_READ
+        | abi::IBV_ACCESS_REMOTE_ATOMIC
+        | abi::IBV_ACCESS_RELAXED_ORDERING
+        | IBV_ACCESS_OPTIONAL_RANGE;
+    if a & !known != 0 {
+        return None;
+    }
+    let mut m = MkeyAccess::empty();
+    if a & abi::IBV_ACCESS_LOCAL_WRITE != 0 {
+        m |= MkeyAccess::LOCAL_WRITE;
+    }
+    if a & abi::IBV_ACCESS_REMOTE_WRITE != 0 {
+        m |= MkeyAccess::REMOTE_WRITE;
+    }
+    if a & abi::IBV_ACCESS_REMOTE_READ != 0 {
+        m |= MkeyAccess::REMOTE_READ;
+    }
+    if a & abi::IBV_ACCESS_REMOTE_ATOMIC != 0 {
+        m |= MkeyAccess::REMOTE_ATOMIC;
+    }
+    Some(m)
+}
+
+fn reg(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    len: usize,
+    iova: Option<u64>,
+    access: c_int,
+) -> *mut ibv_mr {
+    if pd.is_null() {
+        set_errno(libc::EINVAL);
+        return std::ptr::null_mut();
+    }
+    let (Some(m), Some(a)) = (mkey_access(access), NonNull::new(addr.cast::<u8>())) else {
+        set_errno(libc::EINVAL);
+        return std::ptr::null_mut();
+    };
+    if len == 0 {
+        set_errno(libc::EINVAL);
+        return std::ptr::null_mut();
+    }
+    // SAFETY: `pd` from `ibv_alloc_pd` (the exported verbs' contract).
+    let p = unsafe { Pd::from_ibv(pd) };
+    // SAFETY: libibverbs' contract for `ibv_reg_mr`: the range is the program's memory and
+    // stays mapped until `ibv_dereg_mr`; the device reaches it as the access flags allow,
+    // which is exactly `UserMr::register`'s contract.
+    match unsafe { UserMr::register(&p.pd, a, len, iova, m) } {
+        Ok(mr) => {
+            let ibv = ibv_mr {
+                context: p.ibv.context,
+                pd,
+                addr,
+                length: len,
+                handle: mr.lkey(),
+                lkey: mr.lkey(),
+                rkey: mr.rkey(),
+            };
+            Box::into_raw(Box::new(Mr { ibv, mr })).cast()
+        }
+        Err(e) => {
+            set_errno(errno_of(&e));
+            std::ptr::null_mut()
+        }
+    }
+}
+
+/// `ibv_reg_mr` (the exported form behind the macro): `len` bytes at `addr`, addressed from
+/// `addr`. NULL with errno on failure.
+///
+/// # Safety
+/// `pd` from `ibv_alloc_pd`; `addr..addr+len` the program's memory, mapped until
+/// `ibv_dereg_mr`.
+#[unsafe(export_name = "__bypass_ibv_reg_mr")]
+pub unsafe extern "C" fn ibv_reg_mr(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    len: usize,
+    access: c_int,
+) -> *mut ibv_mr {
+    guard(std::ptr::null_mut(), || reg(pd, addr, len, None, access))
+}
+
+/// `ibv_reg_mr_iova2`: as `ibv_reg_mr`, addressed from `iova` (same page offset as `addr`).
+///
+/// # Safety
+/// As `ibv_reg_mr`.
+#[unsafe(export_name = "__bypass_ibv_reg_mr_iova2")]
+pub unsafe extern "C" fn ibv_reg_mr_iova2(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    len: usize,
+    iova: u64,
+    access: u32,
+) -> *mut ibv_mr {
+    guard(std::ptr::null_mut(), || {
+        reg(
+            pd,
+            addr,
+            len,
+            Some(iova),
+            c_int::try_from(access).unwrap_or(-1),
+        )
+    })
+}
+
+/// `ibv_reg_mr_iova` (IBVERBS_1.7's name of the same verb).
+///
+/// # Safety
+/// As `ibv_reg_mr`.
+#[unsafe(export_name = "__bypass_ibv_reg_mr_iova")]
+pub unsafe extern "C" fn ibv_reg_mr_iova(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    len: usize,
+    iova: u64,
+    access: c_int,
+) -> *mut ibv_mr {
+    guard(std::ptr::null_mut(), || {
+        reg(pd, addr, len, Some(iova), access)
+    })
+}
+
+/// `ibv_dereg_mr`: 0 or an errno; on EBUSY (the device may still reach the pages) the MR
+/// stays valid.
+///
+/// # Safety
+/// `mr` from `ibv_reg_mr*`, not used again on success.
+#[unsafe(export_name = "__bypass_ibv_dereg_mr")]
+pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
+    guard(libc::EIO, || {
+        if mr.is_null() {
+            return libc::EINVAL;
+        }
+        // SAFETY: leaked from a `Box<Mr>` in `reg` (the caller's contract), given back now.
+        let m = unsafe { Box::from_raw(mr.cast::<Mr>()) };
+        match m.mr.deregister() {
+            Ok(()) => 0,
+            Err(e) => errno_of(&e),
+        }
+    })
+}
+
+/// `ibv_rereg_mr`: not supported; `IBV_REREG_MR_ERR_INPUT` tells the program the MR is
+/// unchanged and still valid (as `man 3 ibv_rereg_mr` documents).
+///
+/// # Safety
+/// Any arguments: none is read.
+#[unsafe(export_name = "__bypass_ibv_rereg_mr")]
+pub unsafe extern "C" fn ibv_rereg_mr(
+    mr: *mut ibv_mr,
+    flags: c_int,
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    len: usize,
+    access: c_int,
+) -> c_int {
+    let _ = (mr, flags, pd, addr, len, access);
+    set_errno(libc::EOPNOTSUPP);
+    abi::IBV_REREG_MR_ERR_INPUT
+}
