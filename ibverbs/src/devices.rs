@@ -4,7 +4,8 @@
 //! Owns: parsing `BYPASS_DEVICE` (a comma-separated list of `sim`, `udp:ADDR[:PORT]`,
 //! `vfio:BDF`; `sim` when unset), the process-wide table of [`Device`]s named `bypass0`,
 //! `bypass1`, … (made once, never freed: libibverbs' devices live as long as the process),
-//! and [`Device::open`], which brings the HCA up or returns the one already up.
+//! and [`Device::open`], which brings the HCA up or returns the one already up. A UDP
+//! device records its packets to `BYPASS_PCAP` when that is set (`.N` appended for device N).
 //! Must not: hold a context's objects (they live in `context.rs` and its children).
 //!
 //! Sources: rdma-core `libibverbs/device.c` (`ibv_get_device_list` returns a NULL-terminated
@@ -179,10 +180,16 @@ impl Device {
                 Ok(fabric.add_device(profile)? as Arc<dyn Backend>)
             }
             DeviceSpec::Udp(addr) => {
-                let link = UdpLink::bind(*addr).map_err(|e| {
+                let mut link = UdpLink::bind(*addr).map_err(|e| {
                     eprintln!("bypass libibverbs: {}: {e}", self.spec);
                     unsupported("binding the UDP link")
                 })?;
+                if let Some(path) = pcap_path(self.index) {
+                    link.record_pcap(&path).map_err(|e| {
+                        eprintln!("bypass libibverbs: BYPASS_PCAP {}: {e}", path.display());
+                        unsupported("recording the pcap BYPASS_PCAP names")
+                    })?;
+                }
                 let profile = link.profile();
                 let fabric = SimFabric::udp(u64::from(self.index) + 1, link).map_err(|e| {
                     eprintln!("bypass libibverbs: {}: {e}", self.spec);
@@ -192,6 +199,17 @@ impl Device {
             }
         }
     }
+}
+
+/// Where device `index`'s packets are recorded: `BYPASS_PCAP` for the first device, with
+/// `.N` appended for device N > 0 (UDP devices only: an in-process fabric has no wire).
+fn pcap_path(index: u32) -> Option<std::path::PathBuf> {
+    let base = std::env::var_os("BYPASS_PCAP")?;
+    let mut p = std::path::PathBuf::from(base);
+    if index > 0 {
+        p.as_mut_os_string().push(format!(".{index}"));
+    }
+    Some(p)
 }
 
 /// The stepped fabric every `sim` device of the list is on (one seed, so a run replays). Kept
