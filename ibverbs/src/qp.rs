@@ -819,6 +819,49 @@ unsafe fn post_one(q: &mut DriverQp, wr: &ibv_send_wr) -> Result<(), c_int> {
     q.post_send(&s).map_err(|e| post_errno(&e))
 }
 
+/// Walks a program's linked list of work requests from `head`, posting each with `post`:
+/// 0, or the errno of the first one refused, which `*bad` then names (those before it are
+/// posted).
+///
+/// # Safety
+/// `head` is NULL or the first of the program's readable list, each `next` of which is
+/// NULL or readable; `bad` is NULL or writable.
+#[inline]
+pub(crate) unsafe fn post_list<W>(
+    head: *mut W,
+    bad: *mut *mut W,
+    next: impl Fn(&W) -> *mut W,
+    mut post: impl FnMut(&W) -> Result<(), c_int>,
+) -> c_int {
+    let mut cur = head;
+    while !cur.is_null() {
+        // SAFETY: the caller's contract: every element of the list is readable.
+        let w = unsafe { &*cur };
+        if let Err(e) = post(w) {
+            if !bad.is_null() {
+                // SAFETY: writable (the caller's contract).
+                unsafe { *bad = cur };
+            }
+            return e;
+        }
+        cur = next(w);
+    }
+    0
+}
+
+/// The request's SGEs as a driver receive.
+///
+/// # Safety
+/// The request's `sg_list` is readable for `num_sge` entries.
+#[inline]
+pub(crate) unsafe fn recv_wr(w: &ibv_recv_wr) -> RecvWr<'_> {
+    RecvWr {
+        wr_id: w.wr_id,
+        // SAFETY: the caller's contract.
+        sges: unsafe { sges(w.sg_list, w.num_sge) },
+    }
+}
+
 /// The `post_send` ops slot (`ibv_post_send`): every request of the list, in order; 0, or
 /// the errno of the first one refused, which `*bad_wr` names (those before it are posted).
 pub(crate) unsafe extern "C" fn post_send(
@@ -836,21 +879,9 @@ pub(crate) unsafe extern "C" fn post_send(
         let Some(dq) = g.as_mut() else {
             return libc::EINVAL;
         };
-        let mut cur = wr;
-        while !cur.is_null() {
-            // SAFETY: the program's list of readable requests.
-            let w = unsafe { &*cur };
-            // SAFETY: as above.
-            if let Err(e) = unsafe { post_one(dq, w) } {
-                if !bad_wr.is_null() {
-                    // SAFETY: writable (the caller's contract).
-                    unsafe { *bad_wr = cur };
-                }
-                return e;
-            }
-            cur = w.next;
-        }
-        0
+        // SAFETY: the program's list of requests (libibverbs' contract), each posted with
+        // its SGEs and AH valid.
+        unsafe { post_list(wr, bad_wr, |w| w.next, |w| post_one(dq, w)) }
     })
 }
 
@@ -870,24 +901,14 @@ pub(crate) unsafe extern "C" fn post_recv(
         let Some(dq) = g.as_mut() else {
             return libc::EINVAL;
         };
-        let mut cur = wr;
-        while !cur.is_null() {
-            // SAFETY: the program's list of readable requests.
-            let w = unsafe { &*cur };
-            let r = RecvWr {
-                wr_id: w.wr_id,
-                // SAFETY: the request's SGE list (libibverbs' contract).
-                sges: unsafe { sges(w.sg_list, w.num_sge) },
-            };
-            if let Err(e) = dq.post_recv(&r) {
-                if !bad_wr.is_null() {
-                    // SAFETY: writable (the caller's contract).
-                    unsafe { *bad_wr = cur };
-                }
-                return post_errno(&e);
-            }
-            cur = w.next;
+        // SAFETY: the program's list of receives (libibverbs' contract).
+        unsafe {
+            post_list(
+                wr,
+                bad_wr,
+                |w| w.next,
+                |w| dq.post_recv(&recv_wr(w)).map_err(|e| post_errno(&e)),
+            )
         }
-        0
     })
 }
