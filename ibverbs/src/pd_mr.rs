@@ -10,7 +10,8 @@
 //! Sources: rdma-core `libibverbs/verbs.c` (`ibv_reg_mr_iova2`: the access flags it accepts,
 //! IBV_ACCESS_OPTIONAL_RANGE bits ignored where unsupported; `ibv_dereg_mr` EBUSY while in
 //! use is the kernel's), `man 3 ibv_reg_mr` (EINVAL for bad access flags: remote write or
-//! atomic without local write).
+//! atomic without local write), the kernel's `ib_check_mr_access` (`include/rdma/ib_verbs.h`:
+//! which flags it accepts, EOPNOTSUPP for on-demand paging on a device without it).
 
 use std::ffi::{c_int, c_void};
 use std::ptr::NonNull;
@@ -110,21 +111,33 @@ pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
 /// up to bit 29): hints a provider may ignore, which bypass does.
 const IBV_ACCESS_OPTIONAL_RANGE: u32 = 0x3ff0_0000;
 
-/// The mkey access of `ibv_access_flags`, or None for a combination libibverbs refuses.
-pub(crate) fn mkey_access(access: c_int) -> Option<MkeyAccess> {
-    let a = u32::try_from(access).ok()?;
+/// The mkey access of `ibv_access_flags`, or the errno the kernel's `ib_check_mr_access`
+/// gives: EINVAL for remote write or atomic without local write and for unknown bits,
+/// EOPNOTSUPP for on-demand paging (bypass pins every registration). `IBV_ACCESS_MW_BIND`
+/// only permits binding memory windows to the MR, and bypass allocates none
+/// (`ibv_alloc_mw` is EOPNOTSUPP), so it grants nothing; `IBV_ACCESS_HUGETLB` says the
+/// pages are huge pages, which pinning does not need to know: both are accepted, as the
+/// kernel does.
+pub(crate) fn mkey_access(access: c_int) -> Result<MkeyAccess, c_int> {
+    let a = u32::try_from(access).map_err(|_| libc::EINVAL)?;
     let remote = abi::IBV_ACCESS_REMOTE_WRITE | abi::IBV_ACCESS_REMOTE_ATOMIC;
     if a & remote != 0 && a & abi::IBV_ACCESS_LOCAL_WRITE == 0 {
-        return None;
+        return Err(libc::EINVAL);
     }
     let known = abi::IBV_ACCESS_LOCAL_WRITE
         | abi::IBV_ACCESS_REMOTE_WRITE
         | abi::IBV_ACCESS_REMOTE_READ
         | abi::IBV_ACCESS_REMOTE_ATOMIC
+        | abi::IBV_ACCESS_MW_BIND
+        | abi::IBV_ACCESS_ON_DEMAND
+        | abi::IBV_ACCESS_HUGETLB
         | abi::IBV_ACCESS_RELAXED_ORDERING
         | IBV_ACCESS_OPTIONAL_RANGE;
     if a & !known != 0 {
-        return None;
+        return Err(libc::EINVAL);
+    }
+    if a & abi::IBV_ACCESS_ON_DEMAND != 0 {
+        return Err(libc::EOPNOTSUPP);
     }
     let mut m = MkeyAccess::empty();
     if a & abi::IBV_ACCESS_LOCAL_WRITE != 0 {
@@ -139,7 +152,7 @@ pub(crate) fn mkey_access(access: c_int) -> Option<MkeyAccess> {
     if a & abi::IBV_ACCESS_REMOTE_ATOMIC != 0 {
         m |= MkeyAccess::REMOTE_ATOMIC;
     }
-    Some(m)
+    Ok(m)
 }
 
 fn reg(
@@ -153,7 +166,14 @@ fn reg(
         set_errno(libc::EINVAL);
         return std::ptr::null_mut();
     }
-    let (Some(m), Some(a)) = (mkey_access(access), NonNull::new(addr.cast::<u8>())) else {
+    let m = match mkey_access(access) {
+        Ok(m) => m,
+        Err(e) => {
+            set_errno(e);
+            return std::ptr::null_mut();
+        }
+    };
+    let Some(a) = NonNull::new(addr.cast::<u8>()) else {
         set_errno(libc::EINVAL);
         return std::ptr::null_mut();
     };
