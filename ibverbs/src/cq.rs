@@ -259,6 +259,13 @@ fn create(
         set_errno(libc::EINVAL);
         return std::ptr::null_mut();
     };
+    // The kernel's checks (`create_cq` in `uverbs_cmd.c`: a vector the device lacks;
+    // `mlx5_ib_create_cq`: more entries than the `max_cqe` query reports): EINVAL.
+    let max_cqe = 1u64 << c.open.hca.caps().log_max_cq_sz.min(31);
+    if u64::from(min) > max_cqe || vector >= c.open.hca.num_comp_vectors() {
+        set_errno(libc::EINVAL);
+        return std::ptr::null_mut();
+    }
     let config = CqConfig {
         comp_vector: vector,
         channel: ch.map(|c| &c.ch),
