@@ -288,9 +288,22 @@ pub unsafe extern "C" fn ibv_create_qp(
     })
 }
 
+/// The `ibv_qp_create_flags` a QP of type `qp_type` may be created with: on UD,
+/// `IBV_QP_CREATE_BLOCK_SELF_MCAST_LB`, which keeps a QP's own multicast sends from
+/// looping back to it; bypass attaches no QP to a multicast group (`ibv_attach_mcast` is
+/// EOPNOTSUPP), so no such loopback can happen and the flag holds as asked.
+fn supported_create_flags(qp_type: u32) -> u32 {
+    if qp_type == abi::IBV_QPT_UD {
+        abi::IBV_QP_CREATE_BLOCK_SELF_MCAST_LB
+    } else {
+        0
+    }
+}
+
 /// `verbs_context.create_qp_ex` (`ibv_create_qp_ex`): the PD must be given; send ops
-/// (`IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`) give the QP an `ibv_qp_ex`. Other create options
-/// (XRC, RSS, TSO, create flags) are EOPNOTSUPP.
+/// (`IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`) give the QP an `ibv_qp_ex`; create flags as
+/// [`supported_create_flags`]. Other create options (XRC, RSS, TSO, other create flags)
+/// are EOPNOTSUPP.
 pub(crate) unsafe extern "C" fn create_qp_ex(
     ctx: *mut abi::ibv_context,
     attr: *mut ibv_qp_init_attr_ex,
@@ -303,12 +316,20 @@ pub(crate) unsafe extern "C" fn create_qp_ex(
         }
         // SAFETY: the caller's contract.
         let a = unsafe { &mut *attr };
-        let known = abi::IBV_QP_INIT_ATTR_PD | abi::IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+        let known = abi::IBV_QP_INIT_ATTR_PD
+            | abi::IBV_QP_INIT_ATTR_SEND_OPS_FLAGS
+            | abi::IBV_QP_INIT_ATTR_CREATE_FLAGS;
         if a.comp_mask & abi::IBV_QP_INIT_ATTR_PD == 0 {
             set_errno(libc::EINVAL);
             return std::ptr::null_mut();
         }
-        if a.comp_mask & !known != 0 || a.create_flags != 0 {
+        if a.comp_mask & !known != 0 {
+            set_errno(libc::EOPNOTSUPP);
+            return std::ptr::null_mut();
+        }
+        if a.comp_mask & abi::IBV_QP_INIT_ATTR_CREATE_FLAGS != 0
+            && a.create_flags & !supported_create_flags(a.qp_type) != 0
+        {
             set_errno(libc::EOPNOTSUPP);
             return std::ptr::null_mut();
         }
