@@ -20,6 +20,7 @@ use std::ffi::c_int;
 use std::sync::atomic::Ordering;
 use std::sync::{Mutex, PoisonError};
 
+use bypass_driver::DriverError;
 use bypass_driver::hw::cmd::qp::{PathMtu, QpState};
 use bypass_driver::post::{
     Payload, PostError, RecvWr, RemoteAddr, SendFlags, SendOp, SendWr, Sge, UdDest,
@@ -127,6 +128,20 @@ struct CreateArgs {
     send_ops_flags: Option<u64>,
 }
 
+/// True when `cap` asks for no more than `ibv_query_device` reports (`max_qp_wr`,
+/// `max_sge`; `max_inline_data` is left to the driver's WQE sizing), as rdma-core's
+/// `mlx5_calc_wq_size` requires; the receive side is not used on an SRQ.
+fn caps_within_limits(pd: &Pd, cap: &abi::ibv_qp_cap, on_srq: bool) -> bool {
+    // SAFETY: all-zero is a valid `ibv_device_attr` (C data).
+    let mut d: abi::ibv_device_attr = unsafe { std::mem::zeroed() };
+    crate::query::device_attr(&pd.context().open.hca, &mut d);
+    let wr = u32::try_from(d.max_qp_wr).unwrap_or(0);
+    let sge = u32::try_from(d.max_sge).unwrap_or(0);
+    cap.max_send_wr <= wr
+        && cap.max_send_sge <= sge
+        && (on_srq || (cap.max_recv_wr <= wr && cap.max_recv_sge <= sge))
+}
+
 /// Creates the QP; its actual caps are written to `cap_out`. NULL with errno on failure.
 fn create(a: &CreateArgs, cap_out: &mut abi::ibv_qp_cap) -> *mut ibv_qp {
     if a.pd.is_null() || a.send_cq.is_null() || (a.recv_cq.is_null() && a.srq.is_null()) {
@@ -162,6 +177,10 @@ fn create(a: &CreateArgs, cap_out: &mut abi::ibv_qp_cap) -> *mut ibv_qp {
         // SAFETY: as above.
         Some(unsafe { Srq::from_ibv(a.srq) })
     };
+    if !caps_within_limits(pd, &a.cap, srq.is_some()) {
+        set_errno(libc::EINVAL);
+        return std::ptr::null_mut();
+    }
     let caps = QpCaps {
         max_send_wr: a.cap.max_send_wr.max(1),
         max_recv_wr: if srq.is_some() {
@@ -199,6 +218,13 @@ fn create(a: &CreateArgs, cap_out: &mut abi::ibv_qp_cap) -> *mut ibv_qp {
     };
     let dqp = match made {
         Ok(q) => q,
+        // Within the reported limits, the queue or WQE these caps need can still be too
+        // big for the device (a deep SQ of large WQEs): `mlx5_calc_wq_size` says EINVAL.
+        Err(e @ DriverError::Unsupported { .. }) => {
+            errno_of(&e);
+            set_errno(libc::EINVAL);
+            return std::ptr::null_mut();
+        }
         Err(e) => {
             set_errno(errno_of(&e));
             return std::ptr::null_mut();
