@@ -1,8 +1,8 @@
 //! Protection domains and memory regions over the program's own memory.
 //!
 //! Owns: `ibv_alloc_pd` / `ibv_dealloc_pd`, `ibv_reg_mr` / `ibv_reg_mr_iova2` /
-//! `ibv_dereg_mr` / `ibv_rereg_mr`, and [`Pd`] / [`Mr`], the C objects with the driver's
-//! behind them. A registration is the driver's application-memory MR (`UserMr`): the pages
+//! `ibv_dereg_mr` / `ibv_rereg_mr` (a new registration, then the old one's release), and
+//! [`Pd`] / [`Mr`], the C objects with the driver's behind them. A registration is the driver's application-memory MR (`UserMr`): the pages
 //! are mapped for the device (pinned, `MADV_DONTFORK`), an MTT mkey covers exactly the bytes
 //! asked for, from the IOVA asked for; the program's memory is never copied.
 //! Must not: touch the registered bytes.
@@ -11,7 +11,8 @@
 //! IBV_ACCESS_OPTIONAL_RANGE bits ignored where unsupported; `ibv_dereg_mr` EBUSY while in
 //! use is the kernel's), `man 3 ibv_reg_mr` (EINVAL for bad access flags: remote write or
 //! atomic without local write), the kernel's `ib_check_mr_access` (`include/rdma/ib_verbs.h`:
-//! which flags it accepts, EOPNOTSUPP for on-demand paging on a device without it).
+//! which flags it accepts, EOPNOTSUPP for on-demand paging on a device without it);
+//! `verbs.c` `ibv_rereg_mr` and `man 3 ibv_rereg_mr` (its checks and error codes).
 
 use std::ffi::{c_int, c_void};
 use std::ptr::NonNull;
@@ -282,11 +283,18 @@ pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
     })
 }
 
-/// `ibv_rereg_mr`: not supported; `IBV_REREG_MR_ERR_INPUT` tells the program the MR is
-/// unchanged and still valid (as `man 3 ibv_rereg_mr` documents).
+/// `ibv_rereg_mr`: registers the MR again with what `flags` changes (its PD, its range, its
+/// access) and the rest kept, as "deregister followed by register" (`man 3 ibv_rereg_mr`):
+/// a new mkey is made first, then the old one goes, so the keys change (the program reads
+/// them from `mr` again, as the kernel may also give new ones). 0, or an
+/// `ibv_rereg_mr_err_code` with errno: `IBV_REREG_MR_ERR_INPUT` (EINVAL) for inputs
+/// libibverbs refuses, `IBV_REREG_MR_ERR_CMD` when the new registration fails; in both the
+/// MR is unchanged and still valid.
 ///
 /// # Safety
-/// Any arguments: none is read.
+/// `mr` from `ibv_reg_mr*`, not in use by another thread; `pd` from `ibv_alloc_pd` when
+/// `flags` has `IBV_REREG_MR_CHANGE_PD`; `addr..addr+len` the program's memory, mapped until
+/// `ibv_dereg_mr`, when `flags` has `IBV_REREG_MR_CHANGE_TRANSLATION`.
 #[unsafe(export_name = "__bypass_ibv_rereg_mr")]
 pub unsafe extern "C" fn ibv_rereg_mr(
     mr: *mut ibv_mr,
@@ -296,7 +304,81 @@ pub unsafe extern "C" fn ibv_rereg_mr(
     len: usize,
     access: c_int,
 ) -> c_int {
-    let _ = (mr, flags, pd, addr, len, access);
-    set_errno(libc::EOPNOTSUPP);
-    abi::IBV_REREG_MR_ERR_INPUT
+    guard(abi::IBV_REREG_MR_ERR_CMD, || {
+        let input_error = || {
+            set_errno(libc::EINVAL);
+            abi::IBV_REREG_MR_ERR_INPUT
+        };
+        let Ok(f) = u32::try_from(flags) else {
+            return input_error();
+        };
+        let change = |bit: u32| f & bit != 0;
+        // libibverbs' own checks (`verbs.c` `ibv_rereg_mr`), then the kernel's
+        // (`ib_uverbs_rereg_mr`: no flag at all is EINVAL; the new PD must be of the same
+        // context).
+        if mr.is_null()
+            || f & !abi::IBV_REREG_MR_FLAGS_SUPPORTED != 0
+            || (change(abi::IBV_REREG_MR_CHANGE_TRANSLATION) && (len == 0 || addr.is_null()))
+            || (access != 0 && !change(abi::IBV_REREG_MR_CHANGE_ACCESS))
+            || f == 0
+            || (change(abi::IBV_REREG_MR_CHANGE_PD) && pd.is_null())
+        {
+            return input_error();
+        }
+        // SAFETY: `mr` is a boxed `Mr` (`ibv` first) the caller does not use meanwhile.
+        let m = unsafe { &mut *mr.cast::<Mr>() };
+        let new_pd = if change(abi::IBV_REREG_MR_CHANGE_PD) {
+            pd
+        } else {
+            m.ibv.pd
+        };
+        // SAFETY: `new_pd` is the caller's PD (checked non-NULL) or the MR's own.
+        let p = unsafe { Pd::from_ibv(new_pd) };
+        if p.ibv.context != m.ibv.context {
+            return input_error();
+        }
+        let access = if change(abi::IBV_REREG_MR_CHANGE_ACCESS) {
+            match mkey_access(access) {
+                Ok(a) => a,
+                Err(e) => {
+                    set_errno(e);
+                    return abi::IBV_REREG_MR_ERR_CMD;
+                }
+            }
+        } else {
+            m.mr.access()
+        };
+        // A new range is addressed from its host address (rdma-core's mlx5 passes `addr` as
+        // the IOVA); otherwise the MR keeps its range and IOVA.
+        let (host, len, iova) = if change(abi::IBV_REREG_MR_CHANGE_TRANSLATION) {
+            (addr, len, None)
+        } else {
+            (m.ibv.addr, m.ibv.length, Some(m.mr.addr()))
+        };
+        let Some(host_nn) = NonNull::new(host.cast::<u8>()) else {
+            return input_error();
+        };
+        // SAFETY: the range is the program's memory, mapped until `ibv_dereg_mr` (the
+        // caller's contract for a new range; `ibv_reg_mr`'s for the kept one).
+        let fresh = match unsafe { UserMr::register(&p.pd, host_nn, len, iova, access) } {
+            Ok(r) => r,
+            Err(e) => {
+                set_errno(errno_of(&e));
+                return abi::IBV_REREG_MR_ERR_CMD;
+            }
+        };
+        let old = std::mem::replace(&mut m.mr, fresh);
+        if let Err(e) = old.deregister() {
+            // The old pages stay pinned for good (the driver's contract); the MR itself
+            // is the new registration, which succeeded.
+            errno_of(&e);
+        }
+        m.ibv.pd = new_pd;
+        m.ibv.addr = host;
+        m.ibv.length = len;
+        m.ibv.handle = m.mr.lkey();
+        m.ibv.lkey = m.mr.lkey();
+        m.ibv.rkey = m.mr.rkey();
+        0
+    })
 }
