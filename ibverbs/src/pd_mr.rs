@@ -382,3 +382,40 @@ pub unsafe extern "C" fn ibv_rereg_mr(
         0
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn access(flags: u32) -> Result<MkeyAccess, c_int> {
+        mkey_access(c_int::try_from(flags).expect("flags fit an int"))
+    }
+
+    #[test]
+    fn mr_access_follows_the_kernels_check() {
+        let lw = abi::IBV_ACCESS_LOCAL_WRITE;
+        // Remote write or atomic without local write, and unknown bits: EINVAL.
+        assert_eq!(access(abi::IBV_ACCESS_REMOTE_WRITE), Err(libc::EINVAL));
+        assert_eq!(access(abi::IBV_ACCESS_REMOTE_ATOMIC), Err(libc::EINVAL));
+        assert_eq!(access(lw | abi::IBV_ACCESS_ZERO_BASED), Err(libc::EINVAL));
+        assert_eq!(access(lw | 1 << 30), Err(libc::EINVAL));
+        // On-demand paging: not supported.
+        assert_eq!(
+            access(lw | abi::IBV_ACCESS_ON_DEMAND),
+            Err(libc::EOPNOTSUPP)
+        );
+        // MW_BIND and HUGETLB grant nothing the mkey encodes; optional bits are ignored.
+        assert_eq!(
+            access(lw | abi::IBV_ACCESS_MW_BIND | abi::IBV_ACCESS_HUGETLB),
+            Ok(MkeyAccess::LOCAL_WRITE)
+        );
+        assert_eq!(
+            access(lw | abi::IBV_ACCESS_REMOTE_WRITE | abi::IBV_ACCESS_RELAXED_ORDERING),
+            Ok(MkeyAccess::LOCAL_WRITE | MkeyAccess::REMOTE_WRITE)
+        );
+        assert_eq!(
+            access(abi::IBV_ACCESS_REMOTE_READ),
+            Ok(MkeyAccess::REMOTE_READ)
+        );
+    }
+}
