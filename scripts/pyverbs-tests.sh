@@ -26,8 +26,9 @@
 #
 # Environment: ABI (default ${CARGO_TARGET_DIR:-target}/debug/abi) is where the drop-ins are
 # installed (scripts/abi-install.sh); PYVERBS_TIMEOUT (default 300) bounds each module in
-# seconds; PYVERBS_LOG_DIR keeps the per-module logs there (default: a temporary folder that
-# is printed and kept). SKIP_INSTALL=1 skips installing python3-pyverbs.
+# seconds; PYVERBS_LOG_DIR is where the per-module logs go (default
+# ${CARGO_TARGET_DIR:-target}/pyverbs-logs, emptied first). SKIP_INSTALL=1 skips installing
+# python3-pyverbs.
 # What each remaining skip and failure means: docs/pyverbs.md.
 set -euo pipefail
 
@@ -122,8 +123,9 @@ for m in "${MODULES[@]}"; do
     fi
 done
 
-LOGS=${PYVERBS_LOG_DIR:-$(mktemp -d "${TMPDIR:-/tmp}/bypass-pyverbs-logs.XXXXXX")}
+LOGS=${PYVERBS_LOG_DIR:-${CARGO_TARGET_DIR:-$ROOT/target}/pyverbs-logs}
 mkdir -p "$LOGS"
+rm -f "$LOGS"/test_*.log
 
 # count FIELD LINE: the number after FIELD= in unittest's summary line (0 if absent).
 count() {
