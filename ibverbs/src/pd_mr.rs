@@ -54,7 +54,9 @@ impl Pd {
 #[repr(C)]
 pub(crate) struct Mr {
     ibv: ibv_mr,
-    mr: UserMr,
+    /// The registration; `None` after an `ibv_dereg_mr` that failed (its key is gone and its
+    /// pages stay pinned for good: the driver's `StillMapped`).
+    mr: Option<UserMr>,
 }
 
 /// `ibv_alloc_pd`: NULL with errno on failure.
@@ -198,7 +200,7 @@ fn reg(
                 lkey: mr.lkey(),
                 rkey: mr.rkey(),
             };
-            Box::into_raw(Box::new(Mr { ibv, mr })).cast()
+            Box::into_raw(Box::new(Mr { ibv, mr: Some(mr) })).cast()
         }
         Err(e) => {
             set_errno(errno_of(&e));
@@ -263,8 +265,10 @@ pub unsafe extern "C" fn ibv_reg_mr_iova(
     })
 }
 
-/// `ibv_dereg_mr`: 0 or an errno; on EBUSY (the device may still reach the pages) the MR
-/// stays valid.
+/// `ibv_dereg_mr`: 0 or an errno. On EBUSY (the device may still reach the pages, which
+/// then stay pinned for good) the C object stays allocated, so a program that calls
+/// `ibv_dereg_mr` again passes a valid pointer; that call frees it and returns 0, since
+/// nothing is left to release.
 ///
 /// # Safety
 /// `mr` from `ibv_reg_mr*`, not used again on success.
@@ -274,12 +278,14 @@ pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
         if mr.is_null() {
             return libc::EINVAL;
         }
-        // SAFETY: leaked from a `Box<Mr>` in `reg` (the caller's contract), given back now.
-        let m = unsafe { Box::from_raw(mr.cast::<Mr>()) };
-        match m.mr.deregister() {
-            Ok(()) => 0,
-            Err(e) => errno_of(&e),
+        // SAFETY: a boxed `Mr` (the caller's contract), not used by another thread.
+        let m = unsafe { &mut *mr.cast::<Mr>() };
+        if let Some(Err(e)) = m.mr.take().map(UserMr::deregister) {
+            return errno_of(&e);
         }
+        // SAFETY: leaked from a `Box<Mr>` in `reg`, given back now; `m` is not used again.
+        drop(unsafe { Box::from_raw(mr.cast::<Mr>()) });
+        0
     })
 }
 
@@ -327,6 +333,10 @@ pub unsafe extern "C" fn ibv_rereg_mr(
         }
         // SAFETY: `mr` is a boxed `Mr` (`ibv` first) the caller does not use meanwhile.
         let m = unsafe { &mut *mr.cast::<Mr>() };
+        let Some(cur) = m.mr.as_ref() else {
+            // A failed `ibv_dereg_mr` left nothing to register again.
+            return input_error();
+        };
         let new_pd = if change(abi::IBV_REREG_MR_CHANGE_PD) {
             pd
         } else {
@@ -346,14 +356,14 @@ pub unsafe extern "C" fn ibv_rereg_mr(
                 }
             }
         } else {
-            m.mr.access()
+            cur.access()
         };
         // A new range is addressed from its host address (rdma-core's mlx5 passes `addr` as
         // the IOVA); otherwise the MR keeps its range and IOVA.
         let (host, len, iova) = if change(abi::IBV_REREG_MR_CHANGE_TRANSLATION) {
             (addr, len, None)
         } else {
-            (m.ibv.addr, m.ibv.length, Some(m.mr.addr()))
+            (m.ibv.addr, m.ibv.length, Some(cur.addr()))
         };
         let Some(host_nn) = NonNull::new(host.cast::<u8>()) else {
             return input_error();
@@ -367,8 +377,9 @@ pub unsafe extern "C" fn ibv_rereg_mr(
                 return abi::IBV_REREG_MR_ERR_CMD;
             }
         };
-        let old = std::mem::replace(&mut m.mr, fresh);
-        if let Err(e) = old.deregister() {
+        let (lkey, rkey) = (fresh.lkey(), fresh.rkey());
+        let old = m.mr.replace(fresh);
+        if let Some(Err(e)) = old.map(UserMr::deregister) {
             // The old pages stay pinned for good (the driver's contract); the MR itself
             // is the new registration, which succeeded.
             errno_of(&e);
@@ -376,9 +387,9 @@ pub unsafe extern "C" fn ibv_rereg_mr(
         m.ibv.pd = new_pd;
         m.ibv.addr = host;
         m.ibv.length = len;
-        m.ibv.handle = m.mr.lkey();
-        m.ibv.lkey = m.mr.lkey();
-        m.ibv.rkey = m.mr.rkey();
+        m.ibv.handle = lkey;
+        m.ibv.lkey = lkey;
+        m.ibv.rkey = rkey;
         0
     })
 }
