@@ -44,6 +44,37 @@ impl<T> SpinCell<T> {
         }
         SpinGuard { cell: self }
     }
+
+    /// Holds the value as [`SpinCell::lock`] does, but with no guard: for a hold that spans
+    /// several C calls (`ibv_wr_start` … `ibv_wr_complete`, as mlx5's `sq.lock`). The
+    /// caller must end it with exactly one [`SpinCell::unlock_raw`] on the same thread and
+    /// reach the value only through [`SpinCell::get_raw`] in between.
+    #[inline]
+    pub(crate) fn lock_raw(&self) {
+        core::mem::forget(self.lock());
+    }
+
+    /// The value, while held through [`SpinCell::lock_raw`].
+    ///
+    /// # Safety
+    /// This thread holds the cell through `lock_raw` (not yet `unlock_raw`), and no other
+    /// reference to the value obtained this way is live.
+    #[inline]
+    #[allow(clippy::mut_from_ref)]
+    pub(crate) unsafe fn get_raw(&self) -> &mut T {
+        // SAFETY: the caller's contract: the flag is this thread's, the reference unique.
+        unsafe { &mut *self.value.get() }
+    }
+
+    /// Ends a hold taken by [`SpinCell::lock_raw`].
+    ///
+    /// # Safety
+    /// This thread holds the cell through `lock_raw`, and no reference from
+    /// [`SpinCell::get_raw`] outlives this call.
+    #[inline]
+    pub(crate) unsafe fn unlock_raw(&self) {
+        self.locked.store(false, Ordering::Release);
+    }
 }
 
 /// Exclusive access to a [`SpinCell`]'s value until dropped.
