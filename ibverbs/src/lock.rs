@@ -3,7 +3,9 @@
 //!
 //! Owns: [`SpinCell`], an uncontended compare-and-swap and a release store around each
 //! access (what rdma-core's mlx5 provider does with `mlx5_spin_lock` on every post and poll,
-//! unless `MLX5_SINGLE_THREADED` is set).
+//! unless `MLX5_SINGLE_THREADED` is set), and its guardless form (`lock_raw` / `get_raw` /
+//! `unlock_raw`) for a hold that spans C calls: the extended post holds a QP from
+//! `ibv_wr_start` to `ibv_wr_complete`, as mlx5 holds `sq.lock`.
 //! Must not: be held across a blocking wait (completion-channel reads, firmware commands
 //! that wait for an interrupt run on objects that are not posted to concurrently).
 //!

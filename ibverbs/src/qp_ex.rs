@@ -1,31 +1,25 @@
-//! The extended post of `ibv_qp_ex`: `ibv_wr_start`, one `ibv_wr_<op>` plus data setter per
-//! work request, then `ibv_wr_complete` (post, one doorbell) or `ibv_wr_abort` (drop).
+//! The extended post of `ibv_qp_ex`: `ibv_wr_start`, per request one `ibv_wr_<op>` (from
+//! `qp_ex.wr_id` / `wr_flags`) and its data setter, then `ibv_wr_complete` or `ibv_wr_abort`.
 //!
-//! Owns: [`WrState`] (the send ops a QP was created with and the batch between `wr_start`
-//! and `wr_complete`) and every function-pointer slot of `ibv_qp_ex`. `wr_start` takes the
-//! QP's lock (`Qp.inner`, held across the C calls with `SpinCell::lock_raw`) and
-//! `wr_complete`/`wr_abort` release it, as mlx5 holds `sq.lock`. Each `wr_<op>` begins a
-//! request from `qp_ex.wr_id` / `qp_ex.wr_flags`; the setters fill its data, copying what
-//! they are given (the program may reuse its SGE array or inline buffer once a setter
-//! returns, as with mlx5, which writes the WQE there). The first error is kept and returned
-//! by `wr_complete`, which then posts nothing (mlx5's roll-back).
-//! Why a batch rather than WQEs written in place: the driver's post forms take whole requests
-//! and cannot take a WQE back, so requests are gathered (allocations reused between batches)
-//! and `wr_complete` posts them with one doorbell: `post_write` / `WriteBatch` when all are
-//! one-SGE RDMA WRITEs on RC (the driver's fast path for exactly this API), `post_send` for a
-//! lone request, `post_send_list` otherwise. Gap: the driver alone knows the SQ's free
-//! room, so a batch refused there (SQ full, QP state) has the requests before the refused
-//! one posted when `wr_complete` returns the errno (mlx5 posts none); a batch larger than
-//! `max_send_wr` is refused whole, at the `wr_<op>` that overflows it (ENOMEM).
-//! Stricter than mlx5: an op not in `send_ops_flags` records EOPNOTSUPP (mlx5 fills every
-//! builder of the QP type, or leaves a NULL slot that crashes the caller).
-//! Must not: build WQEs or ring doorbells itself (the driver's post forms do).
+//! Owns: [`WrState`] (the QP's send ops and the batch between start and complete) and every
+//! slot of `ibv_qp_ex`. `wr_start` takes the QP's lock (`SpinCell::lock_raw`, held across the
+//! C calls as mlx5 holds `sq.lock`); complete/abort release it. Setters copy what they are
+//! given (the program may reuse its SGE array or buffer at once, as with mlx5). The first
+//! error is kept; `wr_complete` then posts nothing and returns it (mlx5's roll-back).
+//! One doorbell per `wr_complete`: the driver cannot take a WQE back, so requests are gathered
+//! (allocations reused) and posted together: `post_write` / `WriteBatch` when all are one-SGE
+//! RDMA WRITEs on RC (the driver's fast path for this API), else `post_send` / `post_send_list`.
+//! Gaps: only the driver knows the SQ's free room, so when it refuses a batch (SQ full, state)
+//! the requests before the refused one are posted (mlx5 posts none); a batch deeper than
+//! `max_send_wr` is refused whole (ENOMEM). Stricter than mlx5: an op missing from
+//! `send_ops_flags` records EOPNOTSUPP (mlx5 posts it, or leaves a NULL slot).
+//! Must not: build WQEs or ring doorbells (the driver's post forms do).
 //!
-//! Sources: rdma-core `providers/mlx5/qp.c` (`mlx5_send_wr_start`/`_complete`/`_abort`,
-//! `_common_wqe_init_op`: ENOMEM on overflow; `_mlx5_send_wr_set_sge_list` and
-//! `_mlx5_send_wr_set_inline_data[_list]`: ENOMEM past `max_gs` / `max_inline_data`, zero-length
-//! SGEs skipped; `mlx5_qp_fill_wr_pfns` and `MLX5_SUPPORTED_SEND_OPS_FLAGS_*`: which ops
-//! each QP type takes), `libibverbs/man/ibv_wr_post.3.md`.
+//! Sources: rdma-core `providers/mlx5/qp.c` (`mlx5_send_wr_start`/`_complete`/`_abort`;
+//! `_common_wqe_init_op`: ENOMEM on overflow; `_mlx5_send_wr_set_sge_list`,
+//! `_mlx5_send_wr_set_inline_data[_list]`: ENOMEM past `max_gs` / `max_inline_data`,
+//! zero-length SGEs skipped; `mlx5_qp_fill_wr_pfns`, `MLX5_SUPPORTED_SEND_OPS_FLAGS_*`),
+//! `libibverbs/man/ibv_wr_post.3.md`.
 
 use std::cell::UnsafeCell;
 use std::ffi::{c_int, c_void};
@@ -537,4 +531,34 @@ pub(crate) fn fill_ops(ex: &mut ibv_qp_ex) {
     ex.wr_send_tso = Some(wr_send_tso);
     ex.wr_set_xrc_srqn = Some(wr_set_xrc_srqn);
     ex.wr_atomic_write = Some(wr_atomic_write);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn send_ops_are_checked_against_the_qp_type() {
+        assert!(WrState::new(RC_OPS, QpType::Rc).is_ok());
+        assert!(WrState::new(0, QpType::Ud).is_ok());
+        assert!(WrState::new(UC_OPS, QpType::Uc).is_ok());
+        let read = u64::from(abi::IBV_QP_EX_WITH_RDMA_READ);
+        let write = u64::from(abi::IBV_QP_EX_WITH_RDMA_WRITE);
+        let inv = u64::from(abi::IBV_QP_EX_WITH_LOCAL_INV);
+        assert_eq!(WrState::new(read, QpType::Uc).err(), Some(libc::EOPNOTSUPP));
+        assert_eq!(
+            WrState::new(write, QpType::Ud).err(),
+            Some(libc::EOPNOTSUPP)
+        );
+        assert_eq!(WrState::new(inv, QpType::Rc).err(), Some(libc::EOPNOTSUPP));
+    }
+
+    #[test]
+    fn recycle_keeps_the_allocation() {
+        let v: Vec<SendWr<'_>> = Vec::with_capacity(16);
+        let p = v.as_ptr() as usize;
+        let w: Vec<SendWr<'_>> = recycle(v);
+        assert!(w.capacity() >= 16 && w.is_empty());
+        assert_eq!(w.as_ptr() as usize, p);
+    }
 }
