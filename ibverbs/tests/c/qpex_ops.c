@@ -6,6 +6,8 @@
  */
 #include "common.h"
 
+#include <pthread.h>
+
 #define RC_OPS                                                                              \
 	(IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_SEND | \
 	 IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ |                              \
@@ -191,6 +193,50 @@ static void atomics(void)
 	CHECK_EQ(be64toh(*target), 0xdeadbeefcafeULL);
 }
 
+/* Two threads post batches to one QP at once (wr_start holds the QP's lock until
+ * wr_complete): every WRITE lands and completes once. */
+#define THREAD_WRS 30
+static void *poster(void *arg)
+{
+	uintptr_t t = (uintptr_t)arg;
+	for (int i = 0; i < THREAD_WRS; i++) {
+		ibv_wr_start(a.qpx);
+		a.qpx->wr_id = 1000 * (t + 1) + i;
+		a.qpx->wr_flags = IBV_SEND_SIGNALED;
+		ibv_wr_rdma_write(a.qpx, b.mr->rkey, (uintptr_t)b.buf + 2048 + t * 1024 + i * 8);
+		ibv_wr_set_sge(a.qpx, a.mr->lkey, (uintptr_t)a.buf + t * 1024 + i * 8, 8);
+		if (ibv_wr_complete(a.qpx))
+			return (void *)1;
+	}
+	return NULL;
+}
+
+static void two_threads(void)
+{
+	reset_bufs();
+	fill(a.buf, 2048, 10);
+	pthread_t th[2];
+	for (uintptr_t t = 0; t < 2; t++)
+		CHECK_EQ(pthread_create(&th[t], NULL, poster, (void *)t), 0);
+	for (int t = 0; t < 2; t++) {
+		void *r;
+		CHECK_EQ(pthread_join(th[t], &r), 0);
+		CHECK(r == NULL, "thread %d: wr_complete failed", t);
+	}
+	int seen[2][THREAD_WRS] = {{0}};
+	for (int n = 0; n < 2 * THREAD_WRS; n++) {
+		struct ibv_wc wc;
+		poll_one(a.cq, &wc);
+		CHECK_EQ(wc.status, IBV_WC_SUCCESS);
+		uint64_t t = wc.wr_id / 1000 - 1, i = wc.wr_id % 1000;
+		CHECK(t < 2 && i < THREAD_WRS, "wr_id %llu", (unsigned long long)wc.wr_id);
+		CHECK(!seen[t][i]++, "wr_id %llu twice", (unsigned long long)wc.wr_id);
+	}
+	CHECK(memcmp(b.buf + 2048, a.buf, THREAD_WRS * 8) == 0 &&
+		      memcmp(b.buf + 3072, a.buf + 1024, THREAD_WRS * 8) == 0,
+	      "threaded WRITE data differs");
+}
+
 int main(void)
 {
 	prog_name = "qpex_ops";
@@ -201,6 +247,7 @@ int main(void)
 	write_imm_and_send_imm();
 	read_sge_list();
 	atomics();
+	two_threads();
 	/* Many rounds of one-WRITE batches: the SQ wraps, the fast path's credits refill. */
 	for (int i = 0; i < 200; i++)
 		write_one_sge();
