@@ -100,7 +100,15 @@ fn run(name: &str, device: &str, known_gaps: &[&str]) {
     let exe = lib.parent().expect("work dir").join(name);
     let src = c_dir().join(format!("{name}.c"));
     let cc = Command::new("gcc")
-        .args(["-std=gnu11", "-O1", "-g", "-Wall", "-Wextra", "-Werror"])
+        .args([
+            "-std=gnu11",
+            "-O1",
+            "-g",
+            "-pthread",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+        ])
         .arg("-I")
         .arg(c_dir())
         .arg(&src)
