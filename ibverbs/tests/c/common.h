@@ -69,22 +69,13 @@ static inline void done(void)
 }
 
 /* Opens device `idx` modulo the number of devices (BYPASS_DEVICE=sim,sim: two NICs on one
- * fabric; sim: two contexts on one NIC). */
+ * fabric; sim: two contexts on one NIC). Contexts come and go: reopen.c checks traffic after
+ * a device's last context closed. */
 static inline struct ibv_context *open_dev(int idx)
 {
 	int n = 0;
 	struct ibv_device **l = ibv_get_device_list(&n);
 	CHECK(l && n >= 1, "no device (n=%d)", n);
-#ifndef NO_KEEPER
-	/* One extra context per device, never closed: a sim NIC whose last context closes is
-	 * re-created on the next open while the old one keeps its GID on the fabric, and
-	 * packets then go to the dead one (a known gap, reopen.c shows it). */
-	static struct ibv_context *keeper[16];
-	if (!keeper[idx % n % 16]) {
-		keeper[idx % n % 16] = ibv_open_device(l[idx % n]);
-		CHECK(keeper[idx % n % 16], "ibv_open_device: %s", strerror(errno));
-	}
-#endif
 	struct ibv_context *c = ibv_open_device(l[idx % n]);
 	CHECK(c, "ibv_open_device: %s", strerror(errno));
 	ibv_free_device_list(l);

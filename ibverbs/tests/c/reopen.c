@@ -1,8 +1,7 @@
 /* Traffic after every context of the device was closed and it was opened again: an RC WRITE
- * and a UD SEND on fresh contexts. Known to fail on the in-process sim (the re-created NIC
- * shares its GID with the old one, which stays on the fabric); the runner keeps it #[ignore].
+ * on fresh contexts, twice (a sim NIC brought up again beside a dead twin with its GID would
+ * lose it).
  */
-#define NO_KEEPER
 #include "common.h"
 
 static void rc_write(void)
