@@ -233,7 +233,9 @@ fn create(a: &CreateArgs, cap_out: &mut abi::ibv_qp_cap) -> *mut ibv_qp {
     let got = dqp.caps();
     *cap_out = abi::ibv_qp_cap {
         max_send_wr: got.max_send_wr,
-        max_recv_wr: got.max_recv_wr,
+        // The RQ's real depth (a power of two), as mlx5 writes back `rq.max_post`: a
+        // program filling it must see exactly when it is full.
+        max_recv_wr: if a.srq.is_null() { dqp.rq_wqes() } else { 0 },
         max_send_sge: got.max_send_sge,
         max_recv_sge: got.max_recv_sge,
         max_inline_data: got.max_inline_data,
