@@ -16,6 +16,7 @@
 //! ops have one), the kernel's `ib_modify_qp_is_ok` (which attributes each edge takes: the
 //! driver checks it again).
 
+use std::cell::UnsafeCell;
 use std::ffi::c_int;
 use std::sync::atomic::Ordering;
 use std::sync::{Mutex, PoisonError};
@@ -61,7 +62,10 @@ const INLINE_GATHER: usize = 1024;
 /// `*mut Qp`.
 #[repr(C)]
 pub(crate) struct Qp {
-    pub(crate) ex: ibv_qp_ex,
+    /// The program's `ibv_qp_ex`, in a cell: the program writes `wr_id`/`wr_flags` and
+    /// libibverbs-style code reads `state`, so it is reached only through raw places
+    /// (`(*ex.get()).field`), never a reference to the whole struct.
+    pub(crate) ex: UnsafeCell<ibv_qp_ex>,
     /// The driver's QP (`None` once destroyed).
     pub(crate) inner: SpinCell<Option<DriverQp>>,
     /// The attributes the program set, for `ibv_query_qp`.
@@ -91,6 +95,19 @@ impl Qp {
         // SAFETY: `ex` (whose prefix is the `ibv_qp`) is the first field of the boxed
         // `#[repr(C)]` QP (the caller's contract).
         unsafe { &*qp.cast::<Qp>() }
+    }
+
+    /// The program-visible `ibv_qp` (the prefix of the `ibv_qp_ex`), to read or write one
+    /// field at a time.
+    pub(crate) fn base(&self) -> *mut ibv_qp {
+        self.ex.get().cast()
+    }
+
+    /// The context the QP was created on.
+    pub(crate) fn context(&self) -> &Context {
+        // SAFETY: `context` is set at creation and never written again; a QP's context
+        // outlives it (the program destroys QPs before closing it).
+        unsafe { Context::from_ibv((*self.base()).context) }
     }
 }
 
@@ -272,7 +289,7 @@ fn create(a: &CreateArgs, cap_out: &mut abi::ibv_qp_cap) -> *mut ibv_qp {
         q.users.fetch_add(1, Ordering::AcqRel);
     }
     let qp = Box::into_raw(Box::new(Qp {
-        ex,
+        ex: UnsafeCell::new(ex),
         inner: SpinCell::new(Some(dqp)),
         saved: Mutex::new(saved),
         send_cq: scq,
@@ -603,8 +620,8 @@ pub unsafe extern "C" fn ibv_modify_qp(
         // SAFETY: the caller's contract.
         let (q, a) = unsafe { (Qp::from_ibv(qp), &*attr) };
         let mask = mask as u32;
-        // SAFETY: a QP's context outlives it.
-        let log_msg = unsafe { Context::from_ibv(q.ex.qp_base.context) }
+        let log_msg = q
+            .context()
             .open
             .hca
             .caps()
@@ -623,9 +640,10 @@ pub unsafe extern "C" fn ibv_modify_qp(
             a,
             mask,
         );
-        let p = std::ptr::from_ref(&q.ex.qp_base.state).cast_mut();
-        // SAFETY: `state` is the program-visible field of this live QP; libibverbs writes
-        // it in `ibv_modify_qp` the same way.
+        // SAFETY: `state` is a program-visible field of this live QP, reached through its
+        // cell's raw place; libibverbs writes it in `ibv_modify_qp` the same way.
+        let p = unsafe { &raw mut (*q.base()).state };
+        // SAFETY: as above.
         unsafe { p.write_volatile(state) };
         0
     })
@@ -658,15 +676,19 @@ pub unsafe extern "C" fn ibv_query_qp(
         s.qp_state = state;
         s.cur_qp_state = state;
         s.sq_draining = 0;
-        let b = &q.ex.qp_base;
-        let init = ibv_qp_init_attr {
-            qp_context: b.qp_context,
-            send_cq: b.send_cq,
-            recv_cq: b.recv_cq,
-            srq: b.srq,
-            cap: s.cap,
-            qp_type: b.qp_type,
-            sq_sig_all: 0,
+        let b = q.base();
+        // SAFETY: these fields are set at creation and never written again; each is read
+        // through the cell's raw place (no reference to the struct the program writes).
+        let init = unsafe {
+            ibv_qp_init_attr {
+                qp_context: (*b).qp_context,
+                send_cq: (*b).send_cq,
+                recv_cq: (*b).recv_cq,
+                srq: (*b).srq,
+                cap: s.cap,
+                qp_type: (*b).qp_type,
+                sq_sig_all: 0,
+            }
         };
         // SAFETY: both are writable (the caller's contract).
         unsafe {
@@ -697,7 +719,7 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
         // SAFETY: the QP's CQs, SRQ and context outlive it (their destroys are EBUSY while
         // it counts as a user).
         unsafe {
-            Context::from_ibv(q.ex.qp_base.context)
+            q.context()
                 .open
                 .registry
                 .remove(Kind::Qp, qpn);

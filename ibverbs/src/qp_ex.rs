@@ -167,8 +167,11 @@ unsafe fn begin(qpx: *mut ibv_qp_ex, need: u32, op: SendOp) {
         return b.fail(libc::ENOMEM);
     }
     b.wrs.push(Pending {
-        wr_id: q.ex.wr_id,
-        flags: send_flags(q.ex.wr_flags),
+        // SAFETY: the program set `wr_id`/`wr_flags` before this call, on this thread (the
+        // extended post's contract); they are read through the cell's raw place.
+        wr_id: unsafe { (*q.ex.get()).wr_id },
+        // SAFETY: as above.
+        flags: send_flags(unsafe { (*q.ex.get()).wr_flags }),
         op,
         data: Data::Sges {
             at: b.sges.len(),
