@@ -394,7 +394,10 @@ fn address_path(ah: &abi::ibv_ah_attr) -> Option<AddressPath> {
         ah.grh.hop_limit
     };
     p.traffic_class = ah.grh.traffic_class;
-    p.flow_label = ah.grh.flow_label;
+    // The path holds 20 bits of flow label; the kernel takes any 32-bit value (`mlx5_set_path`
+    // does not check it) and rdma-core's `mlx5_create_ah` masks it to `IB_GRH_FLOWLABEL_MASK`.
+    // UCX passes `~0` on RoCE (`uct_ib_iface_fill_ah_attr_from_gid_lid`): keep the low bits.
+    p.flow_label = ah.grh.flow_label & abi::IB_GRH_FLOWLABEL_MASK;
     p.sl = ah.sl;
     Some(p)
 }
