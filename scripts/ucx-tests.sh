@@ -2,7 +2,7 @@
 # ucx-tests.sh - UCX and OpenMPI, unmodified (Debian's ucx-utils 1.13.1, openmpi-bin 4.1.4),
 # over bypass's drop-in libibverbs.so.1 on two processes joined by UDP loopback (RoCE v2).
 #
-#   scripts/ucx-tests.sh [--release] [--no-build] [--keep-logs] [DIR]
+#   scripts/ucx-tests.sh [--install] [--release] [--no-build] [--keep-logs] [DIR]
 #
 # Steps (each must pass; the script fails on the first that does not, printing its logs):
 #   1. ucx_info -d sees bypass0:1 with rc_verbs and ud_verbs.
@@ -27,6 +27,8 @@
 #   DIR         folder with the drop-in libraries (install_abi_libs, scripts/abi-install.sh);
 #               default ${CARGO_TARGET_DIR:-target}/{debug|release}/abi, built and filled first
 #               unless --no-build
+#   --install   apt-get install what is missing (ucx-utils openmpi-bin libopenmpi-dev; root),
+#               unless SKIP_INSTALL=1
 #   --release   use (and build) the release profile
 #   --keep-logs keep the logs folder (its path is printed)
 #
@@ -266,9 +268,10 @@ fi
 
 # --- outside: check the tools, build, enter the namespace --------------------------------------
 
-PROFILE=debug BUILD=1 KEEP=0 DIR=
+PROFILE=debug BUILD=1 KEEP=0 INSTALL=0 DIR=
 while [ $# -gt 0 ]; do
     case $1 in
+        --install) INSTALL=1 ;;
         --release) PROFILE=release ;;
         --no-build) BUILD=0 ;;
         --keep-logs) KEEP=1 ;;
@@ -278,6 +281,18 @@ while [ $# -gt 0 ]; do
     esac
     shift
 done
+
+if [ "$INSTALL" = 1 ] && [ "${SKIP_INSTALL:-0}" != 1 ] && [ "$(id -u)" = 0 ]; then
+    pkgs=()
+    command -v ucx_perftest >/dev/null 2>&1 || pkgs+=(ucx-utils)
+    command -v mpirun >/dev/null 2>&1 || pkgs+=(openmpi-bin)
+    command -v mpicc >/dev/null 2>&1 || pkgs+=(libopenmpi-dev)
+    if [ ${#pkgs[@]} -gt 0 ]; then
+        echo "ucx-tests: installing ${pkgs[*]}"
+        apt-get update
+        DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${pkgs[@]}"
+    fi
+fi
 
 missing=()
 for tool in ucx_perftest:ucx-utils ucx_info:ucx-utils mpirun:openmpi-bin mpicc:libopenmpi-dev \
