@@ -92,6 +92,11 @@ scripts/guest-test.sh msix
 # by tshark and scapy). Needs a release build of bypass.
 scripts/guest-test.sh rxe
 
+# UCX and OpenMPI, unmodified, over the drop-in libibverbs.so.1: ucx_perftest on ud_verbs and
+# rc_verbs, and a two-rank ping-pong and allreduce (pml ucx), two processes on UDP loopback in
+# a private mount namespace (docs/ucx.md; root; installs ucx-utils and OpenMPI if missing).
+scripts/ucx-tests.sh --install
+
 fuzz_seconds="${FUZZ_SECONDS:-20}"
 if [ "$fuzz_seconds" != 0 ]; then
     scripts/fuzz.sh "$fuzz_seconds"

@@ -269,6 +269,21 @@ impl WorkCompletion {
         }
     }
 
+    /// The `sl` rdma-core's mlx5 provider reports for a successful receive (`handle_responder`:
+    /// `flags_rqpn` bits 27:24); 0 otherwise. On RoCE the low two bits are the received
+    /// packet's L3 header type (1 IPv6, 2 IPv4: the kernel's `mlx5_ib` `handle_responder`),
+    /// which tells where in the GRH area the destination address sits (UCX's `ud_verbs`
+    /// checks it there).
+    pub const fn sl(&self) -> u8 {
+        match self.cqe_opcode() {
+            CqeOpcode::RESP_WR_IMM
+            | CqeOpcode::RESP_SEND
+            | CqeOpcode::RESP_SEND_IMM
+            | CqeOpcode::RESP_SEND_INV => ((self.flags_rqpn() >> 24) & 0xf) as u8,
+            _ => 0,
+        }
+    }
+
     /// The index of the WQE completed: for a send, the CQE's `wqe_counter` (the send WQE's
     /// first WQEBB); for a receive, the receive WQE's index (modulo 2^16) as the driver
     /// matched it (receive queues complete in order; see `poll.rs`). A completion of a QP

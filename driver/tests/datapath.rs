@@ -399,6 +399,11 @@ fn ud_sends_carry_the_address_vector_and_a_grh() {
         (4, 50, a.qp.qpn())
     );
     assert!(r[0].flags().contains(WcFlags::GRH));
+    assert_eq!(
+        r[0].sl(),
+        2,
+        "sl carries the L3 type: IPv4 (MLX5_CQE_ROCE_L3_HEADER_TYPE_IPV4)"
+    );
     assert_eq!(b.read(40, 10), b"ud payload");
     let w = SendOp::Write {
         remote: RemoteAddr::default(),

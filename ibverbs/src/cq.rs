@@ -3,13 +3,14 @@
 //!
 //! Owns: [`Cq`] (an `ibv_cq_ex` first, whose prefix is the `ibv_cq` plain programs see,
 //! then the driver's CQ under the ABI's lock), the translation of a driver
-//! `WorkCompletion` into `ibv_wc` (status from the CQE syndrome, opcode, flags), and the
+//! `WorkCompletion` into `ibv_wc` (status from the CQE syndrome, opcode, flags, `sl`), and the
 //! rule that an empty poll lets the device move (`Backend::progress`: a stepped sim runs its
 //! world there, hardware ignores it), so a verbs program's busy-poll loop drives the sim.
 //! Must not: allocate or take any lock but the CQ's on the poll path; copy payloads.
 //!
 //! Sources: rdma-core `providers/mlx5/cq.c` (`mlx5_handle_error_cqe`: syndrome → status;
-//! `mlx5_parse_cqe`: opcode and `wc_flags`; `mlx5_start_poll`: ENOENT when empty), `verbs.h`
+//! `mlx5_parse_cqe`: opcode and `wc_flags`; `handle_responder`: `sl` from `flags_rqpn`, on
+//! RoCE the L3 type UCX's `ud_verbs` reads; `mlx5_start_poll`: ENOENT when empty), `verbs.h`
 //! (`ibv_cq_ex` read functions; `ibv_create_cq_ex` wc_flags), `man 3 ibv_poll_cq`.
 
 use std::cell::UnsafeCell;
@@ -167,6 +168,7 @@ fn write_wc(w: &WorkCompletion, out: &mut ibv_wc) {
         out.imm_data = w.imm().to_be();
         out.src_qp = w.src_qp();
         out.wc_flags = wc_flags(w.flags());
+        out.sl = w.sl();
     } else {
         out.opcode = 0;
         out.vendor_err = u32::from(w.vendor_err());
@@ -174,10 +176,10 @@ fn write_wc(w: &WorkCompletion, out: &mut ibv_wc) {
         out.imm_data = 0;
         out.src_qp = 0;
         out.wc_flags = 0;
+        out.sl = 0;
     }
     out.pkey_index = 0;
     out.slid = 0;
-    out.sl = 0;
     out.dlid_path_bits = 0;
 }
 

@@ -72,8 +72,8 @@ reader!(/// `read_wc_flags`.
     read_wc_flags -> u32, |w| wc_flags(w.flags()));
 reader!(/// `read_slid` (0 on RoCE).
     read_slid -> u32, |_w| 0);
-reader!(/// `read_sl` (0 on RoCE).
-    read_sl -> u8, |_w| 0);
+reader!(/// `read_sl`: as `ibv_wc.sl` (on RoCE a receive's L3 header type, `mlx5_cq_read_wc_sl`).
+    read_sl -> u8, |w| w.sl());
 reader!(/// `read_dlid_path_bits` (0 on RoCE).
     read_dlid_path_bits -> u8, |_w| 0);
 reader!(/// `read_completion_ts`: never requested (`create_cq_ex` refuses the flag).

@@ -1,7 +1,8 @@
 //! Asynchronous events: `ibv_get_async_event` and `ibv_ack_async_event`.
 //!
 //! Owns: the translation of the driver's typed `AsyncEventKind` into `ibv_async_event`
-//! (the event type and the QP, CQ or SRQ pointer the registry holds for its number).
+//! (the event type and the QP, CQ or SRQ pointer the registry holds for its number), and
+//! dropping the events of objects already destroyed.
 //! Must not: decide what an event means (the driver decodes the EQE).
 //!
 //! Sources: rdma-core `libibverbs/device.c` (`ibv_get_async_event`: blocks unless
@@ -80,6 +81,19 @@ fn translate(k: &AsyncEventKind, reg: &Registry) -> ibv_async_event {
     }
 }
 
+/// True when `e` is about a QP, CQ or SRQ the program has destroyed (the registry no longer
+/// holds its number). The kernel never hands such an event out: destroying an object drops
+/// the events queued for it (`ib_uverbs_release_uevent`), and a program dereferences the
+/// element (UCX's async handler reads `element.qp->qp_num`).
+fn orphaned(e: &ibv_async_event) -> bool {
+    match e.event_type {
+        abi::IBV_EVENT_PORT_ACTIVE | abi::IBV_EVENT_PORT_ERR | abi::IBV_EVENT_DEVICE_FATAL => false,
+        // SAFETY: every other event `translate` makes holds a pointer; all the pointer
+        // members of the union share its first 8 bytes.
+        _ => unsafe { e.element.qp.is_null() },
+    }
+}
+
 fn nonblocking(fd: c_int) -> bool {
     // SAFETY: F_GETFL has no memory effects.
     let fl = unsafe { libc::fcntl(fd, libc::F_GETFL) };
@@ -87,8 +101,8 @@ fn nonblocking(fd: c_int) -> bool {
 }
 
 /// `ibv_get_async_event`: the next event (blocking unless `async_fd` is non-blocking: then
-/// -1 with EAGAIN; on a stepped sim with nothing left to do, -1 with EAGAIN). 0, or -1 with
-/// errno.
+/// -1 with EAGAIN; on a stepped sim with nothing left to do, -1 with EAGAIN), skipping the
+/// events of destroyed objects ([`orphaned`]). 0, or -1 with errno.
 ///
 /// # Safety
 /// `ctx` from `ibv_open_device`; `event` writable.
@@ -105,20 +119,31 @@ pub unsafe extern "C" fn ibv_get_async_event(
         // SAFETY: the caller's contract.
         let c = unsafe { Context::from_ibv(ctx) };
         let ev = &c.open.events;
-        let got = if nonblocking(ev.as_fd().as_raw_fd()) {
-            ev.try_get_async_event()
-        } else {
-            let stepped = c.open.hca.backend().is_stepped();
-            loop {
-                match ev.get_async_event(Duration::from_secs(1)) {
-                    Ok(None) if !stepped => continue,
-                    other => break other,
+        let got = loop {
+            let got = if nonblocking(ev.as_fd().as_raw_fd()) {
+                ev.try_get_async_event()
+            } else {
+                let stepped = c.open.hca.backend().is_stepped();
+                loop {
+                    match ev.get_async_event(Duration::from_secs(1)) {
+                        Ok(None) if !stepped => continue,
+                        other => break other,
+                    }
                 }
+            };
+            match got {
+                Ok(Some(rec)) => {
+                    let out = translate(&rec.kind, &c.open.registry);
+                    if !orphaned(&out) {
+                        break Ok(Some((rec, out)));
+                    }
+                    ev.ack_async_event(rec);
+                }
+                other => break other.map(|_| None),
             }
         };
         match got {
-            Ok(Some(rec)) => {
-                let out = translate(&rec.kind, &c.open.registry);
+            Ok(Some((rec, out))) => {
                 c.open
                     .taken
                     .lock()

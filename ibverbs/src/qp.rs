@@ -460,7 +460,10 @@ fn address_path(ah: &abi::ibv_ah_attr) -> Option<AddressPath> {
         ah.grh.hop_limit
     };
     p.traffic_class = ah.grh.traffic_class;
-    p.flow_label = ah.grh.flow_label;
+    // The path holds 20 bits of flow label; the kernel takes any 32-bit value (`mlx5_set_path`
+    // does not check it) and rdma-core's `mlx5_create_ah` masks it to `IB_GRH_FLOWLABEL_MASK`.
+    // UCX passes `~0` on RoCE (`uct_ib_iface_fill_ah_attr_from_gid_lid`): keep the low bits.
+    p.flow_label = ah.grh.flow_label & abi::IB_GRH_FLOWLABEL_MASK;
     p.sl = ah.sl;
     Some(p)
 }
@@ -827,24 +830,37 @@ pub(crate) unsafe fn inline_payload<'a>(
 ) -> Option<&'a [u8]> {
     match list {
         [] => Some(&[]),
-        [one] => {
-            let len = usize::try_from(one.length).ok()?;
-            // SAFETY: the caller's contract.
-            Some(unsafe { std::slice::from_raw_parts(one.addr as usize as *const u8, len) })
-        }
+        // SAFETY: the caller's contract.
+        [one] => unsafe { sge_bytes(one) },
         many => {
             let mut at = 0usize;
             for s in many {
-                let len = usize::try_from(s.length).ok()?;
-                let dst = buf.get_mut(at..at.checked_add(len)?)?;
                 // SAFETY: the caller's contract.
-                let src = unsafe { std::slice::from_raw_parts(s.addr as usize as *const u8, len) };
+                let src = unsafe { sge_bytes(s) }?;
+                let dst = buf.get_mut(at..at.checked_add(src.len())?)?;
                 dst.copy_from_slice(src);
-                at += len;
+                at += src.len();
             }
             buf.get(..at)
         }
     }
+}
+
+/// The bytes one inline SGE names: an empty SGE reads nothing, whatever its `addr` (UCX
+/// posts a header SGE then a zero-length one at NULL); `None` for bytes at NULL.
+///
+/// # Safety
+/// As [`inline_payload`].
+unsafe fn sge_bytes<'a>(s: &Sge) -> Option<&'a [u8]> {
+    let len = usize::try_from(s.length).ok()?;
+    if len == 0 {
+        return Some(&[]);
+    }
+    if s.addr == 0 {
+        return None;
+    }
+    // SAFETY: the caller's contract; `len > 0` bytes at a non-NULL program address.
+    Some(unsafe { std::slice::from_raw_parts(s.addr as usize as *const u8, len) })
 }
 
 /// Posts one `ibv_send_wr` (not its `next`).
