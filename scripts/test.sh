@@ -87,6 +87,11 @@ scripts/guest-test.sh msix
 # by tshark and scapy). Needs a release build of bypass.
 scripts/guest-test.sh rxe
 
+# perftest on the guest's rxe against perftest on bypass's libibverbs.so.1 over the UDP link
+# (ib_write_bw, ib_read_lat, ib_atomic_lat, ib_send_bw; both roles; rxe's counters; every
+# run's pcap checked by tshark and scapy).
+scripts/guest-test.sh rxe-perftest
+
 fuzz_seconds="${FUZZ_SECONDS:-20}"
 if [ "$fuzz_seconds" != 0 ]; then
     scripts/fuzz.sh "$fuzz_seconds"
