@@ -75,6 +75,11 @@ cargo test --workspace --doc
 # (tests/fault_soak.rs; a plain `cargo test` runs 3k per setting).
 BYPASS_SOAK_MESSAGES=100000 cargo test -p bypass --test fault_soak
 
+# rdma-core's own python test suite (python3-pyverbs, installed when missing) against the
+# drop-in libibverbs.so.1 on the sim: fails when fewer tests pass than
+# tests/pyverbs/expected-pass records (what each skip means: docs/pyverbs.md).
+scripts/pyverbs-tests.sh
+
 # The VFIO backend on a real kernel: QEMU guest with an intel vIOMMU and the edu device.
 scripts/guest-test.sh vfio
 

@@ -10,6 +10,7 @@
 //! `ibv_destroy_comp_channel` EBUSY while CQs use it), `providers/mlx5/verbs.c`
 //! `mlx5_cq_event` (an event advances the CQ's arm sequence number: the driver does it).
 
+use std::cell::UnsafeCell;
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
 use std::os::fd::{AsFd, AsRawFd};
@@ -26,7 +27,9 @@ use crate::ffi::{errno_of, guard, set_errno};
 /// A completion channel: `ibv` first.
 #[repr(C)]
 pub(crate) struct Channel {
-    pub(crate) ibv: ibv_comp_channel,
+    /// The program's `ibv_comp_channel`, in a cell: its `refcnt` changes as CQs come and
+    /// go (through the program's pointer), so fields are read through raw places.
+    pub(crate) ibv: UnsafeCell<ibv_comp_channel>,
     pub(crate) ch: CompletionChannel,
     /// The CQs on it, by CQN (addresses of their `Cq`).
     cqs: Mutex<HashMap<u32, usize>>,
@@ -88,7 +91,7 @@ pub unsafe extern "C" fn ibv_create_comp_channel(ctx: *mut ibv_context) -> *mut 
                     refcnt: 0,
                 };
                 let b = Box::new(Channel {
-                    ibv,
+                    ibv: UnsafeCell::new(ibv),
                     ch,
                     cqs: Mutex::new(HashMap::new()),
                 });
@@ -114,7 +117,8 @@ pub unsafe extern "C" fn ibv_destroy_comp_channel(ch: *mut ibv_comp_channel) -> 
         }
         // SAFETY: the caller's contract.
         let c = unsafe { Channel::from_ibv(ch) };
-        if c.ibv.refcnt > 0 {
+        // SAFETY: a field of the live channel, read through the cell's raw place.
+        if unsafe { (*c.ibv.get()).refcnt } > 0 {
             return libc::EBUSY;
         }
         // SAFETY: leaked from a `Box<Channel>` at creation; given back now.
@@ -149,7 +153,9 @@ pub unsafe extern "C" fn ibv_get_cq_event(
         }
         // SAFETY: the caller's contract.
         let c = unsafe { Channel::from_ibv(ch) };
-        let event = if nonblocking(c.ibv.fd) {
+        // SAFETY: set at creation, never written again; read through the cell's raw place.
+        let fd = unsafe { (*c.ibv.get()).fd };
+        let event = if nonblocking(fd) {
             c.ch.try_get_cq_event()
         } else {
             loop {
@@ -190,8 +196,9 @@ pub unsafe extern "C" fn ibv_get_cq_event(
 
 impl Channel {
     fn is_stepped(&self) -> bool {
-        // SAFETY: a channel's context outlives it.
-        let ctx = unsafe { Context::from_ibv(self.ibv.context) };
+        // SAFETY: `context` is set at creation and never written again (read through the
+        // cell's raw place); a channel's context outlives it.
+        let ctx = unsafe { Context::from_ibv((*self.ibv.get()).context) };
         ctx.open.hca.backend().is_stepped()
     }
 }

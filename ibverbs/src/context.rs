@@ -15,7 +15,7 @@
 //! implement point at stubs that fail with the errno the inline caller expects.
 
 use std::ffi::c_void;
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::sync::Arc;
 
 use crate::abi::{ibv_context, ibv_context_ops, ibv_device, verbs_context};
@@ -32,6 +32,10 @@ pub(crate) struct Context {
     pub(crate) open: Arc<Opened>,
     /// The device it was opened on.
     pub(crate) device: &'static Device,
+    /// `ibv_context.cmd_fd`: there is no kernel command channel, but programs `dup` or
+    /// `fstat` the fd (rdma-core's python tests `os.dup(ctx.cmd_fd)` before
+    /// `ibv_import_device`), so it is a real fd, on `/dev/null`, closed with the context.
+    _cmd_fd: Option<OwnedFd>,
 }
 
 impl Context {
@@ -132,7 +136,13 @@ pub unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_co
         let c = &mut vctx.context;
         c.device = device;
         c.ops = context_ops();
-        c.cmd_fd = -1;
+        let cmd_fd = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/null")
+            .ok()
+            .map(OwnedFd::from);
+        c.cmd_fd = cmd_fd.as_ref().map_or(-1, AsRawFd::as_raw_fd);
         c.async_fd = open.events.as_fd().as_raw_fd();
         c.num_comp_vectors = i32::try_from(open.hca.num_comp_vectors()).unwrap_or(i32::MAX);
         c.abi_compat = usize::MAX as *mut c_void;
@@ -140,6 +150,7 @@ pub unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_co
             vctx,
             open,
             device: dev,
+            _cmd_fd: cmd_fd,
         });
         Box::leak(ctx).ibv()
     })

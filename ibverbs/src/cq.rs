@@ -12,6 +12,7 @@
 //! `mlx5_parse_cqe`: opcode and `wc_flags`; `mlx5_start_poll`: ENOENT when empty), `verbs.h`
 //! (`ibv_cq_ex` read functions; `ibv_create_cq_ex` wc_flags), `man 3 ibv_poll_cq`.
 
+use std::cell::UnsafeCell;
 use std::ffi::{c_int, c_void};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -40,7 +41,10 @@ pub(crate) struct CqInner {
 /// both a `*mut Cq`.
 #[repr(C)]
 pub(crate) struct Cq {
-    ex: ibv_cq_ex,
+    /// The program's `ibv_cq_ex`, in a cell: the extended poll writes `wr_id`/`status`
+    /// for the program to read and the event count changes, so it is reached only through
+    /// raw places (`(*ex.get()).field`), never a reference to the whole struct.
+    ex: UnsafeCell<ibv_cq_ex>,
     pub(crate) inner: SpinCell<CqInner>,
     backend: Arc<dyn Backend>,
     cqn: u32,
@@ -69,12 +73,13 @@ impl Cq {
 
     /// The program's `ibv_cq` pointer of this CQ.
     pub(crate) fn ibv_cq(&self) -> *mut ibv_cq {
-        std::ptr::from_ref(&self.ex).cast_mut().cast()
+        self.ex.get().cast()
     }
 
     /// The `cq_context` the program gave at creation.
     pub(crate) fn ibv_cq_context(&self) -> *mut c_void {
-        self.ex.cq_context
+        // SAFETY: set at creation, never written again; read through the cell's raw place.
+        unsafe { (*self.ex.get()).cq_context }
     }
 
     /// `ibv_ack_cq_events`' work: the driver's count, and the C struct's counter.
@@ -86,9 +91,10 @@ impl Cq {
             }
         }
         drop(g);
-        let counter = std::ptr::from_ref(&self.ex.comp_events_completed).cast_mut();
-        // SAFETY: libibverbs updates `comp_events_completed` under the CQ's `mutex`; the
-        // atomic view is of the same u32, aligned, owned by this CQ.
+        // SAFETY: the field's raw place in the cell, aligned for u32 and owned by this CQ;
+        // every update of it is this atomic one (libibverbs makes it under the CQ's mutex).
+        let counter = unsafe { &raw mut (*self.ex.get()).comp_events_completed };
+        // SAFETY: as above.
         unsafe { AtomicU32::from_ptr(counter) }.fetch_add(n, Ordering::AcqRel);
     }
 }
@@ -259,6 +265,13 @@ fn create(
         set_errno(libc::EINVAL);
         return std::ptr::null_mut();
     };
+    // The kernel's checks (`create_cq` in `uverbs_cmd.c`: a vector the device lacks;
+    // `mlx5_ib_create_cq`: more entries than the `max_cqe` query reports): EINVAL.
+    let max_cqe = 1u64 << c.open.hca.caps().log_max_cq_sz.min(31);
+    if u64::from(min) > max_cqe || vector >= c.open.hca.num_comp_vectors() {
+        set_errno(libc::EINVAL);
+        return std::ptr::null_mut();
+    }
     let config = CqConfig {
         comp_vector: vector,
         channel: ch.map(|c| &c.ch),
@@ -283,7 +296,7 @@ fn create(
     fill_ex_ops(&mut ex);
     let cqn = dcq.cqn();
     let b = Box::into_raw(Box::new(Cq {
-        ex,
+        ex: UnsafeCell::new(ex),
         inner: SpinCell::new(CqInner {
             cq: Some(dcq),
             cur: None,
@@ -377,8 +390,9 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
             c.inner.lock().cq = Some(dcq);
             return errno_of(&e);
         }
-        // SAFETY: a CQ's context outlives it.
-        let ctx = unsafe { Context::from_ibv(c.ex.context) };
+        // SAFETY: `context` is set at creation and never written again (read through the
+        // cell's raw place); a CQ's context outlives it.
+        let ctx = unsafe { Context::from_ibv((*c.ex.get()).context) };
         ctx.open.registry.remove(Kind::Cq, c.cqn);
         if !c.channel.is_null() {
             // SAFETY: the channel outlives its CQs (its destroy is EBUSY while `refcnt` > 0).

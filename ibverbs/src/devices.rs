@@ -4,7 +4,8 @@
 //! Owns: parsing `BYPASS_DEVICE` (a comma-separated list of `sim`, `udp:ADDR[:PORT]`,
 //! `vfio:BDF`; `sim` when unset), the process-wide table of [`Device`]s named `bypass0`,
 //! `bypass1`, … (made once, never freed: libibverbs' devices live as long as the process),
-//! and [`Device::open`], which brings the HCA up or returns the one already up. A UDP
+//! and [`Device::open`], which brings the HCA up or returns the one already up (a `sim`
+//! device's stays up for the process, as a NIC does). A UDP
 //! device records its packets to `BYPASS_PCAP` when that is set (`.N` appended for device N).
 //! Must not: hold a context's objects (they live in `context.rs` and its children).
 //!
@@ -40,6 +41,10 @@ pub(crate) struct Device {
     pub(crate) spec: DeviceSpec,
     /// The HCA while some context has it open.
     open: Mutex<Weak<Opened>>,
+    /// A `sim` device's HCA, kept up from its first open to the end of the process: its
+    /// device stays in the shared world (the world never removes one), so bringing up a new
+    /// one on every reopen would leave a dead twin with the same GID behind.
+    kept: OnceLock<Arc<Opened>>,
 }
 
 /// A brought-up HCA and what every context on it shares.
@@ -126,6 +131,7 @@ impl Device {
             index,
             spec,
             open: Mutex::new(Weak::new()),
+            kept: OnceLock::new(),
         }
     }
 
@@ -151,6 +157,9 @@ impl Device {
             taken: Mutex::new(Vec::new()),
         });
         *slot = Arc::downgrade(&o);
+        if self.spec == DeviceSpec::Sim {
+            let _ = self.kept.set(o.clone());
+        }
         Ok(o)
     }
 

@@ -3,7 +3,9 @@
 //!
 //! Owns: [`SpinCell`], an uncontended compare-and-swap and a release store around each
 //! access (what rdma-core's mlx5 provider does with `mlx5_spin_lock` on every post and poll,
-//! unless `MLX5_SINGLE_THREADED` is set).
+//! unless `MLX5_SINGLE_THREADED` is set), and its guardless form (`lock_raw` / `get_raw` /
+//! `unlock_raw`) for a hold that spans C calls: the extended post holds a QP from
+//! `ibv_wr_start` to `ibv_wr_complete`, as mlx5 holds `sq.lock`.
 //! Must not: be held across a blocking wait (completion-channel reads, firmware commands
 //! that wait for an interrupt run on objects that are not posted to concurrently).
 //!
@@ -43,6 +45,37 @@ impl<T> SpinCell<T> {
             std::hint::spin_loop();
         }
         SpinGuard { cell: self }
+    }
+
+    /// Holds the value as [`SpinCell::lock`] does, but with no guard: for a hold that spans
+    /// several C calls (`ibv_wr_start` … `ibv_wr_complete`, as mlx5's `sq.lock`). The
+    /// caller must end it with exactly one [`SpinCell::unlock_raw`] on the same thread and
+    /// reach the value only through [`SpinCell::get_raw`] in between.
+    #[inline]
+    pub(crate) fn lock_raw(&self) {
+        core::mem::forget(self.lock());
+    }
+
+    /// The value, while held through [`SpinCell::lock_raw`].
+    ///
+    /// # Safety
+    /// This thread holds the cell through `lock_raw` (not yet `unlock_raw`), and no other
+    /// reference to the value obtained this way is live.
+    #[inline]
+    #[allow(clippy::mut_from_ref)]
+    pub(crate) unsafe fn get_raw(&self) -> &mut T {
+        // SAFETY: the caller's contract: the flag is this thread's, the reference unique.
+        unsafe { &mut *self.value.get() }
+    }
+
+    /// Ends a hold taken by [`SpinCell::lock_raw`].
+    ///
+    /// # Safety
+    /// This thread holds the cell through `lock_raw`, and no reference from
+    /// [`SpinCell::get_raw`] outlives this call.
+    #[inline]
+    pub(crate) unsafe fn unlock_raw(&self) {
+        self.locked.store(false, Ordering::Release);
     }
 }
 

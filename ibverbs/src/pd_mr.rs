@@ -1,8 +1,8 @@
 //! Protection domains and memory regions over the program's own memory.
 //!
 //! Owns: `ibv_alloc_pd` / `ibv_dealloc_pd`, `ibv_reg_mr` / `ibv_reg_mr_iova2` /
-//! `ibv_dereg_mr` / `ibv_rereg_mr`, and [`Pd`] / [`Mr`], the C objects with the driver's
-//! behind them. A registration is the driver's application-memory MR (`UserMr`): the pages
+//! `ibv_dereg_mr` / `ibv_rereg_mr` (a new registration, then the old one's release), and
+//! [`Pd`] / [`Mr`], the C objects with the driver's behind them. A registration is the driver's application-memory MR (`UserMr`): the pages
 //! are mapped for the device (pinned, `MADV_DONTFORK`), an MTT mkey covers exactly the bytes
 //! asked for, from the IOVA asked for; the program's memory is never copied.
 //! Must not: touch the registered bytes.
@@ -10,7 +10,9 @@
 //! Sources: rdma-core `libibverbs/verbs.c` (`ibv_reg_mr_iova2`: the access flags it accepts,
 //! IBV_ACCESS_OPTIONAL_RANGE bits ignored where unsupported; `ibv_dereg_mr` EBUSY while in
 //! use is the kernel's), `man 3 ibv_reg_mr` (EINVAL for bad access flags: remote write or
-//! atomic without local write).
+//! atomic without local write), the kernel's `ib_check_mr_access` (`include/rdma/ib_verbs.h`:
+//! which flags it accepts, EOPNOTSUPP for on-demand paging on a device without it);
+//! `verbs.c` `ibv_rereg_mr` and `man 3 ibv_rereg_mr` (its checks and error codes).
 
 use std::ffi::{c_int, c_void};
 use std::ptr::NonNull;
@@ -52,7 +54,9 @@ impl Pd {
 #[repr(C)]
 pub(crate) struct Mr {
     ibv: ibv_mr,
-    mr: UserMr,
+    /// The registration; `None` after an `ibv_dereg_mr` that failed (its key is gone and its
+    /// pages stay pinned for good: the driver's `StillMapped`).
+    mr: Option<UserMr>,
 }
 
 /// `ibv_alloc_pd`: NULL with errno on failure.
@@ -110,21 +114,33 @@ pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
 /// up to bit 29): hints a provider may ignore, which bypass does.
 const IBV_ACCESS_OPTIONAL_RANGE: u32 = 0x3ff0_0000;
 
-/// The mkey access of `ibv_access_flags`, or None for a combination libibverbs refuses.
-pub(crate) fn mkey_access(access: c_int) -> Option<MkeyAccess> {
-    let a = u32::try_from(access).ok()?;
+/// The mkey access of `ibv_access_flags`, or the errno the kernel's `ib_check_mr_access`
+/// gives: EINVAL for remote write or atomic without local write and for unknown bits,
+/// EOPNOTSUPP for on-demand paging (bypass pins every registration). `IBV_ACCESS_MW_BIND`
+/// only permits binding memory windows to the MR, and bypass allocates none
+/// (`ibv_alloc_mw` is EOPNOTSUPP), so it grants nothing; `IBV_ACCESS_HUGETLB` says the
+/// pages are huge pages, which pinning does not need to know: both are accepted, as the
+/// kernel does.
+pub(crate) fn mkey_access(access: c_int) -> Result<MkeyAccess, c_int> {
+    let a = u32::try_from(access).map_err(|_| libc::EINVAL)?;
     let remote = abi::IBV_ACCESS_REMOTE_WRITE | abi::IBV_ACCESS_REMOTE_ATOMIC;
     if a & remote != 0 && a & abi::IBV_ACCESS_LOCAL_WRITE == 0 {
-        return None;
+        return Err(libc::EINVAL);
     }
     let known = abi::IBV_ACCESS_LOCAL_WRITE
         | abi::IBV_ACCESS_REMOTE_WRITE
         | abi::IBV_ACCESS_REMOTE_READ
         | abi::IBV_ACCESS_REMOTE_ATOMIC
+        | abi::IBV_ACCESS_MW_BIND
+        | abi::IBV_ACCESS_ON_DEMAND
+        | abi::IBV_ACCESS_HUGETLB
         | abi::IBV_ACCESS_RELAXED_ORDERING
         | IBV_ACCESS_OPTIONAL_RANGE;
     if a & !known != 0 {
-        return None;
+        return Err(libc::EINVAL);
+    }
+    if a & abi::IBV_ACCESS_ON_DEMAND != 0 {
+        return Err(libc::EOPNOTSUPP);
     }
     let mut m = MkeyAccess::empty();
     if a & abi::IBV_ACCESS_LOCAL_WRITE != 0 {
@@ -139,7 +155,7 @@ pub(crate) fn mkey_access(access: c_int) -> Option<MkeyAccess> {
     if a & abi::IBV_ACCESS_REMOTE_ATOMIC != 0 {
         m |= MkeyAccess::REMOTE_ATOMIC;
     }
-    Some(m)
+    Ok(m)
 }
 
 fn reg(
@@ -153,7 +169,14 @@ fn reg(
         set_errno(libc::EINVAL);
         return std::ptr::null_mut();
     }
-    let (Some(m), Some(a)) = (mkey_access(access), NonNull::new(addr.cast::<u8>())) else {
+    let m = match mkey_access(access) {
+        Ok(m) => m,
+        Err(e) => {
+            set_errno(e);
+            return std::ptr::null_mut();
+        }
+    };
+    let Some(a) = NonNull::new(addr.cast::<u8>()) else {
         set_errno(libc::EINVAL);
         return std::ptr::null_mut();
     };
@@ -177,7 +200,7 @@ fn reg(
                 lkey: mr.lkey(),
                 rkey: mr.rkey(),
             };
-            Box::into_raw(Box::new(Mr { ibv, mr })).cast()
+            Box::into_raw(Box::new(Mr { ibv, mr: Some(mr) })).cast()
         }
         Err(e) => {
             set_errno(errno_of(&e));
@@ -242,8 +265,10 @@ pub unsafe extern "C" fn ibv_reg_mr_iova(
     })
 }
 
-/// `ibv_dereg_mr`: 0 or an errno; on EBUSY (the device may still reach the pages) the MR
-/// stays valid.
+/// `ibv_dereg_mr`: 0 or an errno. On EBUSY (the device may still reach the pages, which
+/// then stay pinned for good) the C object stays allocated, so a program that calls
+/// `ibv_dereg_mr` again passes a valid pointer; that call frees it and returns 0, since
+/// nothing is left to release.
 ///
 /// # Safety
 /// `mr` from `ibv_reg_mr*`, not used again on success.
@@ -253,20 +278,29 @@ pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
         if mr.is_null() {
             return libc::EINVAL;
         }
-        // SAFETY: leaked from a `Box<Mr>` in `reg` (the caller's contract), given back now.
-        let m = unsafe { Box::from_raw(mr.cast::<Mr>()) };
-        match m.mr.deregister() {
-            Ok(()) => 0,
-            Err(e) => errno_of(&e),
+        // SAFETY: a boxed `Mr` (the caller's contract), not used by another thread.
+        let m = unsafe { &mut *mr.cast::<Mr>() };
+        if let Some(Err(e)) = m.mr.take().map(UserMr::deregister) {
+            return errno_of(&e);
         }
+        // SAFETY: leaked from a `Box<Mr>` in `reg`, given back now; `m` is not used again.
+        drop(unsafe { Box::from_raw(mr.cast::<Mr>()) });
+        0
     })
 }
 
-/// `ibv_rereg_mr`: not supported; `IBV_REREG_MR_ERR_INPUT` tells the program the MR is
-/// unchanged and still valid (as `man 3 ibv_rereg_mr` documents).
+/// `ibv_rereg_mr`: registers the MR again with what `flags` changes (its PD, its range, its
+/// access) and the rest kept, as "deregister followed by register" (`man 3 ibv_rereg_mr`):
+/// a new mkey is made first, then the old one goes, so the keys change (the program reads
+/// them from `mr` again, as the kernel may also give new ones). 0, or an
+/// `ibv_rereg_mr_err_code` with errno: `IBV_REREG_MR_ERR_INPUT` (EINVAL) for inputs
+/// libibverbs refuses, `IBV_REREG_MR_ERR_CMD` when the new registration fails; in both the
+/// MR is unchanged and still valid.
 ///
 /// # Safety
-/// Any arguments: none is read.
+/// `mr` from `ibv_reg_mr*`, not in use by another thread; `pd` from `ibv_alloc_pd` when
+/// `flags` has `IBV_REREG_MR_CHANGE_PD`; `addr..addr+len` the program's memory, mapped until
+/// `ibv_dereg_mr`, when `flags` has `IBV_REREG_MR_CHANGE_TRANSLATION`.
 #[unsafe(export_name = "__bypass_ibv_rereg_mr")]
 pub unsafe extern "C" fn ibv_rereg_mr(
     mr: *mut ibv_mr,
@@ -276,7 +310,123 @@ pub unsafe extern "C" fn ibv_rereg_mr(
     len: usize,
     access: c_int,
 ) -> c_int {
-    let _ = (mr, flags, pd, addr, len, access);
-    set_errno(libc::EOPNOTSUPP);
-    abi::IBV_REREG_MR_ERR_INPUT
+    guard(abi::IBV_REREG_MR_ERR_CMD, || {
+        let input_error = || {
+            set_errno(libc::EINVAL);
+            abi::IBV_REREG_MR_ERR_INPUT
+        };
+        let Ok(f) = u32::try_from(flags) else {
+            return input_error();
+        };
+        let change = |bit: u32| f & bit != 0;
+        // libibverbs' own checks (`verbs.c` `ibv_rereg_mr`), then the kernel's
+        // (`ib_uverbs_rereg_mr`: no flag at all is EINVAL; the new PD must be of the same
+        // context).
+        if mr.is_null()
+            || f & !abi::IBV_REREG_MR_FLAGS_SUPPORTED != 0
+            || (change(abi::IBV_REREG_MR_CHANGE_TRANSLATION) && (len == 0 || addr.is_null()))
+            || (access != 0 && !change(abi::IBV_REREG_MR_CHANGE_ACCESS))
+            || f == 0
+            || (change(abi::IBV_REREG_MR_CHANGE_PD) && pd.is_null())
+        {
+            return input_error();
+        }
+        // SAFETY: `mr` is a boxed `Mr` (`ibv` first) the caller does not use meanwhile.
+        let m = unsafe { &mut *mr.cast::<Mr>() };
+        let Some(cur) = m.mr.as_ref() else {
+            // A failed `ibv_dereg_mr` left nothing to register again.
+            return input_error();
+        };
+        let new_pd = if change(abi::IBV_REREG_MR_CHANGE_PD) {
+            pd
+        } else {
+            m.ibv.pd
+        };
+        // SAFETY: `new_pd` is the caller's PD (checked non-NULL) or the MR's own.
+        let p = unsafe { Pd::from_ibv(new_pd) };
+        if p.ibv.context != m.ibv.context {
+            return input_error();
+        }
+        let access = if change(abi::IBV_REREG_MR_CHANGE_ACCESS) {
+            match mkey_access(access) {
+                Ok(a) => a,
+                Err(e) => {
+                    set_errno(e);
+                    return abi::IBV_REREG_MR_ERR_CMD;
+                }
+            }
+        } else {
+            cur.access()
+        };
+        // A new range is addressed from its host address (rdma-core's mlx5 passes `addr` as
+        // the IOVA); otherwise the MR keeps its range and IOVA.
+        let (host, len, iova) = if change(abi::IBV_REREG_MR_CHANGE_TRANSLATION) {
+            (addr, len, None)
+        } else {
+            (m.ibv.addr, m.ibv.length, Some(cur.addr()))
+        };
+        let Some(host_nn) = NonNull::new(host.cast::<u8>()) else {
+            return input_error();
+        };
+        // SAFETY: the range is the program's memory, mapped until `ibv_dereg_mr` (the
+        // caller's contract for a new range; `ibv_reg_mr`'s for the kept one).
+        let fresh = match unsafe { UserMr::register(&p.pd, host_nn, len, iova, access) } {
+            Ok(r) => r,
+            Err(e) => {
+                set_errno(errno_of(&e));
+                return abi::IBV_REREG_MR_ERR_CMD;
+            }
+        };
+        let (lkey, rkey) = (fresh.lkey(), fresh.rkey());
+        let old = m.mr.replace(fresh);
+        if let Some(Err(e)) = old.map(UserMr::deregister) {
+            // The old pages stay pinned for good (the driver's contract); the MR itself
+            // is the new registration, which succeeded.
+            errno_of(&e);
+        }
+        m.ibv.pd = new_pd;
+        m.ibv.addr = host;
+        m.ibv.length = len;
+        m.ibv.handle = lkey;
+        m.ibv.lkey = lkey;
+        m.ibv.rkey = rkey;
+        0
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn access(flags: u32) -> Result<MkeyAccess, c_int> {
+        mkey_access(c_int::try_from(flags).expect("flags fit an int"))
+    }
+
+    #[test]
+    fn mr_access_follows_the_kernels_check() {
+        let lw = abi::IBV_ACCESS_LOCAL_WRITE;
+        // Remote write or atomic without local write, and unknown bits: EINVAL.
+        assert_eq!(access(abi::IBV_ACCESS_REMOTE_WRITE), Err(libc::EINVAL));
+        assert_eq!(access(abi::IBV_ACCESS_REMOTE_ATOMIC), Err(libc::EINVAL));
+        assert_eq!(access(lw | abi::IBV_ACCESS_ZERO_BASED), Err(libc::EINVAL));
+        assert_eq!(access(lw | 1 << 30), Err(libc::EINVAL));
+        // On-demand paging: not supported.
+        assert_eq!(
+            access(lw | abi::IBV_ACCESS_ON_DEMAND),
+            Err(libc::EOPNOTSUPP)
+        );
+        // MW_BIND and HUGETLB grant nothing the mkey encodes; optional bits are ignored.
+        assert_eq!(
+            access(lw | abi::IBV_ACCESS_MW_BIND | abi::IBV_ACCESS_HUGETLB),
+            Ok(MkeyAccess::LOCAL_WRITE)
+        );
+        assert_eq!(
+            access(lw | abi::IBV_ACCESS_REMOTE_WRITE | abi::IBV_ACCESS_RELAXED_ORDERING),
+            Ok(MkeyAccess::LOCAL_WRITE | MkeyAccess::REMOTE_WRITE)
+        );
+        assert_eq!(
+            access(abi::IBV_ACCESS_REMOTE_READ),
+            Ok(MkeyAccess::REMOTE_READ)
+        );
+    }
 }

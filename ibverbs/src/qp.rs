@@ -16,10 +16,12 @@
 //! ops have one), the kernel's `ib_modify_qp_is_ok` (which attributes each edge takes: the
 //! driver checks it again).
 
+use std::cell::UnsafeCell;
 use std::ffi::c_int;
 use std::sync::atomic::Ordering;
 use std::sync::{Mutex, PoisonError};
 
+use bypass_driver::DriverError;
 use bypass_driver::hw::cmd::qp::{PathMtu, QpState};
 use bypass_driver::post::{
     Payload, PostError, RecvWr, RemoteAddr, SendFlags, SendOp, SendWr, Sge, UdDest,
@@ -60,7 +62,10 @@ const INLINE_GATHER: usize = 1024;
 /// `*mut Qp`.
 #[repr(C)]
 pub(crate) struct Qp {
-    pub(crate) ex: ibv_qp_ex,
+    /// The program's `ibv_qp_ex`, in a cell: the program writes `wr_id`/`wr_flags` and
+    /// libibverbs-style code reads `state`, so it is reached only through raw places
+    /// (`(*ex.get()).field`), never a reference to the whole struct.
+    pub(crate) ex: UnsafeCell<ibv_qp_ex>,
     /// The driver's QP (`None` once destroyed).
     pub(crate) inner: SpinCell<Option<DriverQp>>,
     /// The attributes the program set, for `ibv_query_qp`.
@@ -90,6 +95,19 @@ impl Qp {
         // SAFETY: `ex` (whose prefix is the `ibv_qp`) is the first field of the boxed
         // `#[repr(C)]` QP (the caller's contract).
         unsafe { &*qp.cast::<Qp>() }
+    }
+
+    /// The program-visible `ibv_qp` (the prefix of the `ibv_qp_ex`), to read or write one
+    /// field at a time.
+    pub(crate) fn base(&self) -> *mut ibv_qp {
+        self.ex.get().cast()
+    }
+
+    /// The context the QP was created on.
+    pub(crate) fn context(&self) -> &Context {
+        // SAFETY: `context` is set at creation and never written again; a QP's context
+        // outlives it (the program destroys QPs before closing it).
+        unsafe { Context::from_ibv((*self.base()).context) }
     }
 }
 
@@ -127,6 +145,20 @@ struct CreateArgs {
     send_ops_flags: Option<u64>,
 }
 
+/// True when `cap` asks for no more than `ibv_query_device` reports (`max_qp_wr`,
+/// `max_sge`; `max_inline_data` is left to the driver's WQE sizing), as rdma-core's
+/// `mlx5_calc_wq_size` requires; the receive side is not used on an SRQ.
+fn caps_within_limits(pd: &Pd, cap: &abi::ibv_qp_cap, on_srq: bool) -> bool {
+    // SAFETY: all-zero is a valid `ibv_device_attr` (C data).
+    let mut d: abi::ibv_device_attr = unsafe { std::mem::zeroed() };
+    crate::query::device_attr(&pd.context().open.hca, &mut d);
+    let wr = u32::try_from(d.max_qp_wr).unwrap_or(0);
+    let sge = u32::try_from(d.max_sge).unwrap_or(0);
+    cap.max_send_wr <= wr
+        && cap.max_send_sge <= sge
+        && (on_srq || (cap.max_recv_wr <= wr && cap.max_recv_sge <= sge))
+}
+
 /// Creates the QP; its actual caps are written to `cap_out`. NULL with errno on failure.
 fn create(a: &CreateArgs, cap_out: &mut abi::ibv_qp_cap) -> *mut ibv_qp {
     if a.pd.is_null() || a.send_cq.is_null() || (a.recv_cq.is_null() && a.srq.is_null()) {
@@ -162,6 +194,10 @@ fn create(a: &CreateArgs, cap_out: &mut abi::ibv_qp_cap) -> *mut ibv_qp {
         // SAFETY: as above.
         Some(unsafe { Srq::from_ibv(a.srq) })
     };
+    if !caps_within_limits(pd, &a.cap, srq.is_some()) {
+        set_errno(libc::EINVAL);
+        return std::ptr::null_mut();
+    }
     let caps = QpCaps {
         max_send_wr: a.cap.max_send_wr.max(1),
         max_recv_wr: if srq.is_some() {
@@ -199,6 +235,13 @@ fn create(a: &CreateArgs, cap_out: &mut abi::ibv_qp_cap) -> *mut ibv_qp {
     };
     let dqp = match made {
         Ok(q) => q,
+        // Within the reported limits, the queue or WQE these caps need can still be too
+        // big for the device (a deep SQ of large WQEs): `mlx5_calc_wq_size` says EINVAL.
+        Err(e @ DriverError::Unsupported { .. }) => {
+            errno_of(&e);
+            set_errno(libc::EINVAL);
+            return std::ptr::null_mut();
+        }
         Err(e) => {
             set_errno(errno_of(&e));
             return std::ptr::null_mut();
@@ -207,7 +250,9 @@ fn create(a: &CreateArgs, cap_out: &mut abi::ibv_qp_cap) -> *mut ibv_qp {
     let got = dqp.caps();
     *cap_out = abi::ibv_qp_cap {
         max_send_wr: got.max_send_wr,
-        max_recv_wr: got.max_recv_wr,
+        // The RQ's real depth (a power of two), as mlx5 writes back `rq.max_post`: a
+        // program filling it must see exactly when it is full.
+        max_recv_wr: if a.srq.is_null() { dqp.rq_wqes() } else { 0 },
         max_send_sge: got.max_send_sge,
         max_recv_sge: got.max_recv_sge,
         max_inline_data: got.max_inline_data,
@@ -244,7 +289,7 @@ fn create(a: &CreateArgs, cap_out: &mut abi::ibv_qp_cap) -> *mut ibv_qp {
         q.users.fetch_add(1, Ordering::AcqRel);
     }
     let qp = Box::into_raw(Box::new(Qp {
-        ex,
+        ex: UnsafeCell::new(ex),
         inner: SpinCell::new(Some(dqp)),
         saved: Mutex::new(saved),
         send_cq: scq,
@@ -288,9 +333,22 @@ pub unsafe extern "C" fn ibv_create_qp(
     })
 }
 
+/// The `ibv_qp_create_flags` a QP of type `qp_type` may be created with: on UD,
+/// `IBV_QP_CREATE_BLOCK_SELF_MCAST_LB`, which keeps a QP's own multicast sends from
+/// looping back to it; bypass attaches no QP to a multicast group (`ibv_attach_mcast` is
+/// EOPNOTSUPP), so no such loopback can happen and the flag holds as asked.
+fn supported_create_flags(qp_type: u32) -> u32 {
+    if qp_type == abi::IBV_QPT_UD {
+        abi::IBV_QP_CREATE_BLOCK_SELF_MCAST_LB
+    } else {
+        0
+    }
+}
+
 /// `verbs_context.create_qp_ex` (`ibv_create_qp_ex`): the PD must be given; send ops
-/// (`IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`) give the QP an `ibv_qp_ex`. Other create options
-/// (XRC, RSS, TSO, create flags) are EOPNOTSUPP.
+/// (`IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`) give the QP an `ibv_qp_ex`; create flags as
+/// [`supported_create_flags`]. Other create options (XRC, RSS, TSO, other create flags)
+/// are EOPNOTSUPP.
 pub(crate) unsafe extern "C" fn create_qp_ex(
     ctx: *mut abi::ibv_context,
     attr: *mut ibv_qp_init_attr_ex,
@@ -303,12 +361,20 @@ pub(crate) unsafe extern "C" fn create_qp_ex(
         }
         // SAFETY: the caller's contract.
         let a = unsafe { &mut *attr };
-        let known = abi::IBV_QP_INIT_ATTR_PD | abi::IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+        let known = abi::IBV_QP_INIT_ATTR_PD
+            | abi::IBV_QP_INIT_ATTR_SEND_OPS_FLAGS
+            | abi::IBV_QP_INIT_ATTR_CREATE_FLAGS;
         if a.comp_mask & abi::IBV_QP_INIT_ATTR_PD == 0 {
             set_errno(libc::EINVAL);
             return std::ptr::null_mut();
         }
-        if a.comp_mask & !known != 0 || a.create_flags != 0 {
+        if a.comp_mask & !known != 0 {
+            set_errno(libc::EOPNOTSUPP);
+            return std::ptr::null_mut();
+        }
+        if a.comp_mask & abi::IBV_QP_INIT_ATTR_CREATE_FLAGS != 0
+            && a.create_flags & !supported_create_flags(a.qp_type) != 0
+        {
             set_errno(libc::EOPNOTSUPP);
             return std::ptr::null_mut();
         }
@@ -554,8 +620,8 @@ pub unsafe extern "C" fn ibv_modify_qp(
         // SAFETY: the caller's contract.
         let (q, a) = unsafe { (Qp::from_ibv(qp), &*attr) };
         let mask = mask as u32;
-        // SAFETY: a QP's context outlives it.
-        let log_msg = unsafe { Context::from_ibv(q.ex.qp_base.context) }
+        let log_msg = q
+            .context()
             .open
             .hca
             .caps()
@@ -574,9 +640,10 @@ pub unsafe extern "C" fn ibv_modify_qp(
             a,
             mask,
         );
-        let p = std::ptr::from_ref(&q.ex.qp_base.state).cast_mut();
-        // SAFETY: `state` is the program-visible field of this live QP; libibverbs writes
-        // it in `ibv_modify_qp` the same way.
+        // SAFETY: `state` is a program-visible field of this live QP, reached through its
+        // cell's raw place; libibverbs writes it in `ibv_modify_qp` the same way.
+        let p = unsafe { &raw mut (*q.base()).state };
+        // SAFETY: as above.
         unsafe { p.write_volatile(state) };
         0
     })
@@ -609,15 +676,19 @@ pub unsafe extern "C" fn ibv_query_qp(
         s.qp_state = state;
         s.cur_qp_state = state;
         s.sq_draining = 0;
-        let b = &q.ex.qp_base;
-        let init = ibv_qp_init_attr {
-            qp_context: b.qp_context,
-            send_cq: b.send_cq,
-            recv_cq: b.recv_cq,
-            srq: b.srq,
-            cap: s.cap,
-            qp_type: b.qp_type,
-            sq_sig_all: 0,
+        let b = q.base();
+        // SAFETY: these fields are set at creation and never written again; each is read
+        // through the cell's raw place (no reference to the struct the program writes).
+        let init = unsafe {
+            ibv_qp_init_attr {
+                qp_context: (*b).qp_context,
+                send_cq: (*b).send_cq,
+                recv_cq: (*b).recv_cq,
+                srq: (*b).srq,
+                cap: s.cap,
+                qp_type: (*b).qp_type,
+                sq_sig_all: 0,
+            }
         };
         // SAFETY: both are writable (the caller's contract).
         unsafe {
@@ -648,7 +719,7 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
         // SAFETY: the QP's CQs, SRQ and context outlive it (their destroys are EBUSY while
         // it counts as a user).
         unsafe {
-            Context::from_ibv(q.ex.qp_base.context)
+            q.context()
                 .open
                 .registry
                 .remove(Kind::Qp, qpn);
@@ -819,6 +890,49 @@ unsafe fn post_one(q: &mut DriverQp, wr: &ibv_send_wr) -> Result<(), c_int> {
     q.post_send(&s).map_err(|e| post_errno(&e))
 }
 
+/// Walks a program's linked list of work requests from `head`, posting each with `post`:
+/// 0, or the errno of the first one refused, which `*bad` then names (those before it are
+/// posted).
+///
+/// # Safety
+/// `head` is NULL or the first of the program's readable list, each `next` of which is
+/// NULL or readable; `bad` is NULL or writable.
+#[inline]
+pub(crate) unsafe fn post_list<W>(
+    head: *mut W,
+    bad: *mut *mut W,
+    next: impl Fn(&W) -> *mut W,
+    mut post: impl FnMut(&W) -> Result<(), c_int>,
+) -> c_int {
+    let mut cur = head;
+    while !cur.is_null() {
+        // SAFETY: the caller's contract: every element of the list is readable.
+        let w = unsafe { &*cur };
+        if let Err(e) = post(w) {
+            if !bad.is_null() {
+                // SAFETY: writable (the caller's contract).
+                unsafe { *bad = cur };
+            }
+            return e;
+        }
+        cur = next(w);
+    }
+    0
+}
+
+/// The request's SGEs as a driver receive.
+///
+/// # Safety
+/// The request's `sg_list` is readable for `num_sge` entries.
+#[inline]
+pub(crate) unsafe fn recv_wr(w: &ibv_recv_wr) -> RecvWr<'_> {
+    RecvWr {
+        wr_id: w.wr_id,
+        // SAFETY: the caller's contract.
+        sges: unsafe { sges(w.sg_list, w.num_sge) },
+    }
+}
+
 /// The `post_send` ops slot (`ibv_post_send`): every request of the list, in order; 0, or
 /// the errno of the first one refused, which `*bad_wr` names (those before it are posted).
 pub(crate) unsafe extern "C" fn post_send(
@@ -836,21 +950,9 @@ pub(crate) unsafe extern "C" fn post_send(
         let Some(dq) = g.as_mut() else {
             return libc::EINVAL;
         };
-        let mut cur = wr;
-        while !cur.is_null() {
-            // SAFETY: the program's list of readable requests.
-            let w = unsafe { &*cur };
-            // SAFETY: as above.
-            if let Err(e) = unsafe { post_one(dq, w) } {
-                if !bad_wr.is_null() {
-                    // SAFETY: writable (the caller's contract).
-                    unsafe { *bad_wr = cur };
-                }
-                return e;
-            }
-            cur = w.next;
-        }
-        0
+        // SAFETY: the program's list of requests (libibverbs' contract), each posted with
+        // its SGEs and AH valid.
+        unsafe { post_list(wr, bad_wr, |w| w.next, |w| post_one(dq, w)) }
     })
 }
 
@@ -870,24 +972,14 @@ pub(crate) unsafe extern "C" fn post_recv(
         let Some(dq) = g.as_mut() else {
             return libc::EINVAL;
         };
-        let mut cur = wr;
-        while !cur.is_null() {
-            // SAFETY: the program's list of readable requests.
-            let w = unsafe { &*cur };
-            let r = RecvWr {
-                wr_id: w.wr_id,
-                // SAFETY: the request's SGE list (libibverbs' contract).
-                sges: unsafe { sges(w.sg_list, w.num_sge) },
-            };
-            if let Err(e) = dq.post_recv(&r) {
-                if !bad_wr.is_null() {
-                    // SAFETY: writable (the caller's contract).
-                    unsafe { *bad_wr = cur };
-                }
-                return post_errno(&e);
-            }
-            cur = w.next;
+        // SAFETY: the program's list of receives (libibverbs' contract).
+        unsafe {
+            post_list(
+                wr,
+                bad_wr,
+                |w| w.next,
+                |w| dq.post_recv(&recv_wr(w)).map_err(|e| post_errno(&e)),
+            )
         }
-        0
     })
 }

@@ -192,6 +192,11 @@ pub(crate) unsafe extern "C" fn query_device_ex(
         ex.completion_timestamp_mask = 0;
         ex.hca_core_clock = u64::from(hca.caps().device_frequency_khz);
         ex.max_dm_size = 0;
+        // The kernel reports every capability flag in the 64-bit field, the legacy 32-bit
+        // one being its low half, and the port count in `phys_port_cnt_ex` too
+        // (`ibv_cmd_query_device_any`).
+        ex.device_cap_flags_ex = u64::from(ex.orig_attr.device_cap_flags);
+        ex.phys_port_cnt_ex = u32::from(ex.orig_attr.phys_port_cnt);
         let n = attr_size.min(std::mem::size_of::<ibv_device_attr_ex>());
         // SAFETY: `attr` is writable for `attr_size` bytes (the caller's contract) and `n`
         // is at most that; `ex` is a whole struct of at least `n` bytes.

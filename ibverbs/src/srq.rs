@@ -11,7 +11,6 @@
 use std::ffi::c_int;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use bypass_driver::post::RecvWr;
 use bypass_driver::srq::{Srq as DriverSrq, SrqAttr};
 
 use crate::abi::{self, ibv_pd, ibv_recv_wr, ibv_srq, ibv_srq_attr, ibv_srq_init_attr};
@@ -19,7 +18,7 @@ use crate::context::Context;
 use crate::ffi::{errno_of, guard, set_errno};
 use crate::lock::SpinCell;
 use crate::pd_mr::Pd;
-use crate::qp::{post_errno, sges};
+use crate::qp::{post_errno, post_list, recv_wr};
 use crate::registry::Kind;
 
 /// A shared receive queue: `ibv` first.
@@ -209,25 +208,19 @@ pub(crate) unsafe extern "C" fn post_srq_recv(
         let Some(d) = g.as_ref() else {
             return libc::EINVAL;
         };
-        let mut cur = wr;
-        while !cur.is_null() {
-            // SAFETY: the program's readable list.
-            let w = unsafe { &*cur };
-            let r = RecvWr {
-                wr_id: w.wr_id,
-                // SAFETY: the request's SGE list (libibverbs' contract).
-                sges: unsafe { sges(w.sg_list, w.num_sge) },
-            };
-            if let Err(e) = d.post_srq_recv(&r) {
-                if !bad_wr.is_null() {
-                    // SAFETY: writable (the caller's contract).
-                    unsafe { *bad_wr = cur };
-                }
-                return post_errno(&e);
-            }
-            cur = w.next;
+        // SAFETY: the program's list of receives (libibverbs' contract).
+        unsafe {
+            post_list(
+                wr,
+                bad_wr,
+                |w| w.next,
+                |w| {
+                    d.post_srq_recv(&recv_wr(w))
+                        .map(|_| ())
+                        .map_err(|e| post_errno(&e))
+                },
+            )
         }
-        0
     })
 }
 
