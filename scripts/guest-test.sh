@@ -33,8 +33,8 @@
 # RXE_PROFILE (release or debug: the bypass build, default release), RXE_NETNS / RXE_TAP (default bypass-rxe / bprxe0),
 # RXE_ATTEMPTS (default 5: an attempt failed only by retransmissions with no loss is repeated);
 # rxe-perftest: RXE_RUNS (of 1-8), RXE_RUN_TIMEOUT, RXE_PROFILE, RXE_ATTEMPTS, RXE_KEEP as for rxe,
-# RXE_PF_ITERS (iterations per run, default 100), RXE_PF_OLD_POST (default 1: bypass's side runs
-# with --use_old_post_send; 0 once bypass's ibv_qp_ex lands), RXE_PF_NETNS / RXE_PF_TAP
+# RXE_PF_ITERS (iterations per run, default 100), RXE_PF_OLD_POST (default 0: bypass's side posts
+# through ibv_qp_ex, perftest's default; 1 adds --use_old_post_send), RXE_PF_NETNS / RXE_PF_TAP
 # (default bypass-rxepf / bprxepf0, apart from rxe's so the two can run at once).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -453,10 +453,10 @@ rxe_perftest() {
   fi
   python3 -c 'import scapy.contrib.roce' 2>/dev/null \
     || { echo "guest-test: rxe-perftest checks the pcaps with scapy: pip install scapy==2.8.0 (scripts/test.sh does)" >&2; exit 2; }
-  # --use_old_post_send: bypass's ibv_qp_ex (the extended post perftest uses by default) is
-  # not in yet; RXE_PF_OLD_POST=0 runs bypass's side on the extended post once it is.
+  # bypass's side posts the way perftest does by default, through ibv_qp_ex (ibv_wr_*);
+  # RXE_PF_OLD_POST=1 makes it use ibv_post_send (--use_old_post_send) instead.
   local host_extra=()
-  [ "${RXE_PF_OLD_POST:-1}" = 1 ] && host_extra=(--use_old_post_send)
+  [ "${RXE_PF_OLD_POST:-0}" = 1 ] && host_extra=(--use_old_post_send)
   local start; start=$(date +%s)
   SYNC="$LAB/xfer/rxe-perftest-$$"; HOST_PID=; GUEST_PID=
   trap rxe_cleanup EXIT
