@@ -92,6 +92,11 @@ scripts/guest-test.sh msix
 # by tshark and scapy). Needs a release build of bypass.
 scripts/guest-test.sh rxe
 
+# perftest on the guest's rxe against perftest on bypass's libibverbs.so.1 over the UDP link
+# (ib_write_bw, ib_read_lat, ib_atomic_lat, ib_send_bw; both roles; rxe's counters; every
+# run's pcap checked by tshark and scapy).
+scripts/guest-test.sh rxe-perftest
+
 # UCX and OpenMPI, unmodified, over the drop-in libibverbs.so.1: ucx_perftest on ud_verbs and
 # rc_verbs, and a two-rank ping-pong and allreduce (pml ucx), two processes on UDP loopback in
 # a private mount namespace (docs/ucx.md; root; installs ucx-utils and OpenMPI if missing).

@@ -84,8 +84,11 @@ impl<W: Write> PcapWriter<W> {
 }
 
 /// A [`PcapWriter`] as a packet rule: records every packet its link shows it (delivered,
-/// sent, or dropped by a rule: `Seen`), stamped with the link's clock. A write error stops the
-/// recording (a full disk must not stop the link) and is kept ([`PcapTee::error`]).
+/// sent, or dropped by a rule: `Seen`), stamped with the link's clock, and flushes the stream
+/// after each one: a process may exit without dropping its link (a C program that returns from
+/// `main` without `ibv_close_device`, as perftest's passive side does), and the file must hold
+/// every packet shown so far. A write error stops the recording (a full disk must not stop the
+/// link) and is kept ([`PcapTee::error`]).
 #[derive(Debug)]
 pub struct PcapTee<W: Write> {
     writer: Option<PcapWriter<W>>,
@@ -115,7 +118,7 @@ impl<W: Write> PcapTee<W> {
 impl<W: Write + Send + 'static> Rule for PcapTee<W> {
     fn on_seen(&mut self, bytes: &[u8], now_ns: u64, _: Seen) {
         if let Some(w) = self.writer.as_mut()
-            && let Err(e) = w.write_packet(now_ns, bytes)
+            && let Err(e) = w.write_packet(now_ns, bytes).and_then(|()| w.flush())
         {
             self.writer = None;
             self.error = Some(e);
@@ -157,6 +160,40 @@ mod tests {
         );
         assert_eq!(u32::from_le_bytes(b[36..40].try_into().unwrap()), 3, "len");
         assert_eq!(&b[40..], &[0x45, 1, 2]);
+    }
+
+    /// A stream whose bytes stay readable through a second handle.
+    #[derive(Clone, Default)]
+    struct Shared(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl Write for Shared {
+        fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_tee_over_a_buffered_stream_has_written_each_packet_before_the_next() {
+        let file = Shared::default();
+        // never dropped, as when the process exits without dropping its link
+        let mut t = std::mem::ManuallyDrop::new(PcapTee::new(
+            PcapWriter::new(io::BufWriter::new(file.clone())).unwrap(),
+        ));
+        let len = || file.0.lock().map(|b| b.len()).unwrap_or(0);
+        t.on_seen(&[0x45, 1, 2], 5, Seen::Sent);
+        let first = len();
+        assert_eq!(
+            first,
+            24 + 16 + 3,
+            "the header and the packet are in the file"
+        );
+        t.on_seen(&[0x45, 3], 6, Seen::Delivered);
+        let second = len();
+        assert_eq!(second, 24 + 16 + 3 + 16 + 2);
     }
 
     /// A stream that refuses every write.
