@@ -15,6 +15,11 @@
 #                        nftables random-drop rule on kernels without netem) for the two-process
 #                        UDP test (tests/netns_udp_loss.rs; it needs root)
 #
+#   ibverbs-utils, perftest, python3-pyverbs
+#                        unmodified rdma-core consumers run over bypass's drop-in
+#                        libibverbs.so.1 (scripts/verbs-programs.sh; scripts/abi-check.sh
+#                        checks that every one of them, pyverbs' modules included, loads)
+#
 #   cargo-fuzz          (by scripts/fuzz.sh) short fuzz runs of the sim's command and WQE targets
 #   qemu-system-x86 (bookworm-backports), busybox-static, kmod, cpio, util-linux (setpriv,
 #                        prlimit) and a Debian guest kernel, by scripts/guest/build-guest.sh:
@@ -45,6 +50,9 @@ install_missing() {
     command -v python3 >/dev/null 2>&1 || pkgs+=(python3 python3-pip)
     command -v ip >/dev/null 2>&1 || pkgs+=(iproute2)
     command -v nft >/dev/null 2>&1 || pkgs+=(nftables)
+    command -v ibv_rc_pingpong >/dev/null 2>&1 || pkgs+=(ibverbs-utils)
+    command -v ib_write_lat >/dev/null 2>&1 || pkgs+=(perftest)
+    [ -d /usr/lib/python3/dist-packages/pyverbs ] || pkgs+=(python3-pyverbs)
     if [ ${#pkgs[@]} -gt 0 ]; then
         echo "scripts/test.sh: installing ${pkgs[*]}"
         as_root apt-get update
@@ -96,6 +104,13 @@ scripts/guest-test.sh rxe
 # (ib_write_bw, ib_read_lat, ib_atomic_lat, ib_send_bw; both roles; rxe's counters; every
 # run's pcap checked by tshark and scapy).
 scripts/guest-test.sh rxe-perftest
+
+# Unmodified rdma-core programs over bypass's drop-in libibverbs.so.1 (release build): the ABI
+# check (ldd -r over every consumer), ibv_devices/ibv_devinfo against `bypass devinfo`, the
+# four ibv_*_pingpong and perftest's eight ib_* tests, two processes on UDP loopback. perftest
+# runs with --use_old_post_send while PERFTEST_OLD_POST=1 (the default, until the extended
+# post is in the library).
+scripts/verbs-programs.sh
 
 # UCX and OpenMPI, unmodified, over the drop-in libibverbs.so.1: ucx_perftest on ud_verbs and
 # rc_verbs, and a two-rank ping-pong and allreduce (pml ucx), two processes on UDP loopback in
