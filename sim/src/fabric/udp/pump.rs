@@ -12,16 +12,16 @@
 //!
 //! Sources: ACK coalescing as a NIC does it (an ACK held for one round is late by at most
 //! the process's next round, far below IBTA's `local_ack_timeout` of 4.096 us x 2^timeout);
-//! the round-trip rationale is in `docs/DESIGN.md` (the UDP link).
+//! the round-trip rationale is in `docs/DESIGN.md` (the UDP link); epoll(7) for the engine's
+//! edge-triggered wait (a datagram that arrives wakes it once, one left unread does not).
 
 use std::net::UdpSocket;
-use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use bypass_hw::roce::{BthOpcode, RocePacket};
-use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
 
 use crate::fabric::lock::{lock, try_lock};
 use crate::frame::{AckWriter, Frame};
@@ -30,19 +30,19 @@ use crate::link::gather::{Gathered, Out};
 use crate::link::udp::{GSO_MAX_SEGS, LinkError, RX_BATCH, UdpLink};
 use crate::world::World;
 
-/// How long the engine thread keeps spinning after the last thing it did before it sleeps in
-/// `poll` (only while no application thread pumps the link; an idle link costs no CPU).
-const SPIN: Duration = Duration::from_millis(5);
-
-/// How long the engine sleeps in `poll` at most when idle (bounds how late a timer, or the
-/// first doorbell of a fabric whose doorbells are not acted on inline, is seen).
+/// How long the engine sleeps at most when it has nothing to do (bounds how late a timer,
+/// or the first doorbell of a fabric whose doorbells are not acted on inline, is seen).
 const IDLE_POLL_MS: u8 = 1;
 
-/// An application thread that pumped the link less than this long ago is taken to be
-/// pumping it still: the engine thread then leaves the socket alone (a thread blocked in
-/// `poll` on it would be woken by every datagram, a wake-up and a context switch the sender
-/// pays for on every packet) and only runs timers, once per [`IDLE_POLL_MS`].
-const APP_PUMPING: Duration = Duration::from_millis(2);
+/// An application thread that pumped less than this long ago is busy-polling the link (its
+/// wait loop comes back within a few microseconds): a datagram that wakes the engine then is
+/// the application's to read, and the engine only checks, [`APP_RECHECK`] later, that the
+/// application pumped since (else it reads the socket itself).
+const APP_BUSY: Duration = Duration::from_micros(20);
+
+/// How long the engine waits before checking that a busy-polling application read the
+/// datagram that woke it.
+const APP_RECHECK: Duration = Duration::from_micros(20);
 
 /// True for an RC ACK (or NAK): BTH opcode `RC_ACKNOWLEDGE`.
 fn is_ack(packet: &[u8]) -> bool {
@@ -62,8 +62,8 @@ pub enum Pumper {
     /// An application thread's wait loop: reads the socket, steps, sends; skips the round
     /// if another thread is running one.
     App,
-    /// The fabric's engine thread: as `App`, and does not count as an application thread
-    /// pumping (neither does `Doorbell`).
+    /// The fabric's engine thread: reads, steps and sends as `App` does, and always steps
+    /// the devices (timers are its job).
     Engine,
 }
 
@@ -111,18 +111,19 @@ const SPARE_BUFFERS: usize = 2 * GSO_MAX_SEGS;
 /// A [`UdpLink`] as the wire of a fabric whose world is moved by whichever thread needs it:
 /// the thread that rang a doorbell sends its packets itself ([`Pumper::Doorbell`]), an
 /// application's wait loop reads the socket and runs the device ([`Pumper::App`]), and the
-/// fabric's engine thread ([`UdpWire::run_engine`]) runs timers, and everything when no
-/// application thread pumps. A ping-pong between two processes is then one busy thread per
-/// process, as with plain sockets: no hand-off to an engine thread, no engine competing for
-/// the core. Socket calls happen with the world unlocked; the link is locked before the
+/// fabric's engine thread ([`UdpWire::run_engine`]), woken by each datagram and by timers,
+/// runs the rounds nobody else runs. A busy-polling ping-pong between two processes is then
+/// one busy thread per process, as with plain sockets (the engine only wakes and finds the
+/// packet read), and a process that waits without calling in still gets its packets at
+/// once. Socket calls happen with the world unlocked; the link is locked before the
 /// world, never after.
 pub struct UdpWire {
     state: Mutex<PumpState>,
-    /// A second handle on the receiving socket, for the engine to `poll` without the lock.
+    /// A second handle on the receiving socket, for the engine to wait on without the lock.
     poller: UdpSocket,
     /// Device time 0.
     start: Instant,
-    /// When an application thread last pumped (ns since `start`).
+    /// When an application thread's wait loop last pumped (ns since `start`).
     app_pumped: AtomicU64,
     /// The earliest device timer (ns since `start`; `u64::MAX`: none) as the last round left
     /// it: an application round that receives nothing, holds nothing and comes before it
@@ -168,8 +169,8 @@ impl UdpWire {
     /// One round: read what waits on the socket (not for [`Pumper::Doorbell`]), hand it to
     /// the device that owns its destination GID (else device 0), step the devices at the
     /// current device time (ns since [`UdpWire::new`]) until idle, and send what they
-    /// transmit. True if anything moved. [`Pumper::App`] and [`Pumper::Engine`] return false
-    /// at once when another thread is running a round; [`Pumper::Doorbell`] waits for it (a
+    /// transmit. True if anything moved. [`Pumper::App`] returns false at once when another
+    /// thread is running a round; [`Pumper::Engine`] and [`Pumper::Doorbell`] wait for it (a
     /// doorbell written already: the round [`UdpWire::ring`] runs after its write).
     ///
     /// An application round that reads nothing, holds no ACKs and comes before the earliest
@@ -183,12 +184,18 @@ impl UdpWire {
         }
         let t = self.now_ns();
         if by == Pumper::App {
-            // Only a wait loop reads the socket: a doorbell alone (a CQ armed before a
-            // blocking wait, say) must not keep the engine off it.
             self.app_pumped.store(t, Ordering::Relaxed);
         }
-        let Some(mut g) = try_lock(&self.state) else {
-            return false;
+        // The engine waits for a round another thread runs (asleep on the lock, not
+        // spinning), then runs its own: that round may have read the socket before the
+        // datagram that woke the engine arrived.
+        let mut g = if by == Pumper::Engine {
+            lock(&self.state)
+        } else {
+            let Some(g) = try_lock(&self.state) else {
+                return false;
+            };
+            g
         };
         // The socket is read with the world unlocked; the packets wait in the link's
         // buffers and are handed to the devices in place below.
@@ -383,32 +390,66 @@ impl UdpWire {
         busy
     }
 
-    /// The engine thread of a UDP fabric, until `stop`. While an application thread pumps
-    /// (within the last 2 ms) it only runs a round every millisecond (timers:
-    /// retransmission, RNR retry) and leaves the socket alone; otherwise it pumps the link
-    /// itself, spinning while there is work and for a short while after, then sleeping in
-    /// `poll` on the socket.
+    /// The engine thread of a UDP fabric, until `stop`: it runs the rounds nobody else runs
+    /// (timers, a round cut short, and every packet of a process whose threads wait without
+    /// calling in, as perftest's `ib_write_lat` polls memory). It sleeps in `epoll_wait` on
+    /// the socket, edge-triggered (a new datagram wakes it, one left unread does not), with
+    /// [`IDLE_POLL_MS`] as the timeout. Woken while an application thread busy-polls the link
+    /// (it pumped within [`APP_BUSY`]) it leaves the datagram to it and only checks, in
+    /// sleeps of [`APP_RECHECK`], that the application pumped after the wake-up; otherwise it
+    /// runs a round itself, waiting (asleep on the lock) for one another thread runs.
+    ///
+    /// The trade-off: no thread spins but the application's, so an idle link costs no CPU
+    /// and an active one no core beyond its application's; each datagram costs a wake-up of
+    /// this thread (paid in part by the sender's kernel), and a packet that arrives within
+    /// [`APP_BUSY`] after the application's last pump may wait up to about [`APP_RECHECK`]
+    /// (plus the timer slack) for this thread. A timed sleep while the application had pumped
+    /// lately, without watching the socket, held such packets for up to a millisecond.
     pub fn run_engine(&self, world: &Mutex<World>, stop: &AtomicBool) {
-        let mut last_work = Instant::now();
+        let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).and_then(|e| {
+            e.add(
+                &self.poller,
+                EpollEvent::new(EpollFlags::EPOLLIN | EpollFlags::EPOLLET, 0),
+            )
+            .map(|()| e)
+        });
+        let mut events = [EpollEvent::empty(); 1];
+        let busy = APP_BUSY.as_nanos() as u64;
         while !stop.load(Ordering::Acquire) {
-            let since_app = self
-                .now_ns()
-                .saturating_sub(self.app_pumped.load(Ordering::Relaxed));
-            if since_app < APP_PUMPING.as_nanos() as u64 {
-                std::thread::sleep(Duration::from_millis(u64::from(IDLE_POLL_MS)));
-                self.pump(world, Pumper::Engine);
-                continue;
+            let woke = self.now_ns();
+            // A busy-polling application reads what came itself: no second reader on the
+            // link (the lock and the socket) while it does, as long as it keeps pumping.
+            loop {
+                let app = self.app_pumped.load(Ordering::Relaxed);
+                if app > woke
+                    || self.now_ns().saturating_sub(app) >= busy
+                    || stop.load(Ordering::Acquire)
+                {
+                    break;
+                }
+                std::thread::sleep(APP_RECHECK);
             }
-            if self.pump(world, Pumper::Engine) {
-                last_work = Instant::now();
-            } else if last_work.elapsed() > SPIN {
-                let mut fds = [PollFd::new(self.poller.as_fd(), PollFlags::POLLIN)];
-                // EINTR or an error: the loop comes back here anyway.
-                let _ = poll(&mut fds, PollTimeout::from(IDLE_POLL_MS));
-            } else {
-                // Spinning, but other threads (the application's, on few cores) may need the
-                // CPU: give it away rather than burn the slice.
-                std::thread::yield_now();
+            let app_read = self.app_pumped.load(Ordering::Relaxed) > woke;
+            let timer_due = self.next_timer.load(Ordering::Relaxed) <= self.now_ns();
+            if !app_read || timer_due {
+                if self.pump(world, Pumper::Engine) {
+                    // Moved something: go again at once.
+                    continue;
+                }
+                if self.next_timer.load(Ordering::Relaxed) <= self.now_ns() {
+                    // A round cut short, a flush waiting or a timer due: again, after
+                    // letting other threads run.
+                    std::thread::yield_now();
+                    continue;
+                }
+            }
+            match &epoll {
+                // EINTR, or the timeout: the loop comes back here anyway.
+                Ok(e) => {
+                    let _ = e.wait(&mut events, EpollTimeout::from(IDLE_POLL_MS));
+                }
+                // No epoll (descriptors exhausted): sleep as long, and read then.
+                Err(_) => std::thread::sleep(Duration::from_millis(u64::from(IDLE_POLL_MS))),
             }
         }
     }
