@@ -35,14 +35,23 @@ use crate::world::World;
 const IDLE_POLL_MS: u8 = 1;
 
 /// An application thread that pumped less than this long ago is busy-polling the link (its
-/// wait loop comes back within a few microseconds): a datagram that wakes the engine then is
-/// the application's to read, and the engine only checks, [`APP_RECHECK`] later, that the
-/// application pumped since (else it reads the socket itself).
+/// wait loop comes back within a few microseconds): the engine then leaves the socket to it
+/// and does not wait on it (a waiting reader is woken by every datagram, and on few cores
+/// each wake-up of the engine takes the CPU from a busy-polling thread), only checking now
+/// and then whether the application stopped.
 const APP_BUSY: Duration = Duration::from_micros(20);
 
-/// How long the engine waits before checking that a busy-polling application read the
-/// datagram that woke it.
-const APP_RECHECK: Duration = Duration::from_micros(20);
+/// The engine's first check on a busy-polling application comes this long after the last;
+/// each check that finds it still pumping doubles the wait, up to [`IDLE_POLL_MS`], and a
+/// round the engine ran for an application that had stopped (it moved packets) sets it back
+/// here. An application that keeps pumping (`bypass perf`) then sees the engine wake once a
+/// millisecond; one that stops after each completion to poll memory (`ib_write_lat`) gets its
+/// packet within about [`APP_BUSY`] + this.
+const APP_RECHECK: Duration = Duration::from_micros(10);
+
+/// The engine thread's timer slack (`PR_SET_TIMERSLACK`, ns): its [`APP_RECHECK`] sleeps
+/// would otherwise last 50 us more (the default slack).
+const ENGINE_TIMER_SLACK_NS: libc::c_ulong = 1_000;
 
 /// True for an RC ACK (or NAK): BTH opcode `RC_ACKNOWLEDGE`.
 fn is_ack(packet: &[u8]) -> bool {
@@ -392,19 +401,23 @@ impl UdpWire {
 
     /// The engine thread of a UDP fabric, until `stop`: it runs the rounds nobody else runs
     /// (timers, a round cut short, and every packet of a process whose threads wait without
-    /// calling in, as perftest's `ib_write_lat` polls memory). It sleeps in `epoll_wait` on
-    /// the socket, edge-triggered (a new datagram wakes it, one left unread does not), with
-    /// [`IDLE_POLL_MS`] as the timeout. Woken while an application thread busy-polls the link
-    /// (it pumped within [`APP_BUSY`]) it leaves the datagram to it and only checks, in
-    /// sleeps of [`APP_RECHECK`], that the application pumped after the wake-up; otherwise it
-    /// runs a round itself, waiting (asleep on the lock) for one another thread runs.
+    /// calling in, as perftest's `ib_write_lat` polls memory). While an application thread
+    /// busy-polls the link (it pumped within [`APP_BUSY`]) the engine leaves the socket to it
+    /// and sleeps, [`APP_RECHECK`] first and twice as long each time it finds the application
+    /// still pumping (up to [`IDLE_POLL_MS`]), running a round for the timers every
+    /// [`IDLE_POLL_MS`]. Otherwise it runs the rounds itself (asleep on the link's lock while
+    /// another thread runs one) and, with nothing to do, sleeps in `epoll_wait` on the socket,
+    /// edge-triggered (a new datagram wakes it, one left unread does not), [`IDLE_POLL_MS`]
+    /// at most.
     ///
-    /// The trade-off: no thread spins but the application's, so an idle link costs no CPU
-    /// and an active one no core beyond its application's; each datagram costs a wake-up of
-    /// this thread (paid in part by the sender's kernel), and a packet that arrives within
-    /// [`APP_BUSY`] after the application's last pump may wait up to about [`APP_RECHECK`]
-    /// (plus the timer slack) for this thread. A timed sleep while the application had pumped
-    /// lately, without watching the socket, held such packets for up to a millisecond.
+    /// The trade-off: no thread spins but the application's, so an idle link costs no CPU;
+    /// an application that keeps busy-polling sees the engine wake once a millisecond, as
+    /// before; a packet that lands just as an application stops pumping waits up to about
+    /// [`APP_BUSY`] + the current check interval ([`APP_RECHECK`] while the application keeps
+    /// stopping, so perftest's latency loops pay about that on every hop), one that lands
+    /// later a wake-up. The engine
+    /// used to sleep a whole [`IDLE_POLL_MS`] whenever the application had pumped in the last
+    /// 2 ms, which held such packets for up to a millisecond.
     pub fn run_engine(&self, world: &Mutex<World>, stop: &AtomicBool) {
         let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).and_then(|e| {
             e.add(
@@ -414,34 +427,41 @@ impl UdpWire {
             .map(|()| e)
         });
         let mut events = [EpollEvent::empty(); 1];
+        // SAFETY: PR_SET_TIMERSLACK takes a plain integer and changes only this thread's
+        // timer slack; a failure leaves the default, which only lengthens the sleeps.
+        unsafe {
+            libc::prctl(libc::PR_SET_TIMERSLACK, ENGINE_TIMER_SLACK_NS);
+        }
         let busy = APP_BUSY.as_nanos() as u64;
+        let timer_round = u64::from(IDLE_POLL_MS) * 1_000_000;
+        let mut last_round = 0u64;
+        let mut recheck = APP_RECHECK;
+        let max_recheck = Duration::from_millis(u64::from(IDLE_POLL_MS));
         while !stop.load(Ordering::Acquire) {
-            let woke = self.now_ns();
-            // A busy-polling application reads what came itself: no second reader on the
-            // link (the lock and the socket) while it does, as long as it keeps pumping.
-            loop {
-                let app = self.app_pumped.load(Ordering::Relaxed);
-                if app > woke
-                    || self.now_ns().saturating_sub(app) >= busy
-                    || stop.load(Ordering::Acquire)
-                {
-                    break;
+            let now = self.now_ns();
+            if now.saturating_sub(self.app_pumped.load(Ordering::Relaxed)) < busy {
+                // A busy-polling application reads the socket and runs the devices itself;
+                // the engine only runs a round for the timers now and then.
+                if now.saturating_sub(last_round) >= timer_round {
+                    last_round = now;
+                    self.pump(world, Pumper::Engine);
                 }
-                std::thread::sleep(APP_RECHECK);
+                std::thread::sleep(recheck);
+                recheck = (recheck * 2).min(max_recheck);
+                continue;
             }
-            let app_read = self.app_pumped.load(Ordering::Relaxed) > woke;
-            let timer_due = self.next_timer.load(Ordering::Relaxed) <= self.now_ns();
-            if !app_read || timer_due {
-                if self.pump(world, Pumper::Engine) {
-                    // Moved something: go again at once.
-                    continue;
-                }
-                if self.next_timer.load(Ordering::Relaxed) <= self.now_ns() {
-                    // A round cut short, a flush waiting or a timer due: again, after
-                    // letting other threads run.
-                    std::thread::yield_now();
-                    continue;
-                }
+            last_round = now;
+            if self.pump(world, Pumper::Engine) {
+                // Moved something (for an application that stopped pumping, or none): check
+                // on the next busy spell soon, and go again at once.
+                recheck = APP_RECHECK;
+                continue;
+            }
+            if self.next_timer.load(Ordering::Relaxed) <= self.now_ns() {
+                // A round cut short, a flush waiting or a timer due: again, after letting
+                // other threads run.
+                std::thread::yield_now();
+                continue;
             }
             match &epoll {
                 // EINTR, or the timeout: the loop comes back here anyway.
