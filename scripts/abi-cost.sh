@@ -15,7 +15,8 @@
 #   --runs N     runs (default 5)        --iters N    iterations of each test (default 5000)
 #   --no-build   use what is built       --bin DIR    folder with `bypass` and `abi/` (the
 #                                                     drop-ins) instead of $CARGO_TARGET_DIR/release
-# Environment: PERFTEST_OLD_POST=1 (default) runs perftest with --use_old_post_send (see
+# Environment: PERFTEST_OLD_POST=1 runs perftest with --use_old_post_send (default 0: the
+# extended post, perftest's own default; see
 # scripts/verbs-programs.sh); AC_UDP_PORT=47940, AC_TCP_PORT=18680 (one more per program run).
 # AC_NICE=N runs both sides under `nice -n N` (e.g. -10 on a machine busy with other work: both
 # forms alike; needs root for N < 0). Server: udp:127.0.0.1:PORT, client udp:127.0.0.2:PORT. Needs perftest, ss, awk, sort.
@@ -47,7 +48,7 @@ done
 UDP=${AC_UDP_PORT:-47940}
 TCP=${AC_TCP_PORT:-18680}
 OLD=()
-[ "${PERFTEST_OLD_POST:-1}" = 1 ] && OLD=(--use_old_post_send)
+[ "${PERFTEST_OLD_POST:-0}" = 1 ] && OLD=(--use_old_post_send)
 command -v ib_write_lat >/dev/null || { echo "abi-cost: perftest is not installed" >&2; exit 2; }
 command -v ss >/dev/null || { echo "abi-cost: ss (iproute2) is not installed" >&2; exit 2; }
 

@@ -107,9 +107,8 @@ scripts/guest-test.sh rxe-perftest
 
 # Unmodified rdma-core programs over bypass's drop-in libibverbs.so.1 (release build): the ABI
 # check (ldd -r over every consumer), ibv_devices/ibv_devinfo against `bypass devinfo`, the
-# four ibv_*_pingpong and perftest's eight ib_* tests, two processes on UDP loopback. perftest
-# runs with --use_old_post_send while PERFTEST_OLD_POST=1 (the default, until the extended
-# post is in the library).
+# four ibv_*_pingpong and perftest's eight ib_* tests, two processes on UDP loopback, perftest
+# on its default path, the extended post (ibv_wr_*).
 scripts/verbs-programs.sh
 
 # UCX and OpenMPI, unmodified, over the drop-in libibverbs.so.1: ucx_perftest on ud_verbs and

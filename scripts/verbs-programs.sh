@@ -21,8 +21,8 @@
 # if every check passed. Each run's output is kept in $VP_LOG (printed at the end).
 #
 # Environment:
-#   PERFTEST_OLD_POST=1  (default) perftest runs with --use_old_post_send (ibv_post_send) until
-#                        the extended post (ibv_qp_ex, ibv_wr_*) is in the library; 0 drops it
+#   PERFTEST_OLD_POST=0  (default) perftest takes its default path, the extended post
+#                        (ibv_qp_ex, ibv_wr_*); 1 runs it with --use_old_post_send (ibv_post_send)
 #   VP_UDP_PORT=47920    the UDP port of both devices (not 4791: other runs may hold it)
 #   VP_TCP_PORT=18620    first TCP port of the out-of-band exchanges (one more per run)
 #   VP_TIMEOUT=120       seconds each program may run
@@ -52,7 +52,7 @@ while [ $# -gt 0 ]; do
     shift
 done
 
-PERFTEST_OLD_POST=${PERFTEST_OLD_POST:-1}
+PERFTEST_OLD_POST=${PERFTEST_OLD_POST:-0}
 UDP=${VP_UDP_PORT:-47920}
 TCP=${VP_TCP_PORT:-18620}
 TMO=${VP_TIMEOUT:-120}
