@@ -165,8 +165,8 @@ pairs = [(k, num(field(ibv, k)), num(field(byp, k)))
 pairs += [
     ('atomic_cap', name(field(ibv, 'atomic_cap')), name(field(byp, 'atomic_cap'))),
     ('fw_ver', field(ibv, 'fw_ver'), field(byp, 'fw_ver')),
-    # bypass devinfo prints the part id (the HEALTH_HW_ID word) as "hw_ver".
-    ('vendor_part_id', num(field(ibv, 'vendor_part_id')), num(field(byp, 'hw_ver'))),
+    ('vendor_part_id', num(field(ibv, 'vendor_part_id')), num(field(byp, 'vendor_part_id'))),
+    ('hw_ver', num(field(ibv, 'hw_ver')), num(field(byp, 'hw_ver'))),
     ('port state', paren(field(ibv, 'state')), paren(field(byp, 'state'))),
     ('active_mtu', num(field(ibv, 'active_mtu')), num(field(byp, 'active_mtu'))),
     ('GIDs', gids(ibv), gids(byp)),

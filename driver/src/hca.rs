@@ -304,7 +304,10 @@ impl fmt::Display for DeviceInfo {
             }
         )?;
         writeln!(f, "\tfw_ver:\t\t\t{}", self.fw_version)?;
-        writeln!(f, "\thw_ver:\t\t\t{:#x}", self.hw_id)?;
+        // `ibv_devinfo`'s names: the part id is the PCI device id (`vendor_part_id`), and
+        // `hw_ver` the revision, which mlx5 functions report as 0.
+        writeln!(f, "\tvendor_part_id:\t\t{}", self.hw_id)?;
+        writeln!(f, "\thw_ver:\t\t\t0x0")?;
         writeln!(f, "\tphys_port_cnt:\t\t{}", c.num_ports)?;
         writeln!(f, "\tmax_qp:\t\t\t{}", 1u64 << c.log_max_qp.min(63))?;
         writeln!(f, "\tmax_qp_wr:\t\t{}", 1u64 << c.log_max_qp_sz.min(63))?;
