@@ -623,12 +623,7 @@ pub unsafe extern "C" fn ibv_modify_qp(
         // SAFETY: the caller's contract.
         let (q, a) = unsafe { (Qp::from_ibv(qp), &*attr) };
         let mask = mask as u32;
-        let log_msg = q
-            .context()
-            .open
-            .hca
-            .caps()
-            .log_max_msg;
+        let log_msg = q.context().open.hca.caps().log_max_msg;
         let mut g = q.inner.lock();
         let Some(dq) = g.as_mut() else {
             return libc::EINVAL;
@@ -722,10 +717,7 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
         // SAFETY: the QP's CQs, SRQ and context outlive it (their destroys are EBUSY while
         // it counts as a user).
         unsafe {
-            q.context()
-                .open
-                .registry
-                .remove(Kind::Qp, qpn);
+            q.context().open.registry.remove(Kind::Qp, qpn);
             (*q.send_cq).users.fetch_sub(1, Ordering::AcqRel);
             if !std::ptr::eq(q.send_cq, q.recv_cq) {
                 (*q.recv_cq).users.fetch_sub(1, Ordering::AcqRel);
