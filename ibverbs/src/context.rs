@@ -21,7 +21,7 @@ use std::sync::Arc;
 use crate::abi::{ibv_context, ibv_context_ops, ibv_device, verbs_context};
 use crate::devices::{self, Device, Opened};
 use crate::ffi::{errno_of, guard, set_errno};
-use crate::{cq, qp, query, srq, stubs};
+use crate::{cq, qp, qp_post, query, srq, stubs};
 
 /// An open context. `#[repr(C)]` with `vctx` first: the program's `ibv_context` is
 /// `vctx.context`, at a fixed offset from the start.
@@ -88,8 +88,8 @@ fn context_ops() -> ibv_context_ops {
     ops._compat_query_qp = Some(stubs::compat_slot);
     ops._compat_modify_qp = Some(stubs::compat_slot);
     ops._compat_destroy_qp = Some(stubs::compat_slot);
-    ops.post_send = Some(qp::post_send);
-    ops.post_recv = Some(qp::post_recv);
+    ops.post_send = Some(qp_post::post_send);
+    ops.post_recv = Some(qp_post::post_recv);
     ops._compat_create_ah = Some(stubs::compat_slot);
     ops._compat_destroy_ah = Some(stubs::compat_slot);
     ops._compat_attach_mcast = Some(stubs::compat_slot);

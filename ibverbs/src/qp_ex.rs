@@ -31,7 +31,8 @@ use bypass_driver::qp_attr::QpType;
 use crate::abi::{self, ibv_ah, ibv_data_buf, ibv_mw, ibv_mw_bind_info, ibv_qp_ex, ibv_sge};
 use crate::ah::Ah;
 use crate::ffi::guard;
-use crate::qp::{Qp, post_errno, send_flags};
+use crate::qp::Qp;
+use crate::qp_post::{post_errno, send_flags};
 
 /// The ops each QP type takes (mlx5's `MLX5_SUPPORTED_SEND_OPS_FLAGS_*` less what bypass
 /// does not post: memory windows, invalidation, TSO, atomic write).

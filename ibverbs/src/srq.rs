@@ -18,7 +18,7 @@ use crate::context::Context;
 use crate::ffi::{errno_of, guard, set_errno};
 use crate::lock::SpinCell;
 use crate::pd_mr::Pd;
-use crate::qp::{post_errno, post_list, recv_wr};
+use crate::qp_post::{post_errno, post_list, recv_wr};
 use crate::registry::Kind;
 
 /// A shared receive queue: `ibv` first.
