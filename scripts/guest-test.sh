@@ -113,6 +113,34 @@ wait_file() { # FILE SECONDS: 0 once FILE exists; 1 on timeout or when the guest
 # the caller treats as rxe's retransmission counters: the attempt is repeated), every ACK names a PSN
 # the other side sent, and every packet carries the ICRC scapy computes for it (the packets rxe
 # sent are recorded with the IP ID the UDP link recovered, so this checks both directions).
+host_side() { # N ROLE PORT TMO GUEST_TOOL CMD...: runs bypass's side of run N; its exit code
+  # ROLE is the guest's. As the server (guest role client) CMD starts first and the guest is
+  # told to connect once CMD listens on TCP PORT; a server whose client never comes (the guest
+  # died) is stopped. As the client CMD connects to the guest's GUEST_TOOL once it is ready,
+  # with the guest's address appended. Output goes to $SYNC/host-N.log.
+  local n=$1 role=$2 port=$3 tmo=$4 tool=$5 rc=0
+  shift 5
+  if [ "$role" = client ]; then
+    "$@" > "$SYNC/host-$n.log" 2>&1 &
+    HOST_PID=$!
+    for _ in $(seq 1 100); do
+      ip netns exec "$RXE_NETNS" ss -ltnH "sport = :$port" | grep -q . && break; sleep 0.1
+    done
+    touch "$SYNC/go-$n"
+    while kill -0 "$HOST_PID" 2>/dev/null; do
+      kill -0 "$GUEST_PID" 2>/dev/null || { sleep 1; kill "$HOST_PID" 2>/dev/null; break; }
+      sleep 0.2
+    done
+    wait "$HOST_PID" || rc=$?
+    HOST_PID=
+  elif wait_file "$SYNC/ready-$n" "$tmo"; then
+    "$@" "$GUEST_IP" > "$SYNC/host-$n.log" 2>&1 || rc=$?
+  else
+    echo "the guest's $tool server never listened" > "$SYNC/host-$n.log"; rc=124
+  fi
+  return "$rc"
+}
+
 rxe_check_pcap() { # PCAP
   local pcap=$1 fields
   fields="$SYNC/pcap-fields"
@@ -232,25 +260,7 @@ rxe_interop() {
     # every run is recorded (kept with the logs when something fails); RXE_PCAP_RUN's is checked
     pcap_opt=(--pcap "$SYNC/run-$N.pcap")
     hrc=0
-    if [ "$ROLE" = client ]; then # bypass serves; the guest connects once it listens
-      "${PP[@]}" "${pcap_opt[@]}" > "$SYNC/host-$N.log" 2>&1 &
-      HOST_PID=$!
-      for _ in $(seq 1 100); do
-        ip netns exec "$RXE_NETNS" ss -ltnH "sport = :$PORT" | grep -q . && break; sleep 0.1
-      done
-      touch "$SYNC/go-$N"
-      # a server whose client will never come (the guest died) is stopped
-      while kill -0 "$HOST_PID" 2>/dev/null; do
-        kill -0 "$GUEST_PID" 2>/dev/null || { sleep 1; kill "$HOST_PID" 2>/dev/null; break; }
-        sleep 0.2
-      done
-      wait "$HOST_PID" || hrc=$?
-      HOST_PID=
-    elif wait_file "$SYNC/ready-$N" "$TMO"; then
-      "${PP[@]}" "${pcap_opt[@]}" "$GUEST_IP" > "$SYNC/host-$N.log" 2>&1 || hrc=$?
-    else
-      echo "the guest's ibv_rc_pingpong server never listened" > "$SYNC/host-$N.log"; hrc=124
-    fi
+    host_side "$N" "$ROLE" "$PORT" "$TMO" ibv_rc_pingpong "${PP[@]}" "${pcap_opt[@]}" || hrc=$?
     echo "$hrc" > "$SYNC/host-rc-$N"
     wait_file "$SYNC/guest-rc-$N" "$((TMO + 20))" || true
     echo "guest-test: run $N: bypass $([ "$ROLE" = client ] && echo server || echo client) vs ibv_rc_pingpong $ROLE, size $SIZE, MTU $MTU, $ITERS iters: bypass rc=$hrc, rxe rc=$(cat "$SYNC/guest-rc-$N" 2>/dev/null || echo none)"
@@ -486,24 +496,7 @@ rxe_perftest() {
     PF=(ip netns exec "$RXE_NETNS" env LD_LIBRARY_PATH="$abi" BYPASS_DEVICE="udp:$HOST_IP"
         BYPASS_PCAP="$SYNC/run-$N.pcap" timeout "$TMO" stdbuf -oL "$TOOL" -d bypass0 -x 0 -p "$PORT" $OPTS "${host_extra[@]}")
     hrc=0
-    if [ "$ROLE" = client ]; then # bypass serves; the guest connects once it listens
-      "${PF[@]}" > "$SYNC/host-$N.log" 2>&1 &
-      HOST_PID=$!
-      for _ in $(seq 1 100); do
-        ip netns exec "$RXE_NETNS" ss -ltnH "sport = :$PORT" | grep -q . && break; sleep 0.1
-      done
-      touch "$SYNC/go-$N"
-      while kill -0 "$HOST_PID" 2>/dev/null; do
-        kill -0 "$GUEST_PID" 2>/dev/null || { sleep 1; kill "$HOST_PID" 2>/dev/null; break; }
-        sleep 0.2
-      done
-      wait "$HOST_PID" || hrc=$?
-      HOST_PID=
-    elif wait_file "$SYNC/ready-$N" "$TMO"; then
-      "${PF[@]}" "$GUEST_IP" > "$SYNC/host-$N.log" 2>&1 || hrc=$?
-    else
-      echo "the guest's $TOOL server never listened" > "$SYNC/host-$N.log"; hrc=124
-    fi
+    host_side "$N" "$ROLE" "$PORT" "$TMO" "$TOOL" "${PF[@]}" || hrc=$?
     wait_file "$SYNC/guest-rc-$N" "$((TMO + 20))" || true
     grc_n=$(cat "$SYNC/guest-rc-$N" 2>/dev/null || echo none)
     echo "guest-test: run $N: bypass $([ "$ROLE" = client ] && echo server || echo client) vs rxe $ROLE: $TOOL $OPTS: bypass rc=$hrc, rxe rc=$grc_n"
