@@ -134,6 +134,42 @@ fn caps_within_limits(pd: &Pd, cap: &abi::ibv_qp_cap, on_srq: bool) -> bool {
         && (on_srq || (cap.max_recv_wr <= wr && cap.max_recv_sge <= sge))
 }
 
+// `ibv_qp_init_attr_ex` extends `ibv_qp_init_attr`: the same fields at the same offsets.
+const _: () = {
+    use std::mem::offset_of;
+    assert!(
+        offset_of!(ibv_qp_init_attr, qp_context) == offset_of!(ibv_qp_init_attr_ex, qp_context)
+    );
+    assert!(offset_of!(ibv_qp_init_attr, send_cq) == offset_of!(ibv_qp_init_attr_ex, send_cq));
+    assert!(offset_of!(ibv_qp_init_attr, recv_cq) == offset_of!(ibv_qp_init_attr_ex, recv_cq));
+    assert!(offset_of!(ibv_qp_init_attr, srq) == offset_of!(ibv_qp_init_attr_ex, srq));
+    assert!(offset_of!(ibv_qp_init_attr, cap) == offset_of!(ibv_qp_init_attr_ex, cap));
+    assert!(offset_of!(ibv_qp_init_attr, qp_type) == offset_of!(ibv_qp_init_attr_ex, qp_type));
+    assert!(
+        offset_of!(ibv_qp_init_attr, sq_sig_all) == offset_of!(ibv_qp_init_attr_ex, sq_sig_all)
+    );
+    assert!(
+        std::mem::size_of::<ibv_qp_init_attr>() <= offset_of!(ibv_qp_init_attr_ex, comp_mask) + 4
+    );
+};
+
+impl CreateArgs {
+    /// The inputs of a create from the fields both create forms share.
+    fn new(pd: *mut abi::ibv_pd, a: &ibv_qp_init_attr, send_ops_flags: Option<u64>) -> Self {
+        Self {
+            pd,
+            send_cq: a.send_cq,
+            recv_cq: a.recv_cq,
+            srq: a.srq,
+            qp_context: a.qp_context,
+            cap: a.cap,
+            qp_type: a.qp_type,
+            sq_sig_all: a.sq_sig_all != 0,
+            send_ops_flags,
+        }
+    }
+}
+
 /// Creates the QP; its actual caps are written to `cap_out`. NULL with errno on failure.
 fn create(a: &CreateArgs, cap_out: &mut abi::ibv_qp_cap) -> *mut ibv_qp {
     if a.pd.is_null() || a.send_cq.is_null() || (a.recv_cq.is_null() && a.srq.is_null()) {
@@ -293,18 +329,7 @@ pub unsafe extern "C" fn ibv_create_qp(
         }
         // SAFETY: the caller's contract.
         let a = unsafe { &mut *attr };
-        let args = CreateArgs {
-            pd,
-            send_cq: a.send_cq,
-            recv_cq: a.recv_cq,
-            srq: a.srq,
-            qp_context: a.qp_context,
-            cap: a.cap,
-            qp_type: a.qp_type,
-            sq_sig_all: a.sq_sig_all != 0,
-            send_ops_flags: None,
-        };
-        create(&args, &mut a.cap)
+        create(&CreateArgs::new(pd, a, None), &mut a.cap)
     })
 }
 
@@ -355,17 +380,10 @@ pub(crate) unsafe extern "C" fn create_qp_ex(
         }
         let ops =
             (a.comp_mask & abi::IBV_QP_INIT_ATTR_SEND_OPS_FLAGS != 0).then_some(a.send_ops_flags);
-        let args = CreateArgs {
-            pd: a.pd,
-            send_cq: a.send_cq,
-            recv_cq: a.recv_cq,
-            srq: a.srq,
-            qp_context: a.qp_context,
-            cap: a.cap,
-            qp_type: a.qp_type,
-            sq_sig_all: a.sq_sig_all != 0,
-            send_ops_flags: ops,
-        };
+        // SAFETY: `ibv_qp_init_attr_ex` begins with the fields of `ibv_qp_init_attr`, in its
+        // layout (asserted below), as libibverbs' `ibv_create_qp` relies on.
+        let base = unsafe { &*std::ptr::from_ref(a).cast::<ibv_qp_init_attr>() };
+        let args = CreateArgs::new(a.pd, base, ops);
         create(&args, &mut a.cap)
     })
 }
