@@ -113,6 +113,23 @@ wait_file() { # FILE SECONDS: 0 once FILE exists; 1 on timeout or when the guest
 # the caller treats as rxe's retransmission counters: the attempt is repeated), every ACK names a PSN
 # the other side sent, and every packet carries the ICRC scapy computes for it (the packets rxe
 # sent are recorded with the IP ID the UDP link recovered, so this checks both directions).
+with_attempts() { # MODE FUNCTION WHY: runs FUNCTION in a subshell up to RXE_ATTEMPTS (5)
+  # times, repeating only an attempt whose one failure is a retransmission with nothing lost
+  # (exit 3, WHY says what showed it); exits with its code (3 on the last attempt: 1).
+  local mode=$1 fn=$2 why=$3 attempts=${RXE_ATTEMPTS:-5} attempt rc
+  for attempt in $(seq 1 "$attempts"); do
+    rc=0
+    ("$fn") || rc=$?
+    if [ "$rc" = 3 ] && [ "$attempt" -lt "$attempts" ]; then
+      echo "guest-test: $mode attempt $attempt of $attempts: every run passed but $why (above); again"
+      continue
+    fi
+    [ "$rc" = 3 ] && rc=1
+    echo "guest-test: $mode rc=$rc after $attempt attempt(s)"
+    exit "$rc"
+  done
+}
+
 host_side() { # N ROLE PORT TMO GUEST_TOOL CMD...: runs bypass's side of run N; its exit code
   # ROLE is the guest's. As the server (guest role client) CMD starts first and the guest is
   # told to connect once CMD listens on TCP PORT; a server whose client never comes (the guest
@@ -600,34 +617,13 @@ case "$MODE" in
     # above) is repeated, up to RXE_ATTEMPTS (default 5) in all. Any other failure — a run
     # that does not exit 0, a packet count that differs (an ICRC drop), a bad pcap — fails at
     # once.
-    attempts=${RXE_ATTEMPTS:-5}
-    for attempt in $(seq 1 "$attempts"); do
-      rc=0
-      (rxe_interop) || rc=$?
-      if [ "$rc" = 3 ] && [ "$attempt" -lt "$attempts" ]; then
-        echo "guest-test: rxe attempt $attempt of $attempts: every run passed but rxe's counters show retransmissions with no packet lost (above); again"
-        continue
-      fi
-      [ "$rc" = 3 ] && rc=1
-      exit "$rc"
-    done
+    with_attempts rxe rxe_interop "rxe's counters show retransmissions with no packet lost"
     ;;
   rxe-perftest)
     # The retry policy of rxe (above): only an attempt whose one failure is a retransmission
     # with nothing lost (exit 3) is repeated; the number of attempts is printed.
     RXE_NETNS=${RXE_PF_NETNS:-bypass-rxepf}; RXE_TAP=${RXE_PF_TAP:-bprxepf0}
-    attempts=${RXE_ATTEMPTS:-5}
-    for attempt in $(seq 1 "$attempts"); do
-      rc=0
-      (rxe_perftest) || rc=$?
-      if [ "$rc" = 3 ] && [ "$attempt" -lt "$attempts" ]; then
-        echo "guest-test: rxe-perftest attempt $attempt of $attempts: every run passed but a side retransmitted with no packet lost (above); again"
-        continue
-      fi
-      [ "$rc" = 3 ] && rc=1
-      echo "guest-test: rxe-perftest rc=$rc after $attempt attempt(s)"
-      exit "$rc"
-    done
+    with_attempts rxe-perftest rxe_perftest "a side retransmitted with no packet lost"
     ;;
   *)
     sed -n '2,34p' "$0" >&2
