@@ -171,8 +171,10 @@ unsafe fn post_one(q: &mut DriverQp, wr: &ibv_send_wr) -> Result<(), c_int> {
     };
     // SAFETY: the caller's contract.
     let list = unsafe { sges(wr.sg_list, wr.num_sge) };
-    let mut buf = [0u8; INLINE_GATHER];
+    // Initialised (1 KiB zeroed) only for an inline send: every other post skips it.
+    let mut buf: [u8; INLINE_GATHER];
     let payload = if wr.send_flags & abi::IBV_SEND_INLINE != 0 {
+        buf = [0u8; INLINE_GATHER];
         // SAFETY: the caller's contract.
         match unsafe { inline_payload(list, &mut buf) } {
             Some(p) => Payload::Inline(p),
