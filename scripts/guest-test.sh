@@ -31,6 +31,7 @@
 # RXE_RUNS (the runs to do, e.g. "3 9"; default all 12), RXE_PCAP_RUN (the run recorded, default 2),
 # RXE_RUN_TIMEOUT (seconds one run may take on either side, default 120),
 # RXE_PROFILE (release or debug: the bypass build, default release), RXE_NETNS / RXE_TAP (default bypass-rxe / bprxe0),
+# RXE_QP_TIMEOUT (bypass pingpong's -u, default 18),
 # RXE_ATTEMPTS (default 5: an attempt failed only by retransmissions with no loss is repeated);
 # rxe-perftest: RXE_RUNS (of 1-8), RXE_RUN_TIMEOUT, RXE_PROFILE, RXE_ATTEMPTS, RXE_KEEP as for rxe,
 # RXE_PF_ITERS (iterations per run, default 100), RXE_PF_OLD_POST (default 0: bypass's side posts
@@ -272,8 +273,11 @@ rxe_interop() {
   local N ROLE SIZE MTU ITERS PORT hrc pcap_opt fail=0 cfail=0
   local -a PP
   while read -r N ROLE SIZE MTU ITERS PORT TMO; do
+    # -u: bypass's QP waits 4.096 us << RXE_QP_TIMEOUT (18: 1.07 s) for rxe's ACK before
+    # resending, not ibv_rc_pingpong's 67 ms: rxe on the TCG guest can stall that long on a
+    # loaded host without anything being lost (rxe-perftest does the same with perftest's -u).
     PP=(ip netns exec "$RXE_NETNS" timeout "$TMO" "$CLI" pingpong -d "udp:$HOST_IP" -c
-        -s "$SIZE" -m "$MTU" -n "$ITERS" -p "$PORT")
+        -s "$SIZE" -m "$MTU" -n "$ITERS" -p "$PORT" -u "${RXE_QP_TIMEOUT:-18}")
     # every run is recorded (kept with the logs when something fails); RXE_PCAP_RUN's is checked
     pcap_opt=(--pcap "$SYNC/run-$N.pcap")
     hrc=0
@@ -314,7 +318,7 @@ rxe_interop() {
           exit bad
         }' "$SYNC/rxe-hw-counters" >&2; then
       cfail=1
-      echo "guest-test: retransmissions with no packet lost and no sequence error mean a side's 67 ms retransmit timer (ibv_rc_pingpong's timeout 14) fired before the ACK came, or rxe's timer left from an earlier message fired (rxe_req.c arms it and never stops it); the pcaps say which:" >&2
+      echo "guest-test: retransmissions with no packet lost and no sequence error mean a side's retransmit timer (rxe's: ibv_rc_pingpong's timeout 14, 67 ms; bypass's: -u RXE_QP_TIMEOUT) fired before the ACK came, or rxe's timer left from an earlier message fired (rxe_req.c arms it and never stops it); the pcaps say which:" >&2
       rxe_explain_retransmissions >&2
     fi
   else

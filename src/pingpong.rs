@@ -7,7 +7,7 @@
 //! `"done"` and connects after. The client posts the first SEND; each side posts its next SEND
 //! once its last SEND and a RECV completed (`parse_single_wc`), refills receives when one or
 //! fewer are left, and stops after `iters` of each. QP attributes: `-m` (1024), RTR/RTS as
-//! `pp_connect_ctx` (timeout 14, retry 7, RNR retry 7), PSN `lrand48() & 0xffffff`. Output:
+//! `pp_connect_ctx` (timeout 14, or `-u`; retry 7, RNR retry 7), PSN `lrand48() & 0xffffff`. Output:
 //! the address lines, then `bytes` (size × iters × 2) and usec/iter, in the same formats.
 //!
 //! Owns: the command's options, its out-of-band exchange as a server (the client side is
@@ -18,6 +18,7 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
+use bypass_verbs::driver::qp_attr::Rtr2Rts;
 use bypass_verbs::exchange::{PINGPONG_MSG_LEN, exchange_pingpong_as_client};
 use bypass_verbs::wr::{RecvWr, SendOp, SendWr};
 use bypass_verbs::{Completion, Cq, Mtu, QpBuilder, QpEndpoint, VerbsError};
@@ -84,6 +85,11 @@ pub struct PingpongOpts {
     /// Seed of the simulated NIC's fabric.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// The QP's local ACK timeout: 4.096 us × 2^N before a request is resent (perftest's
+    /// `-u`; ibv_rc_pingpong's is 14, about 67 ms). A peer much slower than that to
+    /// acknowledge (Soft-RoCE on an emulated guest) needs a larger one.
+    #[arg(short = 'u', long = "qp-timeout", default_value_t = 14, value_parser = clap::value_parser!(u8).range(0..=31))]
+    pub qp_timeout: u8,
 }
 
 /// Why a pingpong failed.
@@ -205,18 +211,22 @@ pub fn run(o: &PingpongOpts) -> Result<(), PingpongError> {
     let mut local = qp.endpoint()?;
     local.mtu = mtu;
     println!("{}", address_line("local address: ", &local));
+    let rts = Rtr2Rts {
+        timeout: o.qp_timeout,
+        ..Rtr2Rts::new(local.psn)
+    };
 
     let remote = match &o.host {
         Some(host) => {
             let remote =
                 exchange_pingpong_as_client((host.as_str(), o.port), &local, mtu, TIMEOUT)?;
             qp.modify_to_rtr(&remote)?;
-            qp.modify_to_rts()?;
+            qp.modify_to_rts_with(&rts)?;
             remote
         }
         None => serve_exchange(o.port, &local, mtu, |remote| {
             qp.modify_to_rtr(remote)?;
-            qp.modify_to_rts()
+            qp.modify_to_rts_with(&rts)
         })?,
     };
     println!("{}", address_line("remote address:", &remote));

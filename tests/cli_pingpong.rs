@@ -118,3 +118,11 @@ fn a_bad_mtu_is_refused_with_the_allowed_values() {
     assert_ne!(code, 0);
     assert!(err.contains("256, 512, 1024, 2048, 4096"), "{err}");
 }
+
+#[test]
+fn a_longer_qp_timeout_is_taken_and_one_past_31_is_refused() {
+    check(&pingpong(&["-n", "20", "-u", "18", "--chk"]), 4096, 20);
+    let (code, _out, err) = bypass(&["pingpong", "-d", "udp:127.0.0.1:1", "-u", "32"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--qp-timeout"), "{err}");
+}
