@@ -7,7 +7,7 @@
 //!
 //! Protocol: the client connects and sends its [`Hello`] (QPs, target, test, sizes,
 //! iterations ...); the server answers with its own; each checks that the other runs the
-//! same test and connects its QPs. Then per size:
+//! same test, connects its QPs and posts its receives, and the two meet again. Then per size:
 //! - latency: perftest `run_iter_lat_write` / `run_iter_lat_send`: the client sends the
 //!   iteration's tagged message and waits for the server's answer; the server waits, then
 //!   answers; both time their posts. READ and atomics: the client alone posts and times.
@@ -154,6 +154,9 @@ impl Link {
             host: net.host.clone(),
             port: net.port,
         };
+        // Meet once more: neither side sends before the other's QPs are in RTR with their
+        // receives posted (UC and UD would lose what arrived earlier; nothing resends it).
+        let _: Sync = link.meet(&Sync::default())?;
         Ok((link, side))
     }
 
@@ -311,9 +314,12 @@ fn server_row(
         None => format!(" {size} bytes: {n} {what} from the peer (no --check)"),
         Some(Err(e)) => return Row::Failed(e),
         Some(Ok(())) => match verb {
-            Verb::Write => {
+            Verb::Write if peer.sent.len() == 1 => {
                 format!(" {size} bytes: data check ok (the buffer holds WRITE {n} of {n} exactly)")
             }
+            Verb::Write => format!(
+                " {size} bytes: data check ok (each QP's slot holds its last WRITE exactly, {n} WRITEs in all)"
+            ),
             Verb::Send => {
                 format!(" {size} bytes: data check ok (each of {n} SENDs held its pattern)")
             }
