@@ -32,7 +32,7 @@ use super::{CommonOpts, PerfError};
 use crate::baseline::elapsed_ns;
 use crate::counters_view::{Labelled, collect};
 use crate::device::{NetDevice, open_net};
-use crate::stats::{BwReport, LatencyReport};
+use crate::stats::BwReport;
 
 /// How long each out-of-band step may take (the server waits this long for its client).
 const OOB_TIMEOUT: Duration = Duration::from_secs(120);
@@ -213,8 +213,12 @@ pub fn run_lat(
     sizes: &[u64],
     mut row: impl FnMut(Row),
 ) -> Result<(), PerfError> {
-    spec.validate()?;
     let max = sizes.iter().copied().max().unwrap_or(1);
+    LatSpec {
+        size: max,
+        ..spec.clone()
+    }
+    .validate()?;
     let test = format!("{test} {:?} {:?}", spec.verb, spec.conn);
     let (link, mut side) = Link::open(
         c,
@@ -280,16 +284,12 @@ pub fn run_lat(
             ));
             continue;
         }
-        let r = LatencyReport::from_post_times(size, spec.iters, &posted, spec.verb.rtt_factor())?;
-        row(Row::Lat(LatResult {
+        row(Row::Lat(spec.result(
             size,
-            iterations: spec.iters,
-            t_avg_us: r.t_avg,
-            tps: 0.0,
-            report: Some(r),
+            &posted,
             cpu_util,
-            counters: link.counters(&side),
-        }));
+            link.counters(&side),
+        )?));
     }
     eprintln!("{}", link_summary(&link));
     Ok(())
@@ -341,8 +341,12 @@ pub fn run_bw(
     sizes: &[u64],
     mut row: impl FnMut(Row),
 ) -> Result<(), PerfError> {
-    spec.validate()?;
     let max = sizes.iter().copied().max().unwrap_or(1);
+    BwSpec {
+        size: max,
+        ..spec.clone()
+    }
+    .validate()?;
     let test = format!(
         "{test} {:?} {:?} -q {} -b {} -D {:?}",
         spec.verb, spec.conn, spec.qps, spec.bidirectional, spec.duration
