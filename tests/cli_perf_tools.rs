@@ -195,6 +195,32 @@ fn mtu_and_inline_options_shape_the_run() {
     assert_lat_row(&out, "8", "100");
     let out = ok(&["write-bw", "-n", "100", "-s", "64K", "-m", "256", "--check"]);
     assert_bw_row(&out, BW_HEADER, "65536", "100");
+    // The path MTU sets the packets per message: 10 WRITEs of 64 KiB are 2560 packets of
+    // 256 bytes, or 160 of 4096 (not counting retransmissions).
+    let client_tx = |mtu: &str| -> u64 {
+        let out = ok(&[
+            "write-bw",
+            "-n",
+            "10",
+            "-s",
+            "64K",
+            "-Q",
+            "1",
+            "-m",
+            mtu,
+            "--report-counters",
+        ]);
+        // The client's port block comes first; a retransmission (a machine stalled past the
+        // ACK timeout) is counted apart.
+        let first = |name: &str| -> u64 {
+            out.lines()
+                .find_map(|l| l.trim().strip_prefix(name))
+                .map_or(0, |v| v.trim().parse().unwrap())
+        };
+        first("port_xmit_packets") - first("retransmits ")
+    };
+    assert_eq!(client_tx("256"), 2560);
+    assert_eq!(client_tx("4096"), 160);
 }
 
 #[test]
