@@ -183,8 +183,30 @@ fn events_mode_works_across_processes() {
     assert!(c.contains("Using Events    : ON"), "{c}");
     row(&c, "1024", "200");
     assert!(s.contains("data check ok"), "{s}");
-    let (_, c) = both_ok(9, "send-lat", &["-s", "8", "-n", "100", "-e"]);
-    row(&c, "8", "100");
+    // Sleeping on the channel arms the CQ, and each event is an interrupt of the NIC; a
+    // spinning run takes none beyond those of bring-up.
+    let interrupts = |out: &str| -> u64 {
+        out.lines()
+            .find_map(|l| l.trim().strip_prefix("interrupts"))
+            .map_or(0, |v| v.trim().parse().unwrap())
+    };
+    let (_, spin) = both_ok(
+        9,
+        "send-lat",
+        &["-s", "8", "-n", "100", "--report-counters"],
+    );
+    let (_, ev) = both_ok(
+        9,
+        "send-lat",
+        &["-s", "8", "-n", "100", "-e", "--report-counters"],
+    );
+    row(&ev, "8", "100");
+    assert!(
+        interrupts(&ev) > interrupts(&spin),
+        "-e: {} interrupts, spinning: {}\n{ev}",
+        interrupts(&ev),
+        interrupts(&spin)
+    );
 }
 
 #[test]
