@@ -403,7 +403,7 @@ impl Stream {
             bad,
             ..
         } = self;
-        let n = tx.poll_sends(|i, seq, bufs| {
+        let n = tx.poll_sends(usize::MAX, |i, seq, bufs| {
             if *check && *verb == Verb::Read && bad.is_none() {
                 for l in bufs.into_leases() {
                     *bad = mismatch(l.as_slice().get(..*size).unwrap_or(&[]), 0);

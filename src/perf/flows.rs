@@ -349,13 +349,18 @@ impl Side {
         }
     }
 
-    /// Polls every ready send completion; `f(qp, seq, buffers)` sees each. Returns how many.
+    /// Polls up to `max` ready send completions; `f(qp, seq, buffers)` sees each. Returns
+    /// how many (a latency loop asks for one: no empty poll after it).
     pub fn poll_sends(
         &mut self,
+        max: usize,
         mut f: impl FnMut(usize, u64, SgeList) -> Result<(), PerfError>,
     ) -> Result<usize, PerfError> {
         let mut n = 0;
-        while let Some(c) = self.scq.poll_one() {
+        while n < max {
+            let Some(c) = self.scq.poll_one() else {
+                break;
+            };
             if !c.is_ok() {
                 return Err(PerfError::Completion {
                     wr_id: split(c.wr_id()).1,

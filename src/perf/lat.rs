@@ -163,7 +163,7 @@ pub fn ping(
     let mut w = Waiter::new("the completion of a latency operation");
     let mut bad = None;
     loop {
-        let n = side.poll_sends(|_, _, bufs| {
+        let n = side.poll_sends(1, |_, _, bufs| {
             if check && verb == Verb::Read {
                 for l in bufs.into_leases() {
                     bad = bad.or(mismatch(l.as_slice().get(..size).unwrap_or(&[]), 0));
