@@ -378,4 +378,6 @@ fn options_that_do_not_apply_are_refused_with_the_fix() {
     }
     let err = fails(&["write-bw", "-q", "8", "-n", "5"], 1);
     assert!(err.contains("-n ≥ -q"), "{err}");
+    let err = fails(&["write-bw", "-q", "64", "-s", "8M", "-n", "64"], 1);
+    assert!(err.contains("use fewer QPs or smaller messages"), "{err}");
 }

@@ -150,8 +150,13 @@ impl Side {
         let target_len = slot
             .checked_mul(qps)
             .filter(|&l| l as u64 <= 4 * MAX_INFLIGHT_BYTES)
-            .ok_or(PerfError::TooLarge {
-                size: (slot as u64).saturating_mul(qps as u64),
+            .ok_or_else(|| {
+                PerfError::Usage(format!(
+                    "-q {qps} × -s {}: each QP targets its own buffer, {} MiB in all, more than the {} MiB a side may register; use fewer QPs or smaller messages",
+                    spec.size,
+                    (slot as u64).saturating_mul(qps as u64) >> 20,
+                    (4 * MAX_INFLIGHT_BYTES) >> 20
+                ))
             })?;
         let target = pd.register(
             target_len,
