@@ -443,7 +443,8 @@ pub struct Waiter {
     what: &'static str,
     spins: u32,
     since: Option<Instant>,
-    armed: bool,
+    /// The queue whose CQ this wait armed and has not slept on since.
+    armed: Option<Queue>,
 }
 
 impl Waiter {
@@ -453,7 +454,7 @@ impl Waiter {
             what,
             spins: 0,
             since: None,
-            armed: false,
+            armed: None,
         }
     }
 
@@ -503,15 +504,15 @@ impl Waiter {
             }
         }
         if side.spec.events {
-            if !self.armed {
+            if self.armed != Some(q) {
                 match q {
                     Queue::Send => side.scq.req_notify(false),
                     Queue::Recv => side.rcq.req_notify(false),
                 }
-                self.armed = true;
+                self.armed = Some(q);
                 return Ok(());
             }
-            self.armed = false;
+            self.armed = None;
             let slice = Duration::from_millis(if side.spec.net { 1 } else { 20 });
             let ev = match &side.channel {
                 Some(ch) => ch
