@@ -303,3 +303,20 @@ fn sides_started_with_different_options_refuse_to_run() {
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("use -n"), "{err}");
 }
+
+#[test]
+fn a_sweep_of_every_size_keeps_each_sizes_sends_apart() {
+    // The client starts a size only after the server has taken the last one's SENDs: each
+    // of the 23 sizes counts and checks exactly its own 5.
+    let (s, c) = both_ok(14, "send-bw", &["-a", "-n", "5", "--check"]);
+    for k in 1..=23 {
+        let size = (1u64 << k).to_string();
+        row(&c, &size, "5");
+        assert!(
+            s.contains(&format!(
+                " {size} bytes: data check ok (each of 5 SENDs held its pattern)"
+            )),
+            "{size}: {s}"
+        );
+    }
+}

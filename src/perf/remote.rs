@@ -14,7 +14,8 @@
 //! - bandwidth: perftest `run_iter_bw`: the sender (the client; with `-b` both) streams;
 //!   a SEND's receiver keeps receives posted (RC: an early SEND is retried after an RNR
 //!   NAK). When a side has nothing left to send it meets the other over TCP ([`Sync`]:
-//!   what it sent, what it measured); the receiver then checks what landed (`--check`).
+//!   what it sent, what it measured); the receiver takes the last SENDs, checks what landed
+//!   (`--check`), and the two meet again before the next size.
 
 use std::time::{Duration, Instant};
 
@@ -27,7 +28,7 @@ use super::bw::{BwResult, BwSpec, Stream, check_target};
 use super::flows::{Queue, Side, SideInfo, SideSpec, Waiter};
 use super::lat::{LatResult, LatSpec, WARMUP, arrive, ping, tag};
 use super::local::check_ud_size;
-use super::ops::Verb;
+use super::ops::{Conn, Verb};
 use super::{CommonOpts, PerfError};
 use crate::baseline::elapsed_ns;
 use crate::counters_view::{Labelled, collect};
@@ -36,6 +37,9 @@ use crate::stats::BwReport;
 
 /// How long each out-of-band step may take (the server waits this long for its client).
 const OOB_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// How long a receiver of UC/UD SENDs waits for one more after the sender is done.
+const QUIET: Duration = Duration::from_millis(50);
 
 /// Options of the two-process form.
 #[derive(Args, Debug, Clone, Default)]
@@ -357,6 +361,8 @@ pub fn run_bw(
     let sending = client || spec.bidirectional;
     let depth = side_spec.depth;
     for &size in sizes {
+        // Each size counts its own receives (the n-th of a size carries pattern n).
+        side.recv_done.iter_mut().for_each(|d| *d = 0);
         let this = BwSpec {
             size,
             ..spec.clone()
@@ -369,17 +375,25 @@ pub fn run_bw(
         let peer = stream_and_meet(
             &link, &mut side, &mut out, &mut inc, sending, spec.units, t0,
         )?;
-        // Unreliable transports: let SENDs still on the wire land.
-        if spec.verb.needs_recv() {
-            let t = Instant::now();
-            while t.elapsed() < Duration::from_millis(20) {
-                side.ctx.progress();
-                inc.receive(&mut side, t0)?;
-            }
+        let receiving = !client || spec.bidirectional;
+        if receiving && spec.verb.needs_recv() {
+            take_arrivals(&mut side, &mut inc, peer.sent.iter().sum(), t0)?;
         }
+        // Meet again: the sender starts the next size only once the receiver is done with
+        // this one (what it sends next must not be counted or checked as this size's).
+        let _: Sync = link.meet(&Sync::default())?;
         let cpu_util = cpu.and_then(|c| c.stop());
         let counters = link.counters(&side);
-        let receiving = !client || spec.bidirectional;
+        let arrived: u64 = side.recv_done.iter().sum();
+        let sent: u64 = peer.sent.iter().sum();
+        if receiving && spec.verb.needs_recv() && spec.conn == Conn::Rc && arrived != sent {
+            row(Row::Failed(PerfError::Lost {
+                size,
+                sent,
+                arrived,
+            }));
+            continue;
+        }
         if receiving && spec.check {
             let bytes = spec.verb.size(size) as usize;
             let counts = if spec.verb == Verb::Send {
@@ -424,7 +438,6 @@ pub fn run_bw(
             let checked = spec.check.then_some(Ok(()));
             row(server_row(size, &peer, spec.verb, checked, counters));
         }
-        side.recv_done.iter_mut().for_each(|d| *d = 0);
     }
     eprintln!("{}", link_summary(&link));
     Ok(())
@@ -475,6 +488,27 @@ fn stream_and_meet(
             _ => Err(PerfError::Oob("the meeting thread panicked".into())),
         }
     })
+}
+
+/// After the meeting: takes the receives of the `sent` SENDs the peer completed. RC: all
+/// have landed already (the peer's completion follows this NIC's ACK); UC and UD: waits
+/// until they have, or until none has arrived for [`QUIET`] (the rest were lost).
+fn take_arrivals(
+    side: &mut Side,
+    inc: &mut Stream,
+    sent: u64,
+    t0: Instant,
+) -> Result<(), PerfError> {
+    let mut last = Instant::now();
+    while side.recv_done.iter().sum::<u64>() < sent && last.elapsed() < QUIET {
+        side.ctx.progress();
+        if inc.receive(side, t0)? > 0 {
+            last = Instant::now();
+        } else {
+            std::thread::yield_now();
+        }
+    }
+    Ok(())
 }
 
 fn sync_of(out: &Stream, sending: bool, units: crate::stats::BwUnits) -> Sync {
