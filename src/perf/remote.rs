@@ -379,32 +379,16 @@ pub fn run_bw(
         if receiving && spec.verb.needs_recv() {
             take_arrivals(&mut side, &mut inc, peer.sent.iter().sum(), t0)?;
         }
-        // Meet again: the sender starts the next size only once the receiver is done with
-        // this one (what it sends next must not be counted or checked as this size's).
-        let _: Sync = link.meet(&Sync::default())?;
         let cpu_util = cpu.and_then(|c| c.stop());
         let counters = link.counters(&side);
-        let arrived: u64 = side.recv_done.iter().sum();
-        let sent: u64 = peer.sent.iter().sum();
-        if receiving && spec.verb.needs_recv() && spec.conn == Conn::Rc && arrived != sent {
-            row(Row::Failed(PerfError::Lost {
-                size,
-                sent,
-                arrived,
-            }));
+        let verdict = receiving_verdict(&side, &inc, &peer, spec, size, receiving);
+        // Meet again, after the check has read what landed: the sender starts the next size
+        // only once the receiver is done with this one (what it sends next must not be
+        // counted or checked as this size's).
+        let _: Sync = link.meet(&Sync::default())?;
+        if let Err(e) = verdict {
+            row(Row::Failed(e));
             continue;
-        }
-        if receiving && spec.check {
-            let bytes = spec.verb.size(size) as usize;
-            let counts = if spec.verb == Verb::Send {
-                side.recv_done.clone()
-            } else {
-                peer.sent.clone()
-            };
-            if let Err(e) = check_target(spec.verb, bytes, &counts, inc.bad(), &side) {
-                row(Row::Failed(e));
-                continue;
-            }
         }
         if sending {
             if let Some(b) = out.bad() {
@@ -488,6 +472,39 @@ fn stream_and_meet(
             _ => Err(PerfError::Oob("the meeting thread panicked".into())),
         }
     })
+}
+
+/// The receiving side's verdict on a size: an RC SEND lost, or (`--check`) the data.
+fn receiving_verdict(
+    side: &Side,
+    inc: &Stream,
+    peer: &Sync,
+    spec: &BwSpec,
+    size: u64,
+    receiving: bool,
+) -> Result<(), PerfError> {
+    if !receiving {
+        return Ok(());
+    }
+    let arrived: u64 = side.recv_done.iter().sum();
+    let sent: u64 = peer.sent.iter().sum();
+    if spec.verb.needs_recv() && spec.conn == Conn::Rc && arrived != sent {
+        return Err(PerfError::Lost {
+            size,
+            sent,
+            arrived,
+        });
+    }
+    if !spec.check {
+        return Ok(());
+    }
+    let counts = if spec.verb == Verb::Send {
+        &side.recv_done
+    } else {
+        &peer.sent
+    };
+    let bytes = spec.verb.size(size) as usize;
+    check_target(spec.verb, bytes, counts, inc.bad(), side)
 }
 
 /// After the meeting: takes the receives of the `sent` SENDs the peer completed. RC: all
