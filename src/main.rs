@@ -6,6 +6,7 @@
 mod alloc_count;
 mod args;
 mod baseline;
+mod counters_view;
 mod device;
 mod devinfo;
 mod explain;
