@@ -8,6 +8,8 @@
 mod baselines;
 mod bw;
 mod compare;
+#[allow(dead_code)] // used by `sweep` (next commits)
+mod knee;
 mod lat;
 mod pair;
 mod qp_scale;
