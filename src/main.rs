@@ -6,6 +6,8 @@
 mod alloc_count;
 mod args;
 mod baseline;
+#[allow(dead_code)] // used by `perf sweep` (next commits)
+mod chart;
 mod device;
 mod devinfo;
 mod explain;
