@@ -8,6 +8,7 @@ mod args;
 mod baseline;
 #[allow(dead_code)] // used by `perf sweep` (next commits)
 mod chart;
+mod counters_view;
 mod device;
 mod devinfo;
 mod explain;

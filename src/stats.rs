@@ -53,6 +53,37 @@ pub const BW_COLUMNS_GBITS: [&str; 5] = [
     "MsgRate[Mpps]",
 ];
 
+/// perftest's latency header of a duration run (`RESULT_FMT_LAT_DUR`).
+pub const LAT_DUR_HEADER: &str = " #bytes        #iterations       t_avg[usec]    tps average";
+
+/// The labels of [`LAT_DUR_HEADER`], in order.
+pub const LAT_DUR_COLUMNS: [&str; 4] = ["#bytes", "#iterations", "t_avg[usec]", "tps average"];
+
+/// What perftest appends to a table header with `--cpu_util` (`RESULT_EXT_CPU_UTIL`).
+pub const CPU_UTIL_COLUMN: &str = "    CPU_Util[%]";
+
+/// A duration run's latency row, aligned under [`LAT_DUR_HEADER`].
+pub fn lat_duration_row(bytes: u64, iterations: u64, t_avg_us: f64, tps: f64) -> String {
+    align_row(
+        LAT_DUR_HEADER,
+        &LAT_DUR_COLUMNS,
+        &[
+            bytes.to_string(),
+            iterations.to_string(),
+            format!("{t_avg_us:.2}"),
+            format!("{tps:.2}"),
+        ],
+    )
+}
+
+/// `row` with the CPU utilisation appended under [`CPU_UTIL_COLUMN`] of `header` + it.
+pub fn with_cpu_util(header: &str, row: &str, util: Option<f64>) -> String {
+    let col = header.trim_end().len() + CPU_UTIL_COLUMN.len() - "CPU_Util[%]".len();
+    let pad = col.saturating_sub(row.len()).max(1);
+    let v = util.map_or_else(|| "n/a".to_owned(), |u| format!("{u:.2}"));
+    format!("{row}{}{v}", " ".repeat(pad))
+}
+
 /// The dashed line perftest prints around its tables (`RESULT_LINE`).
 pub const RESULT_LINE: &str =
     "---------------------------------------------------------------------------------------";

@@ -161,6 +161,11 @@ impl Device {
         self.objs.qps.get(qpn).map(|qp| qp.wq.pages().to_vec())
     }
 
+    /// The counters of QP `qpn` (what `rdma statistic qp` shows), or `None` for no such QP.
+    pub fn qp_counters(&self, qpn: u32) -> Option<Counters> {
+        self.objs.qps.get(qpn).map(|qp| qp.counters.clone())
+    }
+
     /// The data path's parts, lent for one doorbell, packet or scan.
     #[inline]
     pub(crate) fn data_path(&mut self) -> DataPath<'_> {

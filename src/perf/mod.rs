@@ -6,14 +6,22 @@
 //! baselines (`crate::baseline`) or touch the device outside `pair`, `lat` and `bw`.
 
 mod baselines;
-mod bw;
+pub mod bw;
 mod compare;
+mod cpu;
+#[cfg(test)]
+mod engine_tests;
+pub mod flows;
+mod json;
 #[allow(dead_code)] // used by `sweep` (next commits)
 mod knee;
-mod lat;
+pub mod lat;
+mod local;
+pub mod ops;
 mod pair;
 mod qp_scale;
 mod remote;
+mod tools;
 mod udp_compare;
 
 use std::time::Duration;
@@ -22,7 +30,6 @@ use clap::{Args, Subcommand};
 
 use crate::args::{DeviceSpec, parse_size};
 use crate::device::DeviceError;
-use crate::stats::{BwUnits, LAT_HEADER, RESULT_LINE};
 
 /// The largest message of an `-a` sweep: 2^23 bytes (perftest `MAX_SIZE`).
 pub const MAX_SIZE: u64 = 1 << 23;
@@ -30,12 +37,23 @@ pub const MAX_SIZE: u64 = 1 << 23;
 /// The `perf` subcommands.
 #[derive(Subcommand)]
 pub enum PerfCommand {
-    /// RDMA WRITE ping-pong latency (like ib_write_lat): two simulated NICs in this process,
-    /// or, with -d udp:ADDR, one side of a two-process run (server without HOST).
-    WriteLat(LatOpts),
-    /// RDMA WRITE streaming bandwidth (like ib_write_bw): two simulated NICs in this process,
-    /// or, with -d udp:ADDR, one side of a two-process run (server without HOST).
-    WriteBw(BwOpts),
+    /// SEND ping-pong latency (like ib_send_lat): two simulated NICs in this process, or,
+    /// with -d udp:ADDR, one side of a two-process run (server without HOST).
+    SendLat(tools::ToolOpts),
+    /// SEND streaming bandwidth (like ib_send_bw), in process or across two (-d udp:ADDR).
+    SendBw(tools::ToolOpts),
+    /// RDMA WRITE ping-pong latency (like ib_write_lat), in process or across two.
+    WriteLat(tools::ToolOpts),
+    /// RDMA WRITE streaming bandwidth (like ib_write_bw), in process or across two.
+    WriteBw(tools::ToolOpts),
+    /// RDMA READ latency (like ib_read_lat), in process or across two.
+    ReadLat(tools::ToolOpts),
+    /// RDMA READ streaming bandwidth (like ib_read_bw), in process or across two.
+    ReadBw(tools::ToolOpts),
+    /// Atomic latency, FETCH_AND_ADD or CMP_AND_SWAP (-A) (like ib_atomic_lat).
+    AtomicLat(tools::ToolOpts),
+    /// Atomic streaming bandwidth, FETCH_AND_ADD or CMP_AND_SWAP (-A) (like ib_atomic_bw).
+    AtomicBw(tools::ToolOpts),
     /// The sim against its baselines in one run: WRITE bandwidth vs memcpy, WRITE ping-pong
     /// round trip vs a TCP loopback busy-poll round trip; medians and ratios.
     Compare(compare::CompareOpts),
@@ -66,39 +84,6 @@ pub struct CommonOpts {
     /// Seed of the simulated fabric.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-}
-
-/// Options of `bypass perf write-lat`.
-#[derive(Args, Debug)]
-pub struct LatOpts {
-    #[command(flatten)]
-    common: CommonOpts,
-    #[command(flatten)]
-    net: remote::NetOpts,
-    /// Iterations (round trips) per size; at least 5.
-    #[arg(short = 'n', long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(5..))]
-    iters: u64,
-}
-
-/// Options of `bypass perf write-bw`.
-#[derive(Args, Debug)]
-pub struct BwOpts {
-    #[command(flatten)]
-    common: CommonOpts,
-    #[command(flatten)]
-    net: remote::NetOpts,
-    /// Messages per size; at least 5.
-    #[arg(short = 'n', long, default_value_t = 5000, value_parser = clap::value_parser!(u64).range(5..))]
-    iters: u64,
-    /// WRITEs kept outstanding (capped so that depth × size stays within 64 MiB).
-    #[arg(short = 't', long = "tx-depth", default_value_t = 128, value_parser = clap::value_parser!(u32).range(1..=8192))]
-    tx_depth: u32,
-    /// Ask for a completion every N WRITEs (and for the last).
-    #[arg(short = 'Q', long = "cq-mod", default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=1000))]
-    cq_mod: u32,
-    /// Report Gb/s instead of MiB/s.
-    #[arg(long = "report-gbits", alias = "report_gbits")]
-    report_gbits: bool,
 }
 
 /// Why a `perf` command failed.
@@ -156,6 +141,18 @@ pub enum PerfError {
         /// What the last WRITE carried.
         expected: u8,
     },
+    /// An atomic word did not count every operation on it.
+    #[error(
+        "atomic check failed on QP {qp}: its word holds {got}, {expected} operations ran on it (an atomic was lost, repeated or not atomic)"
+    )]
+    AtomicCheck {
+        /// The QP whose word it is.
+        qp: usize,
+        /// The word's value.
+        got: u64,
+        /// The operations that completed.
+        expected: u64,
+    },
     /// A HOST was given for the in-process device.
     #[error("{0}")]
     Usage(String),
@@ -169,9 +166,18 @@ pub enum PerfError {
 
 /// Runs one `perf` subcommand, printing its tables on stdout.
 pub fn run(cmd: PerfCommand) -> Result<(), PerfError> {
+    use ops::{AtomicOp, Verb};
+    use tools::Kind::{Bw, Lat};
+    let atomic = Verb::Atomic(AtomicOp::FetchAndAdd);
     match cmd {
-        PerfCommand::WriteLat(o) => run_lat(&o),
-        PerfCommand::WriteBw(o) => run_bw(&o),
+        PerfCommand::SendLat(o) => tools::run(Verb::Send, Lat, &o),
+        PerfCommand::SendBw(o) => tools::run(Verb::Send, Bw, &o),
+        PerfCommand::WriteLat(o) => tools::run(Verb::Write, Lat, &o),
+        PerfCommand::WriteBw(o) => tools::run(Verb::Write, Bw, &o),
+        PerfCommand::ReadLat(o) => tools::run(Verb::Read, Lat, &o),
+        PerfCommand::ReadBw(o) => tools::run(Verb::Read, Bw, &o),
+        PerfCommand::AtomicLat(o) => tools::run(atomic, Lat, &o),
+        PerfCommand::AtomicBw(o) => tools::run(atomic, Bw, &o),
         PerfCommand::Compare(o) => compare::run(&o),
         PerfCommand::CompareUdp(o) => udp_compare::run(&o),
         PerfCommand::Baselines(o) => baselines::run(&o),
@@ -195,90 +201,6 @@ fn check_sizes(sizes: &[u64]) -> Result<(), PerfError> {
     }
 }
 
-fn print_test_info(title: &str, c: &CommonOpts, net: &remote::NetOpts, lines: &[(&str, String)]) {
-    println!("{RESULT_LINE}");
-    println!("                    {title}");
-    if c.device.is_network() {
-        println!(" Device          : {}", remote::describe(c, net));
-    } else {
-        println!(
-            " Device          : {} (two simulated NICs, threaded fabric, seed {})",
-            c.device, c.seed
-        );
-    }
-    println!(" Number of qps   : 1\t\tTransport type : IB");
-    println!(" Connection type : RC\t\tUsing SRQ      : OFF");
-    for (k, v) in lines {
-        println!(" {k:<15} : {v}");
-    }
-    if c.device.is_network() {
-        println!(" Link type       : Ethernet (RoCEv2 over UDP)");
-    } else {
-        println!(" Link type       : Ethernet (RoCEv2, in-process)");
-    }
-    println!("{RESULT_LINE}");
-}
-
-fn run_lat(o: &LatOpts) -> Result<(), PerfError> {
-    // perftest DEF_SIZE_LAT = 2.
-    let sizes = sizes(&o.common, 2);
-    check_sizes(&sizes)?;
-    check_host(&o.common, &o.net)?;
-    print_test_info(
-        "RDMA_Write Latency Test",
-        &o.common,
-        &o.net,
-        &[
-            ("TX depth", "1 (ping-pong)".into()),
-            ("Max inline data", format!("{}[B]", pair::MAX_INLINE)),
-        ],
-    );
-    println!("{LAT_HEADER}");
-    if o.common.device.is_network() {
-        remote::write_lat(&o.common, &o.net, &sizes, o.iters, |r| println!("{r}"))?;
-        println!("{RESULT_LINE}");
-        return Ok(());
-    }
-    for size in sizes {
-        let r = lat::write_lat(o.common.seed, size, o.iters)?;
-        println!("{r}");
-    }
-    println!("{RESULT_LINE}");
-    Ok(())
-}
-
-fn run_bw(o: &BwOpts) -> Result<(), PerfError> {
-    // perftest DEF_SIZE_BW = 65536.
-    let sizes = sizes(&o.common, 65536);
-    check_sizes(&sizes)?;
-    check_host(&o.common, &o.net)?;
-    let units = if o.report_gbits {
-        BwUnits::GbitPerSec
-    } else {
-        BwUnits::MibPerSec
-    };
-    print_test_info(
-        "RDMA_Write BW Test",
-        &o.common,
-        &o.net,
-        &[
-            ("TX depth", o.tx_depth.to_string()),
-            ("CQ Moderation", o.cq_mod.to_string()),
-            ("Max inline data", format!("{}[B]", pair::MAX_INLINE)),
-        ],
-    );
-    if o.common.device.is_network() {
-        return run_bw_remote(o, &sizes, units);
-    }
-    println!("{}", units.header());
-    for size in sizes {
-        let r = bw::write_bw(o.common.seed, size, o.iters, o.tx_depth, o.cq_mod, units)?;
-        println!("{r}");
-    }
-    println!("{RESULT_LINE}");
-    Ok(())
-}
-
 /// A HOST only means something with a network device.
 fn check_host(c: &CommonOpts, net: &remote::NetOpts) -> Result<(), PerfError> {
     match (&c.device, &net.host) {
@@ -287,43 +209,4 @@ fn check_host(c: &CommonOpts, net: &remote::NetOpts) -> Result<(), PerfError> {
         ))),
         _ => Ok(()),
     }
-}
-
-/// The two-process write-bw: the client prints the table, the server its data checks.
-fn run_bw_remote(o: &BwOpts, sizes: &[u64], units: BwUnits) -> Result<(), PerfError> {
-    let client = o.net.host.is_some();
-    if client {
-        println!("{}", units.header());
-    }
-    let mut failed = None;
-    remote::write_bw(
-        &o.common,
-        &o.net,
-        sizes,
-        o.iters,
-        o.tx_depth,
-        o.cq_mod,
-        units,
-        |row| match row {
-            remote::BwRow::Report(r) => println!("{r}"),
-            remote::BwRow::Checked { size, result } => match result {
-                None => println!(" {size} bytes: {} WRITEs received (no --check)", o.iters),
-                Some(Ok(())) => println!(
-                    " {size} bytes: data check ok (the buffer holds WRITE {} of {} exactly)",
-                    o.iters, o.iters
-                ),
-                Some(Err((offset, got, expected))) => {
-                    println!(" {size} bytes: data check FAILED at byte {offset}");
-                    failed.get_or_insert(PerfError::DataCheck {
-                        size,
-                        offset,
-                        got,
-                        expected,
-                    });
-                }
-            },
-        },
-    )?;
-    println!("{RESULT_LINE}");
-    failed.map_or(Ok(()), Err)
 }

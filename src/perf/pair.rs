@@ -1,14 +1,14 @@
-//! The benchmark rig: two simulated NICs on one fabric, an RC QP on each connected to the
-//! other, a remotely writable region on each (the WRITE target) and a pool of source buffers.
+//! The single-QP WRITE end `perf compare-udp` drives on each of its two UDP-linked NICs: an
+//! RC QP, a remotely writable region (the WRITE target) and a pool of source buffers.
 //!
-//! Owns: building and connecting that rig, and the no-allocation helpers the measured loops
-//! use (post a WRITE, drain a CQ, spin on a byte of a region). Must not time anything or
-//! print: `lat` and `bw` do.
+//! Owns: building that end and the no-allocation helpers its measured loops use (post a
+//! WRITE, drain the CQ, wait on a byte of the region or a completion while pumping the
+//! device). Must not time anything or print: `udp_compare` does. The perf tools use the
+//! multi-QP, every-verb engine in `flows` instead.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use bypass_testbed::{FabricOptions, SimContext, SimFabric};
 use bypass_verbs::driver::mr::MkeyAccess;
 use bypass_verbs::wr::{SendOp, SendWr};
 use bypass_verbs::{
@@ -16,9 +16,7 @@ use bypass_verbs::{
 };
 
 use super::PerfError;
-
-/// How long a measured loop may wait for one event before it reports the rig stuck.
-pub const STALL: Duration = Duration::from_secs(10);
+use super::flows::STALL;
 
 /// One end of the rig.
 pub struct End {
@@ -36,18 +34,6 @@ pub struct End {
     inline: Vec<u8>,
     /// Kept for the objects above (dropped after them).
     _pd: Pd,
-}
-
-/// Two connected ends on one fabric.
-pub struct Rig {
-    /// The client (the side that timestamps).
-    pub a: End,
-    /// The server.
-    pub b: End,
-    /// The largest message this QP sends inline.
-    pub max_inline: usize,
-    /// Kept alive for the ends (its engine thread stops when it drops).
-    _fabric: SimFabric,
 }
 
 /// The inline size the rig's QPs ask for (perftest's write default is 220; 256 keeps an
@@ -68,34 +54,10 @@ pub struct WriteSpec {
 /// What the rig is built for.
 #[derive(Debug, Clone, Copy)]
 pub struct RigSpec {
-    /// Fabric seed.
-    pub seed: u64,
     /// Largest message size.
     pub size: usize,
     /// Send queue depth (and pool chunks per end).
     pub depth: u32,
-}
-
-impl Rig {
-    /// Builds the rig on a threaded fabric (zero-latency link, doorbells acted on in the
-    /// posting thread) and connects the QPs.
-    pub fn new(spec: RigSpec) -> Result<Self, PerfError> {
-        let fabric = SimFabric::threaded_with(spec.seed, FabricOptions::low_latency());
-        let a = Context::open_sim(&fabric, 1)?;
-        let b = Context::open_sim(&fabric, 2)?;
-        let mut a = End::new(&a, spec)?;
-        let mut b = End::new(&b, spec)?;
-        let (ea, eb) = (a.qp.endpoint()?, b.qp.endpoint()?);
-        a.qp.connect(&eb)?;
-        b.qp.connect(&ea)?;
-        let max_inline = a.qp.options().caps.max_inline_data as usize;
-        Ok(Self {
-            a,
-            b,
-            max_inline,
-            _fabric: fabric,
-        })
-    }
 }
 
 impl End {
@@ -187,108 +149,59 @@ impl End {
         }
         Ok((n, last))
     }
+}
 
-    /// Spins until the last byte of the first `size` bytes of this end's target region is
-    /// `tag` (the peer's WRITE landed), letting a stepped device move meanwhile.
-    pub fn spin_for(&self, size: usize, tag: u8) -> Result<(), PerfError> {
-        let off = size.saturating_sub(1);
-        let mut b = [0u8; 1];
-        let mut spinner = Spinner::new("the peer's RDMA WRITE to land");
-        loop {
-            self.target.read(off, &mut b)?;
-            if b[0] == tag {
-                return Ok(());
-            }
-            spinner.spin(self)?;
+/// Waits until the last byte of `end`'s first `size` bytes is `tag`, pumping the device
+/// (`Context::progress`: on a UDP device, this thread reads the socket and runs the NIC) and
+/// yielding the core between reads (cores may be few).
+pub fn spin_yield(end: &End, size: usize, tag: u8) -> Result<(), PerfError> {
+    let off = size.saturating_sub(1);
+    let mut b = [0u8; 1];
+    let t0 = Instant::now();
+    loop {
+        // Pump the link in this thread first (a UDP device: read the socket, run the NIC,
+        // send what it answers): what the peer sent is usually waiting already.
+        end.ctx.progress();
+        end.target.read(off, &mut b)?;
+        if b[0] == tag {
+            return Ok(());
         }
-    }
-
-    /// The QP's state as the device reports it, its work outstanding and the packets the
-    /// fabric has in flight: what a stalled run reports (control path; allocates).
-    fn describe(&self) -> String {
-        let state = self
-            .qp
-            .state()
-            .map_or_else(|e| format!("QUERY_QP failed: {e}"), |s| s.to_string());
-        let in_flight = self
-            .ctx
-            .sim()
-            .map_or(0, |d| d.fabric().with_world(|w| w.in_flight()));
-        let errors = self.ctx.sim().map_or(0, |d| d.fabric().world_errors());
-        format!(
-            "QP {:#x} is in {state} with {} send WQEBBs outstanding; {in_flight} packets in flight, {errors} world errors",
-            self.qp.qpn(),
-            self.qp.sends_outstanding()
-        )
-    }
-
-    /// Polls until one completion is ready (perftest's `ibv_poll_cq(cq, 1, &wc)` loop) and
-    /// reclaims its buffers; returns its `wr_id`. An error completion is returned as the
-    /// error it explains.
-    pub fn wait_one(&mut self) -> Result<u64, PerfError> {
-        let mut spinner = Spinner::new("a send completion");
-        loop {
-            if let Some(c) = self.cq.poll_one() {
-                if !c.is_ok() {
-                    return Err(PerfError::Completion {
-                        wr_id: c.wr_id(),
-                        status: c.status().to_string(),
-                    });
-                }
-                let wr_id = c.wr_id();
-                self.qp.reclaim(c)?;
-                return Ok(wr_id);
-            }
-            spinner.spin(self)?;
+        if t0.elapsed() > STALL {
+            return Err(PerfError::Stalled {
+                what: "the peer's RDMA WRITE to land",
+                after: STALL,
+                seen: format!("QP {:#x}", end.qp.qpn()),
+            });
         }
-    }
-
-    /// Spins until at least one completion is ready, then drains as [`End::drain`] does.
-    pub fn wait_some(&mut self) -> Result<(usize, Option<u64>), PerfError> {
-        let mut spinner = Spinner::new("a send completion");
-        loop {
-            let got = self.drain()?;
-            if got.0 > 0 {
-                return Ok(got);
-            }
-            spinner.spin(self)?;
-        }
+        std::thread::yield_now();
     }
 }
 
-/// The bookkeeping of a busy-wait loop: every 4096 spins it lets the device move, and it fails
-/// with [`PerfError::Stalled`] once [`STALL`] has passed without the awaited event.
-struct Spinner {
-    what: &'static str,
-    spins: u32,
-    since: Option<Instant>,
-}
-
-impl Spinner {
-    fn new(what: &'static str) -> Self {
-        Self {
-            what,
-            spins: 0,
-            since: None,
+/// [`End::wait_some`], pumping the device and yielding the core between polls (as
+/// [`spin_yield`]).
+pub fn wait_yield(end: &mut End) -> Result<(usize, Option<u64>), PerfError> {
+    let t0 = Instant::now();
+    loop {
+        let got = end.drain()?;
+        if got.0 > 0 {
+            return Ok(got);
         }
-    }
-
-    /// One more spin of a wait on `end`; an error when the wait has stalled.
-    #[inline]
-    fn spin(&mut self, end: &End) -> Result<(), PerfError> {
-        self.spins = self.spins.wrapping_add(1);
-        if self.spins % 4096 == 0 {
-            end.ctx.progress();
-            let t = *self.since.get_or_insert_with(Instant::now);
-            if t.elapsed() > STALL {
-                return Err(PerfError::Stalled {
-                    what: self.what,
-                    after: STALL,
-                    seen: end.describe(),
-                });
-            }
+        end.ctx.progress();
+        let got = end.drain()?;
+        if got.0 > 0 {
+            return Ok(got);
         }
-        std::hint::spin_loop();
-        Ok(())
+        if t0.elapsed() > STALL {
+            return Err(PerfError::Stalled {
+                what: "a send completion",
+                after: STALL,
+                seen: format!(
+                    "QP {:#x} with {} send WQEBBs outstanding",
+                    end.qp.qpn(),
+                    end.qp.sends_outstanding()
+                ),
+            });
+        }
+        std::thread::yield_now();
     }
 }

@@ -1,35 +1,38 @@
-//! `bypass perf write-lat|write-bw` between two processes, each a simulated NIC on a UDP
-//! socket (`-d udp:ADDR[:PORT]`): server without HOST, client with it, as perftest.
+//! The perf tools between two processes, each a simulated NIC on a UDP socket
+//! (`-d udp:ADDR[:PORT]`): server without HOST, client with it, as perftest.
 //!
-//! Owns: the out-of-band protocol of the two-process form (JSON over TCP, port `-p`), the
-//! two-process loops and the data check. Must not compute statistics (`crate::stats`) or
-//! print tables (`super` does, with the same headers as the in-process form).
+//! Owns: the out-of-band protocol of the two-process form (JSON over TCP, port `-p`) and
+//! each side's part of a run. Must not compute statistics (`crate::stats`), build QPs
+//! (`flows`) or print (`tools` does, with the same headers as the in-process form).
 //!
-//! Protocol: the client connects and sends its [`Hello`] (QP endpoint, WRITE target, sizes,
-//! iterations); the server answers with its own; each checks that the other runs the same
-//! test and connects its QP. Then per size:
-//! - write-lat: perftest `run_iter_lat_write`: the client WRITEs `size` bytes ending in the
-//!   iteration's tag into the server's buffer and spins until the server's answer (same tag)
-//!   lands in its own; the server spins, then answers. Both sides time their posts.
-//! - write-bw: perftest `run_iter_bw`: the client streams `iters` WRITEs to the server's
-//!   buffer (at most `tx_depth` outstanding, every `cq_mod`-th signalled). With `--check`
-//!   WRITE `k` carries [`pattern`]`(k)`; after the last completion (the server's NIC
-//!   acknowledged every byte) the client tells the server, which checks that its buffer holds
-//!   exactly the last WRITE's bytes.
+//! Protocol: the client connects and sends its [`Hello`] (QPs, target, test, sizes,
+//! iterations ...); the server answers with its own; each checks that the other runs the
+//! same test and connects its QPs. Then per size:
+//! - latency: perftest `run_iter_lat_write` / `run_iter_lat_send`: the client sends the
+//!   iteration's tagged message and waits for the server's answer; the server waits, then
+//!   answers; both time their posts. READ and atomics: the client alone posts and times.
+//! - bandwidth: perftest `run_iter_bw`: the sender (the client; with `-b` both) streams;
+//!   a SEND's receiver keeps receives posted (RC: an early SEND is retried after an RNR
+//!   NAK). When a side has nothing left to send it meets the other over TCP ([`Sync`]:
+//!   what it sent, what it measured); the receiver then checks what landed (`--check`).
 
 use std::time::{Duration, Instant};
 
-use bypass_verbs::exchange::{ExchangeServer, exchange_as_client};
-use bypass_verbs::wr::{SendOp, SendWr};
-use bypass_verbs::{QpEndpoint, RemoteBuffer};
+use bypass_verbs::ExchangeServer;
+use bypass_verbs::exchange::{ExchangeError, exchange_as_client};
 use clap::Args;
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Serialize, de::DeserializeOwned};
 
-use super::pair::{End, RigSpec, WriteSpec};
-use super::{PerfError, lat::WARMUP};
+use super::bw::{BwResult, BwSpec, Stream, check_target};
+use super::flows::{Queue, Side, SideInfo, SideSpec, Waiter};
+use super::lat::{LatResult, LatSpec, WARMUP, arrive, ping, tag};
+use super::local::check_ud_size;
+use super::ops::Verb;
+use super::{CommonOpts, PerfError};
 use crate::baseline::elapsed_ns;
+use crate::counters_view::{Labelled, collect};
 use crate::device::{NetDevice, open_net};
-use crate::stats::{BwReport, BwUnits, LatencyReport};
+use crate::stats::{BwReport, LatencyReport};
 
 /// How long each out-of-band step may take (the server waits this long for its client).
 const OOB_TIMEOUT: Duration = Duration::from_secs(120);
@@ -43,8 +46,8 @@ pub struct NetOpts {
     /// TCP port of the out-of-band exchange.
     #[arg(short = 'p', long, default_value_t = 18515)]
     pub port: u16,
-    /// write-bw, two-process form: the server checks that its buffer holds the last WRITE's
-    /// bytes exactly (every WRITE carries its own pattern).
+    /// Check the data: every message carries its own pattern and the receiving side checks
+    /// it (WRITE: the buffer holds the last WRITE exactly; atomics: each word counts them).
     #[arg(long)]
     pub check: bool,
     /// Two-process form: record every packet the UDP link sends and receives in this pcap
@@ -53,14 +56,29 @@ pub struct NetOpts {
     pub pcap: Option<std::path::PathBuf>,
 }
 
+/// What one size of a run gives the printer.
+pub enum Row {
+    /// A latency row.
+    Lat(LatResult),
+    /// A bandwidth row.
+    Bw(BwResult),
+    /// The passive side's account of a size (what arrived, the check) and its counters.
+    Server {
+        /// The line to print.
+        line: String,
+        /// This device's counters.
+        counters: Vec<Labelled>,
+    },
+    /// A size failed its data check (the run goes on; the command fails at the end).
+    Failed(PerfError),
+}
+
 /// What each side tells the other before the run.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct Hello {
-    /// The QP to connect to.
-    qp: QpEndpoint,
-    /// The buffer the peer WRITEs into.
-    target: RemoteBuffer,
-    /// The test (`write-lat` / `write-bw`).
+    /// The QPs to connect to and the buffer to target.
+    side: SideInfo,
+    /// The test and every option both sides must agree on.
     test: String,
     /// Message sizes, in order.
     sizes: Vec<u64>,
@@ -68,57 +86,45 @@ struct Hello {
     iters: u64,
 }
 
-/// What client and server swap after each size (the client: its run is over; the server:
-/// it saw that).
-#[derive(Debug, Clone, Serialize, Deserialize)]
+/// What the sides swap when one is done with a size: what it sent per QP and its row.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 struct Sync {
     size: u64,
-    iters: u64,
-}
-
-/// Byte `j` of WRITE `k` under `--check` (never the same for two consecutive WRITEs).
-pub fn pattern(k: u64, j: usize) -> u8 {
-    (k.wrapping_mul(131) as u8).wrapping_add((j as u8).wrapping_mul(7)) ^ (j >> 8) as u8
+    sent: Vec<u64>,
+    peak: f64,
+    avg: f64,
+    rate: f64,
 }
 
 /// One side of a two-process run, connected.
-struct Side {
+struct Link {
     dev: NetDevice,
-    end: End,
-    peer: Hello,
     server: Option<ExchangeServer>,
     host: Option<String>,
     port: u16,
 }
 
-fn oob(e: bypass_verbs::exchange::ExchangeError) -> PerfError {
+fn oob(e: ExchangeError) -> PerfError {
     PerfError::Oob(e.to_string())
 }
 
-impl Side {
+impl Link {
+    /// Opens the device, builds the side, swaps hellos and connects.
     fn open(
-        c: &super::CommonOpts,
+        c: &CommonOpts,
         net: &NetOpts,
-        test: &str,
+        test: String,
         sizes: &[u64],
         iters: u64,
-        depth: u32,
-    ) -> Result<Self, PerfError> {
+        spec: SideSpec,
+        mtu: Option<bypass_verbs::Mtu>,
+    ) -> Result<(Self, Side), PerfError> {
         let dev = open_net(&c.device, c.seed, "perf", net.pcap.as_deref())?;
-        let max = sizes.iter().copied().max().unwrap_or(1);
-        let size = usize::try_from(max).map_err(|_| PerfError::TooLarge { size: max })?;
-        let mut end = End::new(
-            &dev.ctx,
-            RigSpec {
-                seed: c.seed,
-                size,
-                depth,
-            },
-        )?;
+        check_ud_size(&spec, dev.ctx.active_mtu(1)?, mtu)?;
+        let mut side = Side::new(&dev.ctx, spec)?;
         let hello = Hello {
-            qp: end.qp.endpoint()?,
-            target: end.target.remote(),
-            test: test.to_owned(),
+            side: side.info()?,
+            test,
             sizes: sizes.to_vec(),
             iters,
         };
@@ -141,34 +147,35 @@ impl Side {
                 hello.test, hello.sizes, hello.iters, peer.test, peer.sizes, peer.iters
             )));
         }
-        end.qp.connect(&peer.qp)?;
-        Ok(Side {
+        side.connect(&peer.side, mtu)?;
+        let link = Link {
             dev,
-            end,
-            peer,
             server,
             host: net.host.clone(),
             port: net.port,
-        })
+        };
+        Ok((link, side))
     }
 
-    fn remote(&self, size: u64) -> Result<RemoteBuffer, PerfError> {
-        self.peer
-            .target
-            .slice(0, size)
-            .ok_or(PerfError::TooLarge { size })
+    /// Meets the peer over TCP: sends `msg`, returns the peer's.
+    fn meet<T: Serialize + DeserializeOwned>(&self, msg: &T) -> Result<T, PerfError> {
+        match (&self.host, &self.server) {
+            (Some(host), _) => {
+                exchange_as_client((host.as_str(), self.port), msg, OOB_TIMEOUT).map_err(oob)
+            }
+            (None, Some(server)) => server.exchange(msg, OOB_TIMEOUT).map_err(oob),
+            (None, None) => Err(PerfError::Oob("no peer to meet".into())),
+        }
     }
 
-    /// A one-line account of the link, for stderr.
-    fn link_summary(&self) -> String {
-        self.dev
-            .link_summary()
-            .unwrap_or_else(|| "no link counters (a real NIC)".to_owned())
+    fn counters(&self, side: &Side) -> Vec<Labelled> {
+        let qpns: Vec<u32> = side.qps.iter().map(|q| q.qpn()).collect();
+        collect(&self.dev.ctx, "this side", &qpns)
     }
 }
 
 /// The device line of the two-process form.
-pub fn describe(c: &super::CommonOpts, net: &NetOpts) -> String {
+pub fn describe(c: &CommonOpts, net: &NetOpts) -> String {
     match &net.host {
         Some(h) => format!(
             "{} ({}), client of {h}:{}",
@@ -185,268 +192,299 @@ pub fn describe(c: &super::CommonOpts, net: &NetOpts) -> String {
     }
 }
 
-/// write-lat, two processes: returns one report per size.
-pub fn write_lat(
-    c: &super::CommonOpts,
+fn data_check(size: u64, (offset, got, expected): (usize, u8, u8)) -> PerfError {
+    PerfError::DataCheck {
+        size,
+        offset,
+        got,
+        expected,
+    }
+}
+
+/// A latency tool, two processes: one row per size on each side that times.
+pub fn run_lat(
+    c: &CommonOpts,
     net: &NetOpts,
+    test: &str,
+    spec: &LatSpec,
     sizes: &[u64],
-    iters: u64,
-    mut row: impl FnMut(&LatencyReport),
+    mut row: impl FnMut(Row),
 ) -> Result<(), PerfError> {
-    let mut side = Side::open(c, net, "write-lat", sizes, iters, 4)?;
-    let client = side.host.is_some();
-    let n = usize::try_from(iters).map_err(|_| PerfError::TooLarge { size: iters })?;
+    spec.validate()?;
+    let max = sizes.iter().copied().max().unwrap_or(1);
+    let test = format!("{test} {:?} {:?}", spec.verb, spec.conn);
+    let (link, mut side) = Link::open(
+        c,
+        net,
+        test,
+        sizes,
+        spec.iters,
+        spec.side(max, true),
+        spec.mtu,
+    )?;
+    let client = link.host.is_some();
+    let pingpong = !spec.verb.fetches();
+    let n = usize::try_from(spec.iters).map_err(|_| PerfError::TooLarge { size: spec.iters })?;
     for &size in sizes {
         let bytes = usize::try_from(size).map_err(|_| PerfError::TooLarge { size })?;
-        let w = WriteSpec {
-            remote: side.remote(size)?,
-            size: bytes,
-            max_inline: side.end.qp.options().caps.max_inline_data as usize,
-        };
         let mut posted = vec![0u64; n];
-        let mut outstanding = 0u32;
+        let mut bad = None;
+        let cpu = super::cpu::Sampler::start();
         let t0 = Instant::now();
-        for i in 0..(n + WARMUP) {
-            let tag = (i % 255) as u8 + 1;
-            if !client {
-                spin_yield(&side.end, bytes, tag)?;
-            }
+        let rounds = if client || pingpong { n + WARMUP } else { 0 };
+        for i in 0..rounds {
             if let Some(slot) = i.checked_sub(WARMUP).and_then(|k| posted.get_mut(k)) {
                 *slot = elapsed_ns(t0);
             }
-            let (done, _) = side.end.drain()?;
-            outstanding = outstanding.saturating_sub(done as u32);
-            while outstanding >= 4 {
-                let (done, _) = wait_yield(&mut side.end)?;
-                outstanding = outstanding.saturating_sub(done as u32);
-            }
-            side.end.post_write(&w, tag, true, i as u64)?;
-            outstanding += 1;
+            let (t, k) = (tag(i), i as u64);
             if client {
-                spin_yield(&side.end, bytes, tag)?;
+                bad = bad.or(ping(&mut side, bytes, k, t, spec.check)?);
+            }
+            if pingpong {
+                bad = bad.or(arrive(&mut side, bytes, k, t, spec.check)?);
+            }
+            if !client {
+                bad = bad.or(ping(&mut side, bytes, k, t, spec.check)?);
             }
         }
+        let cpu_util = cpu.and_then(|c| c.stop());
         // Zero the buffer for the next size (its tags start again at 1, and a stale byte at
         // its tag position must not look like one).
-        side.end
-            .target
-            .write(0, &vec![0u8; side.end.target.len()])?;
-        sync(&side, size, iters)?;
-        row(&LatencyReport::from_post_times(size, iters, &posted, 2)?);
-    }
-    eprintln!("{}", side.link_summary());
-    Ok(())
-}
-
-/// The client and server meet after each size (a TCP round trip), so that neither starts the
-/// next size while the other still spins on the last.
-fn sync(side: &Side, size: u64, iters: u64) -> Result<(), PerfError> {
-    match (&side.host, &side.server) {
-        (Some(host), _) => {
-            let _: Sync = exchange_as_client(
-                (host.as_str(), side.port),
-                &Sync { size, iters },
-                OOB_TIMEOUT,
-            )
-            .map_err(oob)?;
-            Ok(())
+        if spec.verb == Verb::Write {
+            side.target.write(0, &vec![0u8; side.target.len()])?;
         }
-        (None, Some(server)) => {
-            let got: Sync = server
-                .exchange(&Sync { size, iters }, OOB_TIMEOUT)
-                .map_err(oob)?;
-            if got.size != size || got.iters != iters {
-                return Err(PerfError::Mismatch(format!(
-                    "the client finished {} × {} bytes while this server expected {iters} × {size}",
-                    got.iters, got.size
-                )));
-            }
-            Ok(())
-        }
-        (None, None) => Ok(()),
-    }
-}
-
-/// What the server of a bandwidth run prints per size.
-pub enum BwRow {
-    /// The client's measurement.
-    Report(BwReport),
-    /// The server's data check: `None` when not asked, else the first differing byte.
-    Checked {
-        /// The size.
-        size: u64,
-        /// `Ok` or the first bad byte (offset, got, expected).
-        result: Option<Result<(), (usize, u8, u8)>>,
-    },
-}
-
-/// write-bw, two processes.
-#[allow(clippy::too_many_arguments)]
-pub fn write_bw(
-    c: &super::CommonOpts,
-    net: &NetOpts,
-    sizes: &[u64],
-    iters: u64,
-    tx_depth: u32,
-    cq_mod: u32,
-    units: BwUnits,
-    mut row: impl FnMut(BwRow),
-) -> Result<(), PerfError> {
-    let max = sizes.iter().copied().max().unwrap_or(1);
-    let (depth, _) = super::bw::effective_depth(max, tx_depth, cq_mod);
-    let mut side = Side::open(c, net, "write-bw", sizes, iters, depth)?;
-    let n = usize::try_from(iters).map_err(|_| PerfError::TooLarge { size: iters })?;
-    for &size in sizes {
-        let bytes = usize::try_from(size).map_err(|_| PerfError::TooLarge { size })?;
-        if side.host.is_none() {
-            // Server: wait for the client's "done", then look at what landed.
-            sync(&side, size, iters)?;
-            let result = net
-                .check
-                .then(|| check_buffer(&side.end, bytes, iters.saturating_sub(1)))
-                .transpose()?;
-            row(BwRow::Checked { size, result });
+        let sent = vec![rounds as u64];
+        let peer = link.meet(&Sync {
+            size,
+            sent,
+            ..Sync::default()
+        })?;
+        if let Some(b) = bad {
+            row(Row::Failed(data_check(size, b)));
             continue;
         }
-        let (depth, cq_mod) = super::bw::effective_depth(size, tx_depth, cq_mod);
-        let remote = side.remote(size)?;
-        let mut posted = vec![0u64; n];
-        let mut completed = vec![0u64; n];
-        let (mut scnt, mut ccnt) = (0usize, 0usize);
-        let t0 = Instant::now();
-        while ccnt < n {
-            while scnt < n && scnt - ccnt < depth as usize {
-                let signaled = (scnt + 1) % cq_mod as usize == 0 || scnt + 1 == n;
-                if let Some(p) = posted.get_mut(scnt) {
-                    *p = elapsed_ns(t0);
-                }
-                post_patterned(
-                    &mut side.end,
-                    remote,
-                    bytes,
-                    scnt as u64,
-                    signaled,
-                    net.check,
-                )?;
-                scnt += 1;
-            }
-            let (_, last) = wait_yield(&mut side.end)?;
-            let now = elapsed_ns(t0);
-            if let Some(last) = last {
-                let upto = (last as usize + 1).min(n);
-                for c in completed.iter_mut().take(upto).skip(ccnt) {
-                    *c = now;
-                }
-                ccnt = ccnt.max(upto);
-            }
+        if !client && !pingpong {
+            let counts = peer.sent.clone();
+            let checked = spec
+                .check
+                .then(|| check_target(spec.verb, bytes, &counts, None, &side));
+            row(server_row(
+                size,
+                &peer,
+                spec.verb,
+                checked,
+                link.counters(&side),
+            ));
+            continue;
         }
-        sync(&side, size, iters)?;
-        row(BwRow::Report(BwReport::from_times(
+        let r = LatencyReport::from_post_times(size, spec.iters, &posted, spec.verb.rtt_factor())?;
+        row(Row::Lat(LatResult {
             size,
-            &posted,
-            &completed,
-            cq_mod as usize,
-            1,
-            units,
-        )?));
+            iterations: spec.iters,
+            t_avg_us: r.t_avg,
+            tps: 0.0,
+            report: Some(r),
+            cpu_util,
+            counters: link.counters(&side),
+        }));
     }
-    eprintln!("{}", side.link_summary());
+    eprintln!("{}", link_summary(&link));
     Ok(())
 }
 
-/// Posts WRITE `k` of `bytes` from a pool lease: [`pattern`]`(k)` when checking, else the
-/// lease as it is (perftest sends whatever its buffer holds).
-fn post_patterned(
-    end: &mut End,
-    remote: RemoteBuffer,
-    bytes: usize,
-    k: u64,
-    signaled: bool,
-    check: bool,
-) -> Result<(), PerfError> {
-    let mut lease = end.pool.lease(bytes)?;
-    if check {
-        for (j, b) in lease.as_mut_slice().iter_mut().enumerate() {
-            *b = pattern(k, j);
-        }
-    }
-    let wr = SendWr::new(k, SendOp::Write(remote)).sge(lease);
-    let wr = if signaled { wr } else { wr.unsignaled() };
-    end.qp.post_send(wr)?;
-    Ok(())
-}
-
-/// Compares the first `bytes` of the server's buffer with WRITE `last`'s pattern.
-fn check_buffer(
-    end: &End,
-    bytes: usize,
-    last: u64,
-) -> Result<Result<(), (usize, u8, u8)>, PerfError> {
-    let mut got = vec![0u8; bytes];
-    end.target.read(0, &mut got)?;
-    Ok(
-        match got
-            .iter()
-            .enumerate()
-            .find(|&(j, &b)| b != pattern(last, j))
-        {
-            None => Ok(()),
-            Some((j, &b)) => Err((j, b, pattern(last, j))),
+/// The passive side's line for a size: what the peer did and the check's verdict.
+fn server_row(
+    size: u64,
+    peer: &Sync,
+    verb: Verb,
+    checked: Option<Result<(), PerfError>>,
+    counters: Vec<Labelled>,
+) -> Row {
+    let n: u64 = peer.sent.iter().sum();
+    let what = match verb {
+        Verb::Send => "SENDs",
+        Verb::Write => "WRITEs",
+        Verb::Read => "READs",
+        Verb::Atomic(_) => "atomics",
+    };
+    let line = match checked {
+        None => format!(" {size} bytes: {n} {what} from the peer (no --check)"),
+        Some(Err(e)) => return Row::Failed(e),
+        Some(Ok(())) => match verb {
+            Verb::Write => {
+                format!(" {size} bytes: data check ok (the buffer holds WRITE {n} of {n} exactly)")
+            }
+            Verb::Send => {
+                format!(" {size} bytes: data check ok (each of {n} SENDs held its pattern)")
+            }
+            Verb::Atomic(_) => {
+                format!(" {size} bytes: data check ok (each word counts its atomics, {n} in all)")
+            }
+            Verb::Read => format!(" {size} bytes: {n} READs served (the client checks their data)"),
         },
-    )
+    };
+    Row::Server { line, counters }
 }
 
-/// Waits until the last byte of `end`'s first `size` bytes is `tag`, pumping the device
-/// (`Context::progress`: on a UDP device, this thread reads the socket and runs the NIC) and
-/// yielding the core between reads (cores may be few).
-pub(super) fn spin_yield(end: &End, size: usize, tag: u8) -> Result<(), PerfError> {
-    let off = size.saturating_sub(1);
-    let mut b = [0u8; 1];
-    let t0 = Instant::now();
-    loop {
-        // Pump the link in this thread first (a UDP device: read the socket, run the NIC,
-        // send what it answers): what the peer sent is usually waiting already.
-        end.ctx.progress();
-        end.target.read(off, &mut b)?;
-        if b[0] == tag {
-            return Ok(());
+/// A bandwidth tool, two processes.
+pub fn run_bw(
+    c: &CommonOpts,
+    net: &NetOpts,
+    test: &str,
+    spec: &BwSpec,
+    sizes: &[u64],
+    mut row: impl FnMut(Row),
+) -> Result<(), PerfError> {
+    spec.validate()?;
+    let max = sizes.iter().copied().max().unwrap_or(1);
+    let test = format!(
+        "{test} {:?} {:?} -q {} -b {} -D {:?}",
+        spec.verb, spec.conn, spec.qps, spec.bidirectional, spec.duration
+    );
+    let side_spec = spec.side(max, true);
+    let (link, mut side) = Link::open(c, net, test, sizes, spec.iters, side_spec, spec.mtu)?;
+    let client = link.host.is_some();
+    let sending = client || spec.bidirectional;
+    let depth = side_spec.depth;
+    for &size in sizes {
+        let this = BwSpec {
+            size,
+            ..spec.clone()
+        };
+        let cq_mod = spec.cq_mod.clamp(1, depth);
+        let mut out = Stream::new(&this, depth, cq_mod);
+        let mut inc = Stream::new(&this, depth, cq_mod);
+        let cpu = super::cpu::Sampler::start();
+        let t0 = Instant::now();
+        let peer = stream_and_meet(
+            &link, &mut side, &mut out, &mut inc, sending, spec.units, t0,
+        )?;
+        // Unreliable transports: let SENDs still on the wire land.
+        if spec.verb.needs_recv() {
+            let t = Instant::now();
+            while t.elapsed() < Duration::from_millis(20) {
+                side.ctx.progress();
+                inc.receive(&mut side, t0)?;
+            }
         }
-        if t0.elapsed() > super::pair::STALL {
-            return Err(PerfError::Stalled {
-                what: "the peer's RDMA WRITE to land",
-                after: super::pair::STALL,
-                seen: format!("QP {:#x}", end.qp.qpn()),
-            });
+        let cpu_util = cpu.and_then(|c| c.stop());
+        let counters = link.counters(&side);
+        let receiving = !client || spec.bidirectional;
+        if receiving && spec.check {
+            let bytes = spec.verb.size(size) as usize;
+            let counts = if spec.verb == Verb::Send {
+                side.recv_done.clone()
+            } else {
+                peer.sent.clone()
+            };
+            if let Err(e) = check_target(spec.verb, bytes, &counts, inc.bad(), &side) {
+                row(Row::Failed(e));
+                continue;
+            }
         }
-        std::thread::yield_now();
+        if sending {
+            if let Some(b) = out.bad() {
+                row(Row::Failed(data_check(size, b)));
+                continue;
+            }
+            let mut report = out.report(spec.units)?;
+            let mut messages = out.sent().iter().sum::<u64>();
+            if spec.bidirectional {
+                report.bw_peak += peer.peak;
+                report.bw_avg += peer.avg;
+                report.msg_rate_mpps += peer.rate;
+                messages += peer.sent.iter().sum::<u64>();
+            }
+            let size = spec.verb.size(size);
+            row(Row::Bw(BwResult::new(
+                size,
+                messages,
+                out.seconds(),
+                report,
+                cpu_util,
+                counters,
+                depth,
+            )));
+        } else {
+            let mut peer = peer;
+            if spec.verb == Verb::Send {
+                // What arrived, not what was sent (UC/UD may lose some).
+                peer.sent = side.recv_done.clone();
+            }
+            let checked = spec.check.then_some(Ok(()));
+            row(server_row(size, &peer, spec.verb, checked, counters));
+        }
+        side.recv_done.iter_mut().for_each(|d| *d = 0);
+    }
+    eprintln!("{}", link_summary(&link));
+    Ok(())
+}
+
+/// Streams `out` (when `sending`) and receives into `inc` until both sides are done with
+/// the size: once this side has nothing left to send, a thread meets the peer over TCP while
+/// this one keeps the receives going. Returns the peer's [`Sync`].
+fn stream_and_meet(
+    link: &Link,
+    side: &mut Side,
+    out: &mut Stream,
+    inc: &mut Stream,
+    sending: bool,
+    units: crate::stats::BwUnits,
+    t0: Instant,
+) -> Result<Sync, PerfError> {
+    let verb = side.spec.verb;
+    std::thread::scope(|s| {
+        let mut meeting = None;
+        let mut w = Waiter::new("a completion of the stream");
+        loop {
+            let mut moved = false;
+            if sending && !out.finished() {
+                moved |= out.step(side, None, t0)?;
+            }
+            moved |= inc.receive(side, t0)? > 0;
+            if meeting.is_none() && (!sending || out.finished()) {
+                let msg = sync_of(out, sending, units);
+                meeting = Some(s.spawn(move || link.meet(&msg)));
+            }
+            if meeting.as_ref().is_some_and(|h| h.is_finished()) {
+                break;
+            }
+            if moved {
+                w.reset();
+            } else if out.in_flight() {
+                w.idle(side, Queue::Send)?;
+            } else if verb.needs_recv() && !side.spec.events {
+                w.idle(side, Queue::Recv)?;
+            } else {
+                side.ctx.progress();
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        }
+        match meeting.map(|h| h.join()) {
+            Some(Ok(r)) => r,
+            _ => Err(PerfError::Oob("the meeting thread panicked".into())),
+        }
+    })
+}
+
+fn sync_of(out: &Stream, sending: bool, units: crate::stats::BwUnits) -> Sync {
+    let r: Option<BwReport> = sending.then(|| out.report(units).ok()).flatten();
+    Sync {
+        size: 0,
+        sent: if sending {
+            out.sent().to_vec()
+        } else {
+            Vec::new()
+        },
+        peak: r.map_or(0.0, |r| r.bw_peak),
+        avg: r.map_or(0.0, |r| r.bw_avg),
+        rate: r.map_or(0.0, |r| r.msg_rate_mpps),
     }
 }
 
-/// [`End::wait_some`], pumping the device and yielding the core between polls (as
-/// [`spin_yield`]).
-pub(super) fn wait_yield(end: &mut End) -> Result<(usize, Option<u64>), PerfError> {
-    let t0 = Instant::now();
-    loop {
-        let got = end.drain()?;
-        if got.0 > 0 {
-            return Ok(got);
-        }
-        end.ctx.progress();
-        let got = end.drain()?;
-        if got.0 > 0 {
-            return Ok(got);
-        }
-        if t0.elapsed() > super::pair::STALL {
-            return Err(PerfError::Stalled {
-                what: "a send completion",
-                after: super::pair::STALL,
-                seen: format!(
-                    "QP {:#x} with {} send WQEBBs outstanding",
-                    end.qp.qpn(),
-                    end.qp.sends_outstanding()
-                ),
-            });
-        }
-        std::thread::yield_now();
-    }
+/// A one-line account of the link, for stderr.
+fn link_summary(link: &Link) -> String {
+    link.dev
+        .link_summary()
+        .unwrap_or_else(|| "no link counters (a real NIC)".to_owned())
 }

@@ -26,7 +26,7 @@ use clap::Args;
 use super::PerfError;
 use super::lat::WARMUP;
 use super::pair::{End, RigSpec, WriteSpec};
-use super::remote::{spin_yield, wait_yield};
+use super::pair::{spin_yield, wait_yield};
 use crate::args::{DeviceSpec, parse_size};
 use crate::baseline::elapsed_ns;
 use crate::device::{NetDevice, open_net};
@@ -209,11 +209,7 @@ impl UdpPair {
     fn new(a: SocketAddr, b: SocketAddr, size: usize, depth: u32) -> Result<Self, PerfError> {
         let da = open_net(&DeviceSpec::Udp(a), 1, "perf compare-udp", None)?;
         let db = open_net(&DeviceSpec::Udp(b), 2, "perf compare-udp", None)?;
-        let spec = RigSpec {
-            seed: 1,
-            size,
-            depth,
-        };
+        let spec = RigSpec { size, depth };
         let mut ea = End::new(&da.ctx, spec)?;
         let mut eb = End::new(&db.ctx, spec)?;
         let (pa, pb) = (ea.qp.endpoint()?, eb.qp.endpoint()?);
