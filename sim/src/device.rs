@@ -161,6 +161,16 @@ impl Device {
         self.objs.qps.get(qpn).map(|qp| qp.wq.pages().to_vec())
     }
 
+    /// Every live QP's own counters, by QP number in ascending order (what `rdma statistic
+    /// qp show` lists per QP); the device-wide set is [`Device::counters`].
+    pub fn qp_counters(&self) -> Vec<(u32, Counters)> {
+        self.objs
+            .qps
+            .iter()
+            .map(|(qpn, qp)| (qpn, qp.counters.clone()))
+            .collect()
+    }
+
     /// The data path's parts, lent for one doorbell, packet or scan.
     #[inline]
     pub(crate) fn data_path(&mut self) -> DataPath<'_> {
