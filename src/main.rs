@@ -14,8 +14,8 @@ mod explain;
 mod perf;
 mod ping;
 mod pingpong;
-#[allow(dead_code)] // first user: `ping --ramp` (next commit)
 mod progress;
+mod ramp;
 mod stats;
 
 use std::process::ExitCode;
