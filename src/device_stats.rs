@@ -3,7 +3,7 @@
 //!
 //! Owns: that command's options, its workload (N 1-byte RC SENDs between two sim NICs, one
 //! at a time) and the errors for devices whose counters it cannot read. Must not format
-//! counters itself (`crate::counters_view` does) nor touch the device except through the
+//! counters itself (`crate::stats_view` does) nor touch the device except through the
 //! verbs API. Sources: iproute2 `rdma statistic show` / `rdma statistic qp show` (the line
 //! form), the kernel's mlx5 `counters.c` (the names).
 
@@ -16,7 +16,7 @@ use bypass_verbs::{Context, Cq, QpBuilder, VerbsError};
 use clap::Args;
 
 use crate::args::DeviceSpec;
-use crate::counters_view::{DeviceCounters, counters_json, print_counters, sim_counters};
+use crate::stats_view::{DeviceCounters, counters_json, print_counters, sim_counters};
 
 /// The largest `--workload` (one SEND at a time: bounded memory, a few seconds in debug).
 pub const MAX_WORKLOAD: u32 = 100_000;

@@ -6,7 +6,6 @@
 mod alloc_count;
 mod args;
 mod baseline;
-mod counters_view;
 mod device;
 mod device_stats;
 mod devinfo;
@@ -17,6 +16,7 @@ mod pingpong;
 mod progress;
 mod ramp;
 mod stats;
+mod stats_view;
 
 use std::process::ExitCode;
 

@@ -123,6 +123,12 @@ impl Device {
         self.objs.uars.len()
     }
 
+    /// The numbers of every live QP, in ascending order (with [`Device::qp_counters`], the
+    /// per-QP view `rdma statistic qp show` lists).
+    pub fn live_qpns(&self) -> Vec<u32> {
+        self.objs.qps.iter().map(|(qpn, _)| qpn).collect()
+    }
+
     /// The firmware's bring-up stage.
     pub fn firmware_stage(&self) -> Stage {
         self.fw.stage
@@ -161,14 +167,9 @@ impl Device {
         self.objs.qps.get(qpn).map(|qp| qp.wq.pages().to_vec())
     }
 
-    /// Every live QP's own counters, by QP number in ascending order (what `rdma statistic
-    /// qp show` lists per QP); the device-wide set is [`Device::counters`].
-    pub fn qp_counters(&self) -> Vec<(u32, Counters)> {
-        self.objs
-            .qps
-            .iter()
-            .map(|(qpn, qp)| (qpn, qp.counters.clone()))
-            .collect()
+    /// The counters of QP `qpn` (what `rdma statistic qp` shows), or `None` for no such QP.
+    pub fn qp_counters(&self, qpn: u32) -> Option<Counters> {
+        self.objs.qps.get(qpn).map(|qp| qp.counters.clone())
     }
 
     /// The data path's parts, lent for one doorbell, packet or scan.

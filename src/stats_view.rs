@@ -1,10 +1,11 @@
 //! The counters a simulated NIC keeps, per port and per QP, as `rdma statistic show` and
 //! `rdma statistic qp show` print them: `link DEV/PORT name value name value ...`.
 //!
-//! Owns: reading a snapshot of a sim device's counters ([`sim_counters`]) and its two
-//! renderings (text lines, JSON). Must not run traffic or open devices (`bypass stats` and
-//! `perf --report-counters` do), nor rename counters: the names are `bypass_sim::counters`'s,
-//! which follow the kernel's mlx5 `counters.c` (and rxe's where mlx5 has none).
+//! Owns: a snapshot of every counter of a sim device, port and all live QPs ([`sim_counters`]),
+//! and its two renderings for `bypass stats` (rdma's line form, JSON). Must not run traffic
+//! or open devices (`bypass stats` does), nor rename counters: the names are
+//! `bypass_sim::counters`'s, which follow the kernel's mlx5 `counters.c` (and rxe's where
+//! mlx5 has none). `crate::counters_view` is perftest-style blocks for `--report-counters`.
 
 use std::io::{self, Write};
 
@@ -30,7 +31,14 @@ pub struct DeviceCounters {
 pub fn sim_counters(ctx: &Context) -> Option<DeviceCounters> {
     let sim = ctx.sim()?;
     let (port_counters, qps) = sim
-        .with_device(|d| (d.counters.clone(), d.qp_counters()))
+        .with_device(|d| {
+            let qps = d
+                .live_qpns()
+                .into_iter()
+                .filter_map(|qpn| Some((qpn, d.qp_counters(qpn)?)))
+                .collect();
+            (d.counters.clone(), qps)
+        })
         .ok()?;
     Some(DeviceCounters {
         device: ctx.device_info().name,
