@@ -17,6 +17,7 @@ use plotters::style::text_anchor::{HPos, Pos, VPos};
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum XScale {
     /// Evenly spaced values.
+    #[allow(dead_code)] // generic API: the sweep's knobs are all powers of two
     Linear,
     /// Powers of two evenly spaced (every x must be positive).
     Log2,
@@ -228,7 +229,9 @@ fn draw(
                 .map_err(|x| e(&x))?;
             let style = TextStyle::from(("sans-serif", 13).into_font())
                 .pos(Pos::new(HPos::Center, VPos::Bottom));
-            ctx.draw_series([EmptyElement::at(p) + Text::new(label, (0, -11), style)])
+            // Stacked per series, so knees of several curves at one point stay readable.
+            let up = -11 - 15 * i32::try_from(i).unwrap_or(0).min(8);
+            ctx.draw_series([EmptyElement::at(p) + Text::new(label, (0, up), style)])
                 .map_err(|x| e(&x))?;
         }
     }
@@ -301,6 +304,24 @@ mod tests {
             );
         }
         assert!(!texts.iter().any(|t| t == "3" || t == "5.66"), "{texts:?}");
+    }
+
+    #[test]
+    fn knees_of_several_curves_at_one_point_are_stacked_not_overlaid() {
+        let mut c = chart(XScale::Log2, vec![(1.0, 1.0), (2.0, 2.0)], Some(1));
+        c.series.push(Series {
+            name: "event".into(),
+            ..c.series[0].clone()
+        });
+        let svg = render_svg(&c).unwrap();
+        let doc = roxmltree::Document::parse(&svg).unwrap();
+        let ys: Vec<&str> = doc
+            .descendants()
+            .filter(|n| n.has_tag_name("text") && n.text().is_some_and(|t| t.contains("knee")))
+            .filter_map(|n| n.attribute("y"))
+            .collect();
+        assert_eq!(ys.len(), 2, "{svg}");
+        assert_ne!(ys[0], ys[1], "{svg}");
     }
 
     #[test]
