@@ -6,7 +6,6 @@
 mod alloc_count;
 mod args;
 mod baseline;
-#[allow(dead_code)] // used by `perf sweep` (next commits)
 mod chart;
 mod counters_view;
 mod device;
