@@ -207,6 +207,7 @@ fn bad_options_are_refused_with_the_fix() {
         (vec!["-D", "0"], "seconds per point"),
         (vec!["-n", "100", "-D", "1"], "cannot be used with"),
         (vec!["--qps", "1", "--events", "sometimes"], "--events"),
+        (vec!["-r", "0"], "--repeats"),
     ] {
         let mut a = vec!["perf", "sweep", "--out", d];
         a.extend_from_slice(&args);

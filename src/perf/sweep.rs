@@ -65,13 +65,17 @@ pub struct SweepOpts {
     /// Measure every combination of depth × size × QPs instead of one knob at a time.
     #[arg(long)]
     full_grid: bool,
-    /// Messages per point (over all its QPs) instead of a duration.
+    /// Messages per run (over all its QPs) instead of a duration.
     #[arg(short = 'n', long, conflicts_with = "duration",
           value_parser = clap::value_parser!(u64).range(5..=100_000_000))]
     iters: Option<u64>,
-    /// Seconds per point (fractions allowed; default 1 when -n is not given).
+    /// Seconds per run (fractions allowed; default 0.33 when -n is not given).
     #[arg(short = 'D', long, value_parser = parse_seconds)]
     duration: Option<f64>,
+    /// Rounds over all points; each point reports its median run (by bandwidth), so a burst
+    /// of load from other processes moves one round, not the result.
+    #[arg(short = 'r', long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=20))]
+    repeats: u32,
     /// Ping-pong round trips per size-sweep point for the latency column (0: none).
     #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
     lat_iters: u64,
@@ -115,10 +119,10 @@ pub enum SweepError {
     },
 }
 
-/// Seconds per point when neither `-n` nor `-D` is given: the default lists make 17 distinct
-/// points per mode, so 34 s of streaming plus rig setup and latency runs, within the ~1 min
-/// a default sweep should take in a release build.
-const DEFAULT_SECONDS: f64 = 1.0;
+/// Seconds per run when neither `-n` nor `-D` is given: the default lists make 17 distinct
+/// points per mode, so 3 rounds of 34 runs stream for 34 s, plus rig setup and latency runs,
+/// within the ~1 min a default sweep should take in a release build.
+const DEFAULT_SECONDS: f64 = 0.33;
 
 /// The operation every point streams (named in chart titles).
 const VERB: &str = "RDMA WRITE";
@@ -194,33 +198,17 @@ pub fn run(o: &SweepOpts) -> Result<(), SweepError> {
         (None, d) => format!("{:.2} s", d.unwrap_or(DEFAULT_SECONDS)),
     };
     println!(
-        " {VERB} sweep on the in-process sim (seed {}): {} rows, {} distinct points, {per_point} each",
+        " {VERB} sweep on the in-process sim (seed {}): {} rows, {} distinct points, {} rounds of {per_point} each (median run reported)",
         o.seed,
         planned.len(),
-        distinct.len()
+        distinct.len(),
+        o.repeats
     );
     std::fs::create_dir_all(&o.out).map_err(|source| SweepError::Io {
         path: o.out.clone(),
         source,
     })?;
-    // Latency is a property of (size, mode): measured once for each the size sweep has.
-    let wants_lat = |p: &Point| {
-        o.lat_iters > 0
-            && planned
-                .iter()
-                .any(|(k, q)| matches!(k, Knob::Size | Knob::Grid) && q == p)
-    };
-    let bar = Progress::new(distinct.len() as u64, "sweep");
-    let mut done: Vec<(Point, Measured)> = Vec::with_capacity(distinct.len());
-    let mut lats: Vec<((u64, Mode), f64)> = Vec::new();
-    for p in distinct {
-        done.push((p, measure(o, &p)?));
-        if wants_lat(&p) && !lats.iter().any(|(k, _)| *k == (p.size, p.mode)) {
-            lats.push(((p.size, p.mode), latency(o, &p)?));
-        }
-        bar.inc(1);
-    }
-    bar.finish();
+    let (done, lats) = measure_all(o, &planned, &distinct)?;
     let rows: Vec<Row> = planned
         .iter()
         .filter_map(|&(knob, point)| {
@@ -257,6 +245,65 @@ pub fn run(o: &SweepOpts) -> Result<(), SweepError> {
     Ok(())
 }
 
+/// Every distinct point's median run over `--repeats` interleaved rounds, and the median
+/// latency of each (size, mode) the size sweep (or grid) holds.
+#[allow(clippy::type_complexity)]
+fn measure_all(
+    o: &SweepOpts,
+    planned: &[(Knob, Point)],
+    distinct: &[Point],
+) -> Result<(Vec<(Point, Measured)>, Vec<((u64, Mode), f64)>), SweepError> {
+    let lat_keys: Vec<(u64, Mode)> = if o.lat_iters == 0 {
+        Vec::new()
+    } else {
+        let mut v = Vec::new();
+        for (k, p) in planned {
+            if matches!(k, Knob::Size | Knob::Grid) && !v.contains(&(p.size, p.mode)) {
+                v.push((p.size, p.mode));
+            }
+        }
+        v
+    };
+    let rounds = o.repeats as usize;
+    let bar = Progress::new(((distinct.len() + lat_keys.len()) * rounds) as u64, "sweep");
+    let mut runs: Vec<Vec<Measured>> = vec![Vec::with_capacity(rounds); distinct.len()];
+    let mut lats: Vec<Vec<f64>> = vec![Vec::with_capacity(rounds); lat_keys.len()];
+    for _ in 0..rounds {
+        for (p, r) in distinct.iter().zip(&mut runs) {
+            r.push(measure(o, p)?);
+            bar.inc(1);
+        }
+        for (&(size, mode), l) in lat_keys.iter().zip(&mut lats) {
+            l.push(latency(o, size, mode)?);
+            bar.inc(1);
+        }
+    }
+    bar.finish();
+    let done = distinct
+        .iter()
+        .zip(runs)
+        .filter_map(|(p, r)| Some((*p, median_run(r)?)))
+        .collect();
+    let lats = lat_keys
+        .into_iter()
+        .zip(lats)
+        .filter_map(|(k, l)| Some((k, median(l)?)))
+        .collect();
+    Ok((done, lats))
+}
+
+/// The run with the median bandwidth (the lower middle one of an even count).
+fn median_run(mut runs: Vec<Measured>) -> Option<Measured> {
+    runs.sort_by(|a, b| a.gbps.total_cmp(&b.gbps));
+    runs.get(runs.len().checked_sub(1)? / 2).copied()
+}
+
+/// The median (the lower middle value of an even count).
+fn median(mut v: Vec<f64>) -> Option<f64> {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len().checked_sub(1)? / 2).copied()
+}
+
 fn fail(p: &Point) -> impl FnOnce(PerfError) -> SweepError + '_ {
     move |e| SweepError::Measure {
         point: *p,
@@ -278,16 +325,22 @@ fn measure(o: &SweepOpts, p: &Point) -> Result<Measured, SweepError> {
     })
 }
 
-/// The typical ping-pong latency (µs) at the point's size and mode.
-fn latency(o: &SweepOpts, p: &Point) -> Result<f64, SweepError> {
+/// The typical ping-pong latency (µs) at `size` bytes in `mode`.
+fn latency(o: &SweepOpts, size: u64, mode: Mode) -> Result<f64, SweepError> {
     let spec = LatSpec {
-        size: p.size,
+        size,
         iters: o.lat_iters.max(5),
-        events: p.mode == Mode::Event,
+        events: mode == Mode::Event,
         seed: o.seed,
         ..LatSpec::default()
     };
-    let l = measure_lat(&spec).map_err(fail(p))?;
+    let point = Point {
+        depth: 1,
+        size,
+        qps: 1,
+        mode,
+    };
+    let l = measure_lat(&spec).map_err(fail(&point))?;
     Ok(l.report.map_or(l.t_avg_us, |r| r.t_typical))
 }
 
@@ -296,4 +349,33 @@ fn write(path: &Path, text: &str) -> Result<(), SweepError> {
         path: path.to_owned(),
         source,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(gbps: f64, messages: u64) -> Measured {
+        Measured {
+            depth_used: 16,
+            messages,
+            seconds: 1.0,
+            gbps,
+            mpps: gbps / 10.0,
+            lat_us: None,
+            cpu_pct: Some(50.0),
+        }
+    }
+
+    #[test]
+    fn a_point_reports_its_median_run_whole() {
+        let m = median_run(vec![run(30.0, 1), run(10.0, 2), run(20.0, 3)]).unwrap();
+        assert_eq!((m.gbps, m.messages), (20.0, 3));
+        let m = median_run(vec![run(40.0, 1), run(10.0, 2)]).unwrap();
+        assert_eq!(m.messages, 2);
+        assert_eq!(median_run(vec![run(5.0, 9)]).unwrap().messages, 9);
+        assert!(median_run(Vec::new()).is_none());
+        assert_eq!(median(vec![3.0, 1.0, 2.0, 9.0, 0.5]), Some(2.0));
+        assert_eq!(median(Vec::new()), None);
+    }
 }
