@@ -228,6 +228,7 @@ fn draw(
             ctx.draw_series([Circle::new(p, 8, color.stroke_width(2))])
                 .map_err(|x| e(&x))?;
             let style = TextStyle::from(("sans-serif", 13).into_font())
+                .color(&color)
                 .pos(Pos::new(HPos::Center, VPos::Bottom));
             // Stacked per series, so knees of several curves at one point stay readable.
             let up = -11 - 15 * i32::try_from(i).unwrap_or(0).min(8);
