@@ -229,10 +229,18 @@ fn draw(
                 .map_err(|x| e(&x))?;
             let style = TextStyle::from(("sans-serif", 13).into_font())
                 .color(&color)
-                .pos(Pos::new(HPos::Center, VPos::Bottom));
-            // Stacked per series, so knees of several curves at one point stay readable.
-            let up = -11 - 15 * i32::try_from(i).unwrap_or(0).min(8);
-            ctx.draw_series([EmptyElement::at(p) + Text::new(label, (0, up), style)])
+                .pos(Pos::new(HPos::Center, VPos::Top));
+            // Labels sit in the empty band above the curves (y_top leaves 18 % headroom),
+            // one row per series, with a thin line down to the marked point: no label can
+            // cover a curve, and knees of several curves at one x stay readable.
+            let down = 4 + 15 * i32::try_from(i).unwrap_or(0).min(2);
+            let top = (p.0, y_top);
+            let rows = chart.series.len().min(3) as f64;
+            let height = f64::from(ctx.plotting_area().dim_in_pixel().1.max(1));
+            let below_labels = (p.0, y_top * (1.0 - (6.0 + 15.0 * rows) / height));
+            ctx.draw_series([PathElement::new(vec![below_labels, p], color.mix(0.5))])
+                .map_err(|x| e(&x))?;
+            ctx.draw_series([EmptyElement::at(top) + Text::new(label, (0, down), style)])
                 .map_err(|x| e(&x))?;
         }
     }
