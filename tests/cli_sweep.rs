@@ -208,6 +208,7 @@ fn bad_options_are_refused_with_the_fix() {
         (vec!["-n", "100", "-D", "1"], "cannot be used with"),
         (vec!["--qps", "1", "--events", "sometimes"], "--events"),
         (vec!["-r", "0"], "--repeats"),
+        (vec!["-n", "20000000"], "--iters"),
     ] {
         let mut a = vec!["perf", "sweep", "--out", d];
         a.extend_from_slice(&args);

@@ -65,9 +65,10 @@ pub struct SweepOpts {
     /// Measure every combination of depth × size × QPs instead of one knob at a time.
     #[arg(long)]
     full_grid: bool,
-    /// Messages per run (over all its QPs) instead of a duration.
+    /// Messages per run (over all its QPs) instead of a duration; at most 10^7, since each
+    /// message keeps two timestamps (160 MB at the limit).
     #[arg(short = 'n', long, conflicts_with = "duration",
-          value_parser = clap::value_parser!(u64).range(5..=100_000_000))]
+          value_parser = clap::value_parser!(u64).range(5..=10_000_000))]
     iters: Option<u64>,
     /// Seconds per run (fractions allowed; default 0.33 when -n is not given).
     #[arg(short = 'D', long, value_parser = parse_seconds)]
