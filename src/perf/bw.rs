@@ -127,6 +127,7 @@ impl BwSpec {
     /// Refuses option combinations perftest refuses, with the fix.
     pub fn validate(&self) -> Result<(), PerfError> {
         self.verb.check_conn(self.conn).map_err(PerfError::Usage)?;
+        super::check_sizes(&[self.verb.size(self.size)])?;
         if self.qps == 0 || self.qps > 256 {
             return Err(PerfError::Usage(format!(
                 "-q {}: run 1 to 256 QPs",
@@ -196,6 +197,12 @@ pub fn measure_bw(spec: &BwSpec) -> Result<BwResult, PerfError> {
         } else {
             w.idle(a, Queue::Recv)?;
         }
+    }
+    // Every SEND that completed has its receive (credits saw to that): take the last ones,
+    // so that each is counted and, with --check, checked.
+    fwd.finish_receives(b, t0)?;
+    if let Some(bk) = back.as_mut() {
+        bk.finish_receives(a, t0)?;
     }
     let cpu_util = cpu.and_then(|c| c.stop());
     fwd.check_landed(b)?;
@@ -396,7 +403,7 @@ impl Stream {
             bad,
             ..
         } = self;
-        let n = tx.poll_sends(|i, seq, bufs| {
+        let n = tx.poll_sends(usize::MAX, |i, seq, bufs| {
             if *check && *verb == Verb::Read && bad.is_none() {
                 for l in bufs.into_leases() {
                     *bad = mismatch(l.as_slice().get(..*size).unwrap_or(&[]), 0);
@@ -436,6 +443,21 @@ impl Stream {
         })?;
         self.bad = self.bad.or(bad);
         Ok(n)
+    }
+
+    /// In process, after the stream: polls `rx` until a receive has completed for every SEND
+    /// that did (failing with [`PerfError::Stalled`] if some never arrive).
+    pub fn finish_receives(&mut self, rx: &mut Side, t0: Instant) -> Result<(), PerfError> {
+        if !self.verb.needs_recv() {
+            return Ok(());
+        }
+        let mut w = Waiter::new("the receives of the last SENDs");
+        while rx.recv_done.iter().sum::<u64>() < self.tot_done {
+            if self.receive(rx, t0)? == 0 {
+                w.idle(rx, Queue::Recv)?;
+            }
+        }
+        Ok(())
     }
 
     /// After the run: the check's verdict on what landed at `rx` (see [`check_target`]; SEND

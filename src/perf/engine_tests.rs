@@ -118,3 +118,29 @@ fn bad_combinations_are_refused_with_the_fix() {
     .unwrap_err();
     assert!(e.to_string().contains("path MTU"), "{e}");
 }
+
+#[test]
+fn the_landed_data_check_fails_on_a_wrong_write_or_count() {
+    use super::bw::check_target;
+    use super::local::LocalPair;
+    use super::ops::fill;
+    let spec = BwSpec {
+        size: 256,
+        iters: 10,
+        ..BwSpec::default()
+    };
+    let pair = LocalPair::new(1, spec.side(256, false), None).unwrap();
+    let mut buf = vec![0u8; 256];
+    fill(&mut buf, 4);
+    pair.b.target.write(0, &buf).unwrap();
+    // The slot holds WRITE 4 (the fifth): right for 5 WRITEs, wrong for 6.
+    check_target(Verb::Write, 256, &[5], None, &pair.b).unwrap();
+    let e = check_target(Verb::Write, 256, &[6], None, &pair.b).unwrap_err();
+    assert!(e.to_string().contains("data check failed"), "{e}");
+    // A bad byte seen on the way fails the check whatever landed.
+    assert!(check_target(Verb::Send, 256, &[5], Some((3, 1, 2)), &pair.b).is_err());
+    pair.b.target.write_u64_be(0, 7).unwrap();
+    check_target(Verb::Atomic(AtomicOp::FetchAndAdd), 8, &[7], None, &pair.b).unwrap();
+    let e = check_target(Verb::Atomic(AtomicOp::CmpAndSwap), 8, &[8], None, &pair.b).unwrap_err();
+    assert!(e.to_string().contains("holds 7, 8 operations"), "{e}");
+}

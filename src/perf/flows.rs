@@ -150,8 +150,13 @@ impl Side {
         let target_len = slot
             .checked_mul(qps)
             .filter(|&l| l as u64 <= 4 * MAX_INFLIGHT_BYTES)
-            .ok_or(PerfError::TooLarge {
-                size: (slot as u64).saturating_mul(qps as u64),
+            .ok_or_else(|| {
+                PerfError::Usage(format!(
+                    "-q {qps} × -s {}: each QP targets its own buffer, {} MiB in all, more than the {} MiB a side may register; use fewer QPs or smaller messages",
+                    spec.size,
+                    (slot as u64).saturating_mul(qps as u64) >> 20,
+                    (4 * MAX_INFLIGHT_BYTES) >> 20
+                ))
             })?;
         let target = pd.register(
             target_len,
@@ -321,8 +326,12 @@ impl Side {
             }
             SendWr::new(id, op).inline(self.inline_buf.get(..size).unwrap_or(&[]))
         } else if check || tag.is_some() || self.shared.is_none() {
+            // Without --check the bytes are whatever the buffer holds (perftest sends its
+            // buffer as it is): only the tag is written, so a post costs no copy of the message.
             let mut l = self.pool.lease(size)?;
-            fill(l.as_mut_slice(), if check { k } else { 0 });
+            if check {
+                fill(l.as_mut_slice(), k);
+            }
             if let (Some(t), Some(last)) = (tag, l.as_mut_slice().last_mut()) {
                 *last = t;
             }
@@ -345,13 +354,18 @@ impl Side {
         }
     }
 
-    /// Polls every ready send completion; `f(qp, seq, buffers)` sees each. Returns how many.
+    /// Polls up to `max` ready send completions; `f(qp, seq, buffers)` sees each. Returns
+    /// how many (a latency loop asks for one: no empty poll after it).
     pub fn poll_sends(
         &mut self,
+        max: usize,
         mut f: impl FnMut(usize, u64, SgeList) -> Result<(), PerfError>,
     ) -> Result<usize, PerfError> {
         let mut n = 0;
-        while let Some(c) = self.scq.poll_one() {
+        while n < max {
+            let Some(c) = self.scq.poll_one() else {
+                break;
+            };
             if !c.is_ok() {
                 return Err(PerfError::Completion {
                     wr_id: split(c.wr_id()).1,
@@ -429,7 +443,8 @@ pub struct Waiter {
     what: &'static str,
     spins: u32,
     since: Option<Instant>,
-    armed: bool,
+    /// The queue whose CQ this wait armed and has not slept on since.
+    armed: Option<Queue>,
 }
 
 impl Waiter {
@@ -439,7 +454,7 @@ impl Waiter {
             what,
             spins: 0,
             since: None,
-            armed: false,
+            armed: None,
         }
     }
 
@@ -489,15 +504,15 @@ impl Waiter {
             }
         }
         if side.spec.events {
-            if !self.armed {
+            if self.armed != Some(q) {
                 match q {
                     Queue::Send => side.scq.req_notify(false),
                     Queue::Recv => side.rcq.req_notify(false),
                 }
-                self.armed = true;
+                self.armed = Some(q);
                 return Ok(());
             }
-            self.armed = false;
+            self.armed = None;
             let slice = Duration::from_millis(if side.spec.net { 1 } else { 20 });
             let ev = match &side.channel {
                 Some(ch) => ch

@@ -68,7 +68,7 @@ fn add_cpu(m: &mut Map<String, Value>, cpu: Option<Option<f64>>) {
 pub fn document(info: &[(String, String)], mut results: Vec<Value>) -> Value {
     let test_info: Map<String, Value> = info
         .iter()
-        .map(|(k, v)| (k.replace([' ', '.'], "_"), json!(v)))
+        .map(|(k, v)| (k.replace(". ", "_").replace([' ', '.'], "_"), json!(v)))
         .collect();
     let results = if results.len() == 1 {
         results.pop().unwrap_or(Value::Null)

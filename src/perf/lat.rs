@@ -98,7 +98,30 @@ pub struct LatResult {
 impl LatSpec {
     /// Refuses combinations perftest refuses, with the fix.
     pub fn validate(&self) -> Result<(), PerfError> {
-        self.verb.check_conn(self.conn).map_err(PerfError::Usage)
+        self.verb.check_conn(self.conn).map_err(PerfError::Usage)?;
+        super::check_sizes(&[self.verb.size(self.size)])
+    }
+
+    /// The result of an iteration run from its post times (ns).
+    pub fn result(
+        &self,
+        size: u64,
+        posted: &[u64],
+        cpu_util: Option<f64>,
+        counters: Vec<Labelled>,
+    ) -> Result<LatResult, PerfError> {
+        let r = LatencyReport::from_post_times(size, self.iters, posted, self.verb.rtt_factor())?;
+        let span = posted.last().copied().unwrap_or(0) - posted.first().copied().unwrap_or(0);
+        let rounds = posted.len().saturating_sub(1).max(1) as f64;
+        Ok(LatResult {
+            size,
+            iterations: self.iters,
+            t_avg_us: r.t_avg,
+            tps: rounds / (span.max(1) as f64 / 1e9),
+            report: Some(r),
+            cpu_util,
+            counters,
+        })
     }
 
     /// The side this spec builds for `size`-byte messages.
@@ -140,7 +163,7 @@ pub fn ping(
     let mut w = Waiter::new("the completion of a latency operation");
     let mut bad = None;
     loop {
-        let n = side.poll_sends(|_, _, bufs| {
+        let n = side.poll_sends(1, |_, _, bufs| {
             if check && verb == Verb::Read {
                 for l in bufs.into_leases() {
                     bad = bad.or(mismatch(l.as_slice().get(..size).unwrap_or(&[]), 0));
@@ -289,21 +312,7 @@ pub fn measure_lat(spec: &LatSpec) -> Result<LatResult, PerfError> {
     let counters = pair.counters();
     let rtt = f64::from(spec.verb.rtt_factor());
     match deadline {
-        None => {
-            let r =
-                LatencyReport::from_post_times(size, spec.iters, &posted, spec.verb.rtt_factor())?;
-            let span = posted.last().copied().unwrap_or(0) - posted.first().copied().unwrap_or(0);
-            let rounds = posted.len().saturating_sub(1).max(1) as f64;
-            Ok(LatResult {
-                size,
-                iterations: spec.iters,
-                t_avg_us: r.t_avg,
-                tps: rounds / (span.max(1) as f64 / 1e9),
-                report: Some(r),
-                cpu_util,
-                counters,
-            })
-        }
+        None => spec.result(size, &posted, cpu_util, counters),
         Some(_) => {
             let span = last.saturating_sub(first.unwrap_or(0)).max(1) as f64;
             let measured = total.saturating_sub(WARMUP) as u64;

@@ -147,6 +147,18 @@ pub enum PerfError {
         /// What the last WRITE carried.
         expected: u8,
     },
+    /// Fewer SENDs arrived over RC than the sender completed.
+    #[error(
+        "{size} bytes: the peer completed {sent} SENDs over RC but {arrived} arrived here (a receive was consumed twice or a SEND acknowledged without landing: a transport bug; rerun with --pcap to see the packets)"
+    )]
+    Lost {
+        /// The message size.
+        size: u64,
+        /// SENDs the peer completed.
+        sent: u64,
+        /// Receives completed here.
+        arrived: u64,
+    },
     /// An atomic word did not count every operation on it.
     #[error(
         "atomic check failed on QP {qp}: its word holds {got}, {expected} operations ran on it (an atomic was lost, repeated or not atomic)"

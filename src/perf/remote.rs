@@ -7,14 +7,15 @@
 //!
 //! Protocol: the client connects and sends its [`Hello`] (QPs, target, test, sizes,
 //! iterations ...); the server answers with its own; each checks that the other runs the
-//! same test and connects its QPs. Then per size:
+//! same test, connects its QPs and posts its receives, and the two meet again. Then per size:
 //! - latency: perftest `run_iter_lat_write` / `run_iter_lat_send`: the client sends the
 //!   iteration's tagged message and waits for the server's answer; the server waits, then
 //!   answers; both time their posts. READ and atomics: the client alone posts and times.
 //! - bandwidth: perftest `run_iter_bw`: the sender (the client; with `-b` both) streams;
 //!   a SEND's receiver keeps receives posted (RC: an early SEND is retried after an RNR
 //!   NAK). When a side has nothing left to send it meets the other over TCP ([`Sync`]:
-//!   what it sent, what it measured); the receiver then checks what landed (`--check`).
+//!   what it sent, what it measured); the receiver takes the last SENDs, checks what landed
+//!   (`--check`), and the two meet again before the next size.
 
 use std::time::{Duration, Instant};
 
@@ -27,15 +28,18 @@ use super::bw::{BwResult, BwSpec, Stream, check_target};
 use super::flows::{Queue, Side, SideInfo, SideSpec, Waiter};
 use super::lat::{LatResult, LatSpec, WARMUP, arrive, ping, tag};
 use super::local::check_ud_size;
-use super::ops::Verb;
+use super::ops::{Conn, Verb};
 use super::{CommonOpts, PerfError};
 use crate::baseline::elapsed_ns;
 use crate::counters_view::{Labelled, collect};
 use crate::device::{NetDevice, open_net};
-use crate::stats::{BwReport, LatencyReport};
+use crate::stats::BwReport;
 
 /// How long each out-of-band step may take (the server waits this long for its client).
 const OOB_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// How long a receiver of UC/UD SENDs waits for one more after the sender is done.
+const QUIET: Duration = Duration::from_millis(50);
 
 /// Options of the two-process form.
 #[derive(Args, Debug, Clone, Default)]
@@ -154,6 +158,9 @@ impl Link {
             host: net.host.clone(),
             port: net.port,
         };
+        // Meet once more: neither side sends before the other's QPs are in RTR with their
+        // receives posted (UC and UD would lose what arrived earlier; nothing resends it).
+        let _: Sync = link.meet(&Sync::default())?;
         Ok((link, side))
     }
 
@@ -210,8 +217,12 @@ pub fn run_lat(
     sizes: &[u64],
     mut row: impl FnMut(Row),
 ) -> Result<(), PerfError> {
-    spec.validate()?;
     let max = sizes.iter().copied().max().unwrap_or(1);
+    LatSpec {
+        size: max,
+        ..spec.clone()
+    }
+    .validate()?;
     let test = format!("{test} {:?} {:?}", spec.verb, spec.conn);
     let (link, mut side) = Link::open(
         c,
@@ -277,16 +288,12 @@ pub fn run_lat(
             ));
             continue;
         }
-        let r = LatencyReport::from_post_times(size, spec.iters, &posted, spec.verb.rtt_factor())?;
-        row(Row::Lat(LatResult {
+        row(Row::Lat(spec.result(
             size,
-            iterations: spec.iters,
-            t_avg_us: r.t_avg,
-            tps: 0.0,
-            report: Some(r),
+            &posted,
             cpu_util,
-            counters: link.counters(&side),
-        }));
+            link.counters(&side),
+        )?));
     }
     eprintln!("{}", link_summary(&link));
     Ok(())
@@ -311,9 +318,12 @@ fn server_row(
         None => format!(" {size} bytes: {n} {what} from the peer (no --check)"),
         Some(Err(e)) => return Row::Failed(e),
         Some(Ok(())) => match verb {
-            Verb::Write => {
+            Verb::Write if peer.sent.len() == 1 => {
                 format!(" {size} bytes: data check ok (the buffer holds WRITE {n} of {n} exactly)")
             }
+            Verb::Write => format!(
+                " {size} bytes: data check ok (each QP's slot holds its last WRITE exactly, {n} WRITEs in all)"
+            ),
             Verb::Send => {
                 format!(" {size} bytes: data check ok (each of {n} SENDs held its pattern)")
             }
@@ -335,8 +345,12 @@ pub fn run_bw(
     sizes: &[u64],
     mut row: impl FnMut(Row),
 ) -> Result<(), PerfError> {
-    spec.validate()?;
     let max = sizes.iter().copied().max().unwrap_or(1);
+    BwSpec {
+        size: max,
+        ..spec.clone()
+    }
+    .validate()?;
     let test = format!(
         "{test} {:?} {:?} -q {} -b {} -D {:?}",
         spec.verb, spec.conn, spec.qps, spec.bidirectional, spec.duration
@@ -347,6 +361,8 @@ pub fn run_bw(
     let sending = client || spec.bidirectional;
     let depth = side_spec.depth;
     for &size in sizes {
+        // Each size counts its own receives (the n-th of a size carries pattern n).
+        side.recv_done.iter_mut().for_each(|d| *d = 0);
         let this = BwSpec {
             size,
             ..spec.clone()
@@ -359,17 +375,25 @@ pub fn run_bw(
         let peer = stream_and_meet(
             &link, &mut side, &mut out, &mut inc, sending, spec.units, t0,
         )?;
-        // Unreliable transports: let SENDs still on the wire land.
-        if spec.verb.needs_recv() {
-            let t = Instant::now();
-            while t.elapsed() < Duration::from_millis(20) {
-                side.ctx.progress();
-                inc.receive(&mut side, t0)?;
-            }
+        let receiving = !client || spec.bidirectional;
+        if receiving && spec.verb.needs_recv() {
+            take_arrivals(&mut side, &mut inc, peer.sent.iter().sum(), t0)?;
         }
+        // Meet again: the sender starts the next size only once the receiver is done with
+        // this one (what it sends next must not be counted or checked as this size's).
+        let _: Sync = link.meet(&Sync::default())?;
         let cpu_util = cpu.and_then(|c| c.stop());
         let counters = link.counters(&side);
-        let receiving = !client || spec.bidirectional;
+        let arrived: u64 = side.recv_done.iter().sum();
+        let sent: u64 = peer.sent.iter().sum();
+        if receiving && spec.verb.needs_recv() && spec.conn == Conn::Rc && arrived != sent {
+            row(Row::Failed(PerfError::Lost {
+                size,
+                sent,
+                arrived,
+            }));
+            continue;
+        }
         if receiving && spec.check {
             let bytes = spec.verb.size(size) as usize;
             let counts = if spec.verb == Verb::Send {
@@ -414,7 +438,6 @@ pub fn run_bw(
             let checked = spec.check.then_some(Ok(()));
             row(server_row(size, &peer, spec.verb, checked, counters));
         }
-        side.recv_done.iter_mut().for_each(|d| *d = 0);
     }
     eprintln!("{}", link_summary(&link));
     Ok(())
@@ -465,6 +488,27 @@ fn stream_and_meet(
             _ => Err(PerfError::Oob("the meeting thread panicked".into())),
         }
     })
+}
+
+/// After the meeting: takes the receives of the `sent` SENDs the peer completed. RC: all
+/// have landed already (the peer's completion follows this NIC's ACK); UC and UD: waits
+/// until they have, or until none has arrived for [`QUIET`] (the rest were lost).
+fn take_arrivals(
+    side: &mut Side,
+    inc: &mut Stream,
+    sent: u64,
+    t0: Instant,
+) -> Result<(), PerfError> {
+    let mut last = Instant::now();
+    while side.recv_done.iter().sum::<u64>() < sent && last.elapsed() < QUIET {
+        side.ctx.progress();
+        if inc.receive(side, t0)? > 0 {
+            last = Instant::now();
+        } else {
+            std::thread::yield_now();
+        }
+    }
+    Ok(())
 }
 
 fn sync_of(out: &Stream, sending: bool, units: crate::stats::BwUnits) -> Sync {
