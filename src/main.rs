@@ -6,14 +6,19 @@
 mod alloc_count;
 mod args;
 mod baseline;
+mod chart;
 mod counters_view;
 mod device;
+mod device_stats;
 mod devinfo;
 mod explain;
 mod perf;
 mod ping;
 mod pingpong;
+mod progress;
+mod ramp;
 mod stats;
+mod stats_view;
 
 use std::process::ExitCode;
 
@@ -54,6 +59,9 @@ enum Command {
     /// Benchmarks in the style of perftest, and the baselines they are judged against.
     #[command(subcommand)]
     Perf(perf::PerfCommand),
+    /// A device's counters per port and per QP, named as `rdma statistic` shows them
+    /// (sim devices; --workload N first sends N 1-byte SENDs between two sim NICs).
+    Stats(device_stats::StatsOpts),
 }
 
 fn main() -> ExitCode {
@@ -67,6 +75,7 @@ fn main() -> ExitCode {
         Command::Ping(opts) => ping::run(&opts),
         Command::Pingpong(opts) => pingpong::run(&opts).map_err(Into::into),
         Command::Perf(cmd) => perf::run(cmd).map_err(Into::into),
+        Command::Stats(opts) => device_stats::run(&opts).map_err(Into::into),
     };
     let result: Result<(), Box<dyn std::error::Error>> = result;
     match result {

@@ -1,6 +1,7 @@
 //! `bypass ping`: two RC endpoints on simulated NICs walk RESET → INIT → RTR → RTS and
 //! exchange a 1-byte SEND, printing each step as it happens; on failure, the step it stopped
-//! at and the typed error's explanation.
+//! at and the typed error's explanation. `--ramp` hands the run to `crate::ramp` (the staged
+//! bring-up, also across two processes).
 //!
 //! Owns: that command's options, its steps and their output. Must not build WQEs, touch the
 //! device except through the verbs API, or hide an error's text (it is the point of the
@@ -39,6 +40,23 @@ pub struct PingOpts {
     /// (rnr_retry 0), so the SEND completes with RNR_RETRY_EXC_ERR.
     #[arg(long)]
     pub no_recv: bool,
+    /// Bring-up in stages instead of one ping: 1 the ping, 2 --qps QPs at once (WRITE+SEND
+    /// each), 3 sizes doubling to --max-size (WRITE and READ back), 4 GPU memory; every
+    /// byte checked. With -d udp:…, HOST makes this side the client, none the server.
+    #[arg(long, conflicts_with = "no_recv")]
+    pub ramp: bool,
+    /// --ramp: how many RC QPs stage 2 opens at once.
+    #[arg(long, default_value_t = 8, requires = "ramp", value_parser = clap::value_parser!(u32).range(1..=crate::ramp::MAX_QPS as i64))]
+    pub qps: u32,
+    /// --ramp: the largest message of stage 3 (K/M/G suffixes allowed).
+    #[arg(long, default_value = "8M", requires = "ramp", value_parser = crate::args::parse_size)]
+    pub max_size: u64,
+    /// --ramp with -d udp:…: the server to connect to; without it this side is the server.
+    #[arg(requires = "ramp")]
+    pub host: Option<String>,
+    /// --ramp with -d udp:…: TCP port of the control channel.
+    #[arg(short = 'p', long, default_value_t = 18515, requires = "ramp")]
+    pub port: u16,
 }
 
 /// A step that failed: where ping stopped and why.
@@ -99,6 +117,18 @@ impl Steps {
 
 /// Runs the ping and prints every step.
 pub fn run(opts: &PingOpts) -> Result<(), Box<dyn std::error::Error>> {
+    if opts.ramp {
+        return crate::ramp::run(&crate::ramp::RampOpts {
+            device: opts.device.clone(),
+            seed: opts.seed,
+            threaded: opts.threaded,
+            timeout_ms: opts.timeout_ms,
+            qps: opts.qps,
+            max_size: opts.max_size,
+            host: opts.host.clone(),
+            port: opts.port,
+        });
+    }
     match &opts.device {
         DeviceSpec::Vfio(_) | DeviceSpec::Udp(_) => {
             return Err(DeviceError::InProcessOnly {

@@ -123,6 +123,12 @@ impl Device {
         self.objs.uars.len()
     }
 
+    /// The numbers of every live QP, in ascending order (with [`Device::qp_counters`], the
+    /// per-QP view `rdma statistic qp show` lists).
+    pub fn live_qpns(&self) -> Vec<u32> {
+        self.objs.qps.iter().map(|(qpn, _)| qpn).collect()
+    }
+
     /// The firmware's bring-up stage.
     pub fn firmware_stage(&self) -> Stage {
         self.fw.stage

@@ -13,12 +13,16 @@ mod cpu;
 mod engine_tests;
 pub mod flows;
 mod json;
+mod knee;
 pub mod lat;
 mod local;
 pub mod ops;
 mod pair;
 mod qp_scale;
 mod remote;
+mod sweep;
+mod sweep_out;
+mod sweep_plan;
 mod tools;
 mod udp_compare;
 
@@ -64,6 +68,10 @@ pub enum PerfCommand {
     /// Creation time per QP and host memory per idle RC QP at 1k, 4k, 16k and 64k QPs on one
     /// simulated NIC.
     QpScale(qp_scale::QpScaleOpts),
+    /// The tuning sweep: WRITE bandwidth over queue depth, message size and QP count
+    /// (spinning and blocking on events); a table, sweep.csv and one SVG chart per knob
+    /// with the knee marked, under --out.
+    Sweep(sweep::SweepOpts),
 }
 
 /// Options every sim benchmark takes (perftest's names).
@@ -166,6 +174,9 @@ pub enum PerfError {
     /// A HOST was given for the in-process device.
     #[error("{0}")]
     Usage(String),
+    /// A tuning sweep failed (the text names the point or file).
+    #[error(transparent)]
+    Sweep(#[from] sweep::SweepError),
     /// A size or count does not fit this machine's address space.
     #[error("{size} is too large for this machine (sizes up to 8 MiB are supported)")]
     TooLarge {
@@ -190,6 +201,7 @@ pub fn run(cmd: PerfCommand) -> Result<(), PerfError> {
         PerfCommand::AtomicBw(o) => tools::run(atomic, Bw, &o),
         PerfCommand::Compare(o) => compare::run(&o),
         PerfCommand::CompareUdp(o) => udp_compare::run(&o),
+        PerfCommand::Sweep(o) => Ok(sweep::run(&o)?),
         PerfCommand::Baselines(o) => baselines::run(&o),
         PerfCommand::QpScale(o) => qp_scale::run(&o),
     }
