@@ -10,7 +10,7 @@ mod cli_support;
 
 use std::process::{Command, Stdio};
 
-use cli_support::bypass;
+use cli_support::{bypass, server_and_client};
 
 /// Runs `perf TEST ARGS` as server and client on port set `k`; returns (server ok, server
 /// output, client ok, client output), stderr appended to each.
@@ -18,28 +18,12 @@ fn two(k: u16, test: &str, args: &[&str]) -> (bool, String, bool, String) {
     let (tcp, udp) = ((19100 + k).to_string(), 19150 + k);
     let d1 = format!("udp:127.0.19.1:{udp}");
     let d2 = format!("udp:127.0.19.2:{udp}");
-    let server = Command::new(env!("CARGO_BIN_EXE_bypass"))
-        .args(["perf", test, "-d", &d1, "-p", &tcp])
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut c = vec!["perf", test, "-d", &d2, "-p", &tcp];
-    c.extend_from_slice(args);
-    c.push("127.0.19.1");
-    let (code, out, err) = bypass(&c);
-    let s = server.wait_with_output().unwrap();
-    (
-        s.status.success(),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&s.stdout),
-            String::from_utf8_lossy(&s.stderr)
-        ),
-        code == 0,
-        format!("{out}{err}"),
-    )
+    let mut server = vec!["perf", test, "-d", &d1, "-p", &tcp];
+    server.extend_from_slice(args);
+    let mut client = vec!["perf", test, "-d", &d2, "-p", &tcp];
+    client.extend_from_slice(args);
+    client.push("127.0.19.1");
+    server_and_client(&server, &client)
 }
 
 /// Both sides succeeded; returns (server, client) output.

@@ -5,9 +5,8 @@
 mod cli_support;
 
 use std::net::{TcpListener, UdpSocket};
-use std::process::{Command, Stdio};
 
-use cli_support::bypass;
+use cli_support::{bypass, server_and_client};
 
 fn free_ports() -> (String, u16) {
     let t = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -24,28 +23,12 @@ fn two(test: &str, server_extra: &[&str], client_extra: &[&str]) -> (bool, Strin
     let (tcp, udp) = free_ports();
     let d1 = format!("udp:127.0.0.1:{udp}");
     let d2 = format!("udp:127.0.0.2:{udp}");
-    let server = Command::new(env!("CARGO_BIN_EXE_bypass"))
-        .args(["perf", test, "-d", &d1, "-p", &tcp])
-        .args(server_extra)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut args = vec!["perf", test, "-d", &d2, "-p", &tcp];
-    args.extend_from_slice(client_extra);
-    args.push("127.0.0.1");
-    let (code, out, err) = bypass(&args);
-    let s = server.wait_with_output().unwrap();
-    (
-        s.status.success(),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&s.stdout),
-            String::from_utf8_lossy(&s.stderr)
-        ),
-        code == 0,
-        format!("{out}{err}"),
-    )
+    let mut server = vec!["perf", test, "-d", &d1, "-p", &tcp];
+    server.extend_from_slice(server_extra);
+    let mut client = vec!["perf", test, "-d", &d2, "-p", &tcp];
+    client.extend_from_slice(client_extra);
+    client.push("127.0.0.1");
+    server_and_client(&server, &client)
 }
 
 #[test]

@@ -463,20 +463,27 @@ impl Waiter {
         self.since = None;
     }
 
+    /// Runs the device once and fails with [`PerfError::Stalled`] once this wait has lasted
+    /// [`STALL`].
+    fn pump(&mut self, side: &Side) -> Result<(), PerfError> {
+        side.ctx.progress();
+        let t = *self.since.get_or_insert_with(Instant::now);
+        if t.elapsed() > STALL {
+            return Err(PerfError::Stalled {
+                what: self.what,
+                after: STALL,
+                seen: side.describe(),
+            });
+        }
+        Ok(())
+    }
+
     /// A spin on memory the peer writes (no completion to block on): pump the device now
     /// and then, fail after [`STALL`].
     pub fn idle_memory(&mut self, side: &Side) -> Result<(), PerfError> {
         self.spins = self.spins.wrapping_add(1);
         if side.spec.net || self.spins % 4096 == 0 {
-            side.ctx.progress();
-            let t = *self.since.get_or_insert_with(Instant::now);
-            if t.elapsed() > STALL {
-                return Err(PerfError::Stalled {
-                    what: self.what,
-                    after: STALL,
-                    seen: side.describe(),
-                });
-            }
+            self.pump(side)?;
         }
         if side.spec.net {
             std::thread::yield_now();
@@ -491,17 +498,8 @@ impl Waiter {
     /// the channel until an event or a short slice passes.
     pub fn idle(&mut self, side: &mut Side, q: Queue) -> Result<(), PerfError> {
         self.spins = self.spins.wrapping_add(1);
-        let pump = side.spec.net || side.spec.events || self.spins % 4096 == 0;
-        if pump {
-            side.ctx.progress();
-            let t = *self.since.get_or_insert_with(Instant::now);
-            if t.elapsed() > STALL {
-                return Err(PerfError::Stalled {
-                    what: self.what,
-                    after: STALL,
-                    seen: side.describe(),
-                });
-            }
+        if side.spec.net || side.spec.events || self.spins % 4096 == 0 {
+            self.pump(side)?;
         }
         if side.spec.events {
             if self.armed != Some(q) {

@@ -28,3 +28,30 @@ pub fn numbers_after(out: &str, label: &str) -> usize {
                 .count()
         })
 }
+
+/// Starts `bypass SERVER_ARGS` in the background, runs `bypass CLIENT_ARGS` to its end, then
+/// waits for the server; returns (server ok, server stdout + stderr, client ok, client stdout
+/// + stderr). The two-process form of every command that has a server and a client.
+#[allow(dead_code)] // each test binary uses a subset
+pub fn server_and_client(server: &[&str], client: &[&str]) -> (bool, String, bool, String) {
+    let server = Command::new(env!("CARGO_BIN_EXE_bypass"))
+        .args(server)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start the bypass server");
+    let (code, out, err) = bypass(client);
+    let s = server
+        .wait_with_output()
+        .expect("wait for the bypass server");
+    (
+        s.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&s.stdout),
+            String::from_utf8_lossy(&s.stderr)
+        ),
+        code == 0,
+        format!("{out}{err}"),
+    )
+}
