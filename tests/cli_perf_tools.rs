@@ -381,3 +381,23 @@ fn options_that_do_not_apply_are_refused_with_the_fix() {
     let err = fails(&["write-bw", "-q", "64", "-s", "8M", "-n", "64"], 1);
     assert!(err.contains("use fewer QPs or smaller messages"), "{err}");
 }
+
+#[test]
+fn an_all_sizes_run_shows_its_progress_on_a_terminal_and_not_in_its_output() {
+    let (ok, stdout, drawn) =
+        cli_support::with_stderr_on_a_terminal(&["perf", "write-lat", "-a", "-n", "5"]);
+    assert!(ok, "{stdout}\n{drawn}");
+    assert!(drawn.contains("sizes ["), "{drawn:?}");
+    assert!(
+        drawn.contains("/23"),
+        "the bar counts the 23 sizes: {drawn:?}"
+    );
+    assert!(
+        !stdout.contains("sizes ["),
+        "the bar never reaches stdout:\n{stdout}"
+    );
+    // piped, the same run draws nothing
+    let (code, _out, err) = bypass(&["perf", "write-lat", "-a", "-n", "5"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.is_empty(), "stderr when piped: {err:?}");
+}

@@ -225,35 +225,21 @@ fn a_failure_across_two_processes_stops_both_sides_at_the_same_stage() {
 
 #[test]
 fn the_progress_bar_draws_when_stderr_is_a_terminal() {
-    use std::io::Read;
     // stderr on a pseudo-terminal, stdout still a pipe: the bar goes to stderr only.
-    let pty = nix::pty::openpty(None, None).expect("openpty");
-    let child = Command::new(env!("CARGO_BIN_EXE_bypass"))
-        .args(["ping", "--ramp", "--qps", "1", "--max-size", "1M"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::from(pty.slave))
-        .spawn()
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(out.status.success(), "{out:?}");
-    // The child has exited and the slave is closed: the master reads what was drawn, then
-    // EIO (a pipe's end of file, on a pty).
-    let mut master = std::fs::File::from(pty.master);
-    let mut drawn = Vec::new();
-    let mut buf = [0u8; 4096];
-    while let Ok(n) = master.read(&mut buf) {
-        if n == 0 {
-            break;
-        }
-        drawn.extend_from_slice(&buf[..n]);
-    }
-    let drawn = String::from_utf8_lossy(&drawn);
+    let (ok, stdout, drawn) = cli_support::with_stderr_on_a_terminal(&[
+        "ping",
+        "--ramp",
+        "--qps",
+        "1",
+        "--max-size",
+        "1M",
+    ]);
+    assert!(ok, "{stdout}\n{drawn}");
     assert!(drawn.contains("ping --ramp: stage 3 sizes ["), "{drawn:?}");
     assert!(
         drawn.contains("/21"),
         "the bar counts the 21 sizes: {drawn:?}"
     );
-    let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         !stdout.contains('['),
         "the bar never reaches stdout:\n{stdout}"

@@ -23,6 +23,7 @@ use super::ops::{AtomicOp, Conn, Verb};
 use super::remote::{self, NetOpts, Row};
 use super::{CommonOpts, PerfError, check_host, check_sizes, sizes};
 use crate::counters_view::{Labelled, print_counters};
+use crate::progress::Progress;
 use crate::stats::{
     BwUnits, LAT_DUR_HEADER, LAT_HEADER, RESULT_LINE, lat_duration_row, with_cpu_util,
 };
@@ -181,6 +182,17 @@ pub fn run(verb: Verb, kind: Kind, o: &ToolOpts) -> Result<(), PerfError> {
         json: Vec::new(),
         failed: None,
     };
+    // A long run (`-a`, `-D`) shows its sizes done on a terminal; a single short one does not.
+    let long = sizes.len() > 1 || duration.is_some();
+    let bar = Progress::with_terminal(
+        sizes.len() as u64,
+        "sizes",
+        long && std::io::IsTerminal::is_terminal(&std::io::stderr()),
+    );
+    let mut row = |r: Row| {
+        out.row(r);
+        bar.inc(1);
+    };
     if o.common.device.is_network() {
         let test = format!(
             "{}-{}",
@@ -188,21 +200,22 @@ pub fn run(verb: Verb, kind: Kind, o: &ToolOpts) -> Result<(), PerfError> {
             if kind == Kind::Lat { "lat" } else { "bw" }
         );
         let r = match kind {
-            Kind::Lat => remote::run_lat(&o.common, &o.net, &test, &lat, &sizes, |r| out.row(r)),
-            Kind::Bw => remote::run_bw(&o.common, &o.net, &test, &bw, &sizes, |r| out.row(r)),
+            Kind::Lat => remote::run_lat(&o.common, &o.net, &test, &lat, &sizes, &mut row),
+            Kind::Bw => remote::run_bw(&o.common, &o.net, &test, &bw, &sizes, &mut row),
         };
         r?;
     } else {
         for &size in &sizes {
             match kind {
-                Kind::Lat => out.row(Row::Lat(measure_lat(&LatSpec {
+                Kind::Lat => row(Row::Lat(measure_lat(&LatSpec {
                     size,
                     ..lat.clone()
                 })?)),
-                Kind::Bw => out.row(Row::Bw(measure_bw(&BwSpec { size, ..bw.clone() })?)),
+                Kind::Bw => row(Row::Bw(measure_bw(&BwSpec { size, ..bw.clone() })?)),
             }
         }
     }
+    bar.finish();
     println!("{RESULT_LINE}");
     out.finish(&info)
 }

@@ -55,3 +55,34 @@ pub fn server_and_client(server: &[&str], client: &[&str]) -> (bool, String, boo
         format!("{out}{err}"),
     )
 }
+
+/// Runs `bypass ARGS` with stderr on a pseudo-terminal and stdout on a pipe (a user watching
+/// a run whose results are piped); returns (success, stdout, what was drawn on the terminal).
+#[allow(dead_code)] // each test binary uses a subset
+pub fn with_stderr_on_a_terminal(args: &[&str]) -> (bool, String, String) {
+    use std::io::Read;
+    let pty = nix::pty::openpty(None, None).expect("openpty");
+    let child = Command::new(env!("CARGO_BIN_EXE_bypass"))
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::from(pty.slave))
+        .spawn()
+        .expect("run bypass");
+    let out = child.wait_with_output().expect("wait for bypass");
+    // The child has exited and the slave is closed: the master reads what was drawn, then
+    // EIO (a pipe's end of file, on a pty).
+    let mut master = std::fs::File::from(pty.master);
+    let mut drawn = Vec::new();
+    let mut buf = [0u8; 4096];
+    while let Ok(n) = master.read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+        drawn.extend_from_slice(&buf[..n]);
+    }
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&drawn).into_owned(),
+    )
+}
