@@ -272,6 +272,7 @@ rxe_interop() {
   GUEST_PID=$!
   local N ROLE SIZE MTU ITERS PORT hrc pcap_opt fail=0 cfail=0
   local -a PP
+  local done_runs=0 planned; planned=$(wc -l < "$SYNC/plan")
   while read -r N ROLE SIZE MTU ITERS PORT TMO; do
     # -u: bypass's QP waits 4.096 us << RXE_QP_TIMEOUT (18: 1.07 s) for rxe's ACK before
     # resending, not ibv_rc_pingpong's 67 ms: rxe on the TCG guest can stall that long on a
@@ -284,7 +285,8 @@ rxe_interop() {
     host_side "$N" "$ROLE" "$PORT" "$TMO" ibv_rc_pingpong "${PP[@]}" "${pcap_opt[@]}" || hrc=$?
     echo "$hrc" > "$SYNC/host-rc-$N"
     wait_file "$SYNC/guest-rc-$N" "$((TMO + 20))" || true
-    echo "guest-test: run $N: bypass $([ "$ROLE" = client ] && echo server || echo client) vs ibv_rc_pingpong $ROLE, size $SIZE, MTU $MTU, $ITERS iters: bypass rc=$hrc, rxe rc=$(cat "$SYNC/guest-rc-$N" 2>/dev/null || echo none)"
+    done_runs=$((done_runs + 1))
+    echo "guest-test: run $N ($done_runs of $planned): bypass $([ "$ROLE" = client ] && echo server || echo client) vs ibv_rc_pingpong $ROLE, size $SIZE, MTU $MTU, $ITERS iters: bypass rc=$hrc, rxe rc=$(cat "$SYNC/guest-rc-$N" 2>/dev/null || echo none)"
     grep -h "usec/iter" "$SYNC/host-$N.log" | sed 's/^/    bypass: /'
     grep -h "usec/iter" "$SYNC/guest-$N.log" 2>/dev/null | sed 's/^/    rxe:    /'
     sed -n 's/^link [^ ]*: /    bypass link: /p' "$SYNC/host-$N.log"
@@ -512,6 +514,7 @@ rxe_perftest() {
   GUEST_PID=$!
   local N ROLE PORT TMO TOOL OPTS hrc grc_n fail=0 cfail=0 pc mtu
   local -a PF
+  local done_runs=0 planned; planned=$(wc -l < "$SYNC/plan")
   while read -r N ROLE PORT TMO TOOL OPTS; do
     # shellcheck disable=SC2206 # OPTS is a list of perftest options
     PF=(ip netns exec "$RXE_NETNS" env LD_LIBRARY_PATH="$abi" BYPASS_DEVICE="udp:$HOST_IP"
@@ -520,7 +523,8 @@ rxe_perftest() {
     host_side "$N" "$ROLE" "$PORT" "$TMO" "$TOOL" "${PF[@]}" || hrc=$?
     wait_file "$SYNC/guest-rc-$N" "$((TMO + 20))" || true
     grc_n=$(cat "$SYNC/guest-rc-$N" 2>/dev/null || echo none)
-    echo "guest-test: run $N: bypass $([ "$ROLE" = client ] && echo server || echo client) vs rxe $ROLE: $TOOL $OPTS: bypass rc=$hrc, rxe rc=$grc_n"
+    done_runs=$((done_runs + 1))
+    echo "guest-test: run $N ($done_runs of $planned): bypass $([ "$ROLE" = client ] && echo server || echo client) vs rxe $ROLE: $TOOL $OPTS: bypass rc=$hrc, rxe rc=$grc_n"
     # perftest's table: the header line and the row under it. Both sides of a BW test print
     # it; a latency test's passive side (the server) measures nothing and prints only the
     # connection (atomic_lat.c / read_lat.c return after the handshake): it must show the
