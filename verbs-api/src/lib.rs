@@ -172,7 +172,7 @@ pub use exchange::{ExchangeError, ExchangeServer, PeerInfo};
 pub use mr::Mr;
 pub use pd::Pd;
 pub use pool::{Lease, MemoryPool};
-pub use qp::{Qp, QpAccess, QpBuilder, QpCaps, QpOptions, SqAttrs};
+pub use qp::{Qp, QpAccess, QpBuilder, QpCaps, QpOptions, SqAttrs, WriteBatch};
 pub use shared::SharedLease;
 pub use srq::{Srq, SrqOptions};
 pub use wr::{RecvWr, SendOp, SendWr, UdDest};

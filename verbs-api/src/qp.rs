@@ -1,6 +1,7 @@
 //! Queue pairs: the RC/UC/UD builder, each state transition on its own (for research) and
 //! `connect`, posting safe work requests (buffers parked until their completion is
-//! reclaimed), `reclaim`, and research access to WQE bytes and the QP context.
+//! reclaimed; batched WRITEs in `write_batch`), `reclaim`, and research access to WQE bytes
+//! and the QP context.
 //!
 //! Owns: [`Qp`], [`QpBuilder`], [`QpOptions`]. Must not: write WQEs or ring doorbells (the
 //! driver's `Qp` does), or release a parked buffer without a completion, a reset or the
@@ -28,8 +29,11 @@ use crate::pd::Pd;
 use crate::pool::Lease;
 use crate::wr::{MAX_SGES, RecvWr, SendWr, SgeList, UdDest};
 
+mod write_batch;
+
 pub use crate::driver::qp_attr::{QpAccess, QpCaps};
 pub use crate::driver::qp_states::SqAttrs;
+pub use write_batch::WriteBatch;
 
 /// The Q_Key UD QPs use unless told otherwise (the value rdma-core's `ibv_ud_pingpong` uses).
 pub const DEFAULT_QKEY: u32 = 0x1111_1111;
