@@ -9,6 +9,7 @@ mod baselines;
 mod bw;
 mod compare;
 mod lat;
+mod msg_rate;
 mod pair;
 mod qp_scale;
 mod remote;
@@ -46,6 +47,12 @@ pub enum PerfCommand {
     /// Creation time per QP and host memory per idle RC QP at 1k, 4k, 16k and 64k QPs on one
     /// simulated NIC.
     QpScale(qp_scale::QpScaleOpts),
+    /// 8-byte RDMA WRITE message rate (64 WRITEs per doorbell, two simulated NICs) vs
+    /// 8-byte UDP datagrams on loopback (sendmmsg/recvmmsg); medians, ranges and the ratio.
+    MsgRate(msg_rate::MsgRateOpts),
+    /// Simulated packets per second of wall time: stepped fabric (one core) vs threaded
+    /// fabric (engine thread), same RC WRITE workload; medians, ranges and the ratio.
+    SimSpeed(msg_rate::SimSpeedOpts),
 }
 
 /// Options every sim benchmark takes (perftest's names).
@@ -174,6 +181,8 @@ pub fn run(cmd: PerfCommand) -> Result<(), PerfError> {
         PerfCommand::CompareUdp(o) => udp_compare::run(&o),
         PerfCommand::Baselines(o) => baselines::run(&o),
         PerfCommand::QpScale(o) => qp_scale::run(&o),
+        PerfCommand::MsgRate(o) => msg_rate::run_msg_rate(&o),
+        PerfCommand::SimSpeed(o) => msg_rate::run_sim_speed(&o),
     }
 }
 
