@@ -158,6 +158,7 @@ pub mod qp;
 pub mod shared;
 pub mod srq;
 pub mod wr;
+pub mod write_batch;
 
 pub use app_mr::{DeregisterError, MrOptions, MrOwner, OwnedMr, RawMr};
 pub use context::Context;
@@ -172,7 +173,8 @@ pub use exchange::{ExchangeError, ExchangeServer, PeerInfo};
 pub use mr::Mr;
 pub use pd::Pd;
 pub use pool::{Lease, MemoryPool};
-pub use qp::{Qp, QpAccess, QpBuilder, QpCaps, QpOptions, SqAttrs, WriteBatch};
+pub use qp::{Qp, QpAccess, QpBuilder, QpCaps, QpOptions, SqAttrs};
 pub use shared::SharedLease;
 pub use srq::{Srq, SrqOptions};
 pub use wr::{RecvWr, SendOp, SendWr, UdDest};
+pub use write_batch::WriteBatch;

@@ -28,12 +28,10 @@ use crate::outstanding::Outstanding;
 use crate::pd::Pd;
 use crate::pool::Lease;
 use crate::wr::{MAX_SGES, RecvWr, SendWr, SgeList, UdDest};
-
-mod write_batch;
+use crate::write_batch::WriteBatch;
 
 pub use crate::driver::qp_attr::{QpAccess, QpCaps};
 pub use crate::driver::qp_states::SqAttrs;
-pub use write_batch::WriteBatch;
 
 /// The Q_Key UD QPs use unless told otherwise (the value rdma-core's `ibv_ud_pingpong` uses).
 pub const DEFAULT_QKEY: u32 = 0x1111_1111;
@@ -644,6 +642,23 @@ impl Qp {
             pos = pos.wrapping_add(n);
         }
         Ok(res?)
+    }
+
+    /// Starts a batch of RDMA WRITEs announced with one doorbell ([`WriteBatch`]). The QP
+    /// must be an RC or UC QP in RTS (or SQD/SQE/ERR, as for [`Qp::post_send`]) with at least
+    /// one send SGE: otherwise [`VerbsError::QpNotReady`] or the driver's explained refusal.
+    pub fn write_batch(&mut self) -> Result<WriteBatch<'_>, VerbsError> {
+        self.check_send_state()?;
+        let pos = self.inner.sq_cur_post();
+        let seq = self.send_cq.now();
+        let inner = self.inner.write_batch()?;
+        Ok(WriteBatch::new(
+            inner,
+            &mut self.sq,
+            &mut self.last_send,
+            pos,
+            seq,
+        ))
     }
 
     /// Posts one receive. Allowed from INIT on ([`VerbsError::RecvInReset`] before).

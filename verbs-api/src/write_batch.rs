@@ -1,6 +1,6 @@
-//! A batch of RDMA WRITEs posted with one doorbell, safely: [`Qp::write_batch`] starts it,
+//! A batch of RDMA WRITEs posted with one doorbell, safely: [`crate::Qp::write_batch`] starts it,
 //! [`WriteBatch::write`] adds a one-buffer WRITE (its buffer parked in the QP until a
-//! completion is reclaimed, as [`Qp::post_send`] parks it), dropping or
+//! completion is reclaimed, as [`crate::Qp::post_send`] parks it), dropping or
 //! [`WriteBatch::complete`] rings the doorbell once for all of them.
 //!
 //! Owns: [`WriteBatch`]. Must not: write WQEs or ring doorbells (the driver's
@@ -9,7 +9,6 @@
 //! `ibv_wr_set_sge`, `ibv_wr_complete`; `providers/mlx5/qp.c` `mlx5_send_wr_complete` rings
 //! one doorbell for the batch).
 
-use super::Qp;
 use crate::driver::post::{PostError, SendFlags};
 use crate::driver::qp::WriteBatch as DriverBatch;
 use crate::endpoint::RemoteBuffer;
@@ -40,26 +39,25 @@ impl std::fmt::Debug for WriteBatch<'_> {
     }
 }
 
-impl Qp {
-    /// Starts a batch of RDMA WRITEs announced with one doorbell. The QP must be an RC or UC
-    /// QP in RTS (or SQD/SQE/ERR, as for [`Qp::post_send`]) with at least one send SGE:
-    /// otherwise [`VerbsError::QpNotReady`] or the driver's explained refusal, and no batch.
-    pub fn write_batch(&mut self) -> Result<WriteBatch<'_>, VerbsError> {
-        self.check_send_state()?;
-        let pos = self.inner.sq_cur_post();
-        let seq = self.send_cq.now();
-        let inner = self.inner.write_batch()?;
-        Ok(WriteBatch {
+impl<'a> WriteBatch<'a> {
+    /// A batch over the driver's, parking into `sq` from SQ position `pos` with `posted_at`
+    /// `seq` ([`crate::Qp::write_batch`] passes its own parts).
+    pub(crate) fn new(
+        inner: DriverBatch<'a>,
+        sq: &'a mut Outstanding,
+        last_send: &'a mut Option<(u32, u32)>,
+        pos: u32,
+        seq: u64,
+    ) -> Self {
+        Self {
             inner,
-            sq: &mut self.sq,
-            last_send: &mut self.last_send,
+            sq,
+            last_send,
             pos,
             seq,
-        })
+        }
     }
-}
 
-impl WriteBatch<'_> {
     /// Adds an RDMA WRITE of all of `src` to `remote` (a [`crate::SharedLease`] clone when
     /// many WRITEs read one buffer), asking for a completion when `signaled`. The buffer is
     /// parked in the QP until a completion for it (or a later one) is reclaimed.
