@@ -16,6 +16,7 @@ mod json;
 mod knee;
 pub mod lat;
 mod local;
+mod msg_rate;
 pub mod ops;
 mod pair;
 mod qp_scale;
@@ -72,6 +73,12 @@ pub enum PerfCommand {
     /// (spinning and blocking on events); a table, sweep.csv and one SVG chart per knob
     /// with the knee marked, under --out.
     Sweep(sweep::SweepOpts),
+    /// 8-byte RDMA WRITE message rate (64 WRITEs per doorbell, two simulated NICs) vs
+    /// 8-byte UDP datagrams on loopback (sendmmsg/recvmmsg); medians, ranges and the ratio.
+    MsgRate(msg_rate::MsgRateOpts),
+    /// Simulated packets per second of wall time: stepped fabric (one core) vs threaded
+    /// fabric (engine thread), same RC WRITE workload; medians, ranges and the ratio.
+    SimSpeed(msg_rate::SimSpeedOpts),
 }
 
 /// Options every sim benchmark takes (perftest's names).
@@ -204,6 +211,8 @@ pub fn run(cmd: PerfCommand) -> Result<(), PerfError> {
         PerfCommand::Sweep(o) => Ok(sweep::run(&o)?),
         PerfCommand::Baselines(o) => baselines::run(&o),
         PerfCommand::QpScale(o) => qp_scale::run(&o),
+        PerfCommand::MsgRate(o) => msg_rate::run_msg_rate(&o),
+        PerfCommand::SimSpeed(o) => msg_rate::run_sim_speed(&o),
     }
 }
 

@@ -158,6 +158,7 @@ pub mod qp;
 pub mod shared;
 pub mod srq;
 pub mod wr;
+pub mod write_batch;
 
 pub use app_mr::{DeregisterError, MrOptions, MrOwner, OwnedMr, RawMr};
 pub use context::Context;
@@ -176,3 +177,4 @@ pub use qp::{Qp, QpAccess, QpBuilder, QpCaps, QpOptions, SqAttrs};
 pub use shared::SharedLease;
 pub use srq::{Srq, SrqOptions};
 pub use wr::{RecvWr, SendOp, SendWr, UdDest};
+pub use write_batch::WriteBatch;

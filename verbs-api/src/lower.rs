@@ -37,14 +37,14 @@ pub(crate) fn sges(list: &SgeList) -> Result<([Sge; MAX_SGES], usize), VerbsErro
     Ok((out, n))
 }
 
-fn raddr(r: &RemoteBuffer) -> RemoteAddr {
+pub(crate) fn raddr(r: &RemoteBuffer) -> RemoteAddr {
     RemoteAddr {
         addr: r.addr,
         rkey: r.rkey,
     }
 }
 
-fn fits(r: &RemoteBuffer, len: u64) -> Result<(), VerbsError> {
+pub(crate) fn fits(r: &RemoteBuffer, len: u64) -> Result<(), VerbsError> {
     if len > r.len {
         return Err(VerbsError::RemoteTooSmall {
             len,

@@ -1,6 +1,7 @@
 //! Queue pairs: the RC/UC/UD builder, each state transition on its own (for research) and
 //! `connect`, posting safe work requests (buffers parked until their completion is
-//! reclaimed), `reclaim`, and research access to WQE bytes and the QP context.
+//! reclaimed; batched WRITEs in `write_batch`), `reclaim`, and research access to WQE bytes
+//! and the QP context.
 //!
 //! Owns: [`Qp`], [`QpBuilder`], [`QpOptions`]. Must not: write WQEs or ring doorbells (the
 //! driver's `Qp` does), or release a parked buffer without a completion, a reset or the
@@ -27,6 +28,7 @@ use crate::outstanding::Outstanding;
 use crate::pd::Pd;
 use crate::pool::Lease;
 use crate::wr::{MAX_SGES, RecvWr, SendWr, SgeList, UdDest};
+use crate::write_batch::WriteBatch;
 
 pub use crate::driver::qp_attr::{QpAccess, QpCaps};
 pub use crate::driver::qp_states::SqAttrs;
@@ -640,6 +642,23 @@ impl Qp {
             pos = pos.wrapping_add(n);
         }
         Ok(res?)
+    }
+
+    /// Starts a batch of RDMA WRITEs announced with one doorbell ([`WriteBatch`]). The QP
+    /// must be an RC or UC QP in RTS (or SQD/SQE/ERR, as for [`Qp::post_send`]) with at least
+    /// one send SGE: otherwise [`VerbsError::QpNotReady`] or the driver's explained refusal.
+    pub fn write_batch(&mut self) -> Result<WriteBatch<'_>, VerbsError> {
+        self.check_send_state()?;
+        let pos = self.inner.sq_cur_post();
+        let seq = self.send_cq.now();
+        let inner = self.inner.write_batch()?;
+        Ok(WriteBatch::new(
+            inner,
+            &mut self.sq,
+            &mut self.last_send,
+            pos,
+            seq,
+        ))
     }
 
     /// Posts one receive. Allowed from INIT on ([`VerbsError::RecvInReset`] before).
