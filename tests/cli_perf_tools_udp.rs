@@ -216,18 +216,24 @@ fn unreliable_transports_carry_sends_across_processes() {
 
 #[test]
 fn json_and_counters_come_from_the_client() {
+    let path = std::env::temp_dir().join(format!("bypass-udp-json-{}.json", std::process::id()));
+    let p = path.to_str().unwrap();
     let (s, c) = both_ok(
         12,
         "write-bw",
-        &["-s", "4K", "-n", "200", "--out_json", "--report-counters"],
+        &[
+            "-s",
+            "4K",
+            "-n",
+            "200",
+            "--out_json_file",
+            p,
+            "--report-counters",
+        ],
     );
-    let json: String = c
-        .lines()
-        .skip_while(|l| *l != "{")
-        .take_while(|l| !l.starts_with("link "))
-        .collect::<Vec<_>>()
-        .join("\n");
-    let v: serde_json::Value = serde_json::from_str(&json).expect("the client's JSON parses");
+    let text = std::fs::read_to_string(&path).expect("the client wrote its JSON");
+    let _ = std::fs::remove_file(&path);
+    let v: serde_json::Value = serde_json::from_str(&text).expect("the client's JSON parses");
     assert_eq!(v["results"]["MsgSize"], 4096, "{v}");
     assert_eq!(v["results"]["n_iterations"], 200, "{v}");
     assert!(

@@ -1,4 +1,5 @@
-//! `--out_json` / `--out_json_file`: the results of a perf tool as perftest's JSON report.
+//! `--out_json` / `--out_json_file`: the results of a perf tool as perftest's JSON report
+//! (perftest 4.5 writes keys unquoted, which no JSON parser reads; these are quoted).
 //!
 //! Owns: the document's shape and field names. Must not measure or print tables.
 //!
@@ -64,18 +65,30 @@ fn add_cpu(m: &mut Map<String, Value>, cpu: Option<Option<f64>>) {
     }
 }
 
-/// The whole document: the header's `(key, value)` lines and one results object per size.
-pub fn document(info: &[(String, String)], mut results: Vec<Value>) -> Value {
-    let test_info: Map<String, Value> = info
-        .iter()
-        .map(|(k, v)| (k.replace(". ", "_").replace([' ', '.'], "_"), json!(v)))
-        .collect();
+/// The whole document: `test` (perftest's test name, e.g. `RDMA_Write_BW_Test`), the
+/// header's `(key, value)` lines and one results object per size. Keys are the header's with
+/// `_` for spaces, dots and dashes (`Dual-port` → `Dual_port`, `Data ex. method` →
+/// `Data_ex_method`); a value that is a whole number, with or without its `[B]`/`[s]` unit,
+/// is a JSON number (perftest 4.5 writes `Mtu: 4096`, `Number_of_qps: 1`).
+pub fn document(test: &str, info: &[(String, String)], mut results: Vec<Value>) -> Value {
+    let mut test_info = Map::new();
+    test_info.insert("test".into(), json!(test));
+    for (k, v) in info {
+        let key = k.replace(". ", "_").replace([' ', '.', '-'], "_");
+        test_info.insert(key, info_value(v));
+    }
     let results = if results.len() == 1 {
         results.pop().unwrap_or(Value::Null)
     } else {
         Value::Array(results)
     };
     json!({ "test_info": test_info, "results": results })
+}
+
+/// A header value as perftest's JSON has it: a number when it is one.
+fn info_value(v: &str) -> Value {
+    let bare = v.trim_end_matches("[B]").trim_end_matches("[s]");
+    bare.parse::<u64>().map_or_else(|_| json!(v), |n| json!(n))
 }
 
 #[cfg(test)]
@@ -87,13 +100,23 @@ mod tests {
     fn one_size_is_an_object_with_perftests_fields() {
         let r = BwReport::from_times(64, &[0, 0], &[10, 20], 1, 1, BwUnits::MibPerSec).unwrap();
         let d = document(
-            &[("Number of qps".into(), "1".into())],
+            "RDMA_Write_BW_Test",
+            &[
+                ("Number of qps".into(), "1".into()),
+                ("Dual-port".into(), "OFF".into()),
+                ("Max inline data".into(), "220[B]".into()),
+                ("Data ex. method".into(), "Ethernet".into()),
+            ],
             vec![bw_result(&r, Some(Some(12.5)))],
         );
-        assert_eq!(d["test_info"]["Number_of_qps"], "1");
+        assert_eq!(d["test_info"]["test"], "RDMA_Write_BW_Test");
+        assert_eq!(d["test_info"]["Number_of_qps"], 1);
+        assert_eq!(d["test_info"]["Dual_port"], "OFF");
+        assert_eq!(d["test_info"]["Max_inline_data"], 220);
+        assert_eq!(d["test_info"]["Data_ex_method"], "Ethernet");
         assert_eq!(d["results"]["MsgSize"], 64);
         assert_eq!(d["results"]["CPU_util"], 12.5);
-        let two = document(&[], vec![bw_result(&r, None), bw_result(&r, None)]);
+        let two = document("t", &[], vec![bw_result(&r, None), bw_result(&r, None)]);
         assert_eq!(two["results"].as_array().map(Vec::len), Some(2));
         assert!(two["results"][0].get("CPU_util").is_none());
     }

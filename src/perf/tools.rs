@@ -90,8 +90,8 @@ pub struct ToolOpts {
     /// Report Gb/s instead of MiB/s.
     #[arg(long = "report-gbits", alias = "report_gbits")]
     report_gbits: bool,
-    /// Write the results as perftest's JSON (to stdout after the table, or to
-    /// --out_json_file).
+    /// Write the results as perftest's JSON, to perftest_out.json in the working directory
+    /// (perftest's default) or to --out_json_file.
     #[arg(long = "out_json", alias = "out-json")]
     out_json: bool,
     /// The file --out_json writes (implies --out_json).
@@ -217,7 +217,12 @@ pub fn run(verb: Verb, kind: Kind, o: &ToolOpts) -> Result<(), PerfError> {
     }
     bar.finish();
     println!("{RESULT_LINE}");
-    out.finish(&info)
+    let test = format!(
+        "{}_{}_Test",
+        verb.title(),
+        if kind == Kind::Lat { "Latency" } else { "BW" }
+    );
+    out.finish(&test, &info)
 }
 
 /// Options that do not apply to this tool, refused with the fix.
@@ -261,6 +266,9 @@ fn check_options(verb: Verb, kind: Kind, o: &ToolOpts) -> Result<(), PerfError> 
     }
     Ok(())
 }
+
+/// The file `--out_json` writes without `--out_json_file` (perftest's default).
+const DEFAULT_JSON_FILE: &str = "perftest_out.json";
 
 /// The header's key/value lines (also the JSON `test_info`).
 fn test_info(verb: Verb, kind: Kind, o: &ToolOpts, bw: &BwSpec) -> Vec<(String, String)> {
@@ -403,28 +411,28 @@ impl Output<'_> {
         }
     }
 
-    fn finish(self, info: &[(String, String)]) -> Result<(), PerfError> {
+    fn finish(self, test: &str, info: &[(String, String)]) -> Result<(), PerfError> {
         if let Some(e) = self.failed {
             return Err(e);
         }
         if !(self.o.out_json || self.o.out_json_file.is_some()) || self.json.is_empty() {
             return Ok(());
         }
-        let doc = super::json::document(info, self.json);
+        let doc = super::json::document(test, info, self.json);
         let text = serde_json::to_string_pretty(&doc).unwrap_or_default();
-        match &self.o.out_json_file {
-            Some(path) => std::fs::File::create(path)
-                .and_then(|mut f| writeln!(f, "{text}"))
-                .map_err(|e| {
-                    PerfError::Usage(format!(
-                        "--out_json_file {}: cannot write it ({e}); give a path in a writable directory",
-                        path.display()
-                    ))
-                }),
-            None => {
-                println!("{text}");
-                Ok(())
-            }
-        }
+        // perftest's default file: perftest_out.json in the working directory.
+        let path = self
+            .o
+            .out_json_file
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_JSON_FILE));
+        std::fs::File::create(&path)
+            .and_then(|mut f| writeln!(f, "{text}"))
+            .map_err(|e| {
+                PerfError::Usage(format!(
+                    "--out_json_file {}: cannot write it ({e}); give a path in a writable directory",
+                    path.display()
+                ))
+            })
     }
 }
