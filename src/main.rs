@@ -13,6 +13,7 @@ mod perf;
 mod ping;
 mod pingpong;
 mod stats;
+mod topo;
 
 use std::process::ExitCode;
 
@@ -53,6 +54,8 @@ enum Command {
     /// Benchmarks in the style of perftest, and the baselines they are judged against.
     #[command(subcommand)]
     Perf(perf::PerfCommand),
+    /// PCIe/NUMA placement of NICs and GPUs, like `nvidia-smi topo -m`, with GPUDirect checks.
+    Topo(topo::TopoOpts),
 }
 
 fn main() -> ExitCode {
@@ -66,6 +69,7 @@ fn main() -> ExitCode {
         Command::Ping(opts) => ping::run(&opts),
         Command::Pingpong(opts) => pingpong::run(&opts).map_err(Into::into),
         Command::Perf(cmd) => perf::run(cmd).map_err(Into::into),
+        Command::Topo(opts) => topo::run(&opts).map_err(Into::into),
     };
     let result: Result<(), Box<dyn std::error::Error>> = result;
     match result {
