@@ -19,6 +19,7 @@ mod progress;
 mod ramp;
 mod stats;
 mod stats_view;
+mod topo;
 
 use std::process::ExitCode;
 
@@ -62,6 +63,8 @@ enum Command {
     /// A device's counters per port and per QP, named as `rdma statistic` shows them
     /// (sim devices; --workload N first sends N 1-byte SENDs between two sim NICs).
     Stats(device_stats::StatsOpts),
+    /// PCIe/NUMA placement of NICs and GPUs, like `nvidia-smi topo -m`, with GPUDirect checks.
+    Topo(topo::TopoOpts),
 }
 
 fn main() -> ExitCode {
@@ -76,6 +79,7 @@ fn main() -> ExitCode {
         Command::Pingpong(opts) => pingpong::run(&opts).map_err(Into::into),
         Command::Perf(cmd) => perf::run(cmd).map_err(Into::into),
         Command::Stats(opts) => device_stats::run(&opts).map_err(Into::into),
+        Command::Topo(opts) => topo::run(&opts).map_err(Into::into),
     };
     let result: Result<(), Box<dyn std::error::Error>> = result;
     match result {
