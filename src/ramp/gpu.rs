@@ -1,5 +1,5 @@
 //! Stage 4 of `ping --ramp`: RDMA to and from GPU memory. This build has no GPU memory
-//! code (registering device memory through dma-buf is issue 18's work), so the stage can
+//! code (registering device memory through dma-buf is not built yet), so the stage can
 //! only say why it is skipped, and whether a CUDA device is there to try once it exists.
 //!
 //! Owns: [`why_skipped`], the honest account. Must not pretend a check ran, load a GPU
