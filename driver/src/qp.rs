@@ -769,6 +769,12 @@ impl WriteBatch<'_> {
         self.n
     }
 
+    /// The SQ position (WQEBB counter) the next WQE takes, as [`Qp::sq_cur_post`].
+    #[inline]
+    pub fn sq_cur_post(&self) -> u32 {
+        self.qp.sq_cur_post()
+    }
+
     /// True when nothing was written yet.
     pub fn is_empty(&self) -> bool {
         self.n == 0

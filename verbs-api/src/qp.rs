@@ -649,14 +649,12 @@ impl Qp {
     /// one send SGE: otherwise [`VerbsError::QpNotReady`] or the driver's explained refusal.
     pub fn write_batch(&mut self) -> Result<WriteBatch<'_>, VerbsError> {
         self.check_send_state()?;
-        let pos = self.inner.sq_cur_post();
         let seq = self.send_cq.now();
         let inner = self.inner.write_batch()?;
         Ok(WriteBatch::new(
             inner,
             &mut self.sq,
             &mut self.last_send,
-            pos,
             seq,
         ))
     }

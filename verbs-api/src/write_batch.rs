@@ -24,8 +24,6 @@ pub struct WriteBatch<'a> {
     inner: DriverBatch<'a>,
     sq: &'a mut Outstanding,
     last_send: &'a mut Option<(u32, u32)>,
-    /// The SQ position (WQEBB) the next WRITE takes: every one-SGE WRITE is one WQEBB.
-    pos: u32,
     /// The send CQ's consumer count when the batch started (the `posted_at` of its WQEs).
     seq: u64,
 }
@@ -34,26 +32,24 @@ impl std::fmt::Debug for WriteBatch<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("WriteBatch")
             .field("written", &self.inner.len())
-            .field("next_pos", &self.pos)
+            .field("next_pos", &self.inner.sq_cur_post())
             .finish_non_exhaustive()
     }
 }
 
 impl<'a> WriteBatch<'a> {
-    /// A batch over the driver's, parking into `sq` from SQ position `pos` with `posted_at`
-    /// `seq` ([`crate::Qp::write_batch`] passes its own parts).
+    /// A batch over the driver's, parking into `sq` with `posted_at` `seq`
+    /// ([`crate::Qp::write_batch`] passes its own parts).
     pub(crate) fn new(
         inner: DriverBatch<'a>,
         sq: &'a mut Outstanding,
         last_send: &'a mut Option<(u32, u32)>,
-        pos: u32,
         seq: u64,
     ) -> Self {
         Self {
             inner,
             sq,
             last_send,
-            pos,
             seq,
         }
     }
@@ -82,12 +78,13 @@ impl<'a> WriteBatch<'a> {
         } else {
             SendFlags::empty()
         };
+        let start = self.inner.sq_cur_post();
         self.inner
             .write(wr_id, local, lower::raddr(&remote), flags)
             .map_err(PostError::from)?;
-        self.sq.park(self.pos, 1, bufs, self.seq);
-        *self.last_send = Some((self.pos, 1));
-        self.pos = self.pos.wrapping_add(1);
+        let n = self.inner.sq_cur_post().wrapping_sub(start);
+        self.sq.park(start, n, bufs, self.seq);
+        *self.last_send = Some((start, n));
         Ok(())
     }
 
