@@ -3,7 +3,7 @@
 //!
 //! Owns: [`collect`] and [`print_counters`]; `perf --report-counters` uses both, and any
 //! command that shows counters (`bypass stats`) can. Must not decide anything about the
-//! values or touch the device beyond reading its counters (control path, allocates).
+//! values or read the device itself (`crate::stats_view::sim_counters` takes the snapshot).
 //!
 //! Sources: the counter names are the sim's (`sim/src/counters.rs`), which follow
 //! `rdma statistic` for mlx5 (the port and q counters) and rxe where mlx5 has none.
@@ -11,28 +11,27 @@
 use std::io::{self, Write};
 
 use bypass_sim::counters::Counters;
-use bypass_testbed::SimContext;
 use bypass_verbs::Context;
+
+use crate::stats_view::sim_counters;
 
 /// One block of counters and what it counts (`port 1 of 10.0.0.1`, `QP 0x12`).
 pub type Labelled = (String, Counters);
 
-/// The counters of `ctx`'s device (labelled `label`) and of each of `qpns` on it; empty for a
-/// device that keeps none (a real NIC).
+/// The counters of `ctx`'s device (labelled `label`) and of each of `qpns` on it, from
+/// [`sim_counters`]'s snapshot; empty for a device that keeps none (a real NIC).
 pub fn collect(ctx: &Context, label: &str, qpns: &[u32]) -> Vec<Labelled> {
-    let Some(sim) = ctx.sim() else {
+    let Some(snap) = sim_counters(ctx) else {
         return Vec::new();
     };
-    sim.with_device(|d| {
-        let mut out = vec![(format!("{label} port 1"), d.counters.clone())];
-        for &qpn in qpns {
-            if let Some(c) = d.qp_counters(qpn) {
-                out.push((format!("{label} QP {qpn:#x}"), c));
-            }
-        }
-        out
-    })
-    .unwrap_or_default()
+    let mut out = vec![(format!("{label} port {}", snap.port), snap.port_counters)];
+    out.extend(
+        snap.qps
+            .into_iter()
+            .filter(|(qpn, _)| qpns.contains(qpn))
+            .map(|(qpn, c)| (format!("{label} QP {qpn:#x}"), c)),
+    );
+    out
 }
 
 /// Prints each block as a title line and one `  name  value` line per counter; with

@@ -133,6 +133,16 @@ fn split(wr_id: u64) -> (usize, u64) {
     ((wr_id >> QP_SHIFT) as usize, wr_id & ((1 << QP_SHIFT) - 1))
 }
 
+/// QP `i` of `qps`, named by work request `wr_id`.
+fn qp_at(qps: &mut [Qp], i: usize, wr_id: u64) -> Result<&mut Qp, PerfError> {
+    let n = qps.len();
+    qps.get_mut(i).ok_or(PerfError::NoSuchQp {
+        wr_id,
+        qp: i,
+        qps: n,
+    })
+}
+
 impl Side {
     /// Builds a side on `ctx` (not connected).
     pub fn new(ctx: &Arc<Context>, spec: SideSpec) -> Result<Self, PerfError> {
@@ -348,10 +358,7 @@ impl Side {
             Some(d) => wr.to(d),
             None => wr,
         };
-        match self.qps.get_mut(i) {
-            Some(qp) => Ok(qp.post_send(wr)?),
-            None => Err(PerfError::Usage(format!("no QP {i}"))),
-        }
+        Ok(qp_at(&mut self.qps, i, id)?.post_send(wr)?)
     }
 
     /// Polls up to `max` ready send completions; `f(qp, seq, buffers)` sees each. Returns
@@ -373,10 +380,7 @@ impl Side {
                 });
             }
             let (i, seq) = split(c.wr_id());
-            let bufs = match self.qps.get_mut(i) {
-                Some(qp) => qp.reclaim(c)?,
-                None => continue,
-            };
+            let bufs = qp_at(&mut self.qps, i, c.wr_id())?.reclaim(c)?;
             f(i, seq, bufs)?;
             n += 1;
         }
@@ -400,10 +404,7 @@ impl Side {
             }
             let (i, _) = split(c.wr_id());
             let len = c.byte_len() as usize;
-            let lease = match self.qps.get_mut(i) {
-                Some(qp) => qp.reclaim_lease(c)?,
-                None => continue,
-            };
+            let lease = qp_at(&mut self.qps, i, c.wr_id())?.reclaim_lease(c)?;
             let nth = self.recv_done.get(i).copied().unwrap_or(0);
             if let Some(l) = &lease {
                 let data = l.as_slice().get(extra..len.max(extra)).unwrap_or(&[]);

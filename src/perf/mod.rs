@@ -184,6 +184,19 @@ pub enum PerfError {
     /// A tuning sweep failed (the text names the point or file).
     #[error(transparent)]
     Sweep(#[from] sweep::SweepError),
+    /// A completion (or a post) named a QP the side does not have: its wr_id is not one the
+    /// engine wrote, and its buffers could not be reclaimed.
+    #[error(
+        "wr_id {wr_id:#x} names QP {qp} of a side with {qps}: not a work request this run posted"
+    )]
+    NoSuchQp {
+        /// The work request.
+        wr_id: u64,
+        /// The QP index it names.
+        qp: usize,
+        /// The QPs the side has.
+        qps: usize,
+    },
     /// A size or count does not fit this machine's address space.
     #[error("{size} is too large for this machine (sizes up to 8 MiB are supported)")]
     TooLarge {
