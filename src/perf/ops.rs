@@ -156,7 +156,10 @@ impl Verb {
 
 /// Byte `j` of message `k` under `--check` (never the same for two consecutive messages).
 pub fn pattern(k: u64, j: usize) -> u8 {
-    (k.wrapping_mul(131) as u8).wrapping_add((j as u8).wrapping_mul(7)) ^ (j >> 8) as u8
+    // `k >> 8` too: messages 256 apart (a stale buffer) must not share a pattern.
+    (k.wrapping_mul(131) as u8).wrapping_add((j as u8).wrapping_mul(7))
+        ^ (j >> 8) as u8
+        ^ (k >> 8) as u8
 }
 
 /// Fills `buf` with message `k`'s pattern.

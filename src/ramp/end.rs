@@ -1,8 +1,8 @@
 //! One end of `ping --ramp`: its device objects (PD, one CQ, the RC QPs of every stage, a
 //! pool of small buffers, the regions the peer WRITEs and READs) and the waits on its CQ.
 //!
-//! Owns: [`End`], the data pattern both ends agree on ([`pattern`], [`check`]) and the
-//! size limits of a ramp. Must not print or know which stage it is in (the stages and the
+//! Owns: [`End`], the check of the data pattern both ends agree on ([`check`], over perf's
+//! `ops::pattern`) and the size limits of a ramp. Must not print or know which stage it is in (the stages and the
 //! responder do).
 
 use std::sync::Arc;
@@ -10,6 +10,8 @@ use std::time::Duration;
 
 use bypass_verbs::driver::mr::MkeyAccess;
 use bypass_verbs::{Context, Cq, Lease, MemoryPool, Mr, Pd, Qp, QpBuilder, QpEndpoint, VerbsError};
+
+use crate::perf::ops::mismatch;
 
 /// The most QPs stage 2 opens at once.
 pub const MAX_QPS: u32 = 64;
@@ -19,29 +21,15 @@ pub const QP_MSG: u32 = 4096;
 /// three regions of that size (the peer's, and a source and a sink here).
 pub const MAX_SIZE_LIMIT: u64 = 1 << 30;
 
-/// Byte `j` of the message tagged `tag` (both ends compute it; two tags differ in every
-/// byte position that matters for a check).
-pub fn pattern(tag: u64, j: usize) -> u8 {
-    (tag.wrapping_mul(131) as u8).wrapping_add((j as u8).wrapping_mul(7))
-        ^ (j >> 8) as u8
-        ^ (tag >> 8) as u8
-}
-
-/// Fills `buf` with the pattern of `tag`.
-pub fn fill(buf: &mut [u8], tag: u64) {
-    for (j, b) in buf.iter_mut().enumerate() {
-        *b = pattern(tag, j);
-    }
-}
+pub use crate::perf::ops::fill;
 
 /// Checks `buf` against the pattern of `tag`: `Err` names the first wrong byte.
 pub fn check(buf: &[u8], tag: u64) -> Result<(), String> {
-    match buf.iter().enumerate().find(|&(j, &b)| b != pattern(tag, j)) {
+    match mismatch(buf, tag) {
         None => Ok(()),
-        Some((j, &b)) => Err(format!(
-            "byte {j} of {} is {b:#04x}, expected {:#04x} (the data was not delivered intact)",
-            buf.len(),
-            pattern(tag, j)
+        Some((j, got, want)) => Err(format!(
+            "byte {j} of {} is {got:#04x}, expected {want:#04x} (the data was not delivered intact)",
+            buf.len()
         )),
     }
 }
