@@ -14,7 +14,7 @@
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-use crate::BackendError;
+use crate::{BackendError, DmaBufSlice};
 
 /// The IOMMU page size bypass maps with (VFIO type1 on x86: 4 KiB).
 pub const PAGE_SIZE: usize = 4096;
@@ -150,6 +150,25 @@ pub trait DmaMap: Send + Sync {
     /// them resident, and an mlock as well would charge the limit twice.
     fn pins_on_map(&self) -> bool {
         false
+    }
+
+    /// Maps `slice` (whole pages of a dma-buf) at `iova` for device read and write, keeping
+    /// what it needs of the slice (its fd, its peer) until [`DmaMap::unmap_dma`] of the same
+    /// range. How depends on the backend: the sim `mmap`s a CPU-mappable dma-buf and reaches
+    /// memory the CPU cannot map through `slice.peer`; VFIO type1 maps `slice.backing` (a
+    /// udmabuf's memfd), since it cannot map a dma-buf's `VM_PFNMAP` mapping (EFAULT). A
+    /// backend never reports success for memory it did not map.
+    ///
+    /// Errors: [`BackendError::DmaBuf`] naming the exporter, what is missing and the fix.
+    /// The default (a backend that maps host memory only) refuses every dma-buf.
+    fn map_dmabuf(&self, iova: u64, slice: &DmaBufSlice) -> Result<(), BackendError> {
+        Err(BackendError::DmaBuf {
+            iova,
+            len: slice.len,
+            exporter: slice.file.exporter().name().to_owned(),
+            reason: "this backend maps host memory only: use the sim or the VFIO backend"
+                .to_owned(),
+        })
     }
 }
 

@@ -32,6 +32,20 @@ pub enum BackendError {
         /// The backend's explanation, with its fix.
         reason: String,
     },
+    /// The backend cannot map (or unmap) a dma-buf.
+    #[error(
+        "mapping {len:#x} bytes of a dma-buf from {exporter} at IOVA {iova:#x} failed: {reason}"
+    )]
+    DmaBuf {
+        /// IOVA.
+        iova: u64,
+        /// Length.
+        len: usize,
+        /// The exporter's name (fdinfo `exp_name`).
+        exporter: String,
+        /// What is missing, and the fix.
+        reason: String,
+    },
     /// An interrupt vector that does not exist.
     #[error(
         "MSI-X vector {vector} does not exist (the device has {available}): use a vector below {available}"

@@ -6,7 +6,8 @@
 //! three together with a name and a way to let a simulated device move.
 //!
 //! Owns: those traits, [`IovaRange`], [`CallerPages`] (application memory as a device maps
-//! it), [`Progress`], [`BackendError`] and the locked-memory accounting both sides check
+//! it), [`DmaBufSlice`] and [`PeerMemory`] (dma-bufs and GPU memory as a device maps them),
+//! [`Progress`], [`BackendError`] and the locked-memory accounting both sides check
 //! before they pin ([`MemlockState`]). Must not: know any mlx5
 //! format (`bypass-hw`), keep driver or device state, or depend on either side: the driver
 //! (`bypass-driver`) and the software NIC (`bypass-sim`) both depend on this crate, never on
@@ -19,20 +20,24 @@
 
 mod caller;
 mod dma;
+mod dmabuf;
 mod error;
 mod irq;
 mod memlock;
 mod mmio;
+mod peer;
 
 use std::any::Any;
 use std::fmt;
 
 pub use caller::CallerPages;
 pub use dma::{DmaMap, HostMemory, IovaRange, PAGE_SIZE, copy_small};
+pub use dmabuf::{DmaBufFile, DmaBufSlice, Exporter, MemfdRange, parse_fdinfo};
 pub use error::BackendError;
 pub use irq::Interrupts;
 pub use memlock::MemlockState;
 pub use mmio::Mmio;
+pub use peer::{PeerError, PeerMemory};
 
 /// Whether a device may still move without the driver doing anything (see
 /// [`Backend::progress`]).
