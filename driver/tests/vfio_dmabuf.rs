@@ -366,3 +366,72 @@ fn an_mmapped_memfd_range_mapped_with_map_dma_is_reached_by_dma_both_ways() {
     vfio.unmap_dma(IOVA_B, 2 * 4096).unwrap();
     assert_eq!(vfio.mappings().len(), before);
 }
+
+const CHILD: &str = "BYPASS_DMABUF_MEMLOCK_CHILD";
+const LIMIT: u64 = 1 << 20;
+
+#[test]
+#[ignore = "runs in the QEMU guest: scripts/guest-test.sh vfio"]
+fn a_udmabuf_mapping_is_charged_to_memlock_and_refused_past_the_limit() {
+    let _g = serial();
+    if std::env::var_os(CHILD).is_none() {
+        // As root the limit does not apply (CAP_IPC_LOCK): run this test again in a child
+        // without that capability and with a 1 MiB limit.
+        let exe = std::env::current_exe().unwrap();
+        let status = std::process::Command::new("setpriv")
+            .args([
+                "--bounding-set=-ipc_lock",
+                "--inh-caps=-ipc_lock",
+                "prlimit",
+            ])
+            .arg(format!("--memlock={LIMIT}:{LIMIT}"))
+            .arg(exe)
+            .args([
+                "--ignored",
+                "--exact",
+                "a_udmabuf_mapping_is_charged_to_memlock_and_refused_past_the_limit",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(CHILD, "1")
+            .status()
+            .expect("run setpriv/prlimit (util-linux)");
+        assert!(status.success(), "child failed: {status:?}");
+        return;
+    }
+    let state = bypass_driver::dma::MemlockState::current();
+    assert_eq!(state.limit, Some(LIMIT));
+    assert!(!state.cap_ipc_lock, "the child still has CAP_IPC_LOCK");
+    let (vfio, _edu, _mapper) = open();
+    // A 2 MiB udmabuf: more than the limit.
+    let memfd = Arc::new(udmabuf::sealed_memfd(2 << 20).unwrap());
+    let file = DmaBufFile::from_fd(udmabuf::udmabuf(&memfd, 0, 2 << 20).unwrap()).unwrap();
+    let whole = |len: usize| DmaBufSlice {
+        file: file.clone(),
+        offset: 0,
+        len,
+        backing: Some(MemfdRange {
+            fd: memfd.clone(),
+            offset: 0,
+        }),
+        peer: None,
+    };
+    let before = vfio.mappings();
+    let e = vfio.map_dmabuf(IOVA_A, &whole(2 << 20)).unwrap_err();
+    println!("2 MiB udmabuf: {e}");
+    assert!(
+        matches!(e, BackendError::MemlockLimit { needed, limit, .. } if needed == 2 << 20 && limit == LIMIT),
+        "{e}"
+    );
+    assert_eq!(vfio.mappings(), before, "a refused mapping stayed");
+    // 64 KiB fits, and type1's pin of the memfd's pages is charged: exactly 64 KiB more.
+    let locked = bypass_driver::dma::MemlockState::current().locked;
+    vfio.map_dmabuf(IOVA_A, &whole(64 << 10)).unwrap();
+    assert_eq!(
+        bypass_driver::dma::MemlockState::current().locked - locked,
+        64 << 10
+    );
+    vfio.unmap_dma(IOVA_A, 64 << 10).unwrap();
+    assert_eq!(bypass_driver::dma::MemlockState::current().locked, locked);
+    assert_eq!(vfio.mappings(), before);
+}

@@ -227,37 +227,36 @@ impl VfioBackend {
         self.check_iova(iova, slice.len)
             .map_err(|what| DmaBufRefusal::BadSlice {
                 what,
-                fix: "allocate page-aligned IOVAs from Backend::iova_ranges",
+                fix: "the driver maps a dma-buf only at an IOVA its allocator handed out",
             })?;
         let file = &slice.file;
         let exporter = file.exporter().name();
-        let mapping = match (
-            route(
-                file.exporter(),
-                slice.backing.is_some(),
-                IommufdProbe::current,
-            )?,
-            &slice.backing,
-        ) {
-            (Route::Backing, Some(b)) => FdMapping::map(
-                &b.fd,
-                b.offset + slice.offset,
-                slice.len,
-                "the backing memfd",
-                vec![b.fd.clone(), file.fd().clone()],
-            )?,
-            _ => FdMapping::map(
-                file.fd(),
-                slice.offset,
-                slice.len,
-                "the dma-buf",
-                vec![file.fd().clone()],
-            )?,
-        };
-        let what = if slice.backing.is_some() {
-            "backing memfd"
-        } else {
-            "dma-buf"
+        let route = route(
+            file.exporter(),
+            slice.backing.is_some(),
+            IommufdProbe::current,
+        )?;
+        let (mapping, what) = match (route, &slice.backing) {
+            (Route::Backing, Some(b)) => (
+                FdMapping::map(
+                    &b.fd,
+                    b.offset + slice.offset,
+                    slice.len,
+                    "the backing memfd",
+                    vec![b.fd.clone(), file.fd().clone()],
+                )?,
+                "backing memfd",
+            ),
+            _ => (
+                FdMapping::map(
+                    file.fd(),
+                    slice.offset,
+                    slice.len,
+                    "the dma-buf",
+                    vec![file.fd().clone()],
+                )?,
+                "dma-buf",
+            ),
         };
         // As map_dma: type1 charges pinned pages to RLIMIT_MEMLOCK; say so with numbers.
         if let Err(BackendError::MemlockLimit {
@@ -285,9 +284,8 @@ impl VfioBackend {
                 vfio_ioctls::VfioError::IommuDmaMap(err) => {
                     classify_map_errno(Errno::from_raw(err.errno()), what, exporter)
                 }
-                other => DmaBufRefusal::BadSlice {
-                    what: format!("VFIO_IOMMU_MAP_DMA: {other}"),
-                    fix: "check that the container is still open",
+                other => DmaBufRefusal::Container {
+                    detail: other.to_string(),
                 },
             });
         }

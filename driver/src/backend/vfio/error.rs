@@ -290,6 +290,14 @@ pub enum DmaBufRefusal {
         /// What the errno means here, with the fix (empty when there is nothing to add).
         hint: &'static str,
     },
+    /// The container refused the map without an errno of its own.
+    #[error(
+        "VFIO_IOMMU_MAP_DMA failed: {detail}. Check that the VFIO container is still open, and dmesg for the kernel's view"
+    )]
+    Container {
+        /// The vfio-ioctls error.
+        detail: String,
+    },
     /// Pinning would exceed `RLIMIT_MEMLOCK` (becomes `BackendError::MemlockLimit`).
     #[error(
         "pinning {needed} bytes would exceed RLIMIT_MEMLOCK ({limit} bytes, {locked} locked already): raise `ulimit -l`, or run with CAP_IPC_LOCK"
