@@ -2,7 +2,8 @@
 # guest-test.sh - tests that need a real Linux kernel, run in the QEMU guest of scripts/guest/.
 #
 #   scripts/guest-test.sh vfio     the VFIO backend on QEMU's edu device behind an intel
-#                                  vIOMMU (driver/tests/vfio_edu.rs, the #[ignore]d tests)
+#                                  vIOMMU (driver/tests/vfio_edu.rs, then vfio_dmabuf.rs:
+#                                  udmabufs, dma-heap buffers and memfds; the #[ignore]d tests)
 #   scripts/guest-test.sh msix     the VFIO backend's MSI-X path: QEMU's ivshmem-doorbell device
 #                                  (4 MSI-X vectors; host side scripts/guest/ivshmem-server.py),
 #                                  each vector raised by its doorbell and seen on its own eventfd
@@ -590,11 +591,13 @@ rxe_perftest() {
 case "$MODE" in
   vfio)
     build_guest_test vfio_edu
-    echo "guest-test: running $BIN in the guest (--iommu intel --edu)"
+    MORE=$(test_binary bypass-driver vfio_dmabuf)
+    [ -x "$MORE" ] || { echo "guest-test: building the vfio_dmabuf test binary failed" >&2; exit 1; }
+    echo "guest-test: running $BIN and $MORE in the guest (--iommu intel --edu)"
     start=$(date +%s)
     rc=0
     (cd "$ROOT" && "$GUEST/run-guest.sh" --iommu intel --edu --net none --timeout "${GUEST_TIMEOUT:-900}" \
-      -- BYPASS_CLI="$CLI" bash "$GUEST/jobs/vfio-edu.sh" "$BIN" --ignored --test-threads=1 --nocapture) || rc=$?
+      -- BYPASS_CLI="$CLI" BYPASS_MORE_TESTS="$MORE" bash "$GUEST/jobs/vfio-edu.sh" "$BIN" --ignored --test-threads=1 --nocapture) || rc=$?
     echo "guest-test: vfio rc=$rc in $(( $(date +%s) - start )) s"
     exit "$rc"
     ;;
@@ -634,7 +637,7 @@ case "$MODE" in
     with_attempts rxe-perftest rxe_perftest "a side retransmitted with no packet lost"
     ;;
   *)
-    sed -n '2,34p' "$0" >&2
+    sed -n '2,/^set -e/{/^#/p}' "$0" >&2
     exit 2
     ;;
 esac

@@ -3,8 +3,9 @@
 //! Owns: [`VfioBackend`] — opening a device by PCI address (sysfs checks, container with the
 //! type1v2 IOMMU, group, device fd, through `vfio-ioctls`), its regions (BAR0 mmapped for
 //! exact-width volatile MMIO, config space through the fd), Bus Master Enable, the IOMMU's
-//! IOVA apertures, DMA map/unmap of the driver's pinned memory, MSI-X (or MSI) vectors as
-//! eventfds, device reset, and orderly teardown. Must not: know any device's registers (mlx5
+//! IOVA apertures, DMA map/unmap of the driver's pinned memory and of dma-bufs ([`dmabuf`]:
+//! a udmabuf through its backing memfd; refusals typed as [`DmaBufRefusal`]), MSI-X (or MSI)
+//! vectors as eventfds, device reset, and orderly teardown. Must not: know any device's registers (mlx5
 //! is the rest of the driver; QEMU's `edu` test device is the driver's test support), or
 //! allocate IOVAs (`dma::DmaMapper` does).
 //!
@@ -12,8 +13,10 @@
 //! rdma-core `providers/mlx5/mlx5_vfio.c` (`mlx5_vfio_open_device`, `mlx5_vfio_get_iommu_info`,
 //! `mlx5_vfio_init_bar0`) and the kernel's `Documentation/driver-api/vfio.rst`.
 
+pub mod dmabuf;
 pub mod error;
 pub mod iommu_info;
+pub mod iommufd;
 pub mod region;
 pub mod sysfs;
 
@@ -35,12 +38,15 @@ use vmm_sys_util::eventfd::{EFD_NONBLOCK, EventFd};
 
 use super::{Backend, BackendError, DmaMap, HostMemory, Interrupts, IovaRange, Mmio, Progress};
 use crate::dma::{MemlockState, PAGE_SIZE};
-pub use error::{GroupMember, VfioError};
+use bypass_seam::DmaBufSlice;
+pub use error::{DmaBufRefusal, GroupMember, VfioError};
 pub use iommu_info::IommuInfo;
+pub use iommufd::IommufdProbe;
 pub use region::{Bar, RegionInfo};
 pub use sysfs::{Sysfs, parse_bdf};
 
 /// The DMA mappings a device holds: IOVA → (length, the memory, kept alive while mapped).
+/// A dma-buf's mapping is one entry too (`dmabuf::FdMapping`, holding its fds).
 type Mappings = BTreeMap<u64, (usize, Arc<dyn HostMemory>)>;
 
 /// The most interrupt vectors enabled at open (each is one eventfd).
@@ -404,6 +410,35 @@ impl VfioBackend {
         tracing::warn!(bdf = %self.bdf, off, what, "MMIO access outside BAR0 or misaligned; refused");
     }
 
+    /// Checks that `iova..iova+len` is page-aligned and inside one of the IOMMU's apertures
+    /// (any IOVA when the kernel reported none); `Err` says which and the fix.
+    fn check_iova(&self, iova: u64, len: usize) -> Result<(), String> {
+        if iova % PAGE_SIZE as u64 != 0 {
+            return Err(format!("the IOVA {iova:#x} is not page-aligned"));
+        }
+        if len == 0 {
+            return Err("the length is zero: map at least one page".to_owned());
+        }
+        let end = (len as u64)
+            .checked_sub(1)
+            .and_then(|l| iova.checked_add(l));
+        let inside = end.is_some_and(|end| {
+            self.iommu.ranges.is_empty()
+                || self
+                    .iommu
+                    .ranges
+                    .iter()
+                    .any(|r| r.start <= iova && end <= r.last)
+        });
+        if !inside {
+            return Err(format!(
+                "the range is outside the IOMMU's apertures {:x?}: allocate IOVAs from Backend::iova_ranges",
+                self.iommu.ranges
+            ));
+        }
+        Ok(())
+    }
+
     fn map_err(&self, op: &'static str, iova: u64, len: usize, reason: String) -> BackendError {
         BackendError::DmaMap {
             op,
@@ -497,29 +532,8 @@ impl DmaMap for VfioBackend {
 
     fn map_dma(&self, iova: u64, region: Arc<dyn HostMemory>) -> Result<(), BackendError> {
         let len = region.len();
-        let page = PAGE_SIZE as u64;
-        if iova % page != 0 {
-            return Err(self.map_err("map", iova, len, "the IOVA is not page-aligned".into()));
-        }
-        let end = iova.checked_add(len as u64 - 1);
-        let inside = self.iommu.ranges.is_empty()
-            || end.is_some_and(|end| {
-                self.iommu
-                    .ranges
-                    .iter()
-                    .any(|r| r.start <= iova && end <= r.last)
-            });
-        if !inside {
-            return Err(self.map_err(
-                "map",
-                iova,
-                len,
-                format!(
-                    "the range is outside the IOMMU's apertures {:x?}: allocate IOVAs from Backend::iova_ranges",
-                    self.iommu.ranges
-                ),
-            ));
-        }
+        self.check_iova(iova, len)
+            .map_err(|reason| self.map_err("map", iova, len, reason))?;
         // type1 pins the pages and charges them to RLIMIT_MEMLOCK (vfio_iommu_type1.c
         // vfio_pin_pages_remote -> vfio_lock_acct); the driver does not mlock regions it maps
         // here (pins_on_map), so this is the only charge. Check first so the error states
@@ -552,6 +566,12 @@ impl DmaMap for VfioBackend {
 
     fn pins_on_map(&self) -> bool {
         true
+    }
+
+    fn map_dmabuf(&self, iova: u64, slice: &DmaBufSlice) -> Result<(), BackendError> {
+        self.map_dmabuf_checked(iova, slice).map_err(|refusal| {
+            refusal.into_backend(&self.bdf, iova, slice.len, slice.file.exporter().name())
+        })
     }
 
     fn unmap_dma(&self, iova: u64, len: usize) -> Result<(), BackendError> {
