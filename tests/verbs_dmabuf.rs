@@ -477,6 +477,59 @@ fn every_dmabuf_rule_is_refused_with_its_error_and_nothing_mapped() {
 }
 
 #[test]
+fn a_cpu_mappable_dmabuf_without_a_peer_is_mmapped_and_every_copy_synced() {
+    // A memfd standing in for a udmabuf: the sim mmaps it (it maps), then brackets each copy
+    // with DMA_BUF_IOCTL_SYNC, which a memfd refuses: the WRITE faults at the responder
+    // instead of touching memory unsynchronised, and nothing lands.
+    let mut r = rig();
+    let (mut a, _b) = rc_pair(&r);
+    let fd = memfd(2 * PAGE);
+    let dup = fd.try_clone().unwrap();
+    let src = DmaBufSource {
+        file: DmaBufFile::from_parts(dup, 2 * PAGE as u64, Exporter::Udmabuf),
+        backing: Some(bypass_verbs::MemfdRange {
+            fd: fd.clone(),
+            offset: 0,
+        }),
+        peer: None,
+    };
+    let mr =
+        r.b.pd
+            .register_dmabuf(&src, 0, 2 * PAGE, 0x4_0000_0000, REMOTE)
+            .unwrap();
+    let id = r.b.ctx.sim().unwrap().id();
+    let peers = r
+        .fabric
+        .with_device(id, |d| d.iommu().peer_mappings())
+        .unwrap();
+    assert_eq!(peers, 1, "mapped as a copy-only (mmap + sync) mapping");
+    let wr = SendWr::new(1, SendOp::Write(mr.remote().slice(0, 64).unwrap()))
+        .sge(lease_with(&r.a.pool, &[7; 64]));
+    a.post_send(wr).unwrap();
+    let c = wait1(&mut r.a.cq, "write into an unsyncable dma-buf");
+    assert_eq!(
+        c.status(),
+        WcStatus::Error(CqeSyndrome::REMOTE_OP_ERR),
+        "{c}"
+    );
+    let view = FdMapping::new(fd, 0, 2 * PAGE).unwrap();
+    let mut seen = [1u8; 64];
+    view.read(0, &mut seen).unwrap();
+    assert_eq!(seen, [0; 64], "nothing written past a refused SYNC");
+    // The CPU reaches it through the backing memfd.
+    mr.write(100, b"through the memfd").unwrap();
+    let mut got = [0u8; 17];
+    view.read(100, &mut got).unwrap();
+    assert_eq!(&got, b"through the memfd");
+    mr.deregister().unwrap();
+    let peers = r
+        .fabric
+        .with_device(id, |d| d.iommu().peer_mappings())
+        .unwrap();
+    assert_eq!(peers, 0, "unmapped (and munmapped) with the MR");
+}
+
+#[test]
 fn a_device_region_a_peer_may_write_is_not_pooled() {
     let r = rig();
     let (src, _peer) = cuda_like(PAGE, false);
