@@ -5,15 +5,15 @@
 //! program may close its own at once) or check the registration rules itself beyond what
 //! must come before the fd is read (the driver's `DmaBufRange::check` states them).
 //!
-//! The MR it returns is the same C object as `ibv_reg_mr`'s (`pd_mr.rs`), so
-//! `ibv_dereg_mr` releases it. Errors, as rdma-core and the kernel give them: EINVAL for
-//! access flags outside the five `man 3 ibv_reg_dmabuf_mr` lists (or remote write/atomic
-//! without local write, `ib_check_mr_access`), for a zero length, a wrapping range, an IOVA
-//! whose page offset is not the offset's, a range past the dma-buf's end, and for an fd that
-//! is not a dma-buf (`dma_buf_get`); EBADF for an fd that is not open; EOPNOTSUPP when the
-//! backend cannot map the exporter's buffers (CUDA memory on the sim without its
-//! `PeerMemory`). Sources: rdma-core `libibverbs/verbs.c` `ibv_reg_dmabuf_mr` (`mr->addr`
-//! is the offset, `mr->length` the length), the kernel's
+//! The MR it returns is the same C object as `ibv_reg_mr`'s (`pd_mr.rs`), so `ibv_dereg_mr`
+//! releases it (and `ibv_rereg_mr` refuses it with EINVAL, as libibverbs does). Errors, as
+//! rdma-core and the kernel give them: EINVAL for access flags outside the five `man 3
+//! ibv_reg_dmabuf_mr` lists (or remote write/atomic without local write, `ib_check_mr_access`),
+//! for a zero length, a wrapping range, an IOVA whose page offset is not the offset's, a range
+//! past the dma-buf's end, and for an fd that is not a dma-buf (`dma_buf_get`); EBADF for an fd
+//! that is not open; EOPNOTSUPP when the backend cannot map the exporter's buffers (CUDA memory
+//! on the sim without its `PeerMemory`). Sources: rdma-core `libibverbs/verbs.c`
+//! `ibv_reg_dmabuf_mr` (`mr->addr` is the offset, `mr->length` the length), the kernel's
 //! `drivers/infiniband/core/uverbs_std_types_mr.c` (`UVERBS_METHOD_REG_DMABUF_MR`: the access
 //! check, then the ranges) and `drivers/dma-buf/dma-buf.c` `dma_buf_get`.
 

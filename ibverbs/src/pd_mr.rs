@@ -357,10 +357,9 @@ pub unsafe extern "C" fn ibv_rereg_mr(
         // SAFETY: `mr` is a boxed `Mr` (`ibv` first) the caller does not use meanwhile.
         let m = unsafe { &mut *mr.cast::<Mr>() };
         if m.dmabuf.is_some() {
-            // A dma-buf MR is not registered again (the kernel's mlx5 refuses a new
-            // translation for one; bypass refuses every change): the MR is unchanged.
-            set_errno(libc::EOPNOTSUPP);
-            return abi::IBV_REREG_MR_ERR_CMD;
+            // Only a plain MR is registered again (`verbs.c` `ibv_rereg_mr`: any other
+            // `mr_type`, a dma-buf MR included, is EINVAL): the MR is unchanged.
+            return input_error();
         }
         let Some(cur) = m.mr.as_ref() else {
             // A failed `ibv_dereg_mr` left nothing to register again.
