@@ -212,6 +212,38 @@ fn memfd_mr_takes_writes_reads_and_sends_seen_through_the_memfd() {
 }
 
 #[test]
+fn memfd_mr_at_an_iova_of_the_callers_choice() {
+    let mut r = rig();
+    let (mut a, _b) = rc_pair(&r);
+    let fd = memfd(2 * PAGE);
+    let e =
+        r.b.pd
+            .register_memfd(fd.clone(), 10, 100, Some(0x5_0000_0000), REMOTE)
+            .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            VerbsError::Driver(DriverError::IovaOffsetMismatch { .. })
+        ),
+        "{e}"
+    );
+    let mr =
+        r.b.pd
+            .register_memfd(fd.clone(), 10, 100, Some(0x5_0000_000a), REMOTE)
+            .unwrap();
+    assert_eq!(mr.addr(), 0x5_0000_000a);
+    let wr =
+        SendWr::new(1, SendOp::Write(mr.remote())).sge(lease_with(&r.a.pool, &pattern(100, 77)));
+    a.post_send(wr).unwrap();
+    let c = wait1(&mut r.a.cq, "write at a chosen iova");
+    assert!(c.is_ok(), "{c}");
+    let view = FdMapping::new(fd, 0, PAGE).unwrap();
+    let mut seen = vec![0u8; 100];
+    view.read(10, &mut seen).unwrap();
+    assert_eq!(seen, pattern(100, 77));
+}
+
+#[test]
 fn dmabuf_mr_over_peer_memory_is_a_write_read_and_send_target() {
     let mut r = rig();
     let (mut a, mut b) = rc_pair(&r);
