@@ -1,11 +1,11 @@
 //! Protection domains and memory regions over the program's own memory.
 //!
-//! Owns: `ibv_alloc_pd` / `ibv_dealloc_pd`, `ibv_reg_mr` / `ibv_reg_mr_iova2` /
-//! `ibv_dereg_mr` (of these and of `ibv_reg_dmabuf_mr`'s, `dmabuf_mr.rs`) / `ibv_rereg_mr`
-//! (a new registration, then the old one's release), and [`Pd`] / [`Mr`], the C objects with
-//! the driver's behind them. A registration is the driver's application-memory MR (`UserMr`): the pages
-//! are mapped for the device (pinned, `MADV_DONTFORK`), an MTT mkey covers exactly the bytes
-//! asked for, from the IOVA asked for; the program's memory is never copied.
+//! Owns: `ibv_alloc_pd` / `ibv_dealloc_pd`, `ibv_reg_mr` / `ibv_reg_mr_iova2` / `ibv_dereg_mr`
+//! (of these and of `ibv_reg_dmabuf_mr`'s, `dmabuf_mr.rs`) / `ibv_rereg_mr` (a new
+//! registration, then the old one's release), and [`Pd`] / [`Mr`], the C objects with the
+//! driver's behind them. A registration is the driver's application-memory MR (`UserMr`): the
+//! pages are mapped for the device (pinned, `MADV_DONTFORK`), an MTT mkey covers exactly the
+//! bytes asked for, from the IOVA asked for; the program's memory is never copied.
 //! Must not: touch the registered bytes.
 //!
 //! Sources: rdma-core `libibverbs/verbs.c` (`ibv_reg_mr_iova2`: the access flags it accepts,
