@@ -313,7 +313,7 @@ fn dmabuf_mr_over_peer_memory_is_a_write_read_and_send_target() {
 }
 
 #[test]
-fn device_leases_are_write_read_and_send_sources_and_read_targets() {
+fn device_leases_are_sources_and_read_and_atomic_targets() {
     let mut r = rig();
     let (mut a, mut b) = rc_pair(&r);
     let (src, peer) = cuda_like(4 * PAGE, false);
@@ -352,6 +352,25 @@ fn device_leases_are_write_read_and_send_sources_and_read_targets() {
     let l = a.reclaim(c).unwrap().into_device_leases().next().unwrap();
     assert_eq!(peer.bytes(at, 400), pattern(400, 22));
     drop(l);
+
+    // A fetch-and-add whose old value lands in device memory.
+    r.b.mr.write_u64_be(512, 40).unwrap();
+    let l = pool.lease(8).unwrap();
+    let at = l.chunk_index() * PAGE;
+    let op = SendOp::FetchAdd {
+        remote: r.b.mr.remote().slice(512, 8).unwrap(),
+        add: 2,
+    };
+    a.post_send(SendWr::new(5, op).sge(l)).unwrap();
+    let c = wait1(&mut r.a.cq, "fetch-add into device memory");
+    assert!(c.is_ok(), "{c}");
+    drop(a.reclaim(c).unwrap());
+    assert_eq!(
+        peer.bytes(at, 8),
+        40u64.to_be_bytes(),
+        "the old value, big-endian"
+    );
+    assert_eq!(r.b.mr.read_u64_be(512).unwrap(), 42);
 
     // SEND from device memory into B's host pool.
     b.post_recv(RecvWr::new(3, r.b.pool.lease(4096).unwrap()))
