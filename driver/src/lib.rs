@@ -43,6 +43,7 @@ pub mod eq;
 pub mod error;
 pub mod hca;
 pub mod mr;
+pub mod numa;
 pub mod pages;
 pub mod pd;
 pub mod pin_table;
