@@ -19,6 +19,7 @@ mod local;
 mod msg_rate;
 pub mod ops;
 mod pair;
+mod pin;
 mod qp_scale;
 mod remote;
 mod sweep;
@@ -197,6 +198,9 @@ pub enum PerfError {
         /// The QPs the side has.
         qps: usize,
     },
+    /// `--cpu` could not pin the benchmark.
+    #[error(transparent)]
+    Pin(#[from] pin::PinError),
     /// A size or count does not fit this machine's address space.
     #[error("{size} is too large for this machine (sizes up to 8 MiB are supported)")]
     TooLarge {
