@@ -44,7 +44,7 @@ fn tiny_sizes_give_a_row_per_memory_and_size_and_a_lease_row() {
     ]);
     assert_eq!(code, 0, "stdout:\n{out}\nstderr:\n{err}");
     assert!(
-        out.contains(" Rounds          : 2 (sizes interleaved)"),
+        out.contains(" Rounds          : 2 (sizes interleaved, shuffled per round)"),
         "{out}"
     );
     let table = rows(&out, HEADER);

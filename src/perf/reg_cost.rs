@@ -5,10 +5,11 @@
 //! outside the verbs API (`Pd::register_owned`, `Pd::register`, `Pd::create_pool`), or
 //! compute anything but medians and ranges of its own samples.
 //!
-//! Each round registers and then deregisters every size once (sizes interleaved, the start
-//! rotated by round, so slow drift of a noisy machine spreads over every size rather than
-//! landing on one), for each kind of memory of the `--source`; register and deregister are
-//! timed apart. `host` memory is of two kinds: `owned`, a `Vec<u8>` the application filled
+//! Each round registers and then deregisters every size once for each kind of memory of the
+//! `--source`, the (size, memory) pairs in an order shuffled per round (seeded by `--seed`),
+//! so slow drift of a noisy machine, and the slowness of whatever follows a large
+//! deregistration, spread over every pair rather than landing on one; register and
+//! deregister are timed apart. `host` memory is of two kinds: `owned`, a `Vec<u8>` the application filled
 //! before (so no page is faulted in under the clock) registered with `Pd::register_owned`
 //! (`ibv_reg_mr`: pin, then CREATE_MKEY with the page list) and given back by
 //! `OwnedMr::deregister`; and `driver`, `Pd::register`, where the driver allocates the
@@ -85,8 +86,8 @@ pub struct RegCostOpts {
     /// The memory registered.
     #[arg(long, value_enum, default_value = "host")]
     source: Source,
-    /// Seed of the simulated fabric.
-    #[arg(long, default_value_t = 1)]
+    /// Seed of the simulated fabric and of each round's order.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
     seed: u64,
     #[command(flatten)]
     cpu: CpuOpts,
@@ -184,6 +185,19 @@ fn check_memlock(state: &MemlockState, largest: u64) -> Result<(), RegCostError>
             max: largest,
             source,
         })
+}
+
+/// Puts `v` in a new order (Fisher–Yates over xorshift64*, seeded by `state`, which it
+/// advances): every round measures the (size, memory) pairs in its own order, so no pair
+/// always follows the same one (a large deregistration slows the registration after it).
+fn shuffle<T>(v: &mut [T], state: &mut u64) {
+    for i in (1..v.len()).rev() {
+        *state ^= *state << 13;
+        *state ^= *state >> 7;
+        *state ^= *state << 17;
+        let j = (state.wrapping_mul(0x2545_f491_4f6c_dd1d) % (i as u64 + 1)) as usize;
+        v.swap(i, j);
+    }
 }
 
 /// Median, min and max (the median of an even count is the upper middle one).
@@ -287,27 +301,29 @@ pub fn run(o: &RegCostOpts) -> Result<(), PerfError> {
     );
     println!(" Access          : LOCAL_WRITE | REMOTE_READ | REMOTE_WRITE");
     println!(
-        " Rounds          : {} (sizes interleaved), median [min, max]",
+        " Rounds          : {} (sizes interleaved, shuffled per round), median [min, max]",
         o.rounds
     );
     println!("{RESULT_LINE}");
     let mut cells = vec![vec![Cell::default(); sizes.len()]; memories.len()];
     let mut owned: Vec<Option<Vec<u8>>> = vec![None; sizes.len()];
-    for round in 0..o.rounds as usize {
-        for k in 0..sizes.len() {
-            let i = (k + round) % sizes.len();
-            for (m, &memory) in memories.iter().enumerate() {
-                let cell = &mut cells[m][i];
-                if cell.failed.is_some() {
-                    continue;
+    let mut order: Vec<(usize, usize)> = (0..sizes.len())
+        .flat_map(|i| (0..memories.len()).map(move |m| (i, m)))
+        .collect();
+    let mut rng = o.seed;
+    for _ in 0..o.rounds {
+        shuffle(&mut order, &mut rng);
+        for &(i, m) in &order {
+            let cell = &mut cells[m][i];
+            if cell.failed.is_some() {
+                continue;
+            }
+            match once(&pd, memories[m], sizes[i], &mut owned[i])? {
+                Ok((reg, dereg)) => {
+                    cell.reg.push(us(reg));
+                    cell.dereg.push(us(dereg));
                 }
-                match once(&pd, memory, sizes[i], &mut owned[i])? {
-                    Ok((reg, dereg)) => {
-                        cell.reg.push(us(reg));
-                        cell.dereg.push(us(dereg));
-                    }
-                    Err(e) => cell.failed = Some(e.to_string()),
-                }
+                Err(e) => cell.failed = Some(e.to_string()),
             }
         }
     }
@@ -393,6 +409,22 @@ mod tests {
             "{msg}"
         );
         assert!(check_memlock(&low, 16 << 20).is_ok());
+    }
+
+    #[test]
+    fn shuffles_are_permutations_that_differ_by_round_and_repeat_by_seed() {
+        let base: Vec<u32> = (0..12).collect();
+        let (mut a, mut b) = (base.clone(), base.clone());
+        let (mut sa, mut sb) = (1u64, 1u64);
+        shuffle(&mut a, &mut sa);
+        shuffle(&mut b, &mut sb);
+        assert_eq!(a, b, "same seed, same order");
+        let mut sorted = a.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, base);
+        let first = a.clone();
+        shuffle(&mut a, &mut sa);
+        assert_ne!(a, first, "the next round has another order");
     }
 
     #[test]
