@@ -1,6 +1,7 @@
 //! `bypass perf reg-cost` on a simulated NIC with tiny sizes and two rounds: the header, one
-//! row per kind of memory and size with six numbers that parse and are positive, the lease
-//! row, and the refusals (a `--max` below a page, `--source dmabuf` without /dev/udmabuf).
+//! row per kind of memory and size with six numbers that parse and are positive (host memory:
+//! owned and driver rows; `--source memfd`: memfd rows), the lease row, and the refusals (a
+//! `--max` below a page, `--source dmabuf` without /dev/udmabuf).
 //! The tests check form and that numbers are there, never how large they are.
 
 mod cli_support;
@@ -30,6 +31,23 @@ fn positive(cell: &str) -> f64 {
     v
 }
 
+/// The register/deregister table has exactly `want` (memory, size) rows, each with six
+/// positive numbers, every median inside its range.
+fn check_rows(out: &str, want: &[(&str, &str)]) {
+    let table = rows(out, HEADER);
+    let keys: Vec<(&str, &str)> = table
+        .iter()
+        .map(|r| (r[0].as_str(), r[1].as_str()))
+        .collect();
+    assert_eq!(keys, want, "{out}");
+    for r in &table {
+        assert_eq!(r.len(), 8, "{r:?}");
+        let v: Vec<f64> = r[2..].iter().map(|c| positive(c)).collect();
+        assert!(v[1] <= v[0] && v[0] <= v[2], "{r:?}");
+        assert!(v[4] <= v[3] && v[3] <= v[5], "{r:?}");
+    }
+}
+
 #[test]
 fn tiny_sizes_give_a_row_per_memory_and_size_and_a_lease_row() {
     let (code, out, err) = bypass(&[
@@ -47,33 +65,39 @@ fn tiny_sizes_give_a_row_per_memory_and_size_and_a_lease_row() {
         out.contains(" Rounds          : 2 (sizes interleaved, shuffled per round)"),
         "{out}"
     );
-    let table = rows(&out, HEADER);
-    let keys: Vec<(&str, &str)> = table
-        .iter()
-        .map(|r| (r[0].as_str(), r[1].as_str()))
-        .collect();
-    assert_eq!(
-        keys,
-        vec![
+    check_rows(
+        &out,
+        &[
             ("owned", "4096"),
             ("owned", "65536"),
             ("driver", "4096"),
-            ("driver", "65536")
+            ("driver", "65536"),
         ],
-        "{out}"
     );
-    for r in &table {
-        assert_eq!(r.len(), 8, "{r:?}");
-        let v: Vec<f64> = r[2..].iter().map(|c| positive(c)).collect();
-        // Each median lies in its range.
-        assert!(v[1] <= v[0] && v[0] <= v[2], "{r:?}");
-        assert!(v[4] <= v[3] && v[3] <= v[5], "{r:?}");
-    }
     let lease = rows(&out, LEASE_HEADER);
     assert_eq!(lease.len(), 1, "{out}");
     assert_eq!(&lease[0][..2], ["lease+drop", "4096"]);
     let v: Vec<f64> = lease[0][2..].iter().map(|c| positive(c)).collect();
     assert!(v[1] <= v[0] && v[0] <= v[2], "{:?}", lease[0]);
+}
+
+#[test]
+fn a_memfd_source_gives_memfd_rows() {
+    let (code, out, err) = bypass(&[
+        "perf",
+        "reg-cost",
+        "--source",
+        "memfd",
+        "--max",
+        "64K",
+        "-r",
+        "2",
+        "--lease-ops",
+        "100",
+    ]);
+    assert_eq!(code, 0, "stdout:\n{out}\nstderr:\n{err}");
+    assert!(out.contains("Pd::register_memfd"), "{out}");
+    check_rows(&out, &[("memfd", "4096"), ("memfd", "65536")]);
 }
 
 #[test]

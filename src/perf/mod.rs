@@ -22,6 +22,7 @@ mod pair;
 mod pin;
 mod qp_scale;
 mod reg_cost;
+mod reg_sources;
 mod remote;
 mod sweep;
 mod sweep_out;

@@ -9,14 +9,16 @@
 //! `--source`, the (size, memory) pairs in an order shuffled per round (seeded by `--seed`),
 //! so slow drift of a noisy machine, and the slowness of whatever follows a large
 //! deregistration, spread over every pair rather than landing on one; register and
-//! deregister are timed apart. `host` memory is of two kinds: `owned`, a `Vec<u8>` the application filled
-//! before (so no page is faulted in under the clock) registered with `Pd::register_owned`
-//! (`ibv_reg_mr`: pin, then CREATE_MKEY with the page list) and given back by
-//! `OwnedMr::deregister`; and `driver`, `Pd::register`, where the driver allocates the
-//! memory too (mmap, NUMA policy, mlock faulting zeroed pages in, map, CREATE_MKEY) and
-//! drops it. The lease row is one 4 KiB lease taken from a `MemoryPool` and dropped, in ns
-//! per pair, over `--lease-ops` pairs a round. `memfd` and `dmabuf` name the sources the
-//! verbs layer has no registration for yet; they are refused with what is missing.
+//! deregister are timed apart. `host` memory is of two kinds: `owned`, a `Vec<u8>` the
+//! application filled before (so no page is faulted in under the clock) registered with
+//! `Pd::register_owned` (`ibv_reg_mr`: pin, then CREATE_MKEY with the page list) and given
+//! back by `OwnedMr::deregister`; and `driver`, `Pd::register`, where the driver allocates
+//! the memory too (mmap, NUMA policy, mlock faulting zeroed pages in, map, CREATE_MKEY) and
+//! drops it. `memfd` is `Pd::register_memfd` of a filled, sealed memfd (its pages mapped
+//! shared and pinned); `dmabuf` is `Pd::register_dmabuf` of a udmabuf over such a memfd
+//! (`/dev/udmabuf`, which the QEMU guest has). The memory is made once per size and kept
+//! (`reg_sources.rs`): making it is never timed. The lease row is one 4 KiB lease taken from
+//! a `MemoryPool` and dropped, in ns per pair, over `--lease-ops` pairs a round.
 //! Sources: perftest has no registration benchmark; the sizes follow rdma-core's
 //! `tests/test_mr.py` ranges up to 1 GiB.
 
@@ -32,6 +34,7 @@ use clap::{Args, ValueEnum};
 
 use super::PerfError;
 use super::pin::{self, CpuOpts};
+use super::reg_sources::{self, Held, SourceError, UDMABUF};
 use crate::args::{DeviceSpec, parse_size};
 use crate::stats::RESULT_LINE;
 
@@ -41,17 +44,17 @@ const SIZES: [u64; 6] = [4 << 10, 64 << 10, 1 << 20, 16 << 20, 256 << 20, 1 << 3
 const LEASE: usize = 4096;
 /// Chunks in the lease pool (more than one, so a lease searches a real bitmap).
 const POOL_CHUNKS: usize = 64;
-/// Where a udmabuf comes from (drivers/dma-buf/udmabuf.c).
-const UDMABUF: &str = "/dev/udmabuf";
+/// The IOVA a dma-buf registration is known by (any page-aligned address does).
+const DMABUF_IOVA: u64 = 1 << 32;
 
 /// Where the registered memory comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Source {
     /// Host memory: a Vec the application owns, and memory the driver allocates.
     Host,
-    /// A memfd's pages (needs the verbs layer's memfd registration).
+    /// A filled, sealed memfd, through Pd::register_memfd.
     Memfd,
-    /// A dma-buf exported by udmabuf (needs /dev/udmabuf and dma-buf registration).
+    /// A udmabuf over such a memfd, through Pd::register_dmabuf (needs /dev/udmabuf).
     Dmabuf,
 }
 
@@ -121,17 +124,6 @@ pub enum RegCostError {
         /// The device node.
         path: &'static str,
     },
-    /// The verbs layer cannot register this source yet.
-    #[error(
-        "--source {}: this build's verbs layer has no {call}; use --source host",
-        wanted.name()
-    )]
-    Unsupported {
-        /// The source asked for.
-        wanted: Source,
-        /// The registration call it needs.
-        call: &'static str,
-    },
 }
 
 /// One kind of memory a source registers.
@@ -141,6 +133,10 @@ enum Memory {
     Owned,
     /// `Pd::register`: allocated by the driver.
     Driver,
+    /// A filled memfd through `Pd::register_memfd`.
+    Memfd,
+    /// A udmabuf through `Pd::register_dmabuf`.
+    DmaBuf,
 }
 
 impl Memory {
@@ -148,6 +144,8 @@ impl Memory {
         match self {
             Self::Owned => "owned",
             Self::Driver => "driver",
+            Self::Memfd => "memfd",
+            Self::DmaBuf => "dmabuf",
         }
     }
 }
@@ -156,15 +154,20 @@ impl Memory {
 fn memories(source: Source, udmabuf: &Path) -> Result<Vec<Memory>, RegCostError> {
     match source {
         Source::Host => Ok(vec![Memory::Owned, Memory::Driver]),
-        Source::Memfd => Err(RegCostError::Unsupported {
-            wanted: source,
-            call: "Pd::register_memfd",
-        }),
+        Source::Memfd => Ok(vec![Memory::Memfd]),
         Source::Dmabuf if !udmabuf.exists() => Err(RegCostError::NoUdmabuf { path: UDMABUF }),
-        Source::Dmabuf => Err(RegCostError::Unsupported {
-            wanted: source,
-            call: "Pd::register_dmabuf",
-        }),
+        Source::Dmabuf => Ok(vec![Memory::DmaBuf]),
+    }
+}
+
+/// What `source`'s rows register, for the header.
+fn describe(source: Source) -> &'static str {
+    match source {
+        Source::Host => {
+            "owned: Pd::register_owned of a filled Vec<u8>; driver: Pd::register, which also allocates and pins"
+        }
+        Source::Memfd => "Pd::register_memfd of a filled, shrink-sealed memfd",
+        Source::Dmabuf => "Pd::register_dmabuf of a udmabuf over a filled memfd",
     }
 }
 
@@ -216,43 +219,85 @@ fn access() -> Access {
     Access::LOCAL_WRITE | Access::REMOTE_READ | Access::REMOTE_WRITE
 }
 
-/// One register and one deregister of `size` bytes of `memory`: the two times, or the
-/// registration's error (the size is then reported as not registered, not the run
-/// failed). `owned` keeps the filled Vec between rounds so that filling it is never timed.
+/// The memory `memory` registers, made now (filled; never timed).
+fn make(memory: Memory, len: usize) -> Result<Option<Held>, SourceError> {
+    Ok(match memory {
+        Memory::Owned => Some(Held::Vec(vec![1u8; len])),
+        Memory::Driver => None,
+        Memory::Memfd => Some(Held::Memfd(reg_sources::filled_memfd(len)?)),
+        Memory::DmaBuf => Some(Held::DmaBuf(reg_sources::udmabuf(len)?)),
+    })
+}
+
+/// Times `register`, then `deregister` of what it returned.
+fn timed<M>(
+    register: impl FnOnce() -> Result<M, VerbsError>,
+    deregister: impl FnOnce(M) -> Result<(), VerbsError>,
+) -> Result<Result<(Duration, Duration), String>, PerfError> {
+    let t0 = Instant::now();
+    let mr = match register() {
+        Ok(mr) => mr,
+        Err(e) => return Ok(Err(e.to_string())),
+    };
+    let t1 = Instant::now();
+    deregister(mr)?;
+    Ok(Ok((t1 - t0, t1.elapsed())))
+}
+
+/// One register and one deregister of `size` bytes of `memory`: the two times, or why it
+/// could not be made or registered (the size is then reported as not registered, not the
+/// run failed). `held` keeps the memory between rounds, made on first use.
 ///
 /// Errors: a deregistration that fails (the memory may still be mapped: the run stops).
 fn once(
     pd: &Pd,
     memory: Memory,
     size: u64,
-    owned: &mut Option<Vec<u8>>,
-) -> Result<Result<(Duration, Duration), VerbsError>, PerfError> {
+    held: &mut Option<Held>,
+) -> Result<Result<(Duration, Duration), String>, PerfError> {
     let len = usize::try_from(size).map_err(|_| PerfError::TooLarge { size })?;
-    match memory {
-        Memory::Owned => {
-            let buf = owned.take().unwrap_or_else(|| vec![1u8; len]);
-            let t0 = Instant::now();
-            let mr = match pd.register_owned(buf, access()) {
-                Ok(mr) => mr,
-                Err(e) => return Ok(Err(e)),
-            };
-            let t1 = Instant::now();
-            let buf = mr.deregister().map_err(|e| e.into_error())?;
-            let t2 = Instant::now();
-            *owned = Some(buf);
-            Ok(Ok((t1 - t0, t2 - t1)))
+    if held.is_none() {
+        match make(memory, len) {
+            Ok(h) => *held = h,
+            Err(e) => return Ok(Err(e.to_string())),
         }
-        Memory::Driver => {
-            let t0 = Instant::now();
-            let mr = match pd.register(len, access()) {
-                Ok(mr) => mr,
-                Err(e) => return Ok(Err(e)),
-            };
-            let t1 = Instant::now();
-            drop(black_box(mr));
-            let t2 = Instant::now();
-            Ok(Ok((t1 - t0, t2 - t1)))
+    }
+    match held.take() {
+        Some(Held::Vec(buf)) => {
+            let mut back = None;
+            let r = timed(
+                || pd.register_owned(buf, access()),
+                |mr| {
+                    back = Some(mr.deregister().map_err(|e| e.into_error())?);
+                    Ok(())
+                },
+            );
+            *held = back.map(Held::Vec);
+            r
         }
+        Some(Held::Memfd(fd)) => {
+            let r = timed(
+                || pd.register_memfd(fd.clone(), 0, len, None, access()),
+                |mr| mr.deregister(),
+            );
+            *held = Some(Held::Memfd(fd));
+            r
+        }
+        Some(Held::DmaBuf(src)) => {
+            let r = timed(
+                || pd.register_dmabuf(&src, 0, len, DMABUF_IOVA, access()),
+                |mr| mr.deregister(),
+            );
+            *held = Some(Held::DmaBuf(src));
+            r
+        }
+        None => timed(
+            || pd.register(len, access()),
+            |mr| {
+                drop(black_box(mr));
+                Ok(())
+            },
+        ),
     }
 }
 
@@ -296,8 +341,9 @@ pub fn run(o: &RegCostOpts) -> Result<(), PerfError> {
     println!("                    Registration cost: register and deregister, by size");
     println!(" Device          : {device}");
     println!(
-        " Source          : {} (owned: Pd::register_owned of a filled Vec<u8>; driver: Pd::register, which also allocates and pins)",
-        o.source.name()
+        " Source          : {} ({})",
+        o.source.name(),
+        describe(o.source)
     );
     println!(" Access          : LOCAL_WRITE | REMOTE_READ | REMOTE_WRITE");
     println!(
@@ -306,7 +352,9 @@ pub fn run(o: &RegCostOpts) -> Result<(), PerfError> {
     );
     println!("{RESULT_LINE}");
     let mut cells = vec![vec![Cell::default(); sizes.len()]; memories.len()];
-    let mut owned: Vec<Option<Vec<u8>>> = vec![None; sizes.len()];
+    let mut held: Vec<Vec<Option<Held>>> = (0..memories.len())
+        .map(|_| (0..sizes.len()).map(|_| None).collect())
+        .collect();
     let mut order: Vec<(usize, usize)> = (0..sizes.len())
         .flat_map(|i| (0..memories.len()).map(move |m| (i, m)))
         .collect();
@@ -318,16 +366,16 @@ pub fn run(o: &RegCostOpts) -> Result<(), PerfError> {
             if cell.failed.is_some() {
                 continue;
             }
-            match once(&pd, memories[m], sizes[i], &mut owned[i])? {
+            match once(&pd, memories[m], sizes[i], &mut held[m][i])? {
                 Ok((reg, dereg)) => {
                     cell.reg.push(us(reg));
                     cell.dereg.push(us(dereg));
                 }
-                Err(e) => cell.failed = Some(e.to_string()),
+                Err(why) => cell.failed = Some(why),
             }
         }
     }
-    drop(owned);
+    drop(held);
     println!(
         " {:<7} {:>11} {:>11} {:>11} {:>11} {:>13} {:>13} {:>13}",
         "memory",
@@ -443,7 +491,10 @@ mod tests {
         let e = memories(Source::Dmabuf, none).unwrap_err();
         assert!(matches!(e, RegCostError::NoUdmabuf { .. }));
         assert!(e.to_string().contains("/dev/udmabuf"), "{e}");
-        let e = memories(Source::Memfd, none).unwrap_err();
-        assert!(e.to_string().contains("Pd::register_memfd"), "{e}");
+        assert_eq!(memories(Source::Memfd, none).unwrap(), vec![Memory::Memfd]);
+        assert_eq!(
+            memories(Source::Dmabuf, Path::new("/")).unwrap(),
+            vec![Memory::DmaBuf]
+        );
     }
 }
