@@ -111,3 +111,22 @@ fn a_max_below_a_page_and_a_missing_udmabuf_are_refused() {
         assert!(err.contains("/dev/udmabuf does not exist"), "{err}");
     }
 }
+
+#[test]
+fn cpu_pins_reg_cost_too() {
+    let (code, out, err) = bypass(&[
+        "perf",
+        "reg-cost",
+        "--max",
+        "4K",
+        "-r",
+        "1",
+        "--lease-ops",
+        "10",
+        "--cpu",
+        "0",
+    ]);
+    assert_eq!(code, 0, "stdout:\n{out}\nstderr:\n{err}");
+    assert!(err.lines().any(|l| l == "pinned to CPUs 0"), "{err}");
+    check_rows(&out, &[("owned", "4096"), ("driver", "4096")]);
+}
