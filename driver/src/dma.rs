@@ -1,7 +1,8 @@
 //! DMA memory: pinned host regions, the IOVA allocator, and mapped buffers.
 //!
-//! Owns: [`DmaRegion`] (page-aligned anonymous memory from `memmap2`, pinned with `mlock`
-//! after a `RLIMIT_MEMLOCK` check), [`IovaAllocator`] (an interval set of free IOVAs,
+//! Owns: [`DmaRegion`] (page-aligned anonymous memory from `memmap2`, preferring the
+//! device's NUMA node (`numa.rs`) and pinned with `mlock` after a `RLIMIT_MEMLOCK` check),
+//! [`IovaAllocator`] (an interval set of free IOVAs,
 //! first-fit, like rdma-core's `util/interval_set.c` `iset_alloc_range`), [`DmaMapper`] (the
 //! two together over a [`Backend`]) and [`DmaBuf`] (a region mapped at an IOVA; unmapped,
 //! then its IOVA freed, then its memory freed, on drop). Must not: know mlx5 formats.
@@ -38,6 +39,9 @@ pub struct DmaRegion {
     ptr: NonNull<u8>,
     len: usize,
     locked: bool,
+    /// The node whose `MPOL_PREFERRED` policy the pages were given (`None`: none asked, or
+    /// the policy could not be set).
+    node: Option<u32>,
 }
 
 impl std::fmt::Debug for DmaRegion {
@@ -45,6 +49,7 @@ impl std::fmt::Debug for DmaRegion {
         f.debug_struct("DmaRegion")
             .field("len", &self.len)
             .field("locked", &self.locked)
+            .field("node", &self.node)
             .finish_non_exhaustive()
     }
 }
@@ -63,7 +68,7 @@ impl DmaRegion {
     /// `RLIMIT_MEMLOCK` (with the numbers and how to raise it), [`DriverError::Mlock`],
     /// [`DriverError::Mmap`], [`DriverError::BadDmaLength`].
     pub fn new(len: usize) -> Result<Self> {
-        Self::alloc(len, true)
+        Self::on_node(len, true, None)
     }
 
     /// Like [`DmaRegion::new`] but without `mlock`: for a backend whose DMA mapping pins the
@@ -72,10 +77,22 @@ impl DmaRegion {
     ///
     /// Errors: [`DriverError::Mmap`], [`DriverError::BadDmaLength`].
     pub fn new_unlocked(len: usize) -> Result<Self> {
-        Self::alloc(len, false)
+        Self::on_node(len, false, None)
     }
 
-    fn alloc(len: usize, lock: bool) -> Result<Self> {
+    /// Like [`DmaRegion::new`] (`lock`) or [`DmaRegion::new_unlocked`], with the pages
+    /// preferring NUMA node `node`: the `MPOL_PREFERRED` policy is set before anything
+    /// touches them (before `mlock` faults them in, and before a backend pins them).
+    ///
+    /// Preferred, not bound: locality is a matter of DMA latency and bandwidth, not of
+    /// correctness, so a full node must not make an allocation fail (`MPOL_BIND` would fail
+    /// `mlock`, or let the OOM killer in, while other nodes have room). For the same reason a
+    /// policy that cannot be set (a kernel without NUMA, a seccomp filter, an offline node)
+    /// is logged once and the region is allocated without it: [`DmaRegion::numa_node`] then
+    /// says `None`.
+    ///
+    /// Errors: as [`DmaRegion::new`].
+    pub fn on_node(len: usize, lock: bool, node: Option<u32>) -> Result<Self> {
         let rounded = len
             .checked_next_multiple_of(PAGE_SIZE)
             .filter(|&r| r > 0 && r <= MAX_DMA_LEN)
@@ -89,6 +106,13 @@ impl DmaRegion {
             len,
             source: std::io::Error::other("mmap returned a null pointer"),
         })?;
+        let node = node.filter(|&n| match crate::numa::prefer_node(ptr, rounded, n) {
+            Ok(()) => true,
+            Err(e) => {
+                warn_unplaced(&e);
+                false
+            }
+        });
         if lock {
             // SAFETY: ptr..ptr+rounded is the live anonymous mapping just created, owned by
             // `map`.
@@ -103,7 +127,13 @@ impl DmaRegion {
             ptr,
             len: rounded,
             locked: lock,
+            node,
         })
+    }
+
+    /// The NUMA node the pages prefer, when that policy was asked for and applied.
+    pub fn numa_node(&self) -> Option<u32> {
+        self.node
     }
 
     /// First byte.
@@ -119,6 +149,14 @@ impl DmaRegion {
     /// Always false (regions are at least one page).
     pub fn is_empty(&self) -> bool {
         self.len == 0
+    }
+}
+
+/// Logs a NUMA policy failure, once per process: every DMA allocation would fail the same way.
+fn warn_unplaced(e: &crate::numa::NumaError) {
+    static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        tracing::warn!(error = %e, "DMA memory is not placed on the device's NUMA node");
     }
 }
 
@@ -257,6 +295,8 @@ impl IovaAllocator {
 #[derive(Debug)]
 pub struct DmaMapper {
     backend: Arc<dyn Backend>,
+    /// The backend's NUMA node, read once: every region prefers it.
+    node: Option<u32>,
     iova: Mutex<IovaAllocator>,
     /// Application memory mapped now, shared by overlapping registrations (`user_dma.rs`).
     pub(crate) pins: Mutex<crate::pin_table::PinTable>,
@@ -272,6 +312,7 @@ impl DmaMapper {
         Arc::new(Self {
             iova: Mutex::new(IovaAllocator::new(&ranges)),
             pins: Mutex::default(),
+            node: backend.numa_node(),
             backend,
         })
     }
@@ -279,6 +320,11 @@ impl DmaMapper {
     /// The backend the buffers are mapped into.
     pub fn backend(&self) -> &Arc<dyn Backend> {
         &self.backend
+    }
+
+    /// The NUMA node the buffers' pages prefer: the backend's ([`Backend::numa_node`]).
+    pub fn numa_node(&self) -> Option<u32> {
+        self.node
     }
 
     /// `len` bytes of zeroed, pinned memory, mapped for the device at an IOVA aligned to
@@ -290,11 +336,7 @@ impl DmaMapper {
 
     /// Like [`DmaMapper::alloc`] with an explicit IOVA alignment (a power of two).
     pub fn alloc_aligned(self: &Arc<Self>, len: usize, align: u64) -> Result<DmaBuf> {
-        let region = if self.backend.pins_on_map() {
-            DmaRegion::new_unlocked(len)?
-        } else {
-            DmaRegion::new(len)?
-        };
+        let region = DmaRegion::on_node(len, !self.backend.pins_on_map(), self.node)?;
         let region = Arc::new(region);
         let rlen = region.len();
         let iova = self
@@ -554,5 +596,38 @@ mod tests {
         assert_eq!(r.len(), PAGE_SIZE);
         assert_eq!(r.as_ptr().as_ptr() as usize % PAGE_SIZE, 0);
         assert!(DmaRegion::new(0).is_err());
+    }
+
+    #[test]
+    fn a_region_on_node_0_prefers_node_0_and_its_pages_are_there() {
+        use crate::numa::{PolicyMode, node_of, policy_of};
+        let r = DmaRegion::on_node(3 * PAGE_SIZE, true, Some(0)).unwrap();
+        assert_eq!(r.numa_node(), Some(0));
+        let (mode, nodes) = policy_of(r.as_ptr()).unwrap();
+        assert_eq!(mode, PolicyMode::Preferred);
+        assert_eq!(nodes, vec![0]);
+        // SAFETY: the last page is inside the live region.
+        let last = unsafe { r.as_ptr().add(2 * PAGE_SIZE) };
+        assert_eq!(node_of(last).unwrap(), 0);
+    }
+
+    #[test]
+    fn a_region_without_a_node_keeps_the_default_policy() {
+        use crate::numa::{PolicyMode, policy_of};
+        let r = DmaRegion::new_unlocked(PAGE_SIZE).unwrap();
+        assert_eq!(r.numa_node(), None);
+        assert_eq!(
+            policy_of(r.as_ptr()).unwrap(),
+            (PolicyMode::Default, vec![])
+        );
+    }
+
+    #[test]
+    fn a_node_that_cannot_be_preferred_falls_back_to_an_unplaced_region() {
+        use crate::numa::{PolicyMode, policy_of};
+        // No machine this runs on has 1000 nodes online: mbind refuses, the region stays.
+        let r = DmaRegion::on_node(PAGE_SIZE, false, Some(1000)).unwrap();
+        assert_eq!(r.numa_node(), None);
+        assert_eq!(policy_of(r.as_ptr()).unwrap().0, PolicyMode::Default);
     }
 }

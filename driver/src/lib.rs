@@ -45,6 +45,7 @@ pub mod error;
 pub mod hca;
 pub mod memfd_mr;
 pub mod mr;
+pub mod numa;
 pub mod pages;
 pub mod pd;
 pub mod pin_table;

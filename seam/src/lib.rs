@@ -80,4 +80,12 @@ pub trait Backend: Mmio + DmaMap + Interrupts + Any + Send + Sync + fmt::Debug {
     fn syndrome_name(&self, _syndrome: u32) -> Option<&'static str> {
         None
     }
+
+    /// The NUMA node the device is attached to, where the platform says (a PCI function's
+    /// sysfs `numa_node`); `None` when it is unknown (`-1`: the firmware gave no proximity
+    /// information) and for a device with no place in the machine (a sim, the default). The
+    /// driver prefers that node for the DMA memory it allocates for the device.
+    fn numa_node(&self) -> Option<u32> {
+        None
+    }
 }

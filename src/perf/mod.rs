@@ -19,7 +19,10 @@ mod local;
 mod msg_rate;
 pub mod ops;
 mod pair;
+mod pin;
 mod qp_scale;
+mod reg_cost;
+mod reg_sources;
 mod remote;
 mod sweep;
 mod sweep_out;
@@ -76,6 +79,10 @@ pub enum PerfCommand {
     /// 8-byte RDMA WRITE message rate (64 WRITEs per doorbell, two simulated NICs) vs
     /// 8-byte UDP datagrams on loopback (sendmmsg/recvmmsg); medians, ranges and the ratio.
     MsgRate(msg_rate::MsgRateOpts),
+    /// Registration cost: register and deregister host memory (an application Vec and
+    /// driver-allocated memory) at 4 KiB to 1 GiB, medians and ranges over rounds, and the
+    /// pool's 4 KiB lease + drop in ns.
+    RegCost(reg_cost::RegCostOpts),
     /// Simulated packets per second of wall time: stepped fabric (one core) vs threaded
     /// fabric (engine thread), same RC WRITE workload; medians, ranges and the ratio.
     SimSpeed(msg_rate::SimSpeedOpts),
@@ -197,6 +204,12 @@ pub enum PerfError {
         /// The QPs the side has.
         qps: usize,
     },
+    /// `perf reg-cost` cannot run as asked.
+    #[error(transparent)]
+    RegCost(#[from] reg_cost::RegCostError),
+    /// `--cpu` could not pin the benchmark.
+    #[error(transparent)]
+    Pin(#[from] pin::PinError),
     /// A size or count does not fit this machine's address space.
     #[error("{size} is too large for this machine (sizes up to 8 MiB are supported)")]
     TooLarge {
@@ -226,6 +239,7 @@ pub fn run(cmd: PerfCommand) -> Result<(), PerfError> {
         PerfCommand::QpScale(o) => qp_scale::run(&o),
         PerfCommand::MsgRate(o) => msg_rate::run_msg_rate(&o),
         PerfCommand::SimSpeed(o) => msg_rate::run_sim_speed(&o),
+        PerfCommand::RegCost(o) => reg_cost::run(&o),
     }
 }
 

@@ -44,6 +44,8 @@ pub struct ToolOpts {
     common: CommonOpts,
     #[command(flatten)]
     net: NetOpts,
+    #[command(flatten)]
+    cpu: super::pin::CpuOpts,
     /// Iterations per size (default 1000 for latency, 5000 for bandwidth); at least 5.
     #[arg(short = 'n', long, value_parser = clap::value_parser!(u64).range(5..), conflicts_with = "duration")]
     iters: Option<u64>,
@@ -123,6 +125,8 @@ pub fn run(verb: Verb, kind: Kind, o: &ToolOpts) -> Result<(), PerfError> {
     check_sizes(&sizes)?;
     check_host(&o.common, &o.net)?;
     check_options(verb, kind, o)?;
+    // Before anything starts a thread: the fabric's engine and the link inherit the mask.
+    super::pin::apply(&o.cpu, &o.common.device)?;
     let units = if o.report_gbits {
         BwUnits::GbitPerSec
     } else {

@@ -16,7 +16,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-pub use sysfs::TopoError;
+pub use sysfs::{MAX_CPUS, TopoError, format_cpulist, parse_cpulist};
 
 /// Options of `bypass topo`.
 #[derive(Args, Debug)]

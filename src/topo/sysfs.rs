@@ -3,7 +3,9 @@
 //! Owns: walking `ROOT/sys/bus/pci/devices`, keeping NICs (vendor 0x15b3, class 0x02xxxx,
 //! whatever driver holds them, vfio-pci included) and GPUs (vendor 0x10de, class 0x03xxxx),
 //! and each one's place: host bridge and bridge chain from its resolved device link, numa_node,
-//! local_cpulist, driver; and the NUMA nodes' cpulists. Must not classify or print.
+//! local_cpulist, driver; and the NUMA nodes' cpulists; and the one parser of the kernel's
+//! cpulist format ([`parse_cpulist`], [`format_cpulist`]), which `perf --cpu` uses too.
+//! Must not classify or print.
 //! Sources: the kernel's sysfs PCI layout: `bus/pci/devices/BDF` is a link to
 //! `devices/pciDDDD:BB/<root port>/<switch up>/<switch down>/…/BDF` (topology.md); a
 //! `numa_node` of -1 means the firmware gave no proximity information.
@@ -297,6 +299,63 @@ fn nodes(root: &Path) -> Result<Vec<(u32, String)>, TopoError> {
     Ok(out)
 }
 
+/// The largest CPU number a cpulist may name, plus one (glibc's `CPU_SETSIZE`, the size of
+/// the set `sched_setaffinity` takes through nix).
+pub const MAX_CPUS: u32 = 1024;
+
+/// The CPUs of a kernel cpulist (`0-3,8-11`, `5`, or empty for none), ascending and without
+/// repeats; `None` when the text is not a cpulist or names a CPU at or past [`MAX_CPUS`].
+/// The format is `bitmap_print_to_pagebuf`'s list form (lib/bitmap.c), which is what sysfs
+/// writes: comma-separated numbers and `a-b` ranges with `a <= b`.
+pub fn parse_cpulist(text: &str) -> Option<Vec<u32>> {
+    let text = text.trim();
+    let mut cpus = Vec::new();
+    if text.is_empty() {
+        return Some(cpus);
+    }
+    let cpu = |t: &str| {
+        t.parse::<u32>()
+            .ok()
+            .filter(|&c| c < MAX_CPUS && t.bytes().all(|b| b.is_ascii_digit()))
+    };
+    for part in text.split(',') {
+        let (a, b) = match part.split_once('-') {
+            Some((a, b)) => (cpu(a)?, cpu(b)?),
+            None => (cpu(part)?, cpu(part)?),
+        };
+        if a > b {
+            return None;
+        }
+        cpus.extend(a..=b);
+    }
+    cpus.sort_unstable();
+    cpus.dedup();
+    Some(cpus)
+}
+
+/// `cpus` (ascending) in the cpulist form: runs of consecutive CPUs as `a-b`.
+pub fn format_cpulist(cpus: &[u32]) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut i = 0;
+    while let Some(&start) = cpus.get(i) {
+        let mut end = start;
+        while cpus
+            .get(i + 1)
+            .is_some_and(|&n| Some(n) == end.checked_add(1))
+        {
+            i += 1;
+            end = cpus[i];
+        }
+        parts.push(if end == start {
+            start.to_string()
+        } else {
+            format!("{start}-{end}")
+        });
+        i += 1;
+    }
+    parts.join(",")
+}
+
 /// An attribute written as `0x…` hex.
 fn hex_attr(path: &Path) -> Result<u32, TopoError> {
     let text = read_attr(path)?;
@@ -345,5 +404,30 @@ mod tests {
         assert!(is_bdf("0000:43:00.0"));
         assert!(!is_bdf("0000:43:00"));
         assert!(!is_bdf("pci0000:40"));
+    }
+
+    #[test]
+    fn cpulists_parse_in_order_and_bad_ones_are_refused() {
+        assert_eq!(
+            parse_cpulist("0-3,8-11\n"),
+            Some(vec![0, 1, 2, 3, 8, 9, 10, 11])
+        );
+        assert_eq!(parse_cpulist("5"), Some(vec![5]));
+        assert_eq!(parse_cpulist(""), Some(vec![]));
+        assert_eq!(parse_cpulist("7,1-2,2"), Some(vec![1, 2, 7]));
+        assert_eq!(parse_cpulist("1023"), Some(vec![1023]));
+        for bad in ["1024", "3-1", "a", "1,,2", "-1", "1-", "+1", "0-3:2", "1 2"] {
+            assert_eq!(parse_cpulist(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn cpulists_format_runs_as_ranges() {
+        assert_eq!(format_cpulist(&[0, 1, 2, 3, 8, 9, 10, 11]), "0-3,8-11");
+        assert_eq!(format_cpulist(&[0]), "0");
+        assert_eq!(format_cpulist(&[1, 3, 4]), "1,3-4");
+        assert_eq!(format_cpulist(&[]), "");
+        let text = "0-1,4,6-9";
+        assert_eq!(format_cpulist(&parse_cpulist(text).unwrap()), text);
     }
 }

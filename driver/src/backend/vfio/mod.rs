@@ -659,6 +659,10 @@ impl Backend for VfioBackend {
     fn progress(&self) -> Progress {
         Progress::Running
     }
+
+    fn numa_node(&self) -> Option<u32> {
+        Sysfs::default().numa_node_or_unknown(&self.bdf)
+    }
 }
 
 impl Drop for VfioBackend {

@@ -1,8 +1,12 @@
 //! What sysfs says about a PCI device before VFIO is touched: its driver, its IOMMU group,
-//! and whether that group can be handed to user space.
+//! whether that group can be handed to user space, and where the device sits (its NUMA node
+//! and the CPUs local to it).
 //!
 //! Owns: PCI address parsing and the read-only sysfs checks, against any root directory (so
 //! the tests run them on a fake tree). Must not: open `/dev/vfio` or change any binding.
+//! `numa_node` (`-1`: no proximity information) and `local_cpulist` are the kernel's
+//! (`drivers/pci/pci-sysfs.c`, Documentation/ABI/testing/sysfs-bus-pci); the cpulist is
+//! returned as text: the command-line tool parses it (`src/topo/sysfs.rs`).
 //!
 //! The viability rule follows the kernel: a group can be given to user space only when no
 //! device in it is owned by a host driver that does DMA (`drivers/iommu/iommu.c`
@@ -113,6 +117,51 @@ impl Sysfs {
             path,
             source: std::io::Error::other(format!("{t:?} is not a hex number")),
         })
+    }
+
+    /// One attribute's text, trimmed; `None` when the file does not exist.
+    fn optional_attr(&self, bdf: &str, name: &str) -> Result<Option<String>, VfioError> {
+        let path = self.device_dir(bdf).join(name);
+        match std::fs::read_to_string(&path) {
+            Ok(t) => Ok(Some(t.trim().to_owned())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(source) => Err(VfioError::Sysfs { path, source }),
+        }
+    }
+
+    /// The NUMA node `bdf` is attached to (`numa_node`); `None` when the attribute is absent
+    /// (a kernel without NUMA) or `-1` (the firmware gave no proximity information).
+    pub fn numa_node(&self, bdf: &str) -> Result<Option<u32>, VfioError> {
+        let Some(t) = self.optional_attr(bdf, "numa_node")? else {
+            return Ok(None);
+        };
+        match t.parse::<i64>() {
+            Ok(-1) => Some(None),
+            Ok(n) => u32::try_from(n)
+                .ok()
+                .filter(|&n| n < crate::numa::MAX_NODES)
+                .map(Some),
+            Err(_) => None,
+        }
+        .ok_or_else(|| VfioError::Sysfs {
+            path: self.device_dir(bdf).join("numa_node"),
+            source: std::io::Error::other(format!("{t:?} is not a NUMA node number or -1")),
+        })
+    }
+
+    /// [`Sysfs::numa_node`] for the backend: an unreadable attribute is logged and taken as
+    /// unknown (placement is an optimisation; the device works without it).
+    pub fn numa_node_or_unknown(&self, bdf: &str) -> Option<u32> {
+        self.numa_node(bdf).unwrap_or_else(|e| {
+            tracing::warn!(bdf, error = %e, "NUMA node unknown; DMA memory is not placed");
+            None
+        })
+    }
+
+    /// The CPUs local to `bdf` as the kernel lists them (`local_cpulist`, e.g. `0-3,8-11`);
+    /// `None` when the attribute is absent.
+    pub fn local_cpulist(&self, bdf: &str) -> Result<Option<String>, VfioError> {
+        self.optional_attr(bdf, "local_cpulist")
     }
 
     /// The IOMMU group of `bdf`.
@@ -321,6 +370,35 @@ mod tests {
         assert!(msg.contains("0000:01:00.0 (bound to vfio-pci)"), "{msg}");
         assert!(msg.contains("0000:01:00.1 (bound to mlx5_core)"), "{msg}");
         assert!(msg.contains("0000:01:00.2 (no driver)"), "{msg}");
+    }
+
+    #[test]
+    fn numa_node_and_local_cpus_are_read_and_minus_one_is_unknown() {
+        let fs = FakeSys::new("numa");
+        fs.device("0000:03:00.0", Some("vfio-pci"), Some(5));
+        let sys = fs.sysfs();
+        let dir = fs.root.join("devices/pci0000:00/0000:03:00.0");
+        assert_eq!(sys.numa_node("0000:03:00.0").unwrap(), None, "absent");
+        assert_eq!(sys.local_cpulist("0000:03:00.0").unwrap(), None);
+        std::fs::write(dir.join("numa_node"), "1\n").unwrap();
+        std::fs::write(dir.join("local_cpulist"), "8-15,24-31\n").unwrap();
+        assert_eq!(sys.numa_node("0000:03:00.0").unwrap(), Some(1));
+        assert_eq!(sys.numa_node_or_unknown("0000:03:00.0"), Some(1));
+        assert_eq!(
+            sys.local_cpulist("0000:03:00.0").unwrap().as_deref(),
+            Some("8-15,24-31")
+        );
+        std::fs::write(dir.join("numa_node"), "-1\n").unwrap();
+        assert_eq!(sys.numa_node("0000:03:00.0").unwrap(), None);
+        for bad in ["node1", "-2", "4096"] {
+            std::fs::write(dir.join("numa_node"), bad).unwrap();
+            let e = sys.numa_node("0000:03:00.0").unwrap_err();
+            assert!(
+                e.to_string().contains("not a NUMA node number"),
+                "{bad}: {e}"
+            );
+            assert_eq!(sys.numa_node_or_unknown("0000:03:00.0"), None);
+        }
     }
 
     #[test]

@@ -1,0 +1,196 @@
+//! The memory `perf reg-cost` registers, made ready before the clock starts: a filled `Vec`,
+//! a filled and sealed memfd, and a udmabuf over such a memfd.
+//!
+//! Owns: making each kind ([`Held`]), filling its pages so that no page is faulted in under
+//! the clock, and [`SourceError`]. Must not: register anything or time anything
+//! (`reg_cost.rs` does both), or keep a udmabuf helper outside the benchmark (udmabufs are
+//! made only here and in tests; the driver takes any dma-buf fd).
+//!
+//! Sources: memfd_create(2) with `MFD_ALLOW_SEALING` and `F_SEAL_SHRINK` (a registered
+//! memfd that shrinks would leave the device pointing at freed pages, and udmabuf refuses
+//! a memfd without that seal); `include/uapi/linux/udmabuf.h` (`struct udmabuf_create`,
+//! `UDMABUF_CREATE` = `_IOW('u', 0x42, …)`) and `drivers/dma-buf/udmabuf.c`
+//! (`udmabuf_create`: page-aligned offset and size, at most `size_limit_mb` MiB, 64 by
+//! default, which is why large sizes fail there with EINVAL).
+
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::Arc;
+
+use bypass_verbs::{DmaBufSource, MemfdRange};
+use nix::errno::Errno;
+use nix::fcntl::{FcntlArg, SealFlag, fcntl};
+use nix::sys::memfd::{MFdFlags, memfd_create};
+
+/// Where a udmabuf comes from.
+pub const UDMABUF: &str = "/dev/udmabuf";
+/// Bytes written per call when filling a memfd.
+const FILL_CHUNK: usize = 1 << 20;
+
+/// Why a source could not be made (the size is then reported as not registered).
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    /// A memfd call failed.
+    #[error(
+        "making a {len}-byte memfd: {op} failed: {errno}; the host is out of memory or memfds are refused"
+    )]
+    Memfd {
+        /// The call.
+        op: &'static str,
+        /// The memfd's size.
+        len: usize,
+        /// What the kernel said.
+        errno: Errno,
+    },
+    /// `/dev/udmabuf` could not be opened.
+    #[error("opening {UDMABUF}: {source}; run as root or give the user access to it")]
+    OpenUdmabuf {
+        /// What the OS said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// `UDMABUF_CREATE` failed.
+    #[error(
+        "UDMABUF_CREATE of {len} bytes failed: {errno}; udmabuf takes at most size_limit_mb MiB (64 by default: modprobe udmabuf size_limit_mb=1024)"
+    )]
+    Create {
+        /// The size asked for.
+        len: usize,
+        /// What the kernel said.
+        errno: Errno,
+    },
+    /// The fd the kernel returned is not a dma-buf the driver recognises.
+    #[error("the udmabuf of {len} bytes: {reason}")]
+    NotADmaBuf {
+        /// The size.
+        len: usize,
+        /// The driver's reason.
+        reason: String,
+    },
+}
+
+/// `struct udmabuf_create`.
+#[repr(C)]
+struct UdmabufCreate {
+    memfd: u32,
+    flags: u32,
+    offset: u64,
+    size: u64,
+}
+
+nix::ioctl_write_ptr!(
+    /// `UDMABUF_CREATE`.
+    udmabuf_create,
+    b'u',
+    0x42,
+    UdmabufCreate
+);
+
+/// `UDMABUF_FLAGS_CLOEXEC`.
+const UDMABUF_FLAGS_CLOEXEC: u32 = 1;
+
+/// Memory ready to register, kept between rounds.
+pub enum Held {
+    /// A filled `Vec` (given back by each deregistration).
+    Vec(Vec<u8>),
+    /// A filled, shrink-sealed memfd of the size.
+    Memfd(Arc<OwnedFd>),
+    /// A udmabuf over a filled memfd, with that memfd as its backing.
+    DmaBuf(DmaBufSource),
+}
+
+/// A `len`-byte memfd, sealed against shrinking, every page written (with ones).
+pub fn filled_memfd(len: usize) -> Result<Arc<OwnedFd>, SourceError> {
+    let err = |op| move |errno| SourceError::Memfd { op, len, errno };
+    let fd = memfd_create(
+        c"bypass-reg-cost",
+        MFdFlags::MFD_ALLOW_SEALING | MFdFlags::MFD_CLOEXEC,
+    )
+    .map_err(err("memfd_create"))?;
+    let size = i64::try_from(len).map_err(|_| SourceError::Memfd {
+        op: "ftruncate",
+        len,
+        errno: Errno::EFBIG,
+    })?;
+    nix::unistd::ftruncate(&fd, size).map_err(err("ftruncate"))?;
+    let ones = vec![1u8; FILL_CHUNK.min(len)];
+    let mut at = 0usize;
+    while at < len {
+        let n = (len - at).min(ones.len());
+        let wrote = nix::sys::uio::pwrite(&fd, &ones[..n], at as i64).map_err(err("pwrite"))?;
+        if wrote == 0 {
+            return Err(SourceError::Memfd {
+                op: "pwrite",
+                len,
+                errno: Errno::EIO,
+            });
+        }
+        at += wrote;
+    }
+    fcntl(&fd, FcntlArg::F_ADD_SEALS(SealFlag::F_SEAL_SHRINK))
+        .map_err(err("fcntl(F_ADD_SEALS, F_SEAL_SHRINK)"))?;
+    Ok(Arc::new(fd))
+}
+
+/// A udmabuf over a new filled memfd of `len` bytes, described with that memfd as its
+/// backing (what a type1 VFIO backend maps; the sim maps the dma-buf itself).
+pub fn udmabuf(len: usize) -> Result<DmaBufSource, SourceError> {
+    let memfd = filled_memfd(len)?;
+    let dev = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(UDMABUF)
+        .map_err(|source| SourceError::OpenUdmabuf { source })?;
+    let arg = UdmabufCreate {
+        memfd: memfd.as_raw_fd() as u32,
+        flags: UDMABUF_FLAGS_CLOEXEC,
+        offset: 0,
+        size: len as u64,
+    };
+    // SAFETY: the ioctl reads one `struct udmabuf_create` from a live local and writes no
+    // user memory; `dev` is an open /dev/udmabuf.
+    let raw = unsafe { udmabuf_create(dev.as_raw_fd(), &arg) }
+        .map_err(|errno| SourceError::Create { len, errno })?;
+    // SAFETY: UDMABUF_CREATE returned a new dma-buf fd that nothing else owns.
+    let dfd = unsafe { OwnedFd::from_raw_fd(raw) };
+    let mut src = DmaBufSource::from_fd(dfd).map_err(|e| SourceError::NotADmaBuf {
+        len,
+        reason: e.to_string(),
+    })?;
+    src.backing = Some(MemfdRange {
+        fd: memfd,
+        offset: 0,
+    });
+    Ok(src)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_filled_memfd_has_its_size_ones_and_cannot_shrink() {
+        let fd = filled_memfd(3 * 4096 + 100).unwrap();
+        let st = nix::sys::stat::fstat(&*fd).unwrap();
+        assert_eq!(st.st_size, 3 * 4096 + 100);
+        let mut b = [0u8; 8];
+        nix::sys::uio::pread(&*fd, &mut b, 3 * 4096 + 92).unwrap();
+        assert_eq!(b, [1; 8]);
+        assert_eq!(
+            nix::unistd::ftruncate(&*fd, 4096),
+            Err(Errno::EPERM),
+            "sealed against shrinking"
+        );
+    }
+
+    #[test]
+    fn a_udmabuf_without_the_device_names_it() {
+        if std::path::Path::new(UDMABUF).exists() {
+            return;
+        }
+        let e = udmabuf(4096)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(e.contains("opening /dev/udmabuf"), "{e}");
+    }
+}
