@@ -3,7 +3,8 @@
 #
 #   scripts/guest-test.sh vfio     the VFIO backend on QEMU's edu device behind an intel
 #                                  vIOMMU (driver/tests/vfio_edu.rs, then vfio_dmabuf.rs:
-#                                  udmabufs, dma-heap buffers and memfds; the #[ignore]d tests)
+#                                  udmabufs, dma-heap buffers and memfds; then tests/verbs_dmabuf.rs:
+#                                  a udmabuf registered on the sim; the #[ignore]d tests)
 #   scripts/guest-test.sh msix     the VFIO backend's MSI-X path: QEMU's ivshmem-doorbell device
 #                                  (4 MSI-X vectors; host side scripts/guest/ivshmem-server.py),
 #                                  each vector raised by its doorbell and seen on its own eventfd
@@ -593,6 +594,11 @@ case "$MODE" in
     build_guest_test vfio_edu
     MORE=$(test_binary bypass-driver vfio_dmabuf)
     [ -x "$MORE" ] || { echo "guest-test: building the vfio_dmabuf test binary failed" >&2; exit 1; }
+    # the sim's own dma-buf path (mmap + DMA_BUF_IOCTL_SYNC) on a real udmabuf: its one
+    # #[ignore]d test needs /dev/udmabuf, which the guest has and the host does not
+    SIMBUF=$(test_binary bypass verbs_dmabuf)
+    [ -x "$SIMBUF" ] || { echo "guest-test: building the verbs_dmabuf test binary failed" >&2; exit 1; }
+    MORE="$MORE $SIMBUF"
     echo "guest-test: running $BIN and $MORE in the guest (--iommu intel --edu)"
     start=$(date +%s)
     rc=0
