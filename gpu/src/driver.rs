@@ -70,7 +70,7 @@ fn start() -> Result<i32, GpuError> {
     // what it opened; loading libcuda runs no code that could break this process's state.
     if !unsafe { sys::is_culib_present() } {
         return Err(GpuError::NoCudaLibrary {
-            searched: cudarc::get_lib_name_candidates("cuda").join(", "),
+            searched: searched(),
         });
     }
     require(&START_SYMBOLS)?;
@@ -83,6 +83,17 @@ fn start() -> Result<i32, GpuError> {
     check("cuInit", unsafe { sys::cuInit(0) })?;
     require(&SYMBOLS)?;
     Ok(version)
+}
+
+/// cudarc's candidate names for libcuda, each once, in its order.
+fn searched() -> String {
+    let mut names: Vec<String> = Vec::new();
+    for n in cudarc::get_lib_name_candidates("cuda") {
+        if !names.contains(&n) {
+            names.push(n);
+        }
+    }
+    names.join(", ")
 }
 
 /// Fails with [`GpuError::MissingSymbol`] for the first name the loaded library lacks.
