@@ -233,6 +233,86 @@ pub enum DriverError {
         /// The errno.
         source: nix::Error,
     },
+    /// An fd given as a dma-buf that is not one.
+    #[error("{reason}")]
+    NotADmaBuf {
+        /// What `/proc/self/fdinfo` said, and the fix (`DmaBufFile::from_fd`'s text).
+        reason: String,
+    },
+    /// A dma-buf registration asked for access rights `ibv_reg_dmabuf_mr` does not grant.
+    #[error(
+        "a dma-buf cannot be registered with access bits {bits:#x}: only LOCAL_WRITE, REMOTE_WRITE, REMOTE_READ and REMOTE_ATOMIC are allowed (and RELAXED_ORDERING, a hint; man 3 ibv_reg_dmabuf_mr): drop the others (memory windows, zero-based or on-demand MRs are not offered for dma-bufs)"
+    )]
+    DmaBufAccess {
+        /// The access bits asked for.
+        bits: u32,
+    },
+    /// A dma-buf registration of no bytes.
+    #[error(
+        "a dma-buf registration of 0 bytes at offset {offset:#x} is refused (EINVAL): register at least one byte"
+    )]
+    DmaBufEmpty {
+        /// The offset asked for.
+        offset: u64,
+    },
+    /// A dma-buf registration that reaches past the end of the buffer.
+    #[error(
+        "registering {len:#x} bytes at offset {offset:#x} of a {size:#x}-byte dma-buf from {exporter} reaches past its end (EINVAL): offset + length must be at most the dma-buf's size"
+    )]
+    DmaBufOutOfRange {
+        /// The offset asked for.
+        offset: u64,
+        /// Bytes asked for.
+        len: usize,
+        /// The dma-buf's size.
+        size: u64,
+        /// The exporter's name.
+        exporter: String,
+    },
+    /// A dma-buf registration whose IOVA and offset differ in their offset within a page.
+    #[error(
+        "a dma-buf registration from offset {offset:#x} cannot be addressed from IOVA {iova:#x}: the two must have the same offset in a 4 KiB page (the MTT maps whole pages; the kernel's mlx5_ib_reg_user_mr_dmabuf refuses it too): choose an IOVA with the low 12 bits of the offset"
+    )]
+    DmaBufIovaOffset {
+        /// The offset in the dma-buf.
+        offset: u64,
+        /// The IOVA asked for.
+        iova: u64,
+    },
+    /// A dma-buf registration whose IOVA range wraps.
+    #[error(
+        "a dma-buf registration of {len:#x} bytes at IOVA {iova:#x} wraps around the 64-bit address space (EINVAL): choose a lower IOVA"
+    )]
+    DmaBufIovaWraps {
+        /// The IOVA asked for.
+        iova: u64,
+        /// Bytes.
+        len: usize,
+    },
+    /// A memfd's size could not be read, or the memfd range could not be mapped.
+    #[error(
+        "{op} of the memfd (fd {fd}) failed: {source}: pass an open memfd (memfd_create) or another shmem fd that can be mmapped MAP_SHARED"
+    )]
+    Memfd {
+        /// `fstat` or `mmap`.
+        op: &'static str,
+        /// The fd.
+        fd: i32,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// A memfd registration that reaches past the end of the memfd.
+    #[error(
+        "registering {len:#x} bytes at offset {offset:#x} of a {size:#x}-byte memfd reaches past its end: ftruncate it first (and seal it with F_SEAL_SHRINK so it cannot shrink under the device)"
+    )]
+    MemfdOutOfRange {
+        /// The offset asked for.
+        offset: u64,
+        /// Bytes asked for.
+        len: usize,
+        /// The memfd's size.
+        size: u64,
+    },
     /// Unmapping application memory failed: the device may still reach it.
     #[error(
         "unmapping the application memory at {addr:#x} ({len} bytes) from the device failed (see the log): the device may still reach it, so it is kept (leaked), never handed back or freed"

@@ -18,6 +18,7 @@ mod bar0;
 mod buffer;
 pub mod counters;
 pub mod device;
+pub mod dmabuf_mmap;
 mod engine;
 mod events;
 pub mod fabric;

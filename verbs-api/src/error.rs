@@ -316,4 +316,15 @@ pub enum VerbsError {
         /// The QP's receive CQ.
         cqn: u32,
     },
+    /// A copy into or out of device memory (through its `PeerMemory`) failed.
+    #[error("copying device memory failed: {0}")]
+    DeviceCopy(#[from] crate::driver::backend::PeerError),
+    /// A device MR whose bytes the CPU has no way to reach.
+    #[error(
+        "the dma-buf from {exporter} has no CPU path: give its DmaBufSource a PeerMemory (device memory) or its backing memfd (a udmabuf) to read and write it from the CPU"
+    )]
+    NoCpuAccess {
+        /// The exporter's name.
+        exporter: String,
+    },
 }

@@ -90,6 +90,13 @@
 //!    included; [`SharedLease::try_unfreeze`] gives the writable lease back to the last handle
 //!    only. Receives, READs and atomics, where the NIC writes, refuse it
 //!    ([`VerbsError::SharedBufferWritten`]).
+//! 8. **Device memory.** A dma-buf or a memfd range ([`Pd::register_dmabuf`],
+//!    [`Pd::register_memfd`]) is a [`DeviceMr`]: GPU memory has no CPU pointer and a memfd's
+//!    pages are shared with its other mappings, so the CPU reaches both by copies only
+//!    ([`DeviceMr::read`], [`DeviceMr::write`]). A [`DevicePool`] cuts a local-only one into
+//!    [`DeviceLease`]s, which work requests take as any lease ([`wr::LocalBuf::Device`]);
+//!    since no Rust reference covers their bytes, they may be receive, READ and atomic
+//!    targets as well as sources.
 //!
 //! What the compiler refuses (each example is a `compile_fail` doc test):
 //!
@@ -144,8 +151,11 @@
 pub use bypass_driver as driver;
 
 pub mod app_mr;
+mod chunks;
 pub mod context;
 pub mod cq;
+pub mod device_mr;
+pub mod device_pool;
 pub mod endpoint;
 pub mod error;
 pub mod exchange;
@@ -163,7 +173,10 @@ pub mod write_batch;
 pub use app_mr::{DeregisterError, MrOptions, MrOwner, OwnedMr, RawMr};
 pub use context::Context;
 pub use cq::{Completion, Cq, Poll};
+pub use device_mr::{DeviceMr, DmaBufSource};
+pub use device_pool::{DeviceLease, DevicePool};
 pub use driver::async_events::{AsyncEventKind, AsyncEventRecord, AsyncEvents};
+pub use driver::backend::{DmaBufFile, Exporter, MemfdRange, PeerError, PeerMemory};
 pub use driver::comp_channel::{CompletionChannel, CqEvent};
 pub use driver::mr::MkeyAccess as Access;
 pub use driver::poll::{WcFlags, WcOpcode, WcStatus};

@@ -1,6 +1,7 @@
 //! The memory pool: one registered region cut into equal chunks, leased out as owned
-//! [`Lease`]s that return to the pool when dropped. The free set is an atomic bitmap, so a
-//! lease is taken and returned from any thread without a lock or an allocation.
+//! [`Lease`]s that return to the pool when dropped. The free set is an atomic bitmap
+//! (`chunks.rs`), so a lease is taken and returned from any thread without a lock or an
+//! allocation.
 //!
 //! A [`Lease`] is the unit of the soundness design (see the crate docs): it is the only handle
 //! to its bytes, so whoever holds it may take `&mut [u8]`; posting a work request *moves* the
@@ -14,8 +15,8 @@
 use std::fmt;
 use std::ptr::NonNull;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::chunks::Chunks;
 use crate::error::VerbsError;
 
 /// Registered memory a pool carves up: a base pointer, a length, the device address of byte 0
@@ -35,11 +36,8 @@ pub(crate) unsafe trait PoolMemory: Send + Sync {
 struct PoolShared {
     mem: Arc<dyn PoolMemory>,
     chunk: usize,
-    count: usize,
-    /// One bit per chunk, set while it is leased.
-    used: Box<[AtomicU64]>,
-    /// Where the next search starts (a hint; any value is correct).
-    hint: AtomicU64,
+    /// Which chunks are leased.
+    chunks: Chunks,
 }
 
 /// A registered region cut into `count` chunks of `chunk` bytes, leased out one at a time.
@@ -54,7 +52,7 @@ impl fmt::Debug for MemoryPool {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("MemoryPool")
             .field("chunk", &self.shared.chunk)
-            .field("count", &self.shared.count)
+            .field("count", &self.shared.chunks.count())
             .field("leased", &self.leased())
             .finish()
     }
@@ -75,22 +73,11 @@ impl MemoryPool {
                 have: mem.len(),
             });
         }
-        let words = count.div_ceil(64);
-        let used: Box<[AtomicU64]> = (0..words).map(|_| AtomicU64::new(0)).collect();
-        // Bits past `count` in the last word are set so they are never handed out.
-        if let Some(last) = used.last() {
-            let tail = count % 64;
-            if tail != 0 {
-                last.store(!0u64 << tail, Ordering::Relaxed);
-            }
-        }
         Ok(MemoryPool {
             shared: Arc::new(PoolShared {
                 mem,
                 chunk,
-                count,
-                used,
-                hint: AtomicU64::new(0),
+                chunks: Chunks::new(count),
             }),
         })
     }
@@ -110,19 +97,12 @@ impl MemoryPool {
 
     /// How many chunks the pool has.
     pub fn capacity(&self) -> usize {
-        self.shared.count
+        self.shared.chunks.count()
     }
 
     /// How many chunks are leased now (including those held by posted work requests).
     pub fn leased(&self) -> usize {
-        let ones: u32 = self
-            .shared
-            .used
-            .iter()
-            .map(|w| w.load(Ordering::Relaxed).count_ones())
-            .sum();
-        let padding = self.shared.used.len() * 64 - self.shared.count;
-        (ones as usize).saturating_sub(padding)
+        self.shared.chunks.leased()
     }
 
     /// Leases a chunk, of which the first `len` bytes are the lease. Lock-free, no allocation.
@@ -138,38 +118,17 @@ impl MemoryPool {
                 chunk: s.chunk,
             });
         }
-        let words = s.used.len();
-        let start = (s.hint.load(Ordering::Relaxed) as usize) % words;
-        for k in 0..words {
-            let w = (start + k) % words;
-            let Some(word) = s.used.get(w) else { continue };
-            let mut cur = word.load(Ordering::Relaxed);
-            while cur != u64::MAX {
-                let bit = (!cur).trailing_zeros();
-                // Acquire: pairs with the Release in `Drop for Lease`, so the previous holder's
-                // writes to the chunk happen before ours.
-                match word.compare_exchange_weak(
-                    cur,
-                    cur | 1 << bit,
-                    Ordering::Acquire,
-                    Ordering::Relaxed,
-                ) {
-                    Ok(_) => {
-                        s.hint.store(w as u64, Ordering::Relaxed);
-                        return Ok(Lease {
-                            pool: self.shared.clone(),
-                            index: w * 64 + bit as usize,
-                            len,
-                        });
-                    }
-                    Err(now) => cur = now,
-                }
-            }
+        match s.chunks.take() {
+            Some(index) => Ok(Lease {
+                pool: self.shared.clone(),
+                index,
+                len,
+            }),
+            None => Err(VerbsError::PoolExhausted {
+                count: s.chunks.count(),
+                chunk: s.chunk,
+            }),
         }
-        Err(VerbsError::PoolExhausted {
-            count: s.count,
-            chunk: s.chunk,
-        })
     }
 }
 
@@ -268,12 +227,7 @@ impl fmt::Debug for Lease {
 
 impl Drop for Lease {
     fn drop(&mut self) {
-        let word = self.index / 64;
-        let bit = self.index % 64;
-        if let Some(w) = self.pool.used.get(word) {
-            // Release: our writes to the chunk happen before the next lessee's (Acquire).
-            w.fetch_and(!(1u64 << bit), Ordering::Release);
-        }
+        self.pool.chunks.give(self.index);
     }
 }
 

@@ -9,6 +9,7 @@
 //! Sources: libibverbs `struct ibv_send_wr` / `struct ibv_recv_wr` and the `IBV_SEND_*` flags
 //! (`verbs.h`), whose fields these types carry.
 
+use crate::device_pool::DeviceLease;
 pub use crate::driver::post::UdDest;
 use crate::endpoint::RemoteBuffer;
 use crate::pool::Lease;
@@ -26,6 +27,9 @@ pub enum LocalBuf {
     /// A frozen lease other work requests may read at the same time: SEND/WRITE sources
     /// only (refused where the NIC writes: receives, READ and atomic results).
     Shared(SharedLease),
+    /// A lease of device memory ([`crate::DevicePool`]): no Rust reference covers its bytes,
+    /// so the NIC may read or write it (sources, receives, READ and atomic results).
+    Device(DeviceLease),
 }
 
 impl LocalBuf {
@@ -34,6 +38,7 @@ impl LocalBuf {
         match self {
             LocalBuf::Lease(l) => l.iova(),
             LocalBuf::Shared(s) => s.iova(),
+            LocalBuf::Device(d) => d.iova(),
         }
     }
 
@@ -42,6 +47,7 @@ impl LocalBuf {
         match self {
             LocalBuf::Lease(l) => l.len(),
             LocalBuf::Shared(s) => s.len(),
+            LocalBuf::Device(d) => d.len(),
         }
     }
 
@@ -55,6 +61,7 @@ impl LocalBuf {
         match self {
             LocalBuf::Lease(l) => l.lkey(),
             LocalBuf::Shared(s) => s.lkey(),
+            LocalBuf::Device(d) => d.lkey(),
         }
     }
 
@@ -62,7 +69,15 @@ impl LocalBuf {
     pub fn into_lease(self) -> Option<Lease> {
         match self {
             LocalBuf::Lease(l) => Some(l),
-            LocalBuf::Shared(_) => None,
+            LocalBuf::Shared(_) | LocalBuf::Device(_) => None,
+        }
+    }
+
+    /// The device lease, if this buffer is one.
+    pub fn into_device_lease(self) -> Option<DeviceLease> {
+        match self {
+            LocalBuf::Device(d) => Some(d),
+            LocalBuf::Lease(_) | LocalBuf::Shared(_) => None,
         }
     }
 
@@ -75,6 +90,12 @@ impl LocalBuf {
 impl From<SharedLease> for LocalBuf {
     fn from(s: SharedLease) -> Self {
         LocalBuf::Shared(s)
+    }
+}
+
+impl From<DeviceLease> for LocalBuf {
+    fn from(d: DeviceLease) -> Self {
+        LocalBuf::Device(d)
     }
 }
 
@@ -168,6 +189,14 @@ impl SgeList {
             .into_iter()
             .flatten()
             .filter_map(LocalBuf::into_lease)
+    }
+
+    /// The device leases among the buffers, in order (a receive or READ into device memory).
+    pub fn into_device_leases(self) -> impl Iterator<Item = DeviceLease> {
+        self.bufs
+            .into_iter()
+            .flatten()
+            .filter_map(LocalBuf::into_device_lease)
     }
 }
 

@@ -12,5 +12,6 @@
 pub mod vfio;
 
 pub use bypass_seam::{
-    Backend, BackendError, DmaMap, HostMemory, Interrupts, IovaRange, Mmio, Progress,
+    Backend, BackendError, DmaBufFile, DmaBufSlice, DmaMap, Exporter, HostMemory, Interrupts,
+    IovaRange, MemfdRange, Mmio, PeerError, PeerMemory, Progress,
 };

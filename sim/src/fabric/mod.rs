@@ -14,7 +14,9 @@
 //!
 //! MMIO goes to `Device::mmio_read`/`mmio_write` as the bytes on the bus (`v.to_ne_bytes()` of
 //! what a `write_volatile` stores); a refused access is traced and counted, never a panic. DMA
-//! regions are mapped into the device's IOMMU; each MSI-X vector has a non-blocking eventfd.
+//! regions are mapped into the device's IOMMU, dma-bufs as peer mappings (copies through the
+//! caller's `PeerMemory`, or through an `mmap` of a CPU-mappable one, `dmabuf_mmap.rs`); each
+//! MSI-X vector has a non-blocking eventfd.
 
 use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -23,13 +25,15 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use bypass_seam::{
-    Backend, BackendError, DmaMap, HostMemory, Interrupts, IovaRange, Mmio, Progress,
+    Backend, BackendError, DmaBufSlice, DmaMap, Exporter, HostMemory, Interrupts, IovaRange, Mmio,
+    PeerMemory, Progress,
 };
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::eventfd::{EfdFlags, EventFd};
 
 use crate::Profile;
 use crate::device::Device;
+use crate::dmabuf_mmap::MappedDmaBuf;
 use crate::iommu::Perm;
 use crate::world::{LinkConfig, Livelock, World};
 
@@ -499,6 +503,41 @@ impl DmaMap for SimBackend {
             })
     }
 
+    /// With `slice.peer`: a mapping whose accesses are copies through it. Without one, a
+    /// CPU-mappable exporter's pages `mmap`ed ([`MappedDmaBuf`]: copies bracketed with
+    /// `DMA_BUF_IOCTL_SYNC`). Anything else is refused, naming the exporter.
+    fn map_dmabuf(&self, iova: u64, slice: &DmaBufSlice) -> Result<(), BackendError> {
+        let exporter = slice.file.exporter();
+        let refuse = |reason: String| BackendError::DmaBuf {
+            iova,
+            len: slice.len,
+            exporter: exporter.name().to_owned(),
+            reason,
+        };
+        let offset = usize::try_from(slice.offset)
+            .map_err(|_| refuse(format!("offset {:#x} does not fit", slice.offset)))?;
+        let (peer, at): (Arc<dyn PeerMemory>, usize) = match &slice.peer {
+            Some(p) => (p.clone(), offset),
+            None if exporter.cpu_mappable() => {
+                let m = MappedDmaBuf::new(
+                    slice.file.fd().clone(),
+                    slice.offset,
+                    slice.len,
+                    exporter.name(),
+                )
+                .map_err(|e| refuse(e.to_string()))?;
+                (Arc::new(m), 0)
+            }
+            None => return Err(refuse(no_cpu_path(exporter))),
+        };
+        let mut world = lock(&self.fabric.inner.world);
+        world
+            .device(self.id)
+            .iommu()
+            .map_peer(iova, peer, at, slice.len, Perm::RW)
+            .map_err(|e| refuse(e.to_string()))
+    }
+
     fn unmap_dma(&self, iova: u64, len: usize) -> Result<(), BackendError> {
         let mut world = lock(&self.fabric.inner.world);
         world
@@ -512,6 +551,18 @@ impl DmaMap for SimBackend {
                 len,
                 reason: e.to_string(),
             })
+    }
+}
+
+/// Why the sim cannot reach a dma-buf from `exporter` without a [`PeerMemory`], and the fix.
+fn no_cpu_path(exporter: &Exporter) -> String {
+    match exporter {
+        Exporter::Nvidia => {
+            "CUDA memory is not CPU-mappable: pass its PeerMemory (bypass-gpu does)".to_owned()
+        }
+        other => format!(
+            "{other} buffers are not CPU-mappable and no PeerMemory was given: the simulated device reaches device memory only by copies, so pass a PeerMemory for it"
+        ),
     }
 }
 

@@ -13,12 +13,25 @@
 //! Rules follow VFIO type1 (`drivers/vfio/vfio_iommu_type1.c`): IOVA, size and host offset
 //! page-aligned; no overlap with an existing mapping (EEXIST); unmap removes whole mappings
 //! that lie inside the range and refuses to split one.
+//!
+//! A mapping reaches either host memory (an `Arc<dyn HostMemory>`: raw-pointer copies, and the
+//! fast paths of the remembered mappings (`recent.rs`), `resolve` and `write_within_one`) or peer memory (an
+//! `Arc<dyn PeerMemory>`: a dma-buf the CPU cannot point into, reached only by its copies;
+//! the fast paths skip it and the access takes the copy path). A failed peer copy is a
+//! [`DmaFault`] like any other.
 
 use std::collections::BTreeMap;
-use std::ptr::NonNull;
 use std::sync::Arc;
 
+use bypass_seam::PeerMemory;
+
 use crate::memory::{HostMemory, PAGE_SIZE, copy_small};
+
+mod recent;
+
+#[cfg(test)]
+use recent::RECENT;
+use recent::{Cached, Recent};
 
 /// Permissions of a mapping (`VFIO_DMA_MAP_FLAG_READ` / `_WRITE`, from the device's view).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -146,11 +159,59 @@ impl std::fmt::Debug for HostRun {
     }
 }
 
+/// What a mapping reaches.
+enum Target {
+    /// Host memory, from this offset in it: reached through its base pointer.
+    Host(Arc<dyn HostMemory>),
+    /// Peer memory, from this offset in it: reached by its copies only.
+    Peer(Arc<dyn PeerMemory>),
+}
+
 struct Mapping {
     len: usize,
-    mem: Arc<dyn HostMemory>,
+    target: Target,
+    /// Offset of the mapping's first byte in the target.
     offset: usize,
     perm: Perm,
+}
+
+impl Mapping {
+    fn allows(&self, dir: Dir) -> bool {
+        match dir {
+            Dir::Read => self.perm.read,
+            Dir::Write => self.perm.write,
+        }
+    }
+}
+
+/// A piece of an access inside one mapping ([`Iommu::segment`]).
+enum Seg<'a> {
+    Host(&'a Arc<dyn HostMemory>),
+    Peer(&'a Arc<dyn PeerMemory>),
+}
+
+impl Seg<'_> {
+    /// Copies `dst.len()` bytes at `off` of the target; false if the copy failed.
+    fn read(&self, off: usize, dst: &mut [u8]) -> bool {
+        match self {
+            Seg::Host(m) => m.read_at(off, dst),
+            Seg::Peer(p) => p
+                .read_at(off, dst)
+                .inspect_err(|e| tracing::warn!(error = %e, "device read of peer memory"))
+                .is_ok(),
+        }
+    }
+
+    /// Copies `src` to `off` of the target; false if the copy failed.
+    fn write(&self, off: usize, src: &[u8]) -> bool {
+        match self {
+            Seg::Host(m) => m.write_at(off, src),
+            Seg::Peer(p) => p
+                .write_at(off, src)
+                .inspect_err(|e| tracing::warn!(error = %e, "device write of peer memory"))
+                .is_ok(),
+        }
+    }
 }
 
 /// The IOVA space of one device.
@@ -160,106 +221,6 @@ pub struct Iommu {
     faults: u64,
     /// The mappings of the last few accesses.
     recent: Recent,
-}
-
-/// Slots of [`Recent`].
-const RECENT: usize = 4;
-
-/// A mapping an access went through lately: its IOVA range, buffer and rights.
-struct Cached {
-    start: u64,
-    end: u64,
-    mem: Arc<dyn HostMemory>,
-    offset: usize,
-    perm: Perm,
-    /// The mapping's first byte in host memory (`mem.base() + offset`), so that an access
-    /// inside the mapping copies without asking `mem` for its base and length again.
-    host: NonNull<u8>,
-}
-
-impl Cached {
-    /// The offset of `iova` into this mapping, if the mapping holds the whole of
-    /// `iova..iova + len` and allows `dir` (the test [`Recent::hit`] and [`Recent::host`]
-    /// share).
-    #[inline(always)]
-    fn within(&self, iova: u64, len: usize, dir: Dir) -> Option<u64> {
-        // `iova - start` below the mapping's length: `start <= iova < end` in one compare
-        // (a remembered mapping is never empty); then the range's end within the mapping.
-        let within = iova.wrapping_sub(self.start);
-        let ok = match dir {
-            Dir::Read => self.perm.read,
-            Dir::Write => self.perm.write,
-        };
-        (ok && within < self.end - self.start && len as u64 <= self.end - iova).then_some(within)
-    }
-}
-
-// SAFETY: `host` points into the buffer `mem` keeps alive (the `Arc` is held beside it), whose
-// bytes the `HostMemory` contract (a `Send + Sync` trait) lets any thread read and write
-// through raw pointers. The pointer is only an address of that buffer: sending or sharing a
-// `Cached` shares nothing `mem` does not already allow.
-unsafe impl Send for Cached {}
-// SAFETY: as for `Send`.
-unsafe impl Sync for Cached {}
-
-/// The last few mappings accesses went through (a ping-pong touches about four: SQ ring,
-/// doorbell record, CQ ring, buffer), so that an access inside one costs a compare, not a
-/// tree search. Emptied whenever a mapping goes away.
-#[derive(Default)]
-struct Recent {
-    slots: [Option<Cached>; RECENT],
-    next: usize,
-}
-
-impl Recent {
-    /// The slot and the offset into its buffer of `iova..iova + len`, if a remembered
-    /// mapping holds the whole range and allows `dir`.
-    #[inline]
-    fn hit(&self, iova: u64, len: usize, dir: Dir) -> Option<(usize, usize)> {
-        for (i, c) in self.slots.iter().enumerate() {
-            let Some(c) = c else { continue };
-            if let Some(within) = c.within(iova, len, dir) {
-                let within = usize::try_from(within).ok()?;
-                return Some((i, c.offset.checked_add(within)?));
-            }
-        }
-        None
-    }
-
-    /// The host address of `iova..iova + len`, if a remembered mapping holds the whole range
-    /// and allows `dir`: [`Recent::hit`] for the accesses that copy at once.
-    #[inline]
-    fn host(&self, iova: u64, len: usize, dir: Dir) -> Option<NonNull<u8>> {
-        for c in self.slots.iter().flatten() {
-            if let Some(within) = c.within(iova, len, dir) {
-                // `within + len` is inside the mapping, which `Iommu::map` checked lies inside
-                // the buffer, so the address is inside the allocation `host` points into.
-                let within = usize::try_from(within).ok()?;
-                // SAFETY: in bounds of the mapping's host range (above), itself inside the
-                // buffer `mem` keeps allocated.
-                return Some(unsafe { c.host.add(within) });
-            }
-        }
-        None
-    }
-
-    /// The buffer of slot `i` (one [`Recent::hit`] returned).
-    fn mem(&self, i: usize) -> Option<&Arc<dyn HostMemory>> {
-        self.slots.get(i)?.as_ref().map(|c| &c.mem)
-    }
-
-    /// Remembers `c`, replacing the oldest slot.
-    fn remember(&mut self, c: Cached) {
-        if let Some(slot) = self.slots.get_mut(self.next % RECENT) {
-            *slot = Some(c);
-        }
-        self.next = self.next.wrapping_add(1);
-    }
-
-    /// Forgets everything (a mapping went away).
-    fn clear(&mut self) {
-        self.slots = Default::default();
-    }
 }
 
 impl std::fmt::Debug for Iommu {
@@ -293,6 +254,35 @@ impl Iommu {
         len: usize,
         perm: Perm,
     ) -> Result<(), MapError> {
+        let host_len = mem.len();
+        self.insert(iova, Target::Host(mem), host_len, offset, len, perm)
+    }
+
+    /// Maps `len` bytes of `peer` starting at `offset` at `iova`: every access to them is a
+    /// copy through [`PeerMemory::read_at`] / [`PeerMemory::write_at`] (a dma-buf the CPU
+    /// cannot point into). The same rules as [`Iommu::map`].
+    pub fn map_peer(
+        &mut self,
+        iova: u64,
+        peer: Arc<dyn PeerMemory>,
+        offset: usize,
+        len: usize,
+        perm: Perm,
+    ) -> Result<(), MapError> {
+        let peer_len = peer.len();
+        self.insert(iova, Target::Peer(peer), peer_len, offset, len, perm)
+    }
+
+    /// [`Iommu::map`]'s checks, then the mapping.
+    fn insert(
+        &mut self,
+        iova: u64,
+        target: Target,
+        target_len: usize,
+        offset: usize,
+        len: usize,
+        perm: Perm,
+    ) -> Result<(), MapError> {
         let page = PAGE_SIZE as u64;
         if iova % page != 0 || len % PAGE_SIZE != 0 || offset % PAGE_SIZE != 0 {
             return Err(MapError::Unaligned { iova, len, offset });
@@ -301,11 +291,11 @@ impl Iommu {
             .checked_add(len as u64)
             .filter(|_| len > 0)
             .ok_or(MapError::BadRange { iova, len })?;
-        if offset.checked_add(len).is_none_or(|e| e > mem.len()) {
+        if offset.checked_add(len).is_none_or(|e| e > target_len) {
             return Err(MapError::OutsideBuffer {
                 offset,
                 len,
-                host_len: mem.len(),
+                host_len: target_len,
             });
         }
         // The mapping that starts last at or before `end - 1` is the only one that can overlap.
@@ -322,7 +312,7 @@ impl Iommu {
             iova,
             Mapping {
                 len,
-                mem,
+                target,
                 offset,
                 perm,
             },
@@ -408,7 +398,7 @@ impl Iommu {
                 self.faults += 1;
                 return Err(fault);
             };
-            if !mem.read_at(off, &mut dst[done..done + n]) {
+            if !mem.read(off, &mut dst[done..done + n]) {
                 self.faults += 1;
                 return Err(fault);
             }
@@ -475,7 +465,7 @@ impl Iommu {
                 self.faults += 1;
                 return Err(fault);
             };
-            if !mem.write_at(off, &src[done..done + n]) {
+            if !mem.write(off, &src[done..done + n]) {
                 self.faults += 1;
                 return Err(fault);
             }
@@ -524,7 +514,11 @@ impl Iommu {
         self.walk(iova, len, dir)?;
         let mut done = 0;
         while done < len {
-            let (mem, off, n) = self.segment(iova.checked_add(done as u64)?, len - done)?;
+            let (seg, off, n) = self.segment(iova.checked_add(done as u64)?, len - done)?;
+            // Peer memory has no host address: the caller takes the copy path.
+            let Seg::Host(mem) = seg else {
+                return None;
+            };
             // Runs that continue the previous one in the same buffer merge (one copy, not one
             // per page).
             match out.last_mut() {
@@ -569,24 +563,24 @@ impl Iommu {
     fn remember_mapping(&mut self, iova: u64, len: usize, dir: Dir) -> Option<(usize, usize)> {
         let (&start, m) = self.maps.range(..=iova).next_back()?;
         let within = usize::try_from(iova - start).ok()?;
-        let ok = match dir {
-            Dir::Read => m.perm.read,
-            Dir::Write => m.perm.write,
-        };
-        if !ok || within >= m.len || len > m.len - within {
+        if !m.allows(dir) || within >= m.len || len > m.len - within {
             return None;
         }
-        if m.offset.checked_add(m.len).is_none_or(|e| e > m.mem.len()) {
+        // A peer mapping has no host address to remember.
+        let Target::Host(mem) = &m.target else {
+            return None;
+        };
+        if m.offset.checked_add(m.len).is_none_or(|e| e > mem.len()) {
             // `map` refuses such a mapping; never remember one.
             return None;
         }
         // SAFETY: `offset + len <= mem.len()` (checked above), so `offset` is inside (or at
         // the end of) the allocation `base()` points to.
-        let host = unsafe { m.mem.base().add(m.offset) };
+        let host = unsafe { mem.base().add(m.offset) };
         let c = Cached {
             start,
             end: start.checked_add(m.len as u64)?,
-            mem: m.mem.clone(),
+            mem: mem.clone(),
             offset: m.offset,
             perm: m.perm,
             host,
@@ -602,11 +596,7 @@ impl Iommu {
         while at < end || (len == 0 && at == iova) {
             let (&start, m) = self.maps.range(..=at).next_back()?;
             let m_end = start + m.len as u64;
-            let ok = match dir {
-                Dir::Read => m.perm.read,
-                Dir::Write => m.perm.write,
-            };
-            if at >= m_end || !ok {
+            if at >= m_end || !m.allows(dir) {
                 return None;
             }
             if len == 0 {
@@ -617,199 +607,29 @@ impl Iommu {
         Some(())
     }
 
-    /// The host memory behind `iova`, the offset in it, and how many of `len` bytes are
+    /// The memory behind `iova`, the offset in it, and how many of `len` bytes are
     /// contiguous there.
-    fn segment(&self, iova: u64, len: usize) -> Option<(&Arc<dyn HostMemory>, usize, usize)> {
+    fn segment(&self, iova: u64, len: usize) -> Option<(Seg<'_>, usize, usize)> {
         let (&start, m) = self.maps.range(..=iova).next_back()?;
         let within = usize::try_from(iova - start).ok()?;
         if within >= m.len {
             return None;
         }
-        Some((&m.mem, m.offset + within, len.min(m.len - within)))
+        let seg = match &m.target {
+            Target::Host(mem) => Seg::Host(mem),
+            Target::Peer(p) => Seg::Peer(p),
+        };
+        Some((seg, m.offset + within, len.min(m.len - within)))
+    }
+
+    /// Number of live mappings that reach peer memory (by copies).
+    pub fn peer_mappings(&self) -> usize {
+        self.maps
+            .values()
+            .filter(|m| matches!(m.target, Target::Peer(_)))
+            .count()
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::memory::SimMemory;
-
-    fn mem(pages: usize) -> Arc<SimMemory> {
-        Arc::new(SimMemory::new(pages * PAGE_SIZE).unwrap())
-    }
-
-    #[test]
-    fn read_and_write_through_a_mapping() {
-        let m = mem(2);
-        let mut io = Iommu::new();
-        io.map(0x10000, m.clone(), 0, 2 * PAGE_SIZE, Perm::RW)
-            .unwrap();
-        io.write(0x10ffe, &[1, 2, 3, 4]).unwrap();
-        assert_eq!(m.to_vec(0xffe, 4).unwrap(), vec![1, 2, 3, 4]);
-        let mut b = [0; 4];
-        io.read(0x10ffe, &mut b).unwrap();
-        assert_eq!(b, [1, 2, 3, 4]);
-    }
-
-    #[test]
-    fn access_spanning_two_adjacent_mappings_of_different_buffers() {
-        let (a, b) = (mem(1), mem(1));
-        let mut io = Iommu::new();
-        io.map(0x20000, a.clone(), 0, PAGE_SIZE, Perm::RW).unwrap();
-        io.map(0x21000, b.clone(), 0, PAGE_SIZE, Perm::RW).unwrap();
-        io.write(0x20ffe, &[9, 8, 7, 6]).unwrap();
-        assert_eq!(a.to_vec(0xffe, 2).unwrap(), vec![9, 8]);
-        assert_eq!(b.to_vec(0, 2).unwrap(), vec![7, 6]);
-    }
-
-    #[test]
-    fn unmapped_or_partially_mapped_access_faults_and_touches_nothing() {
-        let m = mem(1);
-        let mut io = Iommu::new();
-        io.map(0x10000, m.clone(), 0, PAGE_SIZE, Perm::RW).unwrap();
-        let e = io.write(0x10ffe, &[1, 2, 3, 4]).unwrap_err();
-        assert_eq!(
-            e,
-            DmaFault {
-                iova: 0x10ffe,
-                len: 4,
-                dir: Dir::Write
-            }
-        );
-        assert_eq!(
-            m.to_vec(0xffe, 2).unwrap(),
-            vec![0, 0],
-            "an all-or-nothing DMA wrote part of itself"
-        );
-        assert!(io.read(0x5000, &mut [0; 1]).is_err());
-        assert!(io.read(u64::MAX, &mut [0; 2]).is_err());
-        assert_eq!(io.faults(), 3);
-    }
-
-    #[test]
-    fn write_within_one_writes_only_inside_one_writable_mapping_and_counts_nothing() {
-        let (a, b) = (mem(1), mem(1));
-        let mut io = Iommu::new();
-        io.map(0x20000, a.clone(), 0, PAGE_SIZE, Perm::RW).unwrap();
-        io.map(0x21000, b.clone(), 0, PAGE_SIZE, Perm::RW).unwrap();
-        io.map(0x30000, mem(1), 0, PAGE_SIZE, Perm::RO).unwrap();
-        // Inside one mapping: written, on a miss and on the remembered hit alike.
-        assert!(io.write_within_one(0x20ff8, &[1, 2, 3, 4, 5, 6, 7, 8]));
-        assert!(io.write_within_one(0x21000, &[9; 4]));
-        assert!(io.write_within_one(0x20ff0, &[7; 8]));
-        assert_eq!(
-            a.to_vec(0xff0, 16).unwrap(),
-            [[7; 8], [1, 2, 3, 4, 5, 6, 7, 8]].concat()
-        );
-        assert_eq!(b.to_vec(0, 4).unwrap(), vec![9; 4]);
-        // Across two mappings, unmapped, read-only: refused, nothing written, nothing counted
-        // (the caller's fallback reports it).
-        assert!(!io.write_within_one(0x20ffe, &[0xee; 4]));
-        assert!(!io.write_within_one(0x5000, &[0xee; 4]));
-        assert!(!io.write_within_one(0x30000, &[0xee; 4]));
-        assert_eq!(a.to_vec(0xffe, 2).unwrap(), vec![7, 8]);
-        assert_eq!(b.to_vec(0, 2).unwrap(), vec![9, 9]);
-        assert_eq!(io.faults(), 0);
-    }
-
-    #[test]
-    fn read_only_mapping_refuses_device_writes() {
-        let mut io = Iommu::new();
-        io.map(0x10000, mem(1), 0, PAGE_SIZE, Perm::RO).unwrap();
-        assert!(io.read(0x10000, &mut [0; 8]).is_ok());
-        assert!(io.write(0x10000, &[0; 8]).is_err());
-    }
-
-    #[test]
-    fn map_rules_follow_vfio_type1() {
-        let m = mem(4);
-        let mut io = Iommu::new();
-        assert!(matches!(
-            io.map(0x10001, m.clone(), 0, PAGE_SIZE, Perm::RW),
-            Err(MapError::Unaligned { .. })
-        ));
-        assert!(matches!(
-            io.map(0x10000, m.clone(), 0, 5 * PAGE_SIZE, Perm::RW),
-            Err(MapError::OutsideBuffer { .. })
-        ));
-        assert!(matches!(
-            io.map(0x10000, m.clone(), 0, 0, Perm::RW),
-            Err(MapError::BadRange { .. })
-        ));
-        io.map(0x10000, m.clone(), 0, 2 * PAGE_SIZE, Perm::RW)
-            .unwrap();
-        assert!(matches!(
-            io.map(0x11000, m.clone(), 0, PAGE_SIZE, Perm::RW),
-            Err(MapError::Overlap {
-                existing: 0x10000,
-                ..
-            })
-        ));
-        assert!(matches!(
-            io.map(0xf000, m.clone(), 0, 2 * PAGE_SIZE, Perm::RW),
-            Err(MapError::Overlap { .. })
-        ));
-        io.map(0x12000, m.clone(), 2 * PAGE_SIZE, PAGE_SIZE, Perm::RW)
-            .unwrap();
-        assert!(matches!(
-            io.unmap(0x11000, PAGE_SIZE),
-            Err(MapError::WouldSplit { .. })
-        ));
-        assert_eq!(io.unmap(0x10000, 3 * PAGE_SIZE).unwrap(), 3 * PAGE_SIZE);
-        assert_eq!(io.mappings(), 0);
-        assert_eq!(io.unmap(0x10000, PAGE_SIZE).unwrap(), 0);
-    }
-
-    #[test]
-    fn unmap_then_dma_faults() {
-        let m = mem(1);
-        let mut io = Iommu::new();
-        io.map(0x10000, m, 0, PAGE_SIZE, Perm::RW).unwrap();
-        io.unmap(0x10000, PAGE_SIZE).unwrap();
-        assert!(io.write(0x10000, &[1]).is_err());
-    }
-
-    #[test]
-    fn an_access_after_a_remap_reaches_the_new_buffer_not_a_remembered_one() {
-        let (old, new) = (mem(2), mem(1));
-        let mut io = Iommu::new();
-        io.map(0x10000, old.clone(), 0, 2 * PAGE_SIZE, Perm::RW)
-            .unwrap();
-        // Used: remembered as a recent mapping.
-        io.write(0x10010, &[1]).unwrap();
-        io.write(0x11010, &[2]).unwrap();
-        io.unmap(0x10000, 2 * PAGE_SIZE).unwrap();
-        assert!(io.read(0x11010, &mut [0]).is_err(), "unmapped: faults");
-        io.map(0x10000, new.clone(), 0, PAGE_SIZE, Perm::RO)
-            .unwrap();
-        io.read(0x10010, &mut [0]).unwrap();
-        assert!(
-            io.write(0x10010, &[3]).is_err(),
-            "the new mapping is read-only"
-        );
-        assert!(
-            io.read(0x11010, &mut [0]).is_err(),
-            "beyond the new mapping"
-        );
-        assert_eq!(old.to_vec(0x10, 1).unwrap(), vec![1]);
-        assert_eq!(new.to_vec(0x10, 1).unwrap(), vec![0]);
-        assert_eq!(io.faults(), 3);
-    }
-
-    #[test]
-    fn more_mappings_in_use_than_remembered_each_reach_their_own_buffer() {
-        let bufs: Vec<_> = (0..(RECENT + 3)).map(|_| mem(1)).collect();
-        let mut io = Iommu::new();
-        for (i, b) in bufs.iter().enumerate() {
-            io.map(0x10000 * (i as u64 + 1), b.clone(), 0, PAGE_SIZE, Perm::RW)
-                .unwrap();
-        }
-        for round in 0..3u8 {
-            for (i, b) in bufs.iter().enumerate() {
-                io.write(0x10000 * (i as u64 + 1) + 8, &[round + i as u8])
-                    .unwrap();
-                assert_eq!(b.to_vec(8, 1).unwrap(), vec![round + i as u8]);
-            }
-        }
-    }
-}
+mod tests;
