@@ -69,9 +69,7 @@ fn start() -> Result<i32, GpuError> {
     // SAFETY: `is_culib_present` only tries `dlopen` on cudarc's candidate names and closes
     // what it opened; loading libcuda runs no code that could break this process's state.
     if !unsafe { sys::is_culib_present() } {
-        return Err(GpuError::NoCudaLibrary {
-            searched: searched(),
-        });
+        return Err(GpuError::NoCudaLibrary { tried: tried() });
     }
     require(&START_SYMBOLS)?;
     let mut version: c_int = 0;
@@ -86,14 +84,14 @@ fn start() -> Result<i32, GpuError> {
 }
 
 /// cudarc's candidate names for libcuda, each once, in its order.
-fn searched() -> String {
+fn tried() -> Vec<String> {
     let mut names: Vec<String> = Vec::new();
     for n in cudarc::get_lib_name_candidates("cuda") {
         if !names.contains(&n) {
             names.push(n);
         }
     }
-    names.join(", ")
+    names
 }
 
 /// Fails with [`GpuError::MissingSymbol`] for the first name the loaded library lacks.

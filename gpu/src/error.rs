@@ -30,11 +30,12 @@ pub fn cuda_name(code: CUresult) -> String {
 pub enum GpuError {
     /// No CUDA driver library (`libcuda.so.1`) could be loaded.
     #[error(
-        "opening CUDA: no CUDA driver library could be loaded (searched {searched}): install the NVIDIA driver (it ships libcuda.so.1), or point LD_LIBRARY_PATH at the folder that holds it"
+        "opening CUDA: no CUDA driver library could be loaded (libcuda.so.1 and {} other names tried on the loader's path): install the NVIDIA driver (it ships libcuda.so.1), or point LD_LIBRARY_PATH at the folder that holds it",
+        tried.len().saturating_sub(1)
     )]
     NoCudaLibrary {
-        /// The names tried, as the loader tried them.
-        searched: String,
+        /// The names tried, in the loader's order.
+        tried: Vec<String>,
     },
     /// The library loaded but lacks a function this crate calls.
     #[error(
@@ -185,7 +186,7 @@ mod tests {
         assert!(oom.to_string().contains("CUDA_ERROR_OUT_OF_MEMORY (2)"));
         assert!(
             GpuError::NoCudaLibrary {
-                searched: "libcuda.so".into()
+                tried: vec!["libcuda.so.1".into()]
             }
             .is_no_gpu()
         );

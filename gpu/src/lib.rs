@@ -3,7 +3,7 @@
 //! Owns: opening a CUDA device ([`Gpu`], [`devices`]), allocating GPU memory
 //! ([`GpuBuffer`]), exporting it as a dma-buf ([`DmaBufExport`], perftest's way), and the
 //! seam's [`bypass_seam::PeerMemory`] over it ([`CudaPeer`]) through which the sim reaches
-//! it. Must not touch: the driver, the sim or the verbs crate's internals; it only uses
+//! it, and its registration ([`register`], [`GpuPool`]: one allocation, one MR, leases). Must not touch: the driver, the sim or the verbs crate's internals; it only uses
 //! their public API (the seam types, and `Pd::register_dmabuf` in `mr.rs`).
 //!
 //! cudarc with `dynamic-loading` binds libcuda at run time, so this crate builds and its
@@ -21,7 +21,9 @@
 mod buffer;
 mod driver;
 mod error;
+mod mr;
 
 pub use buffer::{CudaPeer, DmaBufExport, GPU_ALLOC_ALIGN, GpuBuffer};
 pub use driver::{DeviceInfo, Gpu, PCIE_MAPPING_MIN_DRIVER, devices, normalize_bdf};
 pub use error::{CUDA_ERROR_NO_DEVICE, GpuError, cuda_name};
+pub use mr::{GpuMr, GpuMrError, GpuPool, register, register_export};
