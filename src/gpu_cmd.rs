@@ -15,25 +15,41 @@
 
 use std::fmt::Write as _;
 
-use bypass_gpu::{DeviceInfo, GpuError};
+use std::process::ExitCode;
+
+use bypass_gpu::DeviceInfo;
 use clap::Subcommand;
+
+use crate::gpu_check::{self, CheckOpts};
 
 /// `bypass gpu` subcommands.
 #[derive(Subcommand, Debug)]
 pub enum GpuCommand {
     /// List the CUDA devices: ordinal, name, PCI bus id, dma-buf support.
     Info,
+    /// RDMA WRITE/READ/SEND between GPU and host memory on two sim NICs, every byte
+    /// checked, and GPU->GPU WRITE bandwidth against cuMemcpyDtoD (exit 77: no GPU).
+    Check(CheckOpts),
 }
 
-/// Runs a `bypass gpu` subcommand.
-pub fn run(cmd: &GpuCommand) -> Result<(), GpuError> {
-    match cmd {
-        GpuCommand::Info => {
-            let (version, list) = bypass_gpu::devices()?;
-            print!("{}", info_text(version, &list));
-            Ok(())
-        }
-    }
+/// Runs a `bypass gpu` subcommand; prints its error and returns the exit code (1 on an
+/// error; `gpu check` 77 when there is no GPU).
+pub fn main(cmd: &GpuCommand) -> ExitCode {
+    let (why, code) = match cmd {
+        GpuCommand::Info => match bypass_gpu::devices() {
+            Ok((version, list)) => {
+                print!("{}", info_text(version, &list));
+                return ExitCode::SUCCESS;
+            }
+            Err(e) => (e.to_string(), 1),
+        },
+        GpuCommand::Check(o) => match gpu_check::run(o) {
+            Ok(()) => return ExitCode::SUCCESS,
+            Err(e) => (e.to_string(), e.exit_code()),
+        },
+    };
+    eprintln!("bypass: {why}");
+    ExitCode::from(code)
 }
 
 /// `gpu info`'s text for a driver version and its devices.

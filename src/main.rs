@@ -12,6 +12,7 @@ mod device;
 mod device_stats;
 mod devinfo;
 mod explain;
+mod gpu_check;
 mod gpu_cmd;
 mod perf;
 mod ping;
@@ -84,7 +85,7 @@ fn main() -> ExitCode {
         Command::Perf(cmd) => perf::run(cmd).map_err(Into::into),
         Command::Stats(opts) => device_stats::run(&opts).map_err(Into::into),
         Command::Topo(opts) => topo::run(&opts).map_err(Into::into),
-        Command::Gpu(cmd) => gpu_cmd::run(&cmd).map_err(Into::into),
+        Command::Gpu(cmd) => return gpu_cmd::main(&cmd),
     };
     let result: Result<(), Box<dyn std::error::Error>> = result;
     match result {
