@@ -242,10 +242,10 @@ impl GpuBuffer {
         };
         ctx.bind()?;
         let mut fd: c_int = -1;
-        // SAFETY: `[aligned, + aligned_size)` covers this live allocation's used bytes
-        // (cuMemAlloc's pointers are at least 256-byte aligned, so `aligned` lies within
-        // the allocation's first host page); the handle out-pointer is a live c_int, the
-        // size the dma-buf handle type writes.
+        // SAFETY: the context is current; `[aligned, + aligned_size)` is the host-page
+        // rounding of this live allocation's used bytes, the range the driver documents
+        // for the dma-buf handle type (perftest exports the same); the handle out-pointer
+        // is a live c_int, the size this handle type writes.
         check("cuMemGetHandleForAddressRange", unsafe {
             sys::cuMemGetHandleForAddressRange(
                 (&mut fd as *mut c_int).cast::<c_void>(),
