@@ -307,3 +307,77 @@ fn gpu_check_script_skips_without_a_gpu_and_builds_nothing() {
     assert_eq!(code, 77, "{text}");
     assert!(text.contains("skipped: no /dev/nvidia0"), "{text}");
 }
+
+#[test]
+fn write_bw_use_cuda_streams_between_gpu_buffers_and_checks_the_data() {
+    let dir = lib_dir("perf-host", Lib::HostMemory);
+    let (code, out, err) = bypass_with_gpus(
+        &dir,
+        1,
+        &[
+            "perf",
+            "write-bw",
+            "--use-cuda",
+            "-s",
+            "4096",
+            "-n",
+            "200",
+            "-q",
+            "2",
+            "--check",
+        ],
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(code, 0, "stdout: {out}\nstderr: {err}");
+    assert!(
+        out.starts_with("GPU memory: GPU 0 (bypass host-memory CUDA stand-in, 0000:c1:00.0), target and sources registered through dma-bufs\n"),
+        "{out}"
+    );
+    assert!(out.contains(" Max inline data : 0[B]\n"), "{out}");
+    assert!(
+        out.contains(" Use CUDA        : GPU 0 (dma-buf MRs)\n"),
+        "{out}"
+    );
+    let row = out
+        .lines()
+        .find(|l| l.trim_start().starts_with("4096 "))
+        .unwrap_or_else(|| panic!("no 4096-byte row in\n{out}"));
+    assert_eq!(row.split_whitespace().nth(1), Some("200"), "{row}");
+}
+
+#[test]
+fn use_cuda_is_refused_where_perftest_refuses_it_and_without_a_gpu() {
+    let dir = lib_dir("perf-refuse", Lib::NoDevice);
+    let (code, _, err) = bypass_with_libs(&dir, &["perf", "write-lat", "--use-cuda=1"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains(
+            "--use-cuda=1: perftest supports CUDA latency tests with read/send verbs only"
+        ),
+        "{err}"
+    );
+    let (code, _, err) = bypass_with_libs(&dir, &["perf", "send-bw", "--use-cuda"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("GPU memory is built for write-bw here"),
+        "{err}"
+    );
+    let (code, _, err) = bypass_with_libs(
+        &dir,
+        &["perf", "write-bw", "--use-cuda", "-I", "64", "-s", "64"],
+    );
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("perftest doesn't support CUDA tests with inline messages"),
+        "{err}"
+    );
+    let (code, out, err) = bypass_with_libs(&dir, &["perf", "write-bw", "--use-cuda"]);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("bypass: --use-cuda: cuInit failed with CUDA_ERROR_NO_DEVICE (100)"),
+        "{err}"
+    );
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(!out.contains("#bytes"), "no table without a GPU: {out}");
+}
