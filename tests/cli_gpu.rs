@@ -58,7 +58,12 @@ fn lib_dir(tag: &str, lib: Lib) -> PathBuf {
             .join("deps")
             .join(name);
         assert!(so.exists(), "{} was not built", so.display());
-        std::fs::copy(&so, dir.join("libcuda.so.1")).expect("stage libcuda.so.1");
+        // Also as libcuda.so, cudarc's first candidate name: on a host with NVIDIA's
+        // libcuda.so in a system folder, that name would otherwise load the real driver
+        // before libcuda.so.1 is looked for here.
+        for name in ["libcuda.so.1", "libcuda.so"] {
+            std::fs::copy(&so, dir.join(name)).expect("stage the stand-in");
+        }
     }
     dir
 }

@@ -23,7 +23,12 @@ fn standin_dir(test: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("bypass-cuda-host-{test}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("create temp dir");
-    std::fs::copy(so, dir.join("libcuda.so.1")).expect("stage libcuda.so.1");
+    // Also as libcuda.so, cudarc's first candidate name: on a host with NVIDIA's
+    // libcuda.so in a system folder, that name would otherwise load the real driver
+    // before libcuda.so.1 is looked for here.
+    for name in ["libcuda.so.1", "libcuda.so"] {
+        std::fs::copy(&so, dir.join(name)).expect("stage the stand-in");
+    }
     dir
 }
 

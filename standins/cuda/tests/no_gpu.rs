@@ -59,7 +59,12 @@ fn probe() {
 #[test]
 fn the_standin_driver_reports_no_device_as_a_typed_error() {
     let dir = temp_dir("standin");
-    std::fs::copy(built_standin(), dir.join("libcuda.so.1")).expect("stage libcuda.so.1");
+    // Also as libcuda.so, cudarc's first candidate name: on a host with NVIDIA's
+    // libcuda.so in a system folder, that name would otherwise load the real driver
+    // before libcuda.so.1 is looked for here.
+    for name in ["libcuda.so.1", "libcuda.so"] {
+        std::fs::copy(built_standin(), dir.join(name)).expect("stage the stand-in");
+    }
     let out = probe_in(&dir);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
