@@ -24,11 +24,11 @@ use cudarc::driver::sys::{self, CUdevice, CUdevice_attribute};
 
 use crate::error::{GpuError, check};
 
-/// Functions called before `cuInit` has succeeded.
-const START_SYMBOLS: [&str; 2] = ["cuDriverGetVersion", "cuInit"];
+/// Functions called before `cuInit` has succeeded (what a driver with no GPU must export).
+pub const START_SYMBOLS: [&str; 2] = ["cuDriverGetVersion", "cuInit"];
 
 /// Every other driver function this crate calls (exported names, as cudarc binds them).
-const SYMBOLS: [&str; 16] = [
+pub const SYMBOLS: [&str; 16] = [
     "cuDeviceGetCount",
     "cuDeviceGet",
     "cuDeviceGetName",

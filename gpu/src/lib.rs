@@ -24,6 +24,8 @@ mod error;
 mod mr;
 
 pub use buffer::{CudaPeer, DmaBufExport, GPU_ALLOC_ALIGN, GpuBuffer};
-pub use driver::{DeviceInfo, Gpu, PCIE_MAPPING_MIN_DRIVER, devices, normalize_bdf};
+pub use driver::{
+    DeviceInfo, Gpu, PCIE_MAPPING_MIN_DRIVER, START_SYMBOLS, SYMBOLS, devices, normalize_bdf,
+};
 pub use error::{CUDA_ERROR_NO_DEVICE, GpuError, cuda_name};
 pub use mr::{GpuMr, GpuMrError, GpuPool, register, register_export};

@@ -12,14 +12,18 @@ use bypass_seam::{Exporter, PeerMemory};
 /// Set in the child: run the body.
 const CHILD_ENV: &str = "BYPASS_GPU_CRATE_CHILD";
 
-fn standin_dir(test: &str) -> PathBuf {
+fn built_standin() -> PathBuf {
     let exe = std::env::current_exe().expect("test binary path");
     let deps = exe.parent().expect("deps dir");
     let name = "libbypass_standin_cuda_host.so";
-    let so = [deps.join(name), deps.join("..").join(name)]
+    [deps.join(name), deps.join("..").join(name)]
         .into_iter()
         .find(|p| p.exists())
-        .unwrap_or_else(|| panic!("{name} was not built next to {}", deps.display()));
+        .unwrap_or_else(|| panic!("{name} was not built next to {}", deps.display()))
+}
+
+fn standin_dir(test: &str) -> PathBuf {
+    let so = built_standin();
     let dir = std::env::temp_dir().join(format!("bypass-cuda-host-{test}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("create temp dir");
@@ -207,4 +211,42 @@ fn two_gpus_are_two_devices_and_dtod_stays_on_one() {
             count: 2
         }
     );
+}
+
+/// The functions `so` defines (`nm -D --defined-only`), or `None` without binutils' nm.
+fn defined_functions(so: &std::path::Path) -> Option<std::collections::BTreeSet<String>> {
+    let out = Command::new("nm")
+        .args(["-D", "--defined-only"])
+        .arg(so)
+        .output()
+        .ok()
+        .filter(|o| o.status.success())?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    Some(
+        text.lines()
+            .filter_map(|l| {
+                let mut w = l.split_whitespace();
+                let (_, kind, name) = (w.next()?, w.next()?, w.next()?);
+                (kind == "T").then(|| name.to_owned())
+            })
+            .collect(),
+    )
+}
+
+#[test]
+fn the_standin_exports_exactly_what_bypass_gpu_calls() {
+    let Some(got) = defined_functions(&built_standin()) else {
+        assert!(
+            std::env::var_os("BYPASS_REQUIRE_ORACLES").is_none(),
+            "nm is needed"
+        );
+        eprintln!("skipped: no nm (binutils)");
+        return;
+    };
+    let want: std::collections::BTreeSet<String> = bypass_gpu::START_SYMBOLS
+        .iter()
+        .chain(bypass_gpu::SYMBOLS.iter())
+        .map(|s| s.to_string())
+        .collect();
+    assert_eq!(got, want);
 }

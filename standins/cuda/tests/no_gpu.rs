@@ -124,3 +124,40 @@ fn without_libcuda_the_error_is_no_cuda_library() {
     assert!(stdout.contains("PROBE NO_GPU true"), "{stdout}");
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
+
+/// The functions `so` defines (`nm -D --defined-only`), or `None` without binutils' nm.
+fn defined_functions(so: &std::path::Path) -> Option<std::collections::BTreeSet<String>> {
+    let out = Command::new("nm")
+        .args(["-D", "--defined-only"])
+        .arg(so)
+        .output()
+        .ok()
+        .filter(|o| o.status.success())?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    Some(
+        text.lines()
+            .filter_map(|l| {
+                let mut w = l.split_whitespace();
+                let (_, kind, name) = (w.next()?, w.next()?, w.next()?);
+                (kind == "T").then(|| name.to_owned())
+            })
+            .collect(),
+    )
+}
+
+#[test]
+fn the_standin_exports_exactly_what_bypass_gpu_calls_before_cuinit() {
+    let Some(got) = defined_functions(&built_standin()) else {
+        assert!(
+            std::env::var_os("BYPASS_REQUIRE_ORACLES").is_none(),
+            "nm is needed"
+        );
+        eprintln!("skipped: no nm (binutils)");
+        return;
+    };
+    let want: std::collections::BTreeSet<String> = bypass_gpu::START_SYMBOLS
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    assert_eq!(got, want);
+}
