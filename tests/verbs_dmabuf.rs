@@ -212,6 +212,38 @@ fn memfd_mr_takes_writes_reads_and_sends_seen_through_the_memfd() {
 }
 
 #[test]
+fn memfd_mr_at_an_iova_of_the_callers_choice() {
+    let mut r = rig();
+    let (mut a, _b) = rc_pair(&r);
+    let fd = memfd(2 * PAGE);
+    let e =
+        r.b.pd
+            .register_memfd(fd.clone(), 10, 100, Some(0x5_0000_0000), REMOTE)
+            .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            VerbsError::Driver(DriverError::IovaOffsetMismatch { .. })
+        ),
+        "{e}"
+    );
+    let mr =
+        r.b.pd
+            .register_memfd(fd.clone(), 10, 100, Some(0x5_0000_000a), REMOTE)
+            .unwrap();
+    assert_eq!(mr.addr(), 0x5_0000_000a);
+    let wr =
+        SendWr::new(1, SendOp::Write(mr.remote())).sge(lease_with(&r.a.pool, &pattern(100, 77)));
+    a.post_send(wr).unwrap();
+    let c = wait1(&mut r.a.cq, "write at a chosen iova");
+    assert!(c.is_ok(), "{c}");
+    let view = FdMapping::new(fd, 0, PAGE).unwrap();
+    let mut seen = vec![0u8; 100];
+    view.read(10, &mut seen).unwrap();
+    assert_eq!(seen, pattern(100, 77));
+}
+
+#[test]
 fn dmabuf_mr_over_peer_memory_is_a_write_read_and_send_target() {
     let mut r = rig();
     let (mut a, mut b) = rc_pair(&r);
@@ -281,7 +313,7 @@ fn dmabuf_mr_over_peer_memory_is_a_write_read_and_send_target() {
 }
 
 #[test]
-fn device_leases_are_write_read_and_send_sources_and_read_targets() {
+fn device_leases_are_sources_and_read_and_atomic_targets() {
     let mut r = rig();
     let (mut a, mut b) = rc_pair(&r);
     let (src, peer) = cuda_like(4 * PAGE, false);
@@ -320,6 +352,25 @@ fn device_leases_are_write_read_and_send_sources_and_read_targets() {
     let l = a.reclaim(c).unwrap().into_device_leases().next().unwrap();
     assert_eq!(peer.bytes(at, 400), pattern(400, 22));
     drop(l);
+
+    // A fetch-and-add whose old value lands in device memory.
+    r.b.mr.write_u64_be(512, 40).unwrap();
+    let l = pool.lease(8).unwrap();
+    let at = l.chunk_index() * PAGE;
+    let op = SendOp::FetchAdd {
+        remote: r.b.mr.remote().slice(512, 8).unwrap(),
+        add: 2,
+    };
+    a.post_send(SendWr::new(5, op).sge(l)).unwrap();
+    let c = wait1(&mut r.a.cq, "fetch-add into device memory");
+    assert!(c.is_ok(), "{c}");
+    drop(a.reclaim(c).unwrap());
+    assert_eq!(
+        peer.bytes(at, 8),
+        40u64.to_be_bytes(),
+        "the old value, big-endian"
+    );
+    assert_eq!(r.b.mr.read_u64_be(512).unwrap(), 42);
 
     // SEND from device memory into B's host pool.
     b.post_recv(RecvWr::new(3, r.b.pool.lease(4096).unwrap()))
@@ -474,6 +525,59 @@ fn every_dmabuf_rule_is_refused_with_its_error_and_nothing_mapped() {
     assert_eq!(mapped(&r).0, before.0 + 1);
     mr.deregister().unwrap();
     assert_eq!(mapped(&r), before);
+}
+
+#[test]
+fn a_cpu_mappable_dmabuf_without_a_peer_is_mmapped_and_every_copy_synced() {
+    // A memfd standing in for a udmabuf: the sim mmaps it (it maps), then brackets each copy
+    // with DMA_BUF_IOCTL_SYNC, which a memfd refuses: the WRITE faults at the responder
+    // instead of touching memory unsynchronised, and nothing lands.
+    let mut r = rig();
+    let (mut a, _b) = rc_pair(&r);
+    let fd = memfd(2 * PAGE);
+    let dup = fd.try_clone().unwrap();
+    let src = DmaBufSource {
+        file: DmaBufFile::from_parts(dup, 2 * PAGE as u64, Exporter::Udmabuf),
+        backing: Some(bypass_verbs::MemfdRange {
+            fd: fd.clone(),
+            offset: 0,
+        }),
+        peer: None,
+    };
+    let mr =
+        r.b.pd
+            .register_dmabuf(&src, 0, 2 * PAGE, 0x4_0000_0000, REMOTE)
+            .unwrap();
+    let id = r.b.ctx.sim().unwrap().id();
+    let peers = r
+        .fabric
+        .with_device(id, |d| d.iommu().peer_mappings())
+        .unwrap();
+    assert_eq!(peers, 1, "mapped as a copy-only (mmap + sync) mapping");
+    let wr = SendWr::new(1, SendOp::Write(mr.remote().slice(0, 64).unwrap()))
+        .sge(lease_with(&r.a.pool, &[7; 64]));
+    a.post_send(wr).unwrap();
+    let c = wait1(&mut r.a.cq, "write into an unsyncable dma-buf");
+    assert_eq!(
+        c.status(),
+        WcStatus::Error(CqeSyndrome::REMOTE_OP_ERR),
+        "{c}"
+    );
+    let view = FdMapping::new(fd, 0, 2 * PAGE).unwrap();
+    let mut seen = [1u8; 64];
+    view.read(0, &mut seen).unwrap();
+    assert_eq!(seen, [0; 64], "nothing written past a refused SYNC");
+    // The CPU reaches it through the backing memfd.
+    mr.write(100, b"through the memfd").unwrap();
+    let mut got = [0u8; 17];
+    view.read(100, &mut got).unwrap();
+    assert_eq!(&got, b"through the memfd");
+    mr.deregister().unwrap();
+    let peers = r
+        .fabric
+        .with_device(id, |d| d.iommu().peer_mappings())
+        .unwrap();
+    assert_eq!(peers, 0, "unmapped (and munmapped) with the MR");
 }
 
 #[test]

@@ -63,6 +63,8 @@ pub(crate) fn errno_of(e: &DriverError) -> i32 {
         DriverError::CmdFailed { status, .. } => cmd_status_errno(*status),
         DriverError::CqEventsUnacked { .. } | DriverError::StillMapped { .. } => libc::EBUSY,
         DriverError::Backend(bypass_seam::BackendError::MemlockLimit { .. }) => libc::ENOMEM,
+        // An exporter the backend cannot map (rdma-core: the provider lacks the support).
+        DriverError::Backend(bypass_seam::BackendError::DmaBuf { .. }) => libc::EOPNOTSUPP,
         DriverError::Backend(_) | DriverError::Pages { .. } | DriverError::FirmwareInit { .. } => {
             libc::EIO
         }

@@ -12,13 +12,13 @@
 //! ```
 //!
 //! Layout: the C structs (`abi/`, checked against the installed `<infiniband/verbs.h>` by
-//! `tests/layout_oracle.rs`), the boundary (`ffi.rs`: panics stop there, errno), the
-//! devices (`devices.rs`, `list.rs`), the context and its ops tables (`context.rs`), and
-//! one file per verbs object (`pd_mr.rs`, `cq.rs`/`cq_ex.rs`, `channel.rs`, `qp.rs` with
-//! `qp_attrs.rs`, `qp_post.rs` and `qp_ex.rs`, `srq.rs`, `ah.rs`, `events.rs`, `query.rs`), the rest in `stubs.rs` and
-//! `misc.rs`. Each C object is a `#[repr(C)]` Rust struct whose first field is the struct
-//! the program sees, so a program's pointer is the object's address; the driver object
-//! behind it sits under the one lock the ABI forces (`lock.rs`).
+//! `tests/layout_oracle.rs`), the boundary (`ffi.rs`: panics stop there, errno), the devices
+//! (`devices.rs`, `list.rs`), the context and its ops tables (`context.rs`), and one file per
+//! verbs object (`pd_mr.rs` with `dmabuf_mr.rs`, `cq.rs`/`cq_ex.rs`, `channel.rs`, `qp.rs` with
+//! `qp_attrs.rs`, `qp_post.rs` and `qp_ex.rs`, `srq.rs`, `ah.rs`, `events.rs`, `query.rs`), the
+//! rest in `stubs.rs` and `misc.rs`. Each C object is a `#[repr(C)]` Rust struct whose first
+//! field is the struct the program sees, so a program's pointer is the object's address; the
+//! driver object behind it sits under the one lock the ABI forces (`lock.rs`).
 
 pub mod abi;
 mod ah;
@@ -27,6 +27,7 @@ mod context;
 mod cq;
 mod cq_ex;
 mod devices;
+mod dmabuf_mr;
 mod events;
 mod ffi;
 mod list;

@@ -1,10 +1,11 @@
 //! Protection domains and memory regions over the program's own memory.
 //!
-//! Owns: `ibv_alloc_pd` / `ibv_dealloc_pd`, `ibv_reg_mr` / `ibv_reg_mr_iova2` /
-//! `ibv_dereg_mr` / `ibv_rereg_mr` (a new registration, then the old one's release), and
-//! [`Pd`] / [`Mr`], the C objects with the driver's behind them. A registration is the driver's application-memory MR (`UserMr`): the pages
-//! are mapped for the device (pinned, `MADV_DONTFORK`), an MTT mkey covers exactly the bytes
-//! asked for, from the IOVA asked for; the program's memory is never copied.
+//! Owns: `ibv_alloc_pd` / `ibv_dealloc_pd`, `ibv_reg_mr` / `ibv_reg_mr_iova2` / `ibv_dereg_mr`
+//! (of these and of `ibv_reg_dmabuf_mr`'s, `dmabuf_mr.rs`) / `ibv_rereg_mr` (a new
+//! registration, then the old one's release), and [`Pd`] / [`Mr`], the C objects with the
+//! driver's behind them. A registration is the driver's application-memory MR (`UserMr`): the
+//! pages are mapped for the device (pinned, `MADV_DONTFORK`), an MTT mkey covers exactly the
+//! bytes asked for, from the IOVA asked for; the program's memory is never copied.
 //! Must not: touch the registered bytes.
 //!
 //! Sources: rdma-core `libibverbs/verbs.c` (`ibv_reg_mr_iova2`: the access flags it accepts,
@@ -18,6 +19,7 @@ use std::ffi::{c_int, c_void};
 use std::ptr::NonNull;
 use std::sync::Arc;
 
+use bypass_driver::dmabuf_mr::DmaBufMr;
 use bypass_driver::hw::cmd::mkey::MkeyAccess;
 use bypass_driver::pd::Pd as DriverPd;
 use bypass_driver::user_mr::UserMr;
@@ -55,8 +57,21 @@ impl Pd {
 pub(crate) struct Mr {
     ibv: ibv_mr,
     /// The registration; `None` after an `ibv_dereg_mr` that failed (its key is gone and its
-    /// pages stay pinned for good: the driver's `StillMapped`).
+    /// pages stay pinned for good: the driver's `StillMapped`), and for a dma-buf MR.
     mr: Option<UserMr>,
+    /// A dma-buf registration (`ibv_reg_dmabuf_mr`, `dmabuf_mr.rs`); `None` otherwise.
+    dmabuf: Option<DmaBufMr>,
+}
+
+impl Mr {
+    /// The C object of a dma-buf registration.
+    pub(crate) fn dmabuf(ibv: ibv_mr, mr: DmaBufMr) -> Self {
+        Self {
+            ibv,
+            mr: None,
+            dmabuf: Some(mr),
+        }
+    }
 }
 
 /// `ibv_alloc_pd`: NULL with errno on failure.
@@ -200,7 +215,12 @@ fn reg(
                 lkey: mr.lkey(),
                 rkey: mr.rkey(),
             };
-            Box::into_raw(Box::new(Mr { ibv, mr: Some(mr) })).cast()
+            Box::into_raw(Box::new(Mr {
+                ibv,
+                mr: Some(mr),
+                dmabuf: None,
+            }))
+            .cast()
         }
         Err(e) => {
             set_errno(errno_of(&e));
@@ -283,6 +303,9 @@ pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
         if let Some(Err(e)) = m.mr.take().map(UserMr::deregister) {
             return errno_of(&e);
         }
+        if let Some(Err(e)) = m.dmabuf.take().map(DmaBufMr::deregister) {
+            return errno_of(&e);
+        }
         // SAFETY: leaked from a `Box<Mr>` in `reg`, given back now; `m` is not used again.
         drop(unsafe { Box::from_raw(mr.cast::<Mr>()) });
         0
@@ -333,6 +356,11 @@ pub unsafe extern "C" fn ibv_rereg_mr(
         }
         // SAFETY: `mr` is a boxed `Mr` (`ibv` first) the caller does not use meanwhile.
         let m = unsafe { &mut *mr.cast::<Mr>() };
+        if m.dmabuf.is_some() {
+            // Only a plain MR is registered again (`verbs.c` `ibv_rereg_mr`: any other
+            // `mr_type`, a dma-buf MR included, is EINVAL): the MR is unchanged.
+            return input_error();
+        }
         let Some(cur) = m.mr.as_ref() else {
             // A failed `ibv_dereg_mr` left nothing to register again.
             return input_error();

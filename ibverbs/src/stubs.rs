@@ -2,7 +2,7 @@
 //! without them, and the ops slots that only old binaries reach.
 //!
 //! Owns: memory windows, multicast, importing objects shared through a kernel `cmd_fd`,
-//! ECE, dma-buf MRs (until the GPUDirect work lands), L2 address resolution, the kernel
+//! ECE, L2 address resolution, the kernel
 //! struct copies (there is no kernel ABI under bypass), and the `_compat_*` ops slots.
 //! Must not: pretend success for anything that would change state.
 //!
@@ -98,9 +98,6 @@ unsupported_ptr! {
     ibv_import_mr => "__bypass_ibv_import_mr" (pd: *mut ibv_pd, handle: u32) -> *mut ibv_mr;
     /// `ibv_import_dm`: NULL, EOPNOTSUPP.
     ibv_import_dm => "__bypass_ibv_import_dm" (ctx: *mut ibv_context, handle: u32) -> *mut abi::ibv_dm;
-    /// `ibv_reg_dmabuf_mr`: dma-buf registration is not supported yet (NULL, EOPNOTSUPP).
-    ibv_reg_dmabuf_mr => "__bypass_ibv_reg_dmabuf_mr"
-        (pd: *mut ibv_pd, offset: u64, len: usize, iova: u64, fd: c_int, access: c_int) -> *mut ibv_mr;
 }
 
 /// `ibv_unimport_pd`: nothing can have been imported.

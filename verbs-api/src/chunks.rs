@@ -2,8 +2,17 @@
 //! from any thread without a lock or an allocation.
 //!
 //! Owns: [`Chunks`]. Must not: know what a chunk holds or where it lies (the host pool,
-//! `pool.rs`, and the device pool, `device_pool.rs`, map indices to their memory).
-//! Sources: ixy.rs's `Mempool` (fixed-size buffers of one region, returned on drop).
+//! `pool.rs`, and the device pool, `device_pool.rs`, map indices to their memory), or hand
+//! out an index twice: a set bit is the one claim on its chunk.
+//!
+//! Ordering: taking a chunk is an Acquire compare-exchange on its word and giving it back a
+//! Release `fetch_and`, so whatever the previous holder wrote to the chunk happens before
+//! the next holder's accesses (the bitmap is the only synchronisation between them). Bits
+//! past the chunk count in the last word stay set, so they are never handed out. The search
+//! starts at a hint (the word of the last take), which any value keeps correct.
+//!
+//! Sources: ixy.rs's `Mempool` (fixed-size buffers of one region, returned on drop), with an
+//! atomic bitmap in place of its locked free stack.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 

@@ -231,3 +231,18 @@ impl Drop for DeviceLease {
         self.pool.chunks.give(self.index);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn send_sync<T: Send + Sync>() {}
+
+    #[test]
+    fn device_memory_handles_move_between_threads() {
+        // A lease posted on one thread comes back on the poller's; the pool is shared.
+        send_sync::<DeviceMr>();
+        send_sync::<DevicePool>();
+        send_sync::<DeviceLease>();
+    }
+}

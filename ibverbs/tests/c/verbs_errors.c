@@ -1,9 +1,17 @@
 /* Error paths of the basic verbs, with the errno libibverbs / mlx5 give: bad MR access flags
  * (EINVAL), destroying a CQ, PD, SRQ or completion channel still in use (EBUSY, and the object
  * still works), state transitions the QP state machine refuses (EINVAL, the state unchanged),
- * posting on a QP that cannot send (EINVAL), CQ sizes out of range (EINVAL), a bad port.
+ * posting on a QP that cannot send (EINVAL), CQ sizes out of range (EINVAL), a bad port;
+ * ibv_reg_dmabuf_mr's refusals (an fd that is not a dma-buf: EINVAL, the fd still the
+ * program's; a closed fd: EBADF; flags, lengths and IOVAs man 3 ibv_reg_dmabuf_mr rules out:
+ * EINVAL, checked before the fd is looked at).
  */
+#define _GNU_SOURCE
 #include "common.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 static void mr_access(struct side *s)
 {
@@ -18,6 +26,42 @@ static void mr_access(struct side *s)
 	struct ibv_mr *ok = ibv_reg_mr(s->pd, s->buf, 64, IBV_ACCESS_REMOTE_READ);
 	CHECK(ok, "REMOTE_READ alone is allowed: %s", strerror(errno));
 	CHECK_EQ(ibv_dereg_mr(ok), 0);
+}
+
+static void dmabuf_mr(struct side *s)
+{
+	int mfd = memfd_create("verbs-errors", 0);
+	CHECK(mfd >= 0, "memfd_create: %s", strerror(errno));
+	CHECK_EQ(ftruncate(mfd, 2 * BUF), 0);
+	errno = 0;
+	struct ibv_mr *mr = ibv_reg_dmabuf_mr(s->pd, 0, BUF, 0, mfd, IBV_ACCESS_LOCAL_WRITE);
+	CHECK(!mr && errno == EINVAL, "a memfd is not a dma-buf: mr %p errno %d", (void *)mr,
+	      errno);
+	CHECK(fcntl(mfd, F_GETFD) >= 0, "the program's fd stays open: %s", strerror(errno));
+	errno = 0;
+	mr = ibv_reg_dmabuf_mr(s->pd, 0, BUF, 0, -1, IBV_ACCESS_LOCAL_WRITE);
+	CHECK(!mr && errno == EBADF, "fd -1: errno %d", errno);
+	int bad_access[] = {IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND,
+			    IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_ZERO_BASED,
+			    IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_ON_DEMAND,
+			    IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_HUGETLB, IBV_ACCESS_REMOTE_WRITE};
+	for (size_t i = 0; i < sizeof(bad_access) / sizeof(bad_access[0]); i++) {
+		errno = 0;
+		mr = ibv_reg_dmabuf_mr(s->pd, 0, BUF, 0, -1, bad_access[i]);
+		CHECK(!mr && errno == EINVAL, "access %#x: errno %d", bad_access[i], errno);
+	}
+	struct {
+		uint64_t offset, iova;
+		size_t len;
+	} bad_range[] = {{0, 0, 0}, {16, 32, 64}, {UINT64_MAX - 8, UINT64_MAX - 8, 64},
+			 {0xff0, UINT64_MAX - 0xf, 0x20}};
+	for (size_t i = 0; i < sizeof(bad_range) / sizeof(bad_range[0]); i++) {
+		errno = 0;
+		mr = ibv_reg_dmabuf_mr(s->pd, bad_range[i].offset, bad_range[i].len,
+				       bad_range[i].iova, -1, IBV_ACCESS_LOCAL_WRITE);
+		CHECK(!mr && errno == EINVAL, "range %zu: errno %d", i, errno);
+	}
+	close(mfd);
 }
 
 static void busy_objects(struct side *s)
@@ -128,6 +172,7 @@ int main(void)
 	struct side s;
 	side_open(&s, IBV_QPT_RC, 0, 8);
 	mr_access(&s);
+	dmabuf_mr(&s);
 	busy_objects(&s);
 	bad_transitions(&s);
 	sizes_and_ports(&s);

@@ -1,7 +1,7 @@
 //! The IOMMU in front of the simulated device: IOVA → host memory, bounds-checked.
 //!
 //! Owns: the IOVA mappings (as `VFIO_IOMMU_MAP_DMA` / `UNMAP_DMA` create and remove them) and
-//! every device access to host memory. Must not: interpret what it moves.
+//! every device access to host and peer memory. Must not: interpret what it moves.
 //!
 //! Every DMA the device makes (command entries, mailboxes, WQEs, payloads, CQEs, EQEs,
 //! doorbell records) goes through [`Iommu::read`] / [`Iommu::write`]. An access that is not
@@ -14,11 +14,11 @@
 //! page-aligned; no overlap with an existing mapping (EEXIST); unmap removes whole mappings
 //! that lie inside the range and refuses to split one.
 //!
-//! A mapping reaches either host memory (an `Arc<dyn HostMemory>`: raw-pointer copies, and the
-//! fast paths of the remembered mappings (`recent.rs`), `resolve` and `write_within_one`) or peer memory (an
-//! `Arc<dyn PeerMemory>`: a dma-buf the CPU cannot point into, reached only by its copies;
-//! the fast paths skip it and the access takes the copy path). A failed peer copy is a
-//! [`DmaFault`] like any other.
+//! A mapping reaches either host memory (an `Arc<dyn HostMemory>`: raw-pointer copies, and
+//! the fast paths of the remembered mappings in `recent.rs`, `resolve` and
+//! `write_within_one`) or peer memory (an `Arc<dyn PeerMemory>`: a dma-buf the CPU cannot
+//! point into, reached only by its copies; the fast paths skip it and the access takes the
+//! copy path). A failed peer copy is a [`DmaFault`] like any other.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -4,6 +4,15 @@
 //! Owns: [`Recent`] and [`Cached`]. Must not: remember a peer mapping (one reached by copies
 //! through `PeerMemory`, which has no host address), or outlive a mapping: the IOMMU empties
 //! it whenever a mapping goes away.
+//!
+//! A ping-pong touches about four mappings per message (SQ ring, doorbell record, CQ ring,
+//! buffer), so four slots, replaced oldest first, turn most accesses into a compare and a
+//! copy instead of a tree search. Each slot keeps the mapping's host address next to the
+//! `Arc` that keeps the buffer alive, which is what makes copying through it sound: the
+//! pointer never outlives the buffer, and the `HostMemory` contract lets any thread copy
+//! through it. The IOMMU's `remember_mapping` is the only producer (it refuses peer
+//! mappings and ranges outside the buffer); `read`, `write`, `write_within_one` and
+//! `within_one` are the consumers.
 
 use std::ptr::NonNull;
 use std::sync::Arc;
