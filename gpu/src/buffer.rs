@@ -84,18 +84,13 @@ impl Gpu {
     /// Allocates `len` bytes (`cuMemAlloc`, rounded up to 64 KiB) on this device. The
     /// contents are undefined until written.
     ///
-    /// Errors: [`GpuError::OutOfRange`] for zero bytes or a size that overflows when
-    /// rounded, [`GpuError::Cuda`] (`CUDA_ERROR_OUT_OF_MEMORY`).
+    /// Errors: [`GpuError::BadSize`] for zero bytes or a size that overflows when rounded,
+    /// [`GpuError::Cuda`] (`CUDA_ERROR_OUT_OF_MEMORY`).
     pub fn alloc(&self, len: usize) -> Result<GpuBuffer, GpuError> {
         let alloc_len = len
             .checked_next_multiple_of(GPU_ALLOC_ALIGN)
             .filter(|_| len > 0)
-            .ok_or(GpuError::OutOfRange {
-                op: "alloc",
-                offset: 0,
-                len,
-                size: 0,
-            })?;
+            .ok_or(GpuError::BadSize { op: "alloc", len })?;
         self.ctx.bind()?;
         let mut dptr: sys::CUdeviceptr = 0;
         // SAFETY: the context is current here; `dptr` is a live out-pointer.

@@ -83,12 +83,12 @@ pub enum GpuError {
         /// The device.
         ordinal: usize,
     },
-    /// An access outside a buffer, or of zero bytes where bytes are needed.
+    /// An access outside a buffer.
     #[error(
         "{op} of {len} bytes at offset {offset:#x} of a {size}-byte GPU buffer: the range is outside the buffer; keep offset + len within it"
     )]
     OutOfRange {
-        /// `copy_from_host`, `copy_to_host`, `fill`, `memcpy_dtod` or `alloc`.
+        /// `copy_from_host`, `copy_to_host`, `fill` or `memcpy_dtod`.
         op: &'static str,
         /// Offset of the access.
         offset: usize,
@@ -96,6 +96,16 @@ pub enum GpuError {
         len: usize,
         /// The buffer's bytes.
         size: usize,
+    },
+    /// A size of zero, or one that overflows when rounded up to the allocation granularity.
+    #[error(
+        "{op} of {len} bytes: GPU memory is allocated in 64 KiB units and this size is zero or overflows when rounded up; ask for 1 byte to a few GiB"
+    )]
+    BadSize {
+        /// `alloc` or `GpuPool::new`.
+        op: &'static str,
+        /// Bytes asked for (saturated when the product overflowed).
+        len: usize,
     },
     /// Two buffers from different devices in one device-to-device copy.
     #[error(

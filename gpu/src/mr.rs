@@ -131,7 +131,7 @@ impl GpuPool {
     /// Allocates `chunk * count` bytes on `gpu`, registers them on `pd` for local access
     /// (`pcie_mapping` as [`GpuBuffer::export_dmabuf`]) and cuts them into `count` chunks.
     ///
-    /// Errors: [`GpuError::OutOfRange`] for a zero or overflowing size, and as
+    /// Errors: [`GpuError::BadSize`] for a zero or overflowing size, and as
     /// [`register_export`] and `DevicePool::new`.
     pub fn new(
         gpu: &Gpu,
@@ -143,11 +143,9 @@ impl GpuPool {
         let len = chunk
             .checked_mul(count)
             .filter(|&n| n > 0)
-            .ok_or(GpuError::OutOfRange {
+            .ok_or(GpuError::BadSize {
                 op: "GpuPool::new",
-                offset: 0,
                 len: chunk.saturating_mul(count),
-                size: 0,
             })?;
         let buf = gpu.alloc(len)?;
         let (mr, export) = register_export(pd, &buf, MkeyAccess::LOCAL_WRITE, pcie_mapping)?;

@@ -103,10 +103,20 @@ fn a_buffer_round_trips_fills_and_refuses_ranges_outside_it() {
         buf.fill(usize::MAX, 2, 0),
         Err(GpuError::OutOfRange { op: "fill", .. })
     ));
-    assert!(matches!(
-        gpu.alloc(0),
-        Err(GpuError::OutOfRange { op: "alloc", .. })
-    ));
+    assert_eq!(
+        gpu.alloc(0).unwrap_err(),
+        GpuError::BadSize {
+            op: "alloc",
+            len: 0
+        }
+    );
+    assert_eq!(
+        gpu.alloc(usize::MAX).unwrap_err(),
+        GpuError::BadSize {
+            op: "alloc",
+            len: usize::MAX
+        }
+    );
     // Device to device within one GPU.
     let other = gpu.alloc(GPU_ALLOC_ALIGN).expect("alloc");
     other.memcpy_dtod(5, &buf, 0, 1000).expect("DtoD");
