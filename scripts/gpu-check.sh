@@ -17,6 +17,8 @@
 # Exit: 0 all passed; 77 no GPU here (no /dev/nvidia0, no libcuda, or CUDA_ERROR_NO_DEVICE:
 # the automake "skipped" code); 2 usage (no such binary); otherwise the failing command's code.
 # Extra arguments for `gpu check` can be passed in GPU_CHECK_ARGS (e.g. "--size 4194304").
+# GPU_CHECK_NO_DEVNODE=1 skips the /dev/nvidia0 test: for tests that point LD_LIBRARY_PATH at
+# a stand-in libcuda (standins/cuda, standins/cuda-host) on a machine without a GPU.
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BIN=${1:-${BYPASS_BIN:-$ROOT/target/release/bypass}}
@@ -25,7 +27,7 @@ if [[ ! -x "$BIN" ]]; then
     echo "gpu-check: $BIN is not an executable bypass binary: build it with 'cargo build --release' and pass its path (this script builds nothing)" >&2
     exit 2
 fi
-if [[ ! -e /dev/nvidia0 ]]; then
+if [[ ! -e /dev/nvidia0 && "${GPU_CHECK_NO_DEVNODE:-0}" != 1 ]]; then
     echo "gpu-check: skipped: no /dev/nvidia0 (no NVIDIA GPU, or its driver is not loaded)"
     exit 77
 fi

@@ -386,3 +386,54 @@ fn use_cuda_is_refused_where_perftest_refuses_it_and_without_a_gpu() {
     assert!(!err.contains("panicked"), "{err}");
     assert!(!out.contains("#bytes"), "no table without a GPU: {out}");
 }
+
+/// Runs scripts/gpu-check.sh on the built binary with `lib` as libcuda and the device-node
+/// test off; returns (exit code, stdout + stderr).
+fn gpu_check_script(tag: &str, lib: Lib, check_args: &str) -> (i32, String) {
+    let dir = lib_dir(tag, lib);
+    let out = Command::new("bash")
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/gpu-check.sh"))
+        .arg(env!("CARGO_BIN_EXE_bypass"))
+        .env("LD_LIBRARY_PATH", &dir)
+        .env("GPU_CHECK_NO_DEVNODE", "1")
+        .env("GPU_CHECK_ARGS", check_args)
+        .output()
+        .expect("run gpu-check.sh");
+    let _ = std::fs::remove_dir_all(&dir);
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
+    )
+}
+
+#[test]
+fn gpu_check_script_prints_and_runs_each_command_on_host_memory_gpus() {
+    let (code, text) = gpu_check_script("script-host", Lib::HostMemory, "--size 65536 --rounds 1");
+    assert_eq!(code, 0, "{text}");
+    let bin = env!("CARGO_BIN_EXE_bypass");
+    for cmd in [
+        format!("+ {bin} gpu info"),
+        format!("+ {bin} gpu check --size 65536 --rounds 1"),
+        format!("+ {bin} ping --ramp -d sim --threaded"),
+    ] {
+        assert!(text.lines().any(|l| l == cmd), "no line {cmd:?} in\n{text}");
+    }
+    assert!(text.contains("gpu check: ok\n"), "{text}");
+    assert!(
+        text.contains("ping --ramp: ok, stages 1-4 passed\n"),
+        "{text}"
+    );
+    assert!(text.trim_end().ends_with("gpu-check: ok"), "{text}");
+}
+
+#[test]
+fn gpu_check_script_exits_77_when_the_driver_finds_no_gpu() {
+    let (code, text) = gpu_check_script("script-nodev", Lib::NoDevice, "");
+    assert_eq!(code, 77, "{text}");
+    assert!(text.contains("CUDA_ERROR_NO_DEVICE"), "{text}");
+    assert!(
+        text.contains("gpu-check: skipped: bypass found no usable GPU"),
+        "{text}"
+    );
+    assert!(!text.contains("ping --ramp"), "{text}");
+}
