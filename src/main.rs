@@ -12,6 +12,8 @@ mod device;
 mod device_stats;
 mod devinfo;
 mod explain;
+mod gpu_check;
+mod gpu_cmd;
 mod perf;
 mod ping;
 mod pingpong;
@@ -65,6 +67,9 @@ enum Command {
     Stats(device_stats::StatsOpts),
     /// PCIe/NUMA placement of NICs and GPUs, like `nvidia-smi topo -m`, with GPUDirect checks.
     Topo(topo::TopoOpts),
+    /// CUDA devices (`info`) and RDMA to and from GPU memory over two sim NICs (`check`).
+    #[command(subcommand)]
+    Gpu(gpu_cmd::GpuCommand),
 }
 
 fn main() -> ExitCode {
@@ -80,6 +85,7 @@ fn main() -> ExitCode {
         Command::Perf(cmd) => perf::run(cmd).map_err(Into::into),
         Command::Stats(opts) => device_stats::run(&opts).map_err(Into::into),
         Command::Topo(opts) => topo::run(&opts).map_err(Into::into),
+        Command::Gpu(cmd) => return gpu_cmd::main(&cmd),
     };
     let result: Result<(), Box<dyn std::error::Error>> = result;
     match result {

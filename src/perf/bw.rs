@@ -60,6 +60,8 @@ pub struct BwSpec {
     /// Units of the report's bandwidth columns.
     #[serde(skip)]
     pub units: BwUnits,
+    /// Target and sources in this CUDA device's memory (`--use-cuda`).
+    pub cuda: Option<u32>,
 }
 
 impl Default for BwSpec {
@@ -80,6 +82,7 @@ impl Default for BwSpec {
             mtu: None,
             check: false,
             units: BwUnits::MibPerSec,
+            cuda: None,
         }
     }
 }
@@ -159,6 +162,7 @@ impl BwSpec {
                 .unwrap_or_else(|| self.verb.default_inline(self.conn)),
             events: self.events,
             net,
+            cuda: self.cuda,
         }
     }
 }

@@ -17,11 +17,12 @@ use std::time::{Duration, Instant};
 use bypass_verbs::driver::mr::MkeyAccess;
 use bypass_verbs::wr::{RecvWr, SendWr, SgeList};
 use bypass_verbs::{
-    CompletionChannel, Context, Cq, MemoryPool, Mr, Mtu, Pd, Qp, QpBuilder, QpEndpoint,
-    RemoteBuffer, SharedLease, UdDest,
+    CompletionChannel, Context, Cq, MemoryPool, Mtu, Pd, Qp, QpBuilder, QpEndpoint, RemoteBuffer,
+    SharedLease, UdDest,
 };
 
 use super::PerfError;
+use super::gpu_mem::{self, Sources, Target};
 use super::ops::{Conn, GRH, Verb, fill};
 
 /// How long a wait may go without the awaited event before the run is reported stuck.
@@ -54,6 +55,8 @@ pub struct SideSpec {
     pub events: bool,
     /// Pump the device from this thread on every wait (a UDP-linked device).
     pub net: bool,
+    /// Target and sources in this CUDA device's memory (`--use-cuda`), else host memory.
+    pub cuda: Option<u32>,
 }
 
 /// Which queue a wait is for.
@@ -80,11 +83,11 @@ pub struct Side {
     /// The channel both CQs report to with `-e`.
     channel: Option<CompletionChannel>,
     /// The region the peer targets: one `slot` per QP (READ reads the pattern it holds).
-    pub target: Mr,
+    pub target: Target,
     /// Bytes per QP in `target`.
     pub slot: usize,
     /// Source and fetch buffers.
-    pool: MemoryPool,
+    pool: Sources,
     /// Receive buffers.
     rpool: Option<MemoryPool>,
     /// The frozen source every non-inline SEND/WRITE posts without `--check`.
@@ -168,7 +171,10 @@ impl Side {
                     (4 * MAX_INFLIGHT_BYTES) >> 20
                 ))
             })?;
-        let target = pd.register(
+        let gpu = gpu_mem::open(spec.cuda)?;
+        let target = Target::register(
+            &pd,
+            gpu.as_ref(),
             target_len,
             MkeyAccess::LOCAL_WRITE
                 | MkeyAccess::REMOTE_WRITE
@@ -185,7 +191,7 @@ impl Side {
             }
         }
         let chunks = qps * (spec.depth as usize + 1) + 1;
-        let pool = pd.create_pool(spec.size.max(64), chunks)?;
+        let pool = Sources::new(&pd, gpu.as_ref(), spec.size.max(64), chunks)?;
         let rpool = if spec.verb.needs_recv() {
             Some(pd.create_pool((spec.size + GRH).max(64), qps * spec.rx_depth as usize + 1)?)
         } else {
@@ -210,12 +216,14 @@ impl Side {
         let max_inline = built.first().map_or(0, |q| {
             (q.options().caps.max_inline_data as usize).min(spec.inline as usize)
         });
-        let shared = if spec.size > max_inline && !spec.verb.fetches() {
-            let mut l = pool.lease(spec.size)?;
-            fill(l.as_mut_slice(), 0);
-            Some(l.freeze())
-        } else {
-            None
+        // GPU memory has no frozen shared lease: each of its posts leases a chunk.
+        let shared = match pool.host() {
+            Some(host) if spec.size > max_inline && !spec.verb.fetches() => {
+                let mut l = host.lease(spec.size)?;
+                fill(l.as_mut_slice(), 0);
+                Some(l.freeze())
+            }
+            _ => None,
         };
         let mut inline_buf = vec![0u8; spec.size.min(max_inline)];
         fill(&mut inline_buf, 0);
@@ -328,7 +336,7 @@ impl Side {
         let op = verb.op(remote, k);
         let id = wr_id(i, k);
         let wr = if verb.fetches() {
-            SendWr::new(id, op).sge(self.pool.lease(size)?)
+            SendWr::new(id, op).sge(self.pool.lease(size, None, None)?)
         } else if size <= self.max_inline && !check {
             let buf = self.inline_buf.get_mut(..size).unwrap_or_default();
             if let (Some(t), Some(last)) = (tag, buf.last_mut()) {
@@ -338,14 +346,7 @@ impl Side {
         } else if check || tag.is_some() || self.shared.is_none() {
             // Without --check the bytes are whatever the buffer holds (perftest sends its
             // buffer as it is): only the tag is written, so a post costs no copy of the message.
-            let mut l = self.pool.lease(size)?;
-            if check {
-                fill(l.as_mut_slice(), k);
-            }
-            if let (Some(t), Some(last)) = (tag, l.as_mut_slice().last_mut()) {
-                *last = t;
-            }
-            SendWr::new(id, op).sge(l)
+            SendWr::new(id, op).sge(self.pool.lease(size, check.then_some(k), tag)?)
         } else {
             let src = self.shared.clone();
             match src {

@@ -138,6 +138,8 @@ impl LatSpec {
                 .unwrap_or_else(|| self.verb.default_inline(self.conn)),
             events: self.events,
             net,
+            // perftest refuses CUDA for WRITE latency; the tools refuse --use-cuda for it.
+            cuda: None,
         }
     }
 }

@@ -12,6 +12,7 @@ mod cpu;
 #[cfg(test)]
 mod engine_tests;
 pub mod flows;
+mod gpu_mem;
 mod json;
 mod knee;
 pub mod lat;
@@ -188,6 +189,9 @@ pub enum PerfError {
     /// A HOST was given for the in-process device.
     #[error("{0}")]
     Usage(String),
+    /// `--use-cuda`: the GPU, or its memory's registration.
+    #[error("--use-cuda: {0}")]
+    Gpu(#[from] bypass_gpu::GpuMrError),
     /// A tuning sweep failed (the text names the point or file).
     #[error(transparent)]
     Sweep(#[from] sweep::SweepError),
@@ -266,5 +270,11 @@ fn check_host(c: &CommonOpts, net: &remote::NetOpts) -> Result<(), PerfError> {
             "HOST {h} given with -d sim: the in-process form runs both NICs here; for a two-process run give both sides -d udp:ADDR (e.g. -d udp:127.0.0.2 here, -d udp:127.0.0.1 on the server)"
         ))),
         _ => Ok(()),
+    }
+}
+
+impl From<bypass_gpu::GpuError> for PerfError {
+    fn from(e: bypass_gpu::GpuError) -> Self {
+        Self::Gpu(e.into())
     }
 }

@@ -18,6 +18,7 @@ use bypass_verbs::Mtu;
 use clap::Args;
 
 use super::bw::{BwSpec, measure_bw};
+use super::gpu_mem;
 use super::lat::{LatSpec, measure_lat};
 use super::ops::{AtomicOp, Conn, Verb};
 use super::remote::{self, NetOpts, Row};
@@ -102,6 +103,17 @@ pub struct ToolOpts {
     /// After each size, print the device counters (the port's and each QP's) that moved.
     #[arg(long = "report-counters", alias = "report_counters")]
     report_counters: bool,
+    /// Put the target and source buffers in CUDA memory of GPU (default 0), registered
+    /// through dma-bufs (perftest's --use_cuda=GPU; write-bw, in process, no inline).
+    #[arg(
+        long = "use-cuda",
+        alias = "use_cuda",
+        value_name = "GPU",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "0"
+    )]
+    use_cuda: Option<u32>,
 }
 
 fn parse_mtu(s: &str) -> Result<Mtu, String> {
@@ -125,8 +137,17 @@ pub fn run(verb: Verb, kind: Kind, o: &ToolOpts) -> Result<(), PerfError> {
     check_sizes(&sizes)?;
     check_host(&o.common, &o.net)?;
     check_options(verb, kind, o)?;
-    // Before anything starts a thread: the fabric's engine and the link inherit the mask.
+    check_cuda(verb, kind, o, &sizes)?;
+    // Before anything starts a thread: the fabric's engine, the link and CUDA's own threads
+    // inherit the mask.
     super::pin::apply(&o.cpu, &o.common.device)?;
+    if let Some(gpu) = gpu_mem::open(o.use_cuda)? {
+        let i = gpu.info();
+        println!(
+            "GPU memory: GPU {} ({}, {}), target and sources registered through dma-bufs",
+            i.ordinal, i.name, i.pci_bus_id
+        );
+    }
     let units = if o.report_gbits {
         BwUnits::GbitPerSec
     } else {
@@ -145,6 +166,11 @@ pub fn run(verb: Verb, kind: Kind, o: &ToolOpts) -> Result<(), PerfError> {
         mtu: o.mtu,
         check: o.net.check,
     };
+    // perftest never inlines CUDA messages: --use-cuda's default inline size is 0.
+    let bw_inline = match o.use_cuda {
+        Some(_) => Some(o.inline.unwrap_or(0)),
+        None => o.inline,
+    };
     let bw = BwSpec {
         verb,
         conn: o.conn,
@@ -157,10 +183,11 @@ pub fn run(verb: Verb, kind: Kind, o: &ToolOpts) -> Result<(), PerfError> {
         events: o.events,
         seed: o.common.seed,
         bidirectional: o.bidirectional,
-        inline: o.inline,
+        inline: bw_inline,
         mtu: o.mtu,
         check: o.net.check,
         units,
+        cuda: o.use_cuda,
     };
     let info = test_info(verb, kind, o, &bw);
     print_info(verb, kind, &info);
@@ -227,6 +254,40 @@ pub fn run(verb: Verb, kind: Kind, o: &ToolOpts) -> Result<(), PerfError> {
         if kind == Kind::Lat { "Latency" } else { "BW" }
     );
     out.finish(&test, &info)
+}
+
+/// `--use-cuda` where it does not apply, refused with perftest's reason or the fix.
+fn check_cuda(verb: Verb, kind: Kind, o: &ToolOpts, sizes: &[u64]) -> Result<(), PerfError> {
+    let Some(gpu) = o.use_cuda else {
+        return Ok(());
+    };
+    let usage = |s: String| Err(PerfError::Usage(s));
+    if kind == Kind::Lat {
+        return usage(format!(
+            "--use-cuda={gpu}: perftest supports CUDA latency tests with read/send verbs only, and this tool has CUDA for write-bw alone: use write-bw --use-cuda={gpu}"
+        ));
+    }
+    if verb != Verb::Write {
+        return usage(format!(
+            "--use-cuda={gpu}: GPU memory is built for write-bw here: use write-bw --use-cuda={gpu}"
+        ));
+    }
+    if o.common.device.is_network() {
+        return usage(format!(
+            "--use-cuda={gpu}: the two-process form keeps host buffers; run in process (-d sim), or use `bypass gpu check`"
+        ));
+    }
+    if o.bidirectional {
+        return usage(format!("--use-cuda={gpu} with -b: run one direction"));
+    }
+    if let Some(i) = o.inline {
+        if sizes.iter().any(|&s| s <= u64::from(i)) {
+            return usage(format!(
+                "--use-cuda={gpu} with -I {i}: perftest doesn't support CUDA tests with inline messages; leave -I out (it is 0 with --use-cuda) or give -s above {i}"
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Options that do not apply to this tool, refused with the fix.
@@ -312,8 +373,15 @@ fn test_info(verb: Verb, kind: Kind, o: &ToolOpts, bw: &BwSpec) -> Vec<(String, 
             "Ethernet (RoCEv2, in-process)".into()
         },
     ));
-    let inline = o.inline.unwrap_or_else(|| verb.default_inline(o.conn));
+    let inline = match (o.inline, o.use_cuda) {
+        (Some(i), _) => i,
+        (None, Some(_)) => 0,
+        (None, None) => verb.default_inline(o.conn),
+    };
     v.push(("Max inline data", format!("{inline}[B]")));
+    if let Some(gpu) = o.use_cuda {
+        v.push(("Use CUDA", format!("GPU {gpu} (dma-buf MRs)")));
+    }
     if let Verb::Atomic(op) = verb {
         v.push((
             "Atomic type",

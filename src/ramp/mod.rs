@@ -1,7 +1,7 @@
 //! `bypass ping --ramp`: bring-up in four stages, each proving more than the last — 1: the
 //! 1-byte RC ping; 2: N QPs at once, each a WRITE and a SEND, every byte checked; 3: message
 //! sizes doubling up to `--max-size`, WRITE and READ back, every byte checked; 4: GPU memory
-//! (skipped, saying why: this build has none). One line per stage; the first failure stops
+//! (in process, when a GPU is there; else skipped, saying why). One line per stage; the first failure stops
 //! with its stage, step and the explained error.
 //!
 //! Owns: the ramp's forms — in-process (`-d sim`: A and B on one fabric), and two processes
@@ -129,8 +129,8 @@ pub fn run(opts: &RampOpts) -> Result<(), Box<dyn std::error::Error>> {
                 End::new("A", &ca, timeout).map_err(|e| setup("A: PD, CQ, pool")(e.to_string()))?;
             let mut b = Responder::new(&cb, timeout)
                 .map_err(|e| setup("B: PD, CQ, pool")(e.to_string()))?;
-            run_stages(&mut a, &mut b, &plan)?;
-            println!("ping --ramp: ok, stages 1-3 passed, stage 4 skipped");
+            let ran = run_stages(&mut a, &mut b, &plan, || gpu::in_process(&ca, &cb, timeout))?;
+            println!("ping --ramp: ok, {}", summary(ran));
             Ok(())
         }
         (_, host) => {
@@ -150,7 +150,8 @@ pub fn run(opts: &RampOpts) -> Result<(), Box<dyn std::error::Error>> {
                     let mut a = End::new("A", &dev.ctx, timeout)
                         .map_err(|e| setup("A: PD, CQ, pool")(e.to_string()))?;
                     let mut peer = Remote(chan);
-                    if let Err(e) = run_stages(&mut a, &mut peer, &plan) {
+                    if let Err(e) = run_stages(&mut a, &mut peer, &plan, || Ok(gpu::two_process()))
+                    {
                         // Tell the server where and why, so its output says it too.
                         let _ = peer.call(&Request::Abort {
                             stage: e.stage,
@@ -161,7 +162,7 @@ pub fn run(opts: &RampOpts) -> Result<(), Box<dyn std::error::Error>> {
                     }
                     // The server's answer to Bye is only a courtesy: the stages are done.
                     let _ = peer.call(&Request::Bye);
-                    println!("ping --ramp: ok, stages 1-3 passed, stage 4 skipped");
+                    println!("ping --ramp: ok, {}", summary(false));
                     if let Some(s) = dev.link_summary() {
                         eprintln!("{s}");
                     }
@@ -170,6 +171,15 @@ pub fn run(opts: &RampOpts) -> Result<(), Box<dyn std::error::Error>> {
                 None => serve(&dev.ctx, opts.port, timeout),
             }
         }
+    }
+}
+
+/// The closing line's account of the stages.
+fn summary(gpu_ran: bool) -> &'static str {
+    if gpu_ran {
+        "stages 1-4 passed"
+    } else {
+        "stages 1-3 passed, stage 4 skipped"
     }
 }
 

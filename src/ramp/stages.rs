@@ -1,7 +1,7 @@
 //! The active end (A) of `ping --ramp`: stages 1–3 run from here against a [`Peer`] (B in
 //! this process, or a server over TCP), each printing one line of what it proved, the first
-//! failure stopping the ramp with its stage, step and explained error; then stage 4's
-//! account.
+//! failure stopping the ramp with its stage, step and explained error; then stage 4 (GPU
+//! memory, `gpu.rs`) or its account.
 //!
 //! Owns: the stage plan, the verbs each stage posts, the checks A makes (READ-back) and the
 //! figures it prints. Must not reach B's objects but through [`Peer`] (so both forms run the
@@ -80,8 +80,15 @@ fn gbps(bytes: u64, t: Instant) -> f64 {
     bytes as f64 / t.elapsed().as_secs_f64().max(1e-9) / 1e9
 }
 
-/// Runs the stages in order; the first failure returns the stage, step and error.
-pub fn run_stages(a: &mut End, peer: &mut dyn Peer, plan: &Plan) -> Result<(), RampError> {
+/// Runs stages 1-3 in order, then stage 4 as `stage4` does it; the first failure returns
+/// the stage, step and error. `Ok(true)` when stage 4 ran (and passed), `Ok(false)` when it
+/// was skipped.
+pub fn run_stages(
+    a: &mut End,
+    peer: &mut dyn Peer,
+    plan: &Plan,
+    stage4: impl FnOnce() -> Result<gpu::Outcome, Fail>,
+) -> Result<bool, RampError> {
     let names = ["ping", "qps", "sizes"];
     for (k, name) in names.into_iter().enumerate() {
         let stage = k as u8 + 1;
@@ -105,8 +112,27 @@ pub fn run_stages(a: &mut End, peer: &mut dyn Peer, plan: &Plan) -> Result<(), R
             }
         }
     }
-    println!("stage 4 gpu   {}", gpu::why_skipped());
-    Ok(())
+    print!("stage 4 gpu   ");
+    let _ = std::io::stdout().flush();
+    match stage4() {
+        Ok(gpu::Outcome::Passed(line)) => {
+            println!("ok  {line}");
+            Ok(true)
+        }
+        Ok(gpu::Outcome::Skipped(why)) => {
+            println!("{why}");
+            Ok(false)
+        }
+        Err((step, why)) => {
+            println!("FAILED at step {step}");
+            Err(RampError {
+                stage: 4,
+                name: "gpu",
+                step,
+                why,
+            })
+        }
+    }
 }
 
 /// Stage 1: one RC QP each, a 1-byte SEND from A, B checks the byte.
