@@ -198,7 +198,7 @@ impl LatencyReport {
         let us = |i: usize| rtt_ns.get(i).map_or(0.0, |&v| v as f64 / quotient);
         let kept = rtt_ns.len() - LAT_MEASURE_TAIL;
         // perftest get_median(n): `(n - 1) % 2` is true when n is even.
-        let t_typical = if kept % 2 == 0 {
+        let t_typical = if kept.is_multiple_of(2) {
             (us(kept / 2) + us(kept / 2 - 1)) / 2.0
         } else {
             us(kept / 2)
@@ -340,7 +340,7 @@ impl BwReport {
                 best_ns = best_ns.min(t);
                 j += cq_mod;
             }
-            if n % cq_mod != 0 {
+            if !n.is_multiple_of(cq_mod) {
                 let j = n - 1;
                 let t = at(completed_ns, j).saturating_sub(at(posted_ns, i)) as f64
                     / (j - i + 1) as f64;

@@ -125,10 +125,8 @@ impl BfregPool {
     pub fn get(&self, hca: &Arc<Hca>, blueflame: bool) -> Result<QpDoorbell> {
         let bf_reg_size = hca.caps().bf_reg_size();
         let backend: Arc<dyn Mmio> = hca.backend().clone();
-        if blueflame {
-            if let Some(d) = self.get_bf(hca, &backend, bf_reg_size)? {
-                return Ok(d);
-            }
+        if blueflame && let Some(d) = self.get_bf(hca, &backend, bf_reg_size)? {
+            return Ok(d);
         }
         let bfreg =
             Bfreg::new(hca.uar_index(), 0, bf_reg_size.max(64), false).map_err(|source| {

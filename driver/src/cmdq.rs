@@ -508,10 +508,10 @@ fn write_chain(arena: &Arena, len: usize, token: u8, data: Option<&[u8]>) -> Res
     let n = mailbox_blocks(len);
     for b in 0..n {
         let mut blk = CmdMailbox::new_zeroed();
-        if let (Some(d), Some(r)) = (data, block_range(len, b)) {
-            if let (Some(dst), Some(src)) = (blk.data.get_mut(..r.len()), d.get(r)) {
-                dst.copy_from_slice(src);
-            }
+        if let (Some(d), Some(r)) = (data, block_range(len, b))
+            && let (Some(dst), Some(src)) = (blk.data.get_mut(..r.len()), d.get(r))
+        {
+            dst.copy_from_slice(src);
         }
         let next = if b + 1 < n {
             arena.buf.iova_at((b + 1) * MAILBOX_ALIGN)?

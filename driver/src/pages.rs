@@ -121,7 +121,7 @@ impl PagePool {
         let Some(word) = b.used.get_mut(w) else {
             return false;
         };
-        if *word & (1 << bit) == 0 || iova % PAGE_SIZE as u64 != 0 {
+        if *word & (1 << bit) == 0 || !iova.is_multiple_of(PAGE_SIZE as u64) {
             return false;
         }
         *word &= !(1 << bit);

@@ -624,10 +624,10 @@ impl CqPoller {
 #[inline(always)]
 fn completion(held: HeldRef<'_>, cqe: &Cqe64, t: Taken) -> WorkCompletion {
     let mut wc = decode(cqe).with_wr_id(t.wr_id);
-    if completes_a_receive(t.opcode) {
-        if let Some(index) = rq_index(held, wc.qpn()) {
-            wc.set_wqe_index(index);
-        }
+    if completes_a_receive(t.opcode)
+        && let Some(index) = rq_index(held, wc.qpn())
+    {
+        wc.set_wqe_index(index);
     }
     wc
 }

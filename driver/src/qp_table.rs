@@ -532,14 +532,14 @@ fn put(slots: &mut [Slot], w: Arc<WqShared>) {
     let mask = slots.len().wrapping_sub(1);
     let start = w.qpn() as usize & mask;
     for k in 0..slots.len() {
-        if let Some(s) = slots.get_mut((start + k) & mask) {
-            if s.qpn == EMPTY_QPN {
-                *s = Slot {
-                    qpn: w.qpn(),
-                    wq: w,
-                };
-                return;
-            }
+        if let Some(s) = slots.get_mut((start + k) & mask)
+            && s.qpn == EMPTY_QPN
+        {
+            *s = Slot {
+                qpn: w.qpn(),
+                wq: w,
+            };
+            return;
         }
     }
 }
@@ -580,14 +580,14 @@ fn build_slots(wqs: &[Arc<WqShared>], placeholder: &Arc<WqShared>) -> Box<[Slot]
     for w in wqs {
         let start = w.qpn() as usize & mask;
         for k in 0..n {
-            if let Some(s) = slots.get_mut((start + k) & mask) {
-                if s.qpn == EMPTY_QPN {
-                    *s = Slot {
-                        qpn: w.qpn(),
-                        wq: w.clone(),
-                    };
-                    break;
-                }
+            if let Some(s) = slots.get_mut((start + k) & mask)
+                && s.qpn == EMPTY_QPN
+            {
+                *s = Slot {
+                    qpn: w.qpn(),
+                    wq: w.clone(),
+                };
+                break;
             }
         }
     }

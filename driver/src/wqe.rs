@@ -410,10 +410,10 @@ pub fn write_wqe<S: Shapes>(
     wr: &SendWr<'_>,
 ) -> Result<Written, Stop<S::Left>> {
     let qpn = lim.qpn;
-    if let Payload::Inline(_) = wr.payload {
-        if let Some(l) = S::left() {
-            return Err(Stop::Left(l));
-        }
+    if let Payload::Inline(_) = wr.payload
+        && let Some(l) = S::left()
+    {
+        return Err(Stop::Left(l));
     }
     // Constants per opcode (a table lookup), then the fields by reference, each match on its
     // own, so that no per-opcode branch ends up on the common path and the remote address is
@@ -553,10 +553,10 @@ pub fn write_wqe<S: Shapes>(
     // `wqebbs >= 1` fit, so the ring has at least one WQEBB and `wqebbs - 1` is its mask.
     let start = sq.cur_post;
     let slot = start & (sq.wqebbs - 1);
-    if slot + wqebbs > sq.wqebbs {
-        if let Some(l) = S::left() {
-            return Err(Stop::Left(l));
-        }
+    if slot + wqebbs > sq.wqebbs
+        && let Some(l) = S::left()
+    {
+        return Err(Stop::Left(l));
     }
     let out = WqeOut::new(sq, slot, S::ALL);
     let ctrl = ctrl_seg(

@@ -51,7 +51,7 @@ pub const fn eq_doorbell_offset(arm: bool) -> usize {
 /// `log_bf_reg_size`): a non-zero multiple of 64 with all bfregs inside the page.
 fn check_bf_reg_size(bf_reg_size: usize) -> Result<()> {
     if bf_reg_size == 0
-        || bf_reg_size % 64 != 0
+        || !bf_reg_size.is_multiple_of(64)
         || bf_reg_size > (ADAPTER_PAGE_SIZE - BF_OFFSET) / NUM_BFREGS_PER_UAR
     {
         return Err(Error::Malformed {

@@ -86,10 +86,10 @@ impl Cq {
     /// `ibv_ack_cq_events`' work: the driver's count, and the C struct's counter.
     pub(crate) fn ack_events(&self, n: u32) {
         let g = self.inner.lock();
-        if let Some(cq) = g.cq.as_ref() {
-            if let Err(e) = cq.ack_events(n) {
-                crate::log::failure(&e);
-            }
+        if let Some(cq) = g.cq.as_ref()
+            && let Err(e) = cq.ack_events(n)
+        {
+            crate::log::failure(&e);
         }
         drop(g);
         // SAFETY: the field's raw place in the cell, aligned for u32 and owned by this CQ;

@@ -46,7 +46,8 @@ impl CallerPages {
     /// the application likes: the caller guarantees that no device is ever told to access them
     /// (every access goes through a memory key that excludes them).
     pub unsafe fn new(base: NonNull<u8>, len: usize) -> Option<Self> {
-        let aligned = (base.as_ptr() as usize) % PAGE_SIZE == 0 && len % PAGE_SIZE == 0;
+        let aligned =
+            (base.as_ptr() as usize).is_multiple_of(PAGE_SIZE) && len.is_multiple_of(PAGE_SIZE);
         (aligned && len > 0).then_some(Self { base, len })
     }
 }

@@ -256,7 +256,7 @@ impl Bar0 {
         if off >= iseg::INIT_SEG_LEN {
             return Ok(());
         }
-        if data.len() != 4 || off % 4 != 0 {
+        if data.len() != 4 || !off.is_multiple_of(4) {
             return Err(MmioError::Width {
                 offset,
                 width: data.len(),
@@ -291,7 +291,7 @@ impl Bar0 {
                 .map(|()| Written::Done);
         }
         let value = match <[u8; 4]>::try_from(data) {
-            Ok(b) if offset % 4 == 0 => u32::from_be_bytes(b),
+            Ok(b) if offset.is_multiple_of(4) => u32::from_be_bytes(b),
             _ => {
                 return Err(MmioError::Width {
                     offset,

@@ -120,7 +120,7 @@ impl MappedDmaBuf {
         ) else {
             return Err(DmaBufMapError::Unaligned { offset, len });
         };
-        if offset % page != 0 || len % PAGE_SIZE != 0 {
+        if !offset.is_multiple_of(page) || !len.is_multiple_of(PAGE_SIZE) {
             return Err(DmaBufMapError::Unaligned { offset, len });
         }
         // SAFETY: a new shared mapping chosen by the kernel (no address hint, no MAP_FIXED):

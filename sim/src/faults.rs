@@ -99,7 +99,7 @@ impl Trigger {
         match self {
             Self::Packet(i) => index == i,
             Self::PacketsFrom(i) => index >= i,
-            Self::Every(n) => n > 0 && (index + 1) % n == 0,
+            Self::Every(n) => n > 0 && (index + 1).is_multiple_of(n),
             Self::Window { from_ns, until_ns } => (from_ns..until_ns).contains(&now),
         }
     }

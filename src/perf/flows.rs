@@ -484,7 +484,7 @@ impl Waiter {
     /// and then, fail after [`STALL`].
     pub fn idle_memory(&mut self, side: &Side) -> Result<(), PerfError> {
         self.spins = self.spins.wrapping_add(1);
-        if side.spec.net || self.spins % 4096 == 0 {
+        if side.spec.net || self.spins.is_multiple_of(4096) {
             self.pump(side)?;
         }
         if side.spec.net {
@@ -500,7 +500,7 @@ impl Waiter {
     /// the channel until an event or a short slice passes.
     pub fn idle(&mut self, side: &mut Side, q: Queue) -> Result<(), PerfError> {
         self.spins = self.spins.wrapping_add(1);
-        if side.spec.net || side.spec.events || self.spins % 4096 == 0 {
+        if side.spec.net || side.spec.events || self.spins.is_multiple_of(4096) {
             self.pump(side)?;
         }
         if side.spec.events {

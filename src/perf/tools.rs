@@ -280,12 +280,12 @@ fn check_cuda(verb: Verb, kind: Kind, o: &ToolOpts, sizes: &[u64]) -> Result<(),
     if o.bidirectional {
         return usage(format!("--use-cuda={gpu} with -b: run one direction"));
     }
-    if let Some(i) = o.inline {
-        if sizes.iter().any(|&s| s <= u64::from(i)) {
-            return usage(format!(
-                "--use-cuda={gpu} with -I {i}: perftest doesn't support CUDA tests with inline messages; leave -I out (it is 0 with --use-cuda) or give -s above {i}"
-            ));
-        }
+    if let Some(i) = o.inline
+        && sizes.iter().any(|&s| s <= u64::from(i))
+    {
+        return usage(format!(
+            "--use-cuda={gpu} with -I {i}: perftest doesn't support CUDA tests with inline messages; leave -I out (it is 0 with --use-cuda) or give -s above {i}"
+        ));
     }
     Ok(())
 }

@@ -37,7 +37,7 @@ pub fn check(buf: &[u8], tag: u64) -> Result<(), String> {
 /// `bytes` as a person reads it: `8 MiB`, `4 KiB`, `1 GiB` when exact, else `N B`.
 pub fn human(bytes: u64) -> String {
     for (shift, unit) in [(30, "GiB"), (20, "MiB"), (10, "KiB")] {
-        if bytes >= 1 << shift && bytes % (1 << shift) == 0 {
+        if bytes >= 1 << shift && bytes.is_multiple_of(1 << shift) {
             return format!("{} {unit}", bytes >> shift);
         }
     }

@@ -372,18 +372,18 @@ impl<O: MrOwner> OwnedMr<O> {
             pool,
             access,
         } = self;
-        if let Some(pool) = pool {
-            if let Err(pool) = pool.try_close() {
-                let leases = pool.leased();
-                return Err(DeregisterError::InUse {
-                    mr: OwnedMr {
-                        region,
-                        pool: Some(pool),
-                        access,
-                    },
-                    leases,
-                });
-            }
+        if let Some(pool) = pool
+            && let Err(pool) = pool.try_close()
+        {
+            let leases = pool.leased();
+            return Err(DeregisterError::InUse {
+                mr: OwnedMr {
+                    region,
+                    pool: Some(pool),
+                    access,
+                },
+                leases,
+            });
         }
         // The pool held the only other reference; no lease can exist any more.
         let mut region = Arc::try_unwrap(region)

@@ -55,10 +55,10 @@ pub(crate) fn fits(r: &RemoteBuffer, len: u64) -> Result<(), VerbsError> {
 }
 
 fn atomic_target(r: &RemoteBuffer, local: u64) -> Result<(), VerbsError> {
-    if r.len < 8 || r.addr % 8 != 0 || local != 8 {
+    if r.len < 8 || !r.addr.is_multiple_of(8) || local != 8 {
         return Err(VerbsError::BadAtomic {
             remote_len: r.len,
-            aligned: r.addr % 8 == 0,
+            aligned: r.addr.is_multiple_of(8),
             local_len: local,
         });
     }

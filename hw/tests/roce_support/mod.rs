@@ -65,7 +65,7 @@ pub fn ext_for(op: BthOpcode, seed: u32, syndrome: AethSyndrome) -> ExtFields {
     ExtFields {
         deth: h.contains(ExtHeaders::DETH).then(|| {
             Deth::new(
-                if seed % 2 == 0 {
+                if seed.is_multiple_of(2) {
                     GSI_QKEY
                 } else {
                     0x1111_2222 + seed
@@ -141,14 +141,18 @@ pub fn corpus() -> Vec<Case> {
                     let bth = BthFields {
                         opcode: op,
                         se: seed % 2 == 1,
-                        mig_req: seed % 5 == 0,
+                        mig_req: seed.is_multiple_of(5),
                         pad_cnt: bypass_hw::roce::opcode::pad_len(len),
                         tver: 0,
-                        pkey: if seed % 7 == 0 { 0x8001 } else { DEFAULT_PKEY },
+                        pkey: if seed.is_multiple_of(7) {
+                            0x8001
+                        } else {
+                            DEFAULT_PKEY
+                        },
                         fecn: seed % 4 == 1,
                         becn: seed % 4 == 2,
                         dest_qp,
-                        ack_req: seed % 3 != 0,
+                        ack_req: !seed.is_multiple_of(3),
                         psn: (0xff_fff0 + seed * 3) & 0xff_ffff,
                     };
                     let ext = ext_for(op, seed, syn);
@@ -190,7 +194,7 @@ pub fn hex(b: &[u8]) -> String {
 
 /// Parses lowercase/uppercase hex.
 pub fn unhex(s: &str) -> Vec<u8> {
-    assert!(s.len() % 2 == 0, "odd hex length");
+    assert!(s.len().is_multiple_of(2), "odd hex length");
     (0..s.len())
         .step_by(2)
         .map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("hex"))

@@ -324,7 +324,7 @@ fn fill(w: &mut SendWqe, ctrl: &CtrlSeg, bytes: &[u8], lim: &Limits) -> Result<(
         if w.inline.is_some()
             || w.sges.len() != 1
             || total != u64::from(bypass_hw::wqe::MLX5_ATOMIC_SIZE)
-            || w.raddr % 8 != 0
+            || !w.raddr.is_multiple_of(8)
         {
             return Err(bad);
         }
@@ -348,13 +348,13 @@ fn fill(w: &mut SendWqe, ctrl: &CtrlSeg, bytes: &[u8], lim: &Limits) -> Result<(
 /// The data segments: one inline segment, or a list of pointer segments.
 fn parse_data(w: &mut SendWqe, data: &[u8]) -> Result<(), CqeSyndrome> {
     let bad = CqeSyndrome::LOCAL_QP_OP_ERR;
-    if let Ok((h, rest)) = InlineSeg::read_from_prefix(data) {
-        if h.is_inline() {
-            let n = h.len() as usize;
-            let payload = rest.get(..n).ok_or(bad)?;
-            w.inline = Some(crate::inline::InlineData::from(payload));
-            return Ok(());
-        }
+    if let Ok((h, rest)) = InlineSeg::read_from_prefix(data)
+        && h.is_inline()
+    {
+        let n = h.len() as usize;
+        let payload = rest.get(..n).ok_or(bad)?;
+        w.inline = Some(crate::inline::InlineData::from(payload));
+        return Ok(());
     }
     for seg in data.chunks_exact(SEND_WQE_DS) {
         let Ok((d, _)) = DataSeg::read_from_prefix(seg) else {

@@ -110,14 +110,13 @@ fn run_slot(c: &mut Hca<'_>, slot: u8) {
         Ok((out, exec)) => (DeliveryStatus::OK, out, Some(exec)),
         Err(d) => (d, [0u8; CMD_INLINE_LEN], None),
     };
-    if delivery == DeliveryStatus::OK {
-        if let Err(f) =
+    if delivery == DeliveryStatus::OK
+        && let Err(f) =
             c.io.dma
                 .write(addr.wrapping_add(ENTRY_OUT_OFF), &out_inline)
-        {
-            c.io.dma_fault(f);
-            return;
-        }
+    {
+        c.io.dma_fault(f);
+        return;
     }
     // Ownership goes back last: status in bits 7..1, owner bit clear.
     if let Err(f) =
@@ -250,7 +249,7 @@ fn walk_chain(
         if ptr == 0 {
             return Err(len_err);
         }
-        if ptr % MAILBOX_ALIGN as u64 != 0 {
+        if !ptr.is_multiple_of(MAILBOX_ALIGN as u64) {
             return Err(align_err);
         }
         let mut raw = [0u8; MAILBOX_SIZE];

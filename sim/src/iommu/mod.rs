@@ -284,7 +284,10 @@ impl Iommu {
         perm: Perm,
     ) -> Result<(), MapError> {
         let page = PAGE_SIZE as u64;
-        if iova % page != 0 || len % PAGE_SIZE != 0 || offset % PAGE_SIZE != 0 {
+        if !iova.is_multiple_of(page)
+            || !len.is_multiple_of(PAGE_SIZE)
+            || !offset.is_multiple_of(PAGE_SIZE)
+        {
             return Err(MapError::Unaligned { iova, len, offset });
         }
         let end = iova
@@ -299,14 +302,14 @@ impl Iommu {
             });
         }
         // The mapping that starts last at or before `end - 1` is the only one that can overlap.
-        if let Some((&start, m)) = self.maps.range(..end).next_back() {
-            if start + m.len as u64 > iova {
-                return Err(MapError::Overlap {
-                    iova,
-                    len,
-                    existing: start,
-                });
-            }
+        if let Some((&start, m)) = self.maps.range(..end).next_back()
+            && start + m.len as u64 > iova
+        {
+            return Err(MapError::Overlap {
+                iova,
+                len,
+                existing: start,
+            });
         }
         self.maps.insert(
             iova,

@@ -253,11 +253,11 @@ fn on_ack(s: &mut Sender<'_, '_>, c: &Ctx, req: &mut ReqState, aeth: &Aeth, psn:
 /// The oldest outstanding WQE, after the implicit acknowledgement of everything before `psn`.
 /// `None` if nothing matches (the response is stale) or after a retry was started.
 fn head_for(s: &mut Sender<'_, '_>, c: &Ctx, req: &mut ReqState, psn: u32) -> Option<usize> {
-    if let Acked::Lost(p) = ack_through(s, c, req, psn_add(psn, 0x00ff_ffff)) {
-        if psn_diff(p, psn) < 0 {
-            implied_nak(s, c, req, p);
-            return None;
-        }
+    if let Acked::Lost(p) = ack_through(s, c, req, psn_add(psn, 0x00ff_ffff))
+        && psn_diff(p, psn) < 0
+    {
+        implied_nak(s, c, req, p);
+        return None;
     }
     req.wqes
         .iter()

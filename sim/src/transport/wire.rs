@@ -41,10 +41,12 @@ pub(crate) fn headers(
 ) -> Option<(IpSpec, UdpPorts)> {
     // One entry per device: a QP sends on the same path packet after packet (the profile's
     // GID table never changes, so the route alone decides the headers).
-    if let Some(h) = &tp.headers_cache {
-        if h.port == route.port && h.src_qpn == route.src_qpn && h.path == *route.path {
-            return Some((h.ip, h.ports));
-        }
+    if let Some(h) = &tp.headers_cache
+        && h.port == route.port
+        && h.src_qpn == route.src_qpn
+        && h.path == *route.path
+    {
+        return Some((h.ip, h.ports));
     }
     let made = build_headers(profile, route)?;
     tp.headers_cache = Some(HeadersCache {

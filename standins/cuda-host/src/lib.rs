@@ -352,7 +352,7 @@ pub unsafe extern "C" fn cuMemGetHandleForAddressRange(
     _flags: c_ulonglong,
 ) -> c_int {
     let r = current_device().and_then(|_| {
-        let aligned = dptr % PAGE as u64 == 0 && size % PAGE == 0 && size > 0;
+        let aligned = dptr.is_multiple_of(PAGE as u64) && size.is_multiple_of(PAGE) && size > 0;
         if kind != HANDLE_DMA_BUF_FD || !aligned {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }

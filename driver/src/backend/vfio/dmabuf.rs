@@ -88,13 +88,13 @@ pub fn check_slice(slice: &DmaBufSlice) -> Result<(), DmaBufRefusal> {
         what,
         fix: "the driver rounds a registration out to whole pages of the dma-buf before mapping it",
     };
-    if slice.len == 0 || slice.len as u64 % page != 0 {
+    if slice.len == 0 || !(slice.len as u64).is_multiple_of(page) {
         return Err(bad(format!(
             "the length {:#x} is not a non-zero whole number of pages",
             slice.len
         )));
     }
-    if slice.offset % page != 0 {
+    if !slice.offset.is_multiple_of(page) {
         return Err(bad(format!(
             "the offset {:#x} into the dma-buf is not page-aligned",
             slice.offset

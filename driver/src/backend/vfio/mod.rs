@@ -413,7 +413,7 @@ impl VfioBackend {
     /// Checks that `iova..iova+len` is page-aligned and inside one of the IOMMU's apertures
     /// (any IOVA when the kernel reported none); `Err` says which and the fix.
     fn check_iova(&self, iova: u64, len: usize) -> Result<(), String> {
-        if iova % PAGE_SIZE as u64 != 0 {
+        if !iova.is_multiple_of(PAGE_SIZE as u64) {
             return Err(format!("the IOVA {iova:#x} is not page-aligned"));
         }
         if len == 0 {

@@ -155,7 +155,7 @@ impl Bar {
     /// The address of a `T`-sized register at `off`, if it is inside the BAR and aligned.
     fn reg<T>(&self, off: u64) -> Option<*mut T> {
         let w = std::mem::size_of::<T>() as u64;
-        if off % w != 0 || off.checked_add(w)? > self.len {
+        if !off.is_multiple_of(w) || off.checked_add(w)? > self.len {
             return None;
         }
         let off = usize::try_from(off).ok()?;
@@ -196,7 +196,7 @@ impl Bar {
 
     /// Eight ordered `write_volatile::<u64>` stores at a 64-byte aligned `off`.
     pub fn write_bf(&self, off: u64, chunk: &[u64; 8]) -> Option<()> {
-        if off % 64 != 0 || off.checked_add(64)? > self.len {
+        if !off.is_multiple_of(64) || off.checked_add(64)? > self.len {
             return None;
         }
         for (i, &w) in chunk.iter().enumerate() {

@@ -816,14 +816,12 @@ pub(crate) fn resume(dp: &mut DataPath<'_>) -> bool {
         let Some((qpn, fresh)) = next else {
             return sent;
         };
-        if fresh {
-            if let Some(qp) = dp.objs.qps.get_mut(qpn) {
-                qp.req.fresh = false;
-                let caps = &dp.profile.caps;
-                if crate::engine::fetch(qp, caps, &mut dp.io, &mut dp.tp.bf_spare, None) {
-                    dp.comp
-                        .post_qp_event(&mut dp.io, EventType::WQ_CATAS_ERROR, qpn);
-                }
+        if fresh && let Some(qp) = dp.objs.qps.get_mut(qpn) {
+            qp.req.fresh = false;
+            let caps = &dp.profile.caps;
+            if crate::engine::fetch(qp, caps, &mut dp.io, &mut dp.tp.bf_spare, None) {
+                dp.comp
+                    .post_qp_event(&mut dp.io, EventType::WQ_CATAS_ERROR, qpn);
             }
         }
         sent |= pump(dp, qpn);

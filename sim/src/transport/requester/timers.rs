@@ -42,11 +42,11 @@ pub(crate) fn run_timers(dp: &mut DataPath<'_>) -> bool {
     let mut any = false;
     for qpn in due {
         let timed = with_sender(dp, qpn, |s, c, req| {
-            if let Some((t, psn)) = req.rnr_wait {
-                if t <= now {
-                    req.rnr_wait = None;
-                    rewind(req, psn);
-                }
+            if let Some((t, psn)) = req.rnr_wait
+                && t <= now
+            {
+                req.rnr_wait = None;
+                rewind(req, psn);
             }
             if req.ack_deadline.is_some_and(|t| t <= now) {
                 req.ack_deadline = None;

@@ -50,11 +50,11 @@ pub(crate) fn respond(
         path: &path,
         src_qpn: qpn,
     };
-    if let Some(aeth) = fast_ack {
-        if let Some((ip, ports)) = qp_headers(&mut qp.headers, dp.tp, dp.profile, route) {
-            push_ack(dp.tp, &mut dp.io, ip, ports, &bth, aeth);
-            return true;
-        }
+    if let Some(aeth) = fast_ack
+        && let Some((ip, ports)) = qp_headers(&mut qp.headers, dp.tp, dp.profile, route)
+    {
+        push_ack(dp.tp, &mut dp.io, ip, ports, &bth, aeth);
+        return true;
     }
     send(dp.tp, dp.profile, &mut dp.io, route, bth, ext, payload)
 }

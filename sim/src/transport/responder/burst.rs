@@ -89,10 +89,12 @@ pub(crate) fn apply(dp: &mut DataPath<'_>, b: &Burst) -> bool {
 /// runs first and copied run to run. Both copy the same bytes to the same place, and both
 /// count nothing on a refusal: the caller's per-packet fallback reports it.
 fn write_payload(dp: &mut DataPath<'_>, src: &Payload, iovas: &IovaRuns) -> bool {
-    if let (Payload::Inline(bytes), Some((iova, n))) = (src, iovas.single()) {
-        if n > 0 && n == bytes.len() as u64 && dp.io.dma.write_within_one(iova, bytes) {
-            return true;
-        }
+    if let (Payload::Inline(bytes), Some((iova, n))) = (src, iovas.single())
+        && n > 0
+        && n == bytes.len() as u64
+        && dp.io.dma.write_within_one(iova, bytes)
+    {
+        return true;
     }
     // The destination runs go into the device's reused buffer (no allocation per burst); it
     // is emptied again before it goes back, so it keeps no buffer alive.

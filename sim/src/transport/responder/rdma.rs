@@ -381,10 +381,10 @@ pub(super) fn atomic(dp: &mut DataPath<'_>, qpn: u32, pkt: &RocePacket<'_>) -> R
     } else {
         Some(orig.wrapping_add(a.swap_add()))
     };
-    if let Some(v) = new {
-        if let Err(e) = write_remote(dp, qpn, rkey, va, &v.to_be_bytes(), Need::RemoteAtomic) {
-            return Err(e.fail(dp, false));
-        }
+    if let Some(v) = new
+        && let Err(e) = write_remote(dp, qpn, rkey, va, &v.to_be_bytes(), Need::RemoteAtomic)
+    {
+        return Err(e.fail(dp, false));
     }
     let psn = pkt.bth().psn();
     let Some(qp) = dp.objs.qps.get_mut(qpn) else {
