@@ -8,10 +8,9 @@
 //!
 //! Sources: memfd_create(2) with `MFD_ALLOW_SEALING` and `F_SEAL_SHRINK` (a registered
 //! memfd that shrinks would leave the device pointing at freed pages, and udmabuf refuses
-//! a memfd without that seal); `include/uapi/linux/udmabuf.h` (`struct udmabuf_create`,
-//! `UDMABUF_CREATE` = `_IOW('u', 0x42, …)`) and `drivers/dma-buf/udmabuf.c`
-//! (`udmabuf_create`: page-aligned offset and size, at most `size_limit_mb` MiB, 64 by
-//! default, which is why large sizes fail there with EINVAL).
+//! a memfd without that seal); `drivers/dma-buf/udmabuf.c` (`udmabuf_create`: page-aligned
+//! offset and size, at most `size_limit_mb` MiB, 64 by default, which is why large sizes
+//! fail there with EINVAL; the seam's `udmabuf.rs` makes the call and names that fix).
 
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
