@@ -6,8 +6,13 @@
 //! the whole GPU path runs: allocation, dma-buf export, registration on two sim NICs, every
 //! check, the bandwidth comparison.
 
+#[path = "../standins/cuda_support.rs"]
+mod cuda_support;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
+
+use cuda_support::{built_so, host_has_libcuda, libcuda_dir};
 
 /// Runs `bypass ARGS` with `LD_LIBRARY_PATH=dir`; returns (exit code, stdout, stderr).
 fn bypass_with_libs(dir: &Path, args: &[&str]) -> (i32, String, String) {
@@ -40,51 +45,14 @@ enum Lib {
     HostMemory,
 }
 
-/// A fresh folder holding `lib` as libcuda.so.1.
+/// A fresh folder holding `lib` as libcuda.so.1 (and libcuda.so).
 fn lib_dir(tag: &str, lib: Lib) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("bypass-cli-gpu-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("create temp dir");
-    let name = match lib {
+    let so = match lib {
         Lib::Empty => None,
-        Lib::NoDevice => Some("libbypass_standin_cuda.so"),
-        Lib::HostMemory => Some("libbypass_standin_cuda_host.so"),
+        Lib::NoDevice => Some(built_so("libbypass_standin_cuda.so")),
+        Lib::HostMemory => Some(built_so("libbypass_standin_cuda_host.so")),
     };
-    if let Some(name) = name {
-        let bin = Path::new(env!("CARGO_BIN_EXE_bypass"));
-        let so = bin
-            .parent()
-            .expect("target profile dir")
-            .join("deps")
-            .join(name);
-        assert!(so.exists(), "{} was not built", so.display());
-        // Also as libcuda.so, cudarc's first candidate name: on a host with NVIDIA's
-        // libcuda.so in a system folder, that name would otherwise load the real driver
-        // before libcuda.so.1 is looked for here.
-        for name in ["libcuda.so.1", "libcuda.so"] {
-            std::fs::copy(&so, dir.join(name)).expect("stage the stand-in");
-        }
-    }
-    dir
-}
-
-/// True when the host's loader finds a libcuda without LD_LIBRARY_PATH.
-fn host_has_libcuda() -> bool {
-    let listed = Command::new("ldconfig")
-        .arg("-p")
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).contains("libcuda.so"))
-        .unwrap_or(false);
-    let dirs = [
-        "/usr/lib/x86_64-linux-gnu",
-        "/usr/lib64",
-        "/usr/lib",
-        "/lib64",
-    ];
-    listed
-        || dirs
-            .iter()
-            .any(|d| Path::new(d).join("libcuda.so.1").exists())
+    libcuda_dir("bypass-cli-gpu", tag, so.as_deref())
 }
 
 #[test]

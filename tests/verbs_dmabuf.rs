@@ -599,51 +599,12 @@ fn a_device_region_a_peer_may_write_is_not_pooled() {
     ));
 }
 
-/// `struct udmabuf_create` (`include/uapi/linux/udmabuf.h`).
-#[repr(C)]
-struct UdmabufCreate {
-    memfd: u32,
-    flags: u32,
-    offset: u64,
-    size: u64,
-}
-
-nix::ioctl_write_ptr!(
-    /// `UDMABUF_CREATE`: `_IOW('u', 0x42, struct udmabuf_create)`.
-    udmabuf_create,
-    b'u',
-    0x42,
-    UdmabufCreate
-);
-
-/// `UDMABUF_FLAGS_CLOEXEC`.
-const UDMABUF_FLAGS_CLOEXEC: u32 = 1;
-
-/// A udmabuf over all `size` bytes of a new sealed memfd: (dma-buf fd, memfd). Kept in this
-/// test (not a driver API): only tests make udmabufs.
+/// A udmabuf over all `size` bytes of a new sealed memfd: (dma-buf fd, memfd), made through
+/// the seam's uapi calls (a kernel with CONFIG_UDMABUF, as the QEMU guest has).
 fn udmabuf_from_memfd(size: usize) -> (OwnedFd, Arc<OwnedFd>) {
-    use std::os::fd::FromRawFd;
-    let mfd = memfd(size);
-    nix::fcntl::fcntl(
-        &*mfd,
-        nix::fcntl::FcntlArg::F_ADD_SEALS(nix::fcntl::SealFlag::F_SEAL_SHRINK),
-    )
-    .expect("F_ADD_SEALS(F_SEAL_SHRINK)");
-    let dev = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/udmabuf")
-        .expect("/dev/udmabuf (a kernel with CONFIG_UDMABUF, as the QEMU guest has)");
-    let arg = UdmabufCreate {
-        memfd: mfd.as_raw_fd() as u32,
-        flags: UDMABUF_FLAGS_CLOEXEC,
-        offset: 0,
-        size: size as u64,
-    };
-    // SAFETY: the ioctl reads one `struct udmabuf_create` from a live local.
-    let fd = unsafe { udmabuf_create(dev.as_raw_fd(), &arg) }.expect("UDMABUF_CREATE");
-    // SAFETY: UDMABUF_CREATE returns a new dma-buf fd that nothing else owns.
-    (unsafe { OwnedFd::from_raw_fd(fd) }, mfd)
+    let mfd = bypass_seam::sealed_memfd(c"verbs-dmabuf", size as u64).expect("sealed memfd");
+    let fd = bypass_seam::create_udmabuf(&mfd, 0, size as u64).unwrap_or_else(|e| panic!("{e}"));
+    (fd, Arc::new(mfd))
 }
 
 #[test]

@@ -31,7 +31,7 @@ mod edu;
 mod udmabuf;
 
 use edu::Edu;
-use udmabuf::{CpuMap, SYNC_READ, SYNC_WRITE};
+use udmabuf::{CpuMap, SyncAccess};
 
 const T: Duration = Duration::from_secs(10);
 const PAGE: u64 = 4096;
@@ -139,10 +139,10 @@ fn a_udmabuf_mapped_through_its_memfd_is_reached_by_dma_both_ways() {
     src.write(0, &p).unwrap();
     edu.dma_to_device(src.iova(), 0, 4096, false, T).unwrap();
     edu.dma_to_host(0, IOVA_A, 4096, false, T).unwrap();
-    udmabuf::sync(u.file.fd(), true, SYNC_READ).unwrap();
+    udmabuf::sync(u.file.fd(), true, SyncAccess::Read).unwrap();
     let page1 = cpu.get(4096, 4096);
     let page0 = cpu.get(0, 4096);
-    udmabuf::sync(u.file.fd(), false, SYNC_READ).unwrap();
+    udmabuf::sync(u.file.fd(), false, SyncAccess::Read).unwrap();
     assert!(page1 == p, "the DMA did not land in the dma-buf's page 1");
     assert!(
         page0.iter().all(|&b| b == 0x11),
@@ -153,9 +153,9 @@ fn a_udmabuf_mapped_through_its_memfd_is_reached_by_dma_both_ways() {
 
     // Memory → device: the CPU writes through the dma-buf; edu reads the IOVA.
     let q = pattern(4096, 77);
-    udmabuf::sync(u.file.fd(), true, SYNC_WRITE).unwrap();
+    udmabuf::sync(u.file.fd(), true, SyncAccess::Write).unwrap();
     cpu.put(4096, &q);
-    udmabuf::sync(u.file.fd(), false, SYNC_WRITE).unwrap();
+    udmabuf::sync(u.file.fd(), false, SyncAccess::Write).unwrap();
     dst.fill(0, 4096, 0).unwrap();
     edu.dma_to_device(IOVA_A, 0, 4096, false, T).unwrap();
     edu.dma_to_host(0, dst.iova(), 4096, false, T).unwrap();
@@ -168,9 +168,9 @@ fn a_udmabuf_mapped_through_its_memfd_is_reached_by_dma_both_ways() {
     vfio.unmap_dma(IOVA_A, 4096).unwrap();
     assert_eq!(vfio.mappings().len(), before);
     edu.dma_to_host(0, IOVA_A, 4096, false, T).unwrap();
-    udmabuf::sync(u.file.fd(), true, SYNC_READ).unwrap();
+    udmabuf::sync(u.file.fd(), true, SyncAccess::Read).unwrap();
     let after = cpu.get(4096, 4096);
-    udmabuf::sync(u.file.fd(), false, SYNC_READ).unwrap();
+    udmabuf::sync(u.file.fd(), false, SyncAccess::Read).unwrap();
     assert!(after == q, "DMA reached the dma-buf after unmap");
 }
 

@@ -7,8 +7,9 @@
 //!
 //! Owns: those traits, [`IovaRange`], [`CallerPages`] (application memory as a device maps
 //! it), [`DmaBufSlice`] and [`PeerMemory`] (dma-bufs and GPU memory as a device maps them),
-//! [`Progress`], [`BackendError`] and the locked-memory accounting both sides check
-//! before they pin ([`MemlockState`]). Must not: know any mlx5
+//! [`Progress`], [`BackendError`], the locked-memory accounting both sides check
+//! before they pin ([`MemlockState`]) and the udmabuf / `DMA_BUF_IOCTL_SYNC` uapi calls
+//! ([`create_udmabuf`], [`dma_buf_sync`]). Must not: know any mlx5
 //! format (`bypass-hw`), keep driver or device state, or depend on either side: the driver
 //! (`bypass-driver`) and the software NIC (`bypass-sim`) both depend on this crate, never on
 //! each other.
@@ -26,6 +27,7 @@ mod irq;
 mod memlock;
 mod mmio;
 mod peer;
+mod udmabuf;
 
 use std::any::Any;
 use std::fmt;
@@ -38,6 +40,10 @@ pub use irq::Interrupts;
 pub use memlock::MemlockState;
 pub use mmio::Mmio;
 pub use peer::{PeerError, PeerMemory};
+pub use udmabuf::{
+    DmaBufSyncError, SyncAccess, SyncFlags, SyncPhase, UDMABUF_DEVICE, UdmabufError,
+    create_udmabuf, dma_buf_sync, sealed_memfd,
+};
 
 /// Whether a device may still move without the driver doing anything (see
 /// [`Backend::progress`]).

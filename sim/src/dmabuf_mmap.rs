@@ -10,7 +10,7 @@
 //!
 //! The sim is software, so its "DMA" into a dma-buf is a CPU access: the exporter's
 //! `begin_cpu_access`/`end_cpu_access` (reached through the ioctl) keep the buffer coherent
-//! with other devices. Sources: `include/uapi/linux/dma-buf.h` (`struct dma_buf_sync`,
+//! with other devices; the ioctl itself is `bypass_seam::dma_buf_sync`. Sources: `include/uapi/linux/dma-buf.h` (`struct dma_buf_sync`,
 //! `DMA_BUF_IOCTL_SYNC` = `_IOW('b', 0, struct dma_buf_sync)`, the `DMA_BUF_SYNC_*` flags),
 //! `drivers/dma-buf/dma-buf.c` (`dma_buf_mmap_internal`: the offset is in pages and must lie
 //! inside the buffer; `dma_buf_ioctl`), `drivers/dma-buf/udmabuf.c` (`mmap_udmabuf`:
@@ -22,29 +22,8 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-use bypass_seam::{PAGE_SIZE, PeerError, PeerMemory};
+use bypass_seam::{PAGE_SIZE, PeerError, PeerMemory, SyncAccess, SyncFlags, dma_buf_sync};
 use nix::sys::mman::{MapFlags, ProtFlags, mmap, munmap};
-
-/// `DMA_BUF_SYNC_READ | DMA_BUF_SYNC_WRITE` (`DMA_BUF_SYNC_RW`).
-const SYNC_RW: u64 = 3;
-/// `DMA_BUF_SYNC_START` (0): the CPU access begins.
-const SYNC_START: u64 = 0;
-/// `DMA_BUF_SYNC_END`: the CPU access ends.
-const SYNC_END: u64 = 1 << 2;
-
-/// `struct dma_buf_sync` (`include/uapi/linux/dma-buf.h`).
-#[repr(C)]
-struct DmaBufSync {
-    flags: u64,
-}
-
-nix::ioctl_write_ptr!(
-    /// `DMA_BUF_IOCTL_SYNC`.
-    dma_buf_ioctl_sync,
-    b'b',
-    0,
-    DmaBufSync
-);
 
 /// Why a dma-buf could not be mapped for the CPU.
 #[derive(Debug, thiserror::Error)]
@@ -150,16 +129,6 @@ impl MappedDmaBuf {
         })
     }
 
-    /// `DMA_BUF_IOCTL_SYNC` with `flags | DMA_BUF_SYNC_RW`.
-    fn sync(&self, flags: u64) -> Result<(), nix::Error> {
-        let s = DmaBufSync {
-            flags: flags | SYNC_RW,
-        };
-        // SAFETY: the ioctl reads one `struct dma_buf_sync` from the pointer, which is a live
-        // local of that layout.
-        unsafe { dma_buf_ioctl_sync(self.fd.as_raw_fd(), &s) }.map(drop)
-    }
-
     /// Runs `copy` between SYNC_START and SYNC_END, after checking the range.
     fn bracketed(
         &self,
@@ -181,16 +150,18 @@ impl MappedDmaBuf {
                 self.len
             )));
         }
-        self.sync(SYNC_START).map_err(|e| {
+        dma_buf_sync(&*self.fd, SyncFlags::start(SyncAccess::ReadWrite)).map_err(|e| {
             err(format!(
-                "DMA_BUF_IOCTL_SYNC(START) failed: {e}: the exporter refused CPU access"
+                "DMA_BUF_IOCTL_SYNC(START) failed: {}: the exporter refused CPU access",
+                e.errno
             ))
         })?;
         // SAFETY: `offset + len <= self.len` (checked), inside the live mapping.
         copy(unsafe { self.ptr.as_ptr().cast::<u8>().add(offset) });
-        self.sync(SYNC_END).map_err(|e| {
+        dma_buf_sync(&*self.fd, SyncFlags::end(SyncAccess::ReadWrite)).map_err(|e| {
             err(format!(
-                "DMA_BUF_IOCTL_SYNC(END) failed: {e}: the exporter refused to end CPU access"
+                "DMA_BUF_IOCTL_SYNC(END) failed: {}: the exporter refused to end CPU access",
+                e.errno
             ))
         })
     }

@@ -3,26 +3,24 @@
 //!
 //! Owns: making each kind ([`Held`]), filling its pages so that no page is faulted in under
 //! the clock, and [`SourceError`]. Must not: register anything or time anything
-//! (`reg_cost.rs` does both), or keep a udmabuf helper outside the benchmark (udmabufs are
-//! made only here and in tests; the driver takes any dma-buf fd).
+//! (`reg_cost.rs` does both), or make a memfd or udmabuf itself (`bypass_seam::sealed_memfd`
+//! and `create_udmabuf` do; the driver takes any dma-buf fd).
 //!
 //! Sources: memfd_create(2) with `MFD_ALLOW_SEALING` and `F_SEAL_SHRINK` (a registered
 //! memfd that shrinks would leave the device pointing at freed pages, and udmabuf refuses
-//! a memfd without that seal); `include/uapi/linux/udmabuf.h` (`struct udmabuf_create`,
-//! `UDMABUF_CREATE` = `_IOW('u', 0x42, …)`) and `drivers/dma-buf/udmabuf.c`
-//! (`udmabuf_create`: page-aligned offset and size, at most `size_limit_mb` MiB, 64 by
-//! default, which is why large sizes fail there with EINVAL).
+//! a memfd without that seal); `drivers/dma-buf/udmabuf.c` (`udmabuf_create`: page-aligned
+//! offset and size, at most `size_limit_mb` MiB, 64 by default, which is why large sizes
+//! fail there with EINVAL; the seam's `udmabuf.rs` makes the call and names that fix).
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::sync::Arc;
 
+use bypass_seam::{UdmabufError, create_udmabuf, sealed_memfd};
 use bypass_verbs::{DmaBufSource, MemfdRange};
 use nix::errno::Errno;
-use nix::fcntl::{FcntlArg, SealFlag, fcntl};
-use nix::sys::memfd::{MFdFlags, memfd_create};
 
 /// Where a udmabuf comes from.
-pub const UDMABUF: &str = "/dev/udmabuf";
+pub const UDMABUF: &str = bypass_seam::UDMABUF_DEVICE;
 /// Bytes written per call when filling a memfd.
 const FILL_CHUNK: usize = 1 << 20;
 
@@ -41,22 +39,14 @@ pub enum SourceError {
         /// What the kernel said.
         errno: Errno,
     },
-    /// `/dev/udmabuf` could not be opened.
-    #[error("opening {UDMABUF}: {source}; run as root or give the user access to it")]
-    OpenUdmabuf {
-        /// What the OS said.
-        #[source]
-        source: std::io::Error,
-    },
-    /// `UDMABUF_CREATE` failed.
-    #[error(
-        "UDMABUF_CREATE of {len} bytes failed: {errno}; udmabuf takes at most size_limit_mb MiB (64 by default: modprobe udmabuf size_limit_mb=1024)"
-    )]
-    Create {
+    /// The udmabuf could not be made.
+    #[error("making a udmabuf of {len} bytes: {source}")]
+    Udmabuf {
         /// The size asked for.
         len: usize,
-        /// What the kernel said.
-        errno: Errno,
+        /// Why (the seam names the fix).
+        #[source]
+        source: UdmabufError,
     },
     /// The fd the kernel returned is not a dma-buf the driver recognises.
     #[error("the udmabuf of {len} bytes: {reason}")]
@@ -67,26 +57,6 @@ pub enum SourceError {
         reason: String,
     },
 }
-
-/// `struct udmabuf_create`.
-#[repr(C)]
-struct UdmabufCreate {
-    memfd: u32,
-    flags: u32,
-    offset: u64,
-    size: u64,
-}
-
-nix::ioctl_write_ptr!(
-    /// `UDMABUF_CREATE`.
-    udmabuf_create,
-    b'u',
-    0x42,
-    UdmabufCreate
-);
-
-/// `UDMABUF_FLAGS_CLOEXEC`.
-const UDMABUF_FLAGS_CLOEXEC: u32 = 1;
 
 /// Memory ready to register, kept between rounds.
 pub enum Held {
@@ -101,17 +71,10 @@ pub enum Held {
 /// A `len`-byte memfd, sealed against shrinking, every page written (with ones).
 pub fn filled_memfd(len: usize) -> Result<Arc<OwnedFd>, SourceError> {
     let err = |op| move |errno| SourceError::Memfd { op, len, errno };
-    let fd = memfd_create(
-        c"bypass-reg-cost",
-        MFdFlags::MFD_ALLOW_SEALING | MFdFlags::MFD_CLOEXEC,
-    )
-    .map_err(err("memfd_create"))?;
-    let size = i64::try_from(len).map_err(|_| SourceError::Memfd {
-        op: "ftruncate",
-        len,
-        errno: Errno::EFBIG,
+    let fd = sealed_memfd(c"bypass-reg-cost", len as u64).map_err(|e| match e {
+        UdmabufError::Memfd { op, errno, .. } => SourceError::Memfd { op, len, errno },
+        other => SourceError::Udmabuf { len, source: other },
     })?;
-    nix::unistd::ftruncate(&fd, size).map_err(err("ftruncate"))?;
     let ones = vec![1u8; FILL_CHUNK.min(len)];
     let mut at = 0usize;
     while at < len {
@@ -126,8 +89,6 @@ pub fn filled_memfd(len: usize) -> Result<Arc<OwnedFd>, SourceError> {
         }
         at += wrote;
     }
-    fcntl(&fd, FcntlArg::F_ADD_SEALS(SealFlag::F_SEAL_SHRINK))
-        .map_err(err("fcntl(F_ADD_SEALS, F_SEAL_SHRINK)"))?;
     Ok(Arc::new(fd))
 }
 
@@ -135,23 +96,8 @@ pub fn filled_memfd(len: usize) -> Result<Arc<OwnedFd>, SourceError> {
 /// backing (what a type1 VFIO backend maps; the sim maps the dma-buf itself).
 pub fn udmabuf(len: usize) -> Result<DmaBufSource, SourceError> {
     let memfd = filled_memfd(len)?;
-    let dev = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(UDMABUF)
-        .map_err(|source| SourceError::OpenUdmabuf { source })?;
-    let arg = UdmabufCreate {
-        memfd: memfd.as_raw_fd() as u32,
-        flags: UDMABUF_FLAGS_CLOEXEC,
-        offset: 0,
-        size: len as u64,
-    };
-    // SAFETY: the ioctl reads one `struct udmabuf_create` from a live local and writes no
-    // user memory; `dev` is an open /dev/udmabuf.
-    let raw = unsafe { udmabuf_create(dev.as_raw_fd(), &arg) }
-        .map_err(|errno| SourceError::Create { len, errno })?;
-    // SAFETY: UDMABUF_CREATE returned a new dma-buf fd that nothing else owns.
-    let dfd = unsafe { OwnedFd::from_raw_fd(raw) };
+    let dfd = create_udmabuf(&*memfd, 0, len as u64)
+        .map_err(|source| SourceError::Udmabuf { len, source })?;
     let mut src = DmaBufSource::from_fd(dfd).map_err(|e| SourceError::NotADmaBuf {
         len,
         reason: e.to_string(),
@@ -192,5 +138,6 @@ mod tests {
             .map(|e| e.to_string())
             .unwrap_or_default();
         assert!(e.contains("opening /dev/udmabuf"), "{e}");
+        assert!(e.contains("load the udmabuf module"), "{e}");
     }
 }

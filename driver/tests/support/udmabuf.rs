@@ -2,18 +2,17 @@
 //! a udmabuf over part of it, a dma-heap system buffer, a CPU mapping of any of them, and
 //! the dma-buf CPU-access brackets. Test support of `vfio_dmabuf.rs`, not the driver's API.
 //!
-//! Owns: the three uapi calls the tests need (`UDMABUF_CREATE`, `DMA_HEAP_IOCTL_ALLOC`,
-//! `DMA_BUF_IOCTL_SYNC`) and [`CpuMap`], a shared mmap that is also `HostMemory` (so a memfd
-//! range can be handed to `map_dma` the way the driver does). Must not: map anything into an
-//! IOMMU (the backend under test does).
+//! Owns: the `String`-error wrappers the tests call over the seam's uapi calls
+//! (`bypass_seam::sealed_memfd`, `create_udmabuf`, `dma_buf_sync`), the one uapi call only
+//! tests need (`DMA_HEAP_IOCTL_ALLOC`), and [`CpuMap`], a shared mmap that is also
+//! `HostMemory` (so a memfd range can be handed to `map_dma` the way the driver does).
+//! Must not: map anything into an IOMMU (the backend under test does), or make a udmabuf or
+//! sync a dma-buf itself (the seam does).
 //!
-//! Sources: `include/uapi/linux/udmabuf.h` (`struct udmabuf_create { u32 memfd; u32 flags;
-//! u64 offset; u64 size; }`, `UDMABUF_CREATE = _IOW('u', 0x42, ...)`, `UDMABUF_FLAGS_CLOEXEC`),
-//! `drivers/dma-buf/udmabuf.c` (`udmabuf_create`: the memfd needs `F_SEAL_SHRINK` and must not
-//! be sealed against writes; offset and size page-aligned), `include/uapi/linux/dma-heap.h`
-//! (`struct dma_heap_allocation_data { u64 len; u32 fd; u32 fd_flags; u64 heap_flags; }`,
-//! `DMA_HEAP_IOCTL_ALLOC = _IOWR('H', 0x0, ...)`), `include/uapi/linux/dma-buf.h`
-//! (`struct dma_buf_sync { u64 flags; }`, `DMA_BUF_IOCTL_SYNC = _IOW('b', 0, ...)`).
+//! Sources: `include/uapi/linux/dma-heap.h` (`struct dma_heap_allocation_data { u64 len;
+//! u32 fd; u32 fd_flags; u64 heap_flags; }`, `DMA_HEAP_IOCTL_ALLOC = _IOWR('H', 0x0, ...)`),
+//! `include/uapi/asm-generic/ioctl.h` (`_IOC`); the udmabuf and dma-buf uapi through
+//! `bypass_seam` (its `udmabuf.rs` cites them).
 
 use std::fs::OpenOptions;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -21,6 +20,8 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::ptr::NonNull;
 
 use bypass_driver::backend::HostMemory;
+pub use bypass_seam::SyncAccess;
+use bypass_seam::SyncFlags;
 use nix::libc;
 
 /// `_IOC(dir, type, nr, size)` of `include/uapi/asm-generic/ioctl.h`.
@@ -31,16 +32,6 @@ const IOC_WRITE: u64 = 1;
 const IOC_READ: u64 = 2;
 
 #[repr(C)]
-struct UdmabufCreate {
-    memfd: u32,
-    flags: u32,
-    offset: u64,
-    size: u64,
-}
-const UDMABUF_CREATE: u64 = ioc(IOC_WRITE, b'u', 0x42, size_of::<UdmabufCreate>());
-const UDMABUF_FLAGS_CLOEXEC: u32 = 1;
-
-#[repr(C)]
 struct HeapAlloc {
     len: u64,
     fd: u32,
@@ -49,68 +40,19 @@ struct HeapAlloc {
 }
 const DMA_HEAP_IOCTL_ALLOC: u64 = ioc(IOC_READ | IOC_WRITE, b'H', 0, size_of::<HeapAlloc>());
 
-const DMA_BUF_IOCTL_SYNC: u64 = ioc(IOC_WRITE, b'b', 0, size_of::<u64>());
-/// `DMA_BUF_SYNC_READ`: the CPU reads.
-pub const SYNC_READ: u64 = 1;
-/// `DMA_BUF_SYNC_WRITE`: the CPU writes.
-pub const SYNC_WRITE: u64 = 2;
-/// `DMA_BUF_SYNC_END` (START is 0).
-const SYNC_END: u64 = 4;
-
 fn os_err(what: &str) -> String {
     format!("{what}: {}", std::io::Error::last_os_error())
 }
 
-/// A memfd of `len` bytes (`MFD_ALLOW_SEALING`), sealed with `F_SEAL_SHRINK` as
-/// `UDMABUF_CREATE` requires.
+/// A memfd of `len` bytes sealed with `F_SEAL_SHRINK` as `UDMABUF_CREATE` requires
+/// (`bypass_seam::sealed_memfd`).
 pub fn sealed_memfd(len: u64) -> Result<OwnedFd, String> {
-    // SAFETY: a NUL-terminated name and flags; the returned fd is checked below.
-    let raw = unsafe {
-        libc::memfd_create(
-            c"bypass-vfio-dmabuf".as_ptr(),
-            libc::MFD_ALLOW_SEALING | libc::MFD_CLOEXEC,
-        )
-    };
-    if raw < 0 {
-        return Err(os_err("memfd_create"));
-    }
-    // SAFETY: `raw` is a new fd owned by nothing else.
-    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-    let size = i64::try_from(len).map_err(|_| format!("memfd size {len:#x} too large"))?;
-    // SAFETY: ftruncate and fcntl on an fd this function owns; no memory is passed.
-    unsafe {
-        if libc::ftruncate(fd.as_raw_fd(), size) < 0 {
-            return Err(os_err("ftruncate of the memfd"));
-        }
-        if libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, libc::F_SEAL_SHRINK) < 0 {
-            return Err(os_err("F_ADD_SEALS F_SEAL_SHRINK on the memfd"));
-        }
-    }
-    Ok(fd)
+    bypass_seam::sealed_memfd(c"bypass-vfio-dmabuf", len).map_err(|e| e.to_string())
 }
 
-/// A udmabuf over `size` bytes of `memfd` from `offset` (`/dev/udmabuf`, `UDMABUF_CREATE`).
+/// A udmabuf over `size` bytes of `memfd` from `offset` (`bypass_seam::create_udmabuf`).
 pub fn udmabuf(memfd: &OwnedFd, offset: u64, size: u64) -> Result<OwnedFd, String> {
-    let dev = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/udmabuf")
-        .map_err(|e| format!("open /dev/udmabuf: {e} (CONFIG_UDMABUF)"))?;
-    let memfd = u32::try_from(memfd.as_raw_fd()).map_err(|_| "negative memfd".to_owned())?;
-    let arg = UdmabufCreate {
-        memfd,
-        flags: UDMABUF_FLAGS_CLOEXEC,
-        offset,
-        size,
-    };
-    // SAFETY: UDMABUF_CREATE reads one `struct udmabuf_create`, which `arg` is (repr(C),
-    // the uapi layout); it returns a new dma-buf fd or -1.
-    let raw = unsafe { libc::ioctl(dev.as_raw_fd(), UDMABUF_CREATE as _, &arg) };
-    if raw < 0 {
-        return Err(os_err("UDMABUF_CREATE"));
-    }
-    // SAFETY: the ioctl returned a new fd that nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
+    bypass_seam::create_udmabuf(memfd, offset, size).map_err(|e| e.to_string())
 }
 
 /// A `len`-byte buffer from the dma-heap system heap (`/dev/dma_heap/system`).
@@ -137,16 +79,15 @@ pub fn system_heap_buffer(len: u64) -> Result<OwnedFd, String> {
     Ok(unsafe { OwnedFd::from_raw_fd(arg.fd as i32) })
 }
 
-/// Brackets CPU access to a dma-buf: `start` true for `DMA_BUF_SYNC_START`, false for END;
-/// `dir` [`SYNC_READ`], [`SYNC_WRITE`] or both.
-pub fn sync(dmabuf: &OwnedFd, start: bool, dir: u64) -> Result<(), String> {
-    let flags: u64 = dir | if start { 0 } else { SYNC_END };
-    // SAFETY: DMA_BUF_IOCTL_SYNC reads one `struct dma_buf_sync { u64 flags; }`.
-    let rc = unsafe { libc::ioctl(dmabuf.as_raw_fd(), DMA_BUF_IOCTL_SYNC as _, &flags) };
-    if rc < 0 {
-        return Err(os_err("DMA_BUF_IOCTL_SYNC"));
-    }
-    Ok(())
+/// Brackets CPU access to a dma-buf: `start` true for `DMA_BUF_SYNC_START`, false for END
+/// (`bypass_seam::dma_buf_sync`).
+pub fn sync(dmabuf: &OwnedFd, start: bool, access: SyncAccess) -> Result<(), String> {
+    let flags = if start {
+        SyncFlags::start(access)
+    } else {
+        SyncFlags::end(access)
+    };
+    bypass_seam::dma_buf_sync(dmabuf, flags).map_err(|e| e.to_string())
 }
 
 /// A shared read-write mmap of `len` bytes of an fd from `offset`; the bytes are reached

@@ -3,8 +3,13 @@
 //! child process (this binary, re-run on the test's name with `LD_LIBRARY_PATH` at the
 //! stand-in): the loader binds libcuda once per process, from the path it has at the time.
 
+#[path = "../../cuda_support.rs"]
+mod cuda_support;
+
 use std::path::PathBuf;
 use std::process::Command;
+
+use cuda_support::{built_so, defined_functions, libcuda_dir, skip_without_nm};
 
 use bypass_gpu::{GPU_ALLOC_ALIGN, Gpu, GpuError};
 use bypass_seam::{Exporter, PeerMemory};
@@ -12,28 +17,9 @@ use bypass_seam::{Exporter, PeerMemory};
 /// Set in the child: run the body.
 const CHILD_ENV: &str = "BYPASS_GPU_CRATE_CHILD";
 
+/// The stand-in cargo built for this test.
 fn built_standin() -> PathBuf {
-    let exe = std::env::current_exe().expect("test binary path");
-    let deps = exe.parent().expect("deps dir");
-    let name = "libbypass_standin_cuda_host.so";
-    [deps.join(name), deps.join("..").join(name)]
-        .into_iter()
-        .find(|p| p.exists())
-        .unwrap_or_else(|| panic!("{name} was not built next to {}", deps.display()))
-}
-
-fn standin_dir(test: &str) -> PathBuf {
-    let so = built_standin();
-    let dir = std::env::temp_dir().join(format!("bypass-cuda-host-{test}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("create temp dir");
-    // Also as libcuda.so, cudarc's first candidate name: on a host with NVIDIA's
-    // libcuda.so in a system folder, that name would otherwise load the real driver
-    // before libcuda.so.1 is looked for here.
-    for name in ["libcuda.so.1", "libcuda.so"] {
-        std::fs::copy(&so, dir.join(name)).expect("stage the stand-in");
-    }
-    dir
+    built_so("libbypass_standin_cuda_host.so")
 }
 
 /// In the parent: re-runs test `name` in a child with the stand-in and `devices` GPUs and
@@ -42,7 +28,7 @@ fn in_child(name: &str, devices: u32) -> bool {
     if std::env::var_os(CHILD_ENV).is_some() {
         return true;
     }
-    let dir = standin_dir(name);
+    let dir = libcuda_dir("bypass-cuda-host", name, Some(&built_standin()));
     let out = Command::new(std::env::current_exe().expect("test binary path"))
         .args(["--exact", name, "--nocapture", "--test-threads=1"])
         .env(CHILD_ENV, "1")
@@ -223,34 +209,10 @@ fn two_gpus_are_two_devices_and_dtod_stays_on_one() {
     );
 }
 
-/// The functions `so` defines (`nm -D --defined-only`), or `None` without binutils' nm.
-fn defined_functions(so: &std::path::Path) -> Option<std::collections::BTreeSet<String>> {
-    let out = Command::new("nm")
-        .args(["-D", "--defined-only"])
-        .arg(so)
-        .output()
-        .ok()
-        .filter(|o| o.status.success())?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    Some(
-        text.lines()
-            .filter_map(|l| {
-                let mut w = l.split_whitespace();
-                let (_, kind, name) = (w.next()?, w.next()?, w.next()?);
-                (kind == "T").then(|| name.to_owned())
-            })
-            .collect(),
-    )
-}
-
 #[test]
 fn the_standin_exports_exactly_what_bypass_gpu_calls() {
     let Some(got) = defined_functions(&built_standin()) else {
-        assert!(
-            std::env::var_os("BYPASS_REQUIRE_ORACLES").is_none(),
-            "nm is needed"
-        );
-        eprintln!("skipped: no nm (binutils)");
+        skip_without_nm();
         return;
     };
     let want: std::collections::BTreeSet<String> = bypass_gpu::START_SYMBOLS

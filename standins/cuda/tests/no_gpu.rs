@@ -4,39 +4,37 @@
 //! re-run on its `probe` test) because the loader binds libcuda once per process and reads
 //! `LD_LIBRARY_PATH` only when it does.
 
+#[path = "../../cuda_support.rs"]
+mod cuda_support;
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
+
+use cuda_support::{built_so, defined_functions, host_has_libcuda, libcuda_dir, skip_without_nm};
 
 /// Set in the child: run the probe.
 const PROBE_ENV: &str = "BYPASS_GPU_PROBE";
 
-/// The stand-in cargo built for this test: `<target>/<profile>/libbypass_standin_cuda.so`.
+/// The stand-in cargo built for this test.
 fn built_standin() -> PathBuf {
-    let exe = std::env::current_exe().expect("test binary path");
-    let deps = exe.parent().expect("deps dir");
-    let name = "libbypass_standin_cuda.so";
-    [deps.join(name), deps.join("..").join(name)]
-        .into_iter()
-        .find(|p| p.exists())
-        .unwrap_or_else(|| panic!("{name} was not built next to {}", deps.display()))
+    built_so("libbypass_standin_cuda.so")
 }
 
-/// A fresh empty folder for one test's LD_LIBRARY_PATH.
-fn temp_dir(tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("bypass-cuda-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("create temp dir");
-    dir
-}
-
-/// Runs the probe in a child with `LD_LIBRARY_PATH=dir`.
-fn probe_in(dir: &Path) -> Output {
-    Command::new(std::env::current_exe().expect("test binary path"))
+/// Runs the probe in a child with `LD_LIBRARY_PATH=dir`, then removes `dir`; returns
+/// (exit code, stdout, stderr).
+fn probe_in(dir: &Path) -> (Option<i32>, String, String) {
+    let out = Command::new(std::env::current_exe().expect("test binary path"))
         .args(["--exact", "probe", "--nocapture", "--test-threads=1"])
         .env(PROBE_ENV, "1")
         .env("LD_LIBRARY_PATH", dir)
         .output()
-        .expect("run the probe child")
+        .expect("run the probe child");
+    let _ = std::fs::remove_dir_all(dir);
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 /// The child's side: open GPU 0 and print what happened; exit 3 on an error.
@@ -58,22 +56,9 @@ fn probe() {
 
 #[test]
 fn the_standin_driver_reports_no_device_as_a_typed_error() {
-    let dir = temp_dir("standin");
-    // Also as libcuda.so, cudarc's first candidate name: on a host with NVIDIA's
-    // libcuda.so in a system folder, that name would otherwise load the real driver
-    // before libcuda.so.1 is looked for here.
-    for name in ["libcuda.so.1", "libcuda.so"] {
-        std::fs::copy(built_standin(), dir.join(name)).expect("stage the stand-in");
-    }
-    let out = probe_in(&dir);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let _ = std::fs::remove_dir_all(&dir);
-    assert_eq!(
-        out.status.code(),
-        Some(3),
-        "stdout: {stdout}\nstderr: {stderr}"
-    );
+    let dir = libcuda_dir("bypass-cuda", "standin", Some(&built_standin()));
+    let (code, stdout, stderr) = probe_in(&dir);
+    assert_eq!(code, Some(3), "stdout: {stdout}\nstderr: {stderr}");
     assert!(
         stdout.contains(
             r#"PROBE ERR Cuda { call: "cuInit", code: 100, name: "CUDA_ERROR_NO_DEVICE" }"#
@@ -84,75 +69,25 @@ fn the_standin_driver_reports_no_device_as_a_typed_error() {
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
 
-/// True when the host's loader can find a libcuda without LD_LIBRARY_PATH.
-fn host_has_libcuda() -> bool {
-    let listed = Command::new("ldconfig")
-        .arg("-p")
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).contains("libcuda.so"))
-        .unwrap_or(false);
-    let dirs = [
-        "/usr/lib/x86_64-linux-gnu",
-        "/usr/lib64",
-        "/usr/lib",
-        "/lib64",
-    ];
-    listed
-        || dirs
-            .iter()
-            .any(|d| Path::new(d).join("libcuda.so.1").exists())
-}
-
 #[test]
 fn without_libcuda_the_error_is_no_cuda_library() {
     if host_has_libcuda() {
         eprintln!("skipped: this host has a libcuda the loader finds without LD_LIBRARY_PATH");
         return;
     }
-    let dir = temp_dir("empty");
-    let out = probe_in(&dir);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let _ = std::fs::remove_dir_all(&dir);
-    assert_eq!(
-        out.status.code(),
-        Some(3),
-        "stdout: {stdout}\nstderr: {stderr}"
-    );
+    let dir = libcuda_dir("bypass-cuda", "empty", None);
+    let (code, stdout, stderr) = probe_in(&dir);
+    assert_eq!(code, Some(3), "stdout: {stdout}\nstderr: {stderr}");
     assert!(stdout.contains("PROBE ERR NoCudaLibrary"), "{stdout}");
     assert!(stdout.contains("install the NVIDIA driver"), "{stdout}");
     assert!(stdout.contains("PROBE NO_GPU true"), "{stdout}");
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
 
-/// The functions `so` defines (`nm -D --defined-only`), or `None` without binutils' nm.
-fn defined_functions(so: &std::path::Path) -> Option<std::collections::BTreeSet<String>> {
-    let out = Command::new("nm")
-        .args(["-D", "--defined-only"])
-        .arg(so)
-        .output()
-        .ok()
-        .filter(|o| o.status.success())?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    Some(
-        text.lines()
-            .filter_map(|l| {
-                let mut w = l.split_whitespace();
-                let (_, kind, name) = (w.next()?, w.next()?, w.next()?);
-                (kind == "T").then(|| name.to_owned())
-            })
-            .collect(),
-    )
-}
-
 #[test]
 fn the_standin_exports_exactly_what_bypass_gpu_calls_before_cuinit() {
     let Some(got) = defined_functions(&built_standin()) else {
-        assert!(
-            std::env::var_os("BYPASS_REQUIRE_ORACLES").is_none(),
-            "nm is needed"
-        );
-        eprintln!("skipped: no nm (binutils)");
+        skip_without_nm();
         return;
     };
     let want: std::collections::BTreeSet<String> = bypass_gpu::START_SYMBOLS
