@@ -173,7 +173,15 @@ impl DmaBufMr {
             .collect();
         let variant = pd.next_key_variant();
         // On an error `mr` drops here (no key yet): the mapping goes, then the IOVA range.
-        let i = create_mkey_input_pages(pd.pdn(), range.iova, range.len, access, variant, &pages)?;
+        let i = create_mkey_input_pages(
+            pd.pdn(),
+            range.iova,
+            range.len,
+            access,
+            variant,
+            &pages,
+            pd.hca().caps().mkey_max_page_shift(),
+        )?;
         mr.key = exec_create_mkey(pd, &i, variant)?;
         tracing::debug!(
             pdn = pd.pdn(),

@@ -28,11 +28,6 @@ use crate::pd::Pd;
 
 const PAGE: u64 = 4096;
 
-/// The largest MTT page shift keys use: the kernel's `get_max_log_entity_size_cap` value
-/// where `cmd_hca_cap_2.max_mkey_log_entity_size_mtt` is not read (31, the most
-/// `mkc.log_page_size` carries without `umr_log_entity_size_5`).
-pub const MKEY_MAX_PAGE_SHIFT: u32 = crate::mtt_pages::MAX_PAGE_SHIFT;
-
 /// A registered memory region over (part of) a [`DmaBuf`], which it keeps alive.
 ///
 /// SGEs address it by host address: [`Mr::addr`] .. `addr + len` (as ibverbs does); the key
@@ -68,7 +63,8 @@ impl Mr {
         let va = buf.ptr_at(offset, len)?.as_ptr() as u64;
         let iova = buf.iova_at(offset)?;
         let variant = pd.next_key_variant();
-        let i = create_mkey_input(pd.pdn(), va, iova, len, access, variant)?;
+        let max_shift = pd.hca().caps().mkey_max_page_shift();
+        let i = create_mkey_input(pd.pdn(), va, iova, len, access, variant, max_shift)?;
         let key = exec_create_mkey(pd, &i, variant)?;
         tracing::debug!(pdn = pd.pdn(), len, "CREATE_MKEY");
         Ok(Self {
@@ -140,7 +136,8 @@ impl Mr {
 }
 
 /// The CREATE_MKEY input for `len` bytes that SGEs address from `va`, whose pages start at
-/// `iova` (IOVA-contiguous), as rdma-core `vfio_reg_mr` builds it.
+/// `iova` (IOVA-contiguous), as rdma-core `vfio_reg_mr` builds it, with MTT pages of at most
+/// `1 << max_shift` bytes.
 pub fn create_mkey_input(
     pdn: u32,
     va: u64,
@@ -148,12 +145,13 @@ pub fn create_mkey_input(
     len: usize,
     access: MkeyAccess,
     variant: u8,
+    max_shift: u32,
 ) -> Result<Vec<u8>> {
     let npages = mtt_pages(va, len);
     // The page holding `va` maps to the IOVA page holding `iova` (same offset in the page).
     let first_iova = iova & !(PAGE - 1);
     let pages: Vec<u64> = (0..npages as u64).map(|k| first_iova + k * PAGE).collect();
-    create_mkey_input_pages(pdn, va, len, access, variant, &pages)
+    create_mkey_input_pages(pdn, va, len, access, variant, &pages, max_shift)
 }
 
 /// The number of 4 KiB MTT pages `len` bytes starting at `va` touch (0 for `len == 0`).
@@ -170,7 +168,8 @@ pub fn mtt_pages(va: u64, len: usize) -> usize {
 /// `mkc`: `start_addr`, `len`, `log_page_size`, `translations_octword_size = ALIGN(npages, 2)
 /// / 2`; the kernel's `mlx5_ib` `mr.c` `set_mkc_access_pd_addr_fields` / `reg_create` and
 /// rdma-core `mlx5_vfio_reg_mr` fill the same fields). The MTT uses the largest page size
-/// that translates every byte as `pages` does, up to [`MKEY_MAX_PAGE_SHIFT`]
+/// that translates every byte as `pages` does, up to `max_shift` (the device's,
+/// [`crate::hca::Caps::mkey_max_page_shift`])
 /// ([`crate::mtt_pages::best_mtt`]), so a contiguous gigabyte takes a few entries, not
 /// 262,144. `start_addr` may be unaligned: the device keeps its offset in the page.
 pub fn create_mkey_input_pages(
@@ -180,8 +179,9 @@ pub fn create_mkey_input_pages(
     access: MkeyAccess,
     variant: u8,
     pages: &[u64],
+    max_shift: u32,
 ) -> Result<Vec<u8>> {
-    let mtt = best_mtt(start_addr, len as u64, pages, MKEY_MAX_PAGE_SHIFT)?;
+    let mtt = best_mtt(start_addr, len as u64, pages, max_shift)?;
     let e = |source| DriverError::BuildInput {
         what: "CREATE_MKEY",
         source,
@@ -248,7 +248,7 @@ mod tests {
     fn a_contiguous_gigabyte_fits_one_command() {
         // Address and IOVA agree below 1 GiB only, so two 1 GiB pages, not one 2 GiB page.
         let (va, iova) = (0x7f40_0000_0000u64 + 0x20, 0x40_4000_0000u64 + 0x20);
-        let i = create_mkey_input(1, va, iova, 1 << 30, MkeyAccess::all(), 1).unwrap();
+        let i = create_mkey_input(1, va, iova, 1 << 30, MkeyAccess::all(), 1, 31).unwrap();
         assert!(i.len() < crate::cmdq::MAX_MSG_LEN, "{} bytes", i.len());
         let c = CreateMkeyIn::new_checked(&i[..]).unwrap();
         assert_eq!(c.mkc().log_page_size(), 30);
@@ -258,8 +258,8 @@ mod tests {
 
     #[test]
     fn mtt_covers_every_touched_page() {
-        let i =
-            create_mkey_input(3, 0x7000_0ff0, 0x10_0ff0, 0x20, MkeyAccess::all(), 0x5a).unwrap();
+        let i = create_mkey_input(3, 0x7000_0ff0, 0x10_0ff0, 0x20, MkeyAccess::all(), 0x5a, 31)
+            .unwrap();
         let c = CreateMkeyIn::new_checked(&i[..]).unwrap();
         assert_eq!(c.translations_octword_actual_size(), 1);
         // The 32 bytes straddle a 4 KiB boundary inside one 8 KiB page, and address and IOVA
