@@ -14,8 +14,8 @@
 
 use bypass_hw::cmd::Opcode;
 use bypass_hw::cmd::caps::{
-    CAPABILITY_LEN, CAPABILITY_OFF, CapMode, CapType, CmdHcaCap, QueryHcaCapIn, QueryHcaCapOut,
-    RoceCap, SetHcaCapIn, cmdif_checksum, query_cap_op_mod, set_cap_op_mod,
+    CAPABILITY_LEN, CAPABILITY_OFF, CapMode, CapType, CmdHcaCap, CmdHcaCap2, QueryHcaCapIn,
+    QueryHcaCapOut, RoceCap, SetHcaCapIn, cmdif_checksum, query_cap_op_mod, set_cap_op_mod,
 };
 use bypass_hw::cmd::hca::{
     AccessRegOpMod, AccessRegisterIn, DisableHcaIn, EnableHcaIn, ISSI_1, InitHcaIn, QueryIssiIn,
@@ -159,6 +159,18 @@ pub(crate) fn configure_caps(cmd: &CmdQueue) -> Result<(Vec<u8>, Option<Vec<u8>>
         roce = query_cap(cmd, CapType::ROCE, CapMode::CUR)?;
     }
     Ok((general, Some(roce)))
+}
+
+/// `cmd_hca_cap_2.max_mkey_log_entity_size_mtt` (CUR), or 0 where the general page says
+/// there is no GENERAL_2 page (`hca_cap_2`), as the kernel's `mlx5_core_get_caps` skips it.
+pub(crate) fn mkey_max_page_shift(cmd: &CmdQueue, general: &[u8]) -> Result<u8> {
+    let g = CmdHcaCap::new_checked(general).map_err(bad(Opcode::QUERY_HCA_CAP))?;
+    if g.hca_cap_2() == 0 {
+        return Ok(0);
+    }
+    let page = query_cap(cmd, CapType::GENERAL_2, CapMode::CUR)?;
+    let c = CmdHcaCap2::new_checked(&page[..]).map_err(bad(Opcode::QUERY_HCA_CAP))?;
+    Ok(u8::try_from(c.max_mkey_log_entity_size_mtt()).unwrap_or(0))
 }
 
 /// INIT_HCA.

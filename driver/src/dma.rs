@@ -26,6 +26,9 @@ use crate::error::{DriverError, Result};
 pub use bypass_seam::{MemlockState, PAGE_SIZE};
 /// Largest IOVA alignment the allocator uses (rdma-core `MLX5_VFIO_BLOCK_SIZE`, 2 MiB).
 pub const MAX_IOVA_ALIGN: u64 = 2 << 20;
+/// Largest alignment of an IOVA chosen to agree with a host address (1 GiB: the largest MTT
+/// page worth having, and the x86 IOMMU's largest superpage).
+pub const MAX_KEY_ALIGN: u64 = 1 << 30;
 /// Largest single DMA allocation (64 TiB; anything near it is a bug).
 const MAX_DMA_LEN: usize = 1 << 46;
 
@@ -251,6 +254,46 @@ impl IovaAllocator {
         Ok(at)
     }
 
+    /// Allocates `len` bytes (rounded up to pages) at an IOVA congruent to `addr` modulo
+    /// `align` (a power of two, at least a page): the IOVA and `addr` agree on their bits
+    /// below `align`, so a memory key over a contiguous range may use pages of up to `align`
+    /// bytes (`mtt_pages.rs`). First fit. Returns the IOVA.
+    pub fn alloc_congruent(&mut self, len: u64, align: u64, addr: u64) -> Result<u64> {
+        let align = align.max(PAGE_SIZE as u64);
+        let want = addr & align.wrapping_sub(1) & !(PAGE_SIZE as u64 - 1);
+        let len = len
+            .checked_next_multiple_of(PAGE_SIZE as u64)
+            .filter(|&l| l > 0);
+        let exhausted = DriverError::IovaExhausted {
+            len: len.unwrap_or(0),
+            align,
+        };
+        let (Some(len), true) = (len, align.is_power_of_two()) else {
+            return Err(exhausted);
+        };
+        let found = self.free.iter().find_map(|(&start, &last)| {
+            let at = (start & !(align - 1)).checked_add(want)?;
+            let at = if at < start {
+                at.checked_add(align)?
+            } else {
+                at
+            };
+            let end = at.checked_add(len - 1)?;
+            (end <= last).then_some((start, last, at, end))
+        });
+        let Some((start, last, at, end)) = found else {
+            return Err(exhausted);
+        };
+        self.free.remove(&start);
+        if at > start {
+            self.free.insert(start, at - 1);
+        }
+        if end < last {
+            self.free.insert(end + 1, last);
+        }
+        Ok(at)
+    }
+
     /// Returns `len` bytes (rounded up to pages) at `iova` to the free space.
     pub fn free(&mut self, iova: u64, len: u64) {
         let len = len.next_multiple_of(PAGE_SIZE as u64);
@@ -355,11 +398,44 @@ impl DmaMapper {
         })
     }
 
-    pub(crate) fn alloc_iova(&self, len: u64) -> Result<u64> {
-        self.iova
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .alloc(len, IovaAllocator::natural_align(len))
+    /// `len` bytes of zeroed, pinned memory for a memory key: mapped at an IOVA that agrees
+    /// with the memory's host address on as many low bits as [`DmaMapper::alloc_iova_like`]
+    /// finds room for, so a key that SGEs address by host address ([`crate::mr::Mr`]) takes
+    /// large MTT pages.
+    pub fn alloc_for_key(self: &Arc<Self>, len: usize) -> Result<DmaBuf> {
+        let region = DmaRegion::on_node(len, !self.backend.pins_on_map(), self.node)?;
+        let region = Arc::new(region);
+        let rlen = region.len();
+        let iova = self.alloc_iova_like(rlen as u64, region.as_ptr().as_ptr() as u64)?;
+        if let Err(e) = self.backend.map_dma(iova, region.clone()) {
+            self.free_iova(iova, rlen);
+            return Err(e.into());
+        }
+        Ok(DmaBuf {
+            region,
+            iova,
+            mapper: self.clone(),
+        })
+    }
+
+    /// An IOVA range of `len` bytes congruent to `addr` modulo the largest power of two, from
+    /// `len`'s own (at most [`MAX_KEY_ALIGN`]) down to a page, that the free space allows:
+    /// the mapping of application memory (or a dma-buf) at `addr` is then contiguous at the
+    /// same low bits, which large MTT pages need. A page-aligned first fit is the last
+    /// resort (then keys over it use 4 KiB pages).
+    pub(crate) fn alloc_iova_like(&self, len: u64, addr: u64) -> Result<u64> {
+        let mut a = self.iova.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut align = len
+            .checked_next_power_of_two()
+            .unwrap_or(MAX_KEY_ALIGN)
+            .clamp(PAGE_SIZE as u64, MAX_KEY_ALIGN);
+        while align > PAGE_SIZE as u64 {
+            if let Ok(iova) = a.alloc_congruent(len, align, addr) {
+                return Ok(iova);
+            }
+            align /= 2;
+        }
+        a.alloc_congruent(len, PAGE_SIZE as u64, addr)
     }
 
     pub(crate) fn free_iova(&self, iova: u64, len: usize) {
@@ -492,6 +568,23 @@ mod tests {
 
     fn alloc1(start: u64, last: u64) -> IovaAllocator {
         IovaAllocator::new(&[IovaRange { start, last }])
+    }
+
+    #[test]
+    fn congruent_allocations_keep_the_low_bits_of_the_address() {
+        let mut a = alloc1(0x10_0000, 0xffff_ffff);
+        let addr = 0x7f12_3456_7000u64;
+        let i = a.alloc_congruent(0x4000, 1 << 30, addr).unwrap();
+        assert_eq!(i & ((1 << 30) - 1), addr & ((1 << 30) - 1));
+        assert_eq!(i, 0x3456_7000, "the first such address in the range");
+        // A 1 MiB space has no address with those low 30 bits; a page-aligned one fits.
+        let mut small = alloc1(0x10_0000, 0x1f_ffff);
+        assert!(small.alloc_congruent(0x1000, 1 << 30, addr).is_err());
+        assert_eq!(
+            small.alloc_congruent(0x1000, 0x1000, addr).unwrap(),
+            0x10_0000
+        );
+        assert_eq!(small.free_bytes(), 0x10_0000 - 0x1000);
     }
 
     #[test]

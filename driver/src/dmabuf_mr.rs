@@ -146,7 +146,9 @@ impl DmaBufMr {
         let file = &src.file;
         let (first, span) = range.check(file.size(), file.exporter().name(), access)?;
         let dma = pd.hca().dma();
-        let map_iova = dma.alloc_iova(span as u64)?;
+        // Mapped so that device addresses agree with the key's addresses (`range.iova`) on as
+        // many low bits as the IOVA space allows: the key then takes large MTT pages.
+        let map_iova = dma.alloc_iova_like(span as u64, range.iova & !(PAGE - 1))?;
         let slice = DmaBufSlice {
             file: file.clone(),
             offset: first,
@@ -171,7 +173,15 @@ impl DmaBufMr {
             .collect();
         let variant = pd.next_key_variant();
         // On an error `mr` drops here (no key yet): the mapping goes, then the IOVA range.
-        let i = create_mkey_input_pages(pd.pdn(), range.iova, range.len, access, variant, &pages)?;
+        let i = create_mkey_input_pages(
+            pd.pdn(),
+            range.iova,
+            range.len,
+            access,
+            variant,
+            &pages,
+            pd.hca().caps().mkey_max_page_shift(),
+        )?;
         mr.key = exec_create_mkey(pd, &i, variant)?;
         tracing::debug!(
             pdn = pd.pdn(),

@@ -43,6 +43,9 @@ pub enum DriverError {
         /// Bytes asked for.
         len: usize,
     },
+    /// A key's page list could not become an MTT.
+    #[error(transparent)]
+    Mtt(#[from] crate::mtt_pages::MttError),
     /// No free IOVA range is large enough.
     #[error(
         "no free IOVA range of {len:#x} bytes aligned to {align:#x} is left in the IOMMU apertures: free DMA buffers, or use fewer/smaller ones"

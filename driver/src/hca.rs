@@ -152,6 +152,9 @@ pub struct Caps {
     pub general_page: Vec<u8>,
     /// The RoCE capability page in force, if the device has RoCE.
     pub roce_page: Option<Vec<u8>>,
+    /// `cmd_hca_cap_2.max_mkey_log_entity_size_mtt` (0: not reported, or no GENERAL_2
+    /// page); read it through [`Caps::mkey_max_page_shift`].
+    pub max_mkey_log_entity_size_mtt: u8,
 }
 
 impl Caps {
@@ -195,6 +198,21 @@ impl Caps {
             roce_version: r.as_ref().map_or(0, |r| u8v(r.roce_version())),
             general_page: general.to_vec(),
             roce_page: roce.map(<[u8]>::to_vec),
+            max_mkey_log_entity_size_mtt: 0,
+        }
+    }
+
+    /// The largest MTT page shift memory keys may use: the device's
+    /// `max_mkey_log_entity_size_mtt`, or 31 where it reports none or more than
+    /// `mkc.log_page_size` carries (kernel `mlx5_ib.h` `get_max_log_entity_size_cap`; this
+    /// driver does not read `umr_log_entity_size_5`), never below 4 KiB.
+    pub fn mkey_max_page_shift(&self) -> u32 {
+        match u32::from(self.max_mkey_log_entity_size_mtt) {
+            0 => crate::mtt_pages::MAX_PAGE_SHIFT,
+            n => n.clamp(
+                crate::mtt_pages::MIN_PAGE_SHIFT,
+                crate::mtt_pages::MAX_PAGE_SHIFT,
+            ),
         }
     }
 
@@ -430,6 +448,7 @@ impl Hca {
         bringup::set_host_endianness(cmd)?;
         let (general, roce) = bringup::configure_caps(cmd)?;
         self.caps = Caps::parse(&general, roce.as_deref());
+        self.caps.max_mkey_log_entity_size_mtt = bringup::mkey_max_page_shift(cmd, &general)?;
         {
             let mut pool = self.pages.lock().unwrap_or_else(PoisonError::into_inner);
             pages::satisfy(cmd, &mut pool, QueryPagesOpMod::INIT)?;
@@ -682,3 +701,20 @@ const _: fn() = || {
     assert_send_sync::<Hca>();
     assert_send_sync::<crate::dma::DmaBuf>();
 };
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_mkey_page_bound_follows_the_kernels_fallbacks() {
+        let with = |n| Caps {
+            max_mkey_log_entity_size_mtt: n,
+            ..Caps::default()
+        };
+        assert_eq!(with(0).mkey_max_page_shift(), 31, "not reported");
+        assert_eq!(with(21).mkey_max_page_shift(), 21);
+        assert_eq!(with(40).mkey_max_page_shift(), 31, "beyond log_page_size");
+        assert_eq!(with(5).mkey_max_page_shift(), 12, "never below 4 KiB");
+    }
+}

@@ -45,6 +45,7 @@ pub mod error;
 pub mod hca;
 pub mod memfd_mr;
 pub mod mr;
+pub mod mtt_pages;
 pub mod numa;
 pub mod pages;
 pub mod pd;

@@ -1,9 +1,9 @@
-//! Memory regions: CREATE_MKEY in MTT mode over DMA memory (4 KiB MTT pages), access flags, a
-//! random non-zero key variant, DESTROY_MKEY on drop.
+//! Memory regions: CREATE_MKEY in MTT mode over DMA memory (the largest MTT page size that is
+//! exact, `mtt_pages.rs`), access flags, a random non-zero key variant, DESTROY_MKEY on drop.
 //!
 //! Follows rdma-core `providers/mlx5/mlx5_vfio.c` `mlx5_vfio_reg_mr` / `vfio_reg_mr` (MTT
 //! access mode, `pg_access`, `qpn = 0xffffff`, `start_addr` = the address SGEs use,
-//! `translations_octword_size = ALIGN(npages, 2) / 2`, `log_page_size = 12`, one MTT entry per
+//! `translations_octword_size = ALIGN(npages, 2) / 2`, `log_page_size`, one MTT entry per
 //! page with `MLX5_MTT_READ | MLX5_MTT_WRITE`), and the kernel `mlx5_ib` for the key
 //! (`mkey = index << 8 | variant`).
 //!
@@ -23,6 +23,7 @@ pub use bypass_hw::cmd::mkey::MkeyAccess;
 use crate::cmdq::input;
 use crate::dma::DmaBuf;
 use crate::error::{DriverError, Result};
+use crate::mtt_pages::best_mtt;
 use crate::pd::Pd;
 
 const PAGE: u64 = 4096;
@@ -62,7 +63,8 @@ impl Mr {
         let va = buf.ptr_at(offset, len)?.as_ptr() as u64;
         let iova = buf.iova_at(offset)?;
         let variant = pd.next_key_variant();
-        let i = create_mkey_input(pd.pdn(), va, iova, len, access, variant)?;
+        let max_shift = pd.hca().caps().mkey_max_page_shift();
+        let i = create_mkey_input(pd.pdn(), va, iova, len, access, variant, max_shift)?;
         let key = exec_create_mkey(pd, &i, variant)?;
         tracing::debug!(pdn = pd.pdn(), len, "CREATE_MKEY");
         Ok(Self {
@@ -134,7 +136,8 @@ impl Mr {
 }
 
 /// The CREATE_MKEY input for `len` bytes that SGEs address from `va`, whose pages start at
-/// `iova` (IOVA-contiguous), as rdma-core `vfio_reg_mr` builds it.
+/// `iova` (IOVA-contiguous), as rdma-core `vfio_reg_mr` builds it, with MTT pages of at most
+/// `1 << max_shift` bytes.
 pub fn create_mkey_input(
     pdn: u32,
     va: u64,
@@ -142,12 +145,13 @@ pub fn create_mkey_input(
     len: usize,
     access: MkeyAccess,
     variant: u8,
+    max_shift: u32,
 ) -> Result<Vec<u8>> {
     let npages = mtt_pages(va, len);
     // The page holding `va` maps to the IOVA page holding `iova` (same offset in the page).
     let first_iova = iova & !(PAGE - 1);
     let pages: Vec<u64> = (0..npages as u64).map(|k| first_iova + k * PAGE).collect();
-    create_mkey_input_pages(pdn, va, len, access, variant, &pages)
+    create_mkey_input_pages(pdn, va, len, access, variant, &pages, max_shift)
 }
 
 /// The number of 4 KiB MTT pages `len` bytes starting at `va` touch (0 for `len == 0`).
@@ -159,13 +163,15 @@ pub fn mtt_pages(va: u64, len: usize) -> usize {
     ((last / PAGE) - (va / PAGE) + 1) as usize
 }
 
-/// The CREATE_MKEY input for `len` bytes that SGEs address from `start_addr`, MTT entry `k`
-/// being `pages[k]`, the IOVA of the page that holds `start_addr + k * 4096` rounded down
-/// (PRM `mkc`: `start_addr`, `len`, `log_page_size = 12`, `translations_octword_size =
-/// ALIGN(npages, 2) / 2`; the kernel's `mlx5_ib` `mr.c` `set_mkc_access_pd_addr_fields` and
-/// rdma-core `mlx5_vfio_reg_mr` fill the same fields). `start_addr` may be unaligned: the
-/// device keeps its offset in the page, so it must equal the offset of the bytes in
-/// `pages[0]`'s page.
+/// The CREATE_MKEY input for `len` bytes that SGEs address from `start_addr`, `pages[k]` being
+/// the device address of the 4 KiB page that holds `(start_addr & !0xfff) + k * 4096` (PRM
+/// `mkc`: `start_addr`, `len`, `log_page_size`, `translations_octword_size = ALIGN(npages, 2)
+/// / 2`; the kernel's `mlx5_ib` `mr.c` `set_mkc_access_pd_addr_fields` / `reg_create` and
+/// rdma-core `mlx5_vfio_reg_mr` fill the same fields). The MTT uses the largest page size
+/// that translates every byte as `pages` does, up to `max_shift` (the device's,
+/// [`crate::hca::Caps::mkey_max_page_shift`])
+/// ([`crate::mtt_pages::best_mtt`]), so a contiguous gigabyte takes a few entries, not
+/// 262,144. `start_addr` may be unaligned: the device keeps its offset in the page.
 pub fn create_mkey_input_pages(
     pdn: u32,
     start_addr: u64,
@@ -173,23 +179,22 @@ pub fn create_mkey_input_pages(
     access: MkeyAccess,
     variant: u8,
     pages: &[u64],
+    max_shift: u32,
 ) -> Result<Vec<u8>> {
+    let mtt = best_mtt(start_addr, len as u64, pages, max_shift)?;
     let e = |source| DriverError::BuildInput {
         what: "CREATE_MKEY",
         source,
     };
-    let npages = pages.len();
+    let npages = mtt.entries.len();
     let mut i = input(Opcode::CREATE_MKEY, 0, create_mkey_in_len(npages));
     let mut c = CreateMkeyIn::new_checked(&mut i[..]).map_err(e)?;
     c.set_pg_access(1).map_err(e)?;
     c.set_translations_octword_actual_size(npages.div_ceil(2) as u32)
         .map_err(e)?;
-    for (k, &page) in pages.iter().enumerate() {
-        c.set_klm_pas_mtt(
-            k,
-            mtt_entry(page & !(PAGE - 1), MLX5_MTT_READ | MLX5_MTT_WRITE),
-        )
-        .map_err(e)?;
+    for (k, &page) in mtt.entries.iter().enumerate() {
+        c.set_klm_pas_mtt(k, mtt_entry(page, MLX5_MTT_READ | MLX5_MTT_WRITE))
+            .map_err(e)?;
     }
     let mut m = c.mkc_mut();
     m.set_access_mode(access_mode::MTT).map_err(e)?;
@@ -201,7 +206,7 @@ pub fn create_mkey_input_pages(
     m.set_len(len as u64).map_err(e)?;
     m.set_translations_octword_size(npages.div_ceil(2) as u32)
         .map_err(e)?;
-    m.set_log_page_size(12).map_err(e)?;
+    m.set_log_page_size(mtt.shift).map_err(e)?;
     Ok(i)
 }
 
@@ -240,14 +245,29 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_contiguous_gigabyte_fits_one_command() {
+        // Address and IOVA agree below 1 GiB only, so two 1 GiB pages, not one 2 GiB page.
+        let (va, iova) = (0x7f40_0000_0000u64 + 0x20, 0x40_4000_0000u64 + 0x20);
+        let i = create_mkey_input(1, va, iova, 1 << 30, MkeyAccess::all(), 1, 31).unwrap();
+        assert!(i.len() < crate::cmdq::MAX_MSG_LEN, "{} bytes", i.len());
+        let c = CreateMkeyIn::new_checked(&i[..]).unwrap();
+        assert_eq!(c.mkc().log_page_size(), 30);
+        assert_eq!(c.klm_pas_mtt(0).unwrap() & !3, 0x40_4000_0000);
+        assert_eq!(c.klm_pas_mtt(1).unwrap() & !3, 0x40_8000_0000);
+    }
+
+    #[test]
     fn mtt_covers_every_touched_page() {
-        let i =
-            create_mkey_input(3, 0x7000_0ff0, 0x10_0ff0, 0x20, MkeyAccess::all(), 0x5a).unwrap();
+        let i = create_mkey_input(3, 0x7000_0ff0, 0x10_0ff0, 0x20, MkeyAccess::all(), 0x5a, 31)
+            .unwrap();
         let c = CreateMkeyIn::new_checked(&i[..]).unwrap();
         assert_eq!(c.translations_octword_actual_size(), 1);
-        assert_eq!(c.klm_pas_mtt(0).unwrap() & !3, 0x10_0000);
-        assert_eq!(c.klm_pas_mtt(1).unwrap() & !3, 0x10_1000);
+        // The 32 bytes straddle a 4 KiB boundary inside one 8 KiB page, and address and IOVA
+        // agree below 8 KiB: one 8 KiB entry.
+        assert_eq!(c.klm_pas_mtt(0).unwrap(), 0x10_0000 | 3);
+        assert_eq!(c.klm_pas_mtt(1).unwrap(), 0);
         let m = c.mkc();
+        assert_eq!(m.log_page_size(), 13);
         assert_eq!(
             (m.start_addr(), m.len(), m.pd(), m.mkey_7_0()),
             (0x7000_0ff0, 0x20, 3, 0x5a)

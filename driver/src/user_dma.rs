@@ -6,7 +6,8 @@
 //! `ibv_fork_init` ran, `libibverbs/memory.c`), then the `RLIMIT_MEMLOCK` check and `mlock`
 //! where the backend's mapping does not pin (the sim; VFIO type1 pins and charges on
 //! `VFIO_IOMMU_MAP_DMA` itself and checks the limit there), then an IOVA from the driver's
-//! allocator and `DmaMap::map_dma` of the page-rounded span ([`CallerPages`]); on the last
+//! allocator (agreeing with the host address on as many low bits as it can, for large MTT
+//! pages) and `DmaMap::map_dma` of the page-rounded span ([`CallerPages`]); on the last
 //! user's release the reverse. Must not: build memory keys (`user_mr.rs`) or touch the bytes.
 //!
 //! rdma-core `providers/mlx5/mlx5_vfio.c` `mlx5_vfio_reg_mr` maps `aligned_va` for
@@ -194,7 +195,7 @@ impl PageMapper for Effects<'_> {
             }
             dofork();
         };
-        let iova = match m.alloc_iova(len) {
+        let iova = match m.alloc_iova_like(len, va) {
             Ok(i) => i,
             Err(e) => {
                 undo();

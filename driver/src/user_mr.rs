@@ -64,7 +64,15 @@ impl UserMr {
         // SAFETY: the caller's contract is `pin_caller`'s.
         let pinned = unsafe { pd.hca().dma().pin_caller(addr, len)? };
         let variant = pd.next_key_variant();
-        let i = create_mkey_input_pages(pd.pdn(), iova, len, access, variant, pinned.page_iovas())?;
+        let i = create_mkey_input_pages(
+            pd.pdn(),
+            iova,
+            len,
+            access,
+            variant,
+            pinned.page_iovas(),
+            pd.hca().caps().mkey_max_page_shift(),
+        )?;
         // On an error `pinned` drops here and releases the pages.
         let key = exec_create_mkey(pd, &i, variant)?;
         tracing::debug!(pdn = pd.pdn(), len, "CREATE_MKEY (application memory)");

@@ -34,6 +34,9 @@ fn bring_up_then_teardown_returns_every_page_and_mapping() {
     );
     assert_eq!(hca.cmd().mode(), CompletionMode::Events);
     assert!(hca.caps().roce && hca.caps().rc && hca.caps().log_max_qp_sz > 0);
+    // The sim advertises its MTT page bound on the GENERAL_2 page; the driver read it.
+    assert_eq!(hca.caps().max_mkey_log_entity_size_mtt, 31);
+    assert_eq!(hca.caps().mkey_max_page_shift(), 31);
     assert_eq!(hca.fw_version(), (16, 35, 1012));
     let port = hca.port(1).unwrap();
     assert_eq!(port.state_name(), "ACTIVE");

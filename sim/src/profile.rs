@@ -63,6 +63,9 @@ pub struct Caps {
     pub log_max_srq_sz: u8,
     /// log2 of the number of SRQs (`log_max_srq`).
     pub log_max_srq: u8,
+    /// log2 of the largest MTT mkey page (`cmd_hca_cap_2.max_mkey_log_entity_size_mtt`);
+    /// CREATE_MKEY refuses a larger `log_page_size`.
+    pub max_mkey_page_shift: u8,
 }
 
 impl Default for Caps {
@@ -96,6 +99,8 @@ impl Default for Caps {
             // (openucx/ucx #10317).
             log_max_srq_sz: 15,
             log_max_srq: 23,
+            // The most `mkc.log_page_size` carries without `umr_log_entity_size_5`.
+            max_mkey_page_shift: 31,
         }
     }
 }

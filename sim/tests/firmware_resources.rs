@@ -582,3 +582,34 @@ fn garbage_inputs_get_a_status_and_the_device_keeps_answering() {
     }
     r.simple(Opcode::NOP, 0).unwrap();
 }
+
+#[test]
+fn the_mkey_page_size_bound_is_advertised_and_enforced() {
+    let mut p = Profile::default();
+    p.caps.max_mkey_page_shift = 21;
+    let mut r = Raw::new(p);
+    r.bring_up();
+    let g = r.query_cap(CapType::GENERAL, CapMode::CUR).unwrap();
+    assert_eq!(CmdHcaCap::new_checked(&g[..]).unwrap().hca_cap_2(), 1);
+    let g2 = r.query_cap(CapType::GENERAL_2, CapMode::CUR).unwrap();
+    let c2 = bypass_hw::cmd::caps::CmdHcaCap2::new_checked(&g2[..]).unwrap();
+    assert_eq!(c2.max_mkey_log_entity_size_mtt(), 21);
+    let pd = r.alloc_pd().unwrap();
+    let off = r.alloc(4096, 4096);
+    let base = r.create_mkey_input(pd, off, 4096, MkeyAccess::LOCAL_WRITE, 1);
+    let with_shift = |shift: u32| {
+        let mut i = base.clone();
+        let mut c = CreateMkeyIn::new_checked(&mut i[..]).unwrap();
+        // One entry aligned to any page size up to 1 GiB (creation reads no memory).
+        c.set_klm_pas_mtt(0, (1 << 30) | 3).unwrap();
+        c.mkc_mut().set_start_addr(1 << 30).unwrap();
+        c.mkc_mut().set_log_page_size(shift).unwrap();
+        i
+    };
+    fails(
+        r.cmd(&with_shift(22), 16),
+        CmdStatus::BAD_PARAM_ERR,
+        s::MKEY_PAGE_SIZE,
+    );
+    r.ok(&with_shift(21), 16);
+}

@@ -26,7 +26,7 @@ pub struct Mr {
 
 impl Mr {
     pub(crate) fn register(pd: &Pd, len: usize, access: MkeyAccess) -> Result<Self, VerbsError> {
-        let buf = pd.context().hca().alloc_dma(len.max(1))?;
+        let buf = pd.context().hca().dma().alloc_for_key(len.max(1))?;
         let inner = DriverMr::register(pd.driver(), buf, access)?;
         Ok(Mr {
             inner,

@@ -121,7 +121,7 @@ impl CapType {
     pub const ATOMIC: Self = Self(0x3);
     /// RoCE ([`RoceCap`]).
     pub const ROCE: Self = Self(0x4);
-    /// The second general page (`cmd_hca_cap_2`).
+    /// The second general page ([`CmdHcaCap2`]).
     pub const GENERAL_2: Self = Self(0x20);
 }
 
@@ -374,6 +374,20 @@ crate::prm_layout! {
         num_vhca_ports, set_num_vhca_ports: 0x610, 8;
         /// INIT_HCA `sw_owner_id` is supported. (byte 0xc0, bits 30..30 of the dword)
         sw_owner_id, set_sw_owner_id: 0x61e, 1;
+    }
+}
+
+crate::prm_layout! {
+    /// The second general capability page (`mlx5_ifc_cmd_hca_cap_2_bits`, 256 bytes;
+    /// [`CapType::GENERAL_2`], present where [`CmdHcaCap::hca_cap_2`] is set). Only the
+    /// memory-key page-size bounds the driver reads (Linux `mlx5_ifc.h`; the MTT maximum
+    /// is newer than the 6.1 table in `tests/data`).
+    pub struct CmdHcaCap2("cmd_hca_cap_2", 0x100) {
+        /// log2 of the smallest mkey page (entity) size; 0 means 4 KiB.
+        log_min_mkey_entity_size, set_log_min_mkey_entity_size: 0x1ab, 5;
+        /// log2 of the largest MTT mkey page size; 0 means not reported (the kernel's
+        /// `get_max_log_entity_size_cap` then takes 31).
+        max_mkey_log_entity_size_mtt, set_max_mkey_log_entity_size_mtt: 0x3aa, 6;
     }
 }
 

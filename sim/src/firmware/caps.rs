@@ -16,8 +16,8 @@
 //! read-only and ignored, as firmware does, because drivers send back the whole CUR page.
 
 use bypass_hw::cmd::caps::{
-    CAPABILITY_LEN, CAPABILITY_OFF, CapMode, CapType, CmdHcaCap, QueryHcaCapIn, RoceCap,
-    SetHcaCapIn, cmdif_checksum, port_type,
+    CAPABILITY_LEN, CAPABILITY_OFF, CapMode, CapType, CmdHcaCap, CmdHcaCap2, QueryHcaCapIn,
+    RoceCap, SetHcaCapIn, cmdif_checksum, port_type,
 };
 
 use super::syndromes as s;
@@ -61,6 +61,7 @@ pub(crate) fn general_pages(p: &Profile) -> (Vec<u8>, Vec<u8>) {
     let _ = m.set_log_max_eq_sz(c.log_max_eq_sz.into());
     let _ = m.set_log_max_eq(c.log_max_eq.into());
     let _ = m.set_log_max_mkey(c.log_max_mkey.into());
+    let _ = m.set_hca_cap_2(1);
     let _ = m.set_log_max_pd(c.log_max_pd.into());
     let _ = m.set_log_max_msg(c.log_max_msg.into());
     let _ = m.set_log_max_ra_req_qp(c.log_max_ra_req_qp.into());
@@ -120,9 +121,18 @@ pub(crate) fn roce_pages(p: &Profile) -> (Vec<u8>, Vec<u8>) {
     (cur, max)
 }
 
+/// The GENERAL_2 page (read-only: CUR = MAX): the mkey page-size bounds.
+pub(crate) fn general_2_page(p: &Profile) -> Vec<u8> {
+    let mut page = vec![0u8; CAPABILITY_LEN];
+    let mut m = CmdHcaCap2::wrap_unchecked(&mut page[..]);
+    let _ = m.set_max_mkey_log_entity_size_mtt(p.caps.max_mkey_page_shift.into());
+    page
+}
+
 fn cap_type(op_mod: u32, roce: bool) -> Result<CapType, CmdError> {
     match CapType((op_mod >> 1) as u16) {
         CapType::GENERAL => Ok(CapType::GENERAL),
+        CapType::GENERAL_2 => Ok(CapType::GENERAL_2),
         CapType::ROCE if roce => Ok(CapType::ROCE),
         _ => Err(CmdError::param(s::UNSUPPORTED_CAP_TYPE)),
     }
@@ -140,7 +150,12 @@ pub(crate) fn query_hca_cap(
         return Err(CmdError::param(s::OTHER_FUNCTION));
     }
     let max = CapMode((i.op_mod() & 1) as u16) == CapMode::MAX;
+    let general_2;
     let page = match (cap_type(i.op_mod(), profile.caps.roce)?, max) {
+        (CapType::GENERAL_2, _) => {
+            general_2 = general_2_page(profile);
+            &general_2
+        }
         (CapType::GENERAL, true) => &fw.cap_max,
         (CapType::GENERAL, false) => &fw.cap_cur,
         (_, true) => &fw.roce_max,
@@ -193,6 +208,8 @@ pub(crate) fn set_hca_cap(
             dct / set_dct,
             disable_link_up / set_disable_link_up,
         );
+    } else if ty == CapType::GENERAL_2 {
+        // Nothing on this page is settable: firmware ignores it, as read-only GENERAL fields.
     } else {
         let new = i.roce_cap();
         let max = RoceCap::wrap_unchecked(&fw.roce_max[..]);

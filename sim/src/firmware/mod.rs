@@ -308,7 +308,7 @@ fn dispatch(c: &mut Hca<'_>, op: Opcode, input: &[u8], out: &mut [u8]) -> CmdRes
         Opcode::DEALLOC_PD => resources::dealloc_pd(objs, input, out),
         Opcode::ALLOC_UAR => resources::alloc_uar(objs, input, out),
         Opcode::DEALLOC_UAR => resources::dealloc_uar(objs, input, out),
-        Opcode::CREATE_MKEY => resources::create_mkey(objs, input, out),
+        Opcode::CREATE_MKEY => resources::create_mkey(objs, profile, input, out),
         Opcode::QUERY_MKEY => resources::query_mkey(objs, input, out),
         Opcode::DESTROY_MKEY => resources::destroy_mkey(objs, input, out),
         Opcode::CREATE_CQ => cq_eq::create_cq(objs, comp, profile, input, out),

@@ -77,8 +77,14 @@ pub(crate) fn dealloc_uar(objs: &mut Objects, input: &[u8], _out: &mut [u8]) -> 
     }
 }
 
-/// CREATE_MKEY: MTT mode only.
-pub(crate) fn create_mkey(objs: &mut Objects, input: &[u8], out: &mut [u8]) -> CmdResult {
+/// CREATE_MKEY: MTT mode only, `log_page_size` from 12 up to the profile's
+/// `max_mkey_page_shift` (what GENERAL_2 advertises).
+pub(crate) fn create_mkey(
+    objs: &mut Objects,
+    profile: &crate::profile::Profile,
+    input: &[u8],
+    out: &mut [u8],
+) -> CmdResult {
     check_uid(input)?;
     let i = CreateMkeyIn::wrap_unchecked(input);
     if i.mkey_umem_valid() != 0 {
@@ -99,7 +105,7 @@ pub(crate) fn create_mkey(objs: &mut Objects, input: &[u8], out: &mut [u8]) -> C
         return Err(CmdError::param(s::MKEY_LENGTH64));
     }
     let shift = m.log_page_size();
-    if !(12..=31).contains(&shift) {
+    if !(12..=u32::from(profile.caps.max_mkey_page_shift).min(31)).contains(&shift) {
         return Err(CmdError::param(s::MKEY_PAGE_SIZE));
     }
     let (start, len) = (m.start_addr(), m.len());

@@ -109,7 +109,7 @@ syndromes! {
     MKEY_ACCESS_MODE = 0x0106_0003;
     /// `mkc.free` = 1 (a key to be filled by UMR): UMR is not modelled.
     MKEY_FREE = 0x0106_0004;
-    /// `log_page_size` outside 12..=31.
+    /// `log_page_size` below 12 or above the advertised `max_mkey_log_entity_size_mtt`.
     MKEY_PAGE_SIZE = 0x0106_0005;
     /// `translations_octword_size` does not cover the pages of `[start_addr, start_addr + len)`.
     MKEY_OCTWORDS = 0x0106_0006;
