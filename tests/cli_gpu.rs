@@ -318,6 +318,77 @@ fn write_bw_use_cuda_streams_between_gpu_buffers_and_checks_the_data() {
     assert_eq!(row.split_whitespace().nth(1), Some("200"), "{row}");
 }
 
+/// `perf write-bw` as two processes on UDP loopback (port set `k`: TCP 39100 + k, UDP
+/// 39150 + k on 127.0.39.1 and .2), `--use-cuda` on the server only or the client only:
+/// each side decides for its own buffers, as perftest's do. Returns (server, client) output.
+fn two_process_write_bw(k: u16, dir: &Path, gpu_server: bool) -> (String, String) {
+    let (tcp, udp) = ((39100 + k).to_string(), 39150 + k);
+    let d1 = format!("udp:127.0.39.1:{udp}");
+    let d2 = format!("udp:127.0.39.2:{udp}");
+    let common = ["-s", "65536", "-n", "100", "--check", "-p", &tcp];
+    let side = |dev: &str, gpu: bool, host: Option<&str>| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_bypass"));
+        c.args(["perf", "write-bw", "-d", dev]).args(common);
+        if gpu {
+            c.arg("--use-cuda")
+                .env("LD_LIBRARY_PATH", dir)
+                .env("BYPASS_CUDA_HOST_DEVICES", "1");
+        }
+        c.args(host);
+        c
+    };
+    let server = side(&d1, gpu_server, None)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start the server");
+    let client = side(&d2, !gpu_server, Some("127.0.39.1"))
+        .output()
+        .expect("run the client");
+    let server = server.wait_with_output().expect("wait for the server");
+    let text = |o: &std::process::Output| {
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        )
+    };
+    let (s, c) = (text(&server), text(&client));
+    assert!(
+        server.status.success() && client.status.success(),
+        "server:\n{s}\nclient:\n{c}"
+    );
+    (s, c)
+}
+
+#[test]
+fn two_processes_take_gpu_memory_at_either_end_and_check_the_data() {
+    let dir = lib_dir("perf-two", Lib::HostMemory);
+    // The GPU is the WRITEs' target: the server checks what landed in GPU memory.
+    let (s, c) = two_process_write_bw(0, &dir, true);
+    assert!(
+        s.contains(" Use CUDA        : GPU 0 (dma-buf MRs)\n"),
+        "{s}"
+    );
+    assert!(!c.contains("Use CUDA"), "{c}");
+    assert!(
+        s.contains("65536 bytes: data check ok (the buffer holds WRITE 100 of 100 exactly)"),
+        "{s}"
+    );
+    // The GPU is the source: the host server checks what the GPU's pattern wrote.
+    let (s, c) = two_process_write_bw(1, &dir, false);
+    assert!(
+        c.contains(" Use CUDA        : GPU 0 (dma-buf MRs)\n"),
+        "{c}"
+    );
+    assert!(!s.contains("Use CUDA"), "{s}");
+    assert!(
+        s.contains("65536 bytes: data check ok (the buffer holds WRITE 100 of 100 exactly)"),
+        "{s}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn use_cuda_is_refused_where_perftest_refuses_it_and_without_a_gpu() {
     let dir = lib_dir("perf-refuse", Lib::NoDevice);

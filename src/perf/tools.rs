@@ -104,7 +104,8 @@ pub struct ToolOpts {
     #[arg(long = "report-counters", alias = "report_counters")]
     report_counters: bool,
     /// Put the target and source buffers in CUDA memory of GPU (default 0), registered
-    /// through dma-bufs (perftest's --use_cuda=GPU; write-bw, in process, no inline).
+    /// through dma-bufs (perftest's --use_cuda=GPU; write-bw, no inline). In process both
+    /// sides use it; across two processes each side decides for its own buffers.
     #[arg(
         long = "use-cuda",
         alias = "use_cuda",
@@ -270,11 +271,6 @@ fn check_cuda(verb: Verb, kind: Kind, o: &ToolOpts, sizes: &[u64]) -> Result<(),
     if verb != Verb::Write {
         return usage(format!(
             "--use-cuda={gpu}: GPU memory is built for write-bw here: use write-bw --use-cuda={gpu}"
-        ));
-    }
-    if o.common.device.is_network() {
-        return usage(format!(
-            "--use-cuda={gpu}: the two-process form keeps host buffers; run in process (-d sim), or use `bypass gpu check`"
         ));
     }
     if o.bidirectional {
