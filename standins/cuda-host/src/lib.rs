@@ -251,7 +251,12 @@ pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut c_ulonglong, size: usize) -> c
         if size == 0 {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
-        let total = size.checked_add(PAGE).ok_or(CUDA_ERROR_OUT_OF_MEMORY)?;
+        // The device pointer is SKEW bytes past the first page boundary in the block, and an
+        // export covers whole host pages around the allocation: room for a page before that
+        // boundary (calloc's block need not be aligned), the skew, and the last page's rest.
+        let total = size
+            .checked_add(2 * PAGE + SKEW)
+            .ok_or(CUDA_ERROR_OUT_OF_MEMORY)?;
         // SAFETY: a plain allocation; freed in cuMemFree_v2.
         let base = unsafe { libc::calloc(1, total) } as usize;
         if base == 0 {
