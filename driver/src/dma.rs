@@ -225,33 +225,8 @@ impl IovaAllocator {
     /// Allocates `len` bytes (rounded up to pages) aligned to `align` (a power of two, at
     /// least a page), first fit. Returns the IOVA.
     pub fn alloc(&mut self, len: u64, align: u64) -> Result<u64> {
-        let align = align.max(PAGE_SIZE as u64);
-        let len = len
-            .checked_next_multiple_of(PAGE_SIZE as u64)
-            .filter(|&l| l > 0);
-        let exhausted = DriverError::IovaExhausted {
-            len: len.unwrap_or(0),
-            align,
-        };
-        let (Some(len), true) = (len, align.is_power_of_two()) else {
-            return Err(exhausted);
-        };
-        let found = self.free.iter().find_map(|(&start, &last)| {
-            let at = start.checked_next_multiple_of(align)?;
-            let end = at.checked_add(len - 1)?;
-            (end <= last).then_some((start, last, at, end))
-        });
-        let Some((start, last, at, end)) = found else {
-            return Err(exhausted);
-        };
-        self.free.remove(&start);
-        if at > start {
-            self.free.insert(start, at - 1);
-        }
-        if end < last {
-            self.free.insert(end + 1, last);
-        }
-        Ok(at)
+        // Congruent to 0 modulo `align` is aligned to it.
+        self.alloc_congruent(len, align, 0)
     }
 
     /// Allocates `len` bytes (rounded up to pages) at an IOVA congruent to `addr` modulo
