@@ -128,13 +128,14 @@ fn interrupts_raised_together_are_each_seen_once() {
     ring_self(&vfio, 1);
     ring_self(&vfio, 1);
     // Both rings of vector 1 may coalesce into one wake-up (an eventfd counts, and the
-    // backend's wait consumes the count), but each raised vector is seen, and only those.
+    // backend's wait consumes the count) or arrive as two, if the second lands after the
+    // wait consumed the first; either way each raised vector is seen, and only those.
     assert!(vfio.wait_irq(3, T).unwrap(), "vector 3 lost");
     assert!(vfio.wait_irq(1, T).unwrap(), "vector 1 lost");
-    assert_eq!(
-        pending(&vfio),
-        Vec::<u16>::new(),
-        "a vector fired twice or unasked"
+    let rest = pending(&vfio);
+    assert!(
+        rest.is_empty() || rest == [1],
+        "after the waits only vector 1's second ring may remain, got {rest:?}"
     );
     // A doorbell for a vector the device has no eventfd for is ignored by the device
     // (ivshmem_io_write), and reaches no eventfd of the backend.
