@@ -354,22 +354,11 @@ impl DmaMapper {
 
     /// Like [`DmaMapper::alloc`] with an explicit IOVA alignment (a power of two).
     pub fn alloc_aligned(self: &Arc<Self>, len: usize, align: u64) -> Result<DmaBuf> {
-        let region = DmaRegion::on_node(len, !self.backend.pins_on_map(), self.node)?;
-        let region = Arc::new(region);
-        let rlen = region.len();
-        let iova = self
-            .iova
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .alloc(rlen as u64, align)?;
-        if let Err(e) = self.backend.map_dma(iova, region.clone()) {
-            self.free_iova(iova, rlen);
-            return Err(e.into());
-        }
-        Ok(DmaBuf {
-            region,
-            iova,
-            mapper: self.clone(),
+        self.alloc_mapped(len, |region| {
+            self.iova
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .alloc(region.len() as u64, align)
         })
     }
 
@@ -378,12 +367,26 @@ impl DmaMapper {
     /// finds room for, so a key that SGEs address by host address ([`crate::mr::Mr`]) takes
     /// large MTT pages.
     pub fn alloc_for_key(self: &Arc<Self>, len: usize) -> Result<DmaBuf> {
-        let region = DmaRegion::on_node(len, !self.backend.pins_on_map(), self.node)?;
-        let region = Arc::new(region);
-        let rlen = region.len();
-        let iova = self.alloc_iova_like(rlen as u64, region.as_ptr().as_ptr() as u64)?;
+        self.alloc_mapped(len, |region| {
+            self.alloc_iova_like(region.len() as u64, region.as_ptr().as_ptr() as u64)
+        })
+    }
+
+    /// A region of `len` bytes on the device's node, mapped at the IOVA `pick` chooses for
+    /// it; the IOVA goes back if the mapping fails.
+    fn alloc_mapped(
+        self: &Arc<Self>,
+        len: usize,
+        pick: impl FnOnce(&DmaRegion) -> Result<u64>,
+    ) -> Result<DmaBuf> {
+        let region = Arc::new(DmaRegion::on_node(
+            len,
+            !self.backend.pins_on_map(),
+            self.node,
+        )?);
+        let iova = pick(&region)?;
         if let Err(e) = self.backend.map_dma(iova, region.clone()) {
-            self.free_iova(iova, rlen);
+            self.free_iova(iova, region.len());
             return Err(e.into());
         }
         Ok(DmaBuf {
