@@ -18,6 +18,7 @@
 use bypass_hw::init_seg::{self as iseg, NicInterface};
 
 use crate::bar0::{Bar0, Doorbell, Written};
+use crate::cong::Cong;
 use crate::counters::Counters;
 use crate::events::Completions;
 use crate::firmware::{Firmware, Hca, Stage};
@@ -46,6 +47,8 @@ pub struct Device {
     pub(crate) tp: Transport,
     /// Completions and events: the CQs, EQs and MSI-X interrupts.
     pub(crate) comp: Completions,
+    /// Congestion control: the NP's and RP's status, parameters and counters.
+    pub(crate) cong: Cong,
     /// Device time in nanoseconds (virtual in stepped mode).
     pub(crate) now: u64,
     /// Device-wide counters.
@@ -74,6 +77,7 @@ impl Device {
             profile,
             iommu: Iommu::new(),
             tp: Transport::default(),
+            cong: Cong::default(),
             now: 0,
             counters: Counters::default(),
             trace: Trace::default(),
@@ -189,6 +193,7 @@ impl Device {
             objs,
             tp,
             comp,
+            cong,
             now,
             counters,
             trace,
@@ -197,6 +202,7 @@ impl Device {
             objs,
             comp,
             tp,
+            cong,
             profile,
             io: Io {
                 dma: iommu,
@@ -533,6 +539,7 @@ fn hca_of<'a>(dp: DataPath<'a>, fw: &'a mut Firmware, cmdq: u64) -> Hca<'a> {
         objs,
         comp,
         tp,
+        cong,
         profile,
         io,
     } = dp;
@@ -540,6 +547,7 @@ fn hca_of<'a>(dp: DataPath<'a>, fw: &'a mut Firmware, cmdq: u64) -> Hca<'a> {
         fw,
         objs,
         comp,
+        cong,
         profile,
         io,
         dp: tp,

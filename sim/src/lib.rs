@@ -16,6 +16,7 @@
 
 mod bar0;
 mod buffer;
+pub mod cong;
 pub mod counters;
 pub mod device;
 pub mod dmabuf_mmap;

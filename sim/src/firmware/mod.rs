@@ -129,6 +129,8 @@ pub(crate) struct Hca<'a> {
     pub(crate) objs: &'a mut Objects,
     /// CQs, EQs, interrupts.
     pub(crate) comp: &'a mut Completions,
+    /// Congestion control's status, parameters and counters.
+    pub(crate) cong: &'a mut crate::cong::Cong,
     /// The device's profile.
     pub(crate) profile: &'a Profile,
     /// DMA, counters, trace, time.

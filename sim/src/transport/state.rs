@@ -114,6 +114,8 @@ pub(crate) struct DataPath<'a> {
     pub(crate) comp: &'a mut Completions,
     /// The transport engine's device-wide state.
     pub(crate) tp: &'a mut Transport,
+    /// Congestion control: the NP's and RP's status, parameters and counters.
+    pub(crate) cong: &'a mut crate::cong::Cong,
     /// The device's profile (GIDs, capabilities).
     pub(crate) profile: &'a Profile,
     /// DMA, counters, trace, time.
@@ -128,6 +130,7 @@ impl DataPath<'_> {
             objs: &mut *self.objs,
             comp: &mut *self.comp,
             tp: &mut *self.tp,
+            cong: &mut *self.cong,
             profile: self.profile,
             io: self.io.reborrow(),
         }

@@ -140,6 +140,7 @@ pub(crate) fn with_sender<R>(
         tp,
         profile,
         io,
+        ..
     } = dp;
     let Objects { qps, mkeys, .. } = &mut **objs;
     let qp = qps.get_mut(qpn)?;
