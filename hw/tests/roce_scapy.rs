@@ -273,3 +273,58 @@ fn bypass_accepts_scapy_packets_and_rejects_every_covered_bit_flip() {
         rows.len()
     );
 }
+
+/// A CNP bypass builds is byte for byte the one scapy's `cnp()` builds for the same DestQP,
+/// addresses, DSCP and UDP source port (IPv4 and IPv6, scapy's ICRC included), and bypass
+/// parses scapy's with a valid ICRC.
+#[test]
+fn bypass_cnps_are_byte_identical_to_scapys() {
+    use bypass_hw::roce::cnp::{Cnp, CnpSpec, cnp_tos, emit_cnp};
+    use bypass_hw::roce::ip::ipv4_to_gid;
+    use bypass_hw::roce::{ROCE_V2_UDP_DPORT, UdpPorts};
+    if !scapy_available() {
+        return;
+    }
+    let rows = run(&["cnp"]);
+    assert_eq!(rows.len(), 6, "scapy built a different number of CNPs");
+    for m in &rows {
+        let l = &m["label"];
+        let v6 = m["v6"] == "1";
+        let (s, d) = if v6 {
+            let mut s = [0u8; 16];
+            s[0] = 0xfd;
+            let mut d = s;
+            s[15] = 1;
+            d[15] = 2;
+            (s, d)
+        } else {
+            (ipv4_to_gid([10, 99, 0, 1]), ipv4_to_gid([10, 99, 0, 2]))
+        };
+        let mut ip = IpSpec::from_gids(&s, &d).unwrap();
+        let tos = cnp_tos(num(m, "dscp") as u8);
+        match &mut ip {
+            IpSpec::V4(v) => v.tos = tos,
+            IpSpec::V6(v) => v.traffic_class = tos,
+        }
+        let spec = CnpSpec {
+            ip,
+            ports: UdpPorts {
+                src: num(m, "sport") as u16,
+                dst: ROCE_V2_UDP_DPORT,
+            },
+            dest_qp: num(m, "dqpn") as u32,
+        };
+        let mut buf = vec![0u8; spec.packet_len()];
+        emit_cnp(&spec, &mut buf).unwrap();
+        assert_eq!(
+            hex(&buf),
+            m["hex"],
+            "{l}: bypass's CNP differs from scapy's"
+        );
+        let theirs = unhex(&m["hex"]);
+        let c = Cnp::parse(&theirs).unwrap();
+        assert!(c.icrc_ok, "{l}: scapy's CNP ICRC rejected");
+        assert_eq!(c.dest_qp(), spec.dest_qp, "{l}");
+        assert!(c.bth.becn, "{l}: BECN");
+    }
+}

@@ -1,7 +1,7 @@
 //! RoCEv2 on the wire: the InfiniBand transport headers carried in UDP (port 4791) over IPv4
 //! or IPv6, the per-opcode header table, the ICRC, and whole-packet emit and parse.
 //!
-//! Owns: [`bth`] (BTH), [`ext`] (RETH, AETH, AtomicETH, AtomicAckETH, ImmDt, IETH, DETH),
+//! Owns: [`bth`] (BTH), [`cnp`] (the congestion notification packet), [`ext`] (RETH, AETH, AtomicETH, AtomicAckETH, ImmDt, IETH, DETH),
 //! [`opcode`] (opcodes, the header table, PSN and pad arithmetic, rxe's UDP source port),
 //! [`ip`] (the IP and UDP headers as rxe builds them, GID mapping), [`icrc`] and [`packet`].
 //! Must not: do I/O, allocate, keep transport state (PSN windows, retries belong to the sim).
@@ -12,6 +12,7 @@
 //! BTH) and tshark's InfiniBand dissector by the tests in `hw/tests/roce_*.rs`.
 
 pub mod bth;
+pub mod cnp;
 pub mod ext;
 pub mod icrc;
 pub mod ip;
@@ -19,6 +20,7 @@ pub mod opcode;
 pub mod packet;
 
 pub use bth::{BTH_LEN, Bth, BthFields, DEFAULT_PKEY, ROCE_V2_UDP_DPORT};
+pub use cnp::{Cnp, CnpSpec, emit_cnp, emit_cnp_udp_payload, is_cnp};
 pub use ext::{Aeth, AtomicAckEth, AtomicEth, Deth, GSI_QKEY, Ieth, ImmDt, Reth};
 pub use icrc::ICRC_LEN;
 pub use ip::{IpSpec, Ipv4Spec, Ipv6Spec, UdpPorts};

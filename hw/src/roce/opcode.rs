@@ -275,7 +275,7 @@ impl BthOpcode {
     /// Short alias of [`Self::UD_SEND_ONLY_WITH_IMMEDIATE`].
     pub const UD_SEND_ONLY_IMM: Self = Self::UD_SEND_ONLY_WITH_IMMEDIATE;
     /// The RoCEv2 congestion notification packet (annex A17.9.3; `ib_pack.h` `IB_OPCODE_CNP`).
-    /// Not in the table: bypass does not emit CNPs.
+    /// Not in the table: [`crate::roce::cnp`] builds and parses CNPs.
     pub const CNP: Self = Self(0x81);
 
     /// The transport service (bits 7..5, IBTA table 38).

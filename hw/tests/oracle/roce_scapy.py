@@ -8,11 +8,14 @@ RoCEv2 packets, and builds packets of its own for bypass to judge.
                               payload, pad), the ICRC on the wire and the ICRC scapy computes.
   roce_scapy.py build         Prints one line per packet scapy builds (with its own
                               ICRC): label=... hex=...
+  roce_scapy.py cnp           Prints one line per CNP scapy's cnp() builds (IPv4 and IPv6,
+                              several DestQPs and DSCPs, with its ICRC): label=... dqpn=...
+                              dscp=... sport=... hex=...
 """
 import sys
 
 from scapy.compat import raw
-from scapy.contrib.roce import BTH
+from scapy.contrib.roce import BTH, cnp
 from scapy.layers.inet import IP, UDP
 from scapy.layers.inet6 import IPv6
 from scapy.packet import Raw
@@ -115,10 +118,26 @@ def build():
             emit({"label": f"{label} {ipname}", "hex": raw(pkt).hex()})
 
 
+def cnps():
+    cases = [(0x000001, 48, 0xc000), (0x123456, 26, 0xd00d), (0xffffff, 0, 0xffff)]
+    for ipname, ipcls, addrs in (("v4", IP, ("10.99.0.1", "10.99.0.2")),
+                                 ("v6", IPv6, ("fd00::1", "fd00::2"))):
+        for dqpn, dscp, sport in cases:
+            if ipcls is IP:
+                ip = IP(src=addrs[0], dst=addrs[1], flags="DF", id=0, ttl=64, tos=dscp << 2)
+            else:
+                ip = IPv6(src=addrs[0], dst=addrs[1], hlim=64, tc=dscp << 2, fl=0)
+            pkt = ip / UDP(sport=sport, dport=4791, chksum=0) / cnp(dqpn)
+            emit({"label": f"cnp {ipname} qp {dqpn:#x}", "v6": ipcls is IPv6, "dqpn": dqpn,
+                  "dscp": dscp, "sport": sport, "hex": raw(pkt).hex()})
+
+
 if __name__ == "__main__":
     if sys.argv[1:2] == ["decode"]:
         decode(sys.argv[2])
     elif sys.argv[1:2] == ["build"]:
         build()
+    elif sys.argv[1:2] == ["cnp"]:
+        cnps()
     else:
         sys.exit(__doc__)
