@@ -6,8 +6,10 @@
 //! QUERY_CONG_STATISTICS) and the data path consults: whether the notification point (NP)
 //! and the reaction point (RP) are on for a priority ([`CongStatus`]), their parameters
 //! ([`RpParams`], [`NpParams`]) and what they did ([`CongStats`]). The per-QP rate limiter and
-//! the CNP sending live with the data path (`cong::rp`, `cong::np`). Must not: build or parse
-//! packets, or touch QPs (the transport lends those to the NP and RP).
+//! the CNP sending live with the data path: [`dcqcn`] (the RP's algorithm, a pure state
+//! machine), [`rp`] (per QP: DCQCN and the pacer), [`np`] (per flow: when the last CNP went);
+//! `transport::ecn` connects them to packets. Must not: build or parse packets, or touch QPs
+//! (the transport lends those to the NP and RP).
 //!
 //! Priorities: a packet's priority is its DSCP's top three bits (`dscp >> 3`, DSCP trust, as
 //! RoCE deployments configure `mlnx_qos --trust dscp`).
@@ -17,7 +19,10 @@
 //! the node types), NVIDIA DOCA "DCQCN CC parameters" (the RP defaults), Zhu et al., SIGCOMM
 //! 2015 (DCQCN).
 
+pub mod dcqcn;
+pub mod np;
 mod params;
+pub mod rp;
 
 pub use params::{CongStatus, NpParams, RpParams};
 
