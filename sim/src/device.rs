@@ -578,5 +578,6 @@ fn ring(dp: &mut DataPath<'_>, fw: &mut Firmware, bar: &Bar0, db: Doorbell) {
     }
 }
 
+mod cong;
 #[cfg(test)]
 mod tests;

@@ -138,6 +138,9 @@ pub struct Profile {
     /// Index of the first allocatable UAR page: pages below hold the init segment and other
     /// registers (BAR0 offsets 0x0000-0x2fff are the init segment, timer and clock pages).
     pub first_uar: u32,
+    /// The port's line rate, Mb/s: the highest rate the reaction point lets a QP recover to
+    /// (`rpg_max_rate` 0) and the rate paced QPs are released at (`cong::rp`).
+    pub line_rate_mbps: u64,
 }
 
 impl Profile {
@@ -168,6 +171,7 @@ impl Profile {
             msix_vectors: 8,
             uar_pages: 64,
             first_uar: 8,
+            line_rate_mbps: 100_000,
         }
     }
 

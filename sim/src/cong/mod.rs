@@ -23,6 +23,8 @@ pub mod dcqcn;
 pub mod np;
 mod params;
 pub mod rp;
+#[cfg(test)]
+mod tests;
 
 pub use params::{CongStatus, NpParams, RpParams};
 

@@ -12,8 +12,14 @@
 //! bad ICRC → dropped and counted; a destination address that is not one of our GIDs, an
 //! unknown QPN, an opcode of another transport than the QP's, or a QP not yet in RTR →
 //! dropped and counted as a discard.
+//!
+//! ECN (`ecn`): a CNP is recognised before the parse (the opcode table does not carry it) and
+//! goes to the reaction point; a CE-marked packet that passes the checks goes to the
+//! notification point, then is processed as usual. The in-process fast paths (bursts, ACKs
+//! as fields) take a CE-marked frame through the per-packet path.
 
 pub(crate) mod completer;
+pub(crate) mod ecn;
 pub mod requester;
 pub(crate) mod responder;
 pub(crate) mod state;
@@ -78,6 +84,10 @@ pub(crate) fn doorbell(dp: &mut DataPath<'_>, uar: u32, ctrl: [u8; 8], bf: Optio
 pub(crate) fn receive(dp: &mut DataPath<'_>, bytes: &[u8], icrc_checked: bool) {
     dp.tp.quiet = None;
     count_and_trace(dp, bytes);
+    if ecn::is_cnp(bytes) {
+        ecn::receive_cnp(dp, bypass_hw::roce::Cnp::parse(bytes), icrc_checked);
+        return;
+    }
     let Ok(pkt) = RocePacket::parse(bytes) else {
         dp.io.counters.rx_discards += 1;
         return;
@@ -98,6 +108,14 @@ pub(crate) fn receive_udp(
     icrc_checked: bool,
 ) {
     count_and_trace(dp, bytes);
+    let udp_payload = bytes.get(ip.header_len() + bypass_hw::roce::ip::UDP_HDR_LEN..);
+    if let Some(p) = udp_payload
+        && bypass_hw::roce::is_cnp(p)
+    {
+        let cnp = bypass_hw::roce::Cnp::parse_udp_payload(*ip, ports, p);
+        ecn::receive_cnp(dp, cnp, icrc_checked);
+        return;
+    }
     let Some(Ok(pkt)) = bytes
         .get(ip.header_len() + bypass_hw::roce::ip::UDP_HDR_LEN..)
         .map(|p| RocePacket::parse_udp_payload(*ip, ports, p))
@@ -146,6 +164,10 @@ fn receive_packet(dp: &mut DataPath<'_>, pkt: &RocePacket<'_>, icrc_checked: boo
         dp.io.counters.rx_discards += 1;
         return;
     }
+    if ecn::ce(pkt.ip()) {
+        let (qp_st, remote_qpn) = (qp.st, qp.attrs.remote_qpn);
+        ecn::notify(dp, pkt, qpn, qp_st, remote_qpn);
+    }
     match pkt.info().direction {
         Direction::Request => responder::handle_request(dp, qpn, pkt),
         Direction::Response => completer::handle_response(dp, qpn, pkt),
@@ -159,6 +181,7 @@ fn receive_packet(dp: &mut DataPath<'_>, pkt: &RocePacket<'_>, icrc_checked: boo
 pub(crate) fn receive_burst(dp: &mut DataPath<'_>, b: &Burst) {
     dp.tp.quiet = None;
     if !dp.io.trace.enabled()
+        && !ecn::ce(&b.ip)
         && reaches_rc_qp(dp, &b.ip, b.dest_qp)
         && responder::burst::apply(dp, b)
     {
@@ -175,7 +198,7 @@ pub(crate) fn receive_burst(dp: &mut DataPath<'_>, b: &Burst) {
 #[inline(always)]
 pub(crate) fn receive_ack(dp: &mut DataPath<'_>, a: &AckFrame) {
     dp.tp.quiet = None;
-    if dp.io.trace.enabled() {
+    if dp.io.trace.enabled() || ecn::ce(&a.ip) {
         if let Some(bytes) = a.to_wire() {
             receive(dp, &bytes, false);
         }
@@ -276,7 +299,8 @@ pub(crate) fn scan_pass(qps: &Table<Qp>, now: u64) -> (Due, bool) {
     let (mut timers, mut resumable, mut in_err, mut armed) = (false, false, false, false);
     for (_, qp) in qps.iter() {
         timers |= requester::timer_due(qp, now);
-        armed |= qp.req.rnr_wait.is_some() | qp.req.ack_deadline.is_some();
+        armed |=
+            qp.req.rnr_wait.is_some() | qp.req.ack_deadline.is_some() | qp.req.rp.wait().is_some();
         resumable |= requester::has_work(qp);
         in_err |= qp.state == QpState::Err;
     }

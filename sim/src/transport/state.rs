@@ -64,6 +64,8 @@ pub(crate) struct Transport {
     /// the deadline search skip the pass over every QP: a device with 64k idle QPs pays for
     /// its commands what one with a few does.
     pub(crate) quiet: Option<u64>,
+    /// The notification point's record of the CNPs it sent (`cong::np`).
+    pub(crate) np: crate::cong::np::NpState,
 }
 
 impl Transport {
@@ -161,12 +163,14 @@ impl DataPath<'_> {
         super::wire::send(
             self.tp,
             self.profile,
+            &self.cong.status,
             &mut self.io,
             route,
             bth,
             ext,
             payload,
         )
+        .is_some()
     }
 
     /// QP `qpn`'s primary path headers (`wire::qp_headers`), for tests.
@@ -177,7 +181,13 @@ impl DataPath<'_> {
         route: super::wire::Route<'_>,
     ) -> Option<(bypass_hw::roce::IpSpec, bypass_hw::roce::UdpPorts)> {
         let qp = self.objs.qps.get_mut(qpn)?;
-        super::wire::qp_headers(&mut qp.headers, self.tp, self.profile, route)
+        super::wire::qp_headers(
+            &mut qp.headers,
+            self.tp,
+            self.profile,
+            &self.cong.status,
+            route,
+        )
     }
 
     /// True if `gid` is one of the GIDs of one of our ports.
@@ -211,6 +221,7 @@ impl QpControl for Transport {
             qp.headers = None;
         }
         self.ledger.drop_held(qpn);
+        self.np.forget_qp(qpn);
     }
 
     fn bursts_in_flight(&self, qpn: u32) -> bool {

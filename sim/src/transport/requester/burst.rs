@@ -62,7 +62,8 @@ pub(super) fn send_burst(
         path: &attrs.path,
         src_qpn: c.qpn,
     };
-    let (ip, ports) = crate::transport::wire::qp_headers(s.headers, s.tp, s.profile, route)?;
+    let (ip, ports) =
+        crate::transport::wire::qp_headers(s.headers, s.tp, s.profile, &s.cong.status, route)?;
     // A box (and run list) the device got back from a burst it received: no allocation, and
     // the burst is written in place (no copy of it into the box).
     let mut burst =

@@ -27,6 +27,7 @@ use bypass_hw::wqe::WqeOpcode;
 
 use super::state::{DataPath, Transport};
 use super::wire::Route;
+use crate::cong::Cong;
 use crate::counters::Counters;
 use crate::engine::cqe::{self, SendCq};
 use crate::engine::gather;
@@ -122,6 +123,8 @@ pub(crate) struct Sender<'a, 'io> {
     pub(crate) tp: &'a mut Transport,
     /// The device's profile (GIDs).
     pub(crate) profile: &'a Profile,
+    /// Congestion control: the RP's status and parameters (ECN marking, pacing).
+    pub(crate) cong: &'a Cong,
     /// DMA, counters, trace, time.
     pub(crate) io: &'a mut Io<'io>,
 }
@@ -138,9 +141,9 @@ pub(crate) fn with_sender<R>(
         objs,
         comp,
         tp,
+        cong,
         profile,
         io,
-        ..
     } = dp;
     let Objects { qps, mkeys, .. } = &mut **objs;
     let qp = qps.get_mut(qpn)?;
@@ -162,6 +165,7 @@ pub(crate) fn with_sender<R>(
         comp,
         tp,
         profile,
+        cong,
         io,
     };
     Some(f(&mut s, &c, req))
@@ -404,9 +408,15 @@ fn step(s: &mut Sender<'_, '_>, c: &Ctx, req: &mut ReqState) -> Step {
     if c.st == st::RC && psn_diff(req.psn, req.una) >= MAX_UNACKED_PSNS {
         return Step::Stall;
     }
+    // A rate-limited QP sends when its pacer allows, one packet at a time (a burst would go
+    // faster than its rate): held back, it waits for the scan (`timers`).
+    let limited = req.rp.limited();
+    if limited && !req.rp.gate(&s.cong.rp, s.profile.line_rate_mbps, s.io.now) {
+        return Step::Stall;
+    }
     // An RC WRITE on the fast path goes as a burst of this many packets (computed once for
     // the wait below and the burst).
-    let burst = (c.st == st::RC && s.tp.fast_tx && w.opcode == WqeOpcode::RDMA_WRITE)
+    let burst = (!limited && c.st == st::RC && s.tp.fast_tx && w.opcode == WqeOpcode::RDMA_WRITE)
         .then(|| burst_count(s.tp.tx_trains, c.mtu, req, w.len));
     if burst.is_some_and(|count| train_wait(c.mtu, req, w.len, count)) {
         // The rest of the window would start a send the link cannot fill: wait for the ACK
@@ -509,7 +519,23 @@ fn emit(
         src_qpn: c.qpn,
     };
     // A route the port cannot take is a packet lost on the way: the timer recovers it.
-    let _ = super::wire::send(s.tp, s.profile, s.io, route, bth, ext, payload);
+    let sent = super::wire::send(
+        s.tp,
+        s.profile,
+        &s.cong.status,
+        s.io,
+        route,
+        bth,
+        ext,
+        payload,
+    );
+    if let Some(len) = sent
+        && req.rp.limited()
+    {
+        let now = s.io.now;
+        req.rp
+            .sent(&s.cong.rp, s.profile.line_rate_mbps, len as u64, now);
+    }
     if c.st == st::RC && req.ack_deadline.is_none() {
         req.ack_deadline = c.ack_timeout.map(|t| s.io.now.saturating_add(t));
     }

@@ -40,6 +40,8 @@ pub struct ReqState {
     /// `comp.started_retry`). Without it every duplicate ACK the retry provokes would start
     /// another full retry, and the retransmissions grow without bound.
     pub(crate) retrying: bool,
+    /// The reaction point's rate state and pacer (`cong::rp`).
+    pub(crate) rp: crate::cong::rp::QpRp,
 }
 
 impl ReqState {
@@ -53,6 +55,11 @@ impl ReqState {
             fresh: true,
             ..Self::default()
         }
+    }
+
+    /// The reaction point's state (rate, alpha, pacing).
+    pub fn rp(&self) -> &crate::cong::rp::QpRp {
+        &self.rp
     }
 
     /// The next PSN this QP will send (QUERY_QP `next_send_psn`).

@@ -1,4 +1,5 @@
-//! The requester's timers: the retransmit timer and the RNR wait, and what their expiry does.
+//! The requester's timers: the retransmit timer, the RNR wait and the pacer's wait of a
+//! rate-limited QP (`cong::rp`), and what their expiry does.
 //!
 //! Owns: [`run_timers`], [`timer_due`], [`next_deadline`], [`rnr_timer_ns`]. Must not: send
 //! anything itself (an expired timer rewinds or fails a WQE; `pump` sends).
@@ -42,6 +43,8 @@ pub(crate) fn run_timers(dp: &mut DataPath<'_>) -> bool {
     let mut any = false;
     for qpn in due {
         let timed = with_sender(dp, qpn, |s, c, req| {
+            // A paced packet's time has come: `pump` below sends it.
+            req.rp.end_wait(now);
             if let Some((t, psn)) = req.rnr_wait
                 && t <= now
             {
@@ -85,7 +88,9 @@ pub(crate) fn run_timers(dp: &mut DataPath<'_>) -> bool {
 
 /// Whether `qp` has a retransmit or RNR timer expired by `now` (what `run_timers` acts on).
 pub(crate) fn timer_due(qp: &Qp, now: u64) -> bool {
-    qp.req.rnr_wait.is_some_and(|(t, _)| t <= now) || qp.req.ack_deadline.is_some_and(|t| t <= now)
+    qp.req.rnr_wait.is_some_and(|(t, _)| t <= now)
+        || qp.req.ack_deadline.is_some_and(|t| t <= now)
+        || qp.req.rp.wait().is_some_and(|t| t <= now)
 }
 
 /// The earliest pending timer.
@@ -100,6 +105,10 @@ pub(crate) fn next_deadline(qps: &Table<Qp>) -> Option<u64> {
             any = true;
         }
         if let Some((t, _)) = qp.req.rnr_wait {
+            next = next.min(t);
+            any = true;
+        }
+        if let Some(t) = qp.req.rp.wait() {
             next = next.min(t);
             any = true;
         }

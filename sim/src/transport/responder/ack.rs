@@ -15,7 +15,7 @@ use bypass_hw::syndrome::AethSyndrome;
 use crate::frame::{AckFrame, Frame};
 use crate::io::Io;
 use crate::transport::state::{DataPath, Transport};
-use crate::transport::wire::{Route, qp_headers, send};
+use crate::transport::wire::{Route, ecn_current, qp_headers, send};
 
 /// Sends a response packet of `opcode` with PSN `psn` from QP `qpn` to its remote QP.
 /// Returns false if it could not be sent (no such QP, bad path).
@@ -40,7 +40,10 @@ pub(crate) fn respond(
     };
     // The in-process link carries an ACKNOWLEDGE as its fields (`crate::frame`), with the
     // QP's headers once built (no copy of its path then).
-    if let (Some(aeth), Some((ip, ports))) = (fast_ack, qp.headers) {
+    let kept = qp
+        .headers
+        .filter(|h| ecn_current(h, &dp.cong.status, qp.attrs.path.tclass));
+    if let (Some(aeth), Some((ip, ports))) = (fast_ack, kept) {
         push_ack(dp.tp, &mut dp.io, ip, ports, &bth, aeth);
         return true;
     }
@@ -51,12 +54,23 @@ pub(crate) fn respond(
         src_qpn: qpn,
     };
     if let Some(aeth) = fast_ack
-        && let Some((ip, ports)) = qp_headers(&mut qp.headers, dp.tp, dp.profile, route)
+        && let Some((ip, ports)) =
+            qp_headers(&mut qp.headers, dp.tp, dp.profile, &dp.cong.status, route)
     {
         push_ack(dp.tp, &mut dp.io, ip, ports, &bth, aeth);
         return true;
     }
-    send(dp.tp, dp.profile, &mut dp.io, route, bth, ext, payload)
+    send(
+        dp.tp,
+        dp.profile,
+        &dp.cong.status,
+        &mut dp.io,
+        route,
+        bth,
+        ext,
+        payload,
+    )
+    .is_some()
 }
 
 /// The BTH of a response to `remote_qpn` with PSN `psn` (opcode ACKNOWLEDGE; `respond` sets
@@ -112,7 +126,10 @@ pub(crate) fn send_ack(dp: &mut DataPath<'_>, qpn: u32, syndrome: AethSyndrome, 
     };
     // What `respond` does for an ACKNOWLEDGE on the in-process link once the QP's headers are
     // built, without building the extension headers it would not use.
-    if let (true, Some((ip, ports))) = (dp.tp.fast_tx && !dp.io.trace.enabled(), qp.headers) {
+    let kept = qp
+        .headers
+        .filter(|h| ecn_current(h, &dp.cong.status, qp.attrs.path.tclass));
+    if let (true, Some((ip, ports))) = (dp.tp.fast_tx && !dp.io.trace.enabled(), kept) {
         let bth = ack_bth(qp.attrs.remote_qpn, psn);
         push_ack(dp.tp, &mut dp.io, ip, ports, &bth, a);
         return true;
