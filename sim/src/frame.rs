@@ -99,9 +99,13 @@ impl Frame {
     #[inline]
     pub fn dgid(&self) -> Option<[u8; 16]> {
         match self {
-            Self::Wire(bytes) | Self::WireChecked(bytes) => {
-                RocePacket::parse(bytes).ok().map(|p| p.ip().gids().1)
-            }
+            // A CNP is outside the opcode table `RocePacket` parses.
+            Self::Wire(bytes) | Self::WireChecked(bytes) => match RocePacket::parse(bytes) {
+                Ok(p) => Some(p.ip().gids().1),
+                Err(_) => bypass_hw::roce::Cnp::parse(bytes)
+                    .ok()
+                    .map(|c| dst_gid(&c.ip)),
+            },
             Self::Burst(b) => Some(dst_gid(&b.ip)),
             Self::Ack(a) => Some(dst_gid(&a.ip)),
         }

@@ -44,14 +44,19 @@ pub(super) struct WireOf {
 
 /// The destination, source port and layout of a device's packet, if it is RoCEv2 over IP.
 pub(super) fn wire_of(packet: &[u8]) -> Option<WireOf> {
-    let p = RocePacket::parse(packet).ok()?;
-    let dst = p.ip().dst_addr();
-    let payload_len = p.udp_payload().len();
+    let (ip, ports, payload_len) = match RocePacket::parse(packet) {
+        Ok(p) => (*p.ip(), p.ports(), p.udp_payload().len()),
+        // A CNP is outside the opcode table `RocePacket` parses.
+        Err(_) => {
+            let c = bypass_hw::roce::Cnp::parse(packet).ok()?;
+            (c.ip, c.ports, bypass_hw::roce::cnp::CNP_UDP_PAYLOAD_LEN)
+        }
+    };
     Some(WireOf {
-        ip: *p.ip(),
-        ports: p.ports(),
-        dst,
-        sport: p.ports().src,
+        ip,
+        ports,
+        dst: ip.dst_addr(),
+        sport: ports.src,
         header_len: packet.len().checked_sub(payload_len)?,
         payload_len,
     })

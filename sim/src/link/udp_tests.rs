@@ -183,6 +183,31 @@ fn the_wire_memo_finds_what_a_parse_finds_for_packets_of_the_same_headers() {
     assert_eq!(memo.wire_of(&bad), None);
 }
 
+/// A CNP (outside the opcode table) goes on a UDP link as any packet: its destination, ports
+/// and the 32-byte UDP payload.
+#[test]
+fn a_cnp_has_a_wire_layout() {
+    let ip = IpSpec::from_gids(
+        &Profile::ipv4_gid([127, 0, 0, 1]),
+        &Profile::ipv4_gid([127, 0, 0, 2]),
+    )
+    .unwrap();
+    let spec = bypass_hw::roce::CnpSpec {
+        ip,
+        ports: bypass_hw::roce::UdpPorts {
+            src: 0xc123,
+            dst: 4791,
+        },
+        dest_qp: 0x42,
+    };
+    let mut pkt = vec![0; spec.packet_len()];
+    bypass_hw::roce::emit_cnp(&spec, &mut pkt).unwrap();
+    let w = wire_of(&pkt).expect("a CNP's layout");
+    assert_eq!((w.header_len, w.payload_len), (28, 32));
+    assert_eq!(w.sport, 0xc123);
+    assert_eq!(w.dst, std::net::IpAddr::from([127, 0, 0, 2]));
+}
+
 /// [`restamp_known`], parsing the packet first.
 fn restamp_ipv4_id(packet: &mut [u8], id: u16, deltas: &mut Ipv4IdSolver) -> Option<()> {
     let w = wire_of(packet)?;
