@@ -7,7 +7,7 @@
 //! and the reaction point (RP) are on for a priority ([`CongStatus`]), their parameters
 //! ([`RpParams`], [`NpParams`]) and what they did ([`CongStats`]). The per-QP rate limiter and
 //! the CNP sending live with the data path: [`dcqcn`] (the RP's algorithm, a pure state
-//! machine), [`rp`] (per QP: DCQCN and the pacer), [`np`] (per flow: when the last CNP went);
+//! machine), [`mark`] (a packet rule marking CE, for tests and tools), [`rp`] (per QP: DCQCN and the pacer), [`np`] (per flow: when the last CNP went);
 //! `transport::ecn` connects them to packets. Must not: build or parse packets, or touch QPs
 //! (the transport lends those to the NP and RP).
 //!
@@ -20,6 +20,7 @@
 //! 2015 (DCQCN).
 
 pub mod dcqcn;
+pub mod mark;
 pub mod np;
 mod params;
 pub mod rp;

@@ -1,10 +1,11 @@
 //! The NP and RP on a stepped two-device wire (`testkit`): a rule on the wire marks CE the
-//! ECT packets from a to b, b answers with CNPs, a's rate falls, paces and recovers.
+//! ECT packets from a to b, b answers with CNPs, a's rate falls, paces and recovers; and the
+//! same in a [`crate::World`] with the [`CeMark`] rule.
 
 use bypass_hw::roce::cnp::Cnp;
-use bypass_hw::roce::ip::ipv4_checksum;
 use bypass_hw::wqe::WqeOpcode;
 
+use super::mark::{CeMark, mark_ce};
 use crate::testkit::{Pair, RcConn, Wqe};
 
 const MTU: u32 = 1024;
@@ -15,19 +16,6 @@ const LINE: u64 = 100_000;
 struct Log {
     a_tx: Vec<(u64, Vec<u8>)>,
     b_tx: Vec<(u64, Vec<u8>)>,
-}
-
-/// Rewrites the ECN bits of an ECT IPv4 packet to CE and fixes its header checksum; true if
-/// it did.
-fn mark_ce(pkt: &mut [u8]) -> bool {
-    if pkt[0] != 0x45 || pkt[1] & 3 == 0 || pkt[1] & 3 == 3 {
-        return false;
-    }
-    pkt[1] |= 3;
-    pkt[10..12].fill(0);
-    let c = ipv4_checksum(&pkt[..20]);
-    pkt[10..12].copy_from_slice(&c.to_be_bytes());
-    true
 }
 
 fn is_cnp(pkt: &[u8]) -> bool {
@@ -320,4 +308,35 @@ fn a_marked_ud_datagram_earns_its_sender_qp_a_cnp() {
     assert_eq!(cnp.ip.gids().1, ga, "back to the datagram's source address");
     assert_eq!(p.a.dev.cong().stats.rp_cnp_handled, 1);
     assert!(p.a.dev.qp_rate(a_qp.qpn).unwrap().limited);
+}
+
+#[test]
+fn in_a_world_with_a_ce_marking_rule_the_sender_slows_and_the_write_lands() {
+    use crate::device::Device;
+    use crate::profile::Profile;
+    use crate::world::World;
+    let mut c = conn(true, true);
+    c.p.a.dev.cong_mut().rp.rpg_byte_reset = 10_000_000;
+    let data: Vec<u8> = (0..512 * 1024u32).map(|i| (i % 251) as u8).collect();
+    c.p.a.write(c.a_mr.off, &data);
+    write(&mut c, 512 * 1024);
+    let spare = || Device::new(Profile::with_id(9));
+    let a = std::mem::replace(&mut c.p.a.dev, spare());
+    let b = std::mem::replace(&mut c.p.b.dev, spare());
+    let mut world = World::with_devices(7, vec![a, b]);
+    world.add_rule(Box::new(CeMark::all().from(0)));
+    assert!(world.settle(1_000_000_000).unwrap(), "the world went quiet");
+    let marked = world.rules().get::<CeMark>().unwrap().marked();
+    let mut devices = world.into_devices().into_iter();
+    c.p.a.dev = devices.next().unwrap();
+    c.p.b.dev = devices.next().unwrap();
+    assert_eq!(c.p.b.read(c.b_mr.off, data.len()), data);
+    assert!(c.p.a.poll(&mut c.a_cq).is_some(), "the WRITE completes");
+    let (a, b) = (c.p.a.dev.cong().stats, c.p.b.dev.cong().stats);
+    assert_eq!(b.np_ecn_marked_roce_packets, marked);
+    assert!(marked >= 512, "{marked} marked");
+    assert!(b.np_cnp_sent >= 2, "{b:?}");
+    assert_eq!(a.rp_cnp_handled, b.np_cnp_sent);
+    let r = c.p.a.dev.qp_rate(c.a_qp.qpn).unwrap();
+    assert_eq!(r.cnps_handled, b.np_cnp_sent);
 }
