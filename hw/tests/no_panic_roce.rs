@@ -1,4 +1,4 @@
-//! No input makes the RoCE views, the packet parser or the ICRC check panic; and every valid
+//! No input makes the RoCE views, the packet and CNP parsers or the ICRC check panic; and every valid
 //! packet spec survives emit → parse with identical fields.
 
 use bypass_hw::View;
@@ -207,6 +207,17 @@ proptest! {
         let _ = icrc::check(&framed);
         if let Ok(p) = RocePacket::parse(&framed) {
             touch_packet(&p);
+        }
+        // The CNP parser: random bytes, the same behind the header, and a CNP opcode there.
+        for bytes in [&b[..], &framed[..]] {
+            if let Ok(c) = bypass_hw::roce::Cnp::parse(bytes) {
+                let _ = (c.dest_qp(), c.icrc_ok, c.bth);
+            }
+        }
+        let _ = bypass_hw::roce::Cnp::parse_udp_payload(ip, ports, &b);
+        if framed.len() > 28 {
+            framed[28] = 0x81;
+            let _ = bypass_hw::roce::Cnp::parse(&framed);
         }
     }
 
