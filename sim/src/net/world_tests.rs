@@ -219,3 +219,72 @@ fn the_rules_see_packets_as_delivered_with_their_ce_marks_and_switch_drops_as_dr
     assert_eq!(w.device(2).counters.rx_icrc_errors, 0);
     assert_eq!(w.device(2).counters.port_rcv_packets, delivered);
 }
+
+/// A 32 KiB RC WRITE from a to b through `t` (a is NIC 0, b NIC 1); returns whether it
+/// landed intact with a successful CQE, the virtual time it took, and the stats of NIC 0's
+/// egress and of switch 0's port 1 (toward b).
+fn rc_write_through(t: &Topology) -> (bool, u64, PrioStats, PrioStats) {
+    use crate::testkit::{RcConn, Wqe};
+    use bypass_hw::wqe::WqeOpcode;
+    const LEN: usize = 32 << 10;
+    let mut c = RcConn::new(1024, LEN, 0x10, 0x20);
+    let data: Vec<u8> = (0..LEN).map(|i| (i * 7 + 3) as u8).collect();
+    c.p.a.write(c.a_mr.off, &data);
+    let wqe = Wqe::new(WqeOpcode::RDMA_WRITE, c.a_qp.sq_pi, c.a_qp.qpn)
+        .raddr(c.b_mr.va, c.b_mr.key)
+        .data(c.a_mr.key, c.a_mr.va, LEN as u32)
+        .finish();
+    c.p.a.post_send(&mut c.a_qp, &wqe);
+    let spare = || crate::device::Device::new(Profile::with_id(9));
+    let a = std::mem::replace(&mut c.p.a.dev, spare());
+    let b = std::mem::replace(&mut c.p.b.dev, spare());
+    let mut w = World::with_devices(3, vec![a, b]);
+    w.set_topology(Some(t)).unwrap();
+    assert!(w.settle(10_000_000_000).unwrap(), "the world went quiet");
+    let took = w.now();
+    let net = w.network().unwrap();
+    let nic = net.port_stats(PortRef::Nic(0)).unwrap().total();
+    let to_b = net
+        .port_stats(PortRef::Switch { switch: 0, port: 1 })
+        .unwrap()
+        .total();
+    let mut devices = w.into_devices().into_iter();
+    c.p.a.dev = devices.next().unwrap();
+    c.p.b.dev = devices.next().unwrap();
+    let cqe = c.p.a.poll(&mut c.a_cq);
+    let ok = cqe.is_some_and(|e| e[63] >> 4 == 0) && c.p.b.read(c.b_mr.off, LEN) == data;
+    (ok, took, nic, to_b)
+}
+
+#[test]
+fn an_rc_write_crosses_the_switch_at_the_line_rate_and_survives_tail_drops_slowly() {
+    let fast = LinkSpec {
+        rate_bps: 10_000_000_000,
+        prop_ns: 1_000,
+        mtu: 1_200,
+    };
+    let (ok, took, tx, _) =
+        rc_write_through(&Topology::single_switch(2, fast, SwitchSpec::default()));
+    assert!(ok, "the WRITE landed and completed");
+    assert!(tx.dequeued_bytes > 32 << 10);
+    // The bytes could not cross faster than 10 Gb/s.
+    assert!(took >= port::ser_ns(32 << 10, fast.rate_bps));
+    assert_eq!(tx.drop_mtu, 0);
+
+    // Into a 1 Gb/s receiver link with a 4 KiB queue: tail drops, go-back-N, a slower finish.
+    let slow = LinkSpec {
+        rate_bps: 1_000_000_000,
+        ..fast
+    };
+    let mut t = Topology::new();
+    let s = t.add_switch(SwitchSpec {
+        queue_limit_bytes: Some(4 << 10),
+        ..SwitchSpec::default()
+    });
+    t.connect(Node::Nic(0), Node::Switch(s), fast);
+    t.connect(Node::Nic(1), Node::Switch(s), slow);
+    let (ok, lossy_took, _, to_b) = rc_write_through(&t);
+    assert!(ok, "retransmission recovers every drop");
+    assert!(to_b.drop_tail > 0);
+    assert!(lossy_took > 10 * took, "{lossy_took} vs {took}");
+}
