@@ -32,7 +32,7 @@ use rand_core::RngCore;
 
 use crate::cong::{PRIOS, prio_of_tclass};
 use port::{Port, Queued, ser_ns};
-pub use stats::{PortRef, PortStats, PrioStats, Sample};
+pub use stats::{FlowStats, PortRef, PortStats, PrioStats, Sample};
 pub use topology::{
     LinkSpec, Node, PfcConfig, PrioSpec, RedConfig, SwitchSpec, Topology, TopologyError,
 };
@@ -86,6 +86,8 @@ pub struct Network {
     samples: Vec<Sample>,
     keep_dropped: bool,
     dropped: Vec<Vec<u8>>,
+    /// What reached each destination from each source: (src, dst) → counts.
+    flows: BTreeMap<(usize, usize), FlowStats>,
 }
 
 impl Network {
@@ -143,6 +145,7 @@ impl Network {
             samples: Vec::new(),
             keep_dropped: false,
             dropped: Vec::new(),
+            flows: BTreeMap::new(),
         })
     }
 
@@ -157,6 +160,7 @@ impl Network {
         };
         let q = Queued {
             pkt,
+            src,
             dst,
             prio: prio_of_tclass(tc),
             ingress: None,
@@ -229,6 +233,13 @@ impl Network {
         })
     }
 
+    /// What reached NICs, per (source, destination) NIC pair, since the network was built
+    /// (a flow's rate over an interval is the difference of two readings, or of two
+    /// [`Sample::flows`]).
+    pub fn flow_stats(&self) -> &BTreeMap<(usize, usize), FlowStats> {
+        &self.flows
+    }
+
     /// Switch `s`'s shared buffer use.
     pub fn buffer_stats(&self, s: usize) -> Option<BufferStats> {
         self.switches.get(s).map(|sw| sw.buffer)
@@ -265,6 +276,7 @@ impl Network {
             self.samples.push(Sample {
                 t_ns: self.next_sample,
                 queued: self.ports.iter().map(|p| p.queued).collect(),
+                flows: self.flows.clone(),
             });
             self.next_sample = self.next_sample.saturating_add(i);
         }
@@ -303,6 +315,9 @@ impl Network {
             Ev::Arrive { port, q } => match self.ports[port].at {
                 PortRef::Nic(d) => {
                     self.packets = self.packets.saturating_sub(1);
+                    let f = self.flows.entry((q.src, d)).or_default();
+                    f.packets += 1;
+                    f.bytes += q.pkt.len() as u64;
                     out.push((d, q.pkt));
                 }
                 PortRef::Switch { switch, .. } => self.switch_in(switch, port, q, rng),

@@ -23,6 +23,8 @@ use crate::cong::PRIOS;
 pub(crate) struct Queued {
     /// The IP packet.
     pub pkt: Vec<u8>,
+    /// The sending NIC (world device id).
+    pub src: usize,
     /// The destination NIC (world device id).
     pub dst: usize,
     /// Its priority (`cong::prio_of_tclass` of its traffic class).

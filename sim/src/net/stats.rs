@@ -9,7 +9,8 @@
 //! A NIC's egress and a switch's egress port keep the same counters; for a NIC, `dequeued_*`
 //! is what it put on its link and `xoff_sent` stays 0. `xoff_sent`/`xon_sent` are counted on
 //! the port a switch received the traffic on (the one whose upstream it pauses);
-//! `pauses_received` and `paused_ns` on the egress that was paused.
+//! `pauses_received` and `paused_ns` on the egress that was paused. [`FlowStats`] counts what
+//! each (source, destination) NIC pair delivered, for per-flow rates.
 //!
 //! Sources: the counter names follow the switch counters of IEEE 802.1Qbb
 //! (`pfc_pause_tx`/`rx`) and RFC 3168 (CE marks), spelled out.
@@ -103,6 +104,15 @@ impl PortRef {
     }
 }
 
+/// What one (source NIC, destination NIC) pair delivered.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FlowStats {
+    /// Packets that reached the destination.
+    pub packets: u64,
+    /// Their bytes (IP packets).
+    pub bytes: u64,
+}
+
 /// The queued bytes of every port at one instant: the state after every event at or before
 /// `t_ns` that the network had processed when the world reached `t_ns`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -111,4 +121,6 @@ pub struct Sample {
     pub t_ns: u64,
     /// Per port (in [`super::Network::ports`] order), the bytes queued per priority.
     pub queued: Vec<[u64; PRIOS]>,
+    /// What each (source, destination) NIC pair had delivered by then.
+    pub flows: std::collections::BTreeMap<(usize, usize), FlowStats>,
 }

@@ -418,11 +418,11 @@ fn the_same_seed_gives_the_same_marks_and_samples_and_another_seed_other_marks()
         }
         let got = drain(&mut net, &mut ChaCha8Rng::seed_from_u64(seed));
         let marks: Vec<bool> = got.iter().map(|g| ecn::ecn(&g.2) == Some(3)).collect();
-        (marks, net.take_samples())
+        (marks, net.take_samples(), net.flow_stats().clone())
     };
-    let (m1, s1) = sampled(9);
-    let (m2, s2) = sampled(9);
-    let (m3, _) = sampled(10);
+    let (m1, s1, flows) = sampled(9);
+    let (m2, s2, _) = sampled(9);
+    let (m3, _, _) = sampled(10);
     assert!(m1.iter().any(|&m| m) && m1.iter().any(|&m| !m));
     assert_eq!(m1, m2);
     assert_eq!(s1, s2);
@@ -442,6 +442,13 @@ fn the_same_seed_gives_the_same_marks_and_samples_and_another_seed_other_marks()
     );
     let peak = s1.iter().map(|s| s.queued[port2][3]).max().unwrap();
     assert!(peak > 50_000, "{peak}");
+    // Per-flow deliveries: everything each sender sent, reached by the samples over time.
+    assert_eq!(flows.get(&(0, 2)).map(|f| f.packets), Some(200));
+    assert_eq!(flows.get(&(1, 2)).map(|f| f.packets), Some(200));
+    assert_eq!(flows.len(), 2);
+    let at = |k: usize| s1[k].flows.get(&(0, 2)).map_or(0, |f| f.bytes);
+    assert!(at(s1.len() / 2) < at(s1.len() - 1));
+    assert!(at(s1.len() - 1) <= flows[&(0, 2)].bytes);
 }
 
 #[test]
@@ -468,6 +475,16 @@ fn a_topology_with_a_nic_on_two_links_or_bad_thresholds_is_refused() {
     );
     let e = Network::new(&Topology::single_switch(2, GBPS10, bad), 0).unwrap_err();
     assert!(matches!(e, TopologyError::BadPrio { prio: 1, .. }));
+    let mut huge = Topology::single_switch(1, GBPS10, SwitchSpec::default());
+    huge.connect(Node::Nic(usize::MAX), Node::Switch(0), GBPS10);
+    let e = Network::new(&huge, 0).unwrap_err();
+    assert_eq!(
+        e,
+        TopologyError::NicIdTooLarge {
+            link: 1,
+            nic: usize::MAX
+        }
+    );
     let mut net = Network::new(
         &Topology::single_switch(2, GBPS10, SwitchSpec::default()),
         0,

@@ -17,6 +17,9 @@
 
 use crate::cong::PRIOS;
 
+/// The largest NIC (world device) id a topology may name: the network keeps a table by id.
+pub const MAX_NIC_ID: usize = 1 << 16;
+
 /// One link: both directions have the same rate, delay and MTU.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LinkSpec {
@@ -59,7 +62,9 @@ pub struct RedConfig {
 pub struct PfcConfig {
     /// Reaching this many bytes sends XOFF to the upstream sender of the port.
     pub xoff_bytes: u64,
-    /// Falling to this many bytes (or fewer) after an XOFF sends XON (<= `xoff_bytes`).
+    /// Falling to this many bytes (or fewer) after an XOFF sends XON (<= `xoff_bytes`). An
+    /// XOFF holds the upstream until the XON (the pause quanta of 802.1Qbb are not timed:
+    /// a real switch refreshes its pause for as long as it stays above XON).
     pub xon_bytes: u64,
     /// Bytes admitted above `xoff_bytes` (in flight while the pause travels); a packet that
     /// does not fit is dropped as a headroom drop.
@@ -161,6 +166,16 @@ pub enum TopologyError {
         /// The second link.
         second: usize,
     },
+    /// A link names a NIC id above [`MAX_NIC_ID`].
+    #[error(
+        "building the network: link {link} names NIC {nic}, above the largest id {MAX_NIC_ID}; NICs are world device ids, numbered from 0"
+    )]
+    NicIdTooLarge {
+        /// The link's index.
+        link: usize,
+        /// The id it names.
+        nic: usize,
+    },
     /// A link joins two NICs, or a node to itself.
     #[error(
         "building the network: link {link} joins {a:?} to {b:?}; a link joins a NIC to a switch or two different switches"
@@ -242,7 +257,7 @@ impl Topology {
             t.add_switch(switch);
         }
         let spine = t.add_switch(switch);
-        for n in 0..leaves * per_leaf {
+        for n in 0..leaves.saturating_mul(per_leaf) {
             t.connect(Node::Nic(n), Node::Switch(n / per_leaf.max(1)), host_link);
         }
         for l in 0..leaves {
@@ -269,6 +284,9 @@ impl Topology {
                             switch: s,
                             have,
                         });
+                    }
+                    Node::Nic(d) if d > MAX_NIC_ID => {
+                        return Err(TopologyError::NicIdTooLarge { link: i, nic: d });
                     }
                     Node::Nic(d) => {
                         if let Some(&first) = nic_link.get(&d) {
