@@ -2,7 +2,7 @@
 //! propagation delay, switches with a shared buffer, per-priority egress queues, drop-tail,
 //! ECN marking by RED and PFC.
 //!
-//! Owns: [`Network`], built from a [`Topology`]: every port ([`port`]), the routes (shortest
+//! Owns: [`Network`], built from a [`Topology`]: every port (`port`), the routes (shortest
 //! path by hops, the lowest port on ties), and one time-ordered event queue (packet enters a
 //! NIC's egress, serialisation ends, packet arrives at a port, pause/resume takes effect).
 //! The world hands it every packet a device sends ([`Network::send`]) and takes back every
