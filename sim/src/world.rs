@@ -16,6 +16,9 @@
 //! enters flight ([`crate::faults`]) and as it leaves it ([`crate::pcap::PcapTee`]). The RNG is
 //! the only source of randomness in a run (link jitter, and the rules' draws). A failing test
 //! prints `World::seed()`; building a world with that seed replays the run.
+//!
+//! With a topology ([`World::set_topology`], `crate::net`) packets cross switches instead: NIC
+//! egress queues, link rates and delays, switch queues, ECN marking, PFC, MTU drops.
 
 use std::collections::{BTreeMap, VecDeque};
 

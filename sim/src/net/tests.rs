@@ -527,3 +527,46 @@ fn pfc_between_switches_pauses_the_upstream_switch_port_and_drops_nothing() {
         .sum();
     assert_eq!(drops, 0);
 }
+
+#[test]
+fn a_pause_reaches_the_upstream_one_propagation_delay_after_the_xoff() {
+    let len = pkt(0, 1, 0, 1_000, 0).len() as u64;
+    let slow = LinkSpec {
+        rate_bps: 1_000_000_000,
+        ..GBPS10
+    };
+    let mut t = Topology::new();
+    let s = t.add_switch(pfc(len, 16 * len));
+    t.connect(Node::Nic(0), Node::Switch(s), GBPS10);
+    t.connect(Node::Nic(1), Node::Switch(s), slow);
+    let mut net = Network::new(&t, 0).unwrap();
+    for i in 0..20 {
+        net.send(0, 0, 1, pkt(0, 1, 3 << 5, 1_000, i));
+    }
+    let mut rng = ChaCha8Rng::seed_from_u64(1);
+    let mut out = Vec::new();
+    let (mut xoff_at, mut paused_at, mut xon_at, mut resumed_at) = (None, None, None, None);
+    while let Some(t) = net.next_event() {
+        net.run(t, &mut rng, &mut out);
+        let s = net.port_stats(sw(0)).unwrap().prio[3];
+        if s.xoff_sent == 1 && xoff_at.is_none() {
+            xoff_at = Some(t);
+        }
+        if s.xon_sent == 1 && xon_at.is_none() {
+            xon_at = Some(t);
+        }
+        let paused = net.is_paused(PortRef::Nic(0), 3);
+        if paused && paused_at.is_none() {
+            paused_at = Some(t);
+        }
+        if !paused && paused_at.is_some() && resumed_at.is_none() {
+            resumed_at = Some(t);
+        }
+    }
+    assert_eq!(out.len(), 20);
+    let (xoff, paused) = (xoff_at.unwrap(), paused_at.unwrap());
+    assert_eq!(paused - xoff, GBPS10.prop_ns);
+    assert_eq!(resumed_at.unwrap() - xon_at.unwrap(), GBPS10.prop_ns);
+    let nic = net.port_stats(PortRef::Nic(0)).unwrap().prio[3];
+    assert!(nic.paused_ns >= resumed_at.unwrap() - paused);
+}
