@@ -240,6 +240,31 @@ impl Network {
         &self.flows
     }
 
+    /// The smallest MTU on the route from NIC `src` to NIC `dst` (the largest IP packet that
+    /// crosses every link), or `None` if there is no route.
+    pub fn path_mtu(&self, src: usize, dst: usize) -> Option<u32> {
+        let mut p = self.nic_port.get(src).copied().flatten()?;
+        let mut mtu = self.ports[p].link.mtu;
+        // Every hop leaves by another port: more hops than ports is a loop.
+        for _ in 0..self.ports.len() {
+            let peer = self.ports.get(self.ports[p].peer)?;
+            match peer.at {
+                PortRef::Nic(d) => return (d == dst).then_some(mtu),
+                PortRef::Switch { switch, .. } => {
+                    p = self
+                        .switches
+                        .get(switch)?
+                        .route
+                        .get(dst)
+                        .copied()
+                        .flatten()?;
+                    mtu = mtu.min(self.ports[p].link.mtu);
+                }
+            }
+        }
+        None
+    }
+
     /// Switch `s`'s shared buffer use.
     pub fn buffer_stats(&self, s: usize) -> Option<BufferStats> {
         self.switches.get(s).map(|sw| sw.buffer)

@@ -365,6 +365,9 @@ fn a_packet_over_a_links_mtu_is_dropped_and_counted_at_the_hop_about_to_send_it(
     net.send(0, 0, 1, pkt(0, 1, 0, 1_100, 0)); // fits 1500, not 1000
     net.send(0, 0, 1, pkt(0, 1, 0, 1_600, 1)); // fits neither
     net.send(0, 0, 1, pkt(0, 1, 0, 500, 2));
+    assert_eq!(net.path_mtu(0, 1), Some(1_000));
+    assert_eq!(net.path_mtu(1, 0), Some(1_000));
+    assert_eq!(net.path_mtu(0, 5), None);
     let got = drain(&mut net, &mut ChaCha8Rng::seed_from_u64(1));
     assert_eq!(got.len(), 1);
     assert_eq!(net.port_stats(PortRef::Nic(0)).unwrap().prio[0].drop_mtu, 1);
@@ -383,6 +386,17 @@ fn two_levels_route_across_the_spine_only_between_leaves() {
     let got = drain(&mut net, &mut ChaCha8Rng::seed_from_u64(1));
     assert_eq!(got.len(), 1);
     assert_eq!((got[0].0, got[0].1), (4 * (ser + GBPS10.prop_ns), 3));
+    let jumbo = LinkSpec {
+        mtu: 9_000,
+        ..GBPS10
+    };
+    let mixed = Network::new(
+        &Topology::two_level(2, 2, jumbo, GBPS10, SwitchSpec::default()),
+        0,
+    )
+    .unwrap();
+    assert_eq!(mixed.path_mtu(0, 1), Some(9_000), "within a leaf");
+    assert_eq!(mixed.path_mtu(0, 3), Some(GBPS10.mtu), "across the spine");
     let deq = |net: &Network, switch, port| {
         net.port_stats(PortRef::Switch { switch, port })
             .unwrap()
