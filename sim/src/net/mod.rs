@@ -197,7 +197,8 @@ impl Network {
         self.packets
     }
 
-    /// Packets [`Network::send`] refused: no link for the source or destination, or not IP.
+    /// Packets [`Network::send`] refused (no link for the source or destination, or not IP)
+    /// or a switch found no route for.
     pub fn unroutable(&self) -> u64 {
         self.unroutable
     }
