@@ -241,6 +241,25 @@ macro_rules! changes {
                 $( if let Some(x) = self.$f { q.$f = x; } )*
                 q
             }
+
+            /// Sets the field named `name` (its `mlx5_ifc.h` name) to `value` as the layout
+            /// carries it (booleans: non-zero is true); false for an unknown name.
+            pub fn set_by_name(&mut self, name: &str, value: u32) -> bool {
+                match name {
+                    $( stringify!($f) => { self.$f = Some(unwire(value)); true } )*
+                    _ => false,
+                }
+            }
+
+            /// Every field's name, in layout order.
+            pub const NAMES: &'static [&'static str] = &[$( stringify!($f) ),*];
+        }
+
+        impl $params {
+            /// Every parameter with its `mlx5_ifc.h` name, as the layout carries it.
+            pub fn iter(&self) -> impl Iterator<Item = (&'static str, u32)> {
+                [$( (stringify!($f), wire(self.$f)) ),*].into_iter()
+            }
         }
 
         impl $params {
@@ -385,6 +404,15 @@ mod tests {
         assert_eq!(p.rpg_hai_rate, 50);
         assert_eq!(RpParams::decode(&v), p);
         assert_eq!(RpChanges::all(&p).field_select().count_ones(), 16);
+        let mut n = RpChanges::default();
+        assert!(n.set_by_name("rpg_gd", 7) && n.set_by_name("clamp_tgt_rate", 1));
+        assert!(!n.set_by_name("rpg_nonsense", 1));
+        assert_eq!((n.rpg_gd, n.clamp_tgt_rate), (Some(7), Some(true)));
+        assert_eq!(RpChanges::NAMES.len(), 16);
+        assert_eq!(
+            p.iter().find(|(k, _)| *k == "rpg_ai_rate"),
+            Some(("rpg_ai_rate", 10))
+        );
     }
 
     #[test]
