@@ -224,3 +224,28 @@ fn statistics_start_at_zero_and_clear() {
         ]
     );
 }
+
+#[test]
+fn nonzero_counters_read_back_then_clear() {
+    let (fabric, hca) = open(Profile::default());
+    let set = CongStats {
+        rp_cnp_ignored: 1,
+        rp_cnp_handled: (2 << 32) | 3,
+        np_ecn_marked_roce_packets: 40,
+        np_cnp_sent: 5,
+    };
+    fabric.with_device(0, |d| d.cong_mut().stats = set).unwrap();
+    assert_eq!(cong::query_statistics(&hca, false).unwrap(), set);
+    assert_eq!(cong::query_statistics(&hca, true).unwrap(), set);
+    assert_eq!(
+        cong::query_statistics(&hca, false).unwrap(),
+        CongStats::default()
+    );
+    assert_eq!(
+        fabric.with_device(0, |d| d.cong().stats).unwrap(),
+        CongStats::default()
+    );
+    // Status set through the driver is what the data path reads.
+    cong::modify_status(&hca, CongNode::Rp, 5, true).unwrap();
+    assert!(fabric.with_device(0, |d| d.cong().status.rp[5]).unwrap());
+}
