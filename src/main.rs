@@ -7,6 +7,7 @@ mod alloc_count;
 mod args;
 mod baseline;
 mod chart;
+mod cong_cmd;
 mod counters_view;
 mod device;
 mod device_stats;
@@ -67,6 +68,9 @@ enum Command {
     Stats(device_stats::StatsOpts),
     /// PCIe/NUMA placement of NICs and GPUs, like `nvidia-smi topo -m`, with GPUDirect checks.
     Topo(topo::TopoOpts),
+    /// Congestion control (RoCE ECN / DCQCN): status per priority, parameters, counters.
+    #[command(subcommand)]
+    Cong(cong_cmd::CongCommand),
     /// CUDA devices (`info`) and RDMA to and from GPU memory over two sim NICs (`check`).
     #[command(subcommand)]
     Gpu(gpu_cmd::GpuCommand),
@@ -85,6 +89,7 @@ fn main() -> ExitCode {
         Command::Perf(cmd) => perf::run(cmd).map_err(Into::into),
         Command::Stats(opts) => device_stats::run(&opts).map_err(Into::into),
         Command::Topo(opts) => topo::run(&opts).map_err(Into::into),
+        Command::Cong(cmd) => cong_cmd::run(&cmd).map_err(Into::into),
         Command::Gpu(cmd) => return gpu_cmd::main(&cmd),
     };
     let result: Result<(), Box<dyn std::error::Error>> = result;

@@ -5,13 +5,17 @@
 //! and its two renderings for `bypass stats` (rdma's line form, JSON). Must not run traffic
 //! or open devices (`bypass stats` does), nor rename counters: the names are
 //! `bypass_sim::counters`'s, which follow the kernel's mlx5 `counters.c` (and rxe's where
-//! mlx5 has none). `crate::counters_view` is perftest-style blocks for `--report-counters`.
+//! mlx5 has none). The port line ends with the four congestion counters, read from the firmware
+//! (QUERY_CONG_STATISTICS) under the names mlx5's `counters.c` gives them (`rp_cnp_handled`,
+//! ...), when the device allows the query. `crate::counters_view` is perftest-style blocks
+//! for `--report-counters`.
 
 use std::io::{self, Write};
 
 use bypass_sim::counters::Counters;
 use bypass_testbed::SimContext;
 use bypass_verbs::Context;
+use bypass_verbs::congestion::CongStats;
 
 /// One device's counters at one moment: the port set and each live QP's.
 #[derive(Debug, Clone)]
@@ -24,6 +28,9 @@ pub struct DeviceCounters {
     pub port_counters: Counters,
     /// Each live QP's counters, by QP number.
     pub qps: Vec<(u32, Counters)>,
+    /// The congestion counters (QUERY_CONG_STATISTICS), or `None` where the device does not
+    /// allow the query.
+    pub cong: Option<CongStats>,
 }
 
 /// A snapshot of `ctx`'s counters, or `None` when `ctx` is not a simulated NIC (a real NIC's
@@ -45,12 +52,18 @@ pub fn sim_counters(ctx: &Context) -> Option<DeviceCounters> {
         port: 1,
         port_counters,
         qps,
+        cong: ctx.congestion().counters(false).ok(),
     })
 }
 
-fn line(out: &mut impl Write, label: &str, c: &Counters) -> io::Result<()> {
+fn line(
+    out: &mut impl Write,
+    label: &str,
+    c: &Counters,
+    cong: Option<&CongStats>,
+) -> io::Result<()> {
     write!(out, "{label}")?;
-    for (name, v) in c.iter() {
+    for (name, v) in c.iter().chain(cong.into_iter().flat_map(CongStats::iter)) {
         write!(out, " {name} {v}")?;
     }
     writeln!(out)
@@ -61,16 +74,17 @@ fn line(out: &mut impl Write, label: &str, c: &Counters) -> io::Result<()> {
 pub fn print_counters(out: &mut impl Write, devs: &[DeviceCounters]) -> io::Result<()> {
     for d in devs {
         let link = format!("link {}/{}", d.device, d.port);
-        line(out, &link, &d.port_counters)?;
+        line(out, &link, &d.port_counters, d.cong.as_ref())?;
         for (qpn, c) in &d.qps {
-            line(out, &format!("{link} lqpn {qpn:#x}"), c)?;
+            line(out, &format!("{link} lqpn {qpn:#x}"), c, None)?;
         }
     }
     Ok(())
 }
 
-fn object(c: &Counters) -> serde_json::Value {
+fn object(c: &Counters, cong: Option<&CongStats>) -> serde_json::Value {
     c.iter()
+        .chain(cong.into_iter().flat_map(CongStats::iter))
         .map(|(k, v)| (k.to_owned(), serde_json::Value::from(v)))
         .collect::<serde_json::Map<_, _>>()
         .into()
@@ -84,10 +98,10 @@ pub fn counters_json(devs: &[DeviceCounters]) -> serde_json::Value {
             serde_json::json!({
                 "ifname": d.device,
                 "port": d.port,
-                "counters": object(&d.port_counters),
+                "counters": object(&d.port_counters, d.cong.as_ref()),
                 "qps": d.qps.iter().map(|(qpn, c)| serde_json::json!({
                     "lqpn": qpn,
-                    "counters": object(c),
+                    "counters": object(c, None),
                 })).collect::<Vec<_>>(),
             })
         })
@@ -114,6 +128,10 @@ mod tests {
                     ..Default::default()
                 },
             )],
+            cong: Some(CongStats {
+                np_cnp_sent: 4,
+                ..Default::default()
+            }),
         }]
     }
 
@@ -130,8 +148,11 @@ mod tests {
         );
         assert!(lines[1].starts_with("link sim0/1 lqpn 0x12 "), "{text}");
         assert!(lines[1].contains(" retransmits 2"), "{text}");
-        let names = Counters::default().iter().count();
+        let names = Counters::default().iter().count() + CongStats::default().iter().count();
         assert_eq!(lines[0].split_whitespace().count(), 2 + 2 * names);
+        assert!(lines[0].ends_with(" np_cnp_sent 4"), "{text}");
+        assert!(lines[0].contains(" rp_cnp_handled 0 "), "{text}");
+        assert!(!lines[1].contains("np_cnp_sent"), "{text}");
     }
 
     #[test]
@@ -141,5 +162,7 @@ mod tests {
         assert_eq!(v[0]["counters"]["port_xmit_packets"], 7);
         assert_eq!(v[0]["qps"][0]["lqpn"], 0x12);
         assert_eq!(v[0]["qps"][0]["counters"]["retransmits"], 2);
+        assert_eq!(v[0]["counters"]["np_cnp_sent"], 4);
+        assert_eq!(v[0]["counters"]["np_ecn_marked_roce_packets"], 0);
     }
 }

@@ -53,6 +53,15 @@ fn stats_without_a_workload_shows_no_packets() {
     assert_eq!(value(first, "port_xmit_packets"), Some(0), "{out}");
     // Bring-up ran firmware commands: the counters are live, not a blank table.
     assert!(value(first, "commands").is_some_and(|n| n > 0), "{out}");
+    // The firmware's congestion counters, under mlx5's names, end the port line.
+    for name in [
+        "rp_cnp_ignored",
+        "rp_cnp_handled",
+        "np_ecn_marked_roce_packets",
+        "np_cnp_sent",
+    ] {
+        assert_eq!(value(first, name), Some(0), "{name}: {out}");
+    }
 }
 
 #[test]

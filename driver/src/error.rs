@@ -405,6 +405,14 @@ pub enum DriverError {
         /// The attribute given.
         attr: &'static str,
     },
+    /// A congestion-control call the driver refused before sending it.
+    #[error("{op}: {cause}")]
+    Congestion {
+        /// The command it would have sent.
+        op: bypass_hw::cmd::Opcode,
+        /// Why, and what to do.
+        cause: crate::cong::CongError,
+    },
 }
 
 impl DriverError {

@@ -155,6 +155,10 @@ pub struct Caps {
     /// `cmd_hca_cap_2.max_mkey_log_entity_size_mtt` (0: not reported, or no GENERAL_2
     /// page); read it through [`Caps::mkey_max_page_shift`].
     pub max_mkey_log_entity_size_mtt: u8,
+    /// The congestion queries (QUERY_CONG_STATUS/PARAMS/STATISTICS) are allowed.
+    pub cc_query_allowed: bool,
+    /// MODIFY_CONG_STATUS / MODIFY_CONG_PARAMS are allowed.
+    pub cc_modify_allowed: bool,
 }
 
 impl Caps {
@@ -199,6 +203,8 @@ impl Caps {
             general_page: general.to_vec(),
             roce_page: roce.map(<[u8]>::to_vec),
             max_mkey_log_entity_size_mtt: 0,
+            cc_query_allowed: b(g.cc_query_allowed()),
+            cc_modify_allowed: b(g.cc_modify_allowed()),
         }
     }
 

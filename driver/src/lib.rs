@@ -34,6 +34,7 @@ mod bringup;
 pub mod cmdq;
 pub mod comp_channel;
 pub mod completion;
+pub mod cong;
 pub mod cq;
 pub mod cq_events;
 pub mod dbrec;

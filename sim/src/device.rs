@@ -176,6 +176,18 @@ impl Device {
         self.objs.qps.get(qpn).map(|qp| qp.counters.clone())
     }
 
+    /// The congestion-control state (status, parameters, counters) as the firmware's
+    /// congestion commands see it.
+    pub fn cong(&self) -> &Cong {
+        &self.cong
+    }
+
+    /// The congestion-control state, writable: for a test or tool that sets counters or
+    /// status directly, as the data path would.
+    pub fn cong_mut(&mut self) -> &mut Cong {
+        &mut self.cong
+    }
+
     /// The data path's parts, lent for one doorbell, packet or scan.
     #[inline]
     pub(crate) fn data_path(&mut self) -> DataPath<'_> {

@@ -66,6 +66,8 @@ pub struct Caps {
     /// log2 of the largest MTT mkey page (`cmd_hca_cap_2.max_mkey_log_entity_size_mtt`);
     /// CREATE_MKEY refuses a larger `log_page_size`.
     pub max_mkey_page_shift: u8,
+    /// The congestion commands are allowed (`cc_query_allowed` and `cc_modify_allowed`).
+    pub cong_control: bool,
 }
 
 impl Default for Caps {
@@ -101,6 +103,7 @@ impl Default for Caps {
             log_max_srq: 23,
             // The most `mkc.log_page_size` carries without `umr_log_entity_size_5`.
             max_mkey_page_shift: 31,
+            cong_control: true,
         }
     }
 }

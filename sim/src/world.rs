@@ -16,6 +16,9 @@
 //! enters flight ([`crate::faults`]) and as it leaves it ([`crate::pcap::PcapTee`]). The RNG is
 //! the only source of randomness in a run (link jitter, and the rules' draws). A failing test
 //! prints `World::seed()`; building a world with that seed replays the run.
+//!
+//! With a topology ([`World::set_topology`], `crate::net`) packets cross switches instead: NIC
+//! egress queues, link rates and delays, switch queues, ECN marking, PFC, MTU drops.
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -26,6 +29,7 @@ use crate::device::Device;
 use crate::faults::{FaultPlan, FaultStats, Faults};
 use crate::frame::Frame;
 use crate::link::rule::{Packet, Rule, Rules, Seen, Verdict};
+use crate::net::{Network, Topology, TopologyError};
 use crate::pcap::{PcapTee, PcapWriter};
 use crate::profile::Profile;
 
@@ -89,6 +93,9 @@ pub struct World {
     stats: NetStats,
     /// The packet rules: faults, the pcap tee, and any a user added, drawing from `rng`.
     rules: Rules,
+    /// The switched network, when a topology is set ([`World::set_topology`]): it carries
+    /// every packet instead of the fixed-latency link.
+    net: Option<Network>,
 }
 
 impl std::fmt::Debug for World {
@@ -139,7 +146,29 @@ impl World {
             rng: ChaCha8Rng::seed_from_u64(seed),
             stats: NetStats::default(),
             rules: Rules::default(),
+            net: None,
         }
+    }
+
+    /// Carries packets through the switched network `topology` describes from now on
+    /// (`None`: back to the fixed-latency link of [`World::set_link`]); packets inside a
+    /// network being replaced are lost with it. With a topology the fast path is off
+    /// (switches need the bytes), the link's latency and jitter are not used, and packets
+    /// meet the packet rules as they enter the network (a rule's extra delay holds them back
+    /// before the NIC's egress).
+    pub fn set_topology(&mut self, topology: Option<&Topology>) -> Result<(), TopologyError> {
+        self.net = topology.map(|t| Network::new(t, self.now)).transpose()?;
+        Ok(())
+    }
+
+    /// The switched network, if a topology is set: its stats, queues and samples.
+    pub fn network(&self) -> Option<&Network> {
+        self.net.as_ref()
+    }
+
+    /// The switched network, mutably (sampling, keeping drops).
+    pub fn network_mut(&mut self) -> Option<&mut Network> {
+        self.net.as_mut()
     }
 
     /// Sets the faults for packets sent from now on by every device without a plan of its
@@ -249,6 +278,7 @@ impl World {
         self.fast_path
             && !self.wants_bytes()
             && self.link.jitter_ns == 0
+            && self.net.is_none()
             && self.devices.iter().all(|d| !d.trace.enabled())
     }
 
@@ -289,9 +319,10 @@ impl World {
         &self.stats
     }
 
-    /// Packets in flight.
+    /// Packets in flight (on the link, or inside the switched network).
     pub fn in_flight(&self) -> usize {
-        usize::try_from(self.in_flight_packets).unwrap_or(usize::MAX)
+        let net = self.net.as_ref().map_or(0, Network::in_flight);
+        usize::try_from(self.in_flight_packets + net).unwrap_or(usize::MAX)
     }
 
     /// Steps every device and delivers every packet due now, until nothing happens; virtual
@@ -364,6 +395,11 @@ impl World {
         } else {
             Some(self.now)
         };
+        let net = self.net.as_ref().and_then(Network::next_event);
+        let arrival = match (arrival, net) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         let timers = self.devices.iter().filter_map(Device::next_deadline).min();
         match (arrival, timers) {
             (Some(a), Some(b)) => Some(a.min(b)),
@@ -400,6 +436,12 @@ impl World {
                     self.stats.unroutable += frame.packets();
                     continue;
                 };
+                if self.net.is_some() {
+                    for pkt in frame.into_wire() {
+                        self.enter_network(src, dst, pkt);
+                    }
+                    continue;
+                }
                 let jitter = if self.link.jitter_ns == 0 {
                     0
                 } else {
@@ -456,6 +498,64 @@ impl World {
         }
     }
 
+    /// Hands one packet to the switched network after the rules had their say (a dropped
+    /// one is shown to them now; a delayed one enters the NIC's egress later).
+    fn enter_network(&mut self, src: usize, dst: usize, mut pkt: Vec<u8>) {
+        let now = self.now;
+        let (at, copy_at) = if self.rules.active() {
+            let mut p = Packet {
+                bytes: &mut pkt,
+                src,
+                now_ns: now,
+            };
+            match self.rules.on_packet(&mut p, &mut self.rng) {
+                Verdict::Drop => return self.rules.seen(&pkt, now, Seen::Dropped),
+                Verdict::Pass => (now, None),
+                Verdict::Deliver {
+                    extra_ns,
+                    copy_after_ns,
+                } => {
+                    let at = now.saturating_add(extra_ns);
+                    (at, copy_after_ns.map(|g| at.saturating_add(g)))
+                }
+            }
+        } else {
+            (now, None)
+        };
+        let Some(net) = self.net.as_mut() else {
+            return;
+        };
+        let mut sent = true;
+        if let Some(c) = copy_at {
+            sent &= net.send(c, src, dst, pkt.clone());
+        }
+        sent &= net.send(at, src, dst, pkt);
+        if !sent {
+            self.stats.unroutable += 1;
+        }
+    }
+
+    /// Runs the switched network up to now: hands every packet that reached a NIC to its
+    /// device (in arrival order) and shows the rules the packets it dropped.
+    fn deliver_from_network(&mut self) -> bool {
+        let Some(net) = self.net.as_mut() else {
+            return false;
+        };
+        let watched = self.rules.watched();
+        net.set_keep_dropped(watched);
+        let mut out = Vec::new();
+        net.run(self.now, &mut self.rng, &mut out);
+        let dropped = net.take_dropped();
+        for pkt in &dropped {
+            self.rules.seen(pkt, self.now, Seen::Dropped);
+        }
+        let mut any = false;
+        for (dst, pkt) in out {
+            any |= self.hand(dst, Frame::Wire(pkt));
+        }
+        any
+    }
+
     /// Queues `frame` to arrive at `dst` at `at`: on the zero-latency lane if it is due now,
     /// else in the time-ordered map.
     fn put_in_flight(&mut self, dst: usize, at: u64, frame: Frame) {
@@ -491,11 +591,11 @@ impl World {
     /// Hands every packet whose arrival time has come to its device, in (arrival time, send
     /// order): the map's due entries, then the zero-latency lane.
     fn deliver_due(&mut self) -> bool {
+        let mut any = self.deliver_from_network();
         if self.in_flight.is_empty() && self.due_now.is_empty() {
             // The in-process fast path hands frames over in `collect_tx`: usually nothing.
-            return false;
+            return any;
         }
-        let mut any = false;
         while let Some(entry) = self.in_flight.first_entry() {
             if entry.key().0 > self.now {
                 break;
@@ -510,13 +610,18 @@ impl World {
     }
 
     fn deliver(&mut self, dst: usize, frame: Frame) -> bool {
+        self.in_flight_packets = self.in_flight_packets.saturating_sub(frame.packets());
+        self.hand(dst, frame)
+    }
+
+    /// Hands `frame` to device `dst`, shown to the rules as delivered and counted.
+    fn hand(&mut self, dst: usize, frame: Frame) -> bool {
         if self.rules.watched()
             && let Frame::Wire(pkt) = &frame
         {
             self.rules.seen(pkt, self.now, Seen::Delivered);
         }
         self.stats.delivered += frame.packets();
-        self.in_flight_packets = self.in_flight_packets.saturating_sub(frame.packets());
         match self.devices.get_mut(dst) {
             Some(d) => {
                 d.receive_frame(frame);

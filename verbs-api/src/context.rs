@@ -110,6 +110,22 @@ impl Context {
         self.hca.backend().progress()
     }
 
+    /// The device's congestion control (RoCE ECN / DCQCN): status per node and priority,
+    /// parameters, counters (see [`crate::congestion`]).
+    ///
+    /// ```
+    /// use bypass_testbed::SimContext;
+    /// use bypass_verbs::Context;
+    /// use bypass_verbs::congestion::CongNode;
+    /// let pair = Context::sim_pair(1)?;
+    /// pair.a.congestion().set_enabled(CongNode::Rp, 3, true)?;
+    /// assert!(pair.a.congestion().enabled(CongNode::Rp, 3)?);
+    /// # Ok::<(), bypass_verbs::VerbsError>(())
+    /// ```
+    pub fn congestion(&self) -> crate::congestion::Congestion<'_> {
+        crate::congestion::Congestion::new(&self.hca)
+    }
+
     /// Pages lent to the firmware now.
     pub fn firmware_pages(&self) -> usize {
         self.hca.firmware_pages()

@@ -152,6 +152,7 @@ pub use bypass_driver as driver;
 
 pub mod app_mr;
 mod chunks;
+pub mod congestion;
 pub mod context;
 pub mod cq;
 pub mod device_mr;
@@ -171,6 +172,7 @@ pub mod wr;
 pub mod write_batch;
 
 pub use app_mr::{DeregisterError, MrOptions, MrOwner, OwnedMr, RawMr};
+pub use congestion::Congestion;
 pub use context::Context;
 pub use cq::{Completion, Cq, Poll};
 pub use device_mr::{DeviceMr, DmaBufSource};

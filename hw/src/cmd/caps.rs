@@ -224,6 +224,10 @@ crate::prm_layout! {
         log_max_ra_res_qp, set_log_max_ra_res_qp: 0x15a, 6;
         /// Receive end padding is supported. (byte 0x2c, bits 0..0 of the dword)
         end_pad, set_end_pad: 0x160, 1;
+        /// QUERY_CONG_STATUS / QUERY_CONG_PARAMS / QUERY_CONG_STATISTICS are allowed. (byte 0x2c, bits 1..1 of the dword)
+        cc_query_allowed, set_cc_query_allowed: 0x161, 1;
+        /// MODIFY_CONG_STATUS / MODIFY_CONG_PARAMS are allowed. (byte 0x2c, bits 2..2 of the dword)
+        cc_modify_allowed, set_cc_modify_allowed: 0x162, 1;
         /// The device cache line is 128 bytes. (byte 0x2c, bits 4..4 of the dword)
         cache_line_128byte, set_cache_line_128byte: 0x164, 1;
         /// GID table entries per port. (byte 0x2c, bits 16..31 of the dword)

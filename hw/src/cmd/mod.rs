@@ -10,6 +10,8 @@
 //! the sim's `firmware`).
 
 pub mod caps;
+pub mod cong;
+pub mod cong_params;
 pub mod cq;
 pub mod entry;
 pub mod eq;
@@ -103,6 +105,11 @@ opcodes! {
     DEALLOC_UAR = 0x803,
     ACCESS_REG = 0x805,
     NOP = 0x80d,
+    QUERY_CONG_STATUS = 0x822,
+    MODIFY_CONG_STATUS = 0x823,
+    QUERY_CONG_PARAMS = 0x824,
+    MODIFY_CONG_PARAMS = 0x825,
+    QUERY_CONG_STATISTICS = 0x826,
     CREATE_RMP = 0x90c,
     MODIFY_RMP = 0x90d,
     DESTROY_RMP = 0x90e,

@@ -7,8 +7,9 @@
 //! and the reaction point (RP) are on for a priority ([`CongStatus`]), their parameters
 //! ([`RpParams`], [`NpParams`]) and what they did ([`CongStats`]). The per-QP rate limiter and
 //! the CNP sending live with the data path: [`dcqcn`] (the RP's algorithm, a pure state
-//! machine), [`mark`] (a packet rule marking CE, for tests and tools), [`rp`] (per QP: DCQCN and the pacer), [`np`] (per flow: when the last CNP went);
-//! `transport::ecn` connects them to packets. Must not: build or parse packets, or touch QPs
+//! machine), [`rp`] (per QP: DCQCN and the pacer), [`np`] (per flow: when the last CNP
+//! went), [`mark`] (a packet rule marking CE, for tests and tools); `transport::ecn`
+//! connects them to packets. Must not: build or parse packets, or touch QPs
 //! (the transport lends those to the NP and RP).
 //!
 //! Priorities: a packet's priority is its DSCP's top three bits (`dscp >> 3`, DSCP trust, as
@@ -30,70 +31,10 @@ mod tests;
 pub use params::{CongStatus, NpParams, RpParams};
 
 /// Number of priorities (802.1p).
-pub const PRIOS: usize = 8;
-
-/// The congestion node a command names (`mlx5_ifc.h` `cong_protocol` / the kernel's
-/// `MLX5_CONG_NODE_*`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CongNode {
-    /// The reaction point: the sender's rate limiter (1).
-    Rp,
-    /// The notification point: the receiver's CNP generator (2).
-    Np,
-    /// General parameters (3).
-    General,
-}
-
-impl CongNode {
-    /// The node for the PRM's code, or `None` for an unknown one.
-    pub fn from_code(code: u8) -> Option<Self> {
-        match code {
-            1 => Some(Self::Rp),
-            2 => Some(Self::Np),
-            3 => Some(Self::General),
-            _ => None,
-        }
-    }
-
-    /// The PRM's code.
-    pub fn code(self) -> u8 {
-        match self {
-            Self::Rp => 1,
-            Self::Np => 2,
-            Self::General => 3,
-        }
-    }
-}
-
-/// What the NP and RP did, under the names `QUERY_CONG_STATISTICS` gives them (and the
-/// kernel's `cong.c` shows as `rp_cnp_handled` etc.).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct CongStats {
-    /// CNPs received for a QP whose RP is off (or for no QP).
-    pub rp_cnp_ignored: u64,
-    /// CNPs received and acted on by an RP.
-    pub rp_cnp_handled: u64,
-    /// ECN-marked (CE) RoCEv2 packets received by the NP.
-    pub np_ecn_marked_roce_packets: u64,
-    /// CNPs the NP sent.
-    pub np_cnp_sent: u64,
-}
-
-impl CongStats {
-    /// Every counter, with its mlx5 name.
-    pub fn iter(&self) -> impl Iterator<Item = (&'static str, u64)> {
-        [
-            ("rp_cnp_ignored", self.rp_cnp_ignored),
-            ("rp_cnp_handled", self.rp_cnp_handled),
-            (
-                "np_ecn_marked_roce_packets",
-                self.np_ecn_marked_roce_packets,
-            ),
-            ("np_cnp_sent", self.np_cnp_sent),
-        ]
-        .into_iter()
-    }
-}
+pub use bypass_hw::cmd::cong_params::PRIOS;
+/// The congestion node a command names, and the counters under their mlx5 names: the shared
+/// definitions of `bypass_hw::cmd::cong_params`.
+pub use bypass_hw::cmd::cong_params::{CongNode, CongStats};
 
 /// The device's congestion-control state: status per node and priority, parameters,
 /// statistics. Off at reset, as mlx5 ships with ECN off until `roce_np`/`roce_rp` enable it.

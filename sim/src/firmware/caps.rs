@@ -92,6 +92,9 @@ pub(crate) fn general_pages(p: &Profile) -> (Vec<u8>, Vec<u8>) {
     // rdma-core's mlx5_vfio refuses a device without it; the sim never needs a UMEM for it.
     let _ = m.set_umem_uid_0(1);
     let _ = m.set_event_cap(1);
+    // The congestion commands (`firmware::cong`); a profile may leave them out.
+    let _ = m.set_cc_query_allowed(c.cong_control.into());
+    let _ = m.set_cc_modify_allowed(c.cong_control.into());
     let _ = m.set_cq_oi(1);
     let _ = m.set_cq_moderation(1);
     let _ = m.set_cmdif_checksum(cmdif_checksum::INITIAL_STATE);

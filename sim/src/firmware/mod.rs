@@ -5,7 +5,7 @@
 //! [`cmdq`] (entries and mailbox chains, by DMA), [`bringup`] (ENABLE/DISABLE/INIT/TEARDOWN,
 //! ISSI, the order rules), [`pages`], [`caps`], [`vport`] (vport contexts and ACCESS_REG),
 //! [`resources`] (PD, UAR, mkey), [`cq_eq`], [`qp`] (QP commands, another work item's),
-//! [`srq`] (SRQs as RMPs),
+//! [`srq`] (SRQs as RMPs), [`cong`] (congestion control's status, parameters, counters),
 //! [`syndromes`]. Must not: touch the data path's rings or packets (it creates the objects the
 //! data path uses and nothing else).
 //!
@@ -18,6 +18,7 @@ pub(crate) mod bringup;
 pub(crate) mod caps;
 pub(crate) mod cmdq;
 pub(crate) mod command;
+pub(crate) mod cong;
 pub(crate) mod cq_eq;
 pub(crate) mod pages;
 pub(crate) mod qp;
@@ -153,7 +154,7 @@ pub(crate) struct Executed {
 /// The input and output layout sizes of an opcode the device implements, or `None`.
 fn layout_sizes(op: Opcode) -> Option<(usize, usize)> {
     use bypass_hw::cmd::{caps as c, cq, eq, hca as h, mkey as m, pages as p, pd_uar as u};
-    use bypass_hw::cmd::{qp as q, rmp as r, vport as v};
+    use bypass_hw::cmd::{cong as g, qp as q, rmp as r, vport as v};
     Some(match op {
         Opcode::ENABLE_HCA => (h::EnableHcaIn::LEN, h::EnableHcaOut::LEN),
         Opcode::DISABLE_HCA => (h::DisableHcaIn::LEN, h::DisableHcaOut::LEN),
@@ -212,6 +213,14 @@ fn layout_sizes(op: Opcode) -> Option<(usize, usize)> {
         Opcode::MODIFY_RMP => (r::ModifyRmpIn::LEN, r::ModifyRmpOut::LEN),
         Opcode::QUERY_RMP => (r::QueryRmpIn::LEN, r::QueryRmpOut::LEN),
         Opcode::DESTROY_RMP => (r::DestroyRmpIn::LEN, r::DestroyRmpOut::LEN),
+        Opcode::QUERY_CONG_STATUS => (g::QueryCongStatusIn::LEN, g::QueryCongStatusOut::LEN),
+        Opcode::MODIFY_CONG_STATUS => (g::ModifyCongStatusIn::LEN, g::ModifyCongStatusOut::LEN),
+        Opcode::QUERY_CONG_PARAMS => (g::QueryCongParamsIn::LEN, g::QueryCongParamsOut::LEN),
+        Opcode::MODIFY_CONG_PARAMS => (g::ModifyCongParamsIn::LEN, g::ModifyCongParamsOut::LEN),
+        Opcode::QUERY_CONG_STATISTICS => (
+            g::QueryCongStatisticsIn::LEN,
+            g::QueryCongStatisticsOut::LEN,
+        ),
         _ => return None,
     })
 }
@@ -283,6 +292,7 @@ fn dispatch(c: &mut Hca<'_>, op: Opcode, input: &[u8], out: &mut [u8]) -> CmdRes
         fw,
         objs,
         comp,
+        cong,
         profile,
         io,
         dp,
@@ -338,6 +348,13 @@ fn dispatch(c: &mut Hca<'_>, op: Opcode, input: &[u8], out: &mut [u8]) -> CmdRes
         Opcode::MODIFY_RMP => srq::modify_rmp(objs, input, out),
         Opcode::QUERY_RMP => srq::query_rmp(objs, input, out),
         Opcode::DESTROY_RMP => srq::destroy_rmp(objs, input, out),
+        Opcode::QUERY_CONG_STATUS => cong::query_cong_status(&fw.cap_cur, cong, input, out),
+        Opcode::MODIFY_CONG_STATUS => cong::modify_cong_status(&fw.cap_cur, cong, input),
+        Opcode::QUERY_CONG_PARAMS => cong::query_cong_params(&fw.cap_cur, cong, input, out),
+        Opcode::MODIFY_CONG_PARAMS => cong::modify_cong_params(&fw.cap_cur, cong, input),
+        Opcode::QUERY_CONG_STATISTICS => {
+            cong::query_cong_statistics(&fw.cap_cur, cong, io.now, input, out)
+        }
         _ => Err(CmdError::new(
             CmdStatus::BAD_OP_ERR,
             syndromes::UNKNOWN_OPCODE,

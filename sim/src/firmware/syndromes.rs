@@ -8,7 +8,7 @@
 //! refused a command. Families: `0x0100_xxxx` dispatch and command queue, `0x0101_xxxx`
 //! bring-up order, `0x0102_xxxx` pages, `0x0103_xxxx` capabilities, `0x0104_xxxx` vport and
 //! registers, `0x0105_xxxx` PD/UAR, `0x0106_xxxx` mkeys, `0x0107_xxxx` CQs, `0x0108_xxxx` EQs,
-//! `0x0109_xxxx` SRQs (RMPs).
+//! `0x0109_xxxx` SRQs (RMPs), `0x010a_xxxx` congestion control.
 //! (The QP commands, in `firmware::qp`, use `0x0500_xxxx`.)
 
 macro_rules! syndromes {
@@ -184,6 +184,19 @@ syndromes! {
     SRQ_PAS_UNALIGNED = 0x0109_000a;
     /// `log_wq_pg_sz` gives pages above 2 GiB.
     SRQ_PAGE_SIZE = 0x0109_000b;
+
+    /// A congestion command without its capability (`cc_query_allowed` / `cc_modify_allowed`).
+    CONG_NOT_ALLOWED = 0x010a_0001;
+    /// `cong_protocol` is not the RoCE ECN reaction point (1) or notification point (2).
+    CONG_BAD_NODE = 0x010a_0002;
+    /// `priority` above 7.
+    CONG_BAD_PRIORITY = 0x010a_0003;
+    /// `tag_enable` set: tagging is 802.1Qau (QCN), which the sim does not model.
+    CONG_TAG_UNSUPPORTED = 0x010a_0004;
+    /// MODIFY_CONG_PARAMS selects a field the node does not have.
+    CONG_BAD_FIELD_SELECT = 0x010a_0005;
+    /// MODIFY_CONG_PARAMS sets a parameter out of its range (e.g. `rpg_min_dec_fac` above 100).
+    CONG_PARAM_RANGE = 0x010a_0006;
 }
 
 /// The name of syndrome `s`, if the firmware core defines it.
