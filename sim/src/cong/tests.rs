@@ -340,3 +340,85 @@ fn in_a_world_with_a_ce_marking_rule_the_sender_slows_and_the_write_lands() {
     let r = c.p.a.dev.qp_rate(c.a_qp.qpn).unwrap();
     assert_eq!(r.cnps_handled, b.np_cnp_sent);
 }
+
+/// A 1 MiB WRITE from a (10 Gb/s link) to b (1 Gb/s link) through one switch whose egress
+/// marks priority 0 by RED; with `cc` the RP (with the paper's parameters) and NP are on.
+/// Returns the mean queue of the
+/// switch's port toward b over the run's second half (sampled every 10 µs), the CNPs a
+/// handled, and whether the WRITE landed and completed.
+fn write_through_red_switch(cc: bool) -> (u64, u64, bool) {
+    use crate::device::Device;
+    use crate::net::{LinkSpec, Node, PortRef, RedConfig, SwitchSpec, Topology};
+    use crate::profile::Profile;
+    use crate::world::World;
+    const LEN: usize = 1 << 20;
+    let mut c = conn(cc, cc);
+    c.p.a.dev.set_line_rate_mbps(10_000);
+    // The DCQCN paper's parameters (g 1/256, alpha and rate timers 55 µs, 10 MB byte
+    // counter, 5 fast-recovery steps, RT = RC on every CNP).
+    let rp = &mut c.p.a.dev.cong_mut().rp;
+    rp.clamp_tgt_rate = true;
+    rp.dce_tcp_g = 1020;
+    rp.dce_tcp_rtt = 55;
+    rp.rpg_time_reset = 55;
+    rp.rpg_byte_reset = 10_000_000;
+    rp.rpg_threshold = 5;
+    let data: Vec<u8> = (0..LEN).map(|i| (i * 13 + 1) as u8).collect();
+    c.p.a.write(c.a_mr.off, &data);
+    write(&mut c, LEN as u32);
+    let fast = LinkSpec {
+        rate_bps: 10_000_000_000,
+        prop_ns: 1_000,
+        mtu: 1_500,
+    };
+    let slow = LinkSpec {
+        rate_bps: 1_000_000_000,
+        ..fast
+    };
+    let red = RedConfig {
+        kmin_bytes: 5_000,
+        kmax_bytes: 200_000,
+        pmax: 0.1,
+    };
+    let mut t = Topology::new();
+    let s = t.add_switch(SwitchSpec::default().with_red(0, red));
+    t.connect(Node::Nic(0), Node::Switch(s), fast);
+    t.connect(Node::Nic(1), Node::Switch(s), slow);
+    let spare = || Device::new(Profile::with_id(9));
+    let a = std::mem::replace(&mut c.p.a.dev, spare());
+    let b = std::mem::replace(&mut c.p.b.dev, spare());
+    let mut w = World::with_devices(11, vec![a, b]);
+    w.set_topology(Some(&t)).unwrap();
+    let net = w.network_mut().unwrap();
+    net.set_sampling(Some(10_000));
+    let at = net
+        .ports()
+        .position(|p| p == PortRef::Switch { switch: 0, port: 1 })
+        .unwrap();
+    assert!(w.settle(100_000_000_000).unwrap(), "the world went quiet");
+    let samples = w.network_mut().unwrap().take_samples();
+    // The mean queue toward b over the second half of the run (past the first burst).
+    let half = &samples[samples.len() / 2..];
+    let q = half.iter().map(|s| s.queued[at][0]).sum::<u64>() / half.len().max(1) as u64;
+    let mut devices = w.into_devices().into_iter();
+    c.p.a.dev = devices.next().unwrap();
+    c.p.b.dev = devices.next().unwrap();
+    let ok = c.p.a.poll(&mut c.a_cq).is_some_and(|e| e[63] >> 4 == 0)
+        && c.p.b.read(c.b_mr.off, LEN) == data;
+    (q, c.p.a.dev.cong().stats.rp_cnp_handled, ok)
+}
+
+#[test]
+fn dcqcn_keeps_a_red_switch_queue_shorter_than_no_congestion_control() {
+    let (q_off, cnps_off, ok_off) = write_through_red_switch(false);
+    let (q_on, cnps_on, ok_on) = write_through_red_switch(true);
+    assert!(ok_off && ok_on, "both WRITEs land and complete");
+    assert_eq!(cnps_off, 0);
+    assert!(cnps_on >= 2, "{cnps_on} CNPs");
+    // Without CC the window keeps the queue full; DCQCN paces the sender near the 1 Gb/s
+    // bottleneck.
+    assert!(
+        q_on * 2 < q_off,
+        "queue with DCQCN {q_on} B, without {q_off} B"
+    );
+}
