@@ -33,6 +33,7 @@ pub mod iommu;
 pub mod link;
 pub mod memory;
 mod mkey;
+mod mtu;
 mod objects;
 pub mod pcap;
 pub mod profile;
