@@ -88,6 +88,50 @@ pub(super) fn set_pmtudisc_do(fd: &impl AsRawFd, v6: bool) -> io::Result<()> {
     }
 }
 
+/// The MTU of the route to `to` (`IP_MTU` / `IPV6_MTU`, ip(7)): read on `fd` itself when it
+/// is connected to `to`, else on a fresh socket connected to `to` (the option needs a
+/// connected socket; connecting a UDP socket sends nothing, it only looks the route up).
+/// `None` when the kernel does not say.
+pub(super) fn route_mtu(fd: std::os::fd::RawFd, to: SocketAddr, connected: bool) -> Option<u32> {
+    let (level, name) = if to.is_ipv6() {
+        (libc::IPPROTO_IPV6, libc::IPV6_MTU)
+    } else {
+        (libc::IPPROTO_IP, libc::IP_MTU)
+    };
+    let probe;
+    let fd = if connected {
+        fd
+    } else {
+        let any: SocketAddr = if to.is_ipv6() {
+            (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
+        } else {
+            (std::net::Ipv4Addr::UNSPECIFIED, 0).into()
+        };
+        probe = std::net::UdpSocket::bind(any).ok()?;
+        probe.connect(to).ok()?;
+        probe.as_raw_fd()
+    };
+    let mut value: libc::c_int = 0;
+    let mut len = libc::socklen_t::try_from(std::mem::size_of::<libc::c_int>()).ok()?;
+    // SAFETY: `fd` is an open socket for the call (the caller's, or `probe`, alive to the end
+    // of this function); the option buffer is a live `c_int` and `len` its size, as
+    // getsockopt(2) asks.
+    let r = unsafe {
+        libc::getsockopt(
+            fd,
+            level,
+            name,
+            (&raw mut value).cast::<libc::c_void>(),
+            &raw mut len,
+        )
+    };
+    if r == 0 {
+        u32::try_from(value).ok().filter(|&m| m > 0)
+    } else {
+        None
+    }
+}
+
 /// A non-blocking UDP socket bound to `addr` with `IP_PMTUDISC_DO`; `shared` adds
 /// `SO_REUSEADDR`/`SO_REUSEPORT` (sending sockets: two links on one host may send from the
 /// same source port; nobody sends to those ports).

@@ -255,3 +255,7 @@ pub(super) fn wall_ns() -> u64 {
 #[cfg(test)]
 #[path = "udp_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "mtu_netns_tests.rs"]
+mod mtu_netns_tests;
