@@ -122,11 +122,14 @@ pub enum PingpongError {
     BadMessage(String),
     /// A completion came back with an error.
     #[error(
-        "Failed status {status} for wr_id {wr_id} (after {scnt} sends and {rcnt} receives): the peer stopped answering or refused the QP; read its output"
+        "Failed status {status} for wr_id {wr_id} (after {scnt} sends and {rcnt} receives): {cause}"
     )]
     Completion {
         /// The status with its explanation.
         status: String,
+        /// What the counters say caused it: packets dropped for their size (the port's or
+        /// the UDP route's MTU), or else where to look.
+        cause: String,
         /// The work request.
         wr_id: u64,
         /// SENDs completed.
@@ -209,6 +212,18 @@ pub fn run(o: &PingpongOpts) -> Result<(), PingpongError> {
         routs += 1;
     }
     let mut local = qp.endpoint()?;
+    if mtu > local.mtu {
+        // rc_pingpong's message carries no MTU: both ends take -m. A port that cannot carry
+        // it runs at its own (the smaller), and says why.
+        let why = bypass_verbs::driver::hw::roce::mtu::TooLarge {
+            path_mtu: mtu.bytes(),
+            eth_mtu: ctx.eth_mtu(1)?,
+        };
+        eprintln!(
+            "warning: -m {mtu}: {why}; running at path MTU {}",
+            local.mtu
+        );
+    }
     local.mtu = mtu;
     println!("{}", address_line("local address: ", &local));
     let rts = Rtr2Rts {
@@ -264,7 +279,7 @@ pub fn run(o: &PingpongOpts) -> Result<(), PingpongError> {
         };
         last = Instant::now();
         let wr_id = c.wr_id();
-        check_ok(&c, scnt, rcnt)?;
+        check_ok(&c, scnt, rcnt, || mtu_cause(&dev, qp.qpn()))?;
         match wr_id {
             SEND_WRID => {
                 scnt += 1;
@@ -318,11 +333,31 @@ pub fn run(o: &PingpongOpts) -> Result<(), PingpongError> {
     Ok(())
 }
 
-fn check_ok(c: &Completion, scnt: u32, rcnt: u32) -> Result<(), PingpongError> {
+/// Packets of QP `qpn` dropped for their size, explained: by the NIC's port
+/// (`tx_mtu_drops`, [`SimContext::retry_exc_cause`]) or refused by the kernel on the UDP
+/// route (`EMSGSIZE`, with the route's MTU).
+fn mtu_cause(dev: &crate::device::NetDevice, qpn: u32) -> Option<String> {
+    use bypass_testbed::SimContext;
+    dev.ctx
+        .retry_exc_cause(qpn)
+        .map(|e| e.to_string())
+        .or_else(|| dev.link.as_ref().and_then(|l| l.mtu_note()))
+}
+
+fn check_ok(
+    c: &Completion,
+    scnt: u32,
+    rcnt: u32,
+    mtu_cause: impl FnOnce() -> Option<String>,
+) -> Result<(), PingpongError> {
     if c.is_ok() {
         return Ok(());
     }
+    let cause = mtu_cause().unwrap_or_else(|| {
+        "the peer stopped answering or refused the QP; read its output".to_owned()
+    });
     Err(PingpongError::Completion {
+        cause,
         status: c.status().to_string(),
         wr_id: c.wr_id(),
         scnt,

@@ -132,6 +132,54 @@ pub(super) fn route_mtu(fd: std::os::fd::RawFd, to: SocketAddr, connected: bool)
     }
 }
 
+/// The MTU of the interface that holds `ip` (its address, or a subnet of it: 127.0.23.1 is
+/// `lo`'s through 127.0.0.1/8), read with `SIOCGIFMTU` (netdevice(7)) in this thread's
+/// network namespace. `None` for an unspecified address or one no interface holds.
+pub(super) fn interface_mtu(ip: IpAddr) -> Option<u32> {
+    if ip.is_unspecified() {
+        return None;
+    }
+    let within =
+        |a: &nix::sys::socket::SockaddrStorage, m: &nix::sys::socket::SockaddrStorage| match (
+            ip,
+            a.as_sockaddr_in(),
+            m.as_sockaddr_in(),
+        ) {
+            (IpAddr::V4(v4), Some(a), Some(m)) => {
+                let (x, a, m) = (u32::from(v4), u32::from(a.ip()), u32::from(m.ip()));
+                x & m == a & m
+            }
+            _ => match (ip, a.as_sockaddr_in6()) {
+                (IpAddr::V6(v6), Some(a)) => a.ip() == v6,
+                _ => false,
+            },
+        };
+    let name = nix::ifaddrs::getifaddrs().ok()?.find_map(|ifa| {
+        let (a, m) = (ifa.address.as_ref()?, ifa.netmask.as_ref()?);
+        within(a, m).then_some(ifa.interface_name)
+    })?;
+    let probe = UdpSocket::bind((std::net::Ipv4Addr::UNSPECIFIED, 0)).ok()?;
+    // SAFETY: `ifreq` is plain old data; all-zero is a valid value.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    let bytes = name.as_bytes();
+    if bytes.len() >= req.ifr_name.len() {
+        return None;
+    }
+    for (d, &b) in req.ifr_name.iter_mut().zip(bytes) {
+        *d = b as libc::c_char;
+    }
+    // SAFETY: `probe` is an open socket for the call; SIOCGIFMTU reads `ifr_name` (NUL
+    // terminated: the name is shorter than the array, which was zeroed) and writes
+    // `ifr_ifru.ifru_mtu` of the live `req`.
+    let r = unsafe { libc::ioctl(probe.as_raw_fd(), libc::SIOCGIFMTU, &raw mut req) };
+    if r != 0 {
+        return None;
+    }
+    // SAFETY: SIOCGIFMTU succeeded, so the union holds `ifru_mtu`.
+    let mtu = unsafe { req.ifr_ifru.ifru_mtu };
+    u32::try_from(mtu).ok().filter(|&m| m > 0)
+}
+
 /// A non-blocking UDP socket bound to `addr` with `IP_PMTUDISC_DO`; `shared` adds
 /// `SO_REUSEADDR`/`SO_REUSEPORT` (sending sockets: two links on one host may send from the
 /// same source port; nobody sends to those ports).
