@@ -35,6 +35,9 @@ const RECV_WRID: u64 = 2;
 const FILL: u8 = 0x7b;
 /// How long the exchange and each wait for a completion may take.
 const TIMEOUT: Duration = Duration::from_secs(30);
+/// How long nothing may complete while packets are dropped for their size before the run
+/// gives up (a retry of a packet too large for a hop is dropped again).
+const MTU_STALL: Duration = Duration::from_secs(2);
 
 /// Options of `bypass pingpong` (`ibv_rc_pingpong`'s, where they apply).
 #[derive(Args, Debug)]
@@ -136,6 +139,21 @@ pub enum PingpongError {
         scnt: u32,
         /// RECVs completed.
         rcnt: u32,
+    },
+    /// Nothing completed for [`MTU_STALL`] while packets were dropped for their size: each
+    /// retry is dropped the same way, so waiting longer cannot help.
+    #[error(
+        "no completion for {after:?} (after {scnt} sends and {rcnt} receives), and packets were dropped for their size: {cause}"
+    )]
+    MtuStalled {
+        /// How long nothing completed.
+        after: Duration,
+        /// SENDs completed.
+        scnt: u32,
+        /// RECVs completed.
+        rcnt: u32,
+        /// The MTU drops, explained.
+        cause: String,
     },
     /// Nothing completed for too long.
     #[error(
@@ -259,6 +277,7 @@ pub fn run(o: &PingpongOpts) -> Result<(), PingpongError> {
     let start = Instant::now();
     let (mut scnt, mut rcnt) = (0u32, 0u32);
     let mut last = Instant::now();
+    let mut mtu_checked = Instant::now();
     while rcnt < o.iters || scnt < o.iters {
         let c = if o.events {
             cq.wait(Duration::from_millis(100))?
@@ -268,6 +287,17 @@ pub fn run(o: &PingpongOpts) -> Result<(), PingpongError> {
         let Some(c) = c else {
             if last.elapsed() > TIMEOUT {
                 return Err(PingpongError::Stalled(TIMEOUT, scnt, rcnt));
+            }
+            if last.elapsed() > MTU_STALL && mtu_checked.elapsed() > Duration::from_millis(500) {
+                mtu_checked = Instant::now();
+                if let Some(cause) = mtu_cause(&dev, qp.qpn()) {
+                    return Err(PingpongError::MtuStalled {
+                        after: last.elapsed(),
+                        scnt,
+                        rcnt,
+                        cause,
+                    });
+                }
             }
             // Busy-poll: pump the link in this thread (read the socket, run the NIC, send
             // what it answers), and let other threads have the core when cores are few.
