@@ -6,7 +6,8 @@
 //! completions and events (`events`), the counters and the trace. It lends each piece of
 //! work the parts it needs: a step its doorbells and frames ([`Device::step`]), the
 //! firmware an `Hca` per command doorbell, the data path a `DataPath`, and it counts and
-//! traces every MMIO access BAR0 refuses. Must not: decode registers, run commands or
+//! traces every MMIO access BAR0 refuses. Its port drops what it would send larger than the
+//! port's Ethernet MTU (`crate::mtu` decides, the device counts `tx_mtu_drops`). Must not: decode registers, run commands or
 //! packets itself (the parts do).
 //!
 //! Work a doorbell asks for happens in [`Device::step`], never inside the MMIO write, as on

@@ -5,7 +5,8 @@
 //! socket (DF set, and IPv4 ID 0 on an unconnected one, `include/net/ip.h`
 //! `ip_select_ident`), `SO_REUSEADDR`/`SO_REUSEPORT` on sending sockets (two links on one host
 //! may send from one source port; nobody sends to those ports), the receiving socket's buffer
-//! and `UDP_GRO`. Must not: send or read packets (`link::tx`, `link::rx` do), or choose the
+//! and `UDP_GRO`; and the MTU lookups: the route's (`IP_MTU`, after an `EMSGSIZE`) and the
+//! interface's (`SIOCGIFMTU`, for the device's port). Must not: send or read packets (`link::tx`, `link::rx` do), or choose the
 //! socket a send leaves on (`UdpLink::tx_route`).
 
 use std::io;
