@@ -17,6 +17,7 @@ mod gpu_check;
 mod gpu_cmd;
 mod perf;
 mod ping;
+mod ping_probe;
 mod pingpong;
 mod progress;
 mod ramp;

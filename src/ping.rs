@@ -3,6 +3,9 @@
 //! at and the typed error's explanation. `--ramp` hands the run to `crate::ramp` (the staged
 //! bring-up, also across two processes).
 //!
+//! Before the SEND, `crate::ping_probe` sends one message of the path MTU (and smaller ones
+//! if it does not pass), so a hop with a small MTU is named, not just a RETRY_EXC.
+//!
 //! Owns: that command's options, its steps and their output. Must not build WQEs, touch the
 //! device except through the verbs API, or hide an error's text (it is the point of the
 //! command: a user sees where bring-up of a connection stops and why).
@@ -11,7 +14,7 @@ use std::io::Write;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bypass_testbed::{SimContext, SimFabric};
+use bypass_testbed::{Profile, SimContext, SimFabric};
 use bypass_verbs::driver::qp_attr::Rtr2Rts;
 use bypass_verbs::wr::{RecvWr, SendOp, SendWr};
 use bypass_verbs::{Completion, Context, Cq, MemoryPool, Pd, Qp, QpBuilder, QpEndpoint};
@@ -57,6 +60,30 @@ pub struct PingOpts {
     /// --ramp with -d udp:…: TCP port of the control channel.
     #[arg(short = 'p', long, default_value_t = 18515, requires = "ramp")]
     pub port: u16,
+    /// Ethernet MTU of the simulated NICs' ports, A[,B] (bytes; the active path MTU follows
+    /// from it as the kernel's `iboe_get_mtu` computes it).
+    #[arg(long, default_value = "9000", value_parser = parse_mtus, conflicts_with = "ramp")]
+    pub eth_mtu: (u32, u32),
+    /// Troubleshooting demo: a hop between the NICs with this Ethernet MTU, which neither
+    /// endpoint's port reports (modelled at both ports after bring-up); the path probe finds
+    /// and explains it.
+    #[arg(long, conflicts_with = "ramp")]
+    pub hop_mtu: Option<u32>,
+}
+
+/// `A[,B]`: two Ethernet MTUs (68..=9000), one given for both.
+fn parse_mtus(s: &str) -> Result<(u32, u32), String> {
+    let one = |t: &str| {
+        t.trim()
+            .parse::<u32>()
+            .ok()
+            .filter(|m| (68..=9000).contains(m))
+            .ok_or_else(|| format!("{t:?} is not an Ethernet MTU (68..=9000 bytes)"))
+    };
+    match s.split_once(',') {
+        Some((a, b)) => Ok((one(a)?, one(b)?)),
+        None => one(s).map(|m| (m, m)),
+    }
 }
 
 /// A step that failed: where ping stopped and why.
@@ -153,16 +180,36 @@ pub fn run(opts: &PingOpts) -> Result<(), Box<dyn std::error::Error>> {
         SimFabric::stepped(opts.seed)
     };
     let (ca, cb) = s.run("open devices", || {
-        let a = Context::open_sim(&fabric, 1)?;
-        let b = Context::open_sim(&fabric, 2)?;
-        let detail = format!(
-            "A={} gid {} fw {}, B={} gid {}",
+        let open = |id: u8, mtu: u32| -> Result<Arc<Context>, bypass_verbs::VerbsError> {
+            let mut p = Profile::with_id(id);
+            if let Some(port) = p.ports.first_mut() {
+                port.eth_mtu = mtu;
+            }
+            let dev = fabric
+                .add_device(p)
+                .map_err(bypass_verbs::driver::DriverError::from)?;
+            Context::new(dev)
+        };
+        let a = open(1, opts.eth_mtu.0)?;
+        let b = open(2, opts.eth_mtu.1)?;
+        let mut detail = format!(
+            "A={} gid {} fw {} Ethernet MTU {}, B={} gid {} Ethernet MTU {}",
             a.device_info().name,
             a.gid(1)?,
             a.device_info().fw_version,
+            a.eth_mtu(1)?,
             b.device_info().name,
             b.gid(1)?,
+            b.eth_mtu(1)?,
         );
+        if let Some(hop) = opts.hop_mtu {
+            for c in [&a, &b] {
+                if let Some(sim) = c.sim() {
+                    let _ = sim.with_device(|d| d.set_port_mtu(1, hop));
+                }
+            }
+            detail.push_str(&format!(", a hop of Ethernet MTU {hop} between"));
+        }
         Ok::<_, bypass_verbs::VerbsError>(((a, b), detail))
     })?;
 
@@ -184,6 +231,9 @@ pub fn run(opts: &PingOpts) -> Result<(), Box<dyn std::error::Error>> {
         let detail = format!("A {ea}, B {eb}");
         Ok::<_, bypass_verbs::VerbsError>(((ea, eb), detail))
     })?;
+    if let Err(e) = a.qp.check_peer_mtu(&eb) {
+        println!("     warning: {e}");
+    }
 
     for side in [&mut a, &mut b] {
         let name = if side.name == "A" {
@@ -209,6 +259,11 @@ pub fn run(opts: &PingOpts) -> Result<(), Box<dyn std::error::Error>> {
     connect_rtr(&mut s, &mut b, &ea, "B: INIT -> RTR")?;
     connect_rts(&mut s, &mut a, opts.no_recv, "A: RTR -> RTS")?;
     connect_rts(&mut s, &mut b, opts.no_recv, "B: RTR -> RTS")?;
+
+    let path_mtu = ca.active_mtu(1).map_or(ea.mtu, |m| m.min(eb.mtu));
+    s.run("A -> B: probe the path MTU", || {
+        crate::ping_probe::probe(&ca, &cb, path_mtu, timeout).map(|d| ((), d))
+    })?;
 
     let t_send = Instant::now();
     s.run("A: post a 1-byte SEND", || {
@@ -323,7 +378,10 @@ fn connect_rts(
 fn wait_ok(side: &mut Side, timeout: Duration) -> Result<Completion, String> {
     match side.cq.wait(timeout) {
         Ok(Some(c)) if c.is_ok() => Ok(c),
-        Ok(Some(c)) => Err(format!("wr_id {} completed with {}", c.wr_id(), c.status())),
+        Ok(Some(c)) => Err(side.ctx.retry_exc_cause(side.qp.qpn()).map_or_else(
+            || format!("wr_id {} completed with {}", c.wr_id(), c.status()),
+            |e| format!("wr_id {} {e}", c.wr_id()),
+        )),
         Ok(None) => Err(format!(
             "no completion on {}'s CQ within {} ms (the peer never answered: check both QPs reached RTR/RTS toward each other)",
             side.name,

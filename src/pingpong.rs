@@ -35,6 +35,9 @@ const RECV_WRID: u64 = 2;
 const FILL: u8 = 0x7b;
 /// How long the exchange and each wait for a completion may take.
 const TIMEOUT: Duration = Duration::from_secs(30);
+/// How long nothing may complete while packets are dropped for their size before the run
+/// gives up (a retry of a packet too large for a hop is dropped again).
+const MTU_STALL: Duration = Duration::from_secs(2);
 
 /// Options of `bypass pingpong` (`ibv_rc_pingpong`'s, where they apply).
 #[derive(Args, Debug)]
@@ -122,17 +125,35 @@ pub enum PingpongError {
     BadMessage(String),
     /// A completion came back with an error.
     #[error(
-        "Failed status {status} for wr_id {wr_id} (after {scnt} sends and {rcnt} receives): the peer stopped answering or refused the QP; read its output"
+        "Failed status {status} for wr_id {wr_id} (after {scnt} sends and {rcnt} receives): {cause}"
     )]
     Completion {
         /// The status with its explanation.
         status: String,
+        /// What the counters say caused it: packets dropped for their size (the port's or
+        /// the UDP route's MTU), or else where to look.
+        cause: String,
         /// The work request.
         wr_id: u64,
         /// SENDs completed.
         scnt: u32,
         /// RECVs completed.
         rcnt: u32,
+    },
+    /// Nothing completed for [`MTU_STALL`] while packets were dropped for their size: each
+    /// retry is dropped the same way, so waiting longer cannot help.
+    #[error(
+        "no completion for {after:?} (after {scnt} sends and {rcnt} receives), and packets were dropped for their size: {cause}"
+    )]
+    MtuStalled {
+        /// How long nothing completed.
+        after: Duration,
+        /// SENDs completed.
+        scnt: u32,
+        /// RECVs completed.
+        rcnt: u32,
+        /// The MTU drops, explained.
+        cause: String,
     },
     /// Nothing completed for too long.
     #[error(
@@ -209,6 +230,18 @@ pub fn run(o: &PingpongOpts) -> Result<(), PingpongError> {
         routs += 1;
     }
     let mut local = qp.endpoint()?;
+    if mtu > local.mtu {
+        // rc_pingpong's message carries no MTU: both ends take -m. A port that cannot carry
+        // it runs at its own (the smaller), and says why.
+        let why = bypass_verbs::driver::hw::roce::mtu::TooLarge {
+            path_mtu: mtu.bytes(),
+            eth_mtu: ctx.eth_mtu(1)?,
+        };
+        eprintln!(
+            "warning: -m {mtu}: {why}; running at path MTU {}",
+            local.mtu
+        );
+    }
     local.mtu = mtu;
     println!("{}", address_line("local address: ", &local));
     let rts = Rtr2Rts {
@@ -244,6 +277,7 @@ pub fn run(o: &PingpongOpts) -> Result<(), PingpongError> {
     let start = Instant::now();
     let (mut scnt, mut rcnt) = (0u32, 0u32);
     let mut last = Instant::now();
+    let mut mtu_checked = Instant::now();
     while rcnt < o.iters || scnt < o.iters {
         let c = if o.events {
             cq.wait(Duration::from_millis(100))?
@@ -253,6 +287,17 @@ pub fn run(o: &PingpongOpts) -> Result<(), PingpongError> {
         let Some(c) = c else {
             if last.elapsed() > TIMEOUT {
                 return Err(PingpongError::Stalled(TIMEOUT, scnt, rcnt));
+            }
+            if last.elapsed() > MTU_STALL && mtu_checked.elapsed() > Duration::from_millis(500) {
+                mtu_checked = Instant::now();
+                if let Some(cause) = mtu_cause(&dev, qp.qpn()) {
+                    return Err(PingpongError::MtuStalled {
+                        after: last.elapsed(),
+                        scnt,
+                        rcnt,
+                        cause,
+                    });
+                }
             }
             // Busy-poll: pump the link in this thread (read the socket, run the NIC, send
             // what it answers), and let other threads have the core when cores are few.
@@ -264,7 +309,7 @@ pub fn run(o: &PingpongOpts) -> Result<(), PingpongError> {
         };
         last = Instant::now();
         let wr_id = c.wr_id();
-        check_ok(&c, scnt, rcnt)?;
+        check_ok(&c, scnt, rcnt, || mtu_cause(&dev, qp.qpn()))?;
         match wr_id {
             SEND_WRID => {
                 scnt += 1;
@@ -318,11 +363,31 @@ pub fn run(o: &PingpongOpts) -> Result<(), PingpongError> {
     Ok(())
 }
 
-fn check_ok(c: &Completion, scnt: u32, rcnt: u32) -> Result<(), PingpongError> {
+/// Packets of QP `qpn` dropped for their size, explained: by the NIC's port
+/// (`tx_mtu_drops`, [`SimContext::retry_exc_cause`]) or refused by the kernel on the UDP
+/// route (`EMSGSIZE`, with the route's MTU).
+fn mtu_cause(dev: &crate::device::NetDevice, qpn: u32) -> Option<String> {
+    use bypass_testbed::SimContext;
+    dev.ctx
+        .retry_exc_cause(qpn)
+        .map(|e| e.to_string())
+        .or_else(|| dev.link.as_ref().and_then(|l| l.mtu_note()))
+}
+
+fn check_ok(
+    c: &Completion,
+    scnt: u32,
+    rcnt: u32,
+    mtu_cause: impl FnOnce() -> Option<String>,
+) -> Result<(), PingpongError> {
     if c.is_ok() {
         return Ok(());
     }
+    let cause = mtu_cause().unwrap_or_else(|| {
+        "the peer stopped answering or refused the QP; read its output".to_owned()
+    });
     Err(PingpongError::Completion {
+        cause,
         status: c.status().to_string(),
         wr_id: c.wr_id(),
         scnt,

@@ -1,5 +1,6 @@
 //! `bypass ping`: two RC endpoints walk RESET → INIT → RTR → RTS and exchange a 1-byte SEND,
-//! each step printed as it happens; a failure names the step it stopped at and why.
+//! each step printed as it happens; a failure names the step it stopped at and why. A path
+//! probe before the SEND finds a hop with a small MTU and names it.
 
 mod cli_support;
 
@@ -25,6 +26,7 @@ fn ping_prints_every_step_in_order_and_succeeds() {
         "B: INIT -> RTR",
         "A: RTR -> RTS",
         "B: RTR -> RTS",
+        "A -> B: probe the path MTU",
         "A: post a 1-byte SEND",
         "A: send completion",
         "B: receive completion",
@@ -43,6 +45,10 @@ fn ping_prints_every_step_in_order_and_succeeds() {
     assert!(out.contains("state RTS"), "{out}");
     assert!(out.contains("1 byte(s)"), "{out}");
     assert!(out.contains("data 0x42"), "{out}");
+    assert!(
+        out.contains("a 4096-byte message (one full packet at path MTU 4096) passed"),
+        "{out}"
+    );
     assert!(
         out.lines()
             .last()
@@ -73,11 +79,53 @@ fn ping_without_a_receive_stops_at_the_send_completion_and_explains_rnr() {
 }
 
 #[test]
+fn ping_finds_a_1500_byte_hop_and_names_the_mtu_drops() {
+    let (code, out, err) = bypass(&["ping", "--hop-mtu", "1500"]);
+    assert_eq!(code, 1, "stdout:\n{out}\nstderr:\n{err}");
+    assert!(
+        out.contains("probe the path MTU") && out.contains("FAILED"),
+        "{out}"
+    );
+    assert!(!out.contains("post a 1-byte SEND"), "{out}");
+    for want in [
+        "(A -> B: probe the path MTU)",
+        "a 4096-byte message (one packet at path MTU 4096) does not cross the path",
+        "TRANSPORT_RETRY_EXC_ERR: 2 of its packets were dropped as larger than the Ethernet MTU 1500",
+        "needs an Ethernet MTU >= 4192 on every hop",
+        "the largest that passes is 1024 bytes",
+        "use path MTU 1024",
+    ] {
+        assert!(err.contains(want), "{want:?} in {err}");
+    }
+}
+
+#[test]
+fn ping_at_a_1500_byte_ethernet_mtu_runs_at_1024_and_warns_of_a_mismatch() {
+    let (code, out, err) = bypass(&["ping", "--eth-mtu", "1500"]);
+    assert_eq!(code, 0, "stdout:\n{out}\nstderr:\n{err}");
+    assert!(out.contains("Ethernet MTU 1500"), "{out}");
+    assert!(out.contains("mtu 1024"), "{out}");
+    assert!(!out.contains("warning"), "{out}");
+    let (code, out, err) = bypass(&["ping", "--eth-mtu", "9000,1500"]);
+    assert_eq!(code, 0, "stdout:\n{out}\nstderr:\n{err}");
+    assert!(
+        out.contains("warning: QP 0x2: this end's port carries path MTU 4096, the peer's 1024"),
+        "{out}"
+    );
+    assert!(
+        out.contains("a 1024-byte message (one full packet at path MTU 1024) passed"),
+        "{out}"
+    );
+}
+
+#[test]
 fn ping_bad_options_are_usage_errors() {
-    let cases: [(&[&str], &str); 3] = [
+    let cases: [(&[&str], &str); 5] = [
         (&["ping", "--timeout-ms", "soon"], "invalid value"),
         (&["ping", "-d", "eth0"], "is not a device"),
         (&["ping", "--frobnicate"], "unexpected argument"),
+        (&["ping", "--eth-mtu", "20000"], "is not an Ethernet MTU"),
+        (&["ping", "--eth-mtu", "1500,x"], "is not an Ethernet MTU"),
     ];
     for (args, why) in cases {
         let (code, _, err) = bypass(args);

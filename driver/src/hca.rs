@@ -268,14 +268,17 @@ impl Port {
         }
     }
 
-    /// The largest IB MTU (256..4096) that fits the NIC MTU with RoCEv2 headers (kernel
-    /// `iboe_get_mtu`: GRH 40 + UDP 8 + BTH 12 + XRC 4 + AtomicETH 28 + ICRC 4 = 96 bytes).
+    /// The Ethernet (netdev) MTU: the NIC vport MTU less the 22 bytes of L2 header, VLAN tag
+    /// and FCS it counts (kernel `en.h` `MLX5E_HW2SW_MTU`).
+    pub fn eth_mtu(&self) -> u32 {
+        self.nic_mtu.saturating_sub(22)
+    }
+
+    /// The largest IB MTU (256..4096) whose packets fit the Ethernet MTU with RoCEv2 headers
+    /// (kernel `iboe_get_mtu` on the netdev MTU: GRH 40 + UDP 8 + BTH 12 + XRC 4 + AtomicETH
+    /// 28 + ICRC 4 = 96 bytes), 0 when not even 256 fits.
     pub fn active_mtu(&self) -> u32 {
-        let room = self.nic_mtu.saturating_sub(96);
-        [4096, 2048, 1024, 512, 256]
-            .into_iter()
-            .find(|&m| m <= room)
-            .unwrap_or(0)
+        bypass_hw::roce::mtu::active_mtu(self.eth_mtu()).unwrap_or(0)
     }
 
     /// The GIDs in use, with their index.

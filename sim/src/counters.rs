@@ -38,6 +38,10 @@ counters! {
         port_xmit_data,
         /// Bytes received, IP header through ICRC.
         port_rcv_data,
+        /// Packets the port dropped because they were larger than its Ethernet MTU (IP
+        /// header through ICRC; RoCEv2 sets DF, so nothing fragments them). Per QP: the
+        /// sender's. The transport retransmits them until it gives up (TRANSPORT_RETRY_EXC).
+        tx_mtu_drops,
         /// RDMA WRITE requests received.
         rx_write_requests,
         /// RDMA READ requests received.

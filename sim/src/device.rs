@@ -6,7 +6,8 @@
 //! completions and events (`events`), the counters and the trace. It lends each piece of
 //! work the parts it needs: a step its doorbells and frames ([`Device::step`]), the
 //! firmware an `Hca` per command doorbell, the data path a `DataPath`, and it counts and
-//! traces every MMIO access BAR0 refuses. Must not: decode registers, run commands or
+//! traces every MMIO access BAR0 refuses. Its port drops what it would send larger than the
+//! port's Ethernet MTU (`crate::mtu` decides, the device counts `tx_mtu_drops`). Must not: decode registers, run commands or
 //! packets itself (the parts do).
 //!
 //! Work a doorbell asks for happens in [`Device::step`], never inside the MMIO write, as on
@@ -165,10 +166,41 @@ impl Device {
         crate::firmware::vport::set_link(fw, comp, &mut io, port, up)
     }
 
+    /// Sets port `port`'s Ethernet MTU (bytes, 68..=9000; clamped into that range), as
+    /// `ip link set dev X mtu N` does on a host: the firmware reports it (plus 22 L2 bytes)
+    /// as the NIC vport's `mtu`, a driver brought up after this derives the active RoCE MTU
+    /// from it, and the port drops a packet it would send that is larger (counted in
+    /// `tx_mtu_drops`). Returns false for an unknown port. The sim's function has one NIC
+    /// vport: every port shares its MTU.
+    pub fn set_port_mtu(&mut self, port: u8, mtu: u32) -> bool {
+        let Some(p) = usize::from(port)
+            .checked_sub(1)
+            .and_then(|i| self.profile.ports.get_mut(i))
+        else {
+            return false;
+        };
+        self.fw.nic_mtu = crate::firmware::vport::nic_mtu_of(mtu);
+        p.eth_mtu = crate::firmware::vport::eth_mtu_of(self.fw.nic_mtu);
+        true
+    }
+
+    /// Port `port`'s Ethernet MTU in bytes (the NIC vport's `mtu` less 22 L2 bytes), or
+    /// `None` for an unknown port.
+    pub fn port_mtu(&self, port: u8) -> Option<u32> {
+        let i = usize::from(port).checked_sub(1)?;
+        self.profile.ports.get(i)?;
+        Some(crate::firmware::vport::eth_mtu_of(self.fw.nic_mtu))
+    }
+
     /// Research view: the IOVAs of QP `qpn`'s work queue pages (RQ then SQ), as CREATE_QP
     /// gave them, or `None` for no such QP.
     pub fn qp_wq_pages(&self, qpn: u32) -> Option<Vec<u64>> {
         self.objs.qps.get(qpn).map(|qp| qp.wq.pages().to_vec())
+    }
+
+    /// The path MTU of QP `qpn` in bytes (0 before INIT2RTR), or `None` for no such QP.
+    pub fn qp_path_mtu(&self, qpn: u32) -> Option<u32> {
+        self.objs.qps.get(qpn).map(|qp| qp.attrs.mtu)
     }
 
     /// The counters of QP `qpn` (what `rdma statistic qp` shows), or `None` for no such QP.
@@ -487,7 +519,7 @@ impl Device {
     /// Takes the next packet the device sent, if any (IP header through ICRC). A burst the
     /// device queued for an in-process link is segmented into its wire packets first.
     pub fn take_tx(&mut self) -> Option<Vec<u8>> {
-        match self.tp.tx.pop_front()? {
+        match self.pop_admitted()? {
             Frame::Wire(bytes) | Frame::WireChecked(bytes) => Some(bytes),
             Frame::Ack(a) => a.to_wire(),
             Frame::Burst(b) => {
@@ -504,7 +536,27 @@ impl Device {
     /// Takes the next frame the device sent (a packet, or a burst if the link said it takes
     /// them: [`Device::set_fast_tx`]).
     pub(crate) fn take_frame(&mut self) -> Option<Frame> {
-        self.tp.tx.pop_front()
+        self.pop_admitted()
+    }
+
+    /// The next frame the device sent that fits the port's Ethernet MTU; each one larger
+    /// is dropped at the port and counted (device and sending QP: `tx_mtu_drops`), as a
+    /// NIC drops a DF packet its link cannot carry.
+    fn pop_admitted(&mut self) -> Option<Frame> {
+        let eth_mtu = crate::firmware::vport::eth_mtu_of(self.fw.nic_mtu);
+        loop {
+            let f = self.tp.tx.pop_front()?;
+            let Some((dest_qp, dgid)) = crate::mtu::oversize(&f, eth_mtu) else {
+                return Some(f);
+            };
+            let n = f.packets();
+            self.counters.tx_mtu_drops += n;
+            if let Some(qp) = self.objs.qps.iter_mut().find_map(|(_, q)| {
+                (q.attrs.remote_qpn == dest_qp && q.attrs.path.rgid == dgid).then_some(q)
+            }) {
+                qp.counters.tx_mtu_drops += n;
+            }
+        }
     }
 
     /// True if the device has sent frames the link has not taken.

@@ -33,6 +33,7 @@ pub mod iommu;
 pub mod link;
 pub mod memory;
 mod mkey;
+mod mtu;
 pub mod net;
 mod objects;
 pub mod pcap;

@@ -115,6 +115,10 @@ pub struct Port {
     pub mac: [u8; 6],
     /// Largest IB path MTU in bytes (256..=4096).
     pub max_mtu: u32,
+    /// Ethernet (netdev) MTU in bytes at reset: the largest IP packet the port sends or
+    /// takes. The firmware reports it plus the 22 L2 bytes as the NIC vport's `mtu`; the
+    /// port's active RoCE MTU follows from it (kernel `iboe_get_mtu`).
+    pub eth_mtu: u32,
     /// GID table (RoCE v2 GIDs: IPv6 or IPv4-mapped addresses).
     pub gids: Vec<[u8; 16]>,
 }
@@ -166,6 +170,8 @@ impl Profile {
             ports: vec![Port {
                 mac: [0x02, 0x00, 0x00, 0x00, 0x00, id],
                 max_mtu: 4096,
+                // Hosts set up for RoCE run jumbo frames: room for a 4096-byte path MTU.
+                eth_mtu: 9000,
                 gids: vec![Self::ipv4_gid([10, 0, 0, id])],
             }],
             caps: Caps::default(),

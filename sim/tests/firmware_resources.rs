@@ -613,3 +613,36 @@ fn the_mkey_page_size_bound_is_advertised_and_enforced() {
     );
     r.ok(&with_shift(21), 16);
 }
+
+#[test]
+fn the_nic_vport_mtu_is_the_ports_ethernet_mtu_and_modify_sets_it() {
+    let query = |r: &mut Raw| {
+        let o = r.ok(
+            &header(Opcode::QUERY_NIC_VPORT_CONTEXT, 0, 16),
+            QueryNicVportContextOut::LEN,
+        );
+        QueryNicVportContextOut::new_checked(&o[..])
+            .unwrap()
+            .nic_vport_context()
+            .mtu()
+    };
+    let mut r = Raw::up();
+    // 9000 of Ethernet plus 22 L2 bytes (MLX5E_SW2HW_MTU).
+    assert_eq!(query(&mut r), 9022);
+    assert_eq!(r.dev.port_mtu(1), Some(9000));
+    assert!(r.dev.set_port_mtu(1, 1500));
+    assert_eq!(query(&mut r), 1522);
+    let mut i = header(
+        Opcode::MODIFY_NIC_VPORT_CONTEXT,
+        0,
+        ModifyNicVportContextIn::LEN,
+    );
+    {
+        let mut m = ModifyNicVportContextIn::new_checked(&mut i[..]).unwrap();
+        m.field_select_mut().set_mtu(1).unwrap();
+        m.nic_vport_context_mut().set_mtu(4222).unwrap();
+    }
+    r.ok(&i, 16);
+    assert_eq!(query(&mut r), 4222);
+    assert_eq!(r.dev.port_mtu(1), Some(4200), "the port follows the vport");
+}

@@ -262,6 +262,25 @@ impl Side {
         })
     }
 
+    /// What to warn of before connecting to `peer` at `mtu` (`-m`): a `-m` this port cannot
+    /// carry (the fix computed), or two ends whose ports carry different MTUs (both named).
+    /// Either way the QPs run at the smallest.
+    fn mtu_warning(&self, peer: &SideInfo, mtu: Option<Mtu>) -> Option<String> {
+        let (qp, ep) = (self.qps.first()?, peer.qps.first()?);
+        let active = self.ctx.active_mtu(1).ok()?;
+        if let Some(m) = mtu.filter(|&m| m > active) {
+            let why = bypass_verbs::driver::hw::roce::mtu::TooLarge {
+                path_mtu: m.bytes(),
+                eth_mtu: self.ctx.eth_mtu(1).ok()?,
+            };
+            return Some(format!(
+                "-m {m}: {why}; running at path MTU {}",
+                active.min(ep.mtu)
+            ));
+        }
+        qp.check_peer_mtu(ep).err().map(|e| e.to_string())
+    }
+
     /// Connects QP `i` to the peer's QP `i` at the smaller of the two MTUs and `mtu` (`-m`),
     /// and, for SEND, posts the receives.
     pub fn connect(&mut self, peer: &SideInfo, mtu: Option<Mtu>) -> Result<(), PerfError> {
@@ -271,6 +290,9 @@ impl Side {
                 self.qps.len(),
                 peer.qps.len()
             )));
+        }
+        if let Some(note) = self.mtu_warning(peer, mtu) {
+            eprintln!("warning: {note}");
         }
         for (i, (qp, ep)) in self.qps.iter_mut().zip(&peer.qps).enumerate() {
             let mut ep = *ep;

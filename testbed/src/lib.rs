@@ -58,6 +58,12 @@ pub trait SimContext {
 
     /// The sim device behind this context, or `None` when it is not a simulated NIC.
     fn sim(&self) -> Option<&SimBackend>;
+
+    /// Why QP `qpn` of this context ended in TRANSPORT_RETRY_EXC, when it is its size: the
+    /// port dropped the QP's packets as larger than its Ethernet MTU (the QP's
+    /// `tx_mtu_drops`), as [`VerbsError::RetryExcMtu`] naming the counts, both MTUs and the
+    /// fix. `None` when no packet of the QP was dropped for size (or not a sim).
+    fn retry_exc_cause(&self, qpn: u32) -> Option<VerbsError>;
 }
 
 impl SimContext for Context {
@@ -78,5 +84,24 @@ impl SimContext for Context {
     fn sim(&self) -> Option<&SimBackend> {
         let backend: &dyn Backend = &**self.hca().backend();
         (backend as &dyn Any).downcast_ref::<SimBackend>()
+    }
+
+    fn retry_exc_cause(&self, qpn: u32) -> Option<VerbsError> {
+        let (drops, eth_mtu, path_mtu) = self
+            .sim()?
+            .with_device(|d| {
+                let drops = d.qp_counters(qpn)?.tx_mtu_drops;
+                Some((drops, d.port_mtu(1)?, d.qp_path_mtu(qpn)?))
+            })
+            .ok()??;
+        if drops == 0 {
+            return None;
+        }
+        Some(VerbsError::RetryExcMtu {
+            qpn,
+            drops,
+            eth_mtu,
+            why: bypass_verbs::driver::hw::roce::mtu::TooLarge { path_mtu, eth_mtu },
+        })
     }
 }

@@ -93,6 +93,17 @@ impl Context {
             })
     }
 
+    /// The Ethernet (netdev) MTU of port `num` in bytes, as the NIC vport reports it at
+    /// bring-up (`mlx5_query_nic_vport_mtu`, less the 22 L2 bytes).
+    pub fn eth_mtu(&self, port: u8) -> Result<u32, VerbsError> {
+        self.port(port)
+            .map(|p| p.eth_mtu())
+            .ok_or(VerbsError::PortUnusable {
+                port,
+                what: "Ethernet MTU",
+            })
+    }
+
     /// The active path MTU of port `num` (the largest IB MTU its Ethernet MTU carries).
     pub fn active_mtu(&self, port: u8) -> Result<Mtu, VerbsError> {
         self.port(port)

@@ -251,6 +251,44 @@ pub enum VerbsError {
         /// What is missing ("GID at index 0", "active MTU").
         what: &'static str,
     },
+    /// INIT2RTR at a path MTU whose packets do not fit the local port's Ethernet MTU: they
+    /// would be dropped at the port and the QP would end in TRANSPORT_RETRY_EXC.
+    #[error("QP {qpn:#x} cannot connect: {why}")]
+    PathMtuTooLarge {
+        /// The QP.
+        qpn: u32,
+        /// The path MTU, the port's Ethernet MTU and (in its Display) the fix.
+        why: crate::driver::hw::roce::mtu::TooLarge,
+    },
+    /// The two ends of a connection report different active MTUs (their ports' Ethernet
+    /// MTUs differ): the connection would run at the smaller, or one end is misconfigured.
+    #[error(
+        "QP {qpn:#x}: this end's port carries path MTU {local}, the peer's {remote}: the ports' Ethernet MTUs differ; set the same MTU (e.g. 9000) on both ends and every hop between, or connect at path MTU {} on purpose",
+        (*local).min(*remote)
+    )]
+    PathMtuMismatch {
+        /// The local QP.
+        qpn: u32,
+        /// This end's active MTU (bytes).
+        local: u32,
+        /// The peer's, from its endpoint (bytes).
+        remote: u32,
+    },
+    /// A send completed with TRANSPORT_RETRY_EXC_ERR while the sending port dropped the QP's
+    /// packets for being larger than an Ethernet MTU: the retries could never pass.
+    #[error(
+        "QP {qpn:#x} completed with TRANSPORT_RETRY_EXC_ERR: {drops} of its packets were dropped as larger than the Ethernet MTU {eth_mtu} ({why})"
+    )]
+    RetryExcMtu {
+        /// The QP.
+        qpn: u32,
+        /// Packets dropped for their size (the QP's `tx_mtu_drops`, or a link's).
+        drops: u64,
+        /// The Ethernet MTU that dropped them (bytes).
+        eth_mtu: u32,
+        /// The path MTU against that Ethernet MTU, and the fix.
+        why: crate::driver::hw::roce::mtu::TooLarge,
+    },
     /// The driver or the device refused a control-path call (the text explains the
     /// command, its status and syndrome and the fix).
     #[error(transparent)]

@@ -16,6 +16,7 @@ use std::sync::Arc;
 use zerocopy::FromBytes;
 
 use crate::cq::{Completion, Cq};
+use crate::driver::hw::roce::mtu::TooLarge;
 use crate::driver::hw::wqe::CtrlSeg;
 use crate::driver::poll::QpTable;
 use crate::driver::post::{self, Payload, Sge};
@@ -428,8 +429,20 @@ impl Qp {
     }
 
     /// INIT → RTR with explicit attributes (research: RNR timer, MTU, path ...).
+    ///
+    /// Errors: [`VerbsError::PathMtuTooLarge`] (RC, UC) when `a.mtu`'s packets do not fit
+    /// the port's Ethernet MTU: the port would drop every full-size packet.
     pub fn modify_to_rtr_with(&mut self, a: &Init2Rtr) -> Result<(), VerbsError> {
         self.transition(QpState::Rtr)?;
+        if self.qp_type() != QpType::Ud {
+            let eth = self.pd.context().eth_mtu(self.opts.port)?;
+            if let Some(why) = TooLarge::check(a.mtu.bytes(), eth) {
+                return Err(VerbsError::PathMtuTooLarge {
+                    qpn: self.qpn(),
+                    why,
+                });
+            }
+        }
         Ok(self.inner.init2rtr(a)?)
     }
 
@@ -462,6 +475,32 @@ impl Qp {
     /// # Ok::<(), bypass_verbs::VerbsError>(())
     /// ```
     pub fn connect(&mut self, remote: &QpEndpoint) -> Result<(), VerbsError> {
+        self.modify_to_init()?;
+        self.modify_to_rtr(remote)?;
+        self.modify_to_rts()
+    }
+
+    /// Checks that `remote` reports this port's active MTU: two ends whose ports' Ethernet
+    /// MTUs differ give [`VerbsError::PathMtuMismatch`], naming both (a tool may print it as
+    /// a warning and connect anyway, at the smaller).
+    pub fn check_peer_mtu(&self, remote: &QpEndpoint) -> Result<(), VerbsError> {
+        let local = self.pd.context().active_mtu(self.opts.port)?.bytes();
+        let remote = remote.mtu.bytes();
+        if local == remote {
+            Ok(())
+        } else {
+            Err(VerbsError::PathMtuMismatch {
+                qpn: self.qpn(),
+                local,
+                remote,
+            })
+        }
+    }
+
+    /// [`Qp::connect`] that refuses two ends with different active MTUs
+    /// ([`Qp::check_peer_mtu`]) instead of running at the smaller.
+    pub fn connect_same_mtu(&mut self, remote: &QpEndpoint) -> Result<(), VerbsError> {
+        self.check_peer_mtu(remote)?;
         self.modify_to_init()?;
         self.modify_to_rtr(remote)?;
         self.modify_to_rts()

@@ -3,7 +3,8 @@
 //!
 //! Owns: [`bth`] (BTH), [`cnp`] (the congestion notification packet), [`ext`] (RETH, AETH, AtomicETH, AtomicAckETH, ImmDt, IETH, DETH),
 //! [`opcode`] (opcodes, the header table, PSN and pad arithmetic, rxe's UDP source port),
-//! [`ip`] (the IP and UDP headers as rxe builds them, GID mapping), [`icrc`] and [`packet`].
+//! [`ip`] (the IP and UDP headers as rxe builds them, GID mapping), [`icrc`], [`packet`] and
+//! [`mtu`] (path MTU against Ethernet MTU).
 //! Must not: do I/O, allocate, keep transport state (PSN windows, retries belong to the sim).
 //!
 //! Sources: IBTA vol. 1 chapter 9 (transport headers) and annex A17 (RoCEv2); Linux
@@ -16,6 +17,7 @@ pub mod cnp;
 pub mod ext;
 pub mod icrc;
 pub mod ip;
+pub mod mtu;
 pub mod opcode;
 pub mod packet;
 

@@ -114,7 +114,7 @@ impl Firmware {
             roce_max,
             fast_teardown_armed: false,
             roce_en: false,
-            nic_mtu: vport::DEFAULT_NIC_MTU,
+            nic_mtu: vport::nic_mtu_of(profile.ports.first().map_or(9000, |p| p.eth_mtu)),
             port_admin: vec![bypass_hw::cmd::hca::port_status::UP; profile.ports.len()],
         }
     }

@@ -36,6 +36,21 @@ use crate::profile::Profile;
 pub const DEFAULT_NIC_MTU: u16 = 9022;
 /// Smallest Ethernet MTU a driver may set (IPv4 minimum).
 const MIN_NIC_MTU: u32 = 68;
+/// Bytes the vport MTU counts beyond the Ethernet MTU: L2 header 14, VLAN tag 4, FCS 4
+/// (kernel `en.h` `MLX5E_SW2HW_MTU` / `MLX5E_HW2SW_MTU`).
+pub(crate) const NIC_MTU_L2_BYTES: u32 = 22;
+
+/// The NIC vport MTU (what `nic_vport_context.mtu` carries) of an Ethernet MTU, clamped to
+/// what the field's 16 bits and the port allow.
+pub(crate) fn nic_mtu_of(eth_mtu: u32) -> u16 {
+    let hw = eth_mtu.saturating_add(NIC_MTU_L2_BYTES);
+    u16::try_from(hw.clamp(MIN_NIC_MTU, u32::from(DEFAULT_NIC_MTU))).unwrap_or(DEFAULT_NIC_MTU)
+}
+
+/// The Ethernet MTU of a NIC vport MTU (kernel `MLX5E_HW2SW_MTU`).
+pub(crate) fn eth_mtu_of(nic_mtu: u16) -> u32 {
+    u32::from(nic_mtu).saturating_sub(NIC_MTU_L2_BYTES)
+}
 /// Bytes of a register (HOST_ENDIANNESS and PAOS are both 16).
 const REG_LEN: usize = 16;
 /// IBTA PortPhysicalState LinkUp.

@@ -22,6 +22,13 @@ pub struct LinkCounters {
     /// Sends the kernel refused (`EMSGSIZE`: the packet is larger than the route's MTU, lower
     /// the path MTU; unreachable hosts; full socket buffers). The transport retransmits.
     pub tx_errors: AtomicU64,
+    /// Packets the kernel refused with `EMSGSIZE` (counted in `tx_errors` too): larger than
+    /// the route's MTU, and DF is set (`IP_PMTUDISC_DO`), so nothing fragments them. The
+    /// route's MTU is in `route_mtu`.
+    pub tx_mtu_drops: AtomicU64,
+    /// The MTU of the route the last `EMSGSIZE` was for, read with `IP_MTU` /
+    /// `IPV6_MTU` (bytes; 0: none seen, or it could not be read).
+    pub route_mtu: AtomicU64,
     /// Packets the device sent that are not RoCEv2 over IP (dropped; a device bug).
     pub tx_malformed: AtomicU64,
     /// Packets whose UDP source port could not be bound, sent from the listening socket
@@ -70,11 +77,33 @@ impl LinkCounters {
         c.store(c.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
     }
 
+    /// What the MTU drops say, when there were any: "N packets larger than the route's MTU M
+    /// were refused (EMSGSIZE): ...", with the path MTU that fits that route.
+    pub fn mtu_note(&self) -> Option<String> {
+        let drops = self.tx_mtu_drops.load(Ordering::Relaxed);
+        if drops == 0 {
+            return None;
+        }
+        let mtu = u32::try_from(self.route_mtu.load(Ordering::Relaxed)).unwrap_or(0);
+        Some(if mtu == 0 {
+            format!(
+                "{drops} packets were refused by the kernel as larger than the route's MTU (EMSGSIZE; the MTU could not be read): raise the MTU on every hop or lower the path MTU"
+            )
+        } else {
+            let fits = bypass_hw::roce::mtu::active_mtu(mtu)
+                .map_or_else(|| "no path MTU".to_string(), |m| format!("path MTU {m}"));
+            format!(
+                "{drops} packets were refused by the kernel as larger than the route's MTU {mtu} (EMSGSIZE): the route carries {fits} at most (RoCEv2 headers: {} bytes); use it, or raise the MTU on every hop",
+                bypass_hw::roce::mtu::ROCE_HEADER_BYTES
+            )
+        })
+    }
+
     /// A one-line summary (`tx 10 pkts / 1234 B, rx …`).
     pub fn summary(&self) -> String {
         let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
         format!(
-            "tx {} pkts / {} B in {} send calls, {} segmented sends ({} from the sender's memory), {} sends connected ({} ID probes, {} failed), rx {} pkts / {} B in {} coalesced reads, tx errors {}, tx malformed {}, source-port fallbacks {}, rx IP IDs recovered {}, rx dropped {}, rx dropped on purpose {}, rx empty {}, rx GRO switches {}",
+            "tx {} pkts / {} B in {} send calls, {} segmented sends ({} from the sender's memory), {} sends connected ({} ID probes, {} failed), rx {} pkts / {} B in {} coalesced reads, tx errors {}, tx malformed {}, source-port fallbacks {}, rx IP IDs recovered {}, rx dropped {}, rx dropped on purpose {}, rx empty {}, rx GRO switches {}, tx MTU drops {} (route MTU {})",
             g(&self.tx_packets),
             g(&self.tx_bytes),
             g(&self.tx_send_calls),
@@ -93,7 +122,9 @@ impl LinkCounters {
             g(&self.rx_dropped),
             g(&self.rx_injected_drops),
             g(&self.rx_empty),
-            g(&self.rx_gro_switches)
+            g(&self.rx_gro_switches),
+            g(&self.tx_mtu_drops),
+            g(&self.route_mtu)
         )
     }
 }

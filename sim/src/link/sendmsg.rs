@@ -122,6 +122,16 @@ pub(super) fn count_send(
             {
                 *gso = false;
             }
+            if e == nix::errno::Errno::EMSGSIZE {
+                // DF is set: the route's MTU is below the packet. Count it as what it is and
+                // keep the route's MTU, so the tools can name it.
+                LinkCounters::add(&counters.tx_mtu_drops, q.packets);
+                if let Some(mtu) = super::socket::route_mtu(q.fd, q.to, q.conn.is_some()) {
+                    counters
+                        .route_mtu
+                        .store(u64::from(mtu), std::sync::atomic::Ordering::Relaxed);
+                }
+            }
             if let Some(conn) = q.conn {
                 connected.failed(conn);
             }

@@ -5,7 +5,8 @@
 //! socket (DF set, and IPv4 ID 0 on an unconnected one, `include/net/ip.h`
 //! `ip_select_ident`), `SO_REUSEADDR`/`SO_REUSEPORT` on sending sockets (two links on one host
 //! may send from one source port; nobody sends to those ports), the receiving socket's buffer
-//! and `UDP_GRO`. Must not: send or read packets (`link::tx`, `link::rx` do), or choose the
+//! and `UDP_GRO`; and the MTU lookups: the route's (`IP_MTU`, after an `EMSGSIZE`) and the
+//! interface's (`SIOCGIFMTU`, for the device's port). Must not: send or read packets (`link::tx`, `link::rx` do), or choose the
 //! socket a send leaves on (`UdpLink::tx_route`).
 
 use std::io;
@@ -86,6 +87,98 @@ pub(super) fn set_pmtudisc_do(fd: &impl AsRawFd, v6: bool) -> io::Result<()> {
     } else {
         Err(io::Error::last_os_error())
     }
+}
+
+/// The MTU of the route to `to` (`IP_MTU` / `IPV6_MTU`, ip(7)): read on `fd` itself when it
+/// is connected to `to`, else on a fresh socket connected to `to` (the option needs a
+/// connected socket; connecting a UDP socket sends nothing, it only looks the route up).
+/// `None` when the kernel does not say.
+pub(super) fn route_mtu(fd: std::os::fd::RawFd, to: SocketAddr, connected: bool) -> Option<u32> {
+    let (level, name) = if to.is_ipv6() {
+        (libc::IPPROTO_IPV6, libc::IPV6_MTU)
+    } else {
+        (libc::IPPROTO_IP, libc::IP_MTU)
+    };
+    let probe;
+    let fd = if connected {
+        fd
+    } else {
+        let any: SocketAddr = if to.is_ipv6() {
+            (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
+        } else {
+            (std::net::Ipv4Addr::UNSPECIFIED, 0).into()
+        };
+        probe = std::net::UdpSocket::bind(any).ok()?;
+        probe.connect(to).ok()?;
+        probe.as_raw_fd()
+    };
+    let mut value: libc::c_int = 0;
+    let mut len = libc::socklen_t::try_from(std::mem::size_of::<libc::c_int>()).ok()?;
+    // SAFETY: `fd` is an open socket for the call (the caller's, or `probe`, alive to the end
+    // of this function); the option buffer is a live `c_int` and `len` its size, as
+    // getsockopt(2) asks.
+    let r = unsafe {
+        libc::getsockopt(
+            fd,
+            level,
+            name,
+            (&raw mut value).cast::<libc::c_void>(),
+            &raw mut len,
+        )
+    };
+    if r == 0 {
+        u32::try_from(value).ok().filter(|&m| m > 0)
+    } else {
+        None
+    }
+}
+
+/// The MTU of the interface that holds `ip` (its address, or a subnet of it: 127.0.23.1 is
+/// `lo`'s through 127.0.0.1/8), read with `SIOCGIFMTU` (netdevice(7)) in this thread's
+/// network namespace. `None` for an unspecified address or one no interface holds.
+pub(super) fn interface_mtu(ip: IpAddr) -> Option<u32> {
+    if ip.is_unspecified() {
+        return None;
+    }
+    let within =
+        |a: &nix::sys::socket::SockaddrStorage, m: &nix::sys::socket::SockaddrStorage| match (
+            ip,
+            a.as_sockaddr_in(),
+            m.as_sockaddr_in(),
+        ) {
+            (IpAddr::V4(v4), Some(a), Some(m)) => {
+                let (x, a, m) = (u32::from(v4), u32::from(a.ip()), u32::from(m.ip()));
+                x & m == a & m
+            }
+            _ => match (ip, a.as_sockaddr_in6()) {
+                (IpAddr::V6(v6), Some(a)) => a.ip() == v6,
+                _ => false,
+            },
+        };
+    let name = nix::ifaddrs::getifaddrs().ok()?.find_map(|ifa| {
+        let (a, m) = (ifa.address.as_ref()?, ifa.netmask.as_ref()?);
+        within(a, m).then_some(ifa.interface_name)
+    })?;
+    let probe = UdpSocket::bind((std::net::Ipv4Addr::UNSPECIFIED, 0)).ok()?;
+    // SAFETY: `ifreq` is plain old data; all-zero is a valid value.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    let bytes = name.as_bytes();
+    if bytes.len() >= req.ifr_name.len() {
+        return None;
+    }
+    for (d, &b) in req.ifr_name.iter_mut().zip(bytes) {
+        *d = b as libc::c_char;
+    }
+    // SAFETY: `probe` is an open socket for the call; SIOCGIFMTU reads `ifr_name` (NUL
+    // terminated: the name is shorter than the array, which was zeroed) and writes
+    // `ifr_ifru.ifru_mtu` of the live `req`.
+    let r = unsafe { libc::ioctl(probe.as_raw_fd(), libc::SIOCGIFMTU, &raw mut req) };
+    if r != 0 {
+        return None;
+    }
+    // SAFETY: SIOCGIFMTU succeeded, so the union holds `ifru_mtu`.
+    let mtu = unsafe { req.ifr_ifru.ifru_mtu };
+    u32::try_from(mtu).ok().filter(|&m| m > 0)
 }
 
 /// A non-blocking UDP socket bound to `addr` with `IP_PMTUDISC_DO`; `shared` adds

@@ -235,11 +235,17 @@ impl UdpLink {
     }
 
     /// The profile of the device on this link: `Profile::with_id(1)` with the link's address
-    /// as its only GID.
+    /// as its only GID and, as its port's Ethernet MTU, the MTU of the interface holding
+    /// that address (up to the port's 9000; `lo`'s 65536 gives 9000), so the active MTU
+    /// the driver reports is what the host's link carries.
     pub fn profile(&self) -> Profile {
         let mut p = Profile::with_id(1);
+        let mtu = super::socket::interface_mtu(self.local.ip());
         if let Some(port) = p.ports.first_mut() {
             port.gids = vec![self.gid()];
+            if let Some(m) = mtu {
+                port.eth_mtu = m.min(port.eth_mtu);
+            }
         }
         p
     }
@@ -255,3 +261,7 @@ pub(super) fn wall_ns() -> u64 {
 #[cfg(test)]
 #[path = "udp_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "mtu_netns_tests.rs"]
+mod mtu_netns_tests;
