@@ -92,7 +92,7 @@ fn one_rp_and_one_np_change_leave_the_rest() {
     )
     .unwrap();
     let np = cong::query_np_params(&hca).unwrap();
-    assert_eq!((np.cnp_802p_prio, np.cnp_prio_mode), (3, 1));
+    assert_eq!((np.cnp_802p_prio, np.cnp_prio_mode), (3, 0));
 }
 
 #[test]

@@ -139,9 +139,10 @@ pub struct NpParams {
     pub min_time_between_cnps: u32,
     /// The DSCP CNPs are sent with.
     pub cnp_dscp: u8,
-    /// 1: CNPs take `cnp_802p_prio`; 0: the priority of the marked packet.
+    /// 0: CNPs take `cnp_802p_prio`; 1: the priority of the marked packet. (The kernel's
+    /// `cong.c` writes 0 here whenever it sets `cnp_802p_prio`: 0 is the fixed-priority mode.)
     pub cnp_prio_mode: u8,
-    /// The 802.1p priority of CNPs when `cnp_prio_mode` is 1.
+    /// The 802.1p priority of CNPs when `cnp_prio_mode` is 0.
     pub cnp_802p_prio: u8,
 }
 
@@ -152,7 +153,7 @@ impl Default for NpParams {
         Self {
             min_time_between_cnps: 50,
             cnp_dscp: 48,
-            cnp_prio_mode: 1,
+            cnp_prio_mode: 0,
             cnp_802p_prio: 6,
         }
     }
@@ -434,6 +435,6 @@ mod tests {
         assert_eq!(c.field_select(), 1 << 4);
         // Decoding a bit shared by two fields gives both.
         let d = NpChanges::decode(c.field_select(), &v);
-        assert_eq!((d.cnp_prio_mode, d.cnp_802p_prio), (Some(1), Some(6)));
+        assert_eq!((d.cnp_prio_mode, d.cnp_802p_prio), (Some(0), Some(6)));
     }
 }

@@ -58,7 +58,7 @@ impl NpState {
 
 /// The 802.1p priority of a CNP answering a packet of priority `marked_prio`.
 pub fn cnp_prio(p: &NpParams, marked_prio: u8) -> u8 {
-    if p.cnp_prio_mode == 1 {
+    if p.cnp_prio_mode == 0 {
         p.cnp_802p_prio & 7
     } else {
         marked_prio & 7
@@ -91,10 +91,10 @@ mod tests {
     fn cnp_priority_follows_the_mode() {
         let p = NpParams::default();
         assert_eq!(cnp_prio(&p, 3), 6);
-        let m0 = NpParams {
-            cnp_prio_mode: 0,
+        let m1 = NpParams {
+            cnp_prio_mode: 1,
             ..p
         };
-        assert_eq!(cnp_prio(&m0, 3), 3);
+        assert_eq!(cnp_prio(&m1, 3), 3);
     }
 }
