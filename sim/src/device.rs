@@ -388,6 +388,7 @@ impl Device {
             || self.tp.scan_progressed
             || self.tp.ledger.flushes_waiting()
             || self.tp.ledger.commands_waiting()
+            || self.tp.tx_reopened()
     }
 
     /// `transport::scan`, without lending the data path's parts when its pass finds nothing.
@@ -408,7 +409,11 @@ impl Device {
             self.tp.ledger.commands_waiting() && crate::firmware::retry_waiting(&mut self.hca());
         if self.bar.idle() && self.tp.rx.is_empty() {
             // Only the scan can do something.
-            if force_scan || progress || self.tp.scan_progressed || self.tp.ledger.flushes_waiting()
+            if force_scan
+                || progress
+                || self.tp.scan_progressed
+                || self.tp.ledger.flushes_waiting()
+                || self.tp.tx_reopened()
             {
                 let scanned = self.scan();
                 self.tp.scan_progressed = scanned;
@@ -643,5 +648,6 @@ fn ring(dp: &mut DataPath<'_>, fw: &mut Firmware, bar: &Bar0, db: Doorbell) {
 }
 
 mod cong;
+mod port_tx;
 #[cfg(test)]
 mod tests;

@@ -156,8 +156,17 @@ impl World {
     /// (switches need the bytes), the link's latency and jitter are not used, and packets
     /// meet the packet rules as they enter the network (a rule's extra delay holds them back
     /// before the NIC's egress).
+    ///
+    /// Each NIC on the topology, now or when it is added, takes its link's rate as its line
+    /// rate (its DCQCN ceiling) and its link's MTU as its port's Ethernet MTU, as a ConnectX
+    /// port runs at the speed its link trained to and a host sets its MTU to the fabric's.
     pub fn set_topology(&mut self, topology: Option<&Topology>) -> Result<(), TopologyError> {
         self.net = topology.map(|t| Network::new(t, self.now)).transpose()?;
+        if let Some(net) = &self.net {
+            for (id, d) in self.devices.iter_mut().enumerate() {
+                net.fit_nic(id, d);
+            }
+        }
         Ok(())
     }
 
@@ -286,6 +295,9 @@ impl World {
     pub fn add_device(&mut self, profile: Profile) -> usize {
         let mut d = Device::new(profile);
         d.set_time(self.now);
+        if let Some(net) = &self.net {
+            net.fit_nic(self.devices.len(), &mut d);
+        }
         self.devices.push(d);
         self.routes = [None; ROUTE_CACHE];
         self.devices.len() - 1
@@ -348,7 +360,10 @@ impl World {
             // waiting or a scan that went on, and this round left nothing on the link to
             // move (it collected every sent frame and delivered every due one). Its steps
             // would all return false; skip it and report what it would have.
-            if !self.devices.iter().any(Device::has_pending) {
+            // On a switched network a device may hold frames its NIC's egress will take once
+            // the network has run: another round then.
+            let held = self.net.is_some() && self.devices.iter().any(Device::has_tx);
+            if !held && !self.devices.iter().any(Device::has_pending) {
                 return Ok(round + 1);
             }
         }
@@ -425,7 +440,7 @@ impl World {
             .map(|k| next + k)
         {
             next = src + 1;
-            while let Some(frame) = self.devices[src].take_frame() {
+            while let Some(frame) = self.take_for_link(src) {
                 any = true;
                 if !matches!(frame, Frame::Wire(_)) && !fast {
                     // Sent before the link started needing the bytes: segment it.
@@ -462,6 +477,19 @@ impl World {
             }
         }
         any
+    }
+
+    /// The next frame device `src` sent, if its link takes it now: always on the plain link;
+    /// on a switched network only while the NIC's egress has nothing waiting at its priority
+    /// (the device holds the rest: back-pressure, `Device::set_tx_backpressure`).
+    fn take_for_link(&mut self, src: usize) -> Option<Frame> {
+        if let Some(net) = &self.net
+            && let Some(prio) = self.devices[src].tx_head_prio()
+            && net.nic_backlog(src, prio) > 0
+        {
+            return None;
+        }
+        self.devices[src].take_frame()
     }
 
     /// True if no frame is due now (the map's first arrival is later, the lane is empty).
@@ -544,12 +572,12 @@ impl World {
         let watched = self.rules.watched();
         net.set_keep_dropped(watched);
         let mut out = Vec::new();
-        net.run(self.now, &mut self.rng, &mut out);
+        // An event may free a NIC's egress: a frame its device holds can go this run.
+        let mut any = net.run(self.now, &mut self.rng, &mut out);
         let dropped = net.take_dropped();
         for pkt in &dropped {
             self.rules.seen(pkt, self.now, Seen::Dropped);
         }
-        let mut any = false;
         for (dst, pkt) in out {
             any |= self.hand(dst, Frame::Wire(pkt));
         }

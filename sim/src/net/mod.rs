@@ -32,6 +32,10 @@ use rand_core::RngCore;
 
 use crate::cong::{PRIOS, prio_of_tclass};
 use port::{Port, Queued, ser_ns};
+
+/// Frames a NIC on a switched network may hold for its link before its requester waits
+/// (`Device::set_tx_backpressure`): its send scheduler works a packet or two ahead.
+const TX_GATE_FRAMES: usize = 2;
 pub use stats::{FlowStats, PortRef, PortStats, PrioStats, Sample};
 pub use topology::{
     LinkSpec, Node, PfcConfig, PrioSpec, RedConfig, SwitchSpec, Topology, TopologyError,
@@ -74,6 +78,8 @@ pub struct Network {
     ports: Vec<Port>,
     /// The port of each NIC, by device id.
     nic_port: Vec<Option<usize>>,
+    /// Per NIC (device id) and priority: bytes sent and not yet in its egress queue.
+    entering: Vec<[u64; PRIOS]>,
     switches: Vec<Switch>,
     events: BTreeMap<(u64, u64), Ev>,
     seq: u64,
@@ -132,6 +138,7 @@ impl Network {
             })
             .collect();
         Ok(Self {
+            entering: vec![[0; PRIOS]; nic_port.len()],
             ports,
             nic_port,
             switches,
@@ -166,13 +173,23 @@ impl Network {
             ingress: None,
         };
         self.packets += 1;
+        if let Some(e) = self.entering.get_mut(src) {
+            e[usize::from(q.prio) % PRIOS] += q.pkt.len() as u64;
+        }
         self.push(at.max(self.now), Ev::Send { src, q });
         true
     }
 
     /// Processes every event due by `now` (virtual ns), in order; appends each packet that
     /// reached a NIC to `out` as (device id, packet), in arrival order. RED draws from `rng`.
-    pub fn run(&mut self, now: u64, rng: &mut dyn RngCore, out: &mut Vec<(usize, Vec<u8>)>) {
+    /// Returns true if it processed any event.
+    pub fn run(
+        &mut self,
+        now: u64,
+        rng: &mut dyn RngCore,
+        out: &mut Vec<(usize, Vec<u8>)>,
+    ) -> bool {
+        let mut any = false;
         while let Some(entry) = self.events.first_entry() {
             let t = entry.key().0;
             if t > now {
@@ -182,9 +199,11 @@ impl Network {
             self.sample_before(t);
             self.now = self.now.max(t);
             self.handle(ev, rng, out);
+            any = true;
         }
         self.now = self.now.max(now);
         self.sample_before(now.saturating_add(1));
+        any
     }
 
     /// The time of the next event, if any.
@@ -239,6 +258,36 @@ impl Network {
     /// [`Sample::flows`]).
     pub fn flow_stats(&self) -> &BTreeMap<(usize, usize), FlowStats> {
         &self.flows
+    }
+
+    /// Gives device `d` (world device id `id`) its link's rate as line rate and its link's MTU
+    /// as port 1's Ethernet MTU, if it is on this network.
+    pub(crate) fn fit_nic(&self, id: usize, d: &mut crate::Device) {
+        if let Some(link) = self
+            .nic_port
+            .get(id)
+            .copied()
+            .flatten()
+            .map(|p| self.ports[p].link)
+        {
+            d.set_line_rate_mbps(link.rate_bps / 1_000_000);
+            d.set_port_mtu(1, link.mtu);
+            d.set_tx_backpressure(Some(TX_GATE_FRAMES));
+        }
+    }
+
+    /// Bytes at NIC `src`'s egress waiting for the wire at priority `prio`: queued, or sent
+    /// by the device and not yet queued (`World::collect_tx` takes a device's next frame only
+    /// while this is 0: the NIC's send scheduler feeds the wire one packet ahead).
+    pub(crate) fn nic_backlog(&self, src: usize, prio: u8) -> u64 {
+        let p = usize::from(prio) % PRIOS;
+        let queued = self
+            .nic_port
+            .get(src)
+            .copied()
+            .flatten()
+            .map_or(0, |i| self.ports[i].queued[p]);
+        queued + self.entering.get(src).map_or(0, |e| e[p])
     }
 
     /// The smallest MTU on the route from NIC `src` to NIC `dst` (the largest IP packet that
@@ -323,6 +372,10 @@ impl Network {
     fn handle(&mut self, ev: Ev, rng: &mut dyn RngCore, out: &mut Vec<(usize, Vec<u8>)>) {
         match ev {
             Ev::Send { src, q } => {
+                if let Some(e) = self.entering.get_mut(src) {
+                    let p = usize::from(q.prio) % PRIOS;
+                    e[p] = e[p].saturating_sub(q.pkt.len() as u64);
+                }
                 let Some(p) = self.nic_port.get(src).copied().flatten() else {
                     return self.drop_packet(q);
                 };

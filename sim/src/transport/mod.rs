@@ -323,6 +323,9 @@ pub(crate) fn scan_work(dp: &mut DataPath<'_>, due: Due) -> bool {
         in_err,
     } = due;
     let mut any = false;
+    // A QP held at the port's gate is resumed below if it still has work; it waits again
+    // if the gate still holds.
+    dp.tp.tx_waiting = false;
     if timers {
         any |= requester::run_timers(dp);
     }

@@ -66,9 +66,32 @@ pub(crate) struct Transport {
     pub(crate) quiet: Option<u64>,
     /// The notification point's record of the CNPs it sent (`cong::np`).
     pub(crate) np: crate::cong::np::NpState,
+    /// Back-pressure from the port: `Some(n)` while the link takes packets only as fast as
+    /// its wire sends them (a switched network): the requester sends no packet while `n`
+    /// frames wait in `tx` (`Device::set_tx_backpressure`).
+    pub(crate) tx_gate: Option<usize>,
+    /// A QP's sending stopped at the gate; the next scan with room resumes it.
+    pub(crate) tx_waiting: bool,
+    /// Behind the gate, where the next resume pass starts: after the last QP that sent.
+    pub(crate) resume_from: u32,
 }
 
 impl Transport {
+    /// True if the port's back-pressure holds the requester now (as many frames wait for
+    /// the link as the gate allows); remembers that a QP waits.
+    #[inline(always)]
+    pub(crate) fn tx_held(&mut self) -> bool {
+        let held = self.tx_gate.is_some_and(|n| self.tx.len() >= n);
+        self.tx_waiting |= held;
+        held
+    }
+
+    /// True if a QP waits at the gate and the link has since taken frames.
+    #[inline(always)]
+    pub(crate) fn tx_reopened(&self) -> bool {
+        self.tx_waiting && self.tx_gate.is_none_or(|n| self.tx.len() < n)
+    }
+
     /// True while the last scan's "nothing to do" still holds (see [`Transport::quiet`]).
     #[inline(always)]
     pub(crate) fn is_quiet(&self) -> bool {

@@ -408,6 +408,11 @@ fn step(s: &mut Sender<'_, '_>, c: &Ctx, req: &mut ReqState) -> Step {
     if c.st == st::RC && psn_diff(req.psn, req.una) >= MAX_UNACKED_PSNS {
         return Step::Stall;
     }
+    // The port takes packets only as fast as its wire sends them (back-pressure from a
+    // switched network): the scan resumes this QP once the link took some.
+    if s.tp.tx_held() {
+        return Step::Stall;
+    }
     // A rate-limited QP sends when its pacer allows, one packet at a time (a burst would go
     // faster than its rate): held back, it waits for the scan (`timers`).
     let limited = req.rp.limited();
@@ -831,13 +836,31 @@ pub(crate) fn resume(dp: &mut DataPath<'_>) -> bool {
     // find no WQE and stall): skipping it keeps an idle device's step free of work. The QPs
     // are visited in number order by a cursor (no list is collected: a scan allocates
     // nothing), each looked up after the previous one ran, as a collected list would be.
-    let mut from = 0u32;
+    //
+    // Behind the port's back-pressure (`Transport::tx_gate`) the first QP visited takes the
+    // room the link freed, so the visit starts after the last QP that sent and wraps
+    // around: QPs share the port round-robin, as the send scheduler arbitrates them.
+    let start = if dp.tp.tx_gate.is_some() {
+        dp.tp.resume_from
+    } else {
+        0
+    };
+    let mut sent = resume_range(dp, start, u32::MAX);
+    if start > 0 {
+        sent |= resume_range(dp, 0, start);
+    }
+    sent
+}
+
+/// [`resume`] over the QPs numbered `from..end`.
+fn resume_range(dp: &mut DataPath<'_>, mut from: u32, end: u32) -> bool {
     let mut sent = false;
     loop {
         let next = dp
             .objs
             .qps
             .iter_from(from)
+            .take_while(|&(n, _)| n < end)
             .find(|(_, qp)| has_work(qp))
             .map(|(n, qp)| (n, qp.req.fresh));
         let Some((qpn, fresh)) = next else {
@@ -851,10 +874,13 @@ pub(crate) fn resume(dp: &mut DataPath<'_>) -> bool {
                     .post_qp_event(&mut dp.io, EventType::WQ_CATAS_ERROR, qpn);
             }
         }
-        sent |= pump(dp, qpn);
         let Some(after) = qpn.checked_add(1) else {
-            return sent;
+            return sent | pump(dp, qpn);
         };
+        if pump(dp, qpn) {
+            sent = true;
+            dp.tp.resume_from = after;
+        }
         from = after;
     }
 }
