@@ -17,7 +17,6 @@ use plotters::style::text_anchor::{HPos, Pos, VPos};
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum XScale {
     /// Evenly spaced values.
-    #[allow(dead_code)] // generic API: the sweep's knobs are all powers of two
     Linear,
     /// Powers of two evenly spaced (every x must be positive).
     Log2,

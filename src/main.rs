@@ -21,6 +21,7 @@ mod ping_probe;
 mod pingpong;
 mod progress;
 mod ramp;
+mod sim;
 mod stats;
 mod stats_view;
 mod topo;
@@ -75,6 +76,9 @@ enum Command {
     /// CUDA devices (`info`) and RDMA to and from GPU memory over two sim NICs (`check`).
     #[command(subcommand)]
     Gpu(gpu_cmd::GpuCommand),
+    /// Experiments on simulated networks: `incast` (congestion: lossy, PFC, PFC + DCQCN).
+    #[command(subcommand)]
+    Sim(sim::SimCommand),
 }
 
 fn main() -> ExitCode {
@@ -92,6 +96,7 @@ fn main() -> ExitCode {
         Command::Topo(opts) => topo::run(&opts).map_err(Into::into),
         Command::Cong(cmd) => cong_cmd::run(&cmd).map_err(Into::into),
         Command::Gpu(cmd) => return gpu_cmd::main(&cmd),
+        Command::Sim(cmd) => sim::run(&cmd).map_err(Into::into),
     };
     let result: Result<(), Box<dyn std::error::Error>> = result;
     match result {
