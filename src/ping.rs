@@ -14,6 +14,7 @@ use std::io::Write;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use bypass_sim::net::{LinkSpec, Node, SwitchSpec, Topology};
 use bypass_testbed::{Profile, SimContext, SimFabric};
 use bypass_verbs::driver::qp_attr::Rtr2Rts;
 use bypass_verbs::wr::{RecvWr, SendOp, SendWr};
@@ -64,9 +65,9 @@ pub struct PingOpts {
     /// from it as the kernel's `iboe_get_mtu` computes it).
     #[arg(long, default_value = "9000", value_parser = parse_mtus, conflicts_with = "ramp")]
     pub eth_mtu: (u32, u32),
-    /// Troubleshooting demo: a hop between the NICs with this Ethernet MTU, which neither
-    /// endpoint's port reports (modelled at both ports after bring-up); the path probe finds
-    /// and explains it.
+    /// Troubleshooting demo: the NICs sit on two leaf switches joined through a spine by
+    /// links of this MTU, which neither endpoint's port reports; the path probe finds and
+    /// explains it.
     #[arg(long, conflicts_with = "ramp")]
     pub hop_mtu: Option<u32>,
 }
@@ -142,6 +143,26 @@ impl Steps {
     }
 }
 
+/// NIC A on leaf switch 0 and NIC B on leaf 1 (links of their Ethernet MTUs), the leaves
+/// joined through a spine (switch 2) by links of MTU `hop`: a hop the endpoints cannot see.
+fn hop_topology(eth_mtu: (u32, u32), hop: u32) -> Topology {
+    let link = |mtu| LinkSpec {
+        mtu,
+        ..LinkSpec::default()
+    };
+    let mut t = Topology::new();
+    let (l0, l1, spine) = (
+        t.add_switch(SwitchSpec::default()),
+        t.add_switch(SwitchSpec::default()),
+        t.add_switch(SwitchSpec::default()),
+    );
+    t.connect(Node::Nic(0), Node::Switch(l0), link(eth_mtu.0))
+        .connect(Node::Nic(1), Node::Switch(l1), link(eth_mtu.1))
+        .connect(Node::Switch(l0), Node::Switch(spine), link(hop))
+        .connect(Node::Switch(l1), Node::Switch(spine), link(hop));
+    t
+}
+
 /// Runs the ping and prints every step.
 pub fn run(opts: &PingOpts) -> Result<(), Box<dyn std::error::Error>> {
     if opts.ramp {
@@ -179,6 +200,9 @@ pub fn run(opts: &PingOpts) -> Result<(), Box<dyn std::error::Error>> {
     } else {
         SimFabric::stepped(opts.seed)
     };
+    if let Some(hop) = opts.hop_mtu {
+        fabric.with_world(|w| w.set_topology(Some(&hop_topology(opts.eth_mtu, hop))))?;
+    }
     let (ca, cb) = s.run("open devices", || {
         let open = |id: u8, mtu: u32| -> Result<Arc<Context>, bypass_verbs::VerbsError> {
             let mut p = Profile::with_id(id);
@@ -203,12 +227,9 @@ pub fn run(opts: &PingOpts) -> Result<(), Box<dyn std::error::Error>> {
             b.eth_mtu(1)?,
         );
         if let Some(hop) = opts.hop_mtu {
-            for c in [&a, &b] {
-                if let Some(sim) = c.sim() {
-                    let _ = sim.with_device(|d| d.set_port_mtu(1, hop));
-                }
-            }
-            detail.push_str(&format!(", a hop of Ethernet MTU {hop} between"));
+            detail.push_str(&format!(
+                ", through leaf, spine and leaf switches whose uplinks carry MTU {hop}"
+            ));
         }
         Ok::<_, bypass_verbs::VerbsError>(((a, b), detail))
     })?;

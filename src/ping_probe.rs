@@ -13,6 +13,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use bypass_sim::net::PortRef;
 use bypass_testbed::SimContext;
 use bypass_verbs::driver::hw::roce::mtu::{ROCE_HEADER_BYTES, eth_mtu_needed};
 use bypass_verbs::driver::qp_attr::{Init2Rtr, Rtr2Rts};
@@ -72,18 +73,59 @@ fn send_one(
     qb.post_recv(RecvWr::new(2, lb.lease(len)?))?;
     let mut lease = la.lease(len)?;
     lease.as_mut_slice().fill(0x5a);
+    let before = switch_mtu_drops(a);
     qa.post_send(SendWr::new(1, SendOp::Send).sge(lease))?;
     let outcome = match ca.wait(wait)? {
         Some(c) if c.is_ok() => Sent::Passed,
-        Some(c) => Sent::Lost(a.retry_exc_cause(qa.qpn()).map_or_else(
-            || format!("it completed with {}", c.status()),
-            |e| e.to_string(),
-        )),
+        Some(c) => Sent::Lost(
+            a.retry_exc_cause(qa.qpn())
+                .map(|e| e.to_string())
+                .or_else(|| switch_drop_note(&before, &switch_mtu_drops(a), c.status(), size))
+                .unwrap_or_else(|| format!("it completed with {}", c.status())),
+        ),
         None => Sent::Lost(format!("no completion within {} ms", wait.as_millis())),
     };
     // The receive side's completion, if any, goes with its CQ and QP.
     drop((qb, cb));
     Ok(outcome)
+}
+
+/// Per switch port of `a`'s simulated network: (port, its link's MTU, packets it dropped as
+/// larger than that MTU). Empty without a switched network.
+fn switch_mtu_drops(a: &Context) -> Vec<(PortRef, u32, u64)> {
+    let Some(sim) = a.sim() else {
+        return Vec::new();
+    };
+    sim.fabric().with_world(|w| {
+        let Some(net) = w.network() else {
+            return Vec::new();
+        };
+        net.ports()
+            .filter(|p| matches!(p, PortRef::Switch { .. }))
+            .filter_map(|p| Some((p, net.port_mtu(p)?, net.port_stats(p)?.total().drop_mtu)))
+            .collect()
+    })
+}
+
+/// What the switches dropped for size between two snapshots, as the reason a probe failed.
+fn switch_drop_note(
+    before: &[(PortRef, u32, u64)],
+    after: &[(PortRef, u32, u64)],
+    status: impl std::fmt::Display,
+    path_mtu: Mtu,
+) -> Option<String> {
+    let (port, mtu, n) = after
+        .iter()
+        .zip(before)
+        .map(|(&(p, mtu, a), &(_, _, b))| (p, mtu, a.saturating_sub(b)))
+        .find(|&(_, _, n)| n > 0)?;
+    let PortRef::Switch { switch, port } = port else {
+        return None;
+    };
+    Some(format!(
+        "it completed with {status}: switch {switch} port {port} dropped {n} of its packets as larger than that link's MTU {mtu} (path MTU {path_mtu} needs an Ethernet MTU >= {} on every hop)",
+        eth_mtu_needed(path_mtu.bytes())
+    ))
 }
 
 /// Probes the path from `a` to `b` at path MTU `path_mtu`: `Ok` with what passed, or `Err`

@@ -90,7 +90,8 @@ fn ping_finds_a_1500_byte_hop_and_names_the_mtu_drops() {
     for want in [
         "(A -> B: probe the path MTU)",
         "a 4096-byte message (one packet at path MTU 4096) does not cross the path",
-        "TRANSPORT_RETRY_EXC_ERR: 2 of its packets were dropped as larger than the Ethernet MTU 1500",
+        "TRANSPORT_RETRY_EXC_ERR",
+        "switch 0 port 1 dropped 2 of its packets as larger than that link's MTU 1500",
         "needs an Ethernet MTU >= 4192 on every hop",
         "the largest that passes is 1024 bytes",
         "use path MTU 1024",

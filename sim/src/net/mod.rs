@@ -238,6 +238,11 @@ impl Network {
         Some(self.ports[p].stats_at(self.now))
     }
 
+    /// The MTU of the link port `r` sends on, or `None` if there is no such port.
+    pub fn port_mtu(&self, r: PortRef) -> Option<u32> {
+        Some(self.ports[self.port_index(r)?].link.mtu)
+    }
+
     /// Bytes queued now at port `r`'s egress, per priority.
     pub fn queued_bytes(&self, r: PortRef) -> Option<[u64; PRIOS]> {
         self.port_index(r).map(|p| self.ports[p].queued)
