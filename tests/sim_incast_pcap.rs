@@ -15,24 +15,6 @@ use std::process::Command;
 
 use bypass_hw::roce::icrc;
 
-/// The IP packets of a LINKTYPE_RAW pcap with nanosecond timestamps.
-fn records(pcap: &[u8]) -> Vec<Vec<u8>> {
-    assert_eq!(
-        &pcap[0..4],
-        &0xa1b2_3c4du32.to_le_bytes(),
-        "ns-resolution magic"
-    );
-    assert_eq!(u32::from_le_bytes(pcap[20..24].try_into().unwrap()), 101);
-    let mut at = 24;
-    let mut out = Vec::new();
-    while at < pcap.len() {
-        let cap = u32::from_le_bytes(pcap[at + 8..at + 12].try_into().unwrap()) as usize;
-        out.push(pcap[at + 16..at + 16 + cap].to_vec());
-        at += 16 + cap;
-    }
-    out
-}
-
 /// The ECN bits of an IPv4 packet.
 fn ecn(p: &[u8]) -> u8 {
     p[1] & 3
@@ -96,7 +78,7 @@ fn an_incast_capture_shows_cnps_ce_marks_and_valid_icrcs() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let pkts = records(&std::fs::read(&path).unwrap());
+    let pkts = common::pcap_records(&std::fs::read(&path).unwrap());
     let cnps: Vec<&Vec<u8>> = pkts.iter().filter(|p| opcode(p) == 0x81).collect();
     let ce = pkts.iter().filter(|p| ecn(p) == 3).count();
     println!(

@@ -145,24 +145,6 @@ fn exchange(v6: bool, mtu: Mtu, psn: u32) -> (Vec<u8>, u64) {
     (bytes, n)
 }
 
-/// The records of a pcap the sim wrote (ns magic, LINKTYPE_RAW).
-fn records(pcap: &[u8]) -> Vec<Vec<u8>> {
-    assert_eq!(
-        &pcap[0..4],
-        &0xa1b2_3c4du32.to_le_bytes(),
-        "ns-resolution magic"
-    );
-    assert_eq!(u32::from_le_bytes(pcap[20..24].try_into().unwrap()), 101);
-    let mut at = 24;
-    let mut out = Vec::new();
-    while at < pcap.len() {
-        let cap = u32::from_le_bytes(pcap[at + 8..at + 12].try_into().unwrap()) as usize;
-        out.push(pcap[at + 16..at + 16 + cap].to_vec());
-        at += 16 + cap;
-    }
-    out
-}
-
 fn scratch(name: &str, pcap: &[u8]) -> (PathBuf, PathBuf) {
     let dir = common::scratch_dir(name);
     let path = dir.join("sim.pcap");
@@ -287,7 +269,7 @@ fn conformance(name: &str, v6: bool, mtu: Mtu) {
         common::oracle_available("tshark", || common::command_works("tshark", &["--version"]));
     let first = 0x00ff_fffa;
     let (pcap, n) = exchange(v6, mtu, first);
-    let pkts = records(&pcap);
+    let pkts = common::pcap_records(&pcap);
     assert_eq!(pkts.len() as u64, n);
     let version = if v6 { 6 } else { 4 };
     assert!(pkts.iter().all(|p| p[0] >> 4 == version));

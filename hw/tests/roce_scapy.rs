@@ -301,11 +301,7 @@ fn bypass_cnps_are_byte_identical_to_scapys() {
             (ipv4_to_gid([10, 99, 0, 1]), ipv4_to_gid([10, 99, 0, 2]))
         };
         let mut ip = IpSpec::from_gids(&s, &d).unwrap();
-        let tos = cnp_tos(num(m, "dscp") as u8);
-        match &mut ip {
-            IpSpec::V4(v) => v.tos = tos,
-            IpSpec::V6(v) => v.traffic_class = tos,
-        }
+        ip.set_tclass(cnp_tos(num(m, "dscp") as u8));
         let spec = CnpSpec {
             ip,
             ports: UdpPorts {

@@ -676,7 +676,7 @@ impl World {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::objects::AddressPath;
     use crate::transport::wire::Route;
@@ -686,7 +686,7 @@ mod tests {
     use bypass_hw::syndrome::AethSyndrome;
 
     /// Device `from` sends an ACK to the owner of `to_gid`, with PSN `psn`.
-    fn send_ack(w: &mut World, from: usize, to_gid: [u8; 16], psn: u32) {
+    pub(crate) fn send_ack(w: &mut World, from: usize, to_gid: [u8; 16], psn: u32) {
         let path = AddressPath {
             rgid: to_gid,
             port: 1,

@@ -200,6 +200,14 @@ fn truncated(what: &'static str, need: usize, got: usize) -> Error {
 }
 
 impl IpSpec {
+    /// Sets the IPv4 TOS or the IPv6 traffic class (DSCP << 2 | ECN).
+    pub fn set_tclass(&mut self, tclass: u8) {
+        match self {
+            Self::V4(v) => v.tos = tclass,
+            Self::V6(v) => v.traffic_class = tclass,
+        }
+    }
+
     /// IPv4 if both GIDs are IPv4-mapped, IPv6 if neither is (rxe `rxe_net.c`
     /// `rxe_prepare`: `skb->protocol` follows the address family of the GIDs); rxe's header
     /// defaults: TOS / traffic class 0, TTL / hop limit 64, DF set, IP ID 0, flow label 0.

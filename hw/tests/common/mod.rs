@@ -54,6 +54,24 @@ pub fn scratch_dir(test: &str) -> PathBuf {
     dir
 }
 
+/// The IP packets of a pcap bypass wrote (LINKTYPE_RAW, nanosecond timestamps), in order.
+pub fn pcap_records(pcap: &[u8]) -> Vec<Vec<u8>> {
+    assert_eq!(
+        &pcap[0..4],
+        &0xa1b2_3c4du32.to_le_bytes(),
+        "ns-resolution magic"
+    );
+    assert_eq!(u32::from_le_bytes(pcap[20..24].try_into().unwrap()), 101);
+    let mut at = 24;
+    let mut out = Vec::new();
+    while at < pcap.len() {
+        let cap = u32::from_le_bytes(pcap[at + 8..at + 12].try_into().unwrap()) as usize;
+        out.push(pcap[at + 16..at + 16 + cap].to_vec());
+        at += 16 + cap;
+    }
+    out
+}
+
 /// One row of `tests/data/mlx5_ifc_fields.tsv`: a field of a kernel `mlx5_ifc_<layout>_bits`.
 #[derive(Debug, Clone)]
 pub struct IfcRow {

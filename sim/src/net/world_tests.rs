@@ -2,47 +2,13 @@
 //! build cross the switch with its timing, the packet rules (faults, the pcap tee) still
 //! apply, and removing the topology returns to the fixed-latency link.
 
-use bypass_hw::roce::ext::Aeth;
-use bypass_hw::roce::{BthFields, BthOpcode, DEFAULT_PKEY, ExtFields};
-use bypass_hw::syndrome::AethSyndrome;
-
 use super::port::ser_ns;
 use super::*;
 use crate::World;
 use crate::faults::{FaultPlan, Rate};
-use crate::objects::AddressPath;
 use crate::profile::Profile;
-use crate::transport::wire::Route;
 
-/// Device `from` sends an ACK (PSN `psn`) to the owner of `to_gid` through its data path.
-fn send_ack(w: &mut World, from: usize, to_gid: [u8; 16], psn: u32) {
-    let path = AddressPath {
-        rgid: to_gid,
-        port: 1,
-        ..Default::default()
-    };
-    let bth = BthFields {
-        opcode: BthOpcode::RC_ACKNOWLEDGE,
-        pkey: DEFAULT_PKEY,
-        dest_qp: 0x42,
-        psn,
-        ..Default::default()
-    };
-    let ext = ExtFields {
-        aeth: Some(Aeth::new(AethSyndrome::ACK_UNLIMITED, 0).unwrap()),
-        ..Default::default()
-    };
-    assert!(w.device(from).data_path().send(
-        Route {
-            port: 1,
-            path: &path,
-            src_qpn: 7
-        },
-        bth,
-        ext,
-        &[]
-    ));
-}
+use crate::world::tests::send_ack;
 
 const LINK: LinkSpec = LinkSpec {
     rate_bps: 1_000_000_000,

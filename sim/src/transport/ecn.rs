@@ -137,11 +137,7 @@ fn send_cnp(
     let Ok(mut ip) = IpSpec::from_gids(our_gid, peer_gid) else {
         return false;
     };
-    let tos = cnp_tos(dp.cong.np.cnp_dscp);
-    match &mut ip {
-        IpSpec::V4(v) => v.tos = tos,
-        IpSpec::V6(v) => v.traffic_class = tos,
-    }
+    ip.set_tclass(cnp_tos(dp.cong.np.cnp_dscp));
     let spec = CnpSpec {
         ip,
         ports: UdpPorts {
