@@ -69,3 +69,7 @@ mod tests {
         assert!(!pkey_ok(0xfffe));
     }
 }
+
+#[cfg(test)]
+#[path = "peer_tests.rs"]
+mod frame_tests;
