@@ -68,3 +68,14 @@ fn register_advertises_exactly_the_length_asked_and_refuses_a_peer_write_past_it
     );
     Ok(())
 }
+
+#[test]
+fn a_zero_length_registration_advertises_nothing() -> Result<(), VerbsError> {
+    let (a, _b) = sim_pair(23)?;
+    let mr = a
+        .alloc_pd()?
+        .register(0, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+    assert_eq!((mr.len(), mr.remote().len), (0, 0));
+    assert!(mr.write(0, &[1]).is_err(), "not one byte is inside");
+    Ok(())
+}
