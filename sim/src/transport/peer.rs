@@ -72,4 +72,4 @@ mod tests {
 
 #[cfg(test)]
 #[path = "peer_tests.rs"]
-mod frame_tests;
+mod carrier_tests;
