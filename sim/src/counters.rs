@@ -105,6 +105,13 @@ counters! {
         rx_icrc_errors,
         /// Packets dropped before transport processing (bad headers, unknown QP, wrong state).
         rx_discards,
+        /// Packets for a connected (RC, UC) QP dropped because their IP source is not the
+        /// QP's peer or their destination not the QP's own GID (rxe `check_addr`). Per QP:
+        /// the QP they named.
+        rx_addr_errors,
+        /// Packets dropped because their BTH P_Key does not match the port's (the default
+        /// 0xffff; rxe `check_keys`). Per QP: the QP they named.
+        rx_pkey_errors,
         /// DMA accesses the IOMMU refused.
         dma_faults,
         /// Doorbells the device dropped (unknown QP, wrong UAR, malformed).

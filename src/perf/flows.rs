@@ -119,6 +119,21 @@ pub struct SideInfo {
     pub slot: u64,
 }
 
+/// QP `i`'s part of the peer's target: `size` bytes at `i × slot`, or, when the peer's hello
+/// does not hold them (a target smaller than its slots, slots that overflow), the error
+/// saying so: the hello is a peer's input, checked where it enters.
+fn peer_slot(peer: &SideInfo, i: usize, size: usize) -> Result<RemoteBuffer, PerfError> {
+    (i as u64)
+        .checked_mul(peer.slot)
+        .and_then(|off| peer.target.slice(off, size as u64))
+        .ok_or_else(|| {
+            PerfError::Mismatch(format!(
+                "the peer's target buffer ({} bytes, {} per QP) has no room for QP {i}'s {size}-byte messages: give both sides the same -s and -q, and the same bypass version",
+                peer.target.len, peer.slot
+            ))
+        })
+}
+
 /// The send depth that keeps `qps` × depth × `size` bytes within [`MAX_INFLIGHT_BYTES`]
 /// (at least 2), and the moderation no larger than it.
 pub fn fit_depth(size: u64, qps: u32, tx_depth: u32, cq_mod: u32) -> (u32, u32) {
@@ -300,13 +315,7 @@ impl Side {
                 ep.mtu = ep.mtu.min(m);
             }
             qp.connect(&ep)?;
-            let remote = peer
-                .target
-                .slice(i as u64 * peer.slot, self.spec.size as u64)
-                .ok_or(PerfError::TooLarge {
-                    size: self.spec.size as u64,
-                })?;
-            self.remote.push(remote);
+            self.remote.push(peer_slot(peer, i, self.spec.size)?);
             if self.spec.conn == Conn::Ud {
                 self.dests.push(qp.ud_dest(&ep));
             }
@@ -572,3 +581,7 @@ impl Drop for Side {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "peer_hello_tests.rs"]
+mod peer_hello_tests;

@@ -141,7 +141,12 @@ impl fmt::Display for Mtu {
 /// assert_eq!(text, "0000:00001c:123456:00000000000000000000ffff0a000001");
 /// assert_eq!(text.parse::<QpEndpoint>().unwrap(), ep);
 /// ```
+///
+/// Its serde form is checked as it is read: a QPN or PSN over 24 bits does not deserialise
+/// ([`QpEndpoint::validate`]'s error), so no JSON a peer sends (the exchange helper, the
+/// perf hello) yields an endpoint the device would refuse.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(try_from = "EndpointFields")]
 pub struct QpEndpoint {
     /// QP number (24 bits).
     pub qpn: u32,
@@ -157,6 +162,31 @@ pub struct QpEndpoint {
 
 /// The largest value a 24-bit field (QPN, PSN) can hold.
 pub const MAX_24BIT: u32 = 0x00ff_ffff;
+
+/// [`QpEndpoint`]'s fields as a peer's serde form carries them, not yet checked.
+#[derive(Deserialize)]
+struct EndpointFields {
+    qpn: u32,
+    psn: u32,
+    gid: Gid,
+    lid: u16,
+    mtu: Mtu,
+}
+
+impl TryFrom<EndpointFields> for QpEndpoint {
+    type Error = EndpointParseError;
+    fn try_from(f: EndpointFields) -> Result<Self, Self::Error> {
+        let ep = QpEndpoint {
+            qpn: f.qpn,
+            psn: f.psn,
+            gid: f.gid,
+            lid: f.lid,
+            mtu: f.mtu,
+        };
+        ep.validate()?;
+        Ok(ep)
+    }
+}
 
 impl QpEndpoint {
     /// Length of the `ibv_rc_pingpong` text form without its NUL (`"LLLL:QQQQQQ:PPPPPP:" + 32`).
@@ -319,7 +349,9 @@ pub enum EndpointParseError {
         text: String,
     },
     /// A field is out of range.
-    #[error("endpoint field {field} = {value:#x} is out of range: it must be at most {max:#x}")]
+    #[error(
+        "endpoint field {field} = {value:#x} is out of range: it must be at most {max:#x}; the peer's endpoint is corrupt or not a QP's (check that both sides run the same protocol)"
+    )]
     Range {
         /// The field.
         field: &'static str,
@@ -367,6 +399,48 @@ mod tests {
             lid: 0x12,
             mtu: Mtu::Mtu4096,
         }
+    }
+
+    #[test]
+    fn json_endpoint_with_a_psn_or_qpn_over_24_bits_does_not_deserialise() {
+        let good = serde_json::to_value(ep()).unwrap();
+        let back: QpEndpoint = serde_json::from_value(good.clone()).unwrap();
+        assert_eq!(back, ep());
+        for (field, value) in [
+            ("psn", 0x0100_0000u64),
+            ("qpn", 0x0100_0000),
+            ("qpn", u64::from(u32::MAX)),
+        ] {
+            let mut v = good.clone();
+            v[field] = value.into();
+            let err = serde_json::from_value::<QpEndpoint>(v)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains(&format!(
+                    "endpoint field {field} = {value:#x} is out of range"
+                )),
+                "{field}: {err}"
+            );
+        }
+        // At the limit it still reads.
+        let mut v = good;
+        v["psn"] = MAX_24BIT.into();
+        v["qpn"] = MAX_24BIT.into();
+        let at: QpEndpoint = serde_json::from_value(v).unwrap();
+        assert_eq!((at.qpn, at.psn), (MAX_24BIT, MAX_24BIT));
+    }
+
+    #[test]
+    fn peer_info_json_with_a_bad_endpoint_is_refused() {
+        let info = crate::exchange::PeerInfo {
+            qp: ep(),
+            buffers: vec![],
+        };
+        let mut v = serde_json::to_value(&info).unwrap();
+        v["qp"]["psn"] = 0x0123_4567.into();
+        let err = serde_json::from_value::<crate::exchange::PeerInfo>(v).unwrap_err();
+        assert!(err.to_string().contains("psn = 0x1234567"), "{err}");
     }
 
     #[test]

@@ -168,6 +168,8 @@ pub mod pool;
 pub mod qp;
 pub mod shared;
 pub mod srq;
+#[cfg(test)]
+mod test_pair;
 pub mod wr;
 pub mod write_batch;
 

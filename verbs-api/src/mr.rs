@@ -8,6 +8,7 @@
 //! Owns: [`Mr`]. Must not: register memory it did not allocate, or build commands.
 
 use std::ptr::NonNull;
+use std::sync::Arc;
 
 use crate::driver::mr::{MkeyAccess, Mr as DriverMr};
 use crate::endpoint::RemoteBuffer;
@@ -25,9 +26,14 @@ pub struct Mr {
 }
 
 impl Mr {
+    /// Allocates whole pages for `len` bytes and registers exactly `len` of them: the mkey's
+    /// length is `len` (`mkc.len`), so the device refuses a peer's access past it with a
+    /// remote access error even though the page holding byte `len` is mapped (the kernel's
+    /// `ib_umem_get` also pins whole pages and registers the length asked). The rounding stays
+    /// inside the MTT and the allocation; [`Mr::len`] and [`Mr::remote`] say `len`.
     pub(crate) fn register(pd: &Pd, len: usize, access: MkeyAccess) -> Result<Self, VerbsError> {
         let buf = pd.context().hca().dma().alloc_for_key(len.max(1))?;
-        let inner = DriverMr::register(pd.driver(), buf, access)?;
+        let inner = DriverMr::register_range(pd.driver(), Arc::new(buf), 0, len, access)?;
         Ok(Mr {
             inner,
             _pd: pd.clone(),
@@ -134,3 +140,7 @@ unsafe impl PoolMemory for Mr {
         self.inner.lkey()
     }
 }
+
+#[cfg(test)]
+#[path = "mr_exact_tests.rs"]
+mod exact_tests;

@@ -410,10 +410,15 @@ impl Qp {
 
     /// INIT → RTR toward `remote` (RC: its QPN, first PSN and GID, at the smaller of the two
     /// MTUs; UD: nothing to set).
+    ///
+    /// Errors: [`VerbsError::Endpoint`] (RC, UC) when `remote`'s QPN or PSN does not fit its
+    /// 24 bits ([`QpEndpoint::validate`]), before any command: a peer's endpoint built by
+    /// hand is checked here as a parsed one is where it is read.
     pub fn modify_to_rtr(&mut self, remote: &QpEndpoint) -> Result<(), VerbsError> {
         let a = match self.qp_type() {
             QpType::Ud => Init2Rtr::ud(),
             QpType::Rc | QpType::Uc => {
+                remote.validate()?;
                 let mtu = self
                     .pd
                     .context()
@@ -850,3 +855,7 @@ impl Qp {
         self.pd.context().gid(self.opts.port)
     }
 }
+
+#[cfg(test)]
+#[path = "connect_tests.rs"]
+mod connect_tests;

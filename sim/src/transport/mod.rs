@@ -8,10 +8,13 @@
 //! packets on the wire; `state` holds the device-wide state and the firmware's way in
 //! (`QpControl`). Must not: touch rings directly (completions go through `Completions`).
 //!
-//! Receive checks follow rxe (`rxe_recv.c` `rxe_rcv`, `check_type_state`, `check_addr`):
-//! bad ICRC → dropped and counted; a destination address that is not one of our GIDs, an
-//! unknown QPN, an opcode of another transport than the QP's, or a QP not yet in RTR →
-//! dropped and counted as a discard.
+//! Receive checks follow rxe (`rxe_recv.c` `rxe_rcv`, `check_type_state`, `check_addr`,
+//! `check_keys`): bad ICRC → dropped and counted; a destination address that is not one of
+//! our GIDs, an unknown QPN, an opcode of another transport than the QP's, or a QP not yet
+//! in RTR → dropped and counted as a discard; a packet for an RC or UC QP from another
+//! address than its peer's (`peer::from_peer`) → dropped and counted as `rx_addr_errors`, a
+//! P_Key other than the port's (`peer::pkey_ok`) as `rx_pkey_errors`, on the device and the
+//! QP. Such a packet is never answered: an ACK or NAK would tell a spoofer the PSN.
 //!
 //! ECN (`ecn`): a CNP is recognised before the parse (the opcode table does not carry it) and
 //! goes to the reaction point; a CE-marked packet that passes the checks goes to the
@@ -20,6 +23,7 @@
 
 pub(crate) mod completer;
 pub(crate) mod ecn;
+pub(crate) mod peer;
 pub mod requester;
 pub(crate) mod responder;
 pub(crate) mod state;
@@ -164,6 +168,14 @@ fn receive_packet(dp: &mut DataPath<'_>, pkt: &RocePacket<'_>, icrc_checked: boo
         dp.io.counters.rx_discards += 1;
         return;
     }
+    if !peer::from_peer(qp, dp.profile, pkt.ip()) {
+        count_peer_error(dp, qpn, |c| &mut c.rx_addr_errors);
+        return;
+    }
+    if !peer::pkey_ok(pkt.bth().pkey()) {
+        count_peer_error(dp, qpn, |c| &mut c.rx_pkey_errors);
+        return;
+    }
     if ecn::ce(pkt.ip()) {
         let (qp_st, remote_qpn) = (qp.st, qp.attrs.remote_qpn);
         ecn::notify(dp, pkt, qpn, qp_st, remote_qpn);
@@ -207,22 +219,46 @@ pub(crate) fn receive_ack(dp: &mut DataPath<'_>, a: &AckFrame) {
     dp.io.counters.port_rcv_packets += 1;
     dp.io.counters.port_rcv_data += a.wire_len;
     if !reaches_rc_qp(dp, &a.ip, a.dest_qp) {
-        dp.io.counters.rx_discards += 1;
+        // The checks of `receive`, in its order, for the one that failed.
+        let from_elsewhere = dp.objs.qps.get(a.dest_qp).is_some_and(|qp| {
+            qp.st == st::RC && takes_packets(qp.state) && !peer::from_peer(qp, dp.profile, &a.ip)
+        });
+        if from_elsewhere && dp.owns_gid(&crate::frame::dst_gid(&a.ip)) {
+            count_peer_error(dp, a.dest_qp, |c| &mut c.rx_addr_errors);
+        } else {
+            dp.io.counters.rx_discards += 1;
+        }
         return;
     }
     completer::handle_ack(dp, a.dest_qp, a.psn, &a.aeth);
 }
 
-/// True if the destination address is ours and `qpn` is an RC QP in a state that takes
-/// packets (the checks of `receive`, rxe `check_addr`/`check_type_state`).
+/// Counts a packet dropped by a peer check (`peer`) in the device's and QP `qpn`'s
+/// counters, the one `field` picks.
+#[cold]
+fn count_peer_error(
+    dp: &mut DataPath<'_>,
+    qpn: u32,
+    field: impl Fn(&mut crate::counters::Counters) -> &mut u64,
+) {
+    *field(dp.io.counters) += 1;
+    if let Some(qp) = dp.objs.qps.get_mut(qpn) {
+        *field(&mut qp.counters) += 1;
+    }
+}
+
+/// True if the destination address is ours, `qpn` is an RC QP in a state that takes
+/// packets, and the source is its peer (the checks of `receive`, rxe
+/// `check_addr`/`check_type_state`). The in-process frames are built by a sim requester or
+/// responder, which always writes the default P_Key.
 fn reaches_rc_qp(dp: &mut DataPath<'_>, ip: &IpSpec, qpn: u32) -> bool {
     if !dp.owns_gid(&crate::frame::dst_gid(ip)) {
         return false;
     }
-    dp.objs
-        .qps
-        .get(qpn)
-        .is_some_and(|qp| qp.st == st::RC && takes_packets(qp.state))
+    let profile = dp.profile;
+    dp.objs.qps.get(qpn).is_some_and(|qp| {
+        qp.st == st::RC && takes_packets(qp.state) && peer::from_peer(qp, profile, ip)
+    })
 }
 
 /// True if a QP in `state` takes packets: from RTR on, not in ERR (rxe `check_type_state`).

@@ -48,6 +48,8 @@ struct Req<'a> {
     se: bool,
     ext: ExtFields,
     payload: &'a [u8],
+    /// The BTH P_Key; `None`: the default.
+    pkey: Option<u16>,
 }
 
 impl Rig {
@@ -96,7 +98,7 @@ impl Rig {
     fn build(&mut self, path: &AddressPath, r: Req<'_>) -> Vec<u8> {
         let bth = BthFields {
             opcode: r.op,
-            pkey: DEFAULT_PKEY,
+            pkey: r.pkey.unwrap_or(DEFAULT_PKEY),
             dest_qp: self.qp.qpn,
             psn: r.psn & 0x00ff_ffff,
             ack_req: r.ack,
@@ -296,6 +298,7 @@ fn send_imm_reports_the_immediate_and_the_solicited_bit() {
         se: true,
         ext: imm(0xdead_beef),
         payload: b"hello",
+        ..Default::default()
     });
     let c = r.poll().expect("cqe");
     assert_eq!(c.opcode(), CqeOpcode::RESP_SEND_IMM);
@@ -1331,4 +1334,89 @@ fn mutated_requests_never_panic_the_responder() {
         r.responses();
         while r.poll().is_some() {}
     }
+}
+
+/// A WRITE ONLY with AckReq at the first expected PSN (RETH and payload to be filled in).
+fn write_only() -> Req<'static> {
+    Req {
+        op: BthOpcode::RC_RDMA_WRITE_ONLY,
+        psn: psn(0),
+        ack: true,
+        ..Default::default()
+    }
+}
+
+#[test]
+fn rc_write_from_an_address_other_than_the_peer_is_dropped_unanswered_and_counted() {
+    let mut r = Rig::rc(1024);
+    // A second address on A's port: 10.0.0.9, not the one B's QP is connected to.
+    let forged_gid = crate::profile::Profile::ipv4_gid([10, 0, 0, 9]);
+    r.p.a.dev.profile.ports[0].gids.push(forged_gid);
+    let data = pattern(64, 5);
+    let ext = r.reth(0, 64);
+    let path = r.path(1, r.p.b.gid());
+    let forged = r.build(
+        &path,
+        Req {
+            ext,
+            payload: &data,
+            ..write_only()
+        },
+    );
+    assert_eq!(
+        crate::transport::peer::src_gid(RocePacket::parse(&forged).expect("parse").ip()),
+        forged_gid,
+        "the forged packet comes from the second address"
+    );
+    r.deliver(forged);
+    assert_eq!(
+        r.mem(0, 64),
+        vec![0; 64],
+        "no byte of the forged WRITE lands"
+    );
+    assert!(r.responses().is_empty(), "no ACK or NAK to a spoofer");
+    let dev = &r.p.b.dev;
+    assert_eq!(dev.counters.rx_addr_errors, 1);
+    assert_eq!(dev.counters.rx_write_requests, 0);
+    assert_eq!(dev.counters.rx_discards, 0);
+    let qpc = dev.qp_counters(r.qp.qpn).expect("qp");
+    assert_eq!(qpc.rx_addr_errors, 1);
+    // The real peer's WRITE at the same PSN still lands: the forged one consumed nothing.
+    r.inject(Req {
+        ext,
+        payload: &data,
+        ..write_only()
+    });
+    assert_eq!(r.mem(0, 64), data);
+    let resp = r.responses();
+    assert_eq!(resp.len(), 1);
+    assert!(is_ack(&resp[0], psn(0), 1), "{resp:?}");
+    assert_eq!(r.p.b.dev.counters.rx_addr_errors, 1);
+}
+
+#[test]
+fn rc_packet_with_a_foreign_pkey_is_dropped_unanswered_and_counted() {
+    let mut r = Rig::rc(1024);
+    let data = pattern(32, 1);
+    let ext = r.reth(0, 32);
+    r.inject(Req {
+        ext,
+        payload: &data,
+        pkey: Some(0x8001),
+        ..write_only()
+    });
+    assert_eq!(r.mem(0, 32), vec![0; 32]);
+    assert!(r.responses().is_empty());
+    assert_eq!(r.p.b.dev.counters.rx_pkey_errors, 1);
+    let qpc = r.p.b.dev.qp_counters(r.qp.qpn).expect("qp");
+    assert_eq!(qpc.rx_pkey_errors, 1);
+    // A limited member of the default partition (0x7fff) matches our full key.
+    r.inject(Req {
+        ext,
+        payload: &data,
+        pkey: Some(0x7fff),
+        ..write_only()
+    });
+    assert_eq!(r.mem(0, 32), data);
+    assert_eq!(r.p.b.dev.counters.rx_pkey_errors, 1);
 }
