@@ -107,6 +107,19 @@ pub enum PingpongError {
     /// The exchange failed.
     #[error(transparent)]
     Exchange(#[from] bypass_verbs::exchange::ExchangeError),
+    /// HOST does not resolve.
+    #[error(transparent)]
+    Resolve(#[from] crate::resolve::ResolveError),
+    /// The client closed the connection before its address was read.
+    #[error(
+        "out-of-band exchange (server, port {port}): the client closed the connection after {got} of the {PINGPONG_MSG_LEN} bytes of its address: it probably failed on its side; read its error"
+    )]
+    ClientClosed {
+        /// The TCP port.
+        port: u16,
+        /// Bytes of the address that arrived.
+        got: usize,
+    },
     /// An option is out of range.
     #[error("{0}")]
     Usage(String),
@@ -209,6 +222,11 @@ pub fn run(o: &PingpongOpts) -> Result<(), PingpongError> {
         .ok()
         .filter(|&s| s > 0 && s <= 1 << 30)
         .ok_or_else(|| PingpongError::Usage(format!("-s {}: give 1 byte to 1 GiB", o.size)))?;
+    // HOST is resolved before anything starts, so a bad name is reported by that name.
+    let server = match &o.host {
+        Some(host) => Some(crate::resolve::resolve(host, o.port)?),
+        None => None,
+    };
     let dev = open_net(&o.device, o.seed, "pingpong", o.pcap.as_deref())?;
     let ctx = dev.ctx.clone();
     let pd = ctx.alloc_pd()?;
@@ -249,10 +267,9 @@ pub fn run(o: &PingpongOpts) -> Result<(), PingpongError> {
         ..Rtr2Rts::new(local.psn)
     };
 
-    let remote = match &o.host {
-        Some(host) => {
-            let remote =
-                exchange_pingpong_as_client((host.as_str(), o.port), &local, mtu, TIMEOUT)?;
+    let remote = match &server {
+        Some(addrs) => {
+            let remote = exchange_pingpong_as_client(addrs.as_slice(), &local, mtu, TIMEOUT)?;
             qp.modify_to_rtr(&remote)?;
             qp.modify_to_rts_with(&rts)?;
             remote
@@ -423,12 +440,21 @@ fn serve_exchange(
         .map_err(err(
             "listening (is another pingpong server running on this port?)",
         ))?;
+    if port == 0 {
+        // The port the OS chose is the only way a client can find this server.
+        let bound = listener
+            .local_addr()
+            .map_err(err("reading the bound port"))?;
+        println!("  listening on TCP port {}", bound.port());
+    }
     let (mut s, _): (TcpStream, _) = listener.accept().map_err(err("accepting the client"))?;
     s.set_read_timeout(Some(TIMEOUT))
         .map_err(err("setting a timeout"))?;
     let mut msg = [0u8; PINGPONG_MSG_LEN];
-    s.read_exact(&mut msg)
-        .map_err(err("reading the client's address"))?;
+    let got = read_full(&mut s, &mut msg).map_err(err("reading the client's address"))?;
+    if got < msg.len() {
+        return Err(PingpongError::ClientClosed { port, got });
+    }
     let text = std::str::from_utf8(&msg)
         .map_err(|_| PingpongError::BadMessage("it is not text".into()))?;
     let remote = QpEndpoint::parse_pingpong(text, mtu)
@@ -443,4 +469,19 @@ fn serve_exchange(
     let mut done = [0u8; 5];
     let _ = s.read(&mut done);
     Ok(remote)
+}
+
+/// Reads into `buf` until it is full or the peer closes; returns the bytes read (short only
+/// when the peer closed).
+fn read_full(s: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut got = 0;
+    while got < buf.len() {
+        match s.read(&mut buf[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(got)
 }

@@ -131,6 +131,7 @@ impl BwSpec {
     pub fn validate(&self) -> Result<(), PerfError> {
         self.verb.check_conn(self.conn).map_err(PerfError::Usage)?;
         super::check_sizes(&[self.verb.size(self.size)])?;
+        super::check_iters(self.iters)?;
         if self.qps == 0 || self.qps > 256 {
             return Err(PerfError::Usage(format!(
                 "-q {}: run 1 to 256 QPs",

@@ -39,7 +39,7 @@ pub struct CompareOpts {
     pub lat_size: u64,
     /// Iterations of each measurement, split between the rounds (at least 50 per round; the
     /// bandwidth runs use at least 2 × tx-depth).
-    #[arg(short = 'n', long, default_value_t = 7000, value_parser = clap::value_parser!(u64).range(50..))]
+    #[arg(short = 'n', long, default_value_t = 7000, value_parser = clap::value_parser!(u64).range(50..=super::MAX_ITERS))]
     pub iters: u64,
     /// WRITEs outstanding in the bandwidth run.
     #[arg(short = 't', long = "tx-depth", default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=1024))]

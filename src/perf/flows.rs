@@ -137,6 +137,23 @@ fn split(wr_id: u64) -> (usize, u64) {
 }
 
 /// QP `i` of `qps`, named by work request `wr_id`.
+/// A QP refused for its send queue's depth, said in the option that set it (`-t`; the
+/// other caps are the tool's own, so their errors stay the driver's).
+fn depth_error(e: bypass_verbs::VerbsError, depth: u32) -> PerfError {
+    use bypass_verbs::VerbsError::Driver;
+    use bypass_verbs::driver::DriverError::QpCapTooLarge;
+    match e {
+        Driver(QpCapTooLarge {
+            cap: "max_send_wr",
+            max,
+            ..
+        }) => PerfError::Usage(format!(
+            "-t {depth}: this device's send queue holds at most {max} operations of this message size and inline setting: give -t {max} or less"
+        )),
+        e => e.into(),
+    }
+}
+
 fn qp_at(qps: &mut [Qp], i: usize, wr_id: u64) -> Result<&mut Qp, PerfError> {
     let n = qps.len();
     qps.get_mut(i).ok_or(PerfError::NoSuchQp {
@@ -210,7 +227,8 @@ impl Side {
                     .max_send_sge(1)
                     .max_recv_sge(1)
                     .max_inline(spec.inline)
-                    .build()?,
+                    .build()
+                    .map_err(|e| depth_error(e, spec.depth))?,
             );
         }
         let max_inline = built.first().map_or(0, |q| {
@@ -300,11 +318,18 @@ impl Side {
                 ep.mtu = ep.mtu.min(m);
             }
             qp.connect(&ep)?;
+            // The peer's slot and buffer are its word: a slice that does not fit (or whose
+            // offset overflows) is its -s or -q differing from this side's.
+            let size = self.spec.size as u64;
+            let offset = (i as u64).saturating_mul(peer.slot);
             let remote = peer
                 .target
-                .slice(i as u64 * peer.slot, self.spec.size as u64)
-                .ok_or(PerfError::TooLarge {
-                    size: self.spec.size as u64,
+                .slice(offset, size)
+                .ok_or(PerfError::PeerBufferTooSmall {
+                    qp: i,
+                    size,
+                    offset,
+                    have: peer.target.len,
                 })?;
             self.remote.push(remote);
             if self.spec.conn == Conn::Ud {

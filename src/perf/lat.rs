@@ -99,7 +99,8 @@ impl LatSpec {
     /// Refuses combinations perftest refuses, with the fix.
     pub fn validate(&self) -> Result<(), PerfError> {
         self.verb.check_conn(self.conn).map_err(PerfError::Usage)?;
-        super::check_sizes(&[self.verb.size(self.size)])
+        super::check_sizes(&[self.verb.size(self.size)])?;
+        super::check_iters(self.iters)
     }
 
     /// The result of an iteration run from its post times (ns).
