@@ -35,6 +35,8 @@ const RECV_WRID: u64 = 2;
 const FILL: u8 = 0x7b;
 /// How long the exchange and each wait for a completion may take.
 const TIMEOUT: Duration = Duration::from_secs(30);
+/// The most buffer memory a run registers: (`-r` + 2) buffers of `-s` bytes.
+const MAX_BUFFER_BYTES: u64 = 4 << 30;
 /// How long nothing may complete while packets are dropped for their size before the run
 /// gives up (a retry of a packet too large for a hop is dropped again).
 const MTU_STALL: Duration = Duration::from_secs(2);
@@ -222,6 +224,18 @@ pub fn run(o: &PingpongOpts) -> Result<(), PingpongError> {
         .ok()
         .filter(|&s| s > 0 && s <= 1 << 30)
         .ok_or_else(|| PingpongError::Usage(format!("-s {}: give 1 byte to 1 GiB", o.size)))?;
+    // Every receive holds a buffer of -s bytes, plus two SEND buffers: bounded before any
+    // memory is asked for.
+    let total = o.size.saturating_mul(u64::from(o.rx_depth) + 2);
+    if total > MAX_BUFFER_BYTES {
+        return Err(PingpongError::Usage(format!(
+            "-s {} × -r {}: the receives and sends keep {} MiB of buffers registered, more than the {} MiB allowed: give a smaller -s or -r",
+            o.size,
+            o.rx_depth,
+            total >> 20,
+            MAX_BUFFER_BYTES >> 20
+        )));
+    }
     // HOST is resolved before anything starts, so a bad name is reported by that name.
     let server = match &o.host {
         Some(host) => Some(crate::resolve::resolve(host, o.port)?),

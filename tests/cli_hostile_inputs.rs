@@ -62,6 +62,53 @@ fn a_size_out_of_range_says_which_end_of_the_range() {
 }
 
 #[test]
+fn compare_sizes_out_of_range_name_their_option() {
+    refused(
+        &[
+            "perf",
+            "compare",
+            "--lat-size",
+            "0",
+            "-n",
+            "100",
+            "--rounds",
+            "1",
+        ],
+        &["--lat-size 0", "1 byte to 8 MiB"],
+    );
+    refused(
+        &[
+            "perf",
+            "compare",
+            "--bw-size",
+            "0",
+            "-n",
+            "100",
+            "--rounds",
+            "1",
+        ],
+        &["--bw-size 0", "1 byte to 8 MiB"],
+    );
+}
+
+#[test]
+fn pingpong_buffers_beyond_the_budget_are_refused_before_mapping() {
+    let all = refused(
+        &[
+            "pingpong",
+            "-d",
+            "udp:127.0.31.7:31040",
+            "-s",
+            "1G",
+            "-r",
+            "8192",
+        ],
+        &["-s 1073741824 × -r 8192", "MiB allowed"],
+    );
+    assert!(!all.contains("out of memory"), "{all}");
+}
+
+#[test]
 fn a_send_queue_deeper_than_the_device_names_t_and_its_limit() {
     let all = refused(
         &["perf", "write-bw", "-t", "8192", "-s", "8", "-n", "5"],

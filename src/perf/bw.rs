@@ -275,6 +275,7 @@ pub fn write_bw_times(
         cq_mod,
         ..BwSpec::default()
     };
+    spec.validate()?;
     let side = spec.side(size, false);
     let mut pair = LocalPair::new(seed, side, None)?;
     let (depth, cq_mod) = effective_depth(size, tx_depth, cq_mod);

@@ -131,9 +131,8 @@ impl Round {
 /// prints the pooled medians, each round's ratios, and the verdicts on the median of the
 /// rounds' ratios.
 pub fn run(o: &CompareOpts) -> Result<(), PerfError> {
-    if o.bw_size == 0 || o.bw_size > super::MAX_SIZE {
-        return Err(PerfError::TooLarge { size: o.bw_size });
-    }
+    super::check_size("--bw-size", o.bw_size)?;
+    super::check_size("--lat-size", o.lat_size)?;
     let rounds = o.rounds.max(1);
     // Each round gets its share of the iterations, but never fewer than 50.
     let per_round = (o.iters / u64::from(rounds)).max(50);

@@ -341,6 +341,7 @@ pub fn write_lat_post_times(seed: u64, size: u64, iters: u64) -> Result<Vec<u64>
         iters,
         ..LatSpec::default()
     };
+    spec.validate()?;
     let n = usize::try_from(iters).map_err(|_| PerfError::TooLarge { size: iters })?;
     let mut pair = LocalPair::new(seed, spec.side(size, false), None)?;
     let bytes = usize::try_from(size).map_err(|_| PerfError::TooLarge { size })?;

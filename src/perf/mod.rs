@@ -230,9 +230,11 @@ pub enum PerfError {
     },
     /// A message size outside 1 byte to [`MAX_SIZE`].
     #[error(
-        "-s {size}: a message is 1 byte to 8 MiB (8388608 bytes, perftest's MAX_SIZE): give -s in that range"
+        "{option} {size}: a message is 1 byte to 8 MiB (8388608 bytes, perftest's MAX_SIZE): give {option} in that range"
     )]
     SizeOutOfRange {
+        /// The option that gave it (`-s`, `--lat-size`, ...).
+        option: &'static str,
         /// The size given.
         size: u64,
     },
@@ -295,10 +297,15 @@ fn sizes(c: &CommonOpts, default: u64) -> Vec<u64> {
 }
 
 fn check_sizes(sizes: &[u64]) -> Result<(), PerfError> {
-    match sizes.iter().find(|&&s| s == 0 || s > MAX_SIZE) {
-        Some(&size) => Err(PerfError::SizeOutOfRange { size }),
-        None => Ok(()),
+    sizes.iter().try_for_each(|&s| check_size("-s", s))
+}
+
+/// A message size given by `option`, within 1 byte to [`MAX_SIZE`].
+fn check_size(option: &'static str, size: u64) -> Result<(), PerfError> {
+    if size == 0 || size > MAX_SIZE {
+        return Err(PerfError::SizeOutOfRange { option, size });
     }
+    Ok(())
 }
 
 /// `-n` within [`MAX_ITERS`] (what the sample buffers are sized by).
@@ -367,5 +374,7 @@ mod limit_tests {
             );
         }
         assert!(check_sizes(&[1, MAX_SIZE]).is_ok());
+        let e = check_size("--lat-size", 0).unwrap_err();
+        assert!(e.to_string().starts_with("--lat-size 0: "), "{e}");
     }
 }
