@@ -126,6 +126,22 @@ fn a_send_queue_deeper_than_the_device_names_t_and_its_limit() {
 }
 
 #[test]
+fn inline_beyond_the_wqe_names_i_and_the_limit_per_transport() {
+    refused(
+        &["perf", "write-lat", "-I", "1024", "-n", "5"],
+        &["-I 1024", "RC", "-I 908 or less"],
+    );
+    refused(
+        &[
+            "perf", "send-bw", "-c", "UD", "-I", "1000", "-s", "8", "-n", "5",
+        ],
+        &["-I 1000", "UD", "-I 892 or less"],
+    );
+    let (code, out, err) = bypass(&["perf", "write-lat", "-I", "908", "-s", "8", "-n", "5"]);
+    assert_eq!(code, 0, "-I 908:\n{out}{err}");
+}
+
+#[test]
 fn an_unresolvable_host_is_named() {
     let host = "no-such-host.invalid";
     let all = refused(

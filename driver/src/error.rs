@@ -188,7 +188,7 @@ pub enum DriverError {
     },
     /// A QP cap beyond what a QP of its type holds on this device; nothing was allocated.
     #[error(
-        "create QP ({qp_type}): {cap} {asked} is more than this device holds for an {qp_type} QP: ask for at most {max}"
+        "create QP ({qp_type}): {cap} {asked} is more than this device holds for {qp_type} QPs: ask for at most {max}"
     )]
     QpCapTooLarge {
         /// RC, UC or UD.

@@ -137,9 +137,10 @@ fn split(wr_id: u64) -> (usize, u64) {
 }
 
 /// QP `i` of `qps`, named by work request `wr_id`.
-/// A QP refused for its send queue's depth, said in the option that set it (`-t`; the
-/// other caps are the tool's own, so their errors stay the driver's).
-fn depth_error(e: bypass_verbs::VerbsError, depth: u32) -> PerfError {
+/// A QP refused for a cap an option set, said in that option (`-t` the send queue's depth,
+/// `-I` the inline size; the other caps are the tool's own, so their errors stay the
+/// driver's).
+fn cap_error(e: bypass_verbs::VerbsError, spec: &SideSpec) -> PerfError {
     use bypass_verbs::VerbsError::Driver;
     use bypass_verbs::driver::DriverError::QpCapTooLarge;
     match e {
@@ -148,7 +149,17 @@ fn depth_error(e: bypass_verbs::VerbsError, depth: u32) -> PerfError {
             max,
             ..
         }) => PerfError::Usage(format!(
-            "-t {depth}: this device's send queue holds at most {max} operations of this message size and inline setting: give -t {max} or less"
+            "-t {}: this device's send queue holds at most {max} operations of this message size and inline setting: give -t {max} or less",
+            spec.depth
+        )),
+        Driver(QpCapTooLarge {
+            cap: "max_inline_data",
+            qp_type,
+            max,
+            ..
+        }) => PerfError::Usage(format!(
+            "-I {}: a send WQE of {qp_type} QPs holds at most {max} inline bytes: give -I {max} or less",
+            spec.inline
         )),
         e => e.into(),
     }
@@ -228,7 +239,7 @@ impl Side {
                     .max_recv_sge(1)
                     .max_inline(spec.inline)
                     .build()
-                    .map_err(|e| depth_error(e, spec.depth))?,
+                    .map_err(|e| cap_error(e, &spec))?,
             );
         }
         let max_inline = built.first().map_or(0, |q| {
