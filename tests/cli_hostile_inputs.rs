@@ -142,6 +142,15 @@ fn inline_beyond_the_wqe_names_i_and_the_limit_per_transport() {
 }
 
 #[test]
+fn qp_counts_beyond_the_device_are_refused_before_allocating() {
+    refused(
+        &["perf", "qp-scale", "--counts", "4294967295", "-r", "1"],
+        &["--counts 4294967295", "max_qp"],
+    );
+    refused(&["perf", "qp-scale", "--counts", "0"], &["--counts"]);
+}
+
+#[test]
 fn an_unresolvable_host_is_named() {
     let host = "no-such-host.invalid";
     let all = refused(
