@@ -151,6 +151,35 @@ fn qp_counts_beyond_the_device_are_refused_before_allocating() {
 }
 
 #[test]
+fn compare_udp_counts_sizes_and_addresses_are_checked_by_name() {
+    refused(
+        &["perf", "compare-udp", "-n", "18446744073709551615"],
+        &["--iters", "10000000"],
+    );
+    refused(
+        &["perf", "compare-udp", "--bw-iters", "18446744073709551615"],
+        &["--bw-iters"],
+    );
+    let addrs = ["--addr-a", "127.0.31.10", "--addr-b", "127.0.31.11"];
+    for opt in ["--lat-size", "--bw-size"] {
+        let mut args = vec!["perf", "compare-udp", opt, "0"];
+        args.extend_from_slice(&addrs);
+        refused(&args, &[&format!("{opt} 0"), "1 byte to 8 MiB"]);
+    }
+    refused(
+        &[
+            "perf",
+            "compare-udp",
+            "--addr-a",
+            "127.0.31.12",
+            "--addr-b",
+            "127.0.31.12",
+        ],
+        &["--addr-a and --addr-b are both 127.0.31.12"],
+    );
+}
+
+#[test]
 fn an_unresolvable_host_is_named() {
     let host = "no-such-host.invalid";
     let all = refused(
