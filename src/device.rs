@@ -117,10 +117,18 @@ pub struct NetDevice {
 }
 
 impl NetDevice {
-    /// `link ADDR: counters` for a NIC on a UDP link, `None` for a real NIC.
+    /// `link ADDR: counters` for a NIC on a UDP link, `None` for a real NIC. The link's
+    /// own counters see datagrams, not their ICRC (the NIC checks it and drops a bad one),
+    /// so the port's `rx_icrc_errors` follows them: a corrupted packet is counted where
+    /// a user looks for drops.
     pub fn link_summary(&self) -> Option<String> {
         let (addr, link) = (self.addr?, self.link.as_ref()?);
-        Some(format!("link {addr}: {}", link.summary()))
+        let icrc = crate::stats_view::sim_counters(&self.ctx)
+            .map_or(0, |snap| snap.port_counters.rx_icrc_errors);
+        Some(format!(
+            "link {addr}: {}, port rx_icrc_errors {icrc}",
+            link.summary()
+        ))
     }
 }
 

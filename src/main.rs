@@ -21,6 +21,7 @@ mod ping_probe;
 mod pingpong;
 mod progress;
 mod ramp;
+mod resolve;
 mod sim;
 mod stats;
 mod stats_view;

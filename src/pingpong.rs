@@ -10,6 +10,10 @@
 //! `pp_connect_ctx` (timeout 14, or `-u`; retry 7, RNR retry 7), PSN `lrand48() & 0xffffff`. Output:
 //! the address lines, then `bytes` (size × iters × 2) and usec/iter, in the same formats.
 //!
+//! The server's exchange has one deadline for all of it ([`TIMEOUT`], each read bounded by
+//! what is left), so a client that trickles bytes cannot hold it longer; a client that
+//! closes early is said as such, and `-p 0` prints the port the OS chose.
+//!
 //! Owns: the command's options, its out-of-band exchange as a server (the client side is
 //! `bypass_verbs::exchange::exchange_pingpong_as_client`), the ping-pong loop and its output.
 //! Must not build WQEs or touch the device except through the verbs API.
@@ -35,6 +39,8 @@ const RECV_WRID: u64 = 2;
 const FILL: u8 = 0x7b;
 /// How long the exchange and each wait for a completion may take.
 const TIMEOUT: Duration = Duration::from_secs(30);
+/// The most buffer memory a run registers: (`-r` + 2) buffers of `-s` bytes.
+const MAX_BUFFER_BYTES: u64 = 4 << 30;
 /// How long nothing may complete while packets are dropped for their size before the run
 /// gives up (a retry of a packet too large for a hop is dropped again).
 const MTU_STALL: Duration = Duration::from_secs(2);
@@ -107,6 +113,29 @@ pub enum PingpongError {
     /// The exchange failed.
     #[error(transparent)]
     Exchange(#[from] bypass_verbs::exchange::ExchangeError),
+    /// HOST does not resolve.
+    #[error(transparent)]
+    Resolve(#[from] crate::resolve::ResolveError),
+    /// The client did not send its address within the exchange's deadline.
+    #[error(
+        "out-of-band exchange (server, port {port}): the client did not send its whole address within {timeout:?}: it is not an ibv_rc_pingpong client, or its network is too slow; restart the server and then the client"
+    )]
+    ClientTooSlow {
+        /// The TCP port.
+        port: u16,
+        /// The whole exchange's deadline.
+        timeout: Duration,
+    },
+    /// The client closed the connection before its address was read.
+    #[error(
+        "out-of-band exchange (server, port {port}): the client closed the connection after {got} of the {PINGPONG_MSG_LEN} bytes of its address: it probably failed on its side; read its error"
+    )]
+    ClientClosed {
+        /// The TCP port.
+        port: u16,
+        /// Bytes of the address that arrived.
+        got: usize,
+    },
     /// An option is out of range.
     #[error("{0}")]
     Usage(String),
@@ -209,6 +238,23 @@ pub fn run(o: &PingpongOpts) -> Result<(), PingpongError> {
         .ok()
         .filter(|&s| s > 0 && s <= 1 << 30)
         .ok_or_else(|| PingpongError::Usage(format!("-s {}: give 1 byte to 1 GiB", o.size)))?;
+    // Every receive holds a buffer of -s bytes, plus two SEND buffers: bounded before any
+    // memory is asked for.
+    let total = o.size.saturating_mul(u64::from(o.rx_depth) + 2);
+    if total > MAX_BUFFER_BYTES {
+        return Err(PingpongError::Usage(format!(
+            "-s {} × -r {}: the receives and sends keep {} MiB of buffers registered, more than the {} MiB allowed: give a smaller -s or -r",
+            o.size,
+            o.rx_depth,
+            total >> 20,
+            MAX_BUFFER_BYTES >> 20
+        )));
+    }
+    // HOST is resolved before anything starts, so a bad name is reported by that name.
+    let server = match &o.host {
+        Some(host) => Some(crate::resolve::resolve(host, o.port)?),
+        None => None,
+    };
     let dev = open_net(&o.device, o.seed, "pingpong", o.pcap.as_deref())?;
     let ctx = dev.ctx.clone();
     let pd = ctx.alloc_pd()?;
@@ -249,10 +295,9 @@ pub fn run(o: &PingpongOpts) -> Result<(), PingpongError> {
         ..Rtr2Rts::new(local.psn)
     };
 
-    let remote = match &o.host {
-        Some(host) => {
-            let remote =
-                exchange_pingpong_as_client((host.as_str(), o.port), &local, mtu, TIMEOUT)?;
+    let remote = match &server {
+        Some(addrs) => {
+            let remote = exchange_pingpong_as_client(addrs.as_slice(), &local, mtu, TIMEOUT)?;
             qp.modify_to_rtr(&remote)?;
             qp.modify_to_rts_with(&rts)?;
             remote
@@ -423,12 +468,31 @@ fn serve_exchange(
         .map_err(err(
             "listening (is another pingpong server running on this port?)",
         ))?;
+    if port == 0 {
+        // The port the OS chose is the only way a client can find this server.
+        let bound = listener
+            .local_addr()
+            .map_err(err("reading the bound port"))?;
+        println!("  listening on TCP port {}", bound.port());
+    }
     let (mut s, _): (TcpStream, _) = listener.accept().map_err(err("accepting the client"))?;
-    s.set_read_timeout(Some(TIMEOUT))
-        .map_err(err("setting a timeout"))?;
+    // One deadline for the whole exchange, not one per read: a client trickling a byte at a
+    // time cannot hold the server past TIMEOUT.
+    let deadline = Instant::now() + TIMEOUT;
     let mut msg = [0u8; PINGPONG_MSG_LEN];
-    s.read_exact(&mut msg)
-        .map_err(err("reading the client's address"))?;
+    let got = match read_full(&mut s, &mut msg, deadline) {
+        Ok(got) => got,
+        Err(e) if is_timeout(&e) => {
+            return Err(PingpongError::ClientTooSlow {
+                port,
+                timeout: TIMEOUT,
+            });
+        }
+        Err(e) => return Err(err("reading the client's address")(e)),
+    };
+    if got < msg.len() {
+        return Err(PingpongError::ClientClosed { port, got });
+    }
     let text = std::str::from_utf8(&msg)
         .map_err(|_| PingpongError::BadMessage("it is not text".into()))?;
     let remote = QpEndpoint::parse_pingpong(text, mtu)
@@ -438,9 +502,118 @@ fn serve_exchange(
     for (d, b) in out.iter_mut().zip(local.to_string().bytes()) {
         *d = b;
     }
+    let left = left_until(deadline).map_err(err("sending our address"))?;
+    s.set_write_timeout(Some(left))
+        .map_err(err("setting a timeout"))?;
     s.write_all(&out).map_err(err("sending our address"))?;
-    // "done" plus its NUL; a client that closes instead is tolerated, as rc_pingpong does.
+    // "done" plus its NUL; a client that closes (or is late) instead is tolerated, as
+    // rc_pingpong does.
     let mut done = [0u8; 5];
-    let _ = s.read(&mut done);
+    if let Ok(left) = left_until(deadline) {
+        let _ = s.set_read_timeout(Some(left));
+        let _ = s.read(&mut done);
+    }
     Ok(remote)
+}
+
+/// A read or write that stopped at its timeout (`WouldBlock` on Unix, `TimedOut` elsewhere).
+fn is_timeout(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+    )
+}
+
+/// The time left until `deadline`, or a `TimedOut` error once it has passed.
+fn left_until(deadline: Instant) -> std::io::Result<Duration> {
+    deadline
+        .checked_duration_since(Instant::now())
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::TimedOut))
+}
+
+/// A stream whose reads can be bounded in time (a TCP socket; a test's stand-in).
+trait TimedRead: Read {
+    /// Bounds the next reads to `timeout`.
+    fn set_timeout(&mut self, timeout: Duration) -> std::io::Result<()>;
+}
+
+impl TimedRead for TcpStream {
+    fn set_timeout(&mut self, timeout: Duration) -> std::io::Result<()> {
+        self.set_read_timeout(Some(timeout))
+    }
+}
+
+/// Reads into `buf` until it is full or the peer closes, each read bounded by what is left
+/// until `deadline`; returns the bytes read (short only when the peer closed), or a timeout
+/// error ([`is_timeout`]) once the deadline passes.
+fn read_full(s: &mut impl TimedRead, buf: &mut [u8], deadline: Instant) -> std::io::Result<usize> {
+    let mut got = 0;
+    while got < buf.len() {
+        s.set_timeout(left_until(deadline)?)?;
+        match s.read(&mut buf[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(got)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A client that sends one byte per read, forever.
+    struct Trickle {
+        reads: usize,
+    }
+
+    impl Read for Trickle {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            self.reads += 1;
+            buf[0] = b'0';
+            Ok(1)
+        }
+    }
+
+    impl TimedRead for Trickle {
+        fn set_timeout(&mut self, _: Duration) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_trickling_client_is_stopped_by_the_whole_exchange_deadline() {
+        let mut msg = [0u8; PINGPONG_MSG_LEN];
+        // A deadline already passed: no read is even started.
+        let mut t = Trickle { reads: 0 };
+        let e = read_full(&mut t, &mut msg, Instant::now()).unwrap_err();
+        assert!(is_timeout(&e), "{e}");
+        assert_eq!(t.reads, 0);
+        // A deadline far ahead: the 52 bytes arrive one read at a time.
+        let mut t = Trickle { reads: 0 };
+        let got = read_full(&mut t, &mut msg, Instant::now() + TIMEOUT).unwrap();
+        assert_eq!((got, t.reads), (PINGPONG_MSG_LEN, PINGPONG_MSG_LEN));
+    }
+
+    #[test]
+    fn an_early_close_is_a_short_count_not_an_error() {
+        let mut msg = [0u8; PINGPONG_MSG_LEN];
+        let mut part: &[u8] = b"0000:000";
+        struct Part<'a>(&'a mut &'a [u8]);
+        impl Read for Part<'_> {
+            fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+                self.0.read(buf)
+            }
+        }
+        impl TimedRead for Part<'_> {
+            fn set_timeout(&mut self, _: Duration) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let got = read_full(&mut Part(&mut part), &mut msg, Instant::now() + TIMEOUT).unwrap();
+        assert_eq!(got, 8);
+    }
 }

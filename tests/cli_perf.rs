@@ -150,5 +150,5 @@ fn perf_bad_options_are_usage_errors() {
 fn perf_on_a_size_above_8_mib_says_so() {
     let (code, _, err) = bypass(&["perf", "write-lat", "-s", "16M", "-n", "5"]);
     assert_eq!(code, 1, "{err}");
-    assert!(err.contains("sizes up to 8 MiB"), "{err}");
+    assert!(err.contains("1 byte to 8 MiB"), "{err}");
 }

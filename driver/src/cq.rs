@@ -166,17 +166,17 @@ impl Cq {
             });
         }
         let (eqn, vector) = (ceq.eqn(), ceq.vector());
-        let nent = min_cqes
-            .max(2)
-            .checked_next_power_of_two()
-            .unwrap_or(u32::MAX);
-        let log = nent.trailing_zeros() as u8;
-        if log > hca.caps().log_max_cq_sz || log > 24 {
-            return Err(DriverError::Unsupported {
-                what: "a CQ this large",
-                fix: "ask for at most 2^log_max_cq_sz CQEs (see Hca::caps)",
+        // The cap is checked on the caller's value before rounding: `u32::MAX` has no power
+        // of two above it in a u32.
+        let max = hca.caps().max_cqe();
+        if min_cqes > max {
+            return Err(DriverError::CqTooLarge {
+                asked: min_cqes,
+                max,
             });
         }
+        let nent = min_cqes.max(2).next_power_of_two();
+        let log = nent.trailing_zeros() as u8;
         let bytes = nent as usize * CQE_SIZE;
         let buf = hca.alloc_dma(bytes.max(4096))?;
         for k in 0..nent as usize {

@@ -186,6 +186,30 @@ pub enum DriverError {
         /// What to do.
         fix: &'static str,
     },
+    /// A QP cap beyond what a QP of its type holds on this device; nothing was allocated.
+    #[error(
+        "create QP ({qp_type}): {cap} {asked} is more than this device holds for {qp_type} QPs: ask for at most {max}"
+    )]
+    QpCapTooLarge {
+        /// RC, UC or UD.
+        qp_type: &'static str,
+        /// The `QpCaps` field (`max_send_wr`, `max_send_sge`, `max_inline_data`, ...).
+        cap: &'static str,
+        /// What was asked.
+        asked: u32,
+        /// The largest value accepted (with the other caps as given).
+        max: u64,
+    },
+    /// A CQ larger than the device's `max_cqe` (`2^log_max_cq_sz`); nothing was allocated.
+    #[error(
+        "create CQ: {asked} CQEs asked, but this device holds at most {max} per CQ (max_cqe, 2^log_max_cq_sz): ask for at most {max}"
+    )]
+    CqTooLarge {
+        /// The CQEs asked for.
+        asked: u32,
+        /// The device's `max_cqe`.
+        max: u32,
+    },
     /// The firmware asked for pages and the driver could not give them.
     #[error("giving {pages} pages to the firmware failed: {reason}")]
     Pages {

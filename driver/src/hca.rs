@@ -36,6 +36,7 @@ use crate::dma::{DmaBuf, DmaMapper};
 use crate::eq::{AsyncEvent, CompletionEq, EventQueue};
 use crate::error::Result;
 use crate::pages::{self, PagePool};
+use crate::qp_attr::{QpType, SendLimits};
 
 /// Events the async EQ subscribes to (rdma-core subscribes CMD and PAGE_REQUEST; bypass adds
 /// the asynchronous errors and state events a verbs user must see).
@@ -85,6 +86,10 @@ impl Default for HcaConfig {
         }
     }
 }
+
+/// The largest CQ the driver creates, log2 of CQEs, whatever `log_max_cq_sz` says: 2^24
+/// CQEs of 64 bytes are 1 GiB of ring.
+pub const MAX_LOG_CQ_SIZE: u8 = 24;
 
 /// The capabilities later layers size things by (`cmd_hca_cap` and `roce_cap` fields, named
 /// as in `mlx5_ifc.h`), plus the raw pages for anything else.
@@ -222,11 +227,24 @@ impl Caps {
         }
     }
 
-    /// The most inline data one send WQE can carry: the largest send WQE less the ctrl and
-    /// remote-address segments and the 4-byte inline header (derived; the PRM has no cap
-    /// for it, rdma-core computes it from `max_wqe_sz_sq` the same way).
+    /// The most CQEs one CQ holds: `2^log_max_cq_sz`, within the driver's
+    /// [`MAX_LOG_CQ_SIZE`].
+    pub fn max_cqe(&self) -> u32 {
+        1u32 << self.log_max_cq_sz.min(MAX_LOG_CQ_SIZE)
+    }
+
+    /// The most inline data an RC send can carry: what [`SendLimits`] leaves in the largest
+    /// send WQE (`max_wqe_sz_sq`, and at most the 63 segments a ctrl segment counts) after
+    /// the ctrl, remote-address and atomic segments and the 4-byte inline header; the
+    /// value `QpGeometry::new` accepts for an RC QP. UD and UC QPs take what
+    /// [`Caps::send_limits`] gives for them.
     pub fn max_inline_data(&self) -> usize {
-        usize::from(self.max_wqe_sz_sq).saturating_sub(16 + 16 + 4)
+        self.send_limits(QpType::Rc).max_inline_data as usize
+    }
+
+    /// The most SGEs and inline bytes one send WQE of `qp_type` holds on this device.
+    pub fn send_limits(&self, qp_type: QpType) -> SendLimits {
+        SendLimits::new(qp_type, usize::from(self.max_wqe_sz_sq))
     }
 
     /// The BlueFlame register size in bytes (`1 << log_bf_reg_size`), 0 without BlueFlame.
@@ -339,7 +357,7 @@ impl fmt::Display for DeviceInfo {
         writeln!(f, "\tmax_qp:\t\t\t{}", 1u64 << c.log_max_qp.min(63))?;
         writeln!(f, "\tmax_qp_wr:\t\t{}", 1u64 << c.log_max_qp_sz.min(63))?;
         writeln!(f, "\tmax_cq:\t\t\t{}", 1u64 << c.log_max_cq.min(63))?;
-        writeln!(f, "\tmax_cqe:\t\t{}", 1u64 << c.log_max_cq_sz.min(63))?;
+        writeln!(f, "\tmax_cqe:\t\t{}", c.max_cqe())?;
         writeln!(f, "\tmax_mr:\t\t\t{}", 1u64 << c.log_max_mkey.min(63))?;
         writeln!(f, "\tmax_pd:\t\t\t{}", 1u64 << c.log_max_pd.min(63))?;
         writeln!(f, "\tmax_msg_sz:\t\t{:#x}", 1u64 << c.log_max_msg.min(63))?;

@@ -55,6 +55,7 @@ pub mod poll;
 pub mod post;
 pub mod qp;
 pub mod qp_attr;
+pub mod qp_geometry;
 pub mod qp_states;
 pub mod qp_table;
 pub mod srq;

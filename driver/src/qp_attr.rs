@@ -7,7 +7,7 @@
 //! (`__mlx5_ib_modify_qp`: `ib_mask_to_mlx5_opt`, the `opt_mask` table, `mlx5_set_path`); the
 //! optional parameters each transition accepts are the kernel's `opt_mask[cur][new][st]`.
 //!
-//! Owns: [`QpType`], [`QpCaps`], [`AddressPath`], [`Rst2Init`], [`Init2Rtr`], [`Rtr2Rts`],
+//! Owns: [`QpType`], [`QpCaps`] (their ring sizing is `qp_geometry`), [`AddressPath`], [`Rst2Init`], [`Init2Rtr`], [`Rtr2Rts`],
 //! [`Rts2Rts`], [`QpAccess`], [`QpInfo`] and the `*_input` builders. Must not: execute
 //! commands or own device objects (that is `qp.rs`).
 
@@ -73,81 +73,7 @@ impl Default for QpCaps {
     }
 }
 
-/// The ring geometry [`QpCaps`] ask for, as rdma-core `mlx5_calc_sq_size` /
-/// `mlx5_calc_rq_size` (`providers/mlx5/verbs.c`) computes it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct QpGeometry {
-    /// log2 of the SQ's WQEBBs.
-    pub log_sq_size: u8,
-    /// log2 of the RQ's WQEs.
-    pub log_rq_size: u8,
-    /// log2 of the RQ stride in 16-byte units (`qpc.log_rq_stride`).
-    pub log_rq_stride: u8,
-    /// Largest send WQE in bytes.
-    pub max_wqe_bytes: usize,
-    /// SGEs a receive WQE holds.
-    pub recv_sge: usize,
-    /// Inline bytes a send may carry.
-    pub max_inline: usize,
-}
-
-impl QpGeometry {
-    /// Sizes the rings for `caps` on a QP of type `qp_type`, within the device's
-    /// `log_max_qp_sz` and `max_wqe_sz_sq` (bytes).
-    ///
-    /// Errors: [`DriverError::Unsupported`] when the caps exceed what one WQE or the queue may
-    /// hold.
-    pub fn new(qp_type: QpType, caps: &QpCaps, log_max_qp_sz: u8) -> Result<Self> {
-        // Largest send WQE: ctrl + (UD: datagram 48 | RC: raddr 16 + atomic 16 | UC: raddr 16)
-        // + max(data segments, inline segment) (rdma-core `sq_overhead` +
-        // `mlx5_calc_send_wqe`).
-        let overhead = 16
-            + match qp_type {
-                QpType::Ud => 48,
-                QpType::Rc => 32,
-                QpType::Uc => 16,
-            };
-        let data = (caps.max_send_sge as usize * 16)
-            .max((caps.max_inline_data as usize + 4).next_multiple_of(16));
-        let max_wqe_bytes = (overhead + data).next_multiple_of(64);
-        if max_wqe_bytes > 63 * 16 + 15 {
-            return Err(DriverError::Unsupported {
-                what: "a send WQE this large (max_send_sge or max_inline_data too large)",
-                fix: "keep max_send_sge <= 58 and max_inline_data <= 900 (a WQE holds 63 16-byte segments)",
-            });
-        }
-        let sq_bytes = (max_wqe_bytes * caps.max_send_wr.max(1) as usize).next_power_of_two();
-        let log_sq_size = (sq_bytes / 64).trailing_zeros() as u8;
-        let recv_sge = (caps.max_recv_sge.max(1) as usize).next_power_of_two();
-        let stride = recv_sge * 16;
-        let log_rq_stride = (stride / 16).trailing_zeros() as u8;
-        let log_rq_size = caps.max_recv_wr.max(1).next_power_of_two().trailing_zeros() as u8;
-        if log_sq_size > log_max_qp_sz.min(15) || log_rq_size > log_max_qp_sz || log_rq_stride > 7 {
-            return Err(DriverError::Unsupported {
-                what: "a queue this deep (max_send_wr / max_recv_wr beyond the device's log_max_qp_sz)",
-                fix: "ask for fewer work requests (the SQ holds at most 2^min(log_max_qp_sz, 15) WQEBBs)",
-            });
-        }
-        Ok(Self {
-            log_sq_size,
-            log_rq_size,
-            log_rq_stride,
-            max_wqe_bytes,
-            recv_sge,
-            max_inline: caps.max_inline_data as usize,
-        })
-    }
-
-    /// Bytes of the RQ (it comes first in the WQ buffer).
-    pub fn rq_bytes(&self) -> usize {
-        (1usize << self.log_rq_size) << (self.log_rq_stride + 4)
-    }
-
-    /// Bytes of the SQ.
-    pub fn sq_bytes(&self) -> usize {
-        64usize << self.log_sq_size
-    }
-}
+pub use crate::qp_geometry::{QpGeometry, SendLimits};
 
 bitflags::bitflags! {
     /// Remote access a QP grants (qpc `rre`, `rwe`, `rae`).
@@ -624,26 +550,6 @@ qpn_only_input!(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn geometry_follows_the_caps() {
-        let g = QpGeometry::new(QpType::Rc, &QpCaps::default(), 15).unwrap();
-        // ctrl + raddr + atomic (48) + max(4 SGEs, 64 inline + 4 -> 80) = 128 bytes per WQE.
-        assert_eq!(g.max_wqe_bytes, 128);
-        assert_eq!(g.sq_bytes(), 128 * 64);
-        assert_eq!((g.log_rq_size, g.log_rq_stride, g.recv_sge), (6, 2, 4));
-        assert_eq!(g.rq_bytes(), 64 * 64);
-        let huge = QpCaps {
-            max_send_sge: 100,
-            ..QpCaps::default()
-        };
-        assert!(QpGeometry::new(QpType::Rc, &huge, 15).is_err());
-        let deep = QpCaps {
-            max_send_wr: 1 << 20,
-            ..QpCaps::default()
-        };
-        assert!(QpGeometry::new(QpType::Rc, &deep, 15).is_err());
-    }
 
     #[test]
     fn transitions_set_their_fields_and_only_the_optional_bits_asked() {

@@ -20,7 +20,7 @@ pub struct BaselineOpts {
     #[arg(long, default_value = "8", value_parser = parse_size)]
     pub msg_size: u64,
     /// Iterations of each measurement.
-    #[arg(short = 'n', long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(5..))]
+    #[arg(short = 'n', long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(5..=super::MAX_ITERS))]
     pub iters: u64,
 }
 

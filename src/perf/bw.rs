@@ -131,6 +131,7 @@ impl BwSpec {
     pub fn validate(&self) -> Result<(), PerfError> {
         self.verb.check_conn(self.conn).map_err(PerfError::Usage)?;
         super::check_sizes(&[self.verb.size(self.size)])?;
+        super::check_iters(self.iters)?;
         if self.qps == 0 || self.qps > 256 {
             return Err(PerfError::Usage(format!(
                 "-q {}: run 1 to 256 QPs",
@@ -274,6 +275,7 @@ pub fn write_bw_times(
         cq_mod,
         ..BwSpec::default()
     };
+    spec.validate()?;
     let side = spec.side(size, false);
     let mut pair = LocalPair::new(seed, side, None)?;
     let (depth, cq_mod) = effective_depth(size, tx_depth, cq_mod);

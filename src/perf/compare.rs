@@ -39,7 +39,7 @@ pub struct CompareOpts {
     pub lat_size: u64,
     /// Iterations of each measurement, split between the rounds (at least 50 per round; the
     /// bandwidth runs use at least 2 × tx-depth).
-    #[arg(short = 'n', long, default_value_t = 7000, value_parser = clap::value_parser!(u64).range(50..))]
+    #[arg(short = 'n', long, default_value_t = 7000, value_parser = clap::value_parser!(u64).range(50..=super::MAX_ITERS))]
     pub iters: u64,
     /// WRITEs outstanding in the bandwidth run.
     #[arg(short = 't', long = "tx-depth", default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=1024))]
@@ -131,9 +131,8 @@ impl Round {
 /// prints the pooled medians, each round's ratios, and the verdicts on the median of the
 /// rounds' ratios.
 pub fn run(o: &CompareOpts) -> Result<(), PerfError> {
-    if o.bw_size == 0 || o.bw_size > super::MAX_SIZE {
-        return Err(PerfError::TooLarge { size: o.bw_size });
-    }
+    super::check_size("--bw-size", o.bw_size)?;
+    super::check_size("--lat-size", o.lat_size)?;
     let rounds = o.rounds.max(1);
     // Each round gets its share of the iterations, but never fewer than 50.
     let per_round = (o.iters / u64::from(rounds)).max(50);

@@ -1,5 +1,6 @@
 //! The perf engine through its library entry points ([`measure_bw`], [`measure_lat`]): every
-//! verb, several QPs, both directions, events and the data checks, on small runs. The
+//! verb, several QPs, both directions, events and the data checks, on small runs, and a
+//! side's check of what its peer advertised ([`super::flows::Side::connect`]). The
 //! tests check counts and data, never speed.
 
 use std::time::Duration;
@@ -143,4 +144,49 @@ fn the_landed_data_check_fails_on_a_wrong_write_or_count() {
     check_target(Verb::Atomic(AtomicOp::FetchAndAdd), 8, &[7], None, &pair.b).unwrap();
     let e = check_target(Verb::Atomic(AtomicOp::CmpAndSwap), 8, &[8], None, &pair.b).unwrap_err();
     assert!(e.to_string().contains("holds 7, 8 operations"), "{e}");
+}
+
+#[test]
+fn a_peer_buffer_smaller_than_the_messages_is_named_as_the_peers() {
+    use super::flows::Side;
+    use bypass_testbed::{FabricOptions, SimContext, SimFabric};
+    use bypass_verbs::Context;
+    let spec = BwSpec {
+        size: 4096,
+        qps: 2,
+        ..BwSpec::default()
+    };
+    let fabric = SimFabric::threaded_with(3, FabricOptions::low_latency());
+    let (ca, cb) = (
+        Context::open_sim(&fabric, 1).unwrap(),
+        Context::open_sim(&fabric, 2).unwrap(),
+    );
+    let mut a = Side::new(&ca, spec.side(4096, false)).unwrap();
+    let b = Side::new(&cb, spec.side(4096, false)).unwrap();
+    // The peer says its buffer holds 2 bytes (what a peer run with -s 2 registers less).
+    let mut info = b.info().unwrap();
+    info.target.len = 2;
+    let e = a.connect(&info, None).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            super::PerfError::PeerBufferTooSmall {
+                qp: 0,
+                size: 4096,
+                offset: 0,
+                have: 2
+            }
+        ),
+        "{e}"
+    );
+    assert!(e.to_string().contains("different -s or -q"), "{e}");
+    // A slot so large that QP 1's offset overflows is refused the same way, not a panic.
+    let mut info = b.info().unwrap();
+    info.slot = u64::MAX;
+    let mut a = Side::new(&ca, spec.side(4096, false)).unwrap();
+    let e = a.connect(&info, None).unwrap_err();
+    assert!(
+        matches!(e, super::PerfError::PeerBufferTooSmall { qp: 1, .. }),
+        "{e}"
+    );
 }

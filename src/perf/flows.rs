@@ -123,14 +123,17 @@ pub struct SideInfo {
 /// does not hold them (a target smaller than its slots, slots that overflow), the error
 /// saying so: the hello is a peer's input, checked where it enters.
 fn peer_slot(peer: &SideInfo, i: usize, size: usize) -> Result<RemoteBuffer, PerfError> {
-    (i as u64)
-        .checked_mul(peer.slot)
-        .and_then(|off| peer.target.slice(off, size as u64))
-        .ok_or_else(|| {
-            PerfError::Mismatch(format!(
-                "the peer's target buffer ({} bytes, {} per QP) has no room for QP {i}'s {size}-byte messages: give both sides the same -s and -q, and the same bypass version",
-                peer.target.len, peer.slot
-            ))
+    // The peer's slot and buffer are its word: a slice that does not fit (or whose offset
+    // overflows) is its -s or -q differing from this side's.
+    let size = size as u64;
+    let offset = (i as u64).checked_mul(peer.slot);
+    offset
+        .and_then(|off| peer.target.slice(off, size))
+        .ok_or(PerfError::PeerBufferTooSmall {
+            qp: i,
+            size,
+            offset: offset.unwrap_or(u64::MAX),
+            have: peer.target.len,
         })
 }
 
@@ -152,6 +155,34 @@ fn split(wr_id: u64) -> (usize, u64) {
 }
 
 /// QP `i` of `qps`, named by work request `wr_id`.
+/// A QP refused for a cap an option set, said in that option (`-t` the send queue's depth,
+/// `-I` the inline size; the other caps are the tool's own, so their errors stay the
+/// driver's).
+fn cap_error(e: bypass_verbs::VerbsError, spec: &SideSpec) -> PerfError {
+    use bypass_verbs::VerbsError::Driver;
+    use bypass_verbs::driver::DriverError::QpCapTooLarge;
+    match e {
+        Driver(QpCapTooLarge {
+            cap: "max_send_wr",
+            max,
+            ..
+        }) => PerfError::Usage(format!(
+            "-t {}: this device's send queue holds at most {max} operations of this message size and inline setting: give -t {max} or less",
+            spec.depth
+        )),
+        Driver(QpCapTooLarge {
+            cap: "max_inline_data",
+            qp_type,
+            max,
+            ..
+        }) => PerfError::Usage(format!(
+            "-I {}: a send WQE of {qp_type} QPs holds at most {max} inline bytes: give -I {max} or less",
+            spec.inline
+        )),
+        e => e.into(),
+    }
+}
+
 fn qp_at(qps: &mut [Qp], i: usize, wr_id: u64) -> Result<&mut Qp, PerfError> {
     let n = qps.len();
     qps.get_mut(i).ok_or(PerfError::NoSuchQp {
@@ -225,7 +256,8 @@ impl Side {
                     .max_send_sge(1)
                     .max_recv_sge(1)
                     .max_inline(spec.inline)
-                    .build()?,
+                    .build()
+                    .map_err(|e| cap_error(e, &spec))?,
             );
         }
         let max_inline = built.first().map_or(0, |q| {

@@ -99,7 +99,8 @@ impl LatSpec {
     /// Refuses combinations perftest refuses, with the fix.
     pub fn validate(&self) -> Result<(), PerfError> {
         self.verb.check_conn(self.conn).map_err(PerfError::Usage)?;
-        super::check_sizes(&[self.verb.size(self.size)])
+        super::check_sizes(&[self.verb.size(self.size)])?;
+        super::check_iters(self.iters)
     }
 
     /// The result of an iteration run from its post times (ns).
@@ -340,6 +341,7 @@ pub fn write_lat_post_times(seed: u64, size: u64, iters: u64) -> Result<Vec<u64>
         iters,
         ..LatSpec::default()
     };
+    spec.validate()?;
     let n = usize::try_from(iters).map_err(|_| PerfError::TooLarge { size: iters })?;
     let mut pair = LocalPair::new(seed, spec.side(size, false), None)?;
     let bytes = usize::try_from(size).map_err(|_| PerfError::TooLarge { size })?;

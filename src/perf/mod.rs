@@ -41,6 +41,11 @@ use crate::device::DeviceError;
 /// The largest message of an `-a` sweep: 2^23 bytes (perftest `MAX_SIZE`).
 pub const MAX_SIZE: u64 = 1 << 23;
 
+/// The most iterations per size (`-n`): every timestamp is kept for the percentiles (8 bytes
+/// per operation, 16 for the bandwidth tools' post and completion times), so the bound keeps
+/// a run's samples within 160 MiB; longer runs take `-D SECS`, which keeps none.
+pub const MAX_ITERS: u64 = 10_000_000;
+
 /// The `perf` subcommands.
 #[derive(Subcommand)]
 pub enum PerfCommand {
@@ -142,6 +147,9 @@ pub enum PerfError {
         /// What the rig looked like then: QP state, work outstanding, packets in flight.
         seen: String,
     },
+    /// HOST does not resolve.
+    #[error(transparent)]
+    Resolve(#[from] crate::resolve::ResolveError),
     /// The out-of-band exchange of a two-process run failed.
     #[error("two-process run: {0}")]
     Oob(String),
@@ -220,6 +228,38 @@ pub enum PerfError {
         /// The value.
         size: u64,
     },
+    /// A message size outside 1 byte to [`MAX_SIZE`].
+    #[error(
+        "{option} {size}: a message is 1 byte to 8 MiB (8388608 bytes, perftest's MAX_SIZE): give {option} in that range"
+    )]
+    SizeOutOfRange {
+        /// The option that gave it (`-s`, `--lat-size`, ...).
+        option: &'static str,
+        /// The size given.
+        size: u64,
+    },
+    /// More iterations than the sample buffers are sized for.
+    #[error(
+        "-n {iters}: at most {MAX_ITERS} iterations per size (every timestamp is kept for the percentiles); give a smaller -n, or -D SECS for a longer run"
+    )]
+    TooManyIters {
+        /// The iterations given.
+        iters: u64,
+    },
+    /// The peer's target buffer is smaller than this side's messages need.
+    #[error(
+        "the peer's buffer holds {have} bytes, but QP {qp} writes {size}-byte messages at offset {offset}: the two sides were started with different -s or -q; give both the same"
+    )]
+    PeerBufferTooSmall {
+        /// The QP whose slice it is.
+        qp: usize,
+        /// This side's message size.
+        size: u64,
+        /// Where that QP's slice starts.
+        offset: u64,
+        /// The bytes the peer advertised.
+        have: u64,
+    },
 }
 
 /// Runs one `perf` subcommand, printing its tables on stdout.
@@ -257,10 +297,23 @@ fn sizes(c: &CommonOpts, default: u64) -> Vec<u64> {
 }
 
 fn check_sizes(sizes: &[u64]) -> Result<(), PerfError> {
-    match sizes.iter().find(|&&s| s == 0 || s > MAX_SIZE) {
-        Some(&size) => Err(PerfError::TooLarge { size }),
-        None => Ok(()),
+    sizes.iter().try_for_each(|&s| check_size("-s", s))
+}
+
+/// A message size given by `option`, within 1 byte to [`MAX_SIZE`].
+fn check_size(option: &'static str, size: u64) -> Result<(), PerfError> {
+    if size == 0 || size > MAX_SIZE {
+        return Err(PerfError::SizeOutOfRange { option, size });
     }
+    Ok(())
+}
+
+/// `-n` within [`MAX_ITERS`] (what the sample buffers are sized by).
+fn check_iters(iters: u64) -> Result<(), PerfError> {
+    if iters > MAX_ITERS {
+        return Err(PerfError::TooManyIters { iters });
+    }
+    Ok(())
 }
 
 /// A HOST only means something with a network device.
@@ -276,5 +329,52 @@ fn check_host(c: &CommonOpts, net: &remote::NetOpts) -> Result<(), PerfError> {
 impl From<bypass_gpu::GpuError> for PerfError {
     fn from(e: bypass_gpu::GpuError) -> Self {
         Self::Gpu(e.into())
+    }
+}
+
+#[cfg(test)]
+mod limit_tests {
+    use super::*;
+
+    #[test]
+    fn specs_refuse_iterations_beyond_the_sample_buffers_before_allocating() {
+        let lat = lat::LatSpec {
+            iters: u64::MAX,
+            ..Default::default()
+        };
+        let e = lat.validate().unwrap_err();
+        assert!(
+            matches!(e, PerfError::TooManyIters { iters: u64::MAX }),
+            "{e}"
+        );
+        assert!(
+            e.to_string()
+                .starts_with("-n 18446744073709551615: at most 10000000")
+        );
+        let bw = bw::BwSpec {
+            iters: MAX_ITERS + 1,
+            ..Default::default()
+        };
+        assert!(matches!(bw.validate(), Err(PerfError::TooManyIters { .. })));
+        let bw = bw::BwSpec {
+            iters: MAX_ITERS,
+            ..Default::default()
+        };
+        assert!(bw.validate().is_ok());
+    }
+
+    #[test]
+    fn sizes_out_of_range_name_the_range_not_the_machine() {
+        for size in [0, MAX_SIZE + 1] {
+            let e = check_sizes(&[size]).unwrap_err();
+            let text = e.to_string();
+            assert!(
+                text.starts_with(&format!("-s {size}: a message is 1 byte to 8 MiB")),
+                "{text}"
+            );
+        }
+        assert!(check_sizes(&[1, MAX_SIZE]).is_ok());
+        let e = check_size("--lat-size", 0).unwrap_err();
+        assert!(e.to_string().starts_with("--lat-size 0: "), "{e}");
     }
 }

@@ -1,5 +1,5 @@
 //! A peer's hello is checked where it enters [`Side::connect`]: a target too small for the
-//! messages, or slots whose offsets overflow, is a typed [`PerfError::Mismatch`] naming the
+//! messages, or slots whose offsets overflow, is a typed [`PerfError::PeerBufferTooSmall`] naming the
 //! peer's buffer, never "too large for this machine" nor an overflow.
 //!
 //! Owns: these tests. Must not: run traffic (`engine_tests` does).
@@ -31,12 +31,13 @@ fn a_peer_target_smaller_than_the_messages_or_with_overflowing_slots_is_refused_
     small.target.len = 1024 + 512; // room for QP 0's message, not QP 1's
     let mut a = Side::new(&ca, spec).expect("side a");
     match a.connect(&small, None) {
-        Err(PerfError::Mismatch(m)) => {
+        Err(e @ PerfError::PeerBufferTooSmall { .. }) => {
+            let m = e.to_string();
+            assert!(m.contains("the peer's buffer holds 1536 bytes"), "{m}");
             assert!(
-                m.contains("peer's target buffer (1536 bytes, 1024 per QP)"),
+                m.contains("QP 1 writes 1024-byte messages at offset 1024"),
                 "{m}"
             );
-            assert!(m.contains("QP 1's 1024-byte messages"), "{m}");
         }
         Err(e) => panic!("expected a mismatch naming the peer's buffer, got {e}"),
         Ok(()) => panic!("a target too small for QP 1 was accepted"),
@@ -53,7 +54,7 @@ fn a_peer_target_smaller_than_the_messages_or_with_overflowing_slots_is_refused_
     overflow.target.len = u64::MAX;
     let mut a = Side::new(&ca, spec3).expect("side a");
     match a.connect(&overflow, None) {
-        Err(PerfError::Mismatch(m)) => assert!(m.contains("has no room for QP "), "{m}"),
+        Err(PerfError::PeerBufferTooSmall { qp: 2, offset, .. }) => assert_eq!(offset, u64::MAX),
         Err(e) => panic!("expected a mismatch, got {e}"),
         Ok(()) => panic!("slots that overflow were accepted"),
     }

@@ -28,7 +28,7 @@ use crate::alloc_count::live_bytes;
 #[derive(Args, Debug)]
 pub struct QpScaleOpts {
     /// QP counts to measure (comma-separated).
-    #[arg(long, value_delimiter = ',', default_values_t = [1024u32, 4096, 16384, 65536])]
+    #[arg(long, value_delimiter = ',', default_values_t = [1024u32, 4096, 16384, 65536], value_parser = clap::value_parser!(u32).range(1..))]
     counts: Vec<u32>,
     /// Runs per count (medians are reported).
     #[arg(short = 'r', long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=50))]
@@ -66,6 +66,13 @@ fn build(pd: &bypass_verbs::Pd, cq: &Cq) -> Result<Qp, PerfError> {
 fn measure(seed: u64, n: usize, connect: bool) -> Result<Sample, PerfError> {
     let fabric = SimFabric::stepped(seed);
     let ctx = Context::open_sim(&fabric, 1)?;
+    // Checked before the QP table is sized by it: the device's own limit, named.
+    let max = 1u64 << ctx.hca().caps().log_max_qp.min(32);
+    if n as u64 > max {
+        return Err(PerfError::Usage(format!(
+            "--counts {n}: this device holds at most {max} QPs (max_qp, 2^log_max_qp): give counts up to {max}"
+        )));
+    }
     let pd = ctx.alloc_pd()?;
     let cq = Cq::new(&ctx, 16)?;
     let dma = ctx.hca().dma().clone();

@@ -123,6 +123,9 @@ impl Link {
         spec: SideSpec,
         mtu: Option<bypass_verbs::Mtu>,
     ) -> Result<(Self, Side), PerfError> {
+        if let Some(host) = &net.host {
+            crate::resolve::resolve(host, net.port)?;
+        }
         let dev = open_net(&c.device, c.seed, "perf", net.pcap.as_deref())?;
         check_ud_size(&spec, dev.ctx.active_mtu(1)?, mtu)?;
         let mut side = Side::new(&dev.ctx, spec)?;
@@ -141,6 +144,11 @@ impl Link {
             }
             None => {
                 let server = ExchangeServer::bind(("0.0.0.0", net.port)).map_err(oob)?;
+                if net.port == 0 {
+                    // The port the OS chose is the only way a client can find this server.
+                    let bound = server.local_addr().map_err(oob)?;
+                    println!(" server listening on TCP port {}", bound.port());
+                }
                 let peer: Hello = server.exchange(&hello, OOB_TIMEOUT).map_err(oob)?;
                 (peer, Some(server))
             }

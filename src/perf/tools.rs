@@ -47,8 +47,8 @@ pub struct ToolOpts {
     net: NetOpts,
     #[command(flatten)]
     cpu: super::pin::CpuOpts,
-    /// Iterations per size (default 1000 for latency, 5000 for bandwidth); at least 5.
-    #[arg(short = 'n', long, value_parser = clap::value_parser!(u64).range(5..), conflicts_with = "duration")]
+    /// Iterations per size (default 1000 for latency, 5000 for bandwidth); 5 to 10000000.
+    #[arg(short = 'n', long, value_parser = clap::value_parser!(u64).range(5..=super::MAX_ITERS), conflicts_with = "duration")]
     iters: Option<u64>,
     /// Run for SECS seconds instead of a number of iterations.
     #[arg(short = 'D', long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..=3600))]

@@ -57,14 +57,14 @@ pub struct UdpCompareOpts {
     #[arg(long, default_value = "1M", value_parser = parse_size)]
     pub bw_size: u64,
     /// Round trips measured in each round (after a warm-up).
-    #[arg(short = 'n', long, default_value_t = 2000, value_parser = clap::value_parser!(u64).range(50..))]
+    #[arg(short = 'n', long, default_value_t = 2000, value_parser = clap::value_parser!(u64).range(50..=super::MAX_ITERS))]
     pub iters: u64,
     /// Threads of the WRITE ping-pong: 2, one per NIC (as the baseline's two sockets, and
     /// as two processes), or 1 (both NICs in one thread, one after the other).
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u8).range(1..=2))]
     pub rtt_threads: u8,
     /// WRITEs per bandwidth run.
-    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(8..))]
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(8..=super::MAX_ITERS))]
     pub bw_iters: u64,
     /// Bandwidth runs of each side in each round.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
@@ -429,6 +429,14 @@ fn summarize(rounds: &[Round]) -> Summary {
 
 /// Runs both comparisons in interleaved rounds and prints medians, ratios and verdicts.
 pub fn run(o: &UdpCompareOpts) -> Result<(), PerfError> {
+    super::check_size("--lat-size", o.lat_size)?;
+    super::check_size("--bw-size", o.bw_size)?;
+    if o.addr_a == o.addr_b {
+        return Err(PerfError::Usage(format!(
+            "--addr-a and --addr-b are both {}: each NIC's link needs its own address (e.g. 127.0.0.1 and 127.0.0.2)",
+            o.addr_a
+        )));
+    }
     let n = usize::try_from(o.iters).unwrap_or(usize::MAX);
     let lat_size =
         usize::try_from(o.lat_size).map_err(|_| PerfError::TooLarge { size: o.lat_size })?;
