@@ -15,12 +15,15 @@
 use bypass_hw::cmd::qp::QpState;
 use bypass_hw::wqe::{Av, DgramParams, WqeOpcode};
 
+use crate::redact::{Addr, Key};
+
 /// One gather/scatter entry: `length` bytes at `addr` (an address inside a registered region)
 /// under local key `lkey`.
 /// `#[repr(C)]`: the layout of `struct ibv_sge`, so the C library hands a program's SGE
 /// array to the driver as it is.
+/// `Debug` redacts the address and the key ([`crate::redact`]).
 #[repr(C)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Clone, Copy, PartialEq, Eq, Default)]
 pub struct Sge {
     /// Address inside the memory region (the region's start address plus an offset).
     pub addr: u64,
@@ -30,13 +33,33 @@ pub struct Sge {
     pub lkey: u32,
 }
 
-/// A remote buffer: an address inside the peer's memory region and its rkey.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+impl core::fmt::Debug for Sge {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Sge")
+            .field("addr", &Addr(self.addr))
+            .field("length", &self.length)
+            .field("lkey", &Key(self.lkey))
+            .finish()
+    }
+}
+
+/// A remote buffer: an address inside the peer's memory region and its rkey. `Debug`
+/// redacts both ([`crate::redact`]).
+#[derive(Clone, Copy, PartialEq, Eq, Default)]
 pub struct RemoteAddr {
     /// Remote address.
     pub addr: u64,
     /// Remote key.
     pub rkey: u32,
+}
+
+impl core::fmt::Debug for RemoteAddr {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("RemoteAddr")
+            .field("addr", &Addr(self.addr))
+            .field("rkey", &Key(self.rkey))
+            .finish()
+    }
 }
 
 /// What a send work request does (RC: all of them; UD: `Send` and `SendImm`).
