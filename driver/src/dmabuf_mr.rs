@@ -26,6 +26,7 @@ use bypass_seam::{DmaBufFile, DmaBufSlice, MemfdRange, PAGE_SIZE, PeerMemory};
 use crate::error::{DriverError, Result};
 use crate::mr::{MkeyAccess, create_mkey_input_pages, destroy_mkey, exec_create_mkey};
 use crate::pd::Pd;
+use crate::redact::{Addr, Key};
 
 const PAGE: u64 = PAGE_SIZE as u64;
 
@@ -64,7 +65,8 @@ impl DmaBufSource {
 }
 
 /// Where a dma-buf MR lies: the bytes of the dma-buf it covers and the address it is known by.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// `Debug` redacts the address ([`crate::redact`]).
+#[derive(Clone, Copy, PartialEq, Eq)]
 pub struct DmaBufRange {
     /// First byte, in the dma-buf.
     pub offset: u64,
@@ -72,6 +74,16 @@ pub struct DmaBufRange {
     pub len: usize,
     /// The address SGEs and peers use for the first byte.
     pub iova: u64,
+}
+
+impl std::fmt::Debug for DmaBufRange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DmaBufRange")
+            .field("offset", &self.offset)
+            .field("len", &self.len)
+            .field("iova", &Addr(self.iova))
+            .finish()
+    }
 }
 
 impl DmaBufRange {
@@ -120,7 +132,7 @@ impl DmaBufRange {
 }
 
 /// A registered range of a dma-buf. Dropping it deregisters (a failed unmap is logged).
-#[derive(Debug)]
+/// `Debug` redacts the key and the address ([`crate::redact`]).
 pub struct DmaBufMr {
     pd: Arc<Pd>,
     src: DmaBufSource,
@@ -129,6 +141,19 @@ pub struct DmaBufMr {
     key: u32,
     /// The IOVA range mapped (whole pages), `None` once torn down.
     mapped: Option<(u64, usize)>,
+}
+
+impl std::fmt::Debug for DmaBufMr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DmaBufMr")
+            .field("pd", &self.pd)
+            .field("src", &self.src)
+            .field("range", &self.range)
+            .field("access", &self.access)
+            .field("key", &Key(self.key))
+            .field("mapped", &self.mapped.is_some())
+            .finish()
+    }
 }
 
 impl DmaBufMr {
@@ -209,7 +234,8 @@ impl DmaBufMr {
         }
         let dma = self.pd.hca().dma();
         if let Err(e) = dma.backend().unmap_dma(iova, span) {
-            tracing::error!(iova, span, error = %e, "unmapping a dma-buf failed; its IOVA range is leaked");
+            // The mapped range starts at the page of the address peers use: redacted.
+            tracing::error!(iova = %Addr(iova), span, error = %e, "unmapping a dma-buf failed; its IOVA range is leaked");
             return Err(DriverError::StillMapped {
                 addr: self.range.iova,
                 len: self.range.len,

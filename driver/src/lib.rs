@@ -58,6 +58,7 @@ pub mod qp_attr;
 pub mod qp_geometry;
 pub mod qp_states;
 pub mod qp_table;
+pub mod redact;
 pub mod srq;
 pub mod uar;
 pub mod user_dma;

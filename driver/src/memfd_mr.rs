@@ -23,14 +23,24 @@ use memmap2::{MmapOptions, MmapRaw};
 use crate::error::{DriverError, Result};
 use crate::mr::MkeyAccess;
 use crate::pd::Pd;
+use crate::redact::Addr;
 use crate::user_mr::UserMr;
 
 /// `len` bytes of an fd from `offset`, mapped `MAP_SHARED` read-write and reached by copies
-/// (the mapping covers the pages holding them; memmap2 rounds the offset down).
-#[derive(Debug)]
+/// (the mapping covers the pages holding them; memmap2 rounds the offset down). `Debug`
+/// redacts the mapping's address (a memfd MR is known to peers by it).
 pub struct FdMapping {
     map: MmapRaw,
     fd: Arc<OwnedFd>,
+}
+
+impl std::fmt::Debug for FdMapping {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FdMapping")
+            .field("addr", &Addr(self.map.as_ptr() as u64))
+            .field("len", &self.map.len())
+            .finish_non_exhaustive()
+    }
 }
 
 impl FdMapping {

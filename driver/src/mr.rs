@@ -25,14 +25,15 @@ use crate::dma::DmaBuf;
 use crate::error::{DriverError, Result};
 use crate::mtt_pages::best_mtt;
 use crate::pd::Pd;
+use crate::redact::{Addr, Key};
 
 const PAGE: u64 = 4096;
 
 /// A registered memory region over (part of) a [`DmaBuf`], which it keeps alive.
 ///
 /// SGEs address it by host address: [`Mr::addr`] .. `addr + len` (as ibverbs does); the key
-/// maps that range to the buffer's IOVAs.
-#[derive(Debug)]
+/// maps that range to the buffer's IOVAs. `Debug` redacts the key and the address
+/// ([`crate::redact`]).
 pub struct Mr {
     pd: Arc<Pd>,
     buf: Arc<DmaBuf>,
@@ -40,6 +41,18 @@ pub struct Mr {
     len: usize,
     key: u32,
     access: MkeyAccess,
+}
+
+impl std::fmt::Debug for Mr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Mr")
+            .field("pd", &self.pd)
+            .field("addr", &Addr(self.addr()))
+            .field("len", &self.len)
+            .field("key", &Key(self.key))
+            .field("access", &self.access)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Mr {

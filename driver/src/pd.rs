@@ -19,13 +19,22 @@ use crate::error::{DriverError, Result};
 use crate::hca::Hca;
 
 /// A protection domain. Memory regions and QPs in it hold an `Arc` of it; DEALLOC_PD runs
-/// when the last one is gone.
-#[derive(Debug)]
+/// when the last one is gone. `Debug` never shows the key generator's state (it predicts
+/// every later key).
 pub struct Pd {
     hca: Arc<Hca>,
     pdn: u32,
     /// xorshift64* state for mkey variants, seeded from `/dev/urandom` at allocation.
     rng: Mutex<u64>,
+}
+
+impl std::fmt::Debug for Pd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pd")
+            .field("pdn", &self.pdn)
+            .field("hca", &self.hca)
+            .finish_non_exhaustive()
+    }
 }
 
 fn os_seed() -> Result<u64> {

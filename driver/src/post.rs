@@ -8,6 +8,61 @@
 //! flags; the opcode table is rdma-core `providers/mlx5/qp.c` `mlx5_ib_opcode[]`, the UD
 //! address vector rdma-core `providers/mlx5/verbs.c` `mlx5_create_ah`.
 //!
+//! ## Posting is unsafe
+//!
+//! An [`Sge`] is a raw address and an lkey: the device reads (sends, WRITE sources) or writes
+//! (receives, READ and atomic results) whatever registered memory it names, with no Rust
+//! borrow involved. So every driver function that posts SGEs (`Qp::post_send`,
+//! `post_write`, `post_send_list`, `post_recv`, `post_recv_list`, `WriteBatch::write`,
+//! `Srq::post_srq_recv[_list]`) is `unsafe`, with one contract: every SGE names memory
+//! registered under its lkey that no Rust reference covers while the device may access it
+//! (no `&mut` to a source, no `&` or `&mut` to a target), and which stays registered and mapped
+//! until the WQE's completion is polled or its queue is reset or destroyed. Inline payloads
+//! are copied before the call returns and need nothing. `bypass-verbs` keeps this contract
+//! by ownership (leases moved into the QP) and is the safe API; the C ABI passes it on to the
+//! C caller, as `ibv_post_send` does.
+//!
+//! Safe code cannot post SGEs (each is a `compile_fail` doc test):
+//! ```compile_fail,E0133
+//! use bypass_driver::{post::SendWr, qp::Qp};
+//! fn misuse(qp: &mut Qp, wr: &SendWr<'_>) {
+//!     let _ = qp.post_send(wr); // unsafe fn: refused (E0133)
+//! }
+//! ```
+//! ```compile_fail,E0133
+//! use bypass_driver::{post::RecvWr, qp::Qp};
+//! fn misuse(qp: &mut Qp, wr: &RecvWr<'_>) {
+//!     let _ = qp.post_recv(wr); // unsafe fn: refused (E0133)
+//! }
+//! ```
+//! ```compile_fail,E0133
+//! use bypass_driver::{post::{RemoteAddr, SendFlags, Sge}, qp::Qp};
+//! fn misuse(qp: &mut Qp, local: Sge, remote: RemoteAddr) {
+//!     let _ = qp.post_write(1, local, remote, SendFlags::SIGNALED); // refused (E0133)
+//! }
+//! ```
+//! ```compile_fail,E0133
+//! use bypass_driver::{post::{RemoteAddr, SendFlags, Sge}, qp::Qp};
+//! fn misuse(qp: &mut Qp, local: Sge, remote: RemoteAddr) {
+//!     if let Ok(mut b) = qp.write_batch() {
+//!         let _ = b.write(1, local, remote, SendFlags::SIGNALED); // refused (E0133)
+//!     }
+//! }
+//! ```
+//! ```compile_fail,E0133
+//! use bypass_driver::{post::RecvWr, srq::Srq};
+//! fn misuse(srq: &Srq, wr: &RecvWr<'_>) {
+//!     let _ = srq.post_srq_recv(wr); // unsafe fn: refused (E0133)
+//! }
+//! ```
+//! ```compile_fail,E0133
+//! use bypass_driver::{post::{RecvWr, SendWr}, qp::Qp};
+//! fn misuse(qp: &mut Qp, s: &[SendWr<'_>], r: &[RecvWr<'_>]) {
+//!     let _ = qp.post_send_list(s); // unsafe fn: refused (E0133)
+//!     let _ = qp.post_recv_list(r);
+//! }
+//! ```
+//!
 //! Owns: the request types and the post errors. Must not: write WQEs (`wqe.rs`), ring
 //! doorbells (`doorbell.rs`), or allocate or format on the data path (errors format only when
 //! displayed).
@@ -15,12 +70,15 @@
 use bypass_hw::cmd::qp::QpState;
 use bypass_hw::wqe::{Av, DgramParams, WqeOpcode};
 
+use crate::redact::{Addr, Key};
+
 /// One gather/scatter entry: `length` bytes at `addr` (an address inside a registered region)
 /// under local key `lkey`.
 /// `#[repr(C)]`: the layout of `struct ibv_sge`, so the C library hands a program's SGE
 /// array to the driver as it is.
+/// `Debug` redacts the address and the key ([`crate::redact`]).
 #[repr(C)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Clone, Copy, PartialEq, Eq, Default)]
 pub struct Sge {
     /// Address inside the memory region (the region's start address plus an offset).
     pub addr: u64,
@@ -30,13 +88,33 @@ pub struct Sge {
     pub lkey: u32,
 }
 
-/// A remote buffer: an address inside the peer's memory region and its rkey.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+impl core::fmt::Debug for Sge {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Sge")
+            .field("addr", &Addr(self.addr))
+            .field("length", &self.length)
+            .field("lkey", &Key(self.lkey))
+            .finish()
+    }
+}
+
+/// A remote buffer: an address inside the peer's memory region and its rkey. `Debug`
+/// redacts both ([`crate::redact`]).
+#[derive(Clone, Copy, PartialEq, Eq, Default)]
 pub struct RemoteAddr {
     /// Remote address.
     pub addr: u64,
     /// Remote key.
     pub rkey: u32,
+}
+
+impl core::fmt::Debug for RemoteAddr {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("RemoteAddr")
+            .field("addr", &Addr(self.addr))
+            .field("rkey", &Key(self.rkey))
+            .finish()
+    }
 }
 
 /// What a send work request does (RC: all of them; UD: `Send` and `SendImm`).

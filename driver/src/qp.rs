@@ -492,8 +492,13 @@ impl Qp {
     /// Posts one send work request and rings the doorbell (BlueFlame when it fits). The
     /// common requests on an RC QP ([`crate::wqe::Common`]) are written inline; the rest, and
     /// any request on a QP that cannot send, out of line.
+    ///
+    /// # Safety
+    /// The contract of [`crate::post`] ("Posting is unsafe"): every SGE names registered memory
+    /// that no Rust reference covers while the device may access it, which stays registered
+    /// and mapped until the WQE's completion is polled or the QP is reset or destroyed.
     #[inline]
-    pub fn post_send(&mut self, wr: &SendWr<'_>) -> core::result::Result<(), PostError> {
+    pub unsafe fn post_send(&mut self, wr: &SendWr<'_>) -> core::result::Result<(), PostError> {
         if self.rc_send {
             match write_common(&mut self.sq, &self.shared, &self.limits, wr) {
                 Ok(w) => {
@@ -529,8 +534,13 @@ impl Qp {
     /// the refusal that says which), and the SQ has a free WQEBB ([`Refusal::SqFull`]). The
     /// error is the 8-byte [`PostRefused`] (returned in a register); `PostError::from` it is
     /// the error [`Qp::post_send`] gives for the same request.
+    ///
+    /// # Safety
+    /// The contract of [`crate::post`] ("Posting is unsafe"): every SGE names registered memory
+    /// that no Rust reference covers while the device may access it, which stays registered
+    /// and mapped until the WQE's completion is polled or the QP is reset or destroyed.
     #[inline]
-    pub fn post_write(
+    pub unsafe fn post_write(
         &mut self,
         wr_id: u64,
         local: Sge,
@@ -621,7 +631,12 @@ impl Qp {
 
     /// Posts a list of send work requests with one doorbell (never BlueFlame, as rdma-core
     /// when `nreq > 1`). On a refused request, those before it are posted and rung.
-    pub fn post_send_list(
+    ///
+    /// # Safety
+    /// The contract of [`crate::post`] ("Posting is unsafe"): every SGE names registered memory
+    /// that no Rust reference covers while the device may access it, which stays registered
+    /// and mapped until the WQE's completion is polled or the QP is reset or destroyed.
+    pub unsafe fn post_send_list(
         &mut self,
         wrs: &[SendWr<'_>],
     ) -> core::result::Result<(), PostListError> {
@@ -649,8 +664,13 @@ impl Qp {
     }
 
     /// Posts one receive work request: data segments, barrier, RQ doorbell record (no MMIO).
+    ///
+    /// # Safety
+    /// The contract of [`crate::post`] ("Posting is unsafe"): every SGE names registered memory
+    /// that no Rust reference covers while the device may access it, which stays registered
+    /// and mapped until the WQE's completion is polled or the QP is reset or destroyed.
     #[inline]
-    pub fn post_recv(&mut self, wr: &RecvWr<'_>) -> core::result::Result<(), PostError> {
+    pub unsafe fn post_recv(&mut self, wr: &RecvWr<'_>) -> core::result::Result<(), PostError> {
         if let Some(srqn) = self.srqn {
             return Err(PostError::OnSrq {
                 qpn: self.res.qpn,
@@ -672,7 +692,12 @@ impl Qp {
     }
 
     /// Posts a list of receives with one doorbell-record update.
-    pub fn post_recv_list(
+    ///
+    /// # Safety
+    /// The contract of [`crate::post`] ("Posting is unsafe"): every SGE names registered memory
+    /// that no Rust reference covers while the device may access it, which stays registered
+    /// and mapped until the WQE's completion is polled or the QP is reset or destroyed.
+    pub unsafe fn post_recv_list(
         &mut self,
         wrs: &[RecvWr<'_>],
     ) -> core::result::Result<(), PostListError> {
@@ -750,8 +775,13 @@ impl WriteBatch<'_> {
     /// `ibv_wr_set_sge`): the same WQE as [`Qp::post_write`], not yet visible to the NIC.
     /// [`Refusal::SqFull`] when the SQ has no free WQEBB (the WQEs written before stay in
     /// the batch; complete it, poll, and go on).
+    ///
+    /// # Safety
+    /// The contract of [`crate::post`] ("Posting is unsafe"): every SGE names registered memory
+    /// that no Rust reference covers while the device may access it, which stays registered
+    /// and mapped until the WQE's completion is polled or the QP is reset or destroyed.
     #[inline]
-    pub fn write(
+    pub unsafe fn write(
         &mut self,
         wr_id: u64,
         local: Sge,

@@ -386,7 +386,12 @@ impl Srq {
     /// Posts one receive to the SRQ (`ibv_post_srq_recv`): whichever QP on it receives the
     /// next message takes it. Returns the index of the WQE it took (the `wqe_counter` of its
     /// completion).
-    pub fn post_srq_recv(&self, wr: &RecvWr<'_>) -> core::result::Result<u16, PostError> {
+    ///
+    /// # Safety
+    /// The contract of [`crate::post`] ("Posting is unsafe"): every SGE names registered memory
+    /// that no Rust reference covers while the device may access it, which stays registered
+    /// and mapped until the WQE's completion is polled or the SRQ is destroyed.
+    pub unsafe fn post_srq_recv(&self, wr: &RecvWr<'_>) -> core::result::Result<u16, PostError> {
         let mut l = self
             .shared
             .list
@@ -399,7 +404,12 @@ impl Srq {
     }
 
     /// Posts a list of receives with one doorbell-record update.
-    pub fn post_srq_recv_list(
+    ///
+    /// # Safety
+    /// The contract of [`crate::post`] ("Posting is unsafe"): every SGE names registered memory
+    /// that no Rust reference covers while the device may access it, which stays registered
+    /// and mapped until the WQE's completion is polled or the SRQ is destroyed.
+    pub unsafe fn post_srq_recv_list(
         &self,
         wrs: &[RecvWr<'_>],
     ) -> core::result::Result<(), PostListError> {

@@ -30,14 +30,25 @@ use crate::pin_table::{PageMapper, PinTable, Pins};
 const PAGE: u64 = bypass_seam::PAGE_SIZE as u64;
 
 /// One registration's hold on the pages of `addr..addr + len`: mapped for the device until
-/// released (dropped, or [`PinnedRange::release`]).
-#[derive(Debug)]
+/// released (dropped, or [`PinnedRange::release`]). `Debug` redacts the address (an
+/// application MR is known to peers by it unless registered at another IOVA).
 pub struct PinnedRange {
     mapper: Arc<DmaMapper>,
     pins: Option<Pins>,
     addr: u64,
     len: usize,
     pages: Vec<u64>,
+}
+
+impl std::fmt::Debug for PinnedRange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PinnedRange")
+            .field("addr", &crate::redact::Addr(self.addr))
+            .field("len", &self.len)
+            .field("pages", &self.pages.len())
+            .field("pinned", &self.pins.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 impl PinnedRange {
@@ -222,7 +233,8 @@ impl PageMapper for Effects<'_> {
     fn unmap(&mut self, va: u64, len: u64, iova: u64) -> bool {
         let m = self.0;
         if let Err(e) = m.backend().unmap_dma(iova, len as usize) {
-            tracing::error!(iova, len, error = %e,
+            // The IOVA may be the address peers use (`ibv_reg_mr_iova2`): redacted.
+            tracing::error!(iova = %crate::redact::Addr(iova), len, error = %e,
                 "unmapping application memory failed; its IOVA range is leaked");
             return false;
         }

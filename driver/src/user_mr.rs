@@ -19,10 +19,11 @@ use std::sync::Arc;
 use crate::error::{DriverError, Result};
 use crate::mr::{MkeyAccess, create_mkey_input_pages, destroy_mkey, exec_create_mkey};
 use crate::pd::Pd;
+use crate::redact::{Addr, Key};
 use crate::user_dma::PinnedRange;
 
-/// A registered region of application memory.
-#[derive(Debug)]
+/// A registered region of application memory. `Debug` redacts the key and the address
+/// ([`crate::redact`]).
 pub struct UserMr {
     pd: Arc<Pd>,
     pinned: Option<PinnedRange>,
@@ -30,6 +31,19 @@ pub struct UserMr {
     iova: u64,
     len: usize,
     access: MkeyAccess,
+}
+
+impl std::fmt::Debug for UserMr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UserMr")
+            .field("pd", &self.pd)
+            .field("iova", &Addr(self.iova))
+            .field("len", &self.len)
+            .field("key", &Key(self.key))
+            .field("access", &self.access)
+            .field("pinned", &self.pinned.is_some())
+            .finish()
+    }
 }
 
 impl UserMr {

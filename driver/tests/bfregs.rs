@@ -98,8 +98,8 @@ fn write_many(qp: &mut Qp, cq: &mut Cq, side_mr: (u64, u32, u64, u32), dst: u64,
                 addr: raddr + dst + 64 * posted,
                 rkey,
             };
-            qp.post_write(posted, sge, remote, SendFlags::SIGNALED)
-                .unwrap();
+            // SAFETY: the SGEs name this test's MRs, read only by copies and alive past the post.
+            unsafe { qp.post_write(posted, sge, remote, SendFlags::SIGNALED) }.unwrap();
             posted += 1;
         }
         while let Some(w) = cq.poll_one() {

@@ -33,37 +33,46 @@ fn rc_send_write_read_and_atomics_complete_with_their_wr_ids() {
         rkey: bkey,
     };
     let s = [a.mr.sge(0, 3000)];
-    a.qp.post_send(&SendWr::new(1, SendOp::Send, &s)).unwrap();
-    a.qp.post_send(&SendWr::new(
-        2,
-        SendOp::Write {
-            remote: remote(8192),
-        },
-        &s,
-    ))
+    // SAFETY: the SGEs name this test's MRs, read only by copies and alive past the post.
+    unsafe { a.qp.post_send(&SendWr::new(1, SendOp::Send, &s)) }.unwrap();
+    // SAFETY: the SGEs name this test's MRs, read only by copies and alive past the post.
+    unsafe {
+        a.qp.post_send(&SendWr::new(
+            2,
+            SendOp::Write {
+                remote: remote(8192),
+            },
+            &s,
+        ))
+    }
     .unwrap();
     let r = [a.mr.sge(16384, 20)];
-    a.qp.post_send(&SendWr::new(
-        3,
-        SendOp::Read {
-            remote: remote(65536),
-        },
-        &r,
-    ))
+    // SAFETY: the SGEs name this test's MRs, read only by copies and alive past the post.
+    unsafe {
+        a.qp.post_send(&SendWr::new(
+            3,
+            SendOp::Read {
+                remote: remote(65536),
+            },
+            &r,
+        ))
+    }
     .unwrap();
     let fa = [a.mr.sge(32768, 8)];
     let op = SendOp::FetchAdd {
         remote: remote(100_000),
         add: 1,
     };
-    a.qp.post_send(&SendWr::new(4, op, &fa)).unwrap();
+    // SAFETY: the SGEs name this test's MRs, read only by copies and alive past the post.
+    unsafe { a.qp.post_send(&SendWr::new(4, op, &fa)) }.unwrap();
     let cs = [a.mr.sge(32776, 8)];
     let op = SendOp::CompareSwap {
         remote: remote(100_008),
         compare: 7,
         swap: 99,
     };
-    a.qp.post_send(&SendWr::new(5, op, &cs)).unwrap();
+    // SAFETY: the SGEs name this test's MRs, read only by copies and alive past the post.
+    unsafe { a.qp.post_send(&SendWr::new(5, op, &cs)) }.unwrap();
     settle(&f);
 
     assert_eq!(b.read(0, 3000), msg, "SEND payload");
@@ -106,8 +115,11 @@ fn immediates_multi_sge_and_inline_arrive_intact() {
     b.recv(2, 8192, 16);
     b.recv(3, 12288, 64);
     let sg = [a.mr.sge(0, 6), a.mr.sge(4096, 5)];
-    a.qp.post_send(&SendWr::new(10, SendOp::SendImm { imm: 0xdead_beef }, &sg))
-        .unwrap();
+    // SAFETY: the SGEs name this test's MRs, read only by copies and alive past the post.
+    unsafe {
+        a.qp.post_send(&SendWr::new(10, SendOp::SendImm { imm: 0xdead_beef }, &sg))
+    }
+    .unwrap();
     let remote = RemoteAddr {
         addr: b.mr.addr() + 20000,
         rkey: b.mr.rkey(),
@@ -116,13 +128,15 @@ fn immediates_multi_sge_and_inline_arrive_intact() {
         payload: Payload::Inline(b"inline write with imm"),
         ..SendWr::new(11, SendOp::WriteImm { remote, imm: 77 }, &[])
     };
-    a.qp.post_send(&wr).unwrap();
+    // SAFETY: the SGEs name this test's MRs, read only by copies and alive past the post.
+    unsafe { a.qp.post_send(&wr) }.unwrap();
     let wr = SendWr {
         payload: Payload::Inline(b"inline send"),
         flags: SendFlags::SIGNALED | SendFlags::SOLICITED,
         ..SendWr::new(12, SendOp::Send, &[])
     };
-    a.qp.post_send(&wr).unwrap();
+    // SAFETY: the SGEs name this test's MRs, read only by copies and alive past the post.
+    unsafe { a.qp.post_send(&wr) }.unwrap();
     settle(&f);
     assert_eq!(b.read(0, 11), b"hello world");
     assert_eq!(b.read(20000, 21), b"inline write with imm");
@@ -147,7 +161,8 @@ fn immediates_multi_sge_and_inline_arrive_intact() {
         ..SendWr::new(13, SendOp::Send, &[])
     };
     assert!(matches!(
-        a.qp.post_send(&wr),
+        // SAFETY: the SGEs name this test's MRs, read only by copies and alive past the post.
+        unsafe { a.qp.post_send(&wr) },
         Err(PostError::InlineTooLong {
             len: 65,
             max: 64,
@@ -172,7 +187,8 @@ fn unsignaled_requests_are_retired_by_a_later_signaled_one() {
             wr.flags = SendFlags::empty();
         }
         loop {
-            match a.qp.post_send(&wr) {
+            // SAFETY: the SGEs name this test's MRs, read only by copies and alive past the post.
+            match unsafe { a.qp.post_send(&wr) } {
                 Ok(()) => break,
                 Err(PostError::SqFull { .. }) => {
                     settle(&f);
@@ -204,11 +220,13 @@ fn a_post_list_rings_one_doorbell_and_blueflame_carries_lone_wqes() {
     let wrs: Vec<_> = (0..4)
         .map(|i| SendWr::new(i, SendOp::Write { remote }, &s))
         .collect();
-    a.qp.post_send_list(&wrs).unwrap();
+    // SAFETY: the SGEs name this test's MRs, read only by copies and alive past the post.
+    unsafe { a.qp.post_send_list(&wrs) }.unwrap();
     let writes = a.uar_writes();
     assert_eq!(writes.len(), 1, "one doorbell for the list");
     assert_eq!(writes[0].1.len(), 8, "a list rings the 8-byte doorbell");
-    a.qp.post_send(&wrs[0]).unwrap();
+    // SAFETY: the SGEs name this test's MRs, read only by copies and alive past the post.
+    unsafe { a.qp.post_send(&wrs[0]) }.unwrap();
     let writes = a.uar_writes();
     assert_eq!(writes[1].1.len(), 64, "a lone WQE goes by BlueFlame");
     let half = writes[1].0 - writes[0].0;
@@ -240,8 +258,11 @@ fn the_sq_wraps_over_several_laps_with_multi_wqebb_wqes() {
         if sg.len() == 4 && a.qp.sq_cur_post() % depth == depth - 1 {
             straddled += 1;
         }
-        a.qp.post_send(&SendWr::new(i, SendOp::Write { remote }, sg))
-            .unwrap();
+        // SAFETY: the SGEs name this test's MRs, read only by copies and alive past the post.
+        unsafe {
+            a.qp.post_send(&SendWr::new(i, SendOp::Write { remote }, sg))
+        }
+        .unwrap();
         settle(&f);
         let w = a.drain(1);
         assert_eq!(w[0].wr_id(), i);
@@ -261,11 +282,17 @@ fn bad_lkey_is_local_prot_err_and_flushes_the_rest() {
         addr: b.mr.addr(),
         rkey: b.mr.rkey(),
     };
-    a.qp.post_send(&SendWr::new(1, SendOp::Write { remote }, &s))
-        .unwrap();
+    // SAFETY: the SGEs name this test's MRs, read only by copies and alive past the post.
+    unsafe {
+        a.qp.post_send(&SendWr::new(1, SendOp::Write { remote }, &s))
+    }
+    .unwrap();
     let good = [a.mr.sge(0, 64)];
-    a.qp.post_send(&SendWr::new(2, SendOp::Write { remote }, &good))
-        .unwrap();
+    // SAFETY: the SGEs name this test's MRs, read only by copies and alive past the post.
+    unsafe {
+        a.qp.post_send(&SendWr::new(2, SendOp::Write { remote }, &good))
+    }
+    .unwrap();
     settle(&f);
     let w = a.drain(2);
     assert_eq!(
@@ -287,8 +314,11 @@ fn wrong_rkey_is_remote_access_err() {
         addr: b.mr.addr(),
         rkey: b.mr.rkey() ^ 0x1,
     };
-    a.qp.post_send(&SendWr::new(9, SendOp::Write { remote }, &s))
-        .unwrap();
+    // SAFETY: the SGEs name this test's MRs, read only by copies and alive past the post.
+    unsafe {
+        a.qp.post_send(&SendWr::new(9, SendOp::Write { remote }, &s))
+    }
+    .unwrap();
     settle(&f);
     let w = a.drain(1);
     assert_eq!(
@@ -302,7 +332,8 @@ fn wrong_rkey_is_remote_access_err() {
 fn no_receive_posted_is_rnr_then_success_once_one_is() {
     let (f, mut a, mut b) = pair(9, QpType::Rc, false);
     let s = [a.mr.sge(0, 64)];
-    a.qp.post_send(&SendWr::new(1, SendOp::Send, &s)).unwrap();
+    // SAFETY: the SGEs name this test's MRs, read only by copies and alive past the post.
+    unsafe { a.qp.post_send(&SendWr::new(1, SendOp::Send, &s)) }.unwrap();
     // Let the first attempts hit RNR, then post the receive (rnr_retry 7 = infinite).
     for _ in 0..3 {
         a.backend.progress();
@@ -322,7 +353,8 @@ fn an_armed_cq_interrupts_and_wait_returns_the_completion() {
     let (f, mut a, mut b) = pair(10, QpType::Rc, false);
     b.recv(3, 0, 4096);
     let s = [a.mr.sge(0, 64)];
-    a.qp.post_send(&SendWr::new(1, SendOp::Send, &s)).unwrap();
+    // SAFETY: the SGEs name this test's MRs, read only by copies and alive past the post.
+    unsafe { a.qp.post_send(&SendWr::new(1, SendOp::Send, &s)) }.unwrap();
     let before = f.with_device(b.id, |d| d.interrupts(1)).unwrap();
     let wc =
         b.cq.wait(Duration::from_secs(5))
@@ -371,7 +403,8 @@ fn query_qp_walks_the_states_and_reports_psns() {
     assert_eq!(a.qp.query().unwrap().state, QpState::Rst);
     let s = [a.mr.sge(0, 8)];
     assert!(matches!(
-        a.qp.post_send(&SendWr::new(1, SendOp::Send, &s)),
+        // SAFETY: the SGEs name this test's MRs, read only by copies and alive past the post.
+        unsafe { a.qp.post_send(&SendWr::new(1, SendOp::Send, &s)) },
         Err(PostError::BadState { state: "RST", .. })
     ));
 }
@@ -387,7 +420,8 @@ fn ud_sends_carry_the_address_vector_and_a_grh() {
         ud: Some(&dest),
         ..SendWr::new(8, SendOp::Send, &s)
     };
-    a.qp.post_send(&wr).unwrap();
+    // SAFETY: the SGEs name this test's MRs, read only by copies and alive past the post.
+    unsafe { a.qp.post_send(&wr) }.unwrap();
     let ctrl = a.qp.wqe_bytes(0);
     assert_eq!(CtrlSeg::view(&ctrl).unwrap().opcode(), WqeOpcode::SEND);
     assert_eq!(CtrlSeg::view(&ctrl).unwrap().ds(), 5);
@@ -409,10 +443,13 @@ fn ud_sends_carry_the_address_vector_and_a_grh() {
         remote: RemoteAddr::default(),
     };
     assert!(matches!(
-        a.qp.post_send(&SendWr {
-            ud: Some(&dest),
-            ..SendWr::new(1, w, &s)
-        }),
+        // SAFETY: the SGEs name this test's MRs, read only by copies and alive past the post.
+        unsafe {
+            a.qp.post_send(&SendWr {
+                ud: Some(&dest),
+                ..SendWr::new(1, w, &s)
+            })
+        },
         Err(PostError::BadRequest { .. })
     ));
 }
@@ -425,8 +462,11 @@ fn raw_cqe_and_wqe_bytes_are_readable() {
         addr: b.mr.addr(),
         rkey: b.mr.rkey(),
     };
-    a.qp.post_send(&SendWr::new(1, SendOp::Write { remote }, &s))
-        .unwrap();
+    // SAFETY: the SGEs name this test's MRs, read only by copies and alive past the post.
+    unsafe {
+        a.qp.post_send(&SendWr::new(1, SendOp::Write { remote }, &s))
+    }
+    .unwrap();
     let w = a.qp.wqe_bytes(0);
     let c = CtrlSeg::view(&w).unwrap();
     assert_eq!(

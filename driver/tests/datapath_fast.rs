@@ -63,9 +63,13 @@ fn post_write_and_post_send_put_the_same_bytes_on_the_ring_and_the_uar() {
                 &sge,
             )
         };
-        a.qp.post_send(&wr).unwrap();
-        a.qp.post_write(k as u64, sge[0], remote_of(&b, off + 1024), fl)
-            .unwrap();
+        // SAFETY: the SGEs name this test's MRs, read only by copies and alive past the post.
+        unsafe { a.qp.post_send(&wr) }.unwrap();
+        // SAFETY: the SGEs name this test's MRs, read only by copies and alive past the post.
+        unsafe {
+            a.qp.post_write(k as u64, sge[0], remote_of(&b, off + 1024), fl)
+        }
+        .unwrap();
     }
     assert_eq!(a.qp.sq_cur_post(), 8);
     let w = a.uar_writes();
@@ -135,10 +139,16 @@ fn start_poll_and_poll_one_see_the_same_completions() {
         } else {
             SendFlags::SIGNALED
         };
-        a.qp.post_write(k, a.mr.sge(0, 16), remote_of(&ba, 16 * k), fl)
-            .unwrap();
-        c.qp.post_write(k, c.mr.sge(0, 16), remote_of(&bc, 16 * k), fl)
-            .unwrap();
+        // SAFETY: the SGEs name this test's MRs, read only by copies and alive past the post.
+        unsafe {
+            a.qp.post_write(k, a.mr.sge(0, 16), remote_of(&ba, 16 * k), fl)
+        }
+        .unwrap();
+        // SAFETY: the SGEs name this test's MRs, read only by copies and alive past the post.
+        unsafe {
+            c.qp.post_write(k, c.mr.sge(0, 16), remote_of(&bc, 16 * k), fl)
+        }
+        .unwrap();
     }
     // A receive completion too, with immediate data and the peer's QPN.
     a.recv(0x500, 4096, 64);
@@ -146,12 +156,18 @@ fn start_poll_and_poll_one_see_the_same_completions() {
     let (s1, s2) = ([ba.mr.sge(0, 8)], [bc.mr.sge(0, 8)]);
     let mut bam = ba;
     let mut bcm = bc;
-    bam.qp
-        .post_send(&SendWr::new(1, SendOp::SendImm { imm: 0xfeed }, &s1))
-        .unwrap();
-    bcm.qp
-        .post_send(&SendWr::new(1, SendOp::SendImm { imm: 0xfeed }, &s2))
-        .unwrap();
+    // SAFETY: the SGEs name this test's MRs, read only by copies and alive past the post.
+    unsafe {
+        bam.qp
+            .post_send(&SendWr::new(1, SendOp::SendImm { imm: 0xfeed }, &s1))
+    }
+    .unwrap();
+    // SAFETY: the SGEs name this test's MRs, read only by copies and alive past the post.
+    unsafe {
+        bcm.qp
+            .post_send(&SendWr::new(1, SendOp::SendImm { imm: 0xfeed }, &s2))
+    }
+    .unwrap();
     settle(&fa);
     settle(&fc);
     let want = a.drain_all();
@@ -174,20 +190,26 @@ fn post_write_laps_the_ring_and_refuses_a_full_queue() {
     let mut next = 0u64;
     for _lap in 0..3 {
         for _ in 0..depth {
-            a.qp.post_write(
-                next,
-                sge,
-                remote_of(&b, 8 * (next % 64)),
-                SendFlags::SIGNALED,
-            )
+            // SAFETY: the SGEs name this test's MRs, read only by copies and alive past the post.
+            unsafe {
+                a.qp.post_write(
+                    next,
+                    sge,
+                    remote_of(&b, 8 * (next % 64)),
+                    SendFlags::SIGNALED,
+                )
+            }
             .unwrap();
             next += 1;
         }
         // Full: refused with the general path's error, nothing written.
         let before = a.qp.sq_cur_post();
         let e = PostError::from(
-            a.qp.post_write(999, sge, remote_of(&b, 0), SendFlags::SIGNALED)
-                .unwrap_err(),
+            // SAFETY: the SGEs name this test's MRs, read only by copies and alive past the post.
+            unsafe {
+                a.qp.post_write(999, sge, remote_of(&b, 0), SendFlags::SIGNALED)
+            }
+            .unwrap_err(),
         );
         assert_eq!(
             e,
@@ -199,13 +221,16 @@ fn post_write_laps_the_ring_and_refuses_a_full_queue() {
         );
         let one = [sge];
         assert_eq!(
-            a.qp.post_send(&SendWr::new(
-                999,
-                SendOp::Write {
-                    remote: remote_of(&b, 0)
-                },
-                &one
-            ))
+            // SAFETY: the SGEs name this test's MRs, read only by copies and alive past the post.
+            unsafe {
+                a.qp.post_send(&SendWr::new(
+                    999,
+                    SendOp::Write {
+                        remote: remote_of(&b, 0),
+                    },
+                    &one,
+                ))
+            }
             .unwrap_err(),
             e
         );
@@ -239,16 +264,23 @@ fn post_write_refuses_what_post_send_refuses() {
     );
     // RST: not ready.
     let e = PostError::from(
-        a.qp.post_write(1, sge, remote_of(&b, 0), SendFlags::SIGNALED)
-            .unwrap_err(),
+        // SAFETY: the SGEs name this test's MRs, read only by copies and alive past the post.
+        unsafe {
+            a.qp.post_write(1, sge, remote_of(&b, 0), SendFlags::SIGNALED)
+        }
+        .unwrap_err(),
     );
     assert!(matches!(e, PostError::BadState { .. }), "{e}");
-    assert_eq!(a.qp.post_send(&wr).unwrap_err(), e);
+    // SAFETY: the SGEs name this test's MRs, read only by copies and alive past the post.
+    assert_eq!(unsafe { a.qp.post_send(&wr) }.unwrap_err(), e);
     // UD: RDMA WRITE is not a UD operation.
     let (_f, mut u, v) = pair(14, QpType::Ud, true);
     let e = PostError::from(
-        u.qp.post_write(1, u.mr.sge(0, 8), remote_of(&v, 0), SendFlags::SIGNALED)
-            .unwrap_err(),
+        // SAFETY: the SGEs name this test's MRs, read only by copies and alive past the post.
+        unsafe {
+            u.qp.post_write(1, u.mr.sge(0, 8), remote_of(&v, 0), SendFlags::SIGNALED)
+        }
+        .unwrap_err(),
     );
     assert!(matches!(e, PostError::BadRequest { .. }), "{e}");
     let one = [u.mr.sge(0, 8)];
@@ -259,7 +291,8 @@ fn post_write_refuses_what_post_send_refuses() {
         },
         &one,
     );
-    assert_eq!(u.qp.post_send(&wr).unwrap_err(), e);
+    // SAFETY: the SGEs name this test's MRs, read only by copies and alive past the post.
+    assert_eq!(unsafe { u.qp.post_send(&wr) }.unwrap_err(), e);
     assert_eq!(u.qp.sq_cur_post(), 0);
 }
 
@@ -271,9 +304,8 @@ fn a_write_batch_rings_one_doorbell_and_a_lone_write_goes_by_blueflame() {
     a.trace(true);
     let mut batch = a.qp.write_batch().unwrap();
     for k in 0..5u64 {
-        batch
-            .write(k, sge, remote_of(&b, 8 * k), SendFlags::SIGNALED)
-            .unwrap();
+        // SAFETY: the SGE names this test's MR, read only by copies and alive past the post.
+        unsafe { batch.write(k, sge, remote_of(&b, 8 * k), SendFlags::SIGNALED) }.unwrap();
     }
     assert_eq!(batch.len(), 5);
     batch.complete();
@@ -286,8 +318,8 @@ fn a_write_batch_rings_one_doorbell_and_a_lone_write_goes_by_blueflame() {
     );
     // A batch of one is a lone WQE: BlueFlame, as post_write.
     let mut one = a.qp.write_batch().unwrap();
-    one.write(5, sge, remote_of(&b, 40), SendFlags::SIGNALED)
-        .unwrap();
+    // SAFETY: the SGE names this test's MR, read only by copies and alive past the post.
+    unsafe { one.write(5, sge, remote_of(&b, 40), SendFlags::SIGNALED) }.unwrap();
     drop(one);
     let w = a.uar_writes();
     assert_eq!(w.len(), 2);
@@ -314,7 +346,8 @@ fn a_full_queue_stops_a_batch_and_what_was_written_is_still_rung() {
     let mut batch = a.qp.write_batch().unwrap();
     let mut k = 0u64;
     let e = loop {
-        match batch.write(k, sge, remote_of(&b, 0), SendFlags::SIGNALED) {
+        // SAFETY: the SGE names this test's MR, read only by copies and alive past the post.
+        match unsafe { batch.write(k, sge, remote_of(&b, 0), SendFlags::SIGNALED) } {
             Ok(()) => k += 1,
             Err(e) => break PostError::from(e),
         }

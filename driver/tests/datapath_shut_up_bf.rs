@@ -20,11 +20,14 @@ fn shut_up_bf_keeps_8_byte_doorbells() {
         addr: b.mr.addr(),
         rkey: b.mr.rkey(),
     };
-    a.qp.post_send(&SendWr::new(1, SendOp::Write { remote }, &s))
-        .unwrap();
+    // SAFETY: the SGEs name this test's MRs, read only by copies and alive past the post.
+    unsafe {
+        a.qp.post_send(&SendWr::new(1, SendOp::Write { remote }, &s))
+    }
+    .unwrap();
     // The specialised post rings the same 8-byte doorbell: its first 8 WQE bytes.
-    a.qp.post_write(2, s[0], remote, SendFlags::SIGNALED)
-        .unwrap();
+    // SAFETY: the SGEs name this test's MRs, read only by copies and alive past the post.
+    unsafe { a.qp.post_write(2, s[0], remote, SendFlags::SIGNALED) }.unwrap();
     let w = a.uar_writes();
     assert_eq!(w.len(), 2);
     assert!(w.iter().all(|(_, d)| d.len() == 8));

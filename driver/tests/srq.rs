@@ -88,19 +88,21 @@ fn setup(n: usize, attr: SrqAttr, rnr_retry: u8) -> (SimFabric, Node, Node) {
 
 fn post_srq(b: &Node, wr_id: u64, off: u64) {
     let sge = [b.mr.sge(off, 256)];
-    b.srq
-        .as_ref()
-        .unwrap()
-        .post_srq_recv(&RecvWr { wr_id, sges: &sge })
-        .unwrap();
+    // SAFETY: the SGEs name this test's MRs, read only by copies and alive past the post.
+    unsafe {
+        b.srq
+            .as_ref()
+            .unwrap()
+            .post_srq_recv(&RecvWr { wr_id, sges: &sge })
+    }
+    .unwrap();
 }
 
 fn send(a: &mut Node, k: usize, wr_id: u64, byte: u8) {
     a.mr.buf().write(0x1000 * k, &[byte; 64]).unwrap();
     let sge = [a.mr.sge(0x1000 * k as u64, 64)];
-    a.qps[k]
-        .post_send(&SendWr::new(wr_id, SendOp::Send, &sge))
-        .unwrap();
+    // SAFETY: the SGEs name this test's MRs, read only by copies and alive past the post.
+    unsafe { a.qps[k].post_send(&SendWr::new(wr_id, SendOp::Send, &sge)) }.unwrap();
 }
 
 fn read(mr: &Mr, off: usize) -> Vec<u8> {
@@ -305,27 +307,36 @@ fn bad_input_is_refused() {
     // Full at max_wr (rdma-core: head == tail).
     for w in 0..srq.max_wr() {
         let sge = [b.mr.sge(0, 16)];
-        srq.post_srq_recv(&RecvWr {
-            wr_id: u64::from(w),
-            sges: &sge,
-        })
+        // SAFETY: the SGEs name this test's MRs, read only by copies and alive past the post.
+        unsafe {
+            srq.post_srq_recv(&RecvWr {
+                wr_id: u64::from(w),
+                sges: &sge,
+            })
+        }
         .unwrap();
     }
     let sge = [b.mr.sge(0, 16)];
     assert!(matches!(
-        srq.post_srq_recv(&RecvWr {
-            wr_id: 9,
-            sges: &sge
-        }),
+        // SAFETY: the SGEs name this test's MRs, read only by copies and alive past the post.
+        unsafe {
+            srq.post_srq_recv(&RecvWr {
+                wr_id: 9,
+                sges: &sge,
+            })
+        },
         Err(PostError::SrqFull { .. })
     ));
     let two = [b.mr.sge(0, 16), b.mr.sge(16, 16)];
     let one_sge = Srq::create(&b.pd, &max(4)).unwrap();
     assert!(matches!(
-        one_sge.post_srq_recv(&RecvWr {
-            wr_id: 9,
-            sges: &two
-        }),
+        // SAFETY: the SGEs name this test's MRs, read only by copies and alive past the post.
+        unsafe {
+            one_sge.post_srq_recv(&RecvWr {
+                wr_id: 9,
+                sges: &two,
+            })
+        },
         Err(PostError::TooManySges { .. })
     ));
     // A QP on an SRQ takes no receive of its own.
@@ -340,10 +351,13 @@ fn bad_input_is_refused() {
     .unwrap();
     qp.rst2init(&Rst2Init::default()).unwrap();
     assert!(matches!(
-        qp.post_recv(&RecvWr {
-            wr_id: 1,
-            sges: &sge
-        }),
+        // SAFETY: the SGEs name this test's MRs, read only by copies and alive past the post.
+        unsafe {
+            qp.post_recv(&RecvWr {
+                wr_id: 1,
+                sges: &sge,
+            })
+        },
         Err(PostError::OnSrq { .. })
     ));
     assert_eq!(qp.srqn(), Some(one_sge.srqn()));
@@ -367,10 +381,13 @@ fn destroying_a_qp_gives_the_srq_wqes_of_its_unpolled_receives_back() {
     post_srq(&b, 50, 0);
     let sge = [b.mr.sge(0, 16)];
     assert!(matches!(
-        b.srq.as_ref().unwrap().post_srq_recv(&RecvWr {
-            wr_id: 51,
-            sges: &sge
-        }),
+        // SAFETY: the SGEs name this test's MRs, read only by copies and alive past the post.
+        unsafe {
+            b.srq.as_ref().unwrap().post_srq_recv(&RecvWr {
+                wr_id: 51,
+                sges: &sge,
+            })
+        },
         Err(PostError::SrqFull { .. })
     ));
     assert!(b.cq.poll_one().is_none(), "the CQE was cleaned");
@@ -403,7 +420,8 @@ fn a_ud_qp_on_an_empty_srq_drops_the_datagram_then_receives_into_the_srq() {
         ud: Some(&dest),
         ..SendWr::new(1, SendOp::Send, &s)
     };
-    qa.post_send(&wr).unwrap();
+    // SAFETY: the SGEs name this test's MRs, read only by copies and alive past the post.
+    unsafe { qa.post_send(&wr) }.unwrap();
     settle(&f);
     assert!(
         a.cq.poll_one()
@@ -414,7 +432,8 @@ fn a_ud_qp_on_an_empty_srq_drops_the_datagram_then_receives_into_the_srq() {
     assert_eq!(drops, 1);
     b.srq = Some(srq);
     post_srq(&b, 77, 0);
-    qa.post_send(&wr).unwrap();
+    // SAFETY: the SGEs name this test's MRs, read only by copies and alive past the post.
+    unsafe { qa.post_send(&wr) }.unwrap();
     settle(&f);
     let c = b.cq.poll_one().expect("the datagram");
     assert_eq!((c.wr_id(), c.byte_len()), (77, 40 + 8));
@@ -428,10 +447,13 @@ fn multi_packet_sends_of_two_qps_each_fill_their_own_srq_wqe() {
     let srq = b.srq.as_ref().unwrap();
     for w in 0..2u64 {
         let sge = [b.mr.sge(0x10000 * (w + 1), 0x8000)];
-        srq.post_srq_recv(&RecvWr {
-            wr_id: w,
-            sges: &sge,
-        })
+        // SAFETY: the SGEs name this test's MRs, read only by copies and alive past the post.
+        unsafe {
+            srq.post_srq_recv(&RecvWr {
+                wr_id: w,
+                sges: &sge,
+            })
+        }
         .unwrap();
     }
     for k in 0..2usize {
@@ -440,9 +462,8 @@ fn multi_packet_sends_of_two_qps_each_fill_their_own_srq_wqe() {
             .collect();
         a.mr.buf().write(0x10000 * (k + 1), &msg).unwrap();
         let sge = [a.mr.sge(0x10000 * (k as u64 + 1), 20_000)];
-        a.qps[k]
-            .post_send(&SendWr::new(k as u64, SendOp::Send, &sge))
-            .unwrap();
+        // SAFETY: the SGEs name this test's MRs, read only by copies and alive past the post.
+        unsafe { a.qps[k].post_send(&SendWr::new(k as u64, SendOp::Send, &sge)) }.unwrap();
     }
     settle(&f);
     let mut seen = 0;

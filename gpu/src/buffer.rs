@@ -23,6 +23,7 @@ use std::os::fd::{FromRawFd, OwnedFd};
 use std::sync::Arc;
 
 use bypass_seam::{DmaBufFile, Exporter, PAGE_SIZE, PeerError, PeerMemory};
+use bypass_verbs::driver::redact::Addr;
 use cudarc::driver::sys::{self, CUmemRangeFlags, CUmemRangeHandleType};
 
 use crate::driver::{Context, Gpu, PCIE_MAPPING_MIN_DRIVER};
@@ -42,8 +43,10 @@ impl fmt::Debug for Allocation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "Allocation(GPU{} {:#x}+{:#x})",
-            self.ctx.info.ordinal, self.dptr, self.alloc_len
+            "Allocation(GPU{} {:?}+{:#x})",
+            self.ctx.info.ordinal,
+            Addr(self.dptr),
+            self.alloc_len
         )
     }
 }
@@ -109,7 +112,8 @@ impl Gpu {
 }
 
 /// A dma-buf of a [`GpuBuffer`] and where the buffer lies in it (perftest's export).
-#[derive(Debug, Clone)]
+/// `Debug` redacts the device pointer (the address peers use) unless `BYPASS_LOG_KEYS=1`.
+#[derive(Clone)]
 pub struct DmaBufExport {
     /// The dma-buf (`nv_dmabuf`, `aligned_size` bytes from the host page below the buffer).
     pub file: DmaBufFile,
@@ -121,6 +125,18 @@ pub struct DmaBufExport {
     pub len: usize,
     /// The dma-buf's bytes reached by copies, from its byte 0 (what the sim uses).
     pub peer: Arc<CudaPeer>,
+}
+
+impl fmt::Debug for DmaBufExport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DmaBufExport")
+            .field("file", &self.file)
+            .field("offset", &self.offset)
+            .field("iova", &Addr(self.iova))
+            .field("len", &self.len)
+            .field("peer", &self.peer)
+            .finish()
+    }
 }
 
 impl GpuBuffer {
@@ -292,8 +308,10 @@ impl fmt::Debug for CudaPeer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "CudaPeer({:?}, {:#x}+{:#x})",
-            self.mem, self.base, self.len
+            "CudaPeer({:?}, {:?}+{:#x})",
+            self.mem,
+            Addr(self.base),
+            self.len
         )
     }
 }

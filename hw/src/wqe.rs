@@ -353,9 +353,8 @@ impl CtrlSeg {
 }
 
 /// `struct mlx5_wqe_raddr_seg` (mlx5dv.h, 16 bytes): remote address of RDMA and atomic WQEs.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned,
-)]
+/// `Debug` shows neither the key nor the address (read the fields for them).
+#[derive(Clone, Copy, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
 #[repr(C)]
 pub struct RaddrSeg {
     /// Remote virtual address.
@@ -386,9 +385,8 @@ impl RaddrSeg {
 }
 
 /// `struct mlx5_wqe_data_seg` (mlx5dv.h, 16 bytes): one gather (SQ) or scatter (RQ) entry.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned,
-)]
+/// `Debug` shows neither the key nor the address (read the fields for them).
+#[derive(Clone, Copy, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
 #[repr(C)]
 pub struct DataSeg {
     /// Length in bytes.
@@ -707,8 +705,51 @@ impl_view! {
     DatagramSeg => "mlx5_wqe_datagram_seg",
 }
 
+/// What `Debug` of a segment shows for its key and address.
+const REDACTED: &str = "<redacted>";
+
+impl core::fmt::Debug for RaddrSeg {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("RaddrSeg")
+            .field("raddr", &REDACTED)
+            .field("rkey", &REDACTED)
+            .finish_non_exhaustive()
+    }
+}
+
+impl core::fmt::Debug for DataSeg {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("DataSeg")
+            .field("byte_count", &self.byte_count.get())
+            .field("lkey", &REDACTED)
+            .field("addr", &REDACTED)
+            .finish()
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn debug_shows_no_key_or_address() {
+        let (addr, key) = (0x7f12_3456_7000_u64, 0x00ab_cd42_u32);
+        let text = [
+            format!("{:?}", RaddrSeg::new(addr, key)),
+            format!("{:?}", DataSeg::new(96, key, addr)),
+        ];
+        for t in &text {
+            for secret in [
+                format!("{addr}"),
+                format!("{addr:x}"),
+                format!("{key}"),
+                format!("{key:x}"),
+            ] {
+                assert!(!t.contains(&secret), "{t} shows {secret}");
+            }
+            assert!(t.contains(REDACTED), "{t}");
+        }
+        assert!(text[1].contains("byte_count: 96"), "{}", text[1]);
+    }
+
     use super::*;
     use crate::view::View;
 

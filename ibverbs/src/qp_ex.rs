@@ -265,7 +265,12 @@ fn recycle<'b>(mut v: Vec<SendWr<'_>>) -> Vec<SendWr<'b>> {
 }
 
 /// Posts the batch with one doorbell: 0 or the errno of the request refused.
-fn post(dq: &mut DriverQp, b: &mut Batch) -> c_int {
+///
+/// # Safety
+/// The batch's SGEs are the program's (`ibv_wr_set_sge[_list]`): registered memory it leaves
+/// alone until the completions, as libibverbs requires (the driver's posting contract,
+/// `bypass_driver::post`).
+unsafe fn post(dq: &mut DriverQp, b: &mut Batch) -> c_int {
     let Batch {
         wrs,
         sges,
@@ -279,8 +284,10 @@ fn post(dq: &mut DriverQp, b: &mut Batch) -> c_int {
     };
     if dq.qp_type() == QpType::Rc && wrs.iter().all(|p| one_sge_write(p).is_some()) {
         let refused = if let [p] = wrs.as_slice() {
-            one_sge_write(p)
-                .and_then(|(remote, local)| dq.post_write(p.wr_id, local, remote, p.flags).err())
+            one_sge_write(p).and_then(|(remote, local)| {
+                // SAFETY: the caller's contract (the program's SGE).
+                unsafe { dq.post_write(p.wr_id, local, remote, p.flags) }.err()
+            })
         } else {
             let mut wb = match dq.write_batch() {
                 Ok(wb) => wb,
@@ -288,20 +295,23 @@ fn post(dq: &mut DriverQp, b: &mut Batch) -> c_int {
             };
             wrs.iter().find_map(|p| {
                 let (remote, local) = one_sge_write(p)?;
-                wb.write(p.wr_id, local, remote, p.flags).err()
+                // SAFETY: the caller's contract (the program's SGE).
+                unsafe { wb.write(p.wr_id, local, remote, p.flags) }.err()
             })
         };
         return refused.map_or(0, |e| post_errno(&PostError::from(e)));
     }
     if let [p] = wrs.as_slice() {
-        return match dq.post_send(&as_send_wr(p, sges, inline)) {
+        // SAFETY: the caller's contract (the program's SGEs; inline data is copied).
+        return match unsafe { dq.post_send(&as_send_wr(p, sges, inline)) } {
             Ok(()) => 0,
             Err(e) => post_errno(&e),
         };
     }
     let mut list = recycle(std::mem::take(scratch));
     list.extend(wrs.iter().map(|p| as_send_wr(p, sges, inline)));
-    let r = match dq.post_send_list(&list) {
+    // SAFETY: the caller's contract (the program's SGEs).
+    let r = match unsafe { dq.post_send_list(&list) } {
         Ok(()) => 0,
         Err(e) => post_errno(&e.error),
     };
@@ -323,7 +333,8 @@ unsafe extern "C" fn wr_complete(qpx: *mut ibv_qp_ex) -> c_int {
     let (q, dq, b) = unsafe { held(qpx) };
     let r = match (b.err, dq.as_mut()) {
         (0, _) if b.wrs.is_empty() => 0,
-        (0, Some(d)) => guard(libc::EIO, || post(d, b)),
+        // SAFETY: the SGEs the program set in this batch, under libibverbs' contract.
+        (0, Some(d)) => guard(libc::EIO, || unsafe { post(d, b) }),
         (0, None) => libc::EINVAL,
         (e, _) => e,
     };

@@ -202,7 +202,9 @@ unsafe fn post_one(q: &mut DriverQp, wr: &ibv_send_wr) -> Result<(), c_int> {
         dest = Some(ah.dest(ud.remote_qpn, ud.remote_qkey));
         s.ud = dest.as_ref();
     }
-    q.post_send(&s).map_err(|e| post_errno(&e))
+    // SAFETY: the caller's contract: the program's SGEs, registered memory it leaves alone
+    // until the completion (libibverbs'), which is the driver's posting contract.
+    unsafe { q.post_send(&s) }.map_err(|e| post_errno(&e))
 }
 
 /// Walks a program's linked list of work requests from `head`, posting each with `post`:
@@ -292,7 +294,8 @@ pub(crate) unsafe extern "C" fn post_recv(
     bad_wr: *mut *mut ibv_recv_wr,
 ) -> c_int {
     guard(libc::EIO, || {
-        // SAFETY: `qp` from `ibv_create_qp*`; the program's list of receives (libibverbs'
+        // SAFETY: `qp` from `ibv_create_qp*`; the program's list of receives, whose SGEs it
+        // leaves alone until their completions (libibverbs' contract: the driver's posting
         // contract).
         unsafe {
             with_driver_qp(qp, |dq| {

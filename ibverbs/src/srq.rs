@@ -208,7 +208,8 @@ pub(crate) unsafe extern "C" fn post_srq_recv(
         let Some(d) = g.as_ref() else {
             return libc::EINVAL;
         };
-        // SAFETY: the program's list of receives (libibverbs' contract).
+        // SAFETY: the program's list of receives, whose SGEs it leaves alone until their
+        // completions (libibverbs' contract: the driver's posting contract).
         unsafe {
             post_list(
                 wr,

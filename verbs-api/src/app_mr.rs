@@ -147,7 +147,7 @@ pub struct OwnedMr<O: MrOwner> {
 impl<O: MrOwner> fmt::Debug for OwnedMr<O> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("OwnedMr")
-            .field("addr", &self.addr())
+            .field("addr", &crate::driver::redact::Addr(self.addr()))
             .field("len", &self.len())
             .field("access", &self.access)
             .field("leased", &self.leased())

@@ -62,9 +62,9 @@ impl fmt::Debug for DeviceMr {
                     Inner::Memfd(_) => "memfd",
                 },
             )
-            .field("addr", &self.addr)
+            .field("addr", &crate::driver::redact::Addr(self.addr))
             .field("len", &self.len)
-            .field("lkey", &self.lkey)
+            .field("lkey", &crate::driver::redact::Key(self.lkey))
             .field("access", &self.access)
             .finish()
     }

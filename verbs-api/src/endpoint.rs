@@ -13,6 +13,7 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 
 use crate::driver::hw::cmd::qp::PathMtu;
+use crate::driver::redact::{Addr, Key};
 
 /// A 128-bit GID (for RoCEv2: an IPv6 address, or an IPv4-mapped one `::ffff:a.b.c.d`).
 ///
@@ -312,11 +313,12 @@ impl RemoteBuffer {
 }
 
 impl fmt::Debug for RemoteBuffer {
-    /// Redacts the key and the address (DESIGN.md principle 6): only the length shows.
+    /// Redacts the key and the address (DESIGN.md principle 6) unless `BYPASS_LOG_KEYS=1`
+    /// ([`crate::driver::redact`]): only the length shows.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RemoteBuffer")
-            .field("addr", &"<redacted>")
-            .field("rkey", &"<redacted>")
+            .field("addr", &Addr(self.addr))
+            .field("rkey", &Key(self.rkey))
             .field("len", &self.len)
             .finish()
     }

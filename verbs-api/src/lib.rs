@@ -98,6 +98,11 @@
 //!    since no Rust reference covers their bytes, they may be receive, READ and atomic
 //!    targets as well as sources.
 //!
+//! 9. **The driver underneath.** The driver this crate re-exports as [`driver`] takes raw
+//!    SGEs (an address and an lkey), so every driver function that posts them is an `unsafe
+//!    fn` whose contract the rules above keep (`bypass_driver::post`, "Posting is unsafe"):
+//!    safe code reaches the NIC only through this crate's owned work requests.
+//!
 //! What the compiler refuses (each example is a `compile_fail` doc test):
 //!
 //! A lease moved into a work request cannot be touched afterwards:

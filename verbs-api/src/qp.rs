@@ -640,14 +640,22 @@ impl Qp {
         let dwr = self.lower(&wr, &mut sges)?;
         let start = self.inner.sq_cur_post();
         let seq = self.send_cq.now();
+        // The SGEs were lowered from the buffers `wr` owns (leases, shared leases, device
+        // leases: registered by their pools, no reference to their bytes outside the lease,
+        // a shared lease only as a source); once posted they are parked in `self.sq` until a
+        // completion proves the WQE done, and a refused request posted nothing.
         match (dwr.op, dwr.payload, dwr.ud) {
             // A one-SGE RDMA WRITE takes the driver's specialised post, which writes the same
             // WQE and refuses with the same errors (`bypass_driver::qp::Qp::post_write`).
-            (post::SendOp::Write { remote }, Payload::Sges([one]), None) => self
-                .inner
-                .post_write(dwr.wr_id, *one, remote, dwr.flags)
-                .map_err(post::PostError::from)?,
-            _ => self.inner.post_send(&dwr)?,
+            (post::SendOp::Write { remote }, Payload::Sges([one]), None) => {
+                // SAFETY: the SGE of a buffer `wr` owns, parked below (see above).
+                unsafe { self.inner.post_write(dwr.wr_id, *one, remote, dwr.flags) }
+                    .map_err(post::PostError::from)?
+            }
+            _ => {
+                // SAFETY: the SGEs of buffers `wr` owns, parked below (see above).
+                unsafe { self.inner.post_send(&dwr) }?
+            }
         }
         let n = self.inner.sq_cur_post().wrapping_sub(start);
         self.sq.park(start, n, wr.sges, seq);
@@ -670,7 +678,9 @@ impl Qp {
         }
         let start = self.inner.sq_cur_post();
         let seq = self.send_cq.now();
-        let res = self.inner.post_send_list(&dwrs);
+        // SAFETY: as in `post_send`: every SGE is of a buffer the requests own, and those
+        // posted are parked below until their completion.
+        let res = unsafe { self.inner.post_send_list(&dwrs) };
         let posted = match &res {
             Ok(()) => N,
             Err(e) => e.index,
@@ -720,10 +730,14 @@ impl Qp {
         let seq = self.recv_cq.now();
         // The RQ index this receive takes (its completion names it).
         let at = self.inner.rq_head();
-        self.inner.post_recv(&post::RecvWr {
-            wr_id: wr.wr_id,
-            sges: sges.get(..n).unwrap_or(&[]),
-        })?;
+        // SAFETY: the SGEs are of the leases `wr` owns (none shared: checked above), parked in
+        // `self.rq` right after the post until a completion gives them back.
+        unsafe {
+            self.inner.post_recv(&post::RecvWr {
+                wr_id: wr.wr_id,
+                sges: sges.get(..n).unwrap_or(&[]),
+            })
+        }?;
         self.rq.park(at, 1, wr.sges, seq);
         Ok(())
     }
@@ -758,7 +772,8 @@ impl Qp {
         }
         let seq = self.recv_cq.now();
         let first = self.inner.rq_head();
-        let res = self.inner.post_recv_list(&dwrs);
+        // SAFETY: as in `post_recv`: exclusive leases the requests own, parked below.
+        let res = unsafe { self.inner.post_recv_list(&dwrs) };
         let posted = match &res {
             Ok(()) => N,
             Err(e) => e.index,

@@ -161,10 +161,14 @@ impl Srq {
         }
         let mut t = self.core.lock();
         let seq = self.core.cq_table.consumed();
-        let index = self.core.inner.post_srq_recv(&post::RecvWr {
-            wr_id: wr.wr_id,
-            sges: sges.get(..n).unwrap_or(&[]),
-        })?;
+        // SAFETY: the SGEs are of the leases `wr` owns (none shared: checked above), parked in
+        // the slot the WQE took right after the post, under the lock, until its completion.
+        let index = unsafe {
+            self.core.inner.post_srq_recv(&post::RecvWr {
+                wr_id: wr.wr_id,
+                sges: sges.get(..n).unwrap_or(&[]),
+            })
+        }?;
         let len = t.slots.len();
         if let Some(s) = t.slots.get_mut(usize::from(index) % len) {
             // What was parked here completed (the driver reused the index): dropped.

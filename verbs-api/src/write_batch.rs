@@ -79,8 +79,9 @@ impl<'a> WriteBatch<'a> {
             SendFlags::empty()
         };
         let start = self.inner.sq_cur_post();
-        self.inner
-            .write(wr_id, local, lower::raddr(&remote), flags)
+        // SAFETY: `local` is the SGE of the buffer `bufs` owns (a WRITE only reads it), parked
+        // in the QP's outstanding table right after until its completion.
+        unsafe { self.inner.write(wr_id, local, lower::raddr(&remote), flags) }
             .map_err(PostError::from)?;
         let n = self.inner.sq_cur_post().wrapping_sub(start);
         self.sq.park(start, n, bufs, self.seq);

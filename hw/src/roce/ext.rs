@@ -20,19 +20,10 @@ use crate::syndrome::AethSyndrome;
 pub const GSI_QKEY: u32 = 0x8001_0000;
 
 /// RDMA Extended Transport Header, 16 bytes (IBTA §9.3.3; rxe `struct rxe_reth`):
-/// virtual address (8) | R_Key (4) | DMA length (4).
+/// virtual address (8) | R_Key (4) | DMA length (4). `Debug` shows neither the address nor the
+/// key (they let a peer reach that memory): read them with [`Reth::va`] and [`Reth::rkey`].
 #[derive(
-    FromBytes,
-    IntoBytes,
-    KnownLayout,
-    Immutable,
-    Unaligned,
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Default,
+    FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned, Clone, Copy, PartialEq, Eq, Default,
 )]
 #[repr(C)]
 pub struct Reth {
@@ -64,17 +55,7 @@ pub struct Aeth {
 /// Atomic Extended Transport Header, 28 bytes, packed (IBTA §9.3.4; rxe `struct rxe_atmeth`,
 /// `__packed`): virtual address (8) | R_Key (4) | swap or add data (8) | compare data (8).
 #[derive(
-    FromBytes,
-    IntoBytes,
-    KnownLayout,
-    Immutable,
-    Unaligned,
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Default,
+    FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned, Clone, Copy, PartialEq, Eq, Default,
 )]
 #[repr(C)]
 pub struct AtomicEth {
@@ -127,17 +108,7 @@ pub struct ImmDt {
 /// Invalidate Extended Transport Header, 4 bytes (IBTA §9.3.8; rxe `struct rxe_ieth`):
 /// the R_Key to invalidate.
 #[derive(
-    FromBytes,
-    IntoBytes,
-    KnownLayout,
-    Immutable,
-    Unaligned,
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Default,
+    FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned, Clone, Copy, PartialEq, Eq, Default,
 )]
 #[repr(C)]
 pub struct Ieth {
@@ -374,8 +345,60 @@ impl Deth {
     }
 }
 
+/// What `Debug` of a header shows for its R_Key and virtual address.
+const REDACTED: &str = "<redacted>";
+
+impl core::fmt::Debug for Reth {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Reth")
+            .field("va", &REDACTED)
+            .field("rkey", &REDACTED)
+            .field("len", &self.len())
+            .finish()
+    }
+}
+
+impl core::fmt::Debug for AtomicEth {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("AtomicEth")
+            .field("va", &REDACTED)
+            .field("rkey", &REDACTED)
+            .field("swap_add", &self.swap_add())
+            .field("comp", &self.comp())
+            .finish()
+    }
+}
+
+impl core::fmt::Debug for Ieth {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Ieth").field("rkey", &REDACTED).finish()
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn debug_shows_no_rkey_or_address() {
+        let (va, rkey) = (0x7f12_3456_7000_u64, 0x00ab_cd42_u32);
+        let text = [
+            format!("{:?}", Reth::new(va, rkey, 64)),
+            format!("{:?}", AtomicEth::new(va, rkey, 1, 2)),
+            format!("{:?}", Ieth::new(rkey)),
+        ];
+        for t in &text {
+            for secret in [
+                format!("{va}"),
+                format!("{va:x}"),
+                format!("{rkey}"),
+                format!("{rkey:x}"),
+            ] {
+                assert!(!t.contains(&secret), "{t} shows {secret}");
+            }
+            assert!(t.contains(REDACTED), "{t}");
+        }
+        assert!(text[0].contains("len: 64"), "{}", text[0]);
+    }
+
     use super::*;
     use crate::view::View;
 
