@@ -11,6 +11,11 @@
 //!
 //! Every step is bounded by one deadline; every failure is a typed [`ExchangeError`].
 //!
+//! A run that meets its peer more than once uses an [`ExchangeSession`]: one TCP connection
+//! for every message of the run, so each message is bound to the peer the run started with.
+//! The server's session keeps the listener only to close (and report) any other connection
+//! that arrives during the run; nothing such a connection sends is ever read.
+//!
 //! Owns: sockets it opens, for the duration of one exchange. Must not: touch a device.
 
 use std::io::{self, BufRead, BufReader, Read, Write};
@@ -216,6 +221,16 @@ impl ExchangeServer {
         }
     }
 
+    /// Accepts one client and keeps its connection for the rest of a run: every later
+    /// [`ExchangeSession::swap`] talks to that client alone. The listener stays with the
+    /// session so that other connections are accepted only to be closed (see
+    /// [`ExchangeSession::take_refused`]), never read.
+    pub fn accept_session(self, timeout: Duration) -> Result<ExchangeSession, ExchangeError> {
+        let dl = Deadline::new(timeout);
+        let stream = self.accept(dl)?;
+        ExchangeSession::new(stream, Some(self.listener))
+    }
+
     /// Accepts one client, reads its JSON line, answers with `local`; returns the client's value.
     pub fn exchange<T: Serialize + DeserializeOwned>(
         &self,
@@ -243,10 +258,7 @@ impl ExchangeServer {
         let remote = read_pingpong(&mut stream, mtu, dl)?;
         write_pingpong(&mut stream, local, dl)?;
         let mut done = [0u8; 5];
-        dl.arm(&stream, "reading the client's \"done\"")?;
-        stream
-            .read_exact(&mut done)
-            .map_err(io_err("reading the client's \"done\"", timeout))?;
+        read_exact_by(&mut stream, &mut done, dl, "reading the client's \"done\"")?;
         Ok(remote)
     }
 }
@@ -302,6 +314,106 @@ pub fn exchange_as_client<T: Serialize + DeserializeOwned>(
     read_json(&stream, dl)
 }
 
+/// One connection to the peer for every message of a run (JSON lines, as
+/// [`ExchangeServer::exchange`]). Each [`swap`](Self::swap) sends one value and reads the
+/// peer's, within one deadline for both.
+///
+/// ```
+/// use std::time::Duration;
+/// use bypass_verbs::exchange::{ExchangeServer, ExchangeSession};
+/// let server = ExchangeServer::bind("127.0.0.1:0").unwrap();
+/// let addr = server.local_addr().unwrap();
+/// let t = std::thread::spawn(move || {
+///     let mut s = server.accept_session(Duration::from_secs(5)).unwrap();
+///     let a: u32 = s.swap(&1u32, Duration::from_secs(5)).unwrap();
+///     let b: u32 = s.swap(&2u32, Duration::from_secs(5)).unwrap();
+///     (a, b)
+/// });
+/// let mut c = ExchangeSession::connect(addr, Duration::from_secs(5)).unwrap();
+/// assert_eq!(c.swap(&10u32, Duration::from_secs(5)).unwrap(), 1);
+/// assert_eq!(c.swap(&20u32, Duration::from_secs(5)).unwrap(), 2);
+/// assert_eq!(t.join().unwrap(), (10, 20));
+/// ```
+#[derive(Debug)]
+pub struct ExchangeSession {
+    /// Reads the peer's lines; kept for the whole session (it may hold the start of the
+    /// peer's next line).
+    reader: BufReader<TcpStream>,
+    /// The same connection, for writing and for its timeouts.
+    writer: TcpStream,
+    /// The peer the session started with.
+    peer: SocketAddr,
+    /// Server side: the listener, whose later connections are closed unread.
+    listener: Option<TcpListener>,
+    /// Peers of connections closed unread since the last [`take_refused`](Self::take_refused).
+    refused: Vec<SocketAddr>,
+}
+
+impl ExchangeSession {
+    fn new(stream: TcpStream, listener: Option<TcpListener>) -> Result<Self, ExchangeError> {
+        const STEP: &str = "setting up the session's connection";
+        let peer = stream
+            .peer_addr()
+            .map_err(|source| ExchangeError::Io { step: STEP, source })?;
+        let writer = stream
+            .try_clone()
+            .map_err(|source| ExchangeError::Io { step: STEP, source })?;
+        Ok(ExchangeSession {
+            reader: BufReader::new(stream),
+            writer,
+            peer,
+            listener,
+            refused: Vec::new(),
+        })
+    }
+
+    /// Connects to an [`ExchangeServer`] at `addr` (retrying until it listens, within
+    /// `timeout`) for a session.
+    pub fn connect(addr: impl ToSocketAddrs, timeout: Duration) -> Result<Self, ExchangeError> {
+        let stream = connect(addr, Deadline::new(timeout))?;
+        ExchangeSession::new(stream, None)
+    }
+
+    /// The peer this session is bound to.
+    pub fn peer_addr(&self) -> SocketAddr {
+        self.peer
+    }
+
+    /// Sends `local` as one JSON line and reads the peer's, both within `timeout` (one
+    /// deadline for the whole swap, not one per read: a peer trickling bytes cannot stretch
+    /// it). Server side: first closes any other connection waiting on the listener.
+    pub fn swap<T: Serialize + DeserializeOwned>(
+        &mut self,
+        local: &T,
+        timeout: Duration,
+    ) -> Result<T, ExchangeError> {
+        let dl = Deadline::new(timeout);
+        self.refuse_others();
+        write_json(&self.writer, local, dl)?;
+        let remote = read_json_from(&mut self.reader, &self.writer, dl);
+        self.refuse_others();
+        remote
+    }
+
+    /// The peers of other connections closed unread since the last call (a second client,
+    /// or someone injecting messages into the run), for the caller to log.
+    pub fn take_refused(&mut self) -> Vec<SocketAddr> {
+        self.refuse_others();
+        std::mem::take(&mut self.refused)
+    }
+
+    /// Accepts and at once closes every connection waiting on the listener.
+    fn refuse_others(&mut self) {
+        let Some(l) = &self.listener else { return };
+        // The listener is non-blocking: this ends when none is waiting (or on an error,
+        // which a later call retries).
+        while let Ok((s, from)) = l.accept() {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+            self.refused.push(from);
+        }
+    }
+}
+
 /// The client side of the `ibv_rc_pingpong` exchange: works against `ibv_rc_pingpong` itself
 /// as the server. The returned endpoint has `mtu` (the text carries none).
 pub fn exchange_pingpong_as_client(
@@ -332,19 +444,61 @@ fn write_json<T: Serialize>(s: &TcpStream, v: &T, dl: Deadline) -> Result<(), Ex
 }
 
 fn read_json<T: DeserializeOwned>(s: &TcpStream, dl: Deadline) -> Result<T, ExchangeError> {
+    read_json_from(&mut BufReader::new(s), s, dl)
+}
+
+/// Reads one JSON line from `r`, a reader of the connection `s` (whose read timeout is
+/// armed with what is left of `dl`).
+fn read_json_from<T: DeserializeOwned, R: Read>(
+    r: &mut BufReader<R>,
+    s: &TcpStream,
+    dl: Deadline,
+) -> Result<T, ExchangeError> {
     const STEP: &str = "reading the peer's endpoint";
-    dl.arm(s, STEP)?;
+    // One deadline for the whole line: the timeout is re-armed with what is left before
+    // every read, so a peer sending a byte at a time cannot stretch it.
     let mut line = Vec::new();
-    let mut r = BufReader::new(s).take(MAX_LINE as u64 + 1);
-    r.read_until(b'\n', &mut line)
-        .map_err(io_err(STEP, dl.timeout))?;
-    if line.len() > MAX_LINE {
-        return Err(ExchangeError::TooLong);
-    }
-    if line.last() != Some(&b'\n') {
-        return Err(ExchangeError::Closed { step: STEP });
+    loop {
+        dl.arm(s, STEP)?;
+        let buf = r.fill_buf().map_err(io_err(STEP, dl.timeout))?;
+        if buf.is_empty() {
+            return Err(ExchangeError::Closed { step: STEP });
+        }
+        let (take, done) = match buf.iter().position(|&b| b == b'\n') {
+            Some(i) => (i + 1, true),
+            None => (buf.len(), false),
+        };
+        line.extend_from_slice(&buf[..take]);
+        r.consume(take);
+        if line.len() > MAX_LINE {
+            return Err(ExchangeError::TooLong);
+        }
+        if done {
+            break;
+        }
     }
     serde_json::from_slice(&line).map_err(|source| ExchangeError::Decode { source })
+}
+
+/// Fills `buf` from `s` by the deadline `dl` (re-armed before every read, so the bound is
+/// on the whole message, not on each read).
+fn read_exact_by(
+    s: &mut TcpStream,
+    buf: &mut [u8],
+    dl: Deadline,
+    step: &'static str,
+) -> Result<(), ExchangeError> {
+    let mut got = 0;
+    while got < buf.len() {
+        dl.arm(s, step)?;
+        match s.read(&mut buf[got..]) {
+            Ok(0) => return Err(ExchangeError::Closed { step }),
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(io_err(step, dl.timeout)(e)),
+        }
+    }
+    Ok(())
 }
 
 fn write_pingpong(s: &mut TcpStream, ep: &QpEndpoint, dl: Deadline) -> Result<(), ExchangeError> {
@@ -361,10 +515,13 @@ fn write_pingpong(s: &mut TcpStream, ep: &QpEndpoint, dl: Deadline) -> Result<()
 fn read_pingpong(s: &mut TcpStream, mtu: Mtu, dl: Deadline) -> Result<QpEndpoint, ExchangeError> {
     const STEP: &str = "reading the peer's endpoint";
     let mut msg = [0u8; PINGPONG_MSG_LEN];
-    dl.arm(s, STEP)?;
-    s.read_exact(&mut msg).map_err(io_err(STEP, dl.timeout))?;
+    read_exact_by(s, &mut msg, dl, STEP)?;
     let text = std::str::from_utf8(&msg).map_err(|_| ExchangeError::Pingpong {
         source: EndpointParseError::NotText,
     })?;
     QpEndpoint::parse_pingpong(text, mtu).map_err(|source| ExchangeError::Pingpong { source })
 }
+
+#[cfg(test)]
+#[path = "exchange_session_tests.rs"]
+mod session_tests;

@@ -191,7 +191,7 @@ pub use driver::mr::MkeyAccess as Access;
 pub use driver::poll::{WcFlags, WcOpcode, WcStatus};
 pub use endpoint::{EndpointParseError, Gid, Mtu, QpEndpoint, RemoteBuffer};
 pub use error::{QpState, VerbsError};
-pub use exchange::{ExchangeError, ExchangeServer, PeerInfo};
+pub use exchange::{ExchangeError, ExchangeServer, ExchangeSession, PeerInfo};
 pub use mr::Mr;
 pub use pd::Pd;
 pub use pool::{Lease, MemoryPool};
