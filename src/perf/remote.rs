@@ -16,11 +16,18 @@
 //!   NAK). When a side has nothing left to send it meets the other over TCP ([`Sync`]:
 //!   what it sent, what it measured); the receiver takes the last SENDs, checks what landed
 //!   (`--check`), and the two meet again before the next size.
+//!
+//! Every message of a run travels on the one TCP connection the client's hello came on
+//! ([`ExchangeSession`]): a second connection during the run is closed unread and logged on
+//! stderr, so nothing but the real client can speak for it. Each meeting has one deadline
+//! for the whole message ([`OOB_TIMEOUT`]), not one per read.
 
 use std::time::{Duration, Instant};
 
-use bypass_verbs::ExchangeServer;
-use bypass_verbs::exchange::{ExchangeError, exchange_as_client};
+use std::sync::Mutex;
+
+use bypass_verbs::exchange::ExchangeError;
+use bypass_verbs::{ExchangeServer, ExchangeSession};
 use clap::Args;
 use serde::{Deserialize, Serialize, de::DeserializeOwned};
 
@@ -103,9 +110,11 @@ struct Sync {
 /// One side of a two-process run, connected.
 struct Link {
     dev: NetDevice,
-    server: Option<ExchangeServer>,
-    host: Option<String>,
-    port: u16,
+    /// The connection to the peer, for every meeting of the run (a meeting runs on a
+    /// thread while this one keeps the QPs going, hence the lock).
+    session: Mutex<ExchangeSession>,
+    /// This side is the client (it gave HOST).
+    client: bool,
 }
 
 fn oob(e: ExchangeError) -> PerfError {
@@ -135,12 +144,9 @@ impl Link {
             sizes: sizes.to_vec(),
             iters,
         };
-        let (peer, server) = match &net.host {
+        let mut session = match &net.host {
             Some(host) => {
-                let peer: Hello =
-                    exchange_as_client((host.as_str(), net.port), &hello, OOB_TIMEOUT)
-                        .map_err(oob)?;
-                (peer, None)
+                ExchangeSession::connect((host.as_str(), net.port), OOB_TIMEOUT).map_err(oob)?
             }
             None => {
                 let server = ExchangeServer::bind(("0.0.0.0", net.port)).map_err(oob)?;
@@ -149,10 +155,15 @@ impl Link {
                     let bound = server.local_addr().map_err(oob)?;
                     println!(" server listening on TCP port {}", bound.port());
                 }
-                let peer: Hello = server.exchange(&hello, OOB_TIMEOUT).map_err(oob)?;
-                (peer, Some(server))
+                let session = server.accept_session(OOB_TIMEOUT).map_err(oob)?;
+                eprintln!(
+                    " out-of-band client {}: the run talks to it alone (other connections are closed unread)",
+                    session.peer_addr()
+                );
+                session
             }
         };
+        let peer: Hello = session.swap(&hello, OOB_TIMEOUT).map_err(oob)?;
         if peer.test != hello.test || peer.sizes != hello.sizes || peer.iters != hello.iters {
             return Err(PerfError::Mismatch(format!(
                 "this side runs {} -s {:?} -n {}, the peer {} -s {:?} -n {}: give both sides the same test, sizes and iterations",
@@ -162,9 +173,8 @@ impl Link {
         side.connect(&peer.side, mtu)?;
         let link = Link {
             dev,
-            server,
-            host: net.host.clone(),
-            port: net.port,
+            session: Mutex::new(session),
+            client: net.host.is_some(),
         };
         // Meet once more: neither side sends before the other's QPs are in RTR with their
         // receives posted (UC and UD would lose what arrived earlier; nothing resends it).
@@ -172,15 +182,21 @@ impl Link {
         Ok((link, side))
     }
 
-    /// Meets the peer over TCP: sends `msg`, returns the peer's.
+    /// Meets the peer over TCP: sends `msg`, returns the peer's. Logs any other connection
+    /// the session closed unread meanwhile.
     fn meet<T: Serialize + DeserializeOwned>(&self, msg: &T) -> Result<T, PerfError> {
-        match (&self.host, &self.server) {
-            (Some(host), _) => {
-                exchange_as_client((host.as_str(), self.port), msg, OOB_TIMEOUT).map_err(oob)
-            }
-            (None, Some(server)) => server.exchange(msg, OOB_TIMEOUT).map_err(oob),
-            (None, None) => Err(PerfError::Oob("no peer to meet".into())),
+        let mut session = self
+            .session
+            .lock()
+            .map_err(|_| PerfError::Oob("a meeting thread panicked".into()))?;
+        let got = session.swap(msg, OOB_TIMEOUT).map_err(oob);
+        for from in session.take_refused() {
+            eprintln!(
+                " refused an out-of-band connection from {from} during the run (closed unread; the run's client is {})",
+                session.peer_addr()
+            );
         }
+        got
     }
 
     fn counters(&self, side: &Side) -> Vec<Labelled> {
@@ -241,7 +257,7 @@ pub fn run_lat(
         spec.side(max, true),
         spec.mtu,
     )?;
-    let client = link.host.is_some();
+    let client = link.client;
     let pingpong = !spec.verb.fetches();
     let n = usize::try_from(spec.iters).map_err(|_| PerfError::TooLarge { size: spec.iters })?;
     for &size in sizes {
@@ -365,7 +381,7 @@ pub fn run_bw(
     );
     let side_spec = spec.side(max, true);
     let (link, mut side) = Link::open(c, net, test, sizes, spec.iters, side_spec, spec.mtu)?;
-    let client = link.host.is_some();
+    let client = link.client;
     let sending = client || spec.bidirectional;
     let depth = side_spec.depth;
     for &size in sizes {
