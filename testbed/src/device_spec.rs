@@ -30,11 +30,19 @@ impl FromStr for DeviceSpec {
             return Ok(Self::Sim);
         }
         if let Some(rest) = s.strip_prefix("udp:") {
-            return parse_udp(rest).ok_or_else(|| {
+            let spec = parse_udp(rest).ok_or_else(|| {
                 format!(
                     "{s:?} is not a UDP device: give udp:ADDR or udp:ADDR:PORT with ADDR an IP address of this host (e.g. udp:10.99.0.1, udp:127.0.0.1:4792, udp:[::1]:4791)"
                 )
-            });
+            })?;
+            // A link sends to its peers at its own port number, so every side must bind the
+            // same known port: one the OS picks is one no peer sends to.
+            if matches!(spec, Self::Udp(a) if a.port() == 0) {
+                return Err(format!(
+                    "{s:?}: UDP port 0 cannot work: a UDP device sends to its peers at its own port, so both sides must bind the same fixed port; give one (udp:ADDR uses 4791, or udp:ADDR:PORT with the same PORT on every side)"
+                ));
+            }
+            return Ok(spec);
         }
         let addr = s.strip_prefix("vfio:").unwrap_or(s);
         if is_pci_address(addr) {
@@ -138,5 +146,19 @@ mod tests {
                 .contains("udp:ADDR")
         );
         assert!("0000:3b:00".parse::<DeviceSpec>().is_err());
+    }
+
+    #[test]
+    fn udp_port_0_is_refused_with_the_reason_and_the_fix() {
+        for s in ["udp:127.0.33.1:0", "udp:[::1]:0"] {
+            let e = s.parse::<DeviceSpec>().unwrap_err();
+            assert!(e.contains("UDP port 0 cannot work"), "{e}");
+            assert!(e.contains("same fixed port"), "{e}");
+            assert!(e.contains(s), "{e}");
+        }
+        assert_eq!(
+            "udp:127.0.33.1:33000".parse(),
+            Ok(DeviceSpec::Udp("127.0.33.1:33000".parse().unwrap()))
+        );
     }
 }
