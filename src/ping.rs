@@ -37,8 +37,9 @@ pub struct PingOpts {
     /// deterministically.
     #[arg(long)]
     pub threaded: bool,
-    /// How long to wait for each completion, in milliseconds.
-    #[arg(long, default_value_t = 2000)]
+    /// How long to wait for each completion, in milliseconds (1..=3600000: a zero wait
+    /// could never see one).
+    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u64).range(1..=MAX_TIMEOUT_MS))]
     pub timeout_ms: u64,
     /// Troubleshooting demo: do not post the receive and give up after the first RNR NAK
     /// (rnr_retry 0), so the SEND completes with RNR_RETRY_EXC_ERR.
@@ -67,10 +68,13 @@ pub struct PingOpts {
     pub eth_mtu: (u32, u32),
     /// Troubleshooting demo: the NICs sit on two leaf switches joined through a spine by
     /// links of this MTU, which neither endpoint's port reports; the path probe finds and
-    /// explains it.
-    #[arg(long, conflicts_with = "ramp")]
+    /// explains it (68..=9000 bytes, as an Ethernet MTU).
+    #[arg(long, conflicts_with = "ramp", value_parser = clap::value_parser!(u32).range(68..=9000))]
     pub hop_mtu: Option<u32>,
 }
+
+/// The longest `--timeout-ms`: an hour.
+const MAX_TIMEOUT_MS: u64 = 3_600_000;
 
 /// `A[,B]`: two Ethernet MTUs (68..=9000), one given for both.
 fn parse_mtus(s: &str) -> Result<(u32, u32), String> {
