@@ -6,37 +6,13 @@
 //!
 //! Owns: this test. Must not: test the driver's poll itself (driver `poll.rs` tests do).
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use bypass_sim::{Profile, fabric::SimFabric};
-
-use crate::driver::DriverError;
 use crate::error::VerbsError;
-use crate::{Access, Context, Cq, Qp, QpBuilder, SendOp, SendWr};
+use crate::test_pair::sim_pair;
+use crate::{Access, Cq, Qp, QpBuilder, SendOp, SendWr};
 
 const WAIT: Duration = Duration::from_secs(2);
-
-/// Two simulated NICs on one stepped fabric: `bypass-testbed`'s `sim_pair`, which a unit
-/// test cannot call (the testbed links its own copy of this crate).
-struct Pair {
-    a: Arc<Context>,
-    b: Arc<Context>,
-}
-
-fn sim_pair(seed: u64) -> Result<Pair, VerbsError> {
-    let fabric = SimFabric::stepped(seed);
-    let open = |id| -> Result<Arc<Context>, VerbsError> {
-        let dev = fabric
-            .add_device(Profile::with_id(id))
-            .map_err(DriverError::from)?;
-        Context::new(dev)
-    };
-    Ok(Pair {
-        a: open(1)?,
-        b: open(2)?,
-    })
-}
 
 /// An RC QP on `cq_a` connected to a new QP on `cq_b`.
 fn connected(a: &crate::Pd, cq_a: &Cq, b: &crate::Pd, cq_b: &Cq) -> Result<(Qp, Qp), VerbsError> {
@@ -56,9 +32,9 @@ fn connected_with(a: &crate::Pd, cq_a: &Cq, y: QpBuilder) -> Result<(Qp, Qp), Ve
 #[test]
 fn a_completion_of_a_destroyed_qp_numbered_after_its_poll_let_go_cannot_release_a_new_qps_buffers()
 -> Result<(), VerbsError> {
-    let pair = sim_pair(11)?;
-    let (pd_a, pd_b) = (pair.a.alloc_pd()?, pair.b.alloc_pd()?);
-    let (mut cq_a, cq_b) = (Cq::new(&pair.a, 64)?, Cq::new(&pair.b, 64)?);
+    let (a, b) = sim_pair(11)?;
+    let (pd_a, pd_b) = (a.alloc_pd()?, b.alloc_pd()?);
+    let (mut cq_a, cq_b) = (Cq::new(&a, 64)?, Cq::new(&b, 64)?);
     let pool = pd_a.create_pool(256, 4)?;
     let target = pd_b.register(
         4096,
@@ -69,8 +45,8 @@ fn a_completion_of_a_destroyed_qp_numbered_after_its_poll_let_go_cannot_release_
     let (mut x, y) = connected(&pd_a, &cq_a, &pd_b, &cq_b)?;
     let stale_qpn = x.qpn();
     x.post_send(SendWr::new(1, SendOp::Write(target.remote())).sge(pool.lease(64)?))?;
-    pair.a.progress();
-    pair.b.progress();
+    a.progress();
+    b.progress();
 
     // Step 1: the driver's poll takes X's CQE and releases the CQ's consumer side; the
     // completion is not yet a `Completion` (the window the race lives in).
@@ -147,9 +123,9 @@ fn a_completion_of_a_destroyed_qp_numbered_after_its_poll_let_go_cannot_release_
 
 #[test]
 fn a_qps_own_completion_is_numbered_above_its_post() -> Result<(), VerbsError> {
-    let pair = sim_pair(12)?;
-    let (pd_a, pd_b) = (pair.a.alloc_pd()?, pair.b.alloc_pd()?);
-    let (mut cq_a, cq_b) = (Cq::new(&pair.a, 8)?, Cq::new(&pair.b, 8)?);
+    let (a, b) = sim_pair(12)?;
+    let (pd_a, pd_b) = (a.alloc_pd()?, b.alloc_pd()?);
+    let (mut cq_a, cq_b) = (Cq::new(&a, 8)?, Cq::new(&b, 8)?);
     let pool = pd_a.create_pool(256, 4)?;
     let target = pd_b.register(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
     let (mut x, _y) = connected(&pd_a, &cq_a, &pd_b, &cq_b)?;
@@ -170,9 +146,9 @@ fn a_qps_own_completion_is_numbered_above_its_post() -> Result<(), VerbsError> {
 fn a_receive_completion_kept_while_its_slot_is_reposted_releases_no_other_receive()
 -> Result<(), VerbsError> {
     use crate::RecvWr;
-    let pair = sim_pair(13)?;
-    let (pd_a, pd_b) = (pair.a.alloc_pd()?, pair.b.alloc_pd()?);
-    let (cq_a, mut cq_b) = (Cq::new(&pair.a, 64)?, Cq::new(&pair.b, 64)?);
+    let (a, b) = sim_pair(13)?;
+    let (pd_a, pd_b) = (a.alloc_pd()?, b.alloc_pd()?);
+    let (cq_a, mut cq_b) = (Cq::new(&a, 64)?, Cq::new(&b, 64)?);
     let pool_a = pd_a.create_pool(256, 4)?;
     let pool_b = pd_b.create_pool(256, 8)?;
     let (mut x, mut y) = connected_with(
@@ -222,9 +198,9 @@ fn a_receive_completion_kept_while_its_slot_is_reposted_releases_no_other_receiv
 fn the_receive_table_follows_the_drivers_queue_through_laps_when_max_recv_wr_is_not_a_power_of_two()
 -> Result<(), VerbsError> {
     use crate::RecvWr;
-    let pair = sim_pair(17)?;
-    let (pd_a, pd_b) = (pair.a.alloc_pd()?, pair.b.alloc_pd()?);
-    let (mut cq_a, mut cq_b) = (Cq::new(&pair.a, 64)?, Cq::new(&pair.b, 64)?);
+    let (a, b) = sim_pair(17)?;
+    let (pd_a, pd_b) = (a.alloc_pd()?, b.alloc_pd()?);
+    let (mut cq_a, mut cq_b) = (Cq::new(&a, 64)?, Cq::new(&b, 64)?);
     let pool_a = pd_a.create_pool(256, 4)?;
     let pool_b = pd_b.create_pool(256, 8)?;
     // Three asked for: the driver's RQ holds 4, and the verbs table must hold as many.
