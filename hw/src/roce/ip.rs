@@ -199,7 +199,21 @@ fn truncated(what: &'static str, need: usize, got: usize) -> Error {
     Error::Truncated { what, need, got }
 }
 
+/// ECN codepoint ECT(0): ECN-capable transport (RFC 3168 §5), the low two bits of the
+/// traffic class.
+pub const ECN_ECT0: u8 = 0b10;
+/// ECN codepoint CE: congestion experienced (RFC 3168 §5).
+pub const ECN_CE: u8 = 0b11;
+
 impl IpSpec {
+    /// The IPv4 TOS or the IPv6 traffic class (DSCP << 2 | ECN).
+    pub fn tclass(&self) -> u8 {
+        match self {
+            Self::V4(v) => v.tos,
+            Self::V6(v) => v.traffic_class,
+        }
+    }
+
     /// Sets the IPv4 TOS or the IPv6 traffic class (DSCP << 2 | ECN).
     pub fn set_tclass(&mut self, tclass: u8) {
         match self {

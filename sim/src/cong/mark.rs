@@ -5,15 +5,16 @@
 //! reorder packets, or mark packets that are not ECN-capable (RFC 3168 §5: a not-ECT packet
 //! is never marked); the switch's RED marking belongs to the switch model.
 //!
-//! Marking rewrites the ECN bits of the IPv4 TOS (fixing the header checksum, RFC 1624's
-//! incremental form gives the same bytes as recomputing it) or of the IPv6 traffic class. The
-//! RoCEv2 ICRC masks those bits, so a marked packet still passes its ICRC check.
+//! Marking is the switch's (`net::ecn::mark_ce`: the ECN bits of the IPv4 TOS, the header
+//! checksum recomputed, or of the IPv6 traffic class). The RoCEv2 ICRC masks those bits, so a
+//! marked packet still passes its ICRC check.
 //!
 //! Sources: RFC 3168 (ECN codepoints), IBTA annex A17.4 (the ICRC's masked fields).
 
 use rand_core::RngCore;
 
 use crate::link::rule::{Packet, Rule, Verdict};
+use crate::net::ecn;
 
 /// Marks CE every `every`-th ECN-capable packet (1: all) from one sender or any.
 #[derive(Debug, Clone)]
@@ -52,32 +53,10 @@ impl CeMark {
     }
 }
 
-/// Sets the ECN bits of the IP packet `b` to CE if they say ECT(0) or ECT(1); true if it did.
+/// Sets the ECN bits of the IP packet `b` to CE if they say ECT(0) or ECT(1), as the switch
+/// marks (`net::ecn`); true if it did.
 pub fn mark_ce(b: &mut [u8]) -> bool {
-    match b.first().map(|v| v >> 4) {
-        Some(4) if b.len() >= 20 => {
-            let ecn = b[1] & 3;
-            if ecn == 0 || ecn == 3 {
-                return false;
-            }
-            b[1] |= 3;
-            b[10..12].fill(0);
-            let c = bypass_hw::roce::ip::ipv4_checksum(&b[..20]);
-            b[10..12].copy_from_slice(&c.to_be_bytes());
-            true
-        }
-        Some(6) if b.len() >= 40 => {
-            // Traffic class: the low nibble of byte 0 and the high nibble of byte 1; its ECN
-            // bits are bits 5:4 of byte 1.
-            let ecn = (b[1] >> 4) & 3;
-            if ecn == 0 || ecn == 3 {
-                return false;
-            }
-            b[1] |= 0x30;
-            true
-        }
-        _ => false,
-    }
+    ecn::is_ect(b) && ecn::mark_ce(b)
 }
 
 impl Rule for CeMark {
@@ -85,15 +64,7 @@ impl Rule for CeMark {
         if self.from.is_some_and(|s| s != pkt.src) {
             return Verdict::Pass;
         }
-        let ect = match pkt.bytes.first().map(|v| v >> 4) {
-            Some(4) => pkt.bytes.get(1).is_some_and(|t| matches!(t & 3, 1 | 2)),
-            Some(6) => pkt
-                .bytes
-                .get(1)
-                .is_some_and(|t| matches!((t >> 4) & 3, 1 | 2)),
-            _ => false,
-        };
-        if !ect {
+        if !ecn::is_ect(pkt.bytes) {
             return Verdict::Pass;
         }
         self.seen += 1;

@@ -19,8 +19,7 @@ use rand_core::RngCore;
 
 use super::topology::RedConfig;
 
-/// ECN codepoint: congestion experienced.
-pub const ECN_CE: u8 = 0b11;
+pub use bypass_hw::roce::ip::ECN_CE;
 
 /// The IPv4 TOS / IPv6 traffic class of `pkt`, or `None` if it is not IPv4 or IPv6.
 pub fn tclass(pkt: &[u8]) -> Option<u8> {

@@ -21,7 +21,6 @@ use bypass_hw::roce::opcode::rxe_udp_sport;
 use bypass_hw::roce::{IpSpec, ROCE_V2_UDP_DPORT, RocePacket, UdpPorts};
 
 use super::state::DataPath;
-use super::wire::{ECN_CE, tos_of};
 use crate::cong::np::Flow;
 use crate::cong::prio_of_tclass;
 use crate::frame::Frame;
@@ -43,7 +42,7 @@ pub(crate) fn is_cnp(bytes: &[u8]) -> bool {
 /// True if the packet's IP header says Congestion Experienced.
 #[inline(always)]
 pub(crate) fn ce(ip: &IpSpec) -> bool {
-    tos_of(ip) & 3 == ECN_CE
+    ip.tclass() & 3 == bypass_hw::roce::ip::ECN_CE
 }
 
 /// A received CNP (parsed, or the parse's error): checked as any packet (ICRC unless the
@@ -99,7 +98,7 @@ pub(crate) fn notify(
     if !ce(ip) {
         return;
     }
-    let prio = usize::from(prio_of_tclass(tos_of(ip)));
+    let prio = usize::from(prio_of_tclass(ip.tclass()));
     if !dp.cong.status.np[prio] {
         return;
     }

@@ -19,15 +19,6 @@ use bypass_hw::roce::{DEFAULT_PKEY, IpSpec};
 use crate::objects::Qp;
 use crate::profile::Profile;
 
-/// The source GID of a packet's IP header (an IPv4 source as its IPv4-mapped GID).
-#[inline(always)]
-pub(crate) fn src_gid(ip: &IpSpec) -> [u8; 16] {
-    match ip {
-        IpSpec::V4(v) => bypass_hw::roce::ip::ipv4_to_gid(v.src),
-        IpSpec::V6(v) => v.src,
-    }
-}
-
 /// True if a packet with IP header `ip` may reach `qp`: for RC and UC, its source is the
 /// QP's remote GID (`qpc.primary_address_path.rgid_rip`) and its destination the QP's own
 /// GID (`src_addr_index` on the QP's port in `profile`); any other service type passes (rxe
@@ -38,14 +29,15 @@ pub(crate) fn from_peer(qp: &Qp, profile: &Profile, ip: &IpSpec) -> bool {
         return true;
     }
     let path = &qp.attrs.path;
-    if src_gid(ip) != path.rgid {
+    let (src, dst) = ip.gids();
+    if src != path.rgid {
         return false;
     }
     let own = usize::from(path.port)
         .checked_sub(1)
         .and_then(|i| profile.ports.get(i))
         .and_then(|p| p.gids.get(usize::from(path.src_addr_index)));
-    own == Some(&crate::frame::dst_gid(ip))
+    own == Some(&dst)
 }
 
 /// True if a packet's BTH P_Key matches the port's one key, the default full P_Key (rxe

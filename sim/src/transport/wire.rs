@@ -15,6 +15,7 @@
 //! UDP source port from the QPN when the path gives none), IBTA Annex A17 (RoCEv2), RFC 3168
 //! (the ECN codepoints).
 
+use bypass_hw::roce::ip::ECN_ECT0;
 use bypass_hw::roce::opcode::rxe_udp_sport;
 use bypass_hw::roce::{
     BthFields, ExtFields, IpSpec, PacketSpec, ROCE_V2_UDP_DPORT, UdpPorts, emit,
@@ -71,24 +72,10 @@ pub(crate) fn headers(
     Some(made)
 }
 
-/// The ECN codepoint ECT(0) (RFC 3168).
-pub(crate) const ECN_ECT0: u8 = 0b10;
-/// The ECN codepoint CE (RFC 3168).
-pub(crate) const ECN_CE: u8 = 0b11;
-
 /// Whether packets with traffic class `tclass` go out ECT(0): the RP is on for its priority.
 #[inline(always)]
 pub(crate) fn ect_for(status: &CongStatus, tclass: u8) -> bool {
     status.rp[usize::from(prio_of_tclass(tclass))]
-}
-
-/// The IPv4 TOS / IPv6 traffic class of `ip`.
-#[inline(always)]
-pub(crate) fn tos_of(ip: &IpSpec) -> u8 {
-    match ip {
-        IpSpec::V4(v) => v.tos,
-        IpSpec::V6(v) => v.traffic_class,
-    }
 }
 
 /// Whether headers `h`, built for traffic class `tclass`, still carry the ECN bits the
@@ -100,7 +87,7 @@ pub(crate) fn ecn_current(h: &(IpSpec, UdpPorts), status: &CongStatus, tclass: u
     } else {
         tclass & 3
     };
-    tos_of(&h.0) & 3 == want
+    h.0.tclass() & 3 == want
 }
 
 /// The headers of a QP's primary path: what [`headers`] gives for `route`, which must be that
