@@ -96,6 +96,8 @@ pub struct World {
     /// The switched network, when a topology is set ([`World::set_topology`]): it carries
     /// every packet instead of the fixed-latency link.
     net: Option<Network>,
+    /// What the network delivered in a round, kept so a round allocates no list.
+    net_out: Vec<(usize, Vec<u8>)>,
 }
 
 impl std::fmt::Debug for World {
@@ -147,6 +149,7 @@ impl World {
             stats: NetStats::default(),
             rules: Rules::default(),
             net: None,
+            net_out: Vec::new(),
         }
     }
 
@@ -571,16 +574,17 @@ impl World {
         };
         let watched = self.rules.watched();
         net.set_keep_dropped(watched);
-        let mut out = Vec::new();
+        let mut out = std::mem::take(&mut self.net_out);
         // An event may free a NIC's egress: a frame its device holds can go this run.
         let mut any = net.run(self.now, &mut self.rng, &mut out);
         let dropped = net.take_dropped();
         for pkt in &dropped {
             self.rules.seen(pkt, self.now, Seen::Dropped);
         }
-        for (dst, pkt) in out {
+        for (dst, pkt) in out.drain(..) {
             any |= self.hand(dst, Frame::Wire(pkt));
         }
+        self.net_out = out;
         any
     }
 
