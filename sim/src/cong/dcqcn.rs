@@ -13,6 +13,9 @@
 //! counter: fast recovery `RC = (RT + RC)/2` for F events, then additive `RT += R_AI`, then
 //! hyper `RT += R_HAI` once both counters pass F). NVIDIA DOCA "DCQCN CC parameters" for the
 //! mlx5 names. Where mlx5 differs from the paper, and what this model takes:
+//! - alpha is updated every `dce_tcp_rtt` µs as `α·G/1024 + (1024 − G)` with a CNP in the
+//!   period and `α·G/1024` without (G = `dce_tcp_g`; Mellanox "DCQCN Parameters", the
+//!   DcQcnDceAlphaG entry): G is the old alpha's weight, the paper's `1 − g`;
 //! - the cut is `RC × alpha / 2^rpg_gd` (alpha 1/1024, `rpg_gd` 11: the paper's α/2), bounded
 //!   below by `rpg_min_dec_fac` % of RC and by `rpg_min_rate`;
 //! - at most one cut per `rate_reduce_monitor_period` µs: a CNP inside it updates alpha and
