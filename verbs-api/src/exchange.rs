@@ -117,7 +117,12 @@ fn io_err(step: &'static str, timeout: Duration) -> impl Fn(io::Error) -> Exchan
         io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => {
             ExchangeError::Timeout { step, timeout }
         }
-        io::ErrorKind::UnexpectedEof => ExchangeError::Closed { step },
+        // A peer that closes with our bytes unread resets the connection
+        // (RFC 1122 4.2.2.13): to the reader that is the same early close.
+        io::ErrorKind::UnexpectedEof
+        | io::ErrorKind::ConnectionReset
+        | io::ErrorKind::ConnectionAborted
+        | io::ErrorKind::BrokenPipe => ExchangeError::Closed { step },
         _ => ExchangeError::Io { step, source },
     }
 }
@@ -525,3 +530,35 @@ fn read_pingpong(s: &mut TcpStream, mtu: Mtu, dl: Deadline) -> Result<QpEndpoint
 #[cfg(test)]
 #[path = "exchange_session_tests.rs"]
 mod session_tests;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+
+    /// A peer that closes with our bytes unread sends RST: the reader sees
+    /// ECONNRESET, and that is reported as the peer's early close.
+    #[test]
+    fn a_reset_by_the_peer_is_an_early_close() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (mut server, _) = listener.accept().unwrap();
+        server.write_all(b"x").unwrap();
+        // Once the byte sits unread in the client's receive queue, closing resets.
+        client.peek(&mut [0u8; 1]).unwrap();
+        drop(client);
+        let mut buf = [0u8; 8];
+        let err = loop {
+            match server.read(&mut buf) {
+                Err(e) => break e,
+                Ok(0) => panic!("the close arrived as FIN, not RST"),
+                Ok(_) => continue,
+            }
+        };
+        assert_eq!(err.kind(), io::ErrorKind::ConnectionReset);
+        let mapped = io_err("reading the peer's endpoint", Duration::from_secs(1))(err);
+        assert!(matches!(mapped, ExchangeError::Closed { .. }), "{mapped:?}");
+        assert!(mapped.to_string().contains("closed the connection"));
+    }
+}
