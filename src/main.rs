@@ -12,6 +12,7 @@ mod counters_view;
 mod device;
 mod device_stats;
 mod devinfo;
+mod exchange_key;
 mod explain;
 mod gpu_check;
 mod gpu_cmd;
@@ -63,6 +64,9 @@ enum Command {
     /// ibv_rc_pingpong over a simulated NIC on a UDP socket (interoperable with the real
     /// tool on a Linux rxe peer): server without HOST, client with it.
     Pingpong(pingpong::PingpongOpts),
+    /// Make a pre-shared key file for the authenticated out-of-band exchange of the
+    /// two-process commands (copy it to the peer's host).
+    ExchangeKey(exchange_key::ExchangeKeyOpts),
     /// Benchmarks in the style of perftest, and the baselines they are judged against.
     #[command(subcommand)]
     Perf(perf::PerfCommand),
@@ -92,6 +96,7 @@ fn main() -> ExitCode {
         Command::Devinfo(opts) => devinfo::run(&opts).map_err(Into::into),
         Command::Ping(opts) => ping::run(&opts),
         Command::Pingpong(opts) => pingpong::run(&opts).map_err(Into::into),
+        Command::ExchangeKey(opts) => exchange_key::run(&opts).map_err(Into::into),
         Command::Perf(cmd) => perf::run(cmd).map_err(Into::into),
         Command::Stats(opts) => device_stats::run(&opts).map_err(Into::into),
         Command::Topo(opts) => topo::run(&opts).map_err(Into::into),

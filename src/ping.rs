@@ -62,6 +62,19 @@ pub struct PingOpts {
     /// --ramp with -d udp:…: TCP port of the control channel.
     #[arg(short = 'p', long, default_value_t = 18515, requires = "ramp")]
     pub port: u16,
+    /// --ramp with -d udp:…: the pre-shared key of the control channel (both ends need the
+    /// same file; `bypass exchange-key` makes one). Default as `perf`'s --key-file.
+    #[arg(
+        long,
+        value_name = "PATH",
+        requires = "ramp",
+        conflicts_with = "plaintext"
+    )]
+    pub key_file: Option<std::path::PathBuf>,
+    /// --ramp with -d udp:…: run the control channel unauthenticated, in clear (both ends
+    /// must give it).
+    #[arg(long, requires = "ramp")]
+    pub plaintext: bool,
     /// Ethernet MTU of the simulated NICs' ports, A[,B] (bytes; the active path MTU follows
     /// from it as the kernel's `iboe_get_mtu` computes it).
     #[arg(long, default_value = "9000", value_parser = parse_mtus, conflicts_with = "ramp")]
@@ -179,6 +192,10 @@ pub fn run(opts: &PingOpts) -> Result<(), Box<dyn std::error::Error>> {
             max_size: opts.max_size,
             host: opts.host.clone(),
             port: opts.port,
+            auth: crate::exchange_key::AuthOpts {
+                key_file: opts.key_file.clone(),
+                plaintext: opts.plaintext,
+            },
         });
     }
     match &opts.device {

@@ -4,7 +4,8 @@
 use std::time::Duration;
 
 use bypass_verbs::exchange::{
-    ExchangeError, ExchangeServer, PeerInfo, exchange_as_client, exchange_pingpong_as_client,
+    ExchangeAuth, ExchangeError, ExchangeKey, ExchangeServer, PeerInfo, exchange_as_client,
+    exchange_pingpong_as_client,
 };
 use bypass_verbs::{Gid, Mtu, QpEndpoint, RemoteBuffer};
 
@@ -69,8 +70,10 @@ fn json_exchange_on_loopback_swaps_peer_info() {
         }],
     };
     let s_clone = s_info.clone();
-    let t = std::thread::spawn(move || server.exchange(&s_clone, Duration::from_secs(10)));
-    let got: PeerInfo = exchange_as_client(addr, &c_info, Duration::from_secs(10)).unwrap();
+    let auth = ExchangeAuth::Psk(ExchangeKey::from_bytes([9; 32]));
+    let s_auth = auth.clone();
+    let t = std::thread::spawn(move || server.exchange(&s_clone, &s_auth, Duration::from_secs(10)));
+    let got: PeerInfo = exchange_as_client(addr, &c_info, &auth, Duration::from_secs(10)).unwrap();
     assert_eq!(got, s_info);
     assert_eq!(t.join().unwrap().unwrap(), c_info);
 }
@@ -118,7 +121,7 @@ fn pingpong_client_speaks_the_rc_pingpong_wire_bytes() {
 fn exchange_times_out_with_an_explained_error_when_no_peer_comes() {
     let server = ExchangeServer::bind("127.0.0.1:0").unwrap();
     let err = server
-        .exchange(&ep(1), Duration::from_millis(50))
+        .exchange(&ep(1), &ExchangeAuth::Plaintext, Duration::from_millis(50))
         .unwrap_err();
     assert!(matches!(err, ExchangeError::Timeout { .. }), "{err:?}");
     let msg = err.to_string();
@@ -133,7 +136,10 @@ fn exchange_reports_a_peer_speaking_another_protocol() {
     use std::io::Write;
     let server = ExchangeServer::bind("127.0.0.1:0").unwrap();
     let addr = server.local_addr().unwrap();
-    let t = std::thread::spawn(move || server.exchange(&ep(1), Duration::from_secs(10)));
+    // Plaintext: the line reaches the JSON decoder (a PSK server stops at its first byte).
+    let t = std::thread::spawn(move || {
+        server.exchange(&ep(1), &ExchangeAuth::Plaintext, Duration::from_secs(10))
+    });
     let mut s = std::net::TcpStream::connect(addr).unwrap();
     s.write_all(b"hello there\n").unwrap();
     let err = t.join().unwrap().unwrap_err();

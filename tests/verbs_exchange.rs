@@ -7,7 +7,7 @@ mod support;
 
 use std::time::Duration;
 
-use bypass_verbs::exchange::exchange_as_client;
+use bypass_verbs::exchange::{ExchangeAuth, ExchangeKey, exchange_as_client};
 use bypass_verbs::wr::{SendOp, SendWr};
 use bypass_verbs::{ExchangeServer, PeerInfo, QpBuilder};
 use support::*;
@@ -28,8 +28,11 @@ fn peers_connect_with_what_they_swapped_over_tcp_and_write() {
     let server = ExchangeServer::bind("127.0.0.1:0").unwrap();
     let addr = server.local_addr().unwrap();
     let t = Duration::from_secs(5);
-    let client = std::thread::spawn(move || exchange_as_client(addr, &info_a, t));
-    let got_a: PeerInfo = server.exchange(&info_b, t).unwrap();
+    // The authenticated exchange, as every bypass command runs it by default.
+    let auth = ExchangeAuth::Psk(ExchangeKey::generate().unwrap());
+    let client_auth = auth.clone();
+    let client = std::thread::spawn(move || exchange_as_client(addr, &info_a, &client_auth, t));
+    let got_a: PeerInfo = server.exchange(&info_b, &auth, t).unwrap();
     let got_b: PeerInfo = client.join().unwrap().unwrap();
     assert_eq!(got_b, info_b);
 

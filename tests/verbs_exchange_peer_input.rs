@@ -7,7 +7,12 @@
 
 use std::time::Duration;
 
-use bypass_verbs::exchange::{ExchangeError, exchange_as_client};
+use bypass_verbs::exchange::{ExchangeAuth, ExchangeError, ExchangeKey, exchange_as_client};
+
+/// Both ends' key: the check is on what the peer's hello says once decrypted.
+fn psk() -> ExchangeAuth {
+    ExchangeAuth::Psk(ExchangeKey::from_bytes([0x5a; 32]))
+}
 use bypass_verbs::{ExchangeServer, Gid, Mtu, PeerInfo, QpEndpoint};
 
 fn info() -> PeerInfo {
@@ -39,9 +44,9 @@ fn a_hello_with_a_qpn_or_psn_over_24_bits_is_refused_naming_the_field() {
         let addr = server.local_addr().expect("addr");
         let ours = info();
         let client = std::thread::spawn(move || {
-            exchange_as_client::<serde_json::Value>(addr, &hello(qpn, psn), t)
+            exchange_as_client::<serde_json::Value>(addr, &hello(qpn, psn), &psk(), t)
         });
-        match server.exchange::<PeerInfo>(&ours, t) {
+        match server.exchange::<PeerInfo>(&ours, &psk(), t) {
             Err(ExchangeError::Decode { source }) => {
                 let m = source.to_string();
                 assert!(

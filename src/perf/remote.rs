@@ -1,7 +1,9 @@
 //! The perf tools between two processes, each a simulated NIC on a UDP socket
 //! (`-d udp:ADDR[:PORT]`): server without HOST, client with it, as perftest.
 //!
-//! Owns: the out-of-band protocol of the two-process form (JSON over TCP, port `-p`) and
+//! Owns: the out-of-band protocol of the two-process form (JSON over TCP, port `-p`; a
+//! Noise handshake with the pre-shared key first and every message encrypted, unless both
+//! sides give `--plaintext`: `bypass_verbs::exchange`) and
 //! each side's part of a run. Must not compute statistics (`crate::stats`), build QPs
 //! (`flows`) or print (`tools` does, with the same headers as the in-process form).
 //!
@@ -19,7 +21,10 @@
 //!
 //! Every message of a run travels on the one TCP connection the client's hello came on
 //! ([`ExchangeSession`]): a second connection during the run is closed unread and logged on
-//! stderr, so nothing but the real client can speak for it. Each meeting has one deadline
+//! stderr, so nothing but the real client can speak for it; under the key, a message altered
+//! on that connection fails its integrity check and ends the run. `BYPASS_LOG_KEYS=1` prints
+//! the hello this side sent (its QPNs, rkeys, addresses), for debugging and for the test
+//! that checks none of them crosses the wire in clear. Each meeting has one deadline
 //! for the whole message ([`OOB_TIMEOUT`]), not one per read.
 
 use std::time::{Duration, Instant};
@@ -40,6 +45,7 @@ use super::{CommonOpts, PerfError};
 use crate::baseline::elapsed_ns;
 use crate::counters_view::{Labelled, collect};
 use crate::device::{NetDevice, open_net};
+use crate::exchange_key::AuthOpts;
 use crate::stats::BwReport;
 
 /// How long each out-of-band step may take (the server waits this long for its client).
@@ -65,6 +71,9 @@ pub struct NetOpts {
     /// file.
     #[arg(long, value_name = "FILE")]
     pub pcap: Option<std::path::PathBuf>,
+    /// How the out-of-band exchange is protected.
+    #[command(flatten)]
+    pub auth: AuthOpts,
 }
 
 /// What one size of a run gives the printer.
@@ -135,6 +144,7 @@ impl Link {
         if let Some(host) = &net.host {
             crate::resolve::resolve(host, net.port)?;
         }
+        let auth = net.auth.auth().map_err(|e| PerfError::Oob(e.to_string()))?;
         let dev = open_net(&c.device, c.seed, "perf", net.pcap.as_deref())?;
         check_ud_size(&spec, dev.ctx.active_mtu(1)?, mtu)?;
         let mut side = Side::new(&dev.ctx, spec)?;
@@ -145,9 +155,8 @@ impl Link {
             iters,
         };
         let mut session = match &net.host {
-            Some(host) => {
-                ExchangeSession::connect((host.as_str(), net.port), OOB_TIMEOUT).map_err(oob)?
-            }
+            Some(host) => ExchangeSession::connect((host.as_str(), net.port), &auth, OOB_TIMEOUT)
+                .map_err(oob)?,
             None => {
                 let server = ExchangeServer::bind(("0.0.0.0", net.port)).map_err(oob)?;
                 if net.port == 0 {
@@ -155,7 +164,7 @@ impl Link {
                     let bound = server.local_addr().map_err(oob)?;
                     println!(" server listening on TCP port {}", bound.port());
                 }
-                let session = server.accept_session(OOB_TIMEOUT).map_err(oob)?;
+                let session = server.accept_session(&auth, OOB_TIMEOUT).map_err(oob)?;
                 eprintln!(
                     " out-of-band client {}: the run talks to it alone (other connections are closed unread)",
                     session.peer_addr()
@@ -163,6 +172,10 @@ impl Link {
                 session
             }
         };
+        if bypass_driver::redact::keys_shown() {
+            // The opt-in that reveals keys (BYPASS_LOG_KEYS=1): what this side sends.
+            eprintln!(" out-of-band hello sent: {:?}", hello.side);
+        }
         let peer: Hello = session.swap(&hello, OOB_TIMEOUT).map_err(oob)?;
         if peer.test != hello.test || peer.sizes != hello.sizes || peer.iters != hello.iters {
             return Err(PerfError::Mismatch(format!(

@@ -396,7 +396,14 @@ fn test_info(verb: Verb, kind: Kind, o: &ToolOpts, bw: &BwSpec) -> Vec<(String, 
     if let Some(d) = o.duration {
         v.push(("Duration", format!("{d}[s]")));
     }
-    v.push(("Data ex. method", "Ethernet (JSON over TCP)".into()));
+    let exchange = if !o.common.device.is_network() {
+        "Ethernet (JSON over TCP)"
+    } else if o.net.auth.plaintext {
+        "Ethernet (JSON over TCP, plaintext)"
+    } else {
+        "Ethernet (JSON over TCP, Noise PSK: authenticated, encrypted)"
+    };
+    v.push(("Data ex. method", exchange.into()));
     v.into_iter().map(|(k, s)| (k.to_owned(), s)).collect()
 }
 

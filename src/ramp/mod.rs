@@ -6,7 +6,8 @@
 //!
 //! Owns: the ramp's forms — in-process (`-d sim`: A and B on one fabric), and two processes
 //! (`-d udp:…`: the server without HOST is B, the client with HOST is A, requests over TCP
-//! port `-p`) — and [`RampError`]. Must not post or check anything itself (`stages` for A,
+//! port `-p`, authenticated and encrypted under the exchange key unless both sides give
+//! `--plaintext`) — and [`RampError`]. Must not post or check anything itself (`stages` for A,
 //! `responder` for B) nor change plain `ping`'s steps.
 
 pub mod end;
@@ -28,6 +29,9 @@ pub use end::MAX_QPS;
 use responder::Responder;
 use stages::{Fail, Peer, Plan, run_stages};
 use wire::{Channel, Reply, Request};
+
+use crate::exchange_key::AuthOpts;
+use bypass_verbs::exchange::{ExchangeAuth, ExchangeError};
 
 /// How long the control channel waits for the other side (connect, and each request).
 const CONTROL_TIMEOUT: Duration = Duration::from_secs(120);
@@ -67,9 +71,9 @@ struct Remote(Channel);
 
 impl Peer for Remote {
     fn call(&mut self, req: &Request) -> Result<Reply, Fail> {
-        let err = |e: wire::WireError| ("control channel".to_owned(), e.to_string());
+        let err = |e: ExchangeError| ("control channel".to_owned(), e.to_string());
         self.0.send(req).map_err(err)?;
-        self.0.recv("waiting for the server's reply").map_err(err)
+        self.0.recv().map_err(err)
     }
 }
 
@@ -92,6 +96,8 @@ pub struct RampOpts {
     pub host: Option<String>,
     /// Two-process form: the control channel's TCP port.
     pub port: u16,
+    /// Two-process form: how the control channel is protected.
+    pub auth: AuthOpts,
 }
 
 /// Runs `ping --ramp` in the form `-d` and HOST select.
@@ -134,6 +140,10 @@ pub fn run(opts: &RampOpts) -> Result<(), Box<dyn std::error::Error>> {
             Ok(())
         }
         (_, host) => {
+            let auth = opts
+                .auth
+                .auth()
+                .map_err(|e| setup("load the control channel's key")(e.to_string()))?;
             let dev = open_net(&opts.device, opts.seed, "ping --ramp", None)?;
             match host {
                 Some(h) => {
@@ -145,7 +155,7 @@ pub fn run(opts: &RampOpts) -> Result<(), Box<dyn std::error::Error>> {
                         plan.qps,
                         end::human(plan.max_size)
                     );
-                    let chan = Channel::connect((h.as_str(), opts.port), CONTROL_TIMEOUT)
+                    let chan = Channel::connect((h.as_str(), opts.port), &auth, CONTROL_TIMEOUT)
                         .map_err(|e| setup("connect to the server")(e.to_string()))?;
                     let mut a = End::new("A", &dev.ctx, timeout)
                         .map_err(|e| setup("A: PD, CQ, pool")(e.to_string()))?;
@@ -168,7 +178,7 @@ pub fn run(opts: &RampOpts) -> Result<(), Box<dyn std::error::Error>> {
                     }
                     Ok(())
                 }
-                None => serve(&dev.ctx, opts.port, timeout),
+                None => serve(&dev.ctx, opts.port, &auth, timeout),
             }
         }
     }
@@ -200,6 +210,7 @@ fn stage_of(req: &Request, last: (u8, &'static str)) -> (u8, &'static str) {
 fn serve(
     ctx: &std::sync::Arc<Context>,
     port: u16,
+    auth: &ExchangeAuth,
     timeout: Duration,
 ) -> Result<(), Box<dyn std::error::Error>> {
     let listener = TcpListener::bind(("0.0.0.0", port)).map_err(|e| {
@@ -211,20 +222,18 @@ fn serve(
         "bypass ping --ramp (server): B on {}, waiting for a client on TCP port {port}",
         ctx.device_info().name
     );
-    let mut chan = Channel::accept(&listener, CONTROL_TIMEOUT)
+    let mut chan = Channel::accept(listener, auth, CONTROL_TIMEOUT)
         .map_err(|e| setup("wait for the client")(e.to_string()))?;
     let mut b =
         Responder::new(ctx, timeout).map_err(|e| setup("B: PD, CQ, pool")(e.to_string()))?;
     let mut stage = (1, "ping");
     loop {
-        let req: Request = chan
-            .recv("waiting for the client's next request")
-            .map_err(|e| RampError {
-                stage: stage.0,
-                name: stage.1,
-                step: "control channel".to_owned(),
-                why: e.to_string(),
-            })?;
+        let req: Request = chan.recv().map_err(|e| RampError {
+            stage: stage.0,
+            name: stage.1,
+            step: "control channel".to_owned(),
+            why: e.to_string(),
+        })?;
         stage = stage_of(&req, stage);
         let reply = b.handle(&req);
         chan.send(&reply)

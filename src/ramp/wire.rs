@@ -1,21 +1,19 @@
 //! The two-process form of `ping --ramp`: the requests the active side (the client) sends
-//! the passive side (the server), their replies, and the TCP channel that carries them as
-//! one JSON line each.
+//! the passive side (the server), their replies, and the TCP channel that carries them:
+//! `bypass_verbs::exchange`'s session, so each message is JSON, encrypted and
+//! authenticated under the pre-shared key unless both sides give `--plaintext`.
 //!
 //! Owns: [`Request`], [`Reply`], [`Channel`] (one connection for the whole ramp, every read
-//! and write under a deadline, every line bounded). Must not act on a request (the
-//! responder does) or print.
+//! and write under a deadline, every message bounded by the exchange's `MAX_LINE`; 64 QP
+//! endpoints fit many times over). Must not act on a request (the responder does) or print.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream, ToSocketAddrs};
-use std::time::{Duration, Instant};
+use std::net::{TcpListener, ToSocketAddrs};
+use std::time::Duration;
 
+use bypass_verbs::exchange::{ExchangeAuth, ExchangeError, ExchangeServer, ExchangeSession};
 use bypass_verbs::{QpEndpoint, RemoteBuffer};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-
-/// The longest line either side accepts (64 QP endpoints fit many times over).
-const MAX_LINE: u64 = 1 << 20;
 
 /// What the active side asks of the passive one, stage by stage.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -86,145 +84,42 @@ pub enum Reply {
     },
 }
 
-/// Why the channel failed.
-#[derive(Debug, thiserror::Error)]
-pub enum WireError {
-    /// A socket operation failed.
-    #[error("the TCP control channel failed while {step}: {source}")]
-    Io {
-        /// What it was doing.
-        step: &'static str,
-        /// The OS error.
-        source: std::io::Error,
-    },
-    /// The deadline passed.
-    #[error(
-        "the TCP control channel timed out after {secs} s while {step} (is the other side running, with the same -p?)"
-    )]
-    Timeout {
-        /// What it was doing.
-        step: &'static str,
-        /// The timeout.
-        secs: u64,
-    },
-    /// The peer closed the connection.
-    #[error(
-        "the other side closed the control channel while this side was {step} (its output says why)"
-    )]
-    Closed {
-        /// What it was doing.
-        step: &'static str,
-    },
-    /// A line did not parse.
-    #[error(
-        "the other side sent a message this side does not understand ({0}): run the same bypass version on both"
-    )]
-    Malformed(String),
-}
-
-/// One JSON-lines connection.
+/// One connection for the whole ramp: an [`ExchangeSession`], authenticated and encrypted
+/// unless both sides give `--plaintext`.
 pub struct Channel {
-    reader: BufReader<TcpStream>,
-    writer: TcpStream,
+    session: ExchangeSession,
     timeout: Duration,
 }
 
-fn io(step: &'static str) -> impl FnOnce(std::io::Error) -> WireError {
-    move |source| WireError::Io { step, source }
-}
-
 impl Channel {
-    fn new(stream: TcpStream, timeout: Duration) -> Result<Self, WireError> {
-        let _ = stream.set_nodelay(true);
-        stream
-            .set_read_timeout(Some(timeout))
-            .and_then(|_| stream.set_write_timeout(Some(timeout)))
-            .map_err(io("setting its timeouts"))?;
-        let writer = stream.try_clone().map_err(io("cloning the socket"))?;
-        Ok(Self {
-            reader: BufReader::new(stream),
-            writer,
-            timeout,
-        })
-    }
-
-    /// Waits (until `timeout`) for one client on `listener`.
-    pub fn accept(listener: &TcpListener, timeout: Duration) -> Result<Self, WireError> {
-        listener.set_nonblocking(true).map_err(io("listening"))?;
-        let end = Instant::now() + timeout;
-        loop {
-            match listener.accept() {
-                Ok((s, _)) => {
-                    s.set_nonblocking(false)
-                        .map_err(io("accepting the client"))?;
-                    return Self::new(s, timeout);
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    if Instant::now() >= end {
-                        return Err(WireError::Timeout {
-                            step: "waiting for the client to connect",
-                            secs: timeout.as_secs(),
-                        });
-                    }
-                    std::thread::sleep(Duration::from_millis(5));
-                }
-                Err(e) => return Err(io("accepting the client")(e)),
-            }
-        }
+    /// Waits (until `timeout`) for one client on `listener` and runs the handshake.
+    pub fn accept(
+        listener: TcpListener,
+        auth: &ExchangeAuth,
+        timeout: Duration,
+    ) -> Result<Self, ExchangeError> {
+        let session = ExchangeServer::from_listener(listener)?.accept_session(auth, timeout)?;
+        Ok(Self { session, timeout })
     }
 
     /// Connects to the server at `addr`, retrying refused connections until `timeout` (the
-    /// server may not listen yet).
-    pub fn connect(addr: impl ToSocketAddrs, timeout: Duration) -> Result<Self, WireError> {
-        let end = Instant::now() + timeout;
-        loop {
-            let addrs: Vec<_> = addr
-                .to_socket_addrs()
-                .map_err(io("resolving the server's address"))?
-                .collect();
-            for a in &addrs {
-                if let Ok(s) = TcpStream::connect_timeout(a, Duration::from_secs(1)) {
-                    return Self::new(s, timeout);
-                }
-            }
-            if Instant::now() >= end {
-                return Err(WireError::Timeout {
-                    step: "connecting to the server",
-                    secs: timeout.as_secs(),
-                });
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+    /// server may not listen yet), and runs the handshake.
+    pub fn connect(
+        addr: impl ToSocketAddrs,
+        auth: &ExchangeAuth,
+        timeout: Duration,
+    ) -> Result<Self, ExchangeError> {
+        let session = ExchangeSession::connect(addr, auth, timeout)?;
+        Ok(Self { session, timeout })
     }
 
-    /// Sends one value as a JSON line.
-    pub fn send<T: Serialize>(&mut self, v: &T) -> Result<(), WireError> {
-        let mut line = serde_json::to_vec(v).map_err(|e| WireError::Malformed(e.to_string()))?;
-        line.push(b'\n');
-        self.writer
-            .write_all(&line)
-            .and_then(|_| self.writer.flush())
-            .map_err(io("sending a message"))
+    /// Sends one value.
+    pub fn send<T: Serialize>(&mut self, v: &T) -> Result<(), ExchangeError> {
+        self.session.send(v, self.timeout)
     }
 
-    /// Receives one JSON line (at most 1 MiB), waiting at most the channel's timeout.
-    pub fn recv<T: DeserializeOwned>(&mut self, step: &'static str) -> Result<T, WireError> {
-        let mut line = String::new();
-        let n = (&mut self.reader)
-            .take(MAX_LINE)
-            .read_line(&mut line)
-            .map_err(|e| match e.kind() {
-                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {
-                    WireError::Timeout {
-                        step,
-                        secs: self.timeout.as_secs(),
-                    }
-                }
-                _ => WireError::Io { step, source: e },
-            })?;
-        if n == 0 {
-            return Err(WireError::Closed { step });
-        }
-        serde_json::from_str(&line).map_err(|e| WireError::Malformed(e.to_string()))
+    /// Receives one value, waiting at most the channel's timeout.
+    pub fn recv<T: DeserializeOwned>(&mut self) -> Result<T, ExchangeError> {
+        self.session.recv(self.timeout)
     }
 }

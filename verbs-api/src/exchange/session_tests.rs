@@ -3,23 +3,32 @@
 //! session's next swap returns the real peer's value. Every read of a swap is bounded by
 //! one deadline for the whole message: a peer sending a byte at a time cannot stretch it.
 //!
+//! The raw-socket peers speak the plaintext form (a JSON line); the intruder test runs
+//! under a PSK, the default.
+//!
 //! Owns: these tests, on loopback 127.0.0.1 with ports the OS picks. Must not: test the
-//! one-shot exchanges' wire forms (the `verbs_exchange` integration tests do).
+//! one-shot exchanges' wire forms (the `verbs_exchange` integration tests do) or the
+//! handshake (`noise_tests`).
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
+use super::super::{ExchangeKey, ExchangeServer};
 use super::*;
 
 const WAIT: Duration = Duration::from_secs(5);
+
+fn psk() -> ExchangeAuth {
+    ExchangeAuth::Psk(ExchangeKey::from_bytes([7; 32]))
+}
 
 #[test]
 fn a_second_connection_during_a_session_is_closed_unread_and_reported() {
     let server = ExchangeServer::bind("127.0.0.1:0").unwrap();
     let addr = server.local_addr().unwrap();
     let client = std::thread::spawn(move || {
-        let mut c = ExchangeSession::connect(addr, WAIT).unwrap();
+        let mut c = ExchangeSession::connect(addr, &psk(), WAIT).unwrap();
         let first: u64 = c.swap(&1u64, WAIT).unwrap();
         // The intruder connects and sends its forged message before the real second one.
         let mut intruder = TcpStream::connect(addr).unwrap();
@@ -31,7 +40,7 @@ fn a_second_connection_during_a_session_is_closed_unread_and_reported() {
         let _ = intruder.read_to_end(&mut rest);
         (first, second, local, rest)
     });
-    let mut s = server.accept_session(WAIT).unwrap();
+    let mut s = server.accept_session(&psk(), WAIT).unwrap();
     let client_addr = s.peer_addr();
     let a: u64 = s.swap(&10u64, WAIT).unwrap();
     let b: u64 = s.swap(&20u64, WAIT).unwrap();
@@ -59,7 +68,9 @@ fn a_peer_trickling_its_line_runs_into_the_whole_swap_deadline() {
             std::thread::sleep(Duration::from_millis(150));
         }
     });
-    let mut s = server.accept_session(WAIT).unwrap();
+    let mut s = server
+        .accept_session(&ExchangeAuth::Plaintext, WAIT)
+        .unwrap();
     let got = s.swap::<String>(&"answer".to_string(), Duration::from_millis(600));
     assert!(
         matches!(got, Err(ExchangeError::Timeout { .. })),
@@ -87,7 +98,9 @@ fn a_session_reads_lines_the_peer_sent_back_to_back() {
         }
         answers
     });
-    let mut s = server.accept_session(WAIT).unwrap();
+    let mut s = server
+        .accept_session(&ExchangeAuth::Plaintext, WAIT)
+        .unwrap();
     let a: u32 = s.swap(&7u32, WAIT).unwrap();
     let b: u32 = s.swap(&8u32, WAIT).unwrap();
     assert_eq!((a, b), (1, 2));

@@ -1,24 +1,31 @@
 //! The out-of-band exchange: two peers swap their endpoints over TCP before the QPs connect.
 //!
 //! Two protocols:
-//! - **JSON lines** ([`ExchangeServer::exchange`], [`exchange_as_client`]): any serde value,
-//!   typically [`PeerInfo`] (a QP endpoint plus the buffers the peer may access). The client
-//!   sends one line of JSON, the server answers with one line.
+//! - **bypass's own** ([`ExchangeServer::exchange`], [`exchange_as_client`], and an
+//!   [`ExchangeSession`] for runs that meet more than once): any serde value as JSON,
+//!   typically [`PeerInfo`] (a QP endpoint plus the buffers the peer may access). The
+//!   client sends first, the server answers. Under [`ExchangeAuth::Psk`] (the default of
+//!   every bypass command) the connection starts with a Noise handshake keyed by the
+//!   pre-shared [`ExchangeKey`] and every message is encrypted and integrity-checked
+//!   (`noise`); [`ExchangeAuth::Plaintext`] sends one JSON line per message in clear.
+//!   A peer on the other setting, or with another key, is a typed error on both ends.
 //! - **`ibv_rc_pingpong`** ([`ExchangeServer::exchange_pingpong`], [`exchange_pingpong_as_client`]):
 //!   byte-compatible with rdma-core's `libibverbs/examples/rc_pingpong.c`
 //!   (`pp_client_exch_dest` / `pp_server_exch_dest`): the client writes its 52-byte message
 //!   (`"%04x:%06x:%06x:%s"` plus its NUL), reads the server's, and writes `"done"` plus NUL.
+//!   A wire standard, so always unauthenticated plaintext: callers warn.
 //!
 //! Every step is bounded by one deadline; every failure is a typed [`ExchangeError`].
 //!
-//! A run that meets its peer more than once uses an [`ExchangeSession`]: one TCP connection
-//! for every message of the run, so each message is bound to the peer the run started with.
-//! The server's session keeps the listener only to close (and report) any other connection
-//! that arrives during the run; nothing such a connection sends is ever read.
-//!
-//! Owns: sockets it opens, for the duration of one exchange. Must not: touch a device.
+//! Owns: sockets it opens, for the duration of one exchange or session; the public API and
+//! its errors. Must not: touch a device. Modules: `key` (the PSK and its file), `noise`
+//! (handshake and frames), `session` ([`ExchangeSession`]).
 
-use std::io::{self, BufRead, BufReader, Read, Write};
+mod key;
+mod noise;
+mod session;
+
+use std::io::{self, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
@@ -26,6 +33,21 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::endpoint::{EndpointParseError, Mtu, QpEndpoint, RemoteBuffer};
+use noise::read_exact_by;
+
+pub use key::{ExchangeKey, KEY_FILE_ENV, KEY_LEN, KeyError, key_path};
+pub use session::ExchangeSession;
+
+/// How an exchange of bypass's own protocol is protected: a required argument, so that no
+/// caller gets plaintext by accident.
+#[derive(Debug, Clone)]
+pub enum ExchangeAuth {
+    /// Noise handshake with this pre-shared key; every message encrypted and authenticated.
+    Psk(ExchangeKey),
+    /// One JSON line per message in clear: endpoints, addresses and rkeys readable and
+    /// forgeable by anyone on the path. Only on an explicit request (`--plaintext`).
+    Plaintext,
+}
 
 /// The largest JSON line accepted (a peer cannot make us buffer without bound).
 pub const MAX_LINE: usize = 64 * 1024;
@@ -104,6 +126,38 @@ pub enum ExchangeError {
         /// The serde error.
         source: serde_json::Error,
     },
+    /// The peers hold different pre-shared keys.
+    #[error(
+        "the peers' exchange keys differ: the handshake did not authenticate, so nothing was exchanged; give both ends the same key (copy one key file to both hosts, mode 0600)"
+    )]
+    KeyMismatch,
+    /// This side runs the authenticated exchange, the peer plaintext.
+    #[error(
+        "the peer runs the out-of-band exchange in plaintext (--plaintext) and this side requires the authenticated one: give both ends the same key, or run both with --plaintext"
+    )]
+    PlaintextPeer,
+    /// This side runs plaintext, the peer the authenticated exchange.
+    #[error(
+        "the peer runs the authenticated out-of-band exchange (a pre-shared key) and this side plaintext: drop --plaintext here and give both ends the same key, or run both with --plaintext"
+    )]
+    PeerWantsKey,
+    /// A message failed its authentication tag.
+    #[error(
+        "a message from the peer failed its integrity check (altered on the way, or not from this session's peer): the exchange was stopped"
+    )]
+    Integrity,
+    /// The peer's bytes are not this protocol.
+    #[error("the peer does not speak bypass's authenticated exchange: {why}")]
+    Protocol {
+        /// What was wrong.
+        why: &'static str,
+    },
+    /// The Noise library refused an operation (not the peer's doing).
+    #[error("the Noise handshake could not be run: {source}")]
+    Crypto {
+        /// The library's error.
+        source: snow::Error,
+    },
     /// The peer's pingpong text did not parse.
     #[error("the peer's ibv_rc_pingpong message is malformed: {source}")]
     Pingpong {
@@ -165,11 +219,17 @@ impl Deadline {
 ///
 /// ```
 /// use std::time::Duration;
-/// use bypass_verbs::exchange::{ExchangeServer, exchange_as_client};
+/// use bypass_verbs::exchange::{ExchangeAuth, ExchangeKey, ExchangeServer, exchange_as_client};
+/// // Both ends hold the same key (in real life: the same key file, `ExchangeKey::load`).
+/// let auth = ExchangeAuth::Psk(ExchangeKey::generate().unwrap());
 /// let server = ExchangeServer::bind("127.0.0.1:0").unwrap();
 /// let addr = server.local_addr().unwrap();
-/// let t = std::thread::spawn(move || server.exchange(&"from server".to_string(), Duration::from_secs(5)));
-/// let got: String = exchange_as_client(addr, &"from client".to_string(), Duration::from_secs(5)).unwrap();
+/// let server_auth = auth.clone();
+/// let t = std::thread::spawn(move || {
+///     server.exchange(&"from server".to_string(), &server_auth, Duration::from_secs(5))
+/// });
+/// let got: String =
+///     exchange_as_client(addr, &"from client".to_string(), &auth, Duration::from_secs(5)).unwrap();
 /// assert_eq!(got, "from server");
 /// assert_eq!(t.join().unwrap().unwrap(), "from client");
 /// ```
@@ -189,6 +249,17 @@ impl ExchangeServer {
         listener
             .set_nonblocking(true)
             .map_err(|source| ExchangeError::Bind { addr: name, source })?;
+        Ok(ExchangeServer { listener })
+    }
+
+    /// Serves on a listener the caller bound (to word its own bind errors).
+    pub fn from_listener(listener: TcpListener) -> Result<Self, ExchangeError> {
+        listener
+            .set_nonblocking(true)
+            .map_err(|source| ExchangeError::Io {
+                step: "setting up the listener",
+                source,
+            })?;
         Ok(ExchangeServer { listener })
     }
 
@@ -226,26 +297,33 @@ impl ExchangeServer {
         }
     }
 
-    /// Accepts one client and keeps its connection for the rest of a run: every later
-    /// [`ExchangeSession::swap`] talks to that client alone. The listener stays with the
-    /// session so that other connections are accepted only to be closed (see
-    /// [`ExchangeSession::take_refused`]), never read.
-    pub fn accept_session(self, timeout: Duration) -> Result<ExchangeSession, ExchangeError> {
+    /// Accepts one client, runs the handshake `auth` asks for, and keeps its connection for
+    /// the rest of a run: every later [`ExchangeSession::swap`] talks to that client alone.
+    /// The listener stays with the session so that other connections are accepted only to
+    /// be closed (see [`ExchangeSession::take_refused`]), never read.
+    pub fn accept_session(
+        self,
+        auth: &ExchangeAuth,
+        timeout: Duration,
+    ) -> Result<ExchangeSession, ExchangeError> {
         let dl = Deadline::new(timeout);
         let stream = self.accept(dl)?;
-        ExchangeSession::new(stream, Some(self.listener))
+        ExchangeSession::start(stream, true, Some(self.listener), auth, dl)
     }
 
-    /// Accepts one client, reads its JSON line, answers with `local`; returns the client's value.
+    /// Accepts one client, reads its value, answers with `local`; returns the client's
+    /// value. `auth` protects the exchange (the handshake is part of `timeout`).
     pub fn exchange<T: Serialize + DeserializeOwned>(
         &self,
         local: &T,
+        auth: &ExchangeAuth,
         timeout: Duration,
     ) -> Result<T, ExchangeError> {
         let dl = Deadline::new(timeout);
         let stream = self.accept(dl)?;
-        let remote = read_json(&stream, dl)?;
-        write_json(&stream, local, dl)?;
+        let mut session = ExchangeSession::start(stream, true, None, auth, dl)?;
+        let remote = session.recv_by(dl)?;
+        session.send_by(local, dl)?;
         Ok(remote)
     }
 
@@ -263,7 +341,13 @@ impl ExchangeServer {
         let remote = read_pingpong(&mut stream, mtu, dl)?;
         write_pingpong(&mut stream, local, dl)?;
         let mut done = [0u8; 5];
-        read_exact_by(&mut stream, &mut done, dl, "reading the client's \"done\"")?;
+        read_exact_by(
+            &mut &stream,
+            &stream,
+            &mut done,
+            dl,
+            "reading the client's \"done\"",
+        )?;
         Ok(remote)
     }
 }
@@ -306,117 +390,19 @@ fn connect(addr: impl ToSocketAddrs, dl: Deadline) -> Result<TcpStream, Exchange
     }
 }
 
-/// Connects to an [`ExchangeServer`] at `addr` (retrying until it listens), sends `local` as
-/// one JSON line and returns the server's answer.
+/// Connects to an [`ExchangeServer`] at `addr` (retrying until it listens), runs the
+/// handshake `auth` asks for, sends `local` and returns the server's answer.
 pub fn exchange_as_client<T: Serialize + DeserializeOwned>(
     addr: impl ToSocketAddrs,
     local: &T,
+    auth: &ExchangeAuth,
     timeout: Duration,
 ) -> Result<T, ExchangeError> {
     let dl = Deadline::new(timeout);
     let stream = connect(addr, dl)?;
-    write_json(&stream, local, dl)?;
-    read_json(&stream, dl)
-}
-
-/// One connection to the peer for every message of a run (JSON lines, as
-/// [`ExchangeServer::exchange`]). Each [`swap`](Self::swap) sends one value and reads the
-/// peer's, within one deadline for both.
-///
-/// ```
-/// use std::time::Duration;
-/// use bypass_verbs::exchange::{ExchangeServer, ExchangeSession};
-/// let server = ExchangeServer::bind("127.0.0.1:0").unwrap();
-/// let addr = server.local_addr().unwrap();
-/// let t = std::thread::spawn(move || {
-///     let mut s = server.accept_session(Duration::from_secs(5)).unwrap();
-///     let a: u32 = s.swap(&1u32, Duration::from_secs(5)).unwrap();
-///     let b: u32 = s.swap(&2u32, Duration::from_secs(5)).unwrap();
-///     (a, b)
-/// });
-/// let mut c = ExchangeSession::connect(addr, Duration::from_secs(5)).unwrap();
-/// assert_eq!(c.swap(&10u32, Duration::from_secs(5)).unwrap(), 1);
-/// assert_eq!(c.swap(&20u32, Duration::from_secs(5)).unwrap(), 2);
-/// assert_eq!(t.join().unwrap(), (10, 20));
-/// ```
-#[derive(Debug)]
-pub struct ExchangeSession {
-    /// Reads the peer's lines; kept for the whole session (it may hold the start of the
-    /// peer's next line).
-    reader: BufReader<TcpStream>,
-    /// The same connection, for writing and for its timeouts.
-    writer: TcpStream,
-    /// The peer the session started with.
-    peer: SocketAddr,
-    /// Server side: the listener, whose later connections are closed unread.
-    listener: Option<TcpListener>,
-    /// Peers of connections closed unread since the last [`take_refused`](Self::take_refused).
-    refused: Vec<SocketAddr>,
-}
-
-impl ExchangeSession {
-    fn new(stream: TcpStream, listener: Option<TcpListener>) -> Result<Self, ExchangeError> {
-        const STEP: &str = "setting up the session's connection";
-        let peer = stream
-            .peer_addr()
-            .map_err(|source| ExchangeError::Io { step: STEP, source })?;
-        let writer = stream
-            .try_clone()
-            .map_err(|source| ExchangeError::Io { step: STEP, source })?;
-        Ok(ExchangeSession {
-            reader: BufReader::new(stream),
-            writer,
-            peer,
-            listener,
-            refused: Vec::new(),
-        })
-    }
-
-    /// Connects to an [`ExchangeServer`] at `addr` (retrying until it listens, within
-    /// `timeout`) for a session.
-    pub fn connect(addr: impl ToSocketAddrs, timeout: Duration) -> Result<Self, ExchangeError> {
-        let stream = connect(addr, Deadline::new(timeout))?;
-        ExchangeSession::new(stream, None)
-    }
-
-    /// The peer this session is bound to.
-    pub fn peer_addr(&self) -> SocketAddr {
-        self.peer
-    }
-
-    /// Sends `local` as one JSON line and reads the peer's, both within `timeout` (one
-    /// deadline for the whole swap, not one per read: a peer trickling bytes cannot stretch
-    /// it). Server side: first closes any other connection waiting on the listener.
-    pub fn swap<T: Serialize + DeserializeOwned>(
-        &mut self,
-        local: &T,
-        timeout: Duration,
-    ) -> Result<T, ExchangeError> {
-        let dl = Deadline::new(timeout);
-        self.refuse_others();
-        write_json(&self.writer, local, dl)?;
-        let remote = read_json_from(&mut self.reader, &self.writer, dl);
-        self.refuse_others();
-        remote
-    }
-
-    /// The peers of other connections closed unread since the last call (a second client,
-    /// or someone injecting messages into the run), for the caller to log.
-    pub fn take_refused(&mut self) -> Vec<SocketAddr> {
-        self.refuse_others();
-        std::mem::take(&mut self.refused)
-    }
-
-    /// Accepts and at once closes every connection waiting on the listener.
-    fn refuse_others(&mut self) {
-        let Some(l) = &self.listener else { return };
-        // The listener is non-blocking: this ends when none is waiting (or on an error,
-        // which a later call retries).
-        while let Ok((s, from)) = l.accept() {
-            let _ = s.shutdown(std::net::Shutdown::Both);
-            self.refused.push(from);
-        }
-    }
+    let mut session = ExchangeSession::start(stream, false, None, auth, dl)?;
+    session.send_by(local, dl)?;
+    session.recv_by(dl)
 }
 
 /// The client side of the `ibv_rc_pingpong` exchange: works against `ibv_rc_pingpong` itself
@@ -438,74 +424,6 @@ pub fn exchange_pingpong_as_client(
     Ok(remote)
 }
 
-fn write_json<T: Serialize>(s: &TcpStream, v: &T, dl: Deadline) -> Result<(), ExchangeError> {
-    let mut line = serde_json::to_vec(v).map_err(|source| ExchangeError::Encode { source })?;
-    line.push(b'\n');
-    dl.arm(s, "sending the local endpoint")?;
-    let mut w = s;
-    w.write_all(&line)
-        .and_then(|_| w.flush())
-        .map_err(io_err("sending the local endpoint", dl.timeout))
-}
-
-fn read_json<T: DeserializeOwned>(s: &TcpStream, dl: Deadline) -> Result<T, ExchangeError> {
-    read_json_from(&mut BufReader::new(s), s, dl)
-}
-
-/// Reads one JSON line from `r`, a reader of the connection `s` (whose read timeout is
-/// armed with what is left of `dl`).
-fn read_json_from<T: DeserializeOwned, R: Read>(
-    r: &mut BufReader<R>,
-    s: &TcpStream,
-    dl: Deadline,
-) -> Result<T, ExchangeError> {
-    const STEP: &str = "reading the peer's endpoint";
-    // One deadline for the whole line: the timeout is re-armed with what is left before
-    // every read, so a peer sending a byte at a time cannot stretch it.
-    let mut line = Vec::new();
-    loop {
-        dl.arm(s, STEP)?;
-        let buf = r.fill_buf().map_err(io_err(STEP, dl.timeout))?;
-        if buf.is_empty() {
-            return Err(ExchangeError::Closed { step: STEP });
-        }
-        let (take, done) = match buf.iter().position(|&b| b == b'\n') {
-            Some(i) => (i + 1, true),
-            None => (buf.len(), false),
-        };
-        line.extend_from_slice(&buf[..take]);
-        r.consume(take);
-        if line.len() > MAX_LINE {
-            return Err(ExchangeError::TooLong);
-        }
-        if done {
-            break;
-        }
-    }
-    serde_json::from_slice(&line).map_err(|source| ExchangeError::Decode { source })
-}
-
-/// Fills `buf` from `s` by the deadline `dl` (re-armed before every read, so the bound is
-/// on the whole message, not on each read).
-fn read_exact_by(
-    s: &mut TcpStream,
-    buf: &mut [u8],
-    dl: Deadline,
-    step: &'static str,
-) -> Result<(), ExchangeError> {
-    let mut got = 0;
-    while got < buf.len() {
-        dl.arm(s, step)?;
-        match s.read(&mut buf[got..]) {
-            Ok(0) => return Err(ExchangeError::Closed { step }),
-            Ok(n) => got += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(io_err(step, dl.timeout)(e)),
-        }
-    }
-    Ok(())
-}
-
 fn write_pingpong(s: &mut TcpStream, ep: &QpEndpoint, dl: Deadline) -> Result<(), ExchangeError> {
     const STEP: &str = "sending the local endpoint";
     let text = ep.to_string();
@@ -520,16 +438,12 @@ fn write_pingpong(s: &mut TcpStream, ep: &QpEndpoint, dl: Deadline) -> Result<()
 fn read_pingpong(s: &mut TcpStream, mtu: Mtu, dl: Deadline) -> Result<QpEndpoint, ExchangeError> {
     const STEP: &str = "reading the peer's endpoint";
     let mut msg = [0u8; PINGPONG_MSG_LEN];
-    read_exact_by(s, &mut msg, dl, STEP)?;
+    read_exact_by(&mut &*s, s, &mut msg, dl, STEP)?;
     let text = std::str::from_utf8(&msg).map_err(|_| ExchangeError::Pingpong {
         source: EndpointParseError::NotText,
     })?;
     QpEndpoint::parse_pingpong(text, mtu).map_err(|source| ExchangeError::Pingpong { source })
 }
-
-#[cfg(test)]
-#[path = "exchange_session_tests.rs"]
-mod session_tests;
 
 #[cfg(test)]
 mod tests {
