@@ -10,6 +10,11 @@
 //! `pp_connect_ctx` (timeout 14, or `-u`; retry 7, RNR retry 7), PSN `lrand48() & 0xffffff`. Output:
 //! the address lines, then `bytes` (size × iters × 2) and usec/iter, in the same formats.
 //!
+//! That exchange is a wire standard, so it stays as it is: unauthenticated plaintext, the
+//! QPN, PSN and GID readable and forgeable on the path. Every run says so on stderr
+//! ([`PLAINTEXT_WARNING`]); bypass's own two-process commands (`perf`) authenticate and
+//! encrypt theirs.
+//!
 //! The server's exchange has one deadline for all of it ([`TIMEOUT`], each read bounded by
 //! what is left), so a client that trickles bytes cannot hold it longer; a client that
 //! closes early is said as such, and `-p 0` prints the port the OS chose.
@@ -37,6 +42,9 @@ const SEND_WRID: u64 = 1;
 const RECV_WRID: u64 = 2;
 /// The byte rc_pingpong fills its buffer with (`memset(ctx->buf, 0x7b, size)`).
 const FILL: u8 = 0x7b;
+/// What every run prints on stderr before its exchange.
+pub const PLAINTEXT_WARNING: &str = "warning: the ibv_rc_pingpong exchange is unauthenticated plaintext (its wire format): anyone on the path can read and forge the QPN, PSN and GID; use it on trusted networks only";
+
 /// How long the exchange and each wait for a completion may take.
 const TIMEOUT: Duration = Duration::from_secs(30);
 /// The most buffer memory a run registers: (`-r` + 2) buffers of `-s` bytes.
@@ -295,6 +303,7 @@ pub fn run(o: &PingpongOpts) -> Result<(), PingpongError> {
         ..Rtr2Rts::new(local.psn)
     };
 
+    eprintln!("{PLAINTEXT_WARNING}");
     let remote = match &server {
         Some(addrs) => {
             let remote = exchange_pingpong_as_client(addrs.as_slice(), &local, mtu, TIMEOUT)?;

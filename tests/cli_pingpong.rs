@@ -53,6 +53,13 @@ fn pingpong(extra: &[&str]) -> Run {
         s.status.success(),
         "server failed\n{server}\n{serr}\nclient:\n{client}\n{cerr}"
     );
+    // The wire standard is kept, and both ends say it is unauthenticated plaintext.
+    for err in [&*serr, &*cerr] {
+        assert!(
+            err.contains("ibv_rc_pingpong exchange is unauthenticated plaintext"),
+            "{err}"
+        );
+    }
     Run { server, client }
 }
 
