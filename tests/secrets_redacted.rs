@@ -10,6 +10,10 @@
 //! - With `BYPASS_LOG_KEYS=1` (the switch is read once per process, so that half runs in a
 //!   child process of this test binary) every key and address of every type does appear.
 //!
+//! - The out-of-band exchange's pre-shared key (`ExchangeKey`, inside `ExchangeAuth::Psk`)
+//!   never appears, with or without `BYPASS_LOG_KEYS=1`: that switch reveals memory keys to
+//!   debug a run; this key would let anyone read and forge every exchange.
+//!
 //! Must not: depend on which key values the firmware hands out (every check is against the
 //! values the objects report through their named methods).
 
@@ -23,6 +27,7 @@ use bypass_driver::memfd_mr::FdMapping;
 use bypass_driver::post::{RemoteAddr, SendOp as DSendOp, SendWr as DSendWr};
 use bypass_driver::redact::LOG_KEYS_ENV;
 use bypass_testbed::SimContext;
+use bypass_verbs::exchange::{ExchangeAuth, ExchangeKey};
 use bypass_verbs::{Access, Context, Cq, DevicePool, PeerInfo, QpBuilder, SendOp, SendWr};
 use nix::sys::memfd::{MFdFlags, memfd_create};
 
@@ -312,4 +317,46 @@ fn keys_and_addresses_shown_when_bypass_log_keys_is_1() {
             assert!(!c.text.contains("rng"), "{}: {}", c.name, c.text);
         }
     });
+}
+
+/// The exchange key's forms: its hex text (as the key file holds it) and each 8-byte word
+/// of it in the forms of [`forms`], both byte orders.
+fn exchange_key_forms(bytes: &[u8; 32]) -> Vec<String> {
+    let mut out: Vec<String> = vec![bytes.iter().map(|b| format!("{b:02x}")).collect()];
+    for w in bytes.chunks(8) {
+        let w: [u8; 8] = w.try_into().expect("8 bytes");
+        out.extend(forms(u64::from_be_bytes(w)));
+        out.extend(forms(u64::from_le_bytes(w)));
+    }
+    out
+}
+
+#[test]
+fn the_exchange_key_never_shows_even_with_bypass_log_keys_1() {
+    if !wants(true) {
+        return in_child(
+            "the_exchange_key_never_shows_even_with_bypass_log_keys_1",
+            true,
+        );
+    }
+    let bytes: [u8; 32] = std::array::from_fn(|i| 0xa0 ^ (i as u8 * 7));
+    let key = ExchangeKey::from_bytes(bytes);
+    let auth = ExchangeAuth::Psk(key.clone());
+    for (name, text) in [
+        ("ExchangeKey", format!("{key:?}")),
+        ("ExchangeAuth", format!("{auth:?}")),
+    ] {
+        assert!(text.contains("<redacted>"), "{name}: {text}");
+        // No number at all: a derived Debug would print the bytes one by one.
+        assert!(!text.bytes().any(|b| b.is_ascii_digit()), "{name}: {text}");
+        let toks = tokens(&text);
+        for f in exchange_key_forms(&bytes) {
+            // As a token, and (long enough not to match by chance) anywhere in the text.
+            let inside = f.len() >= 8 && text.contains(&f);
+            assert!(
+                !toks.contains(&f.as_str()) && !inside,
+                "{name} prints the key as {f}: {text}"
+            );
+        }
+    }
 }
