@@ -2,7 +2,8 @@
 //!
 //! [`Context`], [`Pd`], [`Mr`], [`MemoryPool`], [`Cq`] and [`Qp`] over `bypass-driver`, the
 //! endpoints two peers exchange ([`QpEndpoint`], [`RemoteBuffer`]) and a TCP out-of-band
-//! exchange ([`exchange`]).
+//! exchange ([`exchange`]: authenticated and encrypted under a pre-shared key, or plaintext
+//! when asked).
 //!
 //! ```
 //! use std::time::Duration;
@@ -191,7 +192,9 @@ pub use driver::mr::MkeyAccess as Access;
 pub use driver::poll::{WcFlags, WcOpcode, WcStatus};
 pub use endpoint::{EndpointParseError, Gid, Mtu, QpEndpoint, RemoteBuffer};
 pub use error::{QpState, VerbsError};
-pub use exchange::{ExchangeError, ExchangeServer, ExchangeSession, PeerInfo};
+pub use exchange::{
+    ExchangeAuth, ExchangeError, ExchangeKey, ExchangeServer, ExchangeSession, PeerInfo,
+};
 pub use mr::Mr;
 pub use pd::Pd;
 pub use pool::{Lease, MemoryPool};
