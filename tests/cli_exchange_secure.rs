@@ -2,7 +2,9 @@
 //! default: with one key file on both ends the run succeeds; with different keys both ends
 //! fail saying the keys differ; a key on one end and `--plaintext` on the other fails on
 //! both with the mismatch named; `--plaintext` on both works and warns; a key file others
-//! may read is refused naming `chmod 600`; `bypass exchange-key` makes a 0600 key.
+//! may read is refused naming `chmod 600`; `bypass exchange-key` makes a 0600 key. The
+//! two-process `ping --ramp` control channel follows the same rules (different keys fail on
+//! both ends, `--plaintext` on both passes and warns).
 //!
 //! The capture: a TCP relay in this test sits between client and server and records every
 //! byte of the exchange. Each side prints the hello it sent when `BYPASS_LOG_KEYS=1` (the
@@ -334,4 +336,65 @@ fn a_key_file_others_may_read_is_refused_with_chmod_600() {
         text(&again.stderr)
     );
     assert!(Path::new(&key).exists());
+}
+
+/// `ping --ramp` across two processes (UDP ports `base+1`, TCP `base+2`), each side with
+/// its extra arguments.
+fn ramp(base: u16, server_extra: &[&str], client_extra: &[&str]) -> (Output, Output) {
+    let (udp, tcp) = ((base + 1).to_string(), (base + 2).to_string());
+    let server = Command::new(env!("CARGO_BIN_EXE_bypass"))
+        .args([
+            "ping",
+            "--ramp",
+            "-d",
+            &format!("udp:127.0.34.1:{udp}"),
+            "-p",
+            &tcp,
+        ])
+        .args(server_extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the ramp server");
+    let client = Command::new(env!("CARGO_BIN_EXE_bypass"))
+        .args([
+            "ping",
+            "--ramp",
+            "-d",
+            &format!("udp:127.0.34.2:{udp}"),
+            "-p",
+            &tcp,
+        ])
+        .args(["--qps", "2", "--max-size", "64K"])
+        .args(client_extra)
+        .arg("127.0.0.1")
+        .output()
+        .expect("run the ramp client");
+    (
+        server.wait_with_output().expect("wait for the ramp server"),
+        client,
+    )
+}
+
+#[test]
+fn ping_ramp_with_different_keys_fails_on_both_ends_saying_the_keys_differ() {
+    let dir = Dir::new("ramp-wrong");
+    let (a, b) = (dir.key("a.key"), dir.key("b.key"));
+    let (s, c) = ramp(34060, &["--key-file", &a], &["--key-file", &b]);
+    let all = both(&s, &c);
+    assert!(!s.status.success() && !c.status.success(), "{all}");
+    for o in [&s, &c] {
+        assert!(text(&o.stderr).contains("exchange keys differ"), "{all}");
+    }
+}
+
+#[test]
+fn ping_ramp_with_plaintext_on_both_ends_passes_and_warns() {
+    let (s, c) = ramp(34070, &["--plaintext"], &["--plaintext"]);
+    let all = both(&s, &c);
+    assert!(s.status.success() && c.status.success(), "{all}");
+    assert!(text(&c.stdout).contains("ping --ramp: ok"), "{all}");
+    for o in [&s, &c] {
+        assert!(text(&o.stderr).contains("warning: --plaintext"), "{all}");
+    }
 }
