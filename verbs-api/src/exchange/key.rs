@@ -158,6 +158,12 @@ impl ExchangeKey {
         };
         // The mode of the file opened, not of whatever the path names a moment later.
         let meta = f.metadata().map_err(io("inspect"))?;
+        if !meta.is_file() {
+            return Err(KeyError::Malformed {
+                path: path.to_path_buf(),
+                why: "it is not a regular file".into(),
+            });
+        }
         let mode = meta.mode() & 0o7777;
         if mode & 0o077 != 0 {
             return Err(KeyError::Exposed {

@@ -1,6 +1,7 @@
 //! The key file: created 0600 (its directory 0700), refused when group or others may read
-//! it, refused when it does not hold exactly 64 hex digits, never overwritten; a racing
-//! `load_or_create` gets the winner's key; `Debug` never shows the bytes.
+//! it, refused when it is not a regular file or does not hold exactly 64 hex digits, never
+//! overwritten; a racing `load_or_create` gets the winner's key; `Debug` never shows the
+//! bytes.
 //!
 //! Owns: these tests, each in its own directory under the system temporary directory.
 //! Must not: open sockets (the handshake tests in `noise_tests` do).
@@ -97,6 +98,14 @@ fn a_key_file_of_the_wrong_length_or_digits_is_refused() {
         );
         assert!(err.to_string().contains(why), "{text:?}: {err}");
     }
+}
+
+#[test]
+fn a_directory_is_not_a_key_file() {
+    let d = Dir::new();
+    fs::set_permissions(&d.0, fs::Permissions::from_mode(0o700)).unwrap();
+    let err = ExchangeKey::load(&d.0).unwrap_err();
+    assert!(err.to_string().contains("not a regular file"), "{err}");
 }
 
 #[test]
