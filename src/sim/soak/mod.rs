@@ -25,6 +25,7 @@ use bypass_sim::faults::{FaultPlan, FaultStats, Rate};
 use bypass_testbed::{SimContext, SimFabric};
 use bypass_verbs::{Context, VerbsError};
 
+use crate::alloc_count::live_bytes;
 use lane::{Lane, LaneError, Mixed};
 
 /// `bypass sim soak` options.
@@ -142,6 +143,9 @@ struct Report {
     rss_warm: u64,
     rss_mid: u64,
     rss_end: u64,
+    /// Live heap bytes (the binary's counting allocator) at warm-up, middle and end: tells
+    /// a growing RSS made of live objects from one made of allocator slack.
+    heap: [isize; 3],
     counts_start: [ObjectCounts; 2],
     counts_peak: [ObjectCounts; 2],
     counts_end: [ObjectCounts; 2],
@@ -174,6 +178,11 @@ impl fmt::Display for Report {
             f,
             "rss        start {} KiB, after warm-up {} KiB, middle {} KiB, end {} KiB",
             self.rss_start, self.rss_warm, self.rss_mid, self.rss_end
+        )?;
+        writeln!(
+            f,
+            "heap       after warm-up {} B, middle {} B, end {} B",
+            self.heap[0], self.heap[1], self.heap[2]
         )?;
         for (i, name) in ["a", "b"].iter().enumerate() {
             writeln!(f, "objects {name}  start {}", self.counts_start[i])?;
@@ -289,10 +298,12 @@ fn soak(
         if !warm && t >= warm_at {
             warm = true;
             report.rss_warm = rss_kib();
+            report.heap[0] = live_bytes();
         }
         if !mid && t >= mid_at {
             mid = true;
             report.rss_mid = rss_kib();
+            report.heap[1] = live_bytes();
         }
     }
     for l in lanes.iter_mut().flatten() {
@@ -301,11 +312,14 @@ fn soak(
     }
     if !warm {
         report.rss_warm = rss_kib();
+        report.heap[0] = live_bytes();
     }
     if !mid {
         report.rss_mid = report.rss_warm;
+        report.heap[1] = report.heap[0];
     }
     report.rss_end = rss_kib();
+    report.heap[2] = live_bytes();
     drop(lanes);
     Ok(())
 }
