@@ -146,6 +146,8 @@ struct Report {
     /// Live heap bytes (the binary's counting allocator) at warm-up, middle and end: tells
     /// a growing RSS made of live objects from one made of allocator slack.
     heap: [isize; 3],
+    /// Live heap bytes before the first lane and after the last was destroyed.
+    heap_idle: [isize; 2],
     counts_start: [ObjectCounts; 2],
     counts_peak: [ObjectCounts; 2],
     counts_end: [ObjectCounts; 2],
@@ -181,8 +183,8 @@ impl fmt::Display for Report {
         )?;
         writeln!(
             f,
-            "heap       after warm-up {} B, middle {} B, end {} B",
-            self.heap[0], self.heap[1], self.heap[2]
+            "heap       after warm-up {} B, middle {} B, end {} B; without lanes {} B before, {} B after",
+            self.heap[0], self.heap[1], self.heap[2], self.heap_idle[0], self.heap_idle[1]
         )?;
         for (i, name) in ["a", "b"].iter().enumerate() {
             writeln!(f, "objects {name}  start {}", self.counts_start[i])?;
@@ -270,6 +272,7 @@ fn soak(
     started: Instant,
     report: &mut Report,
 ) -> Result<(), SoakError> {
+    report.heap_idle[0] = live_bytes();
     let mut generation = 0u64;
     let mut lanes = Vec::with_capacity(c.qps as usize);
     for _ in 0..c.qps {
@@ -321,6 +324,7 @@ fn soak(
     report.rss_end = rss_kib();
     report.heap[2] = live_bytes();
     drop(lanes);
+    report.heap_idle[1] = live_bytes();
     Ok(())
 }
 
