@@ -82,6 +82,11 @@ cargo test --workspace --doc
 # The fault soak at full size: 100k messages per loss/duplicate/reorder/corruption setting
 # (tests/fault_soak.rs; a plain `cargo test` runs 3k per setting).
 BYPASS_SOAK_MESSAGES=100000 cargo test -p bypass --test fault_soak
+# Load and exhaustion over time: 64 RC QP pairs with seeded drop/duplicate/reorder/corrupt
+# faults, mixed verbs checked end to end, pairs torn down and recreated every 2k messages;
+# fails on wrong data, object counts not back to start, or RSS growth after warm-up
+# (src/sim/soak/; the 10-minute figures are in docs/perf.md).
+cargo run --release -- sim soak --duration 60s --qps 64
 
 # rdma-core's own python test suite (python3-pyverbs, installed when missing) against the
 # drop-in libibverbs.so.1 on the sim: fails when fewer tests pass than

@@ -81,7 +81,8 @@ enum Command {
     /// CUDA devices (`info`) and RDMA to and from GPU memory over two sim NICs (`check`).
     #[command(subcommand)]
     Gpu(gpu_cmd::GpuCommand),
-    /// Experiments on simulated networks: `incast` (congestion: lossy, PFC, PFC + DCQCN).
+    /// Experiments on simulated networks: `incast` (congestion: lossy, PFC, PFC + DCQCN) and
+    /// `soak` (load, faults and object churn over time, with leak checks).
     #[command(subcommand)]
     Sim(sim::SimCommand),
 }

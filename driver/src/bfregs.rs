@@ -160,11 +160,14 @@ impl BfregPool {
             // A free dedicated bfreg (`list_pop(dyn_uar_qp_dedicated_list)`).
             let free = s.pages.iter_mut().filter(|p| !p.shared).find_map(|p| {
                 let k = p.users.iter().position(|&u| u == 0)?;
-                p.users[k] = 1;
                 Some((p.uar, k))
             });
             if let Some((uar, k)) = free {
+                // Taken only once the register is built: an error leaves it free.
                 let bfreg = reg(uar, k, bf_reg_size, u8::MAX, BfregClass::LowLatency)?;
+                if let Some(p) = s.pages.iter_mut().find(|p| p.uar == uar) {
+                    p.users[k] = 1;
+                }
                 return Ok(Some(QpDoorbell {
                     bfreg,
                     mmio: MmioHandle::new(backend.clone()),
@@ -190,16 +193,28 @@ impl BfregPool {
             }
             break;
         }
-        if s.shared < TOT_BFREGS - LOW_LAT_BFREGS {
+        // A new shared page only when every shared bfreg has a user: a page allocated beside an
+        // idle bfreg would get no user, and only a user's release frees a page.
+        let idle_shared = s.pages.iter().any(|p| p.shared && p.users.contains(&0));
+        if s.shared < TOT_BFREGS - LOW_LAT_BFREGS && !idle_shared {
             match alloc_uar(hca) {
                 Ok(uar) => {
-                    s.shared += BFREGS_PER_UAR;
                     let locked = (0..BFREGS_PER_UAR)
                         .map(|k| {
                             let r = reg(uar, k, bf_reg_size, SHARED_BF_MAX_DS, BfregClass::Shared)?;
                             Ok(Arc::new(LockedBfreg::new(backend.clone(), &r)) as Arc<dyn Mmio>)
                         })
-                        .collect::<Result<Vec<_>>>()?;
+                        .collect::<Result<Vec<_>>>();
+                    // The page is no one's until it is in the pool: give it back on error.
+                    let locked = match locked {
+                        Ok(l) => l,
+                        Err(e) => {
+                            drop(s);
+                            dealloc_uar(hca, uar);
+                            return Err(e);
+                        }
+                    };
+                    s.shared += BFREGS_PER_UAR;
                     s.pages.push(Page {
                         uar,
                         shared: true,
@@ -268,7 +283,10 @@ impl BfregPool {
 
 fn alloc_uar(hca: &Hca) -> Result<u32> {
     let i = input(Opcode::ALLOC_UAR, 0, AllocUarIn::LEN);
-    let o = hca.cmd().exec(&i, AllocUarOut::LEN)?;
+    let o = hca
+        .cmd()
+        .exec(&i, AllocUarOut::LEN)
+        .map_err(|e| crate::limits::refused(e, crate::limits::Resource::Uar, hca.caps()))?;
     Ok(AllocUarOut::new_checked(&o[..])
         .map_err(|source| DriverError::BadOutput {
             op: Opcode::ALLOC_UAR,

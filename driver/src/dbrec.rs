@@ -34,7 +34,9 @@ const ALL_FREE: u64 = u64::MAX >> (64 - PER_PAGE);
 #[derive(Debug, Default)]
 struct Pages {
     slots: Vec<Option<Page>>,
-    /// Ids of pages that may have a free record (checked when taken).
+    /// Ids of the pages with a free record, each once: a page leaves when its last free
+    /// record is taken or when it goes, and comes back when a record of it is freed while it
+    /// was full, so the list never holds more ids than there are pages.
     with_room: Vec<usize>,
     /// Ids of empty slots.
     unused: Vec<usize>,
@@ -97,14 +99,22 @@ impl DbrecPool {
         };
         let index = page.free.trailing_zeros() as usize;
         page.free &= !(1u64 << index);
-        page.buf.fill(index * DBREC_SIZE, DBREC_SIZE, 0)?;
+        let full = page.free == 0;
         let buf = page.buf.clone();
-        Ok(Dbrec {
+        if full {
+            // `id` is the list's last entry (found there or just pushed).
+            p.with_room.pop();
+        }
+        drop(p);
+        // Made before it is zeroed, so a failed fill gives the record back (its drop).
+        let rec = Dbrec {
             buf,
             page: id,
             index,
             pages: self.pages.clone(),
-        })
+        };
+        rec.buf.fill(index * DBREC_SIZE, DBREC_SIZE, 0)?;
+        Ok(rec)
     }
 
     /// Pages held now (diagnostics and tests).
@@ -140,6 +150,9 @@ impl Drop for Dbrec {
             // memory is unmapped when this record's reference, the last, drops too.
             p.slots[self.page] = None;
             p.unused.push(self.page);
+            // Rare (a page's last record): a scan of the pages with room.
+            let gone = self.page;
+            p.with_room.retain(|&id| id != gone);
         } else if was_full {
             p.with_room.push(self.page);
         }
@@ -177,5 +190,29 @@ mod tests {
         drop(recs);
         assert_eq!(pool.pages(), 0);
         assert_eq!(hca.dma().free_iova_bytes(), base);
+    }
+
+    #[test]
+    fn freeing_and_taking_on_a_full_page_does_not_grow_the_room_list() {
+        let fabric = bypass_sim::fabric::SimFabric::stepped(4);
+        let dev = fabric.add_device(bypass_sim::Profile::default()).unwrap();
+        let hca = crate::Hca::open(dev).unwrap();
+        let pool = super::DbrecPool::default();
+        let mut recs: Vec<_> = (0..super::PER_PAGE * 2)
+            .map(|_| pool.alloc(hca.dma()).unwrap())
+            .collect();
+        let room = |pool: &super::DbrecPool| pool.pages.lock().unwrap().with_room.len();
+        assert_eq!(room(&pool), 0, "both pages full");
+        for k in 0..1000 {
+            // Free one record of a full page, take one: the page is full again.
+            recs.swap_remove(k % recs.len());
+            assert_eq!(room(&pool), 1);
+            recs.push(pool.alloc(hca.dma()).unwrap());
+            assert_eq!(room(&pool), 0, "cycle {k}");
+        }
+        assert_eq!(pool.pages(), 2);
+        drop(recs);
+        assert_eq!(pool.pages(), 0);
+        assert_eq!(room(&pool), 0, "no stale ids of pages that went");
     }
 }

@@ -210,6 +210,39 @@ pub enum DriverError {
         /// The device's `max_cqe`.
         max: u32,
     },
+    /// The device has no more objects of a kind: the firmware refused the create command
+    /// with an exhaustion status (`limits.rs`). Nothing was created; freeing one makes room.
+    #[error(
+        "{op}: every {resource} of this device is in use ({cap}{}; firmware syndrome {syndrome:#010x}): {knob}",
+        limit.map(|l| format!(" = {l}")).unwrap_or_default()
+    )]
+    ResourceLimit {
+        /// What ran out.
+        resource: crate::limits::Resource,
+        /// The create command the firmware refused.
+        op: Opcode,
+        /// The most objects the capabilities allow, where they say.
+        limit: Option<u64>,
+        /// The capability that bounds the count (`log_max_qp`, ...).
+        cap: &'static str,
+        /// What raises the limit or makes room.
+        knob: &'static str,
+        /// The firmware's syndrome.
+        syndrome: u32,
+    },
+    /// The firmware asked for more pages than the driver's budget lets it lend.
+    #[error(
+        "the firmware asked for {asked} more pages but {held} are lent already and HcaConfig::max_firmware_pages is {limit}: {}",
+        crate::limits::Resource::FirmwarePages.knob()
+    )]
+    FirmwarePagesLimit {
+        /// Pages asked for.
+        asked: u64,
+        /// Pages the firmware holds.
+        held: u64,
+        /// The budget (`HcaConfig::max_firmware_pages`).
+        limit: u64,
+    },
     /// The firmware asked for pages and the driver could not give them.
     #[error("giving {pages} pages to the firmware failed: {reason}")]
     Pages {

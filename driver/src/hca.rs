@@ -35,6 +35,7 @@ use crate::cq_events::{self, CqRouter};
 use crate::dma::{DmaBuf, DmaMapper};
 use crate::eq::{AsyncEvent, CompletionEq, EventQueue};
 use crate::error::Result;
+use crate::limits::{Resource, refused};
 use crate::pages::{self, PagePool};
 use crate::qp_attr::{QpType, SendLimits};
 
@@ -73,7 +74,17 @@ pub struct HcaConfig {
     /// creates one per online CPU the IRQ table covers; a user-space driver's threads are
     /// fewer, and each EQ pins its ring.
     pub max_comp_vectors: u16,
+    /// The most 4 KiB pages the driver lends the firmware (MANAGE_PAGES GIVE), at bring-up
+    /// and at run time together: a request beyond it is refused with
+    /// [`DriverError::FirmwarePagesLimit`] and nothing of it is given. The kernel lends what
+    /// the firmware asks for; a bound keeps a firmware that keeps asking from pinning all of
+    /// host memory.
+    pub max_firmware_pages: usize,
 }
+
+/// Default [`HcaConfig::max_firmware_pages`]: 2^20 pages, 4 GiB (a ConnectX-6 asks for tens
+/// of MiB at bring-up).
+pub const DEFAULT_MAX_FIRMWARE_PAGES: usize = 1 << 20;
 
 impl Default for HcaConfig {
     fn default() -> Self {
@@ -83,6 +94,7 @@ impl Default for HcaConfig {
             completion_eq_log_size: 9,
             completion_eq: true,
             max_comp_vectors: 8,
+            max_firmware_pages: DEFAULT_MAX_FIRMWARE_PAGES,
         }
     }
 }
@@ -442,7 +454,10 @@ impl Hca {
         let sub = u32::from_be(backend.read32(iseg::CMDIF_REV_FW_SUB as u64)) & 0xffff;
         let hw_id = u32::from_be(backend.read32(iseg::HEALTH_HW_ID as u64));
         let mut hca = Self {
-            pages: Mutex::new(PagePool::new(dma.clone())),
+            pages: Mutex::new(PagePool::with_budget(
+                dma.clone(),
+                config.max_firmware_pages,
+            )),
             backend,
             dma,
             cmd,
@@ -485,7 +500,8 @@ impl Hca {
         if u32::from(self.caps.port_type) == port_type::ETH {
             bringup::enable_roce(cmd)?;
         }
-        let uar = bringup::alloc_uar(cmd)?;
+        let caps = &self.caps;
+        let uar = bringup::alloc_uar(cmd).map_err(|e| refused(e, Resource::Uar, caps))?;
         self.uar = Some(uar);
         let mut eq = EventQueue::create(
             cmd,
@@ -494,7 +510,8 @@ impl Hca {
             config.async_eq_log_size,
             0,
             &ASYNC_EVENTS,
-        )?;
+        )
+        .map_err(|e| refused(e, Resource::Eq, caps))?;
         eq.update_ci(&*self.backend, true);
         cmd.attach_eq(eq);
         if config.completion_eq {
@@ -507,7 +524,8 @@ impl Hca {
                 .min(u32::from(config.max_comp_vectors));
             for v in 1..=n as u16 {
                 let eq =
-                    EventQueue::create(cmd, &self.dma, uar, config.completion_eq_log_size, v, &[])?;
+                    EventQueue::create(cmd, &self.dma, uar, config.completion_eq_log_size, v, &[])
+                        .map_err(|e| refused(e, Resource::Eq, caps))?;
                 let ceq = CompletionEq::new(eq, self.backend.clone());
                 ceq.arm();
                 self.comp_eqs.push(ceq);
@@ -712,7 +730,7 @@ impl Hca {
             );
         }
         // Unmaps and frees every page block (the function is disabled: nothing uses them).
-        *pool = PagePool::new(self.dma.clone());
+        *pool = PagePool::with_budget(self.dma.clone(), pool.budget());
     }
 }
 

@@ -44,6 +44,7 @@ pub mod doorbell;
 pub mod eq;
 pub mod error;
 pub mod hca;
+pub mod limits;
 pub mod memfd_mr;
 pub mod mr;
 pub mod mtt_pages;

@@ -225,7 +225,11 @@ pub fn create_mkey_input_pages(
 
 /// Runs a CREATE_MKEY input built for `pd` with key variant `variant`; returns the key.
 pub(crate) fn exec_create_mkey(pd: &Pd, i: &[u8], variant: u8) -> Result<u32> {
-    let o = pd.hca().cmd().exec(i, CreateMkeyOut::LEN)?;
+    let o = pd
+        .hca()
+        .cmd()
+        .exec(i, CreateMkeyOut::LEN)
+        .map_err(|e| crate::limits::refused(e, crate::limits::Resource::Mr, pd.hca().caps()))?;
     let index = CreateMkeyOut::new_checked(&o[..])
         .map_err(|source| DriverError::BadOutput {
             op: Opcode::CREATE_MKEY,

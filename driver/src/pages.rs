@@ -48,6 +48,8 @@ impl Block {
 pub struct PagePool {
     dma: Arc<DmaMapper>,
     blocks: Vec<Block>,
+    /// The most pages lent at once (`HcaConfig::max_firmware_pages`).
+    budget: usize,
 }
 
 impl std::fmt::Debug for PagePool {
@@ -60,12 +62,37 @@ impl std::fmt::Debug for PagePool {
 }
 
 impl PagePool {
-    /// An empty pool allocating from `dma`.
+    /// An empty pool allocating from `dma`, with the default budget
+    /// ([`DEFAULT_MAX_FIRMWARE_PAGES`](crate::hca::DEFAULT_MAX_FIRMWARE_PAGES)).
     pub fn new(dma: Arc<DmaMapper>) -> Self {
+        Self::with_budget(dma, crate::hca::DEFAULT_MAX_FIRMWARE_PAGES)
+    }
+
+    /// An empty pool lending at most `budget` pages at once.
+    pub fn with_budget(dma: Arc<DmaMapper>, budget: usize) -> Self {
         Self {
             dma,
             blocks: Vec::new(),
+            budget,
         }
+    }
+
+    /// The most pages this pool lends at once.
+    pub fn budget(&self) -> usize {
+        self.budget
+    }
+
+    /// Refuses lending `n` more pages when that would pass the budget.
+    pub fn check_budget(&self, n: usize) -> Result<()> {
+        let held = self.pages_in_use();
+        if held.saturating_add(n) > self.budget {
+            return Err(DriverError::FirmwarePagesLimit {
+                asked: n as u64,
+                held: held as u64,
+                limit: self.budget as u64,
+            });
+        }
+        Ok(())
     }
 
     /// Pages handed out and not yet freed.
@@ -147,8 +174,10 @@ pub fn query_pages(cmd: &CmdQueue, op_mod: QueryPagesOpMod) -> Result<i32> {
 }
 
 /// Gives `n` pages to the firmware (MANAGE_PAGES GIVE, [`PAGES_PER_CMD`] per command). On a
-/// failed command the pages of that command go back to the pool.
+/// failed command the pages of that command go back to the pool. Refused up front, with
+/// nothing given, when `n` more pages would pass the pool's budget.
 pub fn give_pages(cmd: &CmdQueue, pool: &mut PagePool, n: usize) -> Result<()> {
+    pool.check_budget(n)?;
     let mut left = n;
     while left > 0 {
         let k = left.min(PAGES_PER_CMD);
@@ -245,10 +274,25 @@ pub fn satisfy(cmd: &CmdQueue, pool: &mut PagePool, op_mod: QueryPagesOpMod) -> 
 }
 
 /// Answers a page request of `n` pages (positive: give, negative: take), as a PAGE_REQUEST
-/// event announces it.
+/// event announces it. A give the budget or the host refuses is reported to the firmware
+/// with MANAGE_PAGES ALLOC_FAIL, so it stops asking (kernel `page_notify_fail`), and the
+/// error is returned; the pages already lent stay lent.
 pub fn answer_request(cmd: &CmdQueue, pool: &mut PagePool, n: i64) -> Result<()> {
     if n > 0 {
-        give_pages(cmd, pool, usize::try_from(n).unwrap_or(usize::MAX))
+        let r = give_pages(cmd, pool, usize::try_from(n).unwrap_or(usize::MAX));
+        if let Err(e) = &r
+            && !matches!(e, DriverError::CmdFailed { .. })
+        {
+            let fail = input(
+                Opcode::MANAGE_PAGES,
+                ManagePagesOpMod::ALLOC_FAIL.0,
+                manage_pages_in_len(0),
+            );
+            if let Err(f) = cmd.exec(&fail, ManagePagesOut::LEN) {
+                tracing::warn!(error = %f, "MANAGE_PAGES ALLOC_FAIL failed");
+            }
+        }
+        r
     } else if n < 0 {
         take_pages(
             cmd,

@@ -58,7 +58,10 @@ impl Pd {
     pub fn alloc(hca: &Arc<Hca>) -> Result<Arc<Self>> {
         let seed = os_seed()?;
         let i = input(Opcode::ALLOC_PD, 0, AllocPdIn::LEN);
-        let o = hca.cmd().exec(&i, AllocPdOut::LEN)?;
+        let o = hca
+            .cmd()
+            .exec(&i, AllocPdOut::LEN)
+            .map_err(|e| crate::limits::refused(e, crate::limits::Resource::Pd, hca.caps()))?;
         let pdn = AllocPdOut::new_checked(&o[..])
             .map_err(|source| DriverError::BadOutput {
                 op: Opcode::ALLOC_PD,

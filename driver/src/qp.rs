@@ -209,7 +209,10 @@ impl Qp {
                     source,
                 })?;
         }
-        let o = hca.cmd().exec(&i, CreateQpOut::LEN)?;
+        let o = hca
+            .cmd()
+            .exec(&i, CreateQpOut::LEN)
+            .map_err(|e| crate::limits::refused(e, crate::limits::Resource::Qp, hca.caps()))?;
         let qpn = CreateQpOut::new_checked(&o[..])
             .map_err(|source| DriverError::BadOutput {
                 op: Opcode::CREATE_QP,

@@ -57,6 +57,10 @@ pub(crate) fn errno_of(e: &DriverError) -> i32 {
         DriverError::Mlock { .. }
         | DriverError::Mmap { .. }
         | DriverError::IovaExhausted { .. } => libc::ENOMEM,
+        // Every object of a kind in use, or the firmware-page budget spent: the kernel's
+        // `cmd_status_to_err` gives LIM_ERR ENOMEM, and `ibv_create_qp(3)` documents ENOMEM
+        // for "not enough resources".
+        DriverError::ResourceLimit { .. } | DriverError::FirmwarePagesLimit { .. } => libc::ENOMEM,
         DriverError::CallerMemory { source, .. } => *source as i32,
         DriverError::Unsupported { .. } => libc::EOPNOTSUPP,
         DriverError::CmdTimeout { .. } | DriverError::CmdNotCompleted { .. } => libc::ETIMEDOUT,
@@ -82,5 +86,31 @@ fn cmd_status_errno(s: CmdStatus) -> i32 {
         CmdStatus::LIM_ERR => libc::ENOMEM,
         CmdStatus::NO_RES_ERR => libc::EAGAIN,
         _ => libc::EINVAL,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bypass_driver::hw::cmd::Opcode;
+    use bypass_driver::limits::Resource;
+
+    #[test]
+    fn resource_limits_are_enomem() {
+        let e = DriverError::ResourceLimit {
+            resource: Resource::Qp,
+            op: Opcode::CREATE_QP,
+            limit: Some(4),
+            cap: Resource::Qp.cap(),
+            knob: Resource::Qp.knob(),
+            syndrome: 0,
+        };
+        assert_eq!(errno_of(&e), libc::ENOMEM);
+        let e = DriverError::FirmwarePagesLimit {
+            asked: 1,
+            held: 2,
+            limit: 2,
+        };
+        assert_eq!(errno_of(&e), libc::ENOMEM);
     }
 }
