@@ -102,7 +102,7 @@ impl Drop for CqShared {
         if let Ok(mut d) = DestroyCqIn::new_checked(&mut i[..]) {
             let _ = d.set_cqn(self.cqn);
         }
-        if let Err(e) = self.hca.cmd().exec(&i, 16) {
+        if let Err(e) = self.hca.cmdq().exec(&i, 16) {
             tracing::error!(cqn = self.cqn, error = %e, "DESTROY_CQ failed; the CQ leaks");
         }
     }
@@ -203,7 +203,7 @@ impl Cq {
             x.set_log_page_size(0).map_err(e)?;
             x.set_dbr_addr(dbr.iova()).map_err(e)?;
         }
-        let o = hca.cmd().exec(&i, CreateCqOut::LEN)?;
+        let o = hca.cmdq().exec(&i, CreateCqOut::LEN)?;
         let cqn = CreateCqOut::new_checked(&o[..])
             .map_err(|source| DriverError::BadOutput {
                 op: Opcode::CREATE_CQ,
@@ -378,10 +378,7 @@ impl Cq {
         // The device must see the arm word before the doorbell that makes it look.
         mmio_wc_start();
         let db = cq_arm_doorbell(sn, solicited, ci, self.shared.cqn);
-        self.shared
-            .hca
-            .backend()
-            .write64(self.uar_offset, db.to_be());
+        self.shared.hca.dev().write64(self.uar_offset, db.to_be());
         mmio_flush_writes();
     }
 

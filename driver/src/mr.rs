@@ -225,7 +225,7 @@ pub fn create_mkey_input_pages(
 
 /// Runs a CREATE_MKEY input built for `pd` with key variant `variant`; returns the key.
 pub(crate) fn exec_create_mkey(pd: &Pd, i: &[u8], variant: u8) -> Result<u32> {
-    let o = pd.hca().cmd().exec(i, CreateMkeyOut::LEN)?;
+    let o = pd.hca().cmdq().exec(i, CreateMkeyOut::LEN)?;
     let index = CreateMkeyOut::new_checked(&o[..])
         .map_err(|source| DriverError::BadOutput {
             op: Opcode::CREATE_MKEY,
@@ -242,7 +242,7 @@ pub(crate) fn destroy_mkey(pd: &Pd, key: u32) {
     if let Ok(mut d) = DestroyMkeyIn::new_checked(&mut i[..]) {
         let _ = d.set_mkey_index(mkey_index(key));
     }
-    if let Err(e) = pd.hca().cmd().exec(&i, 16) {
+    if let Err(e) = pd.hca().cmdq().exec(&i, 16) {
         tracing::error!(error = %e, "DESTROY_MKEY failed; the key stays valid on the device");
     }
 }

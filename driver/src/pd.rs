@@ -58,7 +58,7 @@ impl Pd {
     pub fn alloc(hca: &Arc<Hca>) -> Result<Arc<Self>> {
         let seed = os_seed()?;
         let i = input(Opcode::ALLOC_PD, 0, AllocPdIn::LEN);
-        let o = hca.cmd().exec(&i, AllocPdOut::LEN)?;
+        let o = hca.cmdq().exec(&i, AllocPdOut::LEN)?;
         let pdn = AllocPdOut::new_checked(&o[..])
             .map_err(|source| DriverError::BadOutput {
                 op: Opcode::ALLOC_PD,
@@ -106,7 +106,7 @@ impl Drop for Pd {
         if let Ok(mut d) = DeallocPdIn::new_checked(&mut i[..]) {
             let _ = d.set_pd(self.pdn);
         }
-        if let Err(e) = self.hca.cmd().exec(&i, 16) {
+        if let Err(e) = self.hca.cmdq().exec(&i, 16) {
             tracing::error!(pdn = self.pdn, error = %e, "DEALLOC_PD failed; the PD leaks");
         }
     }

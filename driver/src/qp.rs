@@ -63,7 +63,7 @@ impl Drop for QpResources {
         let hca = self.pd.hca();
         match destroy_qp_input(self.qpn) {
             Ok(i) => {
-                if let Err(e) = hca.cmd().exec(&i, 16) {
+                if let Err(e) = hca.cmdq().exec(&i, 16) {
                     tracing::error!(qpn = self.qpn, error = %e, "DESTROY_QP failed; the QP leaks");
                 }
             }
@@ -209,7 +209,7 @@ impl Qp {
                     source,
                 })?;
         }
-        let o = hca.cmd().exec(&i, CreateQpOut::LEN)?;
+        let o = hca.cmdq().exec(&i, CreateQpOut::LEN)?;
         let qpn = CreateQpOut::new_checked(&o[..])
             .map_err(|source| DriverError::BadOutput {
                 op: Opcode::CREATE_QP,
@@ -358,7 +358,7 @@ impl Qp {
 
     fn modify(&mut self, op: &'static str, i: Result<Vec<u8>>, to: QpState) -> Result<()> {
         let i = i?;
-        self.res.pd.hca().cmd().exec(&i, 16)?;
+        self.res.pd.hca().cmdq().exec(&i, 16)?;
         tracing::debug!(qpn = self.res.qpn, op, to = to.name(), "modify QP");
         self.state = to;
         // libibverbs posts from RTS on (IBV_QPS_RTS, SQD, SQE, ERR): the device holds a WQE
@@ -458,7 +458,7 @@ impl Qp {
     /// QUERY_QP: state, PSNs and the raw context.
     pub fn query(&self) -> Result<QpInfo> {
         let i = query_qp_input(self.res.qpn)?;
-        let o = self.res.pd.hca().cmd().exec(&i, QueryQpOut::LEN)?;
+        let o = self.res.pd.hca().cmdq().exec(&i, QueryQpOut::LEN)?;
         QpInfo::parse(o)
     }
 

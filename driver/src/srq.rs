@@ -217,7 +217,7 @@ impl Srq {
         for k in 0..wqes - 1 {
             shared.link(k as u16, (k + 1) as u16);
         }
-        let o = hca.cmd().exec(&i, CreateRmpOut::LEN)?;
+        let o = hca.cmdq().exec(&i, CreateRmpOut::LEN)?;
         let srqn = CreateRmpOut::new_checked(&o[..])
             .map_err(|source| DriverError::BadOutput {
                 op: Opcode::CREATE_RMP,
@@ -289,7 +289,7 @@ impl Srq {
             ctx.set_state(rmp_state::RDY.into()).map_err(e)?;
             ctx.wq_mut().set_lwm(limit).map_err(e)?;
         }
-        self.pd.hca().cmd().exec(&i, 16)?;
+        self.pd.hca().cmdq().exec(&i, 16)?;
         Ok(())
     }
 
@@ -303,7 +303,7 @@ impl Srq {
                 what: "QUERY_RMP",
                 source,
             })?;
-        let o = self.pd.hca().cmd().exec(&i, QueryRmpOut::LEN)?;
+        let o = self.pd.hca().cmdq().exec(&i, QueryRmpOut::LEN)?;
         let q = QueryRmpOut::new_checked(&o[..]).map_err(|source| DriverError::BadOutput {
             op: Opcode::QUERY_RMP,
             source,
@@ -339,7 +339,7 @@ impl Srq {
                 what: "DESTROY_RMP",
                 source,
             })?;
-        self.pd.hca().cmd().exec(&i, 16)?;
+        self.pd.hca().cmdq().exec(&i, 16)?;
         Ok(())
     }
 
