@@ -21,6 +21,8 @@
 #                        checks that every one of them, pyverbs' modules included, loads)
 #
 #   cargo-fuzz          (by scripts/fuzz.sh) short fuzz runs of the sim's command and WQE targets
+#   nightly miri        (by scripts/miri.sh: rustup's nightly toolchain with the miri and
+#                        rust-src components) the UB checker over the pure unsafe code
 #   qemu-system-x86 (bookworm-backports), busybox-static, kmod, cpio, util-linux (setpriv,
 #                        prlimit) and a Debian guest kernel, by scripts/guest/build-guest.sh:
 #                        the VFIO backend's tests run on a real kernel in a QEMU guest
@@ -120,6 +122,11 @@ scripts/verbs-programs.sh
 # rc_verbs, and a two-rank ping-pong and allreduce (pml ucx), two processes on UDP loopback in
 # a private mount namespace (docs/ucx.md; root; installs ucx-utils and OpenMPI if missing).
 scripts/ucx-tests.sh --install
+
+# Miri over the pure code that does pointer work: hw's byte views, the driver's rings, WQE
+# writer, poller and QP table, the verbs pool bitmap and outstanding table (scripts/miri.sh;
+# installs nightly's miri component when missing). Undefined behaviour fails the run.
+scripts/miri.sh
 
 fuzz_seconds="${FUZZ_SECONDS:-20}"
 if [ "$fuzz_seconds" != 0 ]; then

@@ -43,8 +43,10 @@ fn write_from_a_vec_the_application_owned_before_registration() {
     let back = mr.deregister().expect("no lease alive");
     assert_eq!(back, expect, "the owner comes back as it was");
     assert_eq!(back.as_ptr() as u64, host, "the same allocation");
-    let dma = r.a.ctx.hca().dma();
-    assert!(dma.caller_extents().is_empty(), "its pages are unmapped");
+    assert!(
+        r.a.ctx.caller_extents().is_empty(),
+        "its pages are unmapped"
+    );
 }
 
 #[test]
@@ -292,8 +294,8 @@ fn raw_registration_is_a_peer_writable_target() {
 #[test]
 fn overlapping_registrations_share_their_pages_until_the_last_goes() {
     let r = rig();
-    let dma = r.a.ctx.hca().dma().clone();
-    let before = dma.caller_extents().len();
+    let ctx = r.a.ctx.clone();
+    let before = ctx.caller_extents().len();
     let mut backing = vec![0u8; 5 * 4096];
     // The first page boundary inside the buffer: offsets below are from it.
     let skip = backing.as_ptr().align_offset(4096);
@@ -310,7 +312,7 @@ fn overlapping_registrations_share_their_pages_until_the_last_goes() {
                 .unwrap(),
         )
     };
-    let ext = dma.caller_extents();
+    let ext = ctx.caller_extents();
     let shared_page = (base as u64 + 4096) & !0xfff;
     let holding = ext
         .iter()
@@ -324,13 +326,13 @@ fn overlapping_registrations_share_their_pages_until_the_last_goes() {
     );
     drop(one);
     assert!(
-        dma.caller_extents()
+        ctx.caller_extents()
             .iter()
             .any(|e| e.0 <= shared_page && shared_page < e.0 + e.1),
         "still mapped for the second registration"
     );
     drop(two);
-    assert_eq!(dma.caller_extents().len(), before);
+    assert_eq!(ctx.caller_extents().len(), before);
     let sim = r.a.ctx.sim().unwrap();
     let faults = sim.with_device(|d| d.iommu().faults()).unwrap();
     assert_eq!(faults, 0);

@@ -125,7 +125,7 @@ const REMOTE: Access = Access::LOCAL_WRITE
 fn mapped(r: &Rig) -> (usize, u64) {
     let id = r.a.ctx.sim().unwrap().id();
     let maps = r.fabric.with_device(id, |d| d.iommu().mappings()).unwrap();
-    (maps, r.a.ctx.hca().dma().free_iova_bytes())
+    (maps, r.a.ctx.free_iova_bytes())
 }
 
 #[test]
@@ -205,10 +205,7 @@ fn memfd_mr_takes_writes_reads_and_sends_seen_through_the_memfd() {
     assert_eq!(pool.leased(), 0, "the lease came back");
     let mr = pool.into_mr().expect("no lease alive");
     mr.deregister().unwrap();
-    assert!(
-        r.b.ctx.hca().dma().caller_extents().is_empty(),
-        "pages unmapped"
-    );
+    assert!(r.b.ctx.caller_extents().is_empty(), "pages unmapped");
 }
 
 #[test]

@@ -19,7 +19,7 @@ use support::*;
 #[test]
 fn a_cq_beyond_max_cqe_is_refused_naming_the_cap() {
     let r = rig();
-    let max = r.a.ctx.hca().caps().max_cqe();
+    let max = r.a.ctx.caps().max_cqe();
     let err = Cq::new(&r.a.ctx, u32::MAX).unwrap_err();
     assert!(
         matches!(
@@ -69,7 +69,7 @@ fn qp_caps_at_u32_max_are_refused_naming_the_cap() {
 #[test]
 fn the_inline_limit_shown_is_the_one_an_rc_qp_accepts() {
     let r = rig();
-    let shown = r.a.ctx.hca().caps().max_inline_data() as u32;
+    let shown = r.a.ctx.caps().max_inline_data() as u32;
     assert_eq!(
         shown, 908,
         "RC: 960-byte WQE less 48 bytes of segments and the 4-byte header"

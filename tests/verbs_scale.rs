@@ -24,7 +24,7 @@ fn five_thousand_qps_all_get_doorbells_and_a_few_exchange_data() {
             .with_device(|d| d.uar_pages_allocated())
             .unwrap()
     };
-    let (uars0, dbrec_pages0) = (uars(&r), r.a.ctx.hca().dbrecs().pages());
+    let (uars0, dbrec_pages0) = (uars(&r), r.a.ctx.dbrec_pages());
     let mut qps: Vec<Qp> = (0..QPS)
         .map(|k| {
             QpBuilder::rc(&r.a.pd, &r.a.cq, &r.a.cq)
@@ -38,7 +38,7 @@ fn five_thousand_qps_all_get_doorbells_and_a_few_exchange_data() {
     assert_eq!(count(BfregClass::LowLatency), LOW_LAT_BFREGS);
     assert_eq!(count(BfregClass::Shared), QPS - LOW_LAT_BFREGS);
     assert_eq!(uars(&r), uars0 + 8, "two bfregs a page, 16 bfregs in all");
-    assert!(r.a.ctx.hca().dbrecs().pages() <= dbrec_pages0 + QPS.div_ceil(64));
+    assert!(r.a.ctx.dbrec_pages() <= dbrec_pages0 + QPS.div_ceil(64));
 
     // QPs from the start, the middle and the end: dedicated and shared bfregs.
     for (n, k) in [0usize, 3, 4, 2500, QPS - 1].into_iter().enumerate() {
@@ -64,5 +64,5 @@ fn five_thousand_qps_all_get_doorbells_and_a_few_exchange_data() {
     }
     drop(qps);
     assert_eq!(uars(&r), uars0, "UAR pages go with their last QP");
-    assert_eq!(r.a.ctx.hca().dbrecs().pages(), dbrec_pages0);
+    assert_eq!(r.a.ctx.dbrec_pages(), dbrec_pages0);
 }

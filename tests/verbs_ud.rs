@@ -1,11 +1,13 @@
 //! UD through the safe API: SEND and SEND_IMM to an address handle, the GRH in front of the
-//! data, the source QP in the completion, and RC-only opcodes refused on a UD QP.
+//! data, the source QP in the completion, RC-only opcodes refused on a UD QP, and a hostile
+//! peer endpoint refused as a UD destination.
 
 #[path = "verbs_support.rs"]
 mod support;
 
+use bypass_verbs::endpoint::MULTICAST_QPN;
 use bypass_verbs::wr::{RecvWr, SendOp, SendWr};
-use bypass_verbs::{QpBuilder, VerbsError, WcFlags, WcOpcode};
+use bypass_verbs::{EndpointParseError, Gid, QpBuilder, QpEndpoint, VerbsError, WcFlags, WcOpcode};
 use support::*;
 
 const GRH: usize = 40;
@@ -22,7 +24,7 @@ fn ud_send_arrives_after_the_grh_with_the_source_qp() {
         b.post_recv(RecvWr::new(id, r.b.pool.lease(GRH + 64).unwrap()))
             .unwrap();
     }
-    let dest = a.ud_dest(&eb);
+    let dest = a.ud_dest(&eb).unwrap();
     a.post_send(send_of(&r.a.pool, 5, b"datagram").to(&dest))
         .unwrap();
     a.post_send(
@@ -58,7 +60,7 @@ fn rdma_write_on_a_ud_qp_is_refused_by_the_driver() {
     let b = QpBuilder::ud(&r.b.pd, &r.b.cq, &r.b.cq).build().unwrap();
     let eb = b.endpoint().unwrap();
     a.connect(&eb).unwrap();
-    let dest = a.ud_dest(&eb);
+    let dest = a.ud_dest(&eb).unwrap();
     let err = a
         .post_send(
             SendWr::new(1, SendOp::Write(r.b.mr.remote().slice(0, 4).unwrap()))
@@ -68,4 +70,35 @@ fn rdma_write_on_a_ud_qp_is_refused_by_the_driver() {
         .unwrap_err();
     assert!(matches!(err, VerbsError::Post(_)), "{err}");
     assert_eq!(r.a.pool.leased(), 0);
+}
+
+#[test]
+fn a_hostile_ud_endpoint_is_refused_where_it_enters() {
+    let r = rig();
+    let a = QpBuilder::ud(&r.a.pd, &r.a.cq, &r.a.cq).build().unwrap();
+    let b = QpBuilder::ud(&r.b.pd, &r.b.cq, &r.b.cq).build().unwrap();
+    let eb = b.endpoint().unwrap();
+    // QPN 0x100_0000 | b's QPN would address b once masked to 24 bits.
+    for qpn in [0, MULTICAST_QPN, 0x0100_0000 | eb.qpn] {
+        let err = a.ud_dest(&QpEndpoint { qpn, ..eb }).unwrap_err();
+        assert!(
+            matches!(err, VerbsError::Endpoint(EndpointParseError::UdQpn { qpn: q }) if q == qpn),
+            "{qpn:#x}: {err}"
+        );
+    }
+    for gid in [
+        Gid([0; 16]),
+        Gid::from_ipv4([224, 0, 0, 1]),
+        Gid::from_ipv4([255, 255, 255, 255]),
+    ] {
+        let err = a.ud_dest(&QpEndpoint { gid, ..eb }).unwrap_err();
+        assert!(
+            matches!(err, VerbsError::Endpoint(EndpointParseError::UdGid { gid: g, .. }) if g == gid),
+            "{gid}: {err}"
+        );
+    }
+    assert!(
+        a.ud_dest(&eb).is_ok(),
+        "the peer's own endpoint is a destination"
+    );
 }

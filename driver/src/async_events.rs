@@ -196,14 +196,14 @@ impl AsyncEvents {
     pub fn new(hca: &Arc<Hca>) -> Result<Self> {
         let core = hca.async_core(|| {
             let fds = Pollable::new()?;
-            fds.watch_vector(&**hca.backend(), 0)?;
+            fds.watch_vector(&**hca.dev(), 0)?;
             Ok(Arc::new(AsyncCore {
                 fds,
                 queue: Mutex::new(VecDeque::new()),
                 unacked: AtomicU32::new(0),
             }))
         })?;
-        hca.cmd().set_event_notify(core.fds.efd.clone());
+        hca.cmdq().set_event_notify(core.fds.efd.clone());
         // Events kept before the channel existed are ready now.
         core.fds.signal();
         Ok(Self {
@@ -244,9 +244,7 @@ impl AsyncEvents {
     /// Waits up to `timeout` for an event (`ibv_get_async_event`); `None` on timeout, or at
     /// once when a stepped sim has nothing left to do.
     pub fn get_async_event(&self, timeout: Duration) -> Result<Option<AsyncEventRecord>> {
-        wait_ready(&**self.hca.backend(), &self.core.fds, timeout, || {
-            self.take()
-        })
+        wait_ready(&**self.hca.dev(), &self.core.fds, timeout, || self.take())
     }
 
     /// Acknowledges a taken event (`ibv_ack_async_event`).

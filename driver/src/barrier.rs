@@ -16,6 +16,9 @@
 //! On targets without an explicit mapping the Rust fences are the closest portable
 //! approximation (they order CPU-visible memory, which is what a simulated device in another
 //! thread observes); a real NIC on such a target would need the architecture's own barrier.
+//! Under Miri (`scripts/miri.sh`), which cannot execute `lfence`/`sfence` or inline `asm!`,
+//! the portable fences stand in on every target, so Miri checks the same orderings the
+//! simulated device relies on.
 
 use core::sync::atomic::{Ordering, compiler_fence};
 
@@ -29,13 +32,13 @@ use core::sync::atomic::{Ordering, compiler_fence};
 pub fn udma_to_device_barrier() {
     #[cfg(target_arch = "x86_64")]
     compiler_fence(Ordering::SeqCst);
-    #[cfg(target_arch = "aarch64")]
+    #[cfg(all(target_arch = "aarch64", not(miri)))]
     // SAFETY: `dmb oshst` is a barrier instruction: it reads and writes no memory or registers
     // Rust knows about; it only orders this CPU's stores.
     unsafe {
         core::arch::asm!("dmb oshst", options(nostack, preserves_flags));
     }
-    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    #[cfg(any(miri, not(any(target_arch = "x86_64", target_arch = "aarch64"))))]
     core::sync::atomic::fence(Ordering::Release);
 }
 
@@ -47,19 +50,19 @@ pub fn udma_to_device_barrier() {
 /// ahead of the owner check), `dmb oshld` on aarch64.
 #[inline(always)]
 pub fn udma_from_device_barrier() {
-    #[cfg(target_arch = "x86_64")]
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
     // SAFETY: `_mm_lfence` needs SSE2, which every x86-64 CPU has (it is in the target's
     // baseline); the instruction only orders loads.
     unsafe {
         core::arch::x86_64::_mm_lfence()
     };
-    #[cfg(target_arch = "aarch64")]
+    #[cfg(all(target_arch = "aarch64", not(miri)))]
     // SAFETY: `dmb oshld` is a barrier instruction: it touches no memory Rust knows about; it
     // only orders this CPU's loads.
     unsafe {
         core::arch::asm!("dmb oshld", options(nostack, preserves_flags));
     }
-    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    #[cfg(any(miri, not(any(target_arch = "x86_64", target_arch = "aarch64"))))]
     core::sync::atomic::fence(Ordering::Acquire);
     #[cfg(target_arch = "x86_64")]
     compiler_fence(Ordering::SeqCst);
@@ -83,19 +86,19 @@ pub fn mmio_wc_start() {
 /// in order"; here a QP's doorbell register is its own, see `uar.rs`).
 #[inline(always)]
 pub fn mmio_flush_writes() {
-    #[cfg(target_arch = "x86_64")]
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
     // SAFETY: `_mm_sfence` needs SSE, which every x86-64 CPU has (it is in the target's
     // baseline); the instruction only orders stores.
     unsafe {
         core::arch::x86_64::_mm_sfence()
     };
-    #[cfg(target_arch = "aarch64")]
+    #[cfg(all(target_arch = "aarch64", not(miri)))]
     // SAFETY: `dsb st` is a barrier instruction: it touches no memory Rust knows about; it
     // only waits for this CPU's stores to complete.
     unsafe {
         core::arch::asm!("dsb st", options(nostack, preserves_flags));
     }
-    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    #[cfg(any(miri, not(any(target_arch = "x86_64", target_arch = "aarch64"))))]
     core::sync::atomic::fence(Ordering::SeqCst);
     #[cfg(target_arch = "x86_64")]
     compiler_fence(Ordering::SeqCst);

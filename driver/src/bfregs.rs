@@ -73,6 +73,15 @@ struct PoolState {
 }
 
 /// The device's QP bfregs and their UAR pages (one per [`Hca`]).
+///
+/// Handing out a register is the driver's alone: a [`QpDoorbell`] writes any value to its
+/// doorbell, which makes the device fetch whatever WQE the value names, so only a QP that
+/// owns its ring may hold one. Safe code cannot take one:
+/// ```compile_fail,E0624
+/// fn doorbell(hca: &std::sync::Arc<bypass_driver::Hca>) {
+///     let _ = hca.bfregs().get(hca, true);
+/// }
+/// ```
 #[derive(Debug, Default)]
 pub struct BfregPool {
     state: Mutex<PoolState>,
@@ -122,9 +131,9 @@ impl BfregPool {
 
     /// The doorbell of a new QP on `hca`: BlueFlame if `blueflame`, else (or when no page can
     /// be had) the driver's page with 8-byte doorbells.
-    pub fn get(&self, hca: &Arc<Hca>, blueflame: bool) -> Result<QpDoorbell> {
+    pub(crate) fn get(&self, hca: &Arc<Hca>, blueflame: bool) -> Result<QpDoorbell> {
         let bf_reg_size = hca.caps().bf_reg_size();
-        let backend: Arc<dyn Mmio> = hca.backend().clone();
+        let backend: Arc<dyn Mmio> = hca.dev().clone();
         if blueflame && let Some(d) = self.get_bf(hca, &backend, bf_reg_size)? {
             return Ok(d);
         }
@@ -284,7 +293,7 @@ impl BfregPool {
 fn alloc_uar(hca: &Hca) -> Result<u32> {
     let i = input(Opcode::ALLOC_UAR, 0, AllocUarIn::LEN);
     let o = hca
-        .cmd()
+        .cmdq()
         .exec(&i, AllocUarOut::LEN)
         .map_err(|e| crate::limits::refused(e, crate::limits::Resource::Uar, hca.caps()))?;
     Ok(AllocUarOut::new_checked(&o[..])
@@ -300,7 +309,7 @@ fn dealloc_uar(hca: &Hca, uar: u32) {
     if let Ok(mut d) = DeallocUarIn::new_checked(&mut i[..]) {
         let _ = d.set_uar(uar);
     }
-    if let Err(e) = hca.cmd().exec(&i, 16) {
+    if let Err(e) = hca.cmdq().exec(&i, 16) {
         tracing::error!(uar, error = %e, "DEALLOC_UAR failed");
     }
 }

@@ -113,6 +113,19 @@ struct State {
 }
 
 /// The firmware command queue of one function.
+///
+/// Only bring-up makes one ([`crate::Hca::open`]); a second queue on a backend would take
+/// over the function's command interface from safe code:
+/// ```compile_fail,E0624
+/// use std::sync::Arc;
+/// use bypass_driver::backend::Backend;
+/// use bypass_driver::cmdq::CmdQueue;
+/// use bypass_driver::dma::DmaMapper;
+/// fn second(b: Arc<dyn Backend>) {
+///     let dma = DmaMapper::new(b.clone());
+///     let _ = CmdQueue::new(b, dma, std::time::Duration::from_secs(1));
+/// }
+/// ```
 pub struct CmdQueue {
     backend: Arc<dyn Backend>,
     dma: Arc<DmaMapper>,
@@ -165,7 +178,11 @@ impl CmdQueue {
     /// Sets up the command interface (rdma-core `mlx5_vfio_init_cmd_interface`): checks
     /// `cmdif_rev == 5` and the queue geometry, allocates the queue page and mailboxes,
     /// writes the queue address, and waits for `initializing` to clear.
-    pub fn new(backend: Arc<dyn Backend>, dma: Arc<DmaMapper>, timeout: Duration) -> Result<Self> {
+    pub(crate) fn new(
+        backend: Arc<dyn Backend>,
+        dma: Arc<DmaMapper>,
+        timeout: Duration,
+    ) -> Result<Self> {
         let rev = read_be32(&*backend, iseg::CMDIF_REV_FW_SUB) >> 16;
         if rev != u32::from(iseg::CMDIF_REV) {
             return Err(DriverError::CmdifRev { found: rev });
@@ -216,7 +233,19 @@ impl CmdQueue {
     }
 
     /// The backend commands go through.
-    pub fn backend(&self) -> &Arc<dyn Backend> {
+    ///
+    /// # Safety
+    /// As for [`crate::Hca::backend`]: the caller must not unmap or remap an IOVA a live
+    /// driver object maps, nor write a doorbell, BlueFlame or command-queue register through
+    /// it.
+    ///
+    /// Safe code cannot reach it, even holding the queue:
+    /// ```compile_fail,E0133
+    /// fn raw(q: &bypass_driver::cmdq::CmdQueue) {
+    ///     let _ = q.backend();
+    /// }
+    /// ```
+    pub unsafe fn backend(&self) -> &Arc<dyn Backend> {
         &self.backend
     }
 

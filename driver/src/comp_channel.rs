@@ -159,7 +159,7 @@ impl ChannelCore {
     }
 
     pub(crate) fn watch_vector(&self, vector: u16) -> Result<()> {
-        self.fds.watch_vector(&**self.hca.backend(), vector)
+        self.fds.watch_vector(&**self.hca.dev(), vector)
     }
 
     /// Queues an event of the CQ `sink` and makes the fd readable.
@@ -195,7 +195,7 @@ impl ChannelCore {
 
     /// Waits up to `timeout` for an event ([`wait_ready`]).
     pub(crate) fn get(&self, timeout: Duration) -> Result<Option<Arc<CqEventSink>>> {
-        wait_ready(&**self.hca.backend(), &self.fds, timeout, || self.try_get())
+        wait_ready(&**self.hca.dev(), &self.fds, timeout, || self.try_get())
     }
 }
 

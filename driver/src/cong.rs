@@ -117,7 +117,7 @@ pub fn query_status(hca: &Hca, node: CongNode, prio: u8) -> Result<bool> {
             Ok(())
         })
         .map_err(layout(op))?;
-    let o = hca.cmd().exec(&i, QueryCongStatusOut::LEN)?;
+    let o = hca.cmdq().exec(&i, QueryCongStatusOut::LEN)?;
     let v = QueryCongStatusOut::new_checked(&o[..]).map_err(bad_output(op))?;
     Ok(v.enable() != 0)
 }
@@ -136,7 +136,7 @@ pub fn modify_status(hca: &Hca, node: CongNode, prio: u8, enable: bool) -> Resul
             Ok(())
         })
         .map_err(layout(op))?;
-    hca.cmd().exec(&i, ModifyCongStatusOut::LEN)?;
+    hca.cmdq().exec(&i, ModifyCongStatusOut::LEN)?;
     tracing::debug!(node = node.name(), prio, enable, "MODIFY_CONG_STATUS");
     Ok(())
 }
@@ -161,7 +161,7 @@ fn query_params(hca: &Hca, node: CongNode) -> Result<Vec<u8>> {
     QueryCongParamsIn::new_checked(&mut i[..])
         .and_then(|mut v| v.set_cong_protocol(n).map(|_| ()))
         .map_err(layout(op))?;
-    let o = hca.cmd().exec(&i, QueryCongParamsOut::LEN)?;
+    let o = hca.cmdq().exec(&i, QueryCongParamsOut::LEN)?;
     QueryCongParamsOut::new_checked(&o[..]).map_err(bad_output(op))?;
     Ok(o)
 }
@@ -206,7 +206,7 @@ fn modify_params(
         .set_field_select_r_roce_rp(sel)
         .map_err(layout(op))?;
     fill(&mut v).map_err(|source| refuse(op, CongError::TooWide { source }))?;
-    hca.cmd().exec(&i, ModifyCongParamsOut::LEN)?;
+    hca.cmdq().exec(&i, ModifyCongParamsOut::LEN)?;
     tracing::debug!(node = node.name(), field_select = sel, "MODIFY_CONG_PARAMS");
     Ok(())
 }
@@ -250,7 +250,7 @@ pub fn query_statistics(hca: &Hca, clear: bool) -> Result<CongStats> {
     QueryCongStatisticsIn::new_checked(&mut i[..])
         .and_then(|mut v| v.set_clear(clear.into()).map(|_| ()))
         .map_err(layout(op))?;
-    let o = hca.cmd().exec(&i, QueryCongStatisticsOut::LEN)?;
+    let o = hca.cmdq().exec(&i, QueryCongStatisticsOut::LEN)?;
     let v = QueryCongStatisticsOut::new_checked(&o[..]).map_err(bad_output(op))?;
     let (rp_cnp_ignored, rp_cnp_handled, np_ecn_marked_roce_packets, np_cnp_sent) = v.counters();
     Ok(CongStats {

@@ -102,7 +102,7 @@ impl Drop for CqShared {
         if let Ok(mut d) = DestroyCqIn::new_checked(&mut i[..]) {
             let _ = d.set_cqn(self.cqn);
         }
-        if let Err(e) = self.hca.cmd().exec(&i, 16) {
+        if let Err(e) = self.hca.cmdq().exec(&i, 16) {
             tracing::error!(cqn = self.cqn, error = %e, "DESTROY_CQ failed; the CQ leaks");
         }
     }
@@ -204,7 +204,7 @@ impl Cq {
             x.set_dbr_addr(dbr.iova()).map_err(e)?;
         }
         let o = hca
-            .cmd()
+            .cmdq()
             .exec(&i, CreateCqOut::LEN)
             .map_err(|e| crate::limits::refused(e, crate::limits::Resource::Cq, hca.caps()))?;
         let cqn = CreateCqOut::new_checked(&o[..])
@@ -381,10 +381,7 @@ impl Cq {
         // The device must see the arm word before the doorbell that makes it look.
         mmio_wc_start();
         let db = cq_arm_doorbell(sn, solicited, ci, self.shared.cqn);
-        self.shared
-            .hca
-            .backend()
-            .write64(self.uar_offset, db.to_be());
+        self.shared.hca.dev().write64(self.uar_offset, db.to_be());
         mmio_flush_writes();
     }
 

@@ -336,7 +336,26 @@ impl DmaMapper {
     }
 
     /// The backend the buffers are mapped into.
-    pub fn backend(&self) -> &Arc<dyn Backend> {
+    ///
+    /// # Safety
+    /// As for [`crate::Hca::backend`]: the caller must not unmap or remap an IOVA this mapper
+    /// (or any live driver object) maps, nor write a doorbell, BlueFlame or command-queue
+    /// register through it. [`DmaMapper::numa_node`] and [`DmaMapper::free_iova_bytes`] are
+    /// the safe views.
+    ///
+    /// Safe code cannot reach it:
+    /// ```compile_fail,E0133
+    /// fn raw(dma: &bypass_driver::dma::DmaMapper) {
+    ///     let _ = dma.backend();
+    /// }
+    /// ```
+    pub unsafe fn backend(&self) -> &Arc<dyn Backend> {
+        &self.backend
+    }
+
+    /// The backend, for the driver's own mapping code (`user_dma.rs`, `dmabuf_mr.rs`), which
+    /// maps only what it pinned and unmaps only what it mapped.
+    pub(crate) fn dev(&self) -> &Arc<dyn Backend> {
         &self.backend
     }
 

@@ -181,7 +181,7 @@ impl DmaBufMr {
             backing: src.backing.clone(),
             peer: src.peer.clone(),
         };
-        if let Err(e) = dma.backend().map_dmabuf(map_iova, &slice) {
+        if let Err(e) = dma.dev().map_dmabuf(map_iova, &slice) {
             dma.free_iova(map_iova, span);
             return Err(e.into());
         }
@@ -233,7 +233,7 @@ impl DmaBufMr {
             destroy_mkey(&self.pd, self.key);
         }
         let dma = self.pd.hca().dma();
-        if let Err(e) = dma.backend().unmap_dma(iova, span) {
+        if let Err(e) = dma.dev().unmap_dma(iova, span) {
             // The mapped range starts at the page of the address peers use: redacted.
             tracing::error!(iova = %Addr(iova), span, error = %e, "unmapping a dma-buf failed; its IOVA range is leaked");
             return Err(DriverError::StillMapped {

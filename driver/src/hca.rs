@@ -2,8 +2,10 @@
 //! need from it (commands, DMA memory, capabilities, ports, the UAR page, the completion EQ).
 //!
 //! Owns: [`Hca`] (the bring-up sequence and its reverse), [`Caps`], [`Port`], [`DeviceInfo`],
-//! [`HcaConfig`]. Must not: create PDs, MRs, CQs or QPs (the resource modules build on
-//! [`Hca::cmd`] and [`Hca::alloc_dma`]).
+//! [`HcaConfig`]. Must not: create PDs, MRs, CQs or QPs (the resource modules build on the
+//! crate's command queue and [`Hca::alloc_dma`]); nor hand the raw command queue or the
+//! device seam to safe code ([`Hca::cmd`] and [`Hca::backend`] are `unsafe`, their contract
+//! written on them).
 //!
 //! Order (rdma-core `providers/mlx5/mlx5_vfio.c` `mlx5_vfio_alloc_context` →
 //! `mlx5_vfio_init_cmd_interface`, `mlx5_vfio_setup_function`, `create_async_eqs`): command
@@ -28,9 +30,9 @@ use bypass_hw::cmd::pages::QueryPagesOpMod;
 use bypass_hw::eqe::EventType;
 use bypass_hw::init_seg as iseg;
 
-use crate::backend::Backend;
+use crate::backend::{Backend, Progress};
 use crate::bringup;
-use crate::cmdq::{CmdQueue, DEFAULT_CMD_TIMEOUT};
+use crate::cmdq::{CmdQueue, CmdStats, CompletionMode, DEFAULT_CMD_TIMEOUT};
 use crate::cq_events::{self, CqRouter};
 use crate::dma::{DmaBuf, DmaMapper};
 use crate::eq::{AsyncEvent, CompletionEq, EventQueue};
@@ -552,8 +554,45 @@ impl Hca {
     }
 
     /// The command queue: `hca.cmd().exec(input, out_len)` runs any command.
-    pub fn cmd(&self) -> &CmdQueue {
+    ///
+    /// An escape hatch for research and driver-level tests: a raw command names physical
+    /// addresses (IOVAs), queue numbers and keys that nothing checks against what this
+    /// process owns.
+    ///
+    /// # Safety
+    /// Every command the caller runs through the returned queue must name only IOVAs the
+    /// caller's own DMA buffers map (it must not make the device read or write memory that a
+    /// Rust reference covers, nor memory a live driver object owns: rings, doorbell records,
+    /// another object's buffers), and must not modify or destroy an object (QP, CQ, SRQ, MR,
+    /// PD, UAR, EQ) that a live driver object owns. Commands that only query are always
+    /// fine. For the counters and the completion mode use [`Hca::cmd_stats`] and
+    /// [`Hca::cmd_mode`], which are safe.
+    ///
+    /// Safe code cannot reach it:
+    /// ```compile_fail,E0133
+    /// fn raw(hca: &bypass_driver::Hca) {
+    ///     let _ = hca.cmd();
+    /// }
+    /// ```
+    pub unsafe fn cmd(&self) -> &CmdQueue {
         &self.cmd
+    }
+
+    /// The command queue for the driver's own resource modules, which build every command
+    /// from typed, checked parts.
+    pub(crate) fn cmdq(&self) -> &CmdQueue {
+        &self.cmd
+    }
+
+    /// The command interface's counters (commands run, completed by polling or by event,
+    /// failed).
+    pub fn cmd_stats(&self) -> CmdStats {
+        self.cmd.stats()
+    }
+
+    /// How commands complete now: by polling until the async EQ is up, by event after.
+    pub fn cmd_mode(&self) -> CompletionMode {
+        self.cmd.mode()
     }
 
     /// `len` bytes of zeroed, pinned DMA memory, mapped for the device.
@@ -576,9 +615,44 @@ impl Hca {
         &self.dma
     }
 
-    /// The device seam: MMIO for doorbells, interrupts.
-    pub fn backend(&self) -> &Arc<dyn Backend> {
+    /// The device seam: MMIO for doorbells, DMA mappings, interrupts.
+    ///
+    /// An escape hatch: the seam writes any BAR0 offset (doorbells, the command queue's
+    /// doorbell, UAR pages) and maps or unmaps any IOVA.
+    ///
+    /// # Safety
+    /// The caller must not, through the returned backend, unmap or remap an IOVA that a live
+    /// driver object maps, nor write a doorbell or BlueFlame register (it would make the device
+    /// execute a WQE or command the driver did not post, reading or writing memory Rust
+    /// code owns). Reading registers, counters and [`Backend::progress`] is fine; the safe
+    /// ways to those are [`Hca::progress`] and [`Hca::is_stepped`].
+    ///
+    /// Safe code cannot reach it:
+    /// ```compile_fail,E0133
+    /// fn raw(hca: &bypass_driver::Hca) {
+    ///     let _ = hca.backend();
+    /// }
+    /// ```
+    pub unsafe fn backend(&self) -> &Arc<dyn Backend> {
         &self.backend
+    }
+
+    /// The device seam for the driver's own modules (doorbells of the rings they own, their
+    /// interrupt vectors).
+    pub(crate) fn dev(&self) -> &Arc<dyn Backend> {
+        &self.backend
+    }
+
+    /// Lets the device move: a stepped sim runs its world until idle; hardware and threaded
+    /// sims ignore it ([`Backend::progress`]).
+    pub fn progress(&self) -> Progress {
+        self.backend.progress()
+    }
+
+    /// True when the device only moves inside [`Hca::progress`] (a stepped sim): a waiter
+    /// must call it rather than sleep ([`Backend::is_stepped`]).
+    pub fn is_stepped(&self) -> bool {
+        self.backend.is_stepped()
     }
 
     /// Capabilities in force.

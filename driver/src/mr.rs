@@ -227,7 +227,7 @@ pub fn create_mkey_input_pages(
 pub(crate) fn exec_create_mkey(pd: &Pd, i: &[u8], variant: u8) -> Result<u32> {
     let o = pd
         .hca()
-        .cmd()
+        .cmdq()
         .exec(i, CreateMkeyOut::LEN)
         .map_err(|e| crate::limits::refused(e, crate::limits::Resource::Mr, pd.hca().caps()))?;
     let index = CreateMkeyOut::new_checked(&o[..])
@@ -246,7 +246,7 @@ pub(crate) fn destroy_mkey(pd: &Pd, key: u32) {
     if let Ok(mut d) = DestroyMkeyIn::new_checked(&mut i[..]) {
         let _ = d.set_mkey_index(mkey_index(key));
     }
-    if let Err(e) = pd.hca().cmd().exec(&i, 16) {
+    if let Err(e) = pd.hca().cmdq().exec(&i, 16) {
         tracing::error!(error = %e, "DESTROY_MKEY failed; the key stays valid on the device");
     }
 }

@@ -59,7 +59,7 @@ impl Pd {
         let seed = os_seed()?;
         let i = input(Opcode::ALLOC_PD, 0, AllocPdIn::LEN);
         let o = hca
-            .cmd()
+            .cmdq()
             .exec(&i, AllocPdOut::LEN)
             .map_err(|e| crate::limits::refused(e, crate::limits::Resource::Pd, hca.caps()))?;
         let pdn = AllocPdOut::new_checked(&o[..])
@@ -109,7 +109,7 @@ impl Drop for Pd {
         if let Ok(mut d) = DeallocPdIn::new_checked(&mut i[..]) {
             let _ = d.set_pd(self.pdn);
         }
-        if let Err(e) = self.hca.cmd().exec(&i, 16) {
+        if let Err(e) = self.hca.cmdq().exec(&i, 16) {
             tracing::error!(pdn = self.pdn, error = %e, "DEALLOC_PD failed; the PD leaks");
         }
     }

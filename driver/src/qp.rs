@@ -63,7 +63,7 @@ impl Drop for QpResources {
         let hca = self.pd.hca();
         match destroy_qp_input(self.qpn) {
             Ok(i) => {
-                if let Err(e) = hca.cmd().exec(&i, 16) {
+                if let Err(e) = hca.cmdq().exec(&i, 16) {
                     tracing::error!(qpn = self.qpn, error = %e, "DESTROY_QP failed; the QP leaks");
                 }
             }
@@ -210,7 +210,7 @@ impl Qp {
                 })?;
         }
         let o = hca
-            .cmd()
+            .cmdq()
             .exec(&i, CreateQpOut::LEN)
             .map_err(|e| crate::limits::refused(e, crate::limits::Resource::Qp, hca.caps()))?;
         let qpn = CreateQpOut::new_checked(&o[..])
@@ -361,7 +361,7 @@ impl Qp {
 
     fn modify(&mut self, op: &'static str, i: Result<Vec<u8>>, to: QpState) -> Result<()> {
         let i = i?;
-        self.res.pd.hca().cmd().exec(&i, 16)?;
+        self.res.pd.hca().cmdq().exec(&i, 16)?;
         tracing::debug!(qpn = self.res.qpn, op, to = to.name(), "modify QP");
         self.state = to;
         // libibverbs posts from RTS on (IBV_QPS_RTS, SQD, SQE, ERR): the device holds a WQE
@@ -461,7 +461,7 @@ impl Qp {
     /// QUERY_QP: state, PSNs and the raw context.
     pub fn query(&self) -> Result<QpInfo> {
         let i = query_qp_input(self.res.qpn)?;
-        let o = self.res.pd.hca().cmd().exec(&i, QueryQpOut::LEN)?;
+        let o = self.res.pd.hca().cmdq().exec(&i, QueryQpOut::LEN)?;
         QpInfo::parse(o)
     }
 

@@ -218,7 +218,7 @@ impl Srq {
             shared.link(k as u16, (k + 1) as u16);
         }
         let o = hca
-            .cmd()
+            .cmdq()
             .exec(&i, CreateRmpOut::LEN)
             .map_err(|e| crate::limits::refused(e, crate::limits::Resource::Srq, hca.caps()))?;
         let srqn = CreateRmpOut::new_checked(&o[..])
@@ -292,7 +292,7 @@ impl Srq {
             ctx.set_state(rmp_state::RDY.into()).map_err(e)?;
             ctx.wq_mut().set_lwm(limit).map_err(e)?;
         }
-        self.pd.hca().cmd().exec(&i, 16)?;
+        self.pd.hca().cmdq().exec(&i, 16)?;
         Ok(())
     }
 
@@ -306,7 +306,7 @@ impl Srq {
                 what: "QUERY_RMP",
                 source,
             })?;
-        let o = self.pd.hca().cmd().exec(&i, QueryRmpOut::LEN)?;
+        let o = self.pd.hca().cmdq().exec(&i, QueryRmpOut::LEN)?;
         let q = QueryRmpOut::new_checked(&o[..]).map_err(|source| DriverError::BadOutput {
             op: Opcode::QUERY_RMP,
             source,
@@ -342,7 +342,7 @@ impl Srq {
                 what: "DESTROY_RMP",
                 source,
             })?;
-        self.pd.hca().cmd().exec(&i, 16)?;
+        self.pd.hca().cmdq().exec(&i, 16)?;
         Ok(())
     }
 

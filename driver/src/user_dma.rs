@@ -187,7 +187,7 @@ impl PageMapper for Effects<'_> {
             // SAFETY: as above: undoes the advice just given.
             let _ = unsafe { madvise(ptr, len as usize, MmapAdvise::MADV_DOFORK) };
         };
-        let lock = !m.backend().pins_on_map();
+        let lock = !m.dev().pins_on_map();
         if lock {
             if let Err(e) = MemlockState::current().check(len) {
                 dofork();
@@ -218,7 +218,7 @@ impl PageMapper for Effects<'_> {
         // registered bytes among them.
         let pages = unsafe { CallerPages::new(ptr.cast(), len as usize) };
         let r = match pages {
-            Some(p) => m.backend().map_dma(iova, Arc::new(p)).map_err(Into::into),
+            Some(p) => m.dev().map_dma(iova, Arc::new(p)).map_err(Into::into),
             None => Err(DriverError::BadDmaLength { len: len as usize }),
         };
         if let Err(e) = r {
@@ -232,7 +232,7 @@ impl PageMapper for Effects<'_> {
 
     fn unmap(&mut self, va: u64, len: u64, iova: u64) -> bool {
         let m = self.0;
-        if let Err(e) = m.backend().unmap_dma(iova, len as usize) {
+        if let Err(e) = m.dev().unmap_dma(iova, len as usize) {
             // The IOVA may be the address peers use (`ibv_reg_mr_iova2`): redacted.
             tracing::error!(iova = %crate::redact::Addr(iova), len, error = %e,
                 "unmapping application memory failed; its IOVA range is leaked");
@@ -240,7 +240,7 @@ impl PageMapper for Effects<'_> {
         }
         m.free_iova(iova, len as usize);
         if let Ok(ptr) = ptr_of(va) {
-            if !m.backend().pins_on_map() {
+            if !m.dev().pins_on_map() {
                 // SAFETY: the pages were locked by `map` and are still mapped (the owner of
                 // the registration keeps them until its release returns).
                 if let Err(e) = unsafe { munlock(ptr, len as usize) } {

@@ -32,7 +32,7 @@ fn bring_up_then_teardown_returns_every_page_and_mapping() {
         dev.with_device(|d| d.firmware_stage()).unwrap(),
         Stage::Initialized
     );
-    assert_eq!(hca.cmd().mode(), CompletionMode::Events);
+    assert_eq!(hca.cmd_mode(), CompletionMode::Events);
     assert!(hca.caps().roce && hca.caps().rc && hca.caps().log_max_qp_sz > 0);
     // The sim advertises its MTT page bound on the GENERAL_2 page; the driver read it.
     assert_eq!(hca.caps().max_mkey_log_entity_size_mtt, 31);
@@ -80,8 +80,8 @@ fn threaded_fabric_brings_a_device_up_and_down() {
     let fabric = SimFabric::threaded(3);
     let dev = device(&fabric);
     let hca = Hca::open(dev.clone()).unwrap();
-    assert_eq!(hca.cmd().mode(), CompletionMode::Events);
-    assert!(hca.cmd().stats().completed_by_event > 0);
+    assert_eq!(hca.cmd_mode(), CompletionMode::Events);
+    assert!(hca.cmd_stats().completed_by_event > 0);
     assert!(hca.firmware_pages() > 0);
     drop(hca);
     let (pages, stage, mappings) = dev

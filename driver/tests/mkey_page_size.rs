@@ -31,7 +31,8 @@ fn shift_of_8m_key(max_shift: u8) -> (u32, u32) {
         .unwrap()
         .set_mkey_index(mkey_index(mr.lkey()))
         .unwrap();
-    let o = hca.cmd().exec(&i, QueryMkeyOut::LEN).unwrap();
+    // SAFETY: QUERY_MKEY only reads the key's context.
+    let o = unsafe { hca.cmd() }.exec(&i, QueryMkeyOut::LEN).unwrap();
     let q = QueryMkeyOut::new_checked(&o[..]).unwrap();
     let m = q.memory_key_mkey_entry();
     (m.log_page_size(), m.translations_octword_size())

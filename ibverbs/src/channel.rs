@@ -199,7 +199,7 @@ impl Channel {
         // SAFETY: `context` is set at creation and never written again (read through the
         // cell's raw place); a channel's context outlives it.
         let ctx = unsafe { Context::from_ibv((*self.ibv.get()).context) };
-        ctx.open.hca.backend().is_stepped()
+        ctx.open.hca.is_stepped()
     }
 }
 

@@ -18,7 +18,7 @@ use std::ffi::{c_int, c_void};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use bypass_driver::backend::Backend;
+use bypass_driver::Hca;
 use bypass_driver::completion::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
 use bypass_driver::cq::{Cq as DriverCq, CqConfig};
 use bypass_driver::hw::syndrome::CqeSyndrome;
@@ -47,7 +47,8 @@ pub(crate) struct Cq {
     /// raw places (`(*ex.get()).field`), never a reference to the whole struct.
     ex: UnsafeCell<ibv_cq_ex>,
     pub(crate) inner: SpinCell<CqInner>,
-    backend: Arc<dyn Backend>,
+    /// The device, for [`Hca::progress`] when a poll finds nothing.
+    hca: Arc<Hca>,
     cqn: u32,
     /// QPs that report to it (a CQ is not destroyed under them: EBUSY).
     pub(crate) users: AtomicU32,
@@ -195,7 +196,7 @@ pub(crate) unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_
         let want = usize::try_from(n).unwrap_or(0);
         let mut got = poll_into(c, want, wc);
         if got == 0 && want > 0 {
-            c.backend.progress();
+            c.hca.progress();
             got = poll_into(c, want, wc);
         }
         c_int::try_from(got).unwrap_or(c_int::MAX)
@@ -303,7 +304,7 @@ fn create(
             cq: Some(dcq),
             cur: None,
         }),
-        backend: c.open.hca.backend().clone(),
+        hca: c.open.hca.clone(),
         cqn,
         users: AtomicU32::new(0),
         channel,
@@ -448,7 +449,7 @@ pub(crate) fn ex_step(cq: *mut ibv_cq_ex) -> bool {
     let c = unsafe { Cq::from_ibv(cq.cast()) };
     let mut w = poll_one(c);
     if w.is_none() {
-        c.backend.progress();
+        c.hca.progress();
         w = poll_one(c);
     }
     let Some(w) = w else { return false };

@@ -123,7 +123,7 @@ pub unsafe extern "C" fn ibv_get_async_event(
             let got = if nonblocking(ev.as_fd().as_raw_fd()) {
                 ev.try_get_async_event()
             } else {
-                let stepped = c.open.hca.backend().is_stepped();
+                let stepped = c.open.hca.is_stepped();
                 loop {
                     match ev.get_async_event(Duration::from_secs(1)) {
                         Ok(None) if !stepped => continue,

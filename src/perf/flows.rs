@@ -349,7 +349,7 @@ impl Side {
             qp.connect(&ep)?;
             self.remote.push(peer_slot(peer, i, self.spec.size)?);
             if self.spec.conn == Conn::Ud {
-                self.dests.push(qp.ud_dest(&ep));
+                self.dests.push(qp.ud_dest(&ep)?);
             }
         }
         if self.spec.verb.needs_recv() {

@@ -67,7 +67,7 @@ fn measure(seed: u64, n: usize, connect: bool) -> Result<Sample, PerfError> {
     let fabric = SimFabric::stepped(seed);
     let ctx = Context::open_sim(&fabric, 1)?;
     // Checked before the QP table is sized by it: the device's own limit, named.
-    let max = 1u64 << ctx.hca().caps().log_max_qp.min(32);
+    let max = 1u64 << ctx.caps().log_max_qp.min(32);
     if n as u64 > max {
         return Err(PerfError::Usage(format!(
             "--counts {n}: this device holds at most {max} QPs (max_qp, 2^log_max_qp): give counts up to {max}"
@@ -75,8 +75,7 @@ fn measure(seed: u64, n: usize, connect: bool) -> Result<Sample, PerfError> {
     }
     let pd = ctx.alloc_pd()?;
     let cq = Cq::new(&ctx, 16)?;
-    let dma = ctx.hca().dma().clone();
-    let (heap0, free0) = (live_bytes(), dma.free_iova_bytes());
+    let (heap0, free0) = (live_bytes(), ctx.free_iova_bytes());
     let mut qps: Vec<Qp> = Vec::with_capacity(n);
     let last = n.saturating_sub(1024);
     let start = Instant::now();
@@ -93,7 +92,7 @@ fn measure(seed: u64, n: usize, connect: bool) -> Result<Sample, PerfError> {
         let e = q.endpoint()?;
         q.connect(&e)?;
     }
-    let (heap1, free1) = (live_bytes(), dma.free_iova_bytes());
+    let (heap1, free1) = (live_bytes(), ctx.free_iova_bytes());
     let mut classes = [0usize; 3];
     for q in &qps {
         let i = match q.bfreg().class() {

@@ -19,8 +19,9 @@ use std::sync::Arc;
 
 use crate::driver::async_events::AsyncEvents;
 use crate::driver::backend::{Backend, Progress};
+use crate::driver::cmdq::CmdStats;
 use crate::driver::comp_channel::CompletionChannel;
-use crate::driver::{DeviceInfo, Hca, Port};
+use crate::driver::{Caps, DeviceInfo, Hca, Port};
 use crate::endpoint::{Gid, Mtu};
 use crate::error::VerbsError;
 use crate::pd::Pd;
@@ -49,7 +50,7 @@ impl Context {
     /// use bypass_verbs::Context;
     /// let pair = Context::sim_pair(1)?;
     /// let second = pair.a.open_sibling();
-    /// assert!(std::sync::Arc::ptr_eq(pair.a.hca(), second.hca()));
+    /// assert!(pair.a.same_device(&second));
     /// assert_eq!(second.gid(1)?, pair.a.gid(1)?);
     /// # Ok::<(), bypass_verbs::VerbsError>(())
     /// ```
@@ -63,9 +64,50 @@ impl Context {
         Arc::new(Context { hca })
     }
 
-    /// The driver's device (commands, caps, DMA; research access).
+    /// The driver's device (research access: driver-level PDs, CQs and QPs beside the verbs
+    /// objects).
+    ///
+    /// Safe to hand out: what on it reaches raw addresses is `unsafe` with its contract
+    /// ([`Hca::cmd`], [`Hca::backend`], [`crate::driver::dma::DmaMapper::backend`]), and
+    /// posting on a driver QP is `unsafe` too. For what applications read, prefer the narrow
+    /// accessors: [`Context::caps`], [`Context::same_device`], [`Context::cmd_stats`],
+    /// [`Context::dbrec_pages`], [`Context::free_iova_bytes`], [`Context::caller_extents`].
     pub fn hca(&self) -> &Arc<Hca> {
         &self.hca
+    }
+
+    /// The device's capabilities in force (limits such as `max_cqe`, `log_max_qp`,
+    /// `max_inline_data`).
+    pub fn caps(&self) -> &Caps {
+        self.hca.caps()
+    }
+
+    /// True when `other` is a context on the same brought-up device as this one
+    /// ([`Context::open_sibling`], [`Context::with_hca`]).
+    pub fn same_device(&self, other: &Context) -> bool {
+        Arc::ptr_eq(&self.hca, &other.hca)
+    }
+
+    /// The device's command counters (commands run, completed by polling or by event, failed).
+    pub fn cmd_stats(&self) -> CmdStats {
+        self.hca.cmd_stats()
+    }
+
+    /// Pages of doorbell records the device holds now (64 records a page; freed with their
+    /// last record).
+    pub fn dbrec_pages(&self) -> usize {
+        self.hca.dbrecs().pages()
+    }
+
+    /// IOVA bytes still free for DMA mappings on the device.
+    pub fn free_iova_bytes(&self) -> u64 {
+        self.hca.dma().free_iova_bytes()
+    }
+
+    /// The application-memory extents mapped for the device now, as `(host address, bytes,
+    /// IOVA, users)` (an extent is unmapped with its last registration).
+    pub fn caller_extents(&self) -> Vec<(u64, u64, u64, u32)> {
+        self.hca.dma().caller_extents()
     }
 
     /// A summary of the device (`ibv_devinfo`).
@@ -118,7 +160,7 @@ impl Context {
     /// sims ignore it. Waits ([`crate::Cq::wait`]) call it; a busy-polling loop on a stepped sim
     /// must call it too.
     pub fn progress(&self) -> Progress {
-        self.hca.backend().progress()
+        self.hca.progress()
     }
 
     /// The device's congestion control (RoCE ECN / DCQCN): status per node and priority,

@@ -240,6 +240,55 @@ impl QpEndpoint {
     }
 }
 
+/// The QPN a UD send to a multicast group carries (IBTA 10.5.2.3, `IB_MULTICAST_QPN`); bypass
+/// joins no groups, so a unicast destination never has it.
+pub const MULTICAST_QPN: u32 = MAX_24BIT;
+
+impl QpEndpoint {
+    /// Checks that the endpoint can be a UD destination ([`crate::Qp::ud_dest`]), beyond
+    /// [`QpEndpoint::validate`]: the QPN fits 24 bits and is neither QP0 (the subnet
+    /// management QP, which a RoCE port does not have: rdma-core refuses `ibv_create_qp` of
+    /// `IBV_QPT_SMI` there) nor the multicast QPN 0xffffff; the GID is a unicast address
+    /// (not `::`, not `::ffff:0.0.0.0`, not IPv6 multicast `ff00::/8`, not IPv4 multicast
+    /// `224.0.0.0/4` or broadcast `255.255.255.255` in the mapped form), as the kernel's
+    /// `rdma_addr_find_l2_eth_by_grh` resolves only unicast addresses for an address handle.
+    ///
+    /// The driver writes the QPN into the address vector masked to 24 bits, so without this
+    /// check a peer's QPN 0x1000005 would silently address QP 5.
+    pub fn validate_ud_dest(&self) -> Result<(), EndpointParseError> {
+        if self.qpn == 0 || self.qpn >= MULTICAST_QPN {
+            return Err(EndpointParseError::UdQpn { qpn: self.qpn });
+        }
+        if let Some(why) = not_unicast(&self.gid) {
+            return Err(EndpointParseError::UdGid { gid: self.gid, why });
+        }
+        Ok(())
+    }
+}
+
+/// Why `gid` is no unicast RoCE address, if it is not one.
+fn not_unicast(gid: &Gid) -> Option<&'static str> {
+    let ip = gid.to_ipv6();
+    if ip.is_unspecified() {
+        return Some("the unspecified address ::");
+    }
+    if ip.is_multicast() {
+        return Some("an IPv6 multicast address (ff00::/8)");
+    }
+    if let Some(v4) = ip.to_ipv4_mapped() {
+        if v4.is_unspecified() {
+            return Some("the IPv4 unspecified address 0.0.0.0");
+        }
+        if v4.is_multicast() {
+            return Some("an IPv4 multicast address (224.0.0.0/4)");
+        }
+        if v4.is_broadcast() {
+            return Some("the IPv4 broadcast address");
+        }
+    }
+    None
+}
+
 fn hex_field(s: &str, field: &'static str, max: u32) -> Result<u32, EndpointParseError> {
     let v = u64::from_str_radix(s, 16).map_err(|_| EndpointParseError::Hex {
         field,
@@ -379,6 +428,24 @@ pub enum EndpointParseError {
     /// The bytes are not UTF-8 text.
     #[error("the endpoint message is not text: expected ASCII lid:qpn:psn:gid")]
     NotText,
+    /// The QPN cannot be a UD destination.
+    #[error(
+        "UD destination QPN {qpn:#x} is not a unicast QP: it must be 1..=0xfffffe (QP0 does not exist on a RoCE port, 0xffffff is the multicast QPN, larger values do not fit 24 bits); the peer's endpoint is corrupt or not a UD QP's"
+    )]
+    UdQpn {
+        /// The QPN given.
+        qpn: u32,
+    },
+    /// The GID cannot be a UD destination.
+    #[error(
+        "UD destination GID {gid} is {why}: an address handle needs the peer port's unicast GID (its IP address); the peer's endpoint is corrupt"
+    )]
+    UdGid {
+        /// The GID given.
+        gid: Gid,
+        /// What it is instead of a unicast address.
+        why: &'static str,
+    },
     /// The MTU is not one of the five IB MTUs.
     #[error("MTU {bytes} is not an IB path MTU: use 256, 512, 1024, 2048 or 4096")]
     Mtu {
@@ -390,6 +457,44 @@ pub enum EndpointParseError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ud_dest_refuses_qp0_the_multicast_qpn_and_qpns_over_24_bits() {
+        let ok = QpEndpoint {
+            gid: Gid::from_ipv4([10, 0, 0, 2]),
+            ..ep()
+        };
+        assert_eq!(ok.validate_ud_dest(), Ok(()));
+        for qpn in [0, MULTICAST_QPN, MAX_24BIT + 1, 0x0100_0005, u32::MAX] {
+            let e = QpEndpoint { qpn, ..ok }.validate_ud_dest();
+            assert_eq!(e, Err(EndpointParseError::UdQpn { qpn }), "{qpn:#x}");
+        }
+        assert_eq!(QpEndpoint { qpn: 1, ..ok }.validate_ud_dest(), Ok(()));
+    }
+
+    #[test]
+    fn ud_dest_refuses_a_gid_that_is_not_unicast() {
+        let mut mc6 = [0u8; 16];
+        mc6[0] = 0xff;
+        mc6[1] = 0x02;
+        mc6[15] = 1;
+        for (gid, what) in [
+            (Gid([0; 16]), "::"),
+            (Gid::from_ipv4([0, 0, 0, 0]), "0.0.0.0"),
+            (Gid(mc6), "IPv6 multicast"),
+            (Gid::from_ipv4([239, 1, 2, 3]), "224.0.0.0/4"),
+            (Gid::from_ipv4([255, 255, 255, 255]), "broadcast"),
+        ] {
+            let e = QpEndpoint { gid, ..ep() }.validate_ud_dest().unwrap_err();
+            assert!(
+                matches!(e, EndpointParseError::UdGid { gid: g, why } if g == gid && why.contains(what)),
+                "{gid}: {e:?}"
+            );
+            assert!(e.to_string().contains(&gid.to_string()), "{e}");
+        }
+        // A link-local IPv6 GID is a unicast address.
+        assert_eq!(ep().validate_ud_dest(), Ok(()));
+    }
 
     fn ep() -> QpEndpoint {
         QpEndpoint {

@@ -368,8 +368,20 @@ impl Qp {
 
     /// The destination of UD sends to `remote` (an address handle: RoCE v2 through the
     /// remote GID, this QP's Q_Key, source GID index 0, hop limit 64).
-    pub fn ud_dest(&self, remote: &QpEndpoint) -> UdDest {
-        UdDest::roce(remote.qpn, self.opts.qkey, remote.gid.0, [0; 6], 0, 64)
+    ///
+    /// `remote` usually comes from the peer, so it is checked where it enters
+    /// ([`QpEndpoint::validate_ud_dest`]): a QPN that is 0, the multicast QPN or over 24 bits,
+    /// or a GID that is no unicast address, is refused as [`VerbsError::Endpoint`].
+    pub fn ud_dest(&self, remote: &QpEndpoint) -> Result<UdDest, VerbsError> {
+        remote.validate_ud_dest()?;
+        Ok(UdDest::roce(
+            remote.qpn,
+            self.opts.qkey,
+            remote.gid.0,
+            [0; 6],
+            0,
+            64,
+        ))
     }
 
     fn transition(&mut self, to: QpState) -> Result<(), VerbsError> {
