@@ -374,16 +374,19 @@ impl Mmio for LockedBfreg {
         self.mmio.read32(off)
     }
 
-    fn write32(&self, off: u64, v: u32) {
-        self.mmio.write32(off, v);
+    unsafe fn write32(&self, off: u64, v: u32) {
+        // SAFETY: the caller's contract (this type's Mmio contract) is passed on unchanged.
+        unsafe { self.mmio.write32(off, v) };
     }
 
-    fn write64(&self, off: u64, v: u64) {
-        self.locked(off, |m, at| m.write64(at, v));
+    unsafe fn write64(&self, off: u64, v: u64) {
+        // SAFETY: as write32; the lock only serialises the register's users.
+        self.locked(off, |m, at| unsafe { m.write64(at, v) });
     }
 
-    fn write_bf(&self, off: u64, chunk: &[u64; 8]) {
-        self.locked(off, |m, at| m.write_bf(at, chunk));
+    unsafe fn write_bf(&self, off: u64, chunk: &[u64; 8]) {
+        // SAFETY: as write32.
+        self.locked(off, |m, at| unsafe { m.write_bf(at, chunk) });
     }
 
     fn mmio_errors(&self) -> u64 {

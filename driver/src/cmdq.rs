@@ -147,8 +147,12 @@ fn read_be32(backend: &dyn Backend, off: usize) -> u32 {
     u32::from_be(backend.read32(off as u64))
 }
 
+/// Writes an init-segment register. Callers are this module's bring-up and doorbell paths,
+/// which own the command queue whose address and doorbell they write.
 fn write_be32(backend: &dyn Backend, off: usize, v: u32) {
-    backend.write32(off as u64, v.to_be());
+    // SAFETY: only the command queue's own registers are written (the queue's address, its
+    // doorbell, the init-segment handshake), for a queue this module built and keeps mapped.
+    unsafe { backend.write32(off as u64, v.to_be()) };
 }
 
 /// Waits for the firmware to clear `initializing` (bit 31 at 0x1fc), polling every 2 ms

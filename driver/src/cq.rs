@@ -381,7 +381,9 @@ impl Cq {
         // The device must see the arm word before the doorbell that makes it look.
         mmio_wc_start();
         let db = cq_arm_doorbell(sn, solicited, ci, self.shared.cqn);
-        self.shared.hca.dev().write64(self.uar_offset, db.to_be());
+        // SAFETY: the arm doorbell of this CQ, in the UAR page the CQ was created with; the CQ
+        // ring and its doorbell record stay mapped while the CQ lives.
+        unsafe { self.shared.hca.dev().write64(self.uar_offset, db.to_be()) };
         mmio_flush_writes();
     }
 

@@ -404,7 +404,9 @@ impl DmaMapper {
             self.node,
         )?);
         let iova = pick(&region)?;
-        if let Err(e) = self.backend.map_dma(iova, region.clone()) {
+        // SAFETY: `iova` was just allocated from this mapper's free IOVA space (`pick`), so no
+        // other mapping is live there and nothing in the device refers to it yet.
+        if let Err(e) = unsafe { self.backend.map_dma(iova, region.clone()) } {
             self.free_iova(iova, region.len());
             return Err(e.into());
         }
@@ -548,7 +550,9 @@ impl DmaBuf {
 impl Drop for DmaBuf {
     fn drop(&mut self) {
         let len = self.region.len();
-        match self.mapper.backend.unmap_dma(self.iova, len) {
+        // SAFETY: this buffer's own mapping; the objects the device reached it through hold an
+        // `Arc` of it (or are destroyed first), so dropping it means the device is done with it.
+        match unsafe { self.mapper.backend.unmap_dma(self.iova, len) } {
             // Only a fully unmapped IOVA range may be reused.
             Ok(()) => self.mapper.free_iova(self.iova, len),
             Err(e) => tracing::error!(iova = self.iova, len, error = %e,

@@ -181,7 +181,8 @@ impl DmaBufMr {
             backing: src.backing.clone(),
             peer: src.peer.clone(),
         };
-        if let Err(e) = dma.dev().map_dmabuf(map_iova, &slice) {
+        // SAFETY: `map_iova` was just allocated from the mapper's free IOVA space for `span`.
+        if let Err(e) = unsafe { dma.dev().map_dmabuf(map_iova, &slice) } {
             dma.free_iova(map_iova, span);
             return Err(e.into());
         }
@@ -233,7 +234,9 @@ impl DmaBufMr {
             destroy_mkey(&self.pd, self.key);
         }
         let dma = self.pd.hca().dma();
-        if let Err(e) = dma.dev().unmap_dma(iova, span) {
+        // SAFETY: this MR's own mapping; its mkey was destroyed just above, so the device no
+        // longer reaches the range.
+        if let Err(e) = unsafe { dma.dev().unmap_dma(iova, span) } {
             // The mapped range starts at the page of the address peers use: redacted.
             tracing::error!(iova = %Addr(iova), span, error = %e, "unmapping a dma-buf failed; its IOVA range is leaked");
             return Err(DriverError::StillMapped {

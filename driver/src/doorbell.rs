@@ -62,18 +62,21 @@ impl SendDoorbell {
                 // a masked slot), so the 64 bytes at `p` are inside the ring, 8-byte aligned
                 // (the SQ's start is, checked at QP creation); this post wrote them and nothing
                 // writes them until their completion retires them, after this call returns.
-                mmio.write_bf(reg, unsafe { &*p });
+                // The BlueFlame register `reg` is this QP's, and the WQE it copies is this post's.
+                unsafe { mmio.write_bf(reg, &*p) };
             } else if last.slot() + last.wqebbs() <= sq.wqebbs {
                 for k in 0..last.wqebbs() as usize {
                     // SAFETY: as above, for blocks `slot..slot + wqebbs`, inside the ring
                     // (checked just above).
-                    mmio.write_bf(reg + 64 * k as u64, unsafe { &*p.add(k) });
+                    unsafe { mmio.write_bf(reg + 64 * k as u64, &*p.add(k)) };
                 }
             } else {
                 self.blueflame_wrapped(sq, reg, last.start(), last.wqebbs());
             }
         } else {
-            mmio.write64(reg, last.doorbell());
+            // SAFETY: this QP's doorbell register; the doorbell names WQEs this post wrote into
+            // the QP's ring, which stays mapped while the QP lives.
+            unsafe { mmio.write64(reg, last.doorbell()) };
         }
         // Flush the write-combining buffer so this doorbell leaves before any later one.
         mmio_flush_writes();
@@ -86,7 +89,8 @@ impl SendDoorbell {
         for k in 0..wqebbs {
             let off = sq.offset_of(start.wrapping_add(k));
             let block = sq.ring.read_block64(off);
-            self.mmio.get().write_bf(reg + 64 * u64::from(k), &block);
+            // SAFETY: this QP's BlueFlame register, carrying a copy of a WQE this post wrote.
+            unsafe { self.mmio.get().write_bf(reg + 64 * u64::from(k), &block) };
         }
     }
 }

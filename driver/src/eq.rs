@@ -245,7 +245,9 @@ impl EventQueue {
         let off = uar_bar_offset(self.uar) + eq_doorbell_offset(arm) as u64;
         // The consumer index is updated only after the EQEs were read.
         fence(Ordering::SeqCst);
-        backend.write32(off, eq_doorbell_value(self.ci, self.eqn).to_be());
+        // SAFETY: this EQ's consumer-index doorbell in its own UAR page; it only tells the
+        // device which EQEs were consumed.
+        unsafe { backend.write32(off, eq_doorbell_value(self.ci, self.eqn).to_be()) };
     }
 
     /// Destroys the EQ (DESTROY_EQ); the ring is freed when `self` drops.

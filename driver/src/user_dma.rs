@@ -218,7 +218,8 @@ impl PageMapper for Effects<'_> {
         // registered bytes among them.
         let pages = unsafe { CallerPages::new(ptr.cast(), len as usize) };
         let r = match pages {
-            Some(p) => m.dev().map_dma(iova, Arc::new(p)).map_err(Into::into),
+            // SAFETY: `iova` was just allocated from the mapper's free IOVA space for `len`.
+            Some(p) => unsafe { m.dev().map_dma(iova, Arc::new(p)) }.map_err(Into::into),
             None => Err(DriverError::BadDmaLength { len: len as usize }),
         };
         if let Err(e) = r {
@@ -232,7 +233,9 @@ impl PageMapper for Effects<'_> {
 
     fn unmap(&mut self, va: u64, len: u64, iova: u64) -> bool {
         let m = self.0;
-        if let Err(e) = m.dev().unmap_dma(iova, len as usize) {
+        // SAFETY: the pin table's own mapping, unmapped when its last MR went (its mkeys are
+        // destroyed), so the device no longer reaches it.
+        if let Err(e) = unsafe { m.dev().unmap_dma(iova, len as usize) } {
             // The IOVA may be the address peers use (`ibv_reg_mr_iova2`): redacted.
             tracing::error!(iova = %crate::redact::Addr(iova), len, error = %e,
                 "unmapping application memory failed; its IOVA range is leaked");

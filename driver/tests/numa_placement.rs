@@ -28,20 +28,20 @@ impl Mmio for OnNode {
     fn read32(&self, _off: u64) -> u32 {
         !0
     }
-    fn write32(&self, _off: u64, _v: u32) {}
-    fn write64(&self, _off: u64, _v: u64) {}
-    fn write_bf(&self, _off: u64, _chunk: &[u64; 8]) {}
+    unsafe fn write32(&self, _off: u64, _v: u32) {}
+    unsafe fn write64(&self, _off: u64, _v: u64) {}
+    unsafe fn write_bf(&self, _off: u64, _chunk: &[u64; 8]) {}
 }
 
 impl DmaMap for OnNode {
     fn iova_ranges(&self) -> Vec<IovaRange> {
         Vec::new()
     }
-    fn map_dma(&self, iova: u64, _mem: Arc<dyn HostMemory>) -> Result<(), BackendError> {
+    unsafe fn map_dma(&self, iova: u64, _mem: Arc<dyn HostMemory>) -> Result<(), BackendError> {
         self.mapped.lock().unwrap().push(iova);
         Ok(())
     }
-    fn unmap_dma(&self, iova: u64, _len: usize) -> Result<(), BackendError> {
+    unsafe fn unmap_dma(&self, iova: u64, _len: usize) -> Result<(), BackendError> {
         self.mapped.lock().unwrap().retain(|&i| i != iova);
         Ok(())
     }

@@ -130,7 +130,8 @@ fn a_udmabuf_mapped_through_its_memfd_is_reached_by_dma_both_ways() {
     let cpu = CpuMap::new(u.file.fd(), 0, UDMABUF_LEN as usize).unwrap();
     cpu.put(0, &[0x11; 8192]);
     let before = vfio.mappings().len();
-    vfio.map_dmabuf(IOVA_A, &page_one(&u, true)).unwrap();
+    // SAFETY: this test owns the device and its IOVA space; nothing else maps or programs it.
+    unsafe { vfio.map_dmabuf(IOVA_A, &page_one(&u, true)) }.unwrap();
     assert_eq!(vfio.mappings().len(), before + 1);
     assert!(vfio.mappings().contains(&(IOVA_A, 4096)));
 
@@ -165,7 +166,8 @@ fn a_udmabuf_mapped_through_its_memfd_is_reached_by_dma_both_ways() {
     );
 
     // Unmapped, the same transfer no longer reaches it.
-    vfio.unmap_dma(IOVA_A, 4096).unwrap();
+    // SAFETY: this test owns the device and its IOVA space; nothing else maps or programs it.
+    unsafe { vfio.unmap_dma(IOVA_A, 4096) }.unwrap();
     assert_eq!(vfio.mappings().len(), before);
     edu.dma_to_host(0, IOVA_A, 4096, false, T).unwrap();
     udmabuf::sync(u.file.fd(), true, SyncAccess::Read).unwrap();
@@ -192,7 +194,8 @@ fn a_udmabuf_without_its_memfd_is_refused_as_pfnmap_and_leaves_nothing_mapped() 
         }
     );
     // The seam's form of the same refusal.
-    match vfio.map_dmabuf(IOVA_A, &page_one(&u, false)).unwrap_err() {
+    // SAFETY: this test owns the device and its IOVA space; nothing else maps or programs it.
+    match unsafe { vfio.map_dmabuf(IOVA_A, &page_one(&u, false)) }.unwrap_err() {
         BackendError::DmaBuf {
             iova,
             len,
@@ -211,14 +214,16 @@ fn a_udmabuf_without_its_memfd_is_refused_as_pfnmap_and_leaves_nothing_mapped() 
     }
     assert_eq!(vfio.mappings(), before, "a refused dma-buf stayed mapped");
     // Nothing of it holds the IOVA: mapping it there with the memfd works, and DMA lands.
-    vfio.map_dmabuf(IOVA_A, &page_one(&u, true)).unwrap();
+    // SAFETY: this test owns the device and its IOVA space; nothing else maps or programs it.
+    unsafe { vfio.map_dmabuf(IOVA_A, &page_one(&u, true)) }.unwrap();
     let src = mapper.alloc(4096).unwrap();
     let p = pattern(4096, 1);
     src.write(0, &p).unwrap();
     edu.dma_to_device(src.iova(), 0, 4096, false, T).unwrap();
     edu.dma_to_host(0, IOVA_A, 4096, false, T).unwrap();
     assert!(udmabuf::pread(&u.memfd, UDMABUF_AT + PAGE, 4096) == p);
-    vfio.unmap_dma(IOVA_A, 4096).unwrap();
+    // SAFETY: this test owns the device and its IOVA space; nothing else maps or programs it.
+    unsafe { vfio.unmap_dma(IOVA_A, 4096) }.unwrap();
     drop(src);
     assert_eq!(vfio.mappings(), before);
 }
@@ -262,8 +267,10 @@ fn a_dma_heap_system_buffer_is_refused_as_pfnmap_and_leaves_nothing_mapped() {
     assert_eq!(vfio.mappings(), before);
     // The IOVA is free: host memory maps there.
     let region = Arc::new(bypass_driver::dma::DmaRegion::new(8192).unwrap());
-    vfio.map_dma(IOVA_B, region).unwrap();
-    vfio.unmap_dma(IOVA_B, 8192).unwrap();
+    // SAFETY: this test owns the device and its IOVA space; nothing else maps or programs it.
+    unsafe { vfio.map_dma(IOVA_B, region) }.unwrap();
+    // SAFETY: this test owns the device and its IOVA space; nothing else maps or programs it.
+    unsafe { vfio.unmap_dma(IOVA_B, 8192) }.unwrap();
 }
 
 #[test]
@@ -297,7 +304,8 @@ fn memory_only_iommufd_could_import_is_refused_naming_dev_iommu() {
                 release: probe.release.clone()
             }
         );
-        match vfio.map_dmabuf(IOVA_B, &slice).unwrap_err() {
+        // SAFETY: this test owns the device and its IOVA space; nothing else maps or programs it.
+        match unsafe { vfio.map_dmabuf(IOVA_B, &slice) }.unwrap_err() {
             BackendError::DmaBuf {
                 exporter, reason, ..
             } => {
@@ -333,7 +341,8 @@ fn an_mmapped_memfd_range_mapped_with_map_dma_is_reached_by_dma_both_ways() {
     udmabuf::pwrite(&memfd, 0, &[0x22; 3 * 4096]);
     let range: Arc<dyn HostMemory> = Arc::new(CpuMap::new(&memfd, PAGE, 2 * 4096).unwrap());
     let before = vfio.mappings().len();
-    vfio.map_dma(IOVA_B, range.clone()).unwrap();
+    // SAFETY: this test owns the device and its IOVA space; nothing else maps or programs it.
+    unsafe { vfio.map_dma(IOVA_B, range.clone()) }.unwrap();
     assert_eq!(vfio.mappings().len(), before + 1);
     // Device → memory at the range's second page: memfd byte 0x2000 onward.
     let p = pattern(4096, 9);
@@ -363,7 +372,8 @@ fn an_mmapped_memfd_range_mapped_with_map_dma_is_reached_by_dma_both_ways() {
         contents(&dst, 4096) == q,
         "edu did not read the memfd's bytes"
     );
-    vfio.unmap_dma(IOVA_B, 2 * 4096).unwrap();
+    // SAFETY: this test owns the device and its IOVA space; nothing else maps or programs it.
+    unsafe { vfio.unmap_dma(IOVA_B, 2 * 4096) }.unwrap();
     assert_eq!(vfio.mappings().len(), before);
 }
 
@@ -417,7 +427,8 @@ fn a_udmabuf_mapping_is_charged_to_memlock_and_refused_past_the_limit() {
         peer: None,
     };
     let before = vfio.mappings();
-    let e = vfio.map_dmabuf(IOVA_A, &whole(2 << 20)).unwrap_err();
+    // SAFETY: this test owns the device and its IOVA space; nothing else maps or programs it.
+    let e = unsafe { vfio.map_dmabuf(IOVA_A, &whole(2 << 20)) }.unwrap_err();
     println!("2 MiB udmabuf: {e}");
     assert!(
         matches!(e, BackendError::MemlockLimit { needed, limit, .. } if needed == 2 << 20 && limit == LIMIT),
@@ -426,12 +437,14 @@ fn a_udmabuf_mapping_is_charged_to_memlock_and_refused_past_the_limit() {
     assert_eq!(vfio.mappings(), before, "a refused mapping stayed");
     // 64 KiB fits, and type1's pin of the memfd's pages is charged: exactly 64 KiB more.
     let locked = bypass_driver::dma::MemlockState::current().locked;
-    vfio.map_dmabuf(IOVA_A, &whole(64 << 10)).unwrap();
+    // SAFETY: this test owns the device and its IOVA space; nothing else maps or programs it.
+    unsafe { vfio.map_dmabuf(IOVA_A, &whole(64 << 10)) }.unwrap();
     assert_eq!(
         bypass_driver::dma::MemlockState::current().locked - locked,
         64 << 10
     );
-    vfio.unmap_dma(IOVA_A, 64 << 10).unwrap();
+    // SAFETY: this test owns the device and its IOVA space; nothing else maps or programs it.
+    unsafe { vfio.unmap_dma(IOVA_A, 64 << 10) }.unwrap();
     assert_eq!(bypass_driver::dma::MemlockState::current().locked, locked);
     assert_eq!(vfio.mappings(), before);
 }

@@ -134,7 +134,8 @@ fn edu_identifies_and_answers_liveness_through_the_backend() {
     // Accesses outside BAR0 are refused and counted, never a fault.
     assert_eq!(vfio.mmio_errors(), 0);
     assert_eq!(vfio.read32(1 << 20), u32::MAX);
-    vfio.write32(2, 0);
+    // SAFETY: this test owns the device and its IOVA space; nothing else maps or programs it.
+    unsafe { vfio.write32(2, 0) };
     assert_eq!(vfio.mmio_errors(), 2);
 }
 
@@ -275,7 +276,8 @@ fn dma_after_unmap_does_not_reach_the_memory() {
     let (vfio, edu) = open();
     let region = Arc::new(bypass_driver::dma::DmaRegion::new(4096).unwrap());
     let iova = 0x0200_0000;
-    vfio.map_dma(iova, region.clone()).unwrap();
+    // SAFETY: this test owns the device and its IOVA space; nothing else maps or programs it.
+    unsafe { vfio.map_dma(iova, region.clone()) }.unwrap();
     let host = |off: usize| -> u8 {
         // SAFETY: off < 4096, inside the live region; a volatile read of one byte.
         unsafe { region.as_ptr().as_ptr().add(off).read_volatile() }
@@ -294,7 +296,8 @@ fn dma_after_unmap_does_not_reach_the_memory() {
         "mapped DMA did not land"
     );
     // Unmapped: the same transfer no longer reaches the memory.
-    vfio.unmap_dma(iova, 4096).unwrap();
+    // SAFETY: this test owns the device and its IOVA space; nothing else maps or programs it.
+    unsafe { vfio.unmap_dma(iova, 4096) }.unwrap();
     fill(0x33);
     edu.dma_to_host(0, iova, 4096, false, T).unwrap();
     assert!(
@@ -312,10 +315,12 @@ fn dma_after_unmap_does_not_reach_the_memory() {
         "the device read unmapped memory"
     );
     // Unmapping twice is a clear error, not a crash.
-    let e = vfio.unmap_dma(iova, 4096).unwrap_err();
+    // SAFETY: this test owns the device and its IOVA space; nothing else maps or programs it.
+    let e = unsafe { vfio.unmap_dma(iova, 4096) }.unwrap_err();
     assert!(e.to_string().contains("nothing is mapped"), "{e}");
     // Mapping outside the apertures or unaligned is refused before the kernel sees it.
-    assert!(vfio.map_dma(iova + 1, region.clone()).is_err());
+    // SAFETY: this test owns the device and its IOVA space; nothing else maps or programs it.
+    assert!(unsafe { vfio.map_dma(iova + 1, region.clone()) }.is_err());
 }
 
 #[test]

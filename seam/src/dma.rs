@@ -127,6 +127,22 @@ fn in_bounds(offset: usize, len: usize, total: usize) -> bool {
 }
 
 /// The IOMMU of one device, as the driver maps memory into it.
+///
+/// Mapping and unmapping are `unsafe`: they decide what the device can reach at an IOVA, and
+/// an IOVA the driver has given the device (a ring, a mailbox, a registered buffer) remapped
+/// or unmapped behind it makes the device read or write memory nobody meant for it.
+///
+/// # Safety (of map and unmap)
+/// The caller owns the IOVA range: it allocated it from [`DmaMap::iova_ranges`] itself, no
+/// other mapping is live there, and nothing it programmed into the device still refers to an
+/// IOVA it unmaps. The driver's `DmaMapper` is the one such caller.
+///
+/// Safe code holding a backend cannot unmap what the device uses:
+/// ```compile_fail,E0133
+/// fn pull(iommu: &dyn bypass_seam::DmaMap) {
+///     let _ = iommu.unmap_dma(0x1000, 4096);
+/// }
+/// ```
 pub trait DmaMap: Send + Sync {
     /// The IOVA apertures the IOMMU accepts (VFIO: `VFIO_IOMMU_GET_INFO`'s IOVA-range
     /// capability, or [`IovaRange::LEGACY`]). The driver allocates every IOVA inside them.
@@ -138,11 +154,17 @@ pub trait DmaMap: Send + Sync {
     ///
     /// Errors: [`BackendError::DmaMap`] (with the backend's reason and fix),
     /// [`BackendError::MemlockLimit`] where mapping pins ([`DmaMap::pins_on_map`]).
-    fn map_dma(&self, iova: u64, mem: Arc<dyn HostMemory>) -> Result<(), BackendError>;
+    ///
+    /// # Safety
+    /// The trait's contract: the caller owns `iova..iova + mem.len()`.
+    unsafe fn map_dma(&self, iova: u64, mem: Arc<dyn HostMemory>) -> Result<(), BackendError>;
 
     /// Unmaps the mapping made at `iova` of `len` bytes (`VFIO_IOMMU_UNMAP_DMA`). After it
     /// returns the device can no longer reach the memory.
-    fn unmap_dma(&self, iova: u64, len: usize) -> Result<(), BackendError>;
+    ///
+    /// # Safety
+    /// The trait's contract: the caller made this mapping and the device no longer uses it.
+    unsafe fn unmap_dma(&self, iova: u64, len: usize) -> Result<(), BackendError>;
 
     /// True when [`DmaMap::map_dma`] pins the memory itself and charges it to
     /// `RLIMIT_MEMLOCK` (VFIO type1: `vfio_iommu_type1.c` `vfio_pin_pages_remote` →
@@ -161,7 +183,10 @@ pub trait DmaMap: Send + Sync {
     ///
     /// Errors: [`BackendError::DmaBuf`] naming the exporter, what is missing and the fix.
     /// The default (a backend that maps host memory only) refuses every dma-buf.
-    fn map_dmabuf(&self, iova: u64, slice: &DmaBufSlice) -> Result<(), BackendError> {
+    ///
+    /// # Safety
+    /// The trait's contract: the caller owns `iova..iova + slice.len`.
+    unsafe fn map_dmabuf(&self, iova: u64, slice: &DmaBufSlice) -> Result<(), BackendError> {
         Err(BackendError::DmaBuf {
             iova,
             len: slice.len,

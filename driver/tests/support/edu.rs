@@ -137,7 +137,8 @@ impl Edu {
 
     /// Writes `v` to the liveness register and returns what it reads back (`!v`).
     pub fn liveness(&self, v: u32) -> u32 {
-        self.backend.write32(REG_LIVENESS, v);
+        // SAFETY: the edu device is this test's own; its registers name IOVAs this test mapped.
+        unsafe { self.backend.write32(REG_LIVENESS, v) };
         self.backend.read32(REG_LIVENESS)
     }
 
@@ -174,9 +175,13 @@ impl Edu {
         self.wait("the previous factorial", REG_STATUS, timeout, || {
             u64::from(self.backend.read32(REG_STATUS) & STATUS_COMPUTING)
         })?;
-        self.backend
-            .write32(REG_STATUS, if irq { STATUS_IRQ_FACT } else { 0 });
-        self.backend.write32(REG_FACTORIAL, n);
+        // SAFETY: the edu device is this test's own; its registers name IOVAs this test mapped.
+        unsafe {
+            self.backend
+                .write32(REG_STATUS, if irq { STATUS_IRQ_FACT } else { 0 })
+        };
+        // SAFETY: the edu device is this test's own; its registers name IOVAs this test mapped.
+        unsafe { self.backend.write32(REG_FACTORIAL, n) };
         self.wait("the factorial", REG_STATUS, timeout, || {
             u64::from(self.backend.read32(REG_STATUS) & STATUS_COMPUTING)
         })?;
@@ -185,7 +190,8 @@ impl Edu {
 
     /// Raises an interrupt with status bits `value`.
     pub fn raise_irq(&self, value: u32) {
-        self.backend.write32(REG_IRQ_RAISE, value);
+        // SAFETY: the edu device is this test's own; its registers name IOVAs this test mapped.
+        unsafe { self.backend.write32(REG_IRQ_RAISE, value) };
     }
 
     /// The interrupt status register.
@@ -195,7 +201,8 @@ impl Edu {
 
     /// Clears interrupt status bits `value`.
     pub fn ack_irq(&self, value: u32) {
-        self.backend.write32(REG_IRQ_ACK, value);
+        // SAFETY: the edu device is this test's own; its registers name IOVAs this test mapped.
+        unsafe { self.backend.write32(REG_IRQ_ACK, value) };
     }
 
     fn check(dev_off: u64, iova: u64, len: u64) -> Result<(), EduError> {
@@ -220,10 +227,14 @@ impl Edu {
         self.wait("the previous DMA", REG_DMA_CMD, timeout, || {
             u64::from(self.backend.read32(REG_DMA_CMD)) & DMA_START
         })?;
-        self.backend.write64(REG_DMA_SRC, src);
-        self.backend.write64(REG_DMA_DST, dst);
-        self.backend.write64(REG_DMA_COUNT, len);
-        self.backend.write64(REG_DMA_CMD, cmd | DMA_START);
+        // SAFETY: the edu device is this test's own; its registers name IOVAs this test mapped.
+        unsafe { self.backend.write64(REG_DMA_SRC, src) };
+        // SAFETY: the edu device is this test's own; its registers name IOVAs this test mapped.
+        unsafe { self.backend.write64(REG_DMA_DST, dst) };
+        // SAFETY: the edu device is this test's own; its registers name IOVAs this test mapped.
+        unsafe { self.backend.write64(REG_DMA_COUNT, len) };
+        // SAFETY: the edu device is this test's own; its registers name IOVAs this test mapped.
+        unsafe { self.backend.write64(REG_DMA_CMD, cmd | DMA_START) };
         self.wait("the DMA", REG_DMA_CMD, timeout, || {
             u64::from(self.backend.read32(REG_DMA_CMD)) & DMA_START
         })

@@ -460,15 +460,15 @@ impl Mmio for SimBackend {
         }
     }
 
-    fn write32(&self, off: u64, v: u32) {
+    unsafe fn write32(&self, off: u64, v: u32) {
         self.mmio_write(off, &v.to_ne_bytes());
     }
 
-    fn write64(&self, off: u64, v: u64) {
+    unsafe fn write64(&self, off: u64, v: u64) {
         self.mmio_write(off, &v.to_ne_bytes());
     }
 
-    fn write_bf(&self, off: u64, chunk: &[u64; 8]) {
+    unsafe fn write_bf(&self, off: u64, chunk: &[u64; 8]) {
         let mut bytes = [0u8; 64];
         for (dst, v) in bytes.chunks_exact_mut(8).zip(chunk) {
             dst.copy_from_slice(&v.to_ne_bytes());
@@ -488,7 +488,7 @@ impl DmaMap for SimBackend {
         SIM_IOVA_RANGES.to_vec()
     }
 
-    fn map_dma(&self, iova: u64, region: Arc<dyn HostMemory>) -> Result<(), BackendError> {
+    unsafe fn map_dma(&self, iova: u64, region: Arc<dyn HostMemory>) -> Result<(), BackendError> {
         let len = region.len();
         let mut world = lock(&self.fabric.inner.world);
         world
@@ -506,7 +506,7 @@ impl DmaMap for SimBackend {
     /// With `slice.peer`: a mapping whose accesses are copies through it. Without one, a
     /// CPU-mappable exporter's pages `mmap`ed ([`MappedDmaBuf`]: copies bracketed with
     /// `DMA_BUF_IOCTL_SYNC`). Anything else is refused, naming the exporter.
-    fn map_dmabuf(&self, iova: u64, slice: &DmaBufSlice) -> Result<(), BackendError> {
+    unsafe fn map_dmabuf(&self, iova: u64, slice: &DmaBufSlice) -> Result<(), BackendError> {
         let exporter = slice.file.exporter();
         let refuse = |reason: String| BackendError::DmaBuf {
             iova,
@@ -538,7 +538,7 @@ impl DmaMap for SimBackend {
             .map_err(|e| refuse(e.to_string()))
     }
 
-    fn unmap_dma(&self, iova: u64, len: usize) -> Result<(), BackendError> {
+    unsafe fn unmap_dma(&self, iova: u64, len: usize) -> Result<(), BackendError> {
         let mut world = lock(&self.fabric.inner.world);
         world
             .device(self.id)

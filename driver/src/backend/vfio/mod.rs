@@ -497,19 +497,19 @@ impl Mmio for VfioBackend {
         }
     }
 
-    fn write32(&self, off: u64, v: u32) {
+    unsafe fn write32(&self, off: u64, v: u32) {
         if self.bar0.as_ref().and_then(|b| b.write32(off, v)).is_none() {
             self.count_mmio_error("write32", off);
         }
     }
 
-    fn write64(&self, off: u64, v: u64) {
+    unsafe fn write64(&self, off: u64, v: u64) {
         if self.bar0.as_ref().and_then(|b| b.write64(off, v)).is_none() {
             self.count_mmio_error("write64", off);
         }
     }
 
-    fn write_bf(&self, off: u64, chunk: &[u64; 8]) {
+    unsafe fn write_bf(&self, off: u64, chunk: &[u64; 8]) {
         if self
             .bar0
             .as_ref()
@@ -530,7 +530,7 @@ impl DmaMap for VfioBackend {
         usable_ranges(&self.iommu.ranges)
     }
 
-    fn map_dma(&self, iova: u64, region: Arc<dyn HostMemory>) -> Result<(), BackendError> {
+    unsafe fn map_dma(&self, iova: u64, region: Arc<dyn HostMemory>) -> Result<(), BackendError> {
         let len = region.len();
         self.check_iova(iova, len)
             .map_err(|reason| self.map_err("map", iova, len, reason))?;
@@ -568,13 +568,13 @@ impl DmaMap for VfioBackend {
         true
     }
 
-    fn map_dmabuf(&self, iova: u64, slice: &DmaBufSlice) -> Result<(), BackendError> {
+    unsafe fn map_dmabuf(&self, iova: u64, slice: &DmaBufSlice) -> Result<(), BackendError> {
         self.map_dmabuf_checked(iova, slice).map_err(|refusal| {
             refusal.into_backend(&self.bdf, iova, slice.len, slice.file.exporter().name())
         })
     }
 
-    fn unmap_dma(&self, iova: u64, len: usize) -> Result<(), BackendError> {
+    unsafe fn unmap_dma(&self, iova: u64, len: usize) -> Result<(), BackendError> {
         let mut maps = self.mappings.lock().unwrap_or_else(PoisonError::into_inner);
         match maps.get(&iova) {
             Some(&(mapped, _)) if mapped == len => {}
