@@ -40,10 +40,10 @@ pub struct NicSnapshot {
 }
 
 impl Nic {
-    /// Device `id` (10.0.0.`id`) with `mem_len` bytes of host memory, brought up, with its
+    /// A device of `profile` with `mem_len` bytes of host memory, brought up, with its
     /// objects created (QPs in RESET).
-    pub fn new(id: u8, mem_len: usize) -> Self {
-        let mut raw = Raw::with_memory(Profile::with_id(id), mem_len, 24);
+    pub fn new(profile: Profile, mem_len: usize) -> Self {
+        let mut raw = Raw::with_memory(profile, mem_len, 24);
         raw.bring_up();
         let pd = raw.alloc_pd().expect("PD");
         let eqn = raw.async_eq.expect("EQ").eqn;
@@ -108,11 +108,17 @@ pub struct PairSnapshot {
 }
 
 impl Pair {
-    /// Both NICs up (`mem_len` bytes of host memory each), RC QPs connected to each other, UD
-    /// QPs in RTS, receive WQEs posted on every QP.
+    /// Devices 1 and 2 (10.0.0.1 and 10.0.0.2), as [`Pair::connected_as`] connects them.
     pub fn connected(mem_len: usize) -> Self {
-        let mut a = Nic::new(1, mem_len);
-        let mut b = Nic::new(2, mem_len);
+        Self::connected_as(Profile::with_id(1), Profile::with_id(2), mem_len)
+    }
+
+    /// NICs of profiles `pa` and `pb` up (`mem_len` bytes of host memory each), RC QPs
+    /// connected to each other (GID index 0 of each), UD QPs in RTS, receive WQEs posted on
+    /// every QP.
+    pub fn connected_as(pa: Profile, pb: Profile, mem_len: usize) -> Self {
+        let mut a = Nic::new(pa, mem_len);
+        let mut b = Nic::new(pb, mem_len);
         let (ga, gb) = (a.raw.gid(), b.raw.gid());
         let (arc, brc, aud, bud) = (a.rc, b.rc, a.ud, b.ud);
         a.raw
