@@ -184,6 +184,9 @@ pub struct Raw {
     pub uar: u32,
     /// The async EQ `bring_up` created (page requests, CQ errors, port changes; not CMD).
     pub async_eq: Option<HostEq>,
+    /// When set, every command [`Raw::cmd`] runs is appended: its input and output length
+    /// (the fuzz seeds' capture of real commands).
+    pub log: Option<Vec<(Vec<u8>, usize)>>,
 }
 
 impl Raw {
@@ -209,6 +212,7 @@ impl Raw {
             mailboxes,
             uar: 0,
             async_eq: None,
+            log: None,
         }
     }
 
@@ -384,6 +388,9 @@ impl Raw {
 
     /// Executes one command on slot 0 and returns its output (`out_len` bytes).
     pub fn cmd(&mut self, input: &[u8], out_len: usize) -> Result<Vec<u8>, CmdFailure> {
+        if let Some(log) = &mut self.log {
+            log.push((input.to_vec(), out_len));
+        }
         let p = self.post(0, input, out_len);
         self.ring(1);
         self.complete(&p)
