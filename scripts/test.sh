@@ -20,7 +20,9 @@
 #                        libibverbs.so.1 (scripts/verbs-programs.sh; scripts/abi-check.sh
 #                        checks that every one of them, pyverbs' modules included, loads)
 #
-#   cargo-fuzz          (by scripts/fuzz.sh) short fuzz runs of the sim's command and WQE targets
+#   cargo-fuzz           (by scripts/fuzz.sh) short fuzz runs of every target of sim/fuzz and
+#                        verbs-api/fuzz (commands, wqes, rx_packets, udp_link, exchange_json,
+#                        pingpong_text), each from its committed seeds
 #   qemu-system-x86 (bookworm-backports), busybox-static, kmod, cpio, util-linux (setpriv,
 #                        prlimit) and a Debian guest kernel, by scripts/guest/build-guest.sh:
 #                        the VFIO backend's tests run on a real kernel in a QEMU guest
