@@ -4,7 +4,7 @@
 //! path the way a buggy driver could: arbitrary bytes as send WQEs (any opcode, DS count,
 //! segments, lkeys, rkeys, addresses, lengths), written into the SQ ring and announced by an
 //! 8-byte doorbell or a BlueFlame copy, arbitrary receive WQEs, doorbell-record producers that
-//! jump anywhere, and CQ arm doorbells. Packets are carried between the NICs and time
+//! jump laps ahead, and CQ arm doorbells. Packets are carried between the NICs and time
 //! advances in bounded steps.
 //!
 //! Asserts nothing but that nothing panics and that both devices still answer a command.
@@ -70,10 +70,18 @@ fn step(p: &mut Pair, op: u8, data: &mut Input<'_>) {
             };
             me.raw.post_recv(&mut qp, &[(key, va, len)]);
         }
-        // A doorbell record producer that jumps (SQ or RQ).
+        // A doorbell record producer that jumps (RQ or SQ) up to 255 ahead of the driver's:
+        // many laps of the 16-entry rings. (A producer behind the device's counter is
+        // ~65,500 ahead in 16-bit arithmetic: a QP in ERR then flushes the ring 4,096 times
+        // per input, which only slows the fuzzer down.)
         4 => {
-            let v = u32::from(data.u16());
-            let dw = if op & 0x8 == 0 { 0 } else { 4 };
+            let jump = u32::from(data.u8());
+            let (pi, dw) = if op & 0x8 == 0 {
+                (qp.rq_pi, 0)
+            } else {
+                (qp.sq_pi, 4)
+            };
+            let v = pi.wrapping_add(jump) & 0xffff;
             me.raw.write(qp.dbr_off + dw, &v.to_be_bytes());
         }
         // Arm the CQ.
