@@ -44,7 +44,10 @@ failed=0
 for dir in $dirs; do
     cd "$root/$dir"
     start=$(date +%s)
-    cargo fuzz build >/dev/null
+    if ! built="$(cargo fuzz build 2>&1)"; then
+        echo "$built"
+        exit 1
+    fi
     echo "scripts/fuzz.sh: built $dir in $(( $(date +%s) - start ))s"
     for target in $(cargo fuzz list); do
         if [ -n "${FUZZ_TARGETS:-}" ] && ! [[ " $FUZZ_TARGETS " == *" $target "* ]]; then
