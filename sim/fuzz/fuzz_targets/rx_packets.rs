@@ -79,7 +79,9 @@ fuzz_target!(|data: &[u8]| {
                 }
                 n.cq = cq;
                 let i = header(Opcode::NOP, 0, 16);
-                n.raw.cmd(&i, 16).expect("the device still answers commands");
+                n.raw
+                    .cmd(&i, 16)
+                    .expect("the device still answers commands");
             }
         },
     );

@@ -85,7 +85,11 @@ fn datagram(p: &Pair, flags: u8, data: &mut Input<'_>) -> (u16, usize, Vec<u8>, 
     let mut d = data.record(MAX_DATAGRAM).to_vec();
     let n = d.len();
     let seg_len = if seg == 0 || seg > n { n.max(1) } else { seg };
-    let qpn = if flags & 4 == 0 { p.a.rc.qpn } else { p.a.ud.qpn };
+    let qpn = if flags & 4 == 0 {
+        p.a.rc.qpn
+    } else {
+        p.a.ud.qpn
+    };
     for (k, s) in d.chunks_mut(seg_len).enumerate() {
         if flags & 2 != 0
             && let Some(q) = s.get_mut(5..8)
@@ -151,7 +155,9 @@ fn run(w: &mut World, data: &[u8]) {
     }
     a.cq = cq;
     let i = header(Opcode::NOP, 0, 16);
-    a.raw.cmd(&i, 16).expect("the device still answers commands");
+    a.raw
+        .cmd(&i, 16)
+        .expect("the device still answers commands");
 }
 
 fuzz_target!(|data: &[u8]| {

@@ -120,7 +120,9 @@ fuzz_target!(|data: &[u8]| {
             p.carry(256);
             for n in [&mut p.a, &mut p.b] {
                 let i = header(Opcode::NOP, 0, 16);
-                n.raw.cmd(&i, 16).expect("the device still answers commands");
+                n.raw
+                    .cmd(&i, 16)
+                    .expect("the device still answers commands");
             }
         },
     );

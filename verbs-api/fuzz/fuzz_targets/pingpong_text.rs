@@ -33,7 +33,9 @@ fn check(text: &str, mtu: Mtu) {
     let shown = ep.to_string();
     assert_eq!(shown.len(), QpEndpoint::PINGPONG_TEXT_LEN, "{shown}");
     assert!(
-        shown.bytes().all(|b| b == b':' || b.is_ascii_digit() || (b'a'..=b'f').contains(&b)),
+        shown
+            .bytes()
+            .all(|b| b == b':' || b.is_ascii_digit() || (b'a'..=b'f').contains(&b)),
         "{shown}"
     );
     let back = QpEndpoint::parse_pingpong(&shown, mtu).expect("its text parses");
