@@ -37,11 +37,3 @@ impl<'a> Input<'a> {
         self.take(n)
     }
 }
-
-/// Appends a record [`Input::record`] reads back: `bytes.len()` as a big-endian u16, then
-/// `bytes` (at most 65,535 of them).
-pub fn push_record(out: &mut Vec<u8>, bytes: &[u8]) {
-    let n = bytes.len().min(usize::from(u16::MAX));
-    out.extend_from_slice(&(n as u16).to_be_bytes());
-    out.extend_from_slice(&bytes[..n]);
-}
