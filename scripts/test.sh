@@ -20,8 +20,10 @@
 #                        libibverbs.so.1 (scripts/verbs-programs.sh; scripts/abi-check.sh
 #                        checks that every one of them, pyverbs' modules included, loads)
 #
-#   cargo-fuzz          (by scripts/fuzz.sh) short fuzz runs of the sim's command and WQE targets
-#   nightly miri        (by scripts/miri.sh: rustup's nightly toolchain with the miri and
+#   cargo-fuzz           (by scripts/fuzz.sh) short fuzz runs of every target of sim/fuzz and
+#                        verbs-api/fuzz (commands, wqes, rx_packets, udp_link, exchange_json,
+#                        pingpong_text), each from its committed seeds
+#   nightly miri         (by scripts/miri.sh: rustup's nightly toolchain with the miri and
 #                        rust-src components) the UB checker over the pure unsafe code
 #   qemu-system-x86 (bookworm-backports), busybox-static, kmod, cpio, util-linux (setpriv,
 #                        prlimit) and a Debian guest kernel, by scripts/guest/build-guest.sh:

@@ -142,7 +142,7 @@ struct BfPartial {
 }
 
 /// BAR0: the init segment's registers, the UAR pages' decode and the latched doorbells.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct Bar0 {
     /// The init segment as the host reads it (BAR0 0x0000..INIT_SEG_LEN).
     iseg: InitSeg<[u8; iseg::INIT_SEG_LEN]>,

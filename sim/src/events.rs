@@ -47,7 +47,19 @@ impl Msix {
     }
 }
 
+/// A copy raises to no handler: the handler belongs to the device's owner, and
+/// `Device::reset_to` keeps the one it has.
+impl Clone for Msix {
+    fn clone(&self) -> Self {
+        Self {
+            handler: None,
+            raised: self.raised.clone(),
+        }
+    }
+}
+
 /// The CQs and EQs, and the interrupts their events raise.
+#[derive(Clone)]
 pub(crate) struct Completions {
     /// Completion queues.
     pub(crate) cqs: Table<Cq>,
@@ -89,6 +101,16 @@ impl Completions {
     /// Installs the interrupt handler.
     pub(crate) fn set_handler(&mut self, handler: impl FnMut(u16) + Send + 'static) {
         self.msix.handler = Some(Box::new(handler));
+    }
+
+    /// Removes the interrupt handler (for `Device::reset_to`, which puts it back).
+    pub(crate) fn take_handler(&mut self) -> Option<Box<dyn FnMut(u16) + Send>> {
+        self.msix.handler.take()
+    }
+
+    /// Installs `handler` (or none), as [`Completions::take_handler`] gave it.
+    pub(crate) fn put_handler(&mut self, handler: Option<Box<dyn FnMut(u16) + Send>>) {
+        self.msix.handler = handler;
     }
 
     /// Interrupts raised so far on `vector`.

@@ -71,7 +71,7 @@ impl TxTrains {
 }
 
 /// A packet or a run of packets on its way between two devices.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub enum Frame {
     /// One packet, IP header through ICRC.
     Wire(Vec<u8>),

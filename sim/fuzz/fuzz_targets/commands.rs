@@ -1,4 +1,5 @@
-//! Fuzz target `commands`: a brought-up device, then the fuzz input as
+//! Fuzz target `commands`: a brought-up device (brought up once per process, reset to its
+//! snapshot before every input), then the fuzz input as
 //! (a) a sequence of command inputs of arbitrary length posted through correct mailbox chains,
 //! or (b) raw command-entry and mailbox bytes.
 //!
@@ -10,13 +11,26 @@
 
 #![no_main]
 
-#[path = "../../tests/common/mod.rs"]
-mod common;
+use std::cell::RefCell;
 
 use bypass_hw::cmd::Opcode;
 use bypass_hw::cmd::entry::MAILBOX_SIZE;
-use common::{CmdFailure, Raw, header};
+use bypass_sim_fuzz::common::{CmdFailure, Raw, header};
+use bypass_sim_fuzz::persist::{self, Persistent};
 use libfuzzer_sys::fuzz_target;
+
+/// Host memory of the device (a reset copies it back: keep it small).
+const MEM: usize = 400 << 10;
+
+thread_local! {
+    static WORLD: RefCell<Option<Persistent<Raw>>> = const { RefCell::new(None) };
+}
+
+fn bring_up() -> Raw {
+    let mut r = Raw::with_memory(bypass_sim::Profile::default(), MEM, 24);
+    r.bring_up();
+    r
+}
 
 /// Longest command the target builds (keeps iterations fast; the device accepts up to 1 MiB).
 const MAX_LEN: usize = 0x2000;
@@ -81,16 +95,16 @@ fn raw_entry(r: &mut Raw, mut data: &[u8]) {
 }
 
 fuzz_target!(|data: &[u8]| {
-    let mut r = Raw::with_memory(bypass_sim::Profile::default(), 2 << 20, 24);
-    r.bring_up();
-    let (mode, rest) = data.split_first().map_or((0, data), |(m, r)| (*m, r));
-    if mode & 1 == 0 {
-        commands(&mut r, rest);
-    } else {
-        raw_entry(&mut r, rest);
-    }
-    match r.simple(Opcode::NOP, 0) {
-        Ok(_) | Err(CmdFailure::Status { .. }) => {}
-        Err(other) => panic!("the device stopped answering: {other:?}"),
-    }
+    persist::with(&WORLD, bring_up, |r| {
+        let (mode, rest) = data.split_first().map_or((0, data), |(m, r)| (*m, r));
+        if mode & 1 == 0 {
+            commands(r, rest);
+        } else {
+            raw_entry(r, rest);
+        }
+        match r.simple(Opcode::NOP, 0) {
+            Ok(_) | Err(CmdFailure::Status { .. }) => {}
+            Err(other) => panic!("the device stopped answering: {other:?}"),
+        }
+    });
 });

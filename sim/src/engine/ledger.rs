@@ -40,7 +40,7 @@ pub(crate) struct PendingErr {
 }
 
 /// One QP's share of the ledger.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 struct QpEntry {
     /// Its bursts still reading its memory.
     reads: BurstReads,
@@ -49,7 +49,7 @@ struct QpEntry {
 }
 
 /// Bursts in flight and what waits for them.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub(crate) struct Ledger {
     /// By QPN; made at a QP's first burst or held CQE, dropped with the QP.
     qps: Vec<Option<QpEntry>>,

@@ -160,6 +160,7 @@ impl std::fmt::Debug for HostRun {
 }
 
 /// What a mapping reaches.
+#[derive(Clone)]
 enum Target {
     /// Host memory, from this offset in it: reached through its base pointer.
     Host(Arc<dyn HostMemory>),
@@ -167,6 +168,7 @@ enum Target {
     Peer(Arc<dyn PeerMemory>),
 }
 
+#[derive(Clone)]
 struct Mapping {
     len: usize,
     target: Target,
@@ -215,7 +217,7 @@ impl Seg<'_> {
 }
 
 /// The IOVA space of one device.
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub struct Iommu {
     maps: BTreeMap<u64, Mapping>,
     faults: u64,
@@ -623,6 +625,17 @@ impl Iommu {
             Target::Peer(p) => Seg::Peer(p),
         };
         Some((seg, m.offset + within, len.min(m.len - within)))
+    }
+
+    /// Every host mapping: its buffer, the mapping's offset in it and its length (for
+    /// `Device::snapshot`).
+    pub(crate) fn host_mappings(
+        &self,
+    ) -> impl Iterator<Item = (&Arc<dyn HostMemory>, usize, usize)> {
+        self.maps.values().filter_map(|m| match &m.target {
+            Target::Host(mem) => Some((mem, m.offset, m.len)),
+            Target::Peer(_) => None,
+        })
     }
 
     /// Number of live mappings that reach peer memory (by copies).

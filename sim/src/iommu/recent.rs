@@ -24,6 +24,7 @@ use crate::memory::HostMemory;
 pub(super) const RECENT: usize = 4;
 
 /// A mapping an access went through lately: its IOVA range, buffer and rights.
+#[derive(Clone)]
 pub(super) struct Cached {
     pub(super) start: u64,
     pub(super) end: u64,
@@ -63,7 +64,7 @@ unsafe impl Sync for Cached {}
 /// The last few mappings accesses went through (a ping-pong touches about four: SQ ring,
 /// doorbell record, CQ ring, buffer), so that an access inside one costs a compare, not a
 /// tree search. Emptied whenever a mapping goes away.
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub(super) struct Recent {
     slots: [Option<Cached>; RECENT],
     next: usize,

@@ -110,6 +110,57 @@ impl UdpLink {
         self.rx_filled
     }
 
+    /// Places `datagram`, as received from `from`, in the next receive buffer exactly as
+    /// [`UdpLink::fill_rx`] leaves one it read (a `UDP_GRO` train of `seg`-byte segments when
+    /// `seg` is non-zero and below its length), for [`UdpLink::deliver_rx`]: the link's
+    /// datagram handling without a socket, for fuzzing and tests. Returns how many datagrams
+    /// wait then; an empty datagram (a peer's ID probe) is counted in `rx_empty` and not
+    /// placed, nor is one when the buffers are full or it is longer than a UDP datagram.
+    #[doc(hidden)]
+    pub fn push_rx(&mut self, from: SocketAddr, datagram: &[u8], seg: usize) -> usize {
+        let n = datagram.len();
+        if n == 0 {
+            LinkCounters::add(&self.counters.rx_empty, 1);
+            return self.rx_filled;
+        }
+        if self.rx_filled >= RX_BUFS || n > MAX_DATAGRAM {
+            return self.rx_filled;
+        }
+        if self.rx_bufs.len() <= self.rx_filled {
+            self.rx_bufs.push(RxBuf {
+                data: vec![0; RX_HEADROOM + MAX_DATAGRAM],
+                len: 0,
+                from: self.local,
+                seg: 0,
+            });
+        }
+        let Some(b) = self.rx_bufs.get_mut(self.rx_filled) else {
+            return self.rx_filled;
+        };
+        let Some(space) = b.data.get_mut(RX_HEADROOM..RX_HEADROOM + n) else {
+            return self.rx_filled;
+        };
+        space.copy_from_slice(datagram);
+        let seg = if seg == 0 || seg > n { n } else { seg };
+        if seg < n {
+            LinkCounters::add(&self.counters.rx_gro_reads, 1);
+        }
+        (b.len, b.from, b.seg) = (n, from, seg);
+        self.rx_filled += 1;
+        self.rx_filled
+    }
+
+    /// Forgets what receiving taught the link about its peers (the IPv4 ID each is expected
+    /// to send next) and drops the datagrams waiting for [`UdpLink::deliver_rx`]; the caches
+    /// that only make receiving faster (ICRC deltas by length, header CRC states) stay, and
+    /// so do the counters. After it, the link delivers datagrams exactly as a freshly bound
+    /// one would (a fuzz target's reset between inputs).
+    #[doc(hidden)]
+    pub fn forget_rx(&mut self) {
+        self.rx_ids = Default::default();
+        self.rx_filled = 0;
+    }
+
     /// Turns the receiving socket's `UDP_GRO` on or off, as `RxMode` asked (a refusal
     /// leaves the mode as it was).
     fn set_gro(&mut self, on: bool) {

@@ -922,3 +922,38 @@ fn ipv6_packets_cross_the_socket_too() {
     assert_eq!(got, buf);
     assert!(RocePacket::parse(&got).unwrap().icrc_ok());
 }
+
+/// A `sized` packet with IPv4 ID `id`.
+fn sized_with_id(psn: u32, len: usize, sport: u16, id: u16) -> Vec<u8> {
+    let data: Vec<u8> = (0..len).map(|i| (i * 31 + psn as usize) as u8).collect();
+    let mut ip = IpSpec::from_gids(
+        &Profile::ipv4_gid([127, 0, 0, 1]),
+        &Profile::ipv4_gid([127, 0, 0, 2]),
+    )
+    .unwrap();
+    if let IpSpec::V4(v4) = &mut ip {
+        v4.id = id;
+    }
+    built(ip, sport, BthOpcode::RC_RDMA_WRITE_MIDDLE, psn, &data)
+}
+
+#[test]
+fn a_pushed_train_is_delivered_as_the_packets_it_was_cut_from() {
+    let mut b = link(2);
+    let from = SocketAddr::new(Ipv4Addr::new(127, 0, 0, 1).into(), 0xc320);
+    // Segment k carries ID 0x1234 + k: the link must solve for the first and follow.
+    let sent: Vec<Vec<u8>> = (0..3)
+        .map(|k| sized_with_id(k, 64, 0xc320, 0x1234 + k as u16))
+        .collect();
+    let hl = 20 + UDP_HDR_LEN;
+    let train: Vec<u8> = sent.iter().flat_map(|p| p[hl..].to_vec()).collect();
+    assert_eq!(b.push_rx(from, &train, sent[0].len() - hl), 1);
+    let mut got = Vec::new();
+    b.deliver_rx(|p| got.push((p.bytes.to_vec(), p.icrc_checked)));
+    assert_eq!(got, sent.into_iter().map(|p| (p, true)).collect::<Vec<_>>());
+    // An empty datagram is a probe, not a packet; forgotten datagrams are not delivered.
+    assert_eq!(b.push_rx(from, &[], 0), 0);
+    assert_eq!(b.push_rx(from, &train, 0), 1);
+    b.forget_rx();
+    assert_eq!(b.deliver_rx(|_| {}), 0);
+}

@@ -25,7 +25,7 @@ use crate::table::Table;
 const BURST_SPARES: usize = 8;
 
 /// The transport engine's device-wide state.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub(crate) struct Transport {
     /// Packets that arrived from the wire, not yet processed.
     pub(crate) rx: VecDeque<Frame>,

@@ -13,6 +13,7 @@
 
 #![allow(dead_code)] // each test file uses a different subset
 
+pub mod pair;
 pub mod qp;
 
 use std::sync::Arc;
@@ -159,6 +160,17 @@ pub struct HostMr {
     pub len: usize,
 }
 
+/// A [`Raw`] at one moment ([`Raw::snapshot`]).
+#[derive(Debug)]
+pub struct RawSnapshot {
+    /// The device and its host memory.
+    pub dev: bypass_sim::device::DeviceSnapshot,
+    next: usize,
+    token: u8,
+    uar: u32,
+    async_eq: Option<HostEq>,
+}
+
 /// One device and the driver's view of it.
 pub struct Raw {
     /// The device.
@@ -172,6 +184,9 @@ pub struct Raw {
     pub uar: u32,
     /// The async EQ `bring_up` created (page requests, CQ errors, port changes; not CMD).
     pub async_eq: Option<HostEq>,
+    /// When set, every command [`Raw::cmd`] runs is appended: its input and output length
+    /// (the fuzz seeds' capture of real commands).
+    pub log: Option<Vec<(Vec<u8>, usize)>>,
 }
 
 impl Raw {
@@ -197,7 +212,30 @@ impl Raw {
             mailboxes,
             uar: 0,
             async_eq: None,
+            log: None,
         }
+    }
+
+    /// The device's state and host memory ([`Device::snapshot`]) and the driver's own
+    /// bookkeeping (allocator, command token, async EQ), for [`Raw::reset_to`].
+    pub fn snapshot(&self) -> RawSnapshot {
+        RawSnapshot {
+            dev: self.dev.snapshot(),
+            next: self.next,
+            token: self.token,
+            uar: self.uar,
+            async_eq: self.async_eq,
+        }
+    }
+
+    /// Puts device, host memory and driver bookkeeping back as they were at `snap` (taken of
+    /// this `Raw`).
+    pub fn reset_to(&mut self, snap: &RawSnapshot) {
+        self.dev.reset_to(&snap.dev);
+        self.next = snap.next;
+        self.token = snap.token;
+        self.uar = snap.uar;
+        self.async_eq = snap.async_eq;
     }
 
     /// A default-profile device, brought up.
@@ -350,6 +388,9 @@ impl Raw {
 
     /// Executes one command on slot 0 and returns its output (`out_len` bytes).
     pub fn cmd(&mut self, input: &[u8], out_len: usize) -> Result<Vec<u8>, CmdFailure> {
+        if let Some(log) = &mut self.log {
+            log.push((input.to_vec(), out_len));
+        }
         let p = self.post(0, input, out_len);
         self.ring(1);
         self.complete(&p)
