@@ -272,15 +272,7 @@ impl Lane {
         while self.pending.len() < WINDOW {
             self.post_next()?;
         }
-        let c = self
-            .a_cq
-            .wait(WAIT)
-            .map_err(|source| LaneError::Verb {
-                lane: self.generation,
-                what: "waiting for a completion",
-                source,
-            })?
-            .ok_or_else(|| self.stuck(format!("no completion within {WAIT:?}")))?;
+        let c = self.wait_one()?;
         self.complete(c)?;
         while let Some(c) = self.a_cq.poll_one() {
             self.complete(c)?;
@@ -292,15 +284,7 @@ impl Lane {
     /// packets, and checks every SEND arrived and the atomic target holds the model's value.
     pub fn finish(&mut self, fabric: &SimFabric) -> Result<(), LaneError> {
         while !self.pending.is_empty() {
-            let c = self
-                .a_cq
-                .wait(WAIT)
-                .map_err(|source| LaneError::Verb {
-                    lane: self.generation,
-                    what: "waiting for a completion",
-                    source,
-                })?
-                .ok_or_else(|| self.stuck(format!("no completion within {WAIT:?}")))?;
+            let c = self.wait_one()?;
             self.complete(c)?;
         }
         let _ = fabric.with_world(|w| w.settle(SETTLE_NS));
@@ -441,6 +425,18 @@ impl Lane {
             .map_err(self.verb("post_recv"))?;
         self.next_recv += 1;
         Ok(())
+    }
+
+    /// The next send-side completion, waiting up to [`WAIT`]; none by then is a stuck lane.
+    fn wait_one(&mut self) -> Result<Completion, LaneError> {
+        self.a_cq
+            .wait(WAIT)
+            .map_err(|source| LaneError::Verb {
+                lane: self.generation,
+                what: "waiting for a completion",
+                source,
+            })?
+            .ok_or_else(|| self.stuck(format!("no completion within {WAIT:?}")))
     }
 
     fn complete(&mut self, c: Completion) -> Result<(), LaneError> {
