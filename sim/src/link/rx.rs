@@ -53,6 +53,20 @@ pub(super) struct RxBuf {
     pub(super) seg: usize,
 }
 
+/// Receive buffer `i`, allocated (full size, once) the first time it is used; `None` only
+/// when `i` skips a buffer never allocated, which the callers' `i == rx_filled` rules out.
+fn rx_buf(bufs: &mut Vec<RxBuf>, i: usize, local: SocketAddr) -> Option<&mut RxBuf> {
+    if bufs.len() == i {
+        bufs.push(RxBuf {
+            data: vec![0; RX_HEADROOM + MAX_DATAGRAM],
+            len: 0,
+            from: local,
+            seg: 0,
+        });
+    }
+    bufs.get_mut(i)
+}
+
 impl UdpLink {
     /// Reads what is waiting on the socket, up to about `max` packets (and at most
     /// `RX_BUFS` datagrams or trains), into the link's receive buffers for
@@ -62,15 +76,7 @@ impl UdpLink {
     pub fn fill_rx(&mut self, max: usize) -> usize {
         let mut packets = 0usize;
         while self.rx_filled < RX_BUFS && packets < max {
-            if self.rx_bufs.len() <= self.rx_filled {
-                self.rx_bufs.push(RxBuf {
-                    data: vec![0; RX_HEADROOM + MAX_DATAGRAM],
-                    len: 0,
-                    from: self.local,
-                    seg: 0,
-                });
-            }
-            let Some(b) = self.rx_bufs.get_mut(self.rx_filled) else {
+            let Some(b) = rx_buf(&mut self.rx_bufs, self.rx_filled, self.local) else {
                 break;
             };
             let Some(space) = b.data.get_mut(RX_HEADROOM..) else {
@@ -126,15 +132,7 @@ impl UdpLink {
         if self.rx_filled >= RX_BUFS || n > MAX_DATAGRAM {
             return self.rx_filled;
         }
-        if self.rx_bufs.len() <= self.rx_filled {
-            self.rx_bufs.push(RxBuf {
-                data: vec![0; RX_HEADROOM + MAX_DATAGRAM],
-                len: 0,
-                from: self.local,
-                seg: 0,
-            });
-        }
-        let Some(b) = self.rx_bufs.get_mut(self.rx_filled) else {
+        let Some(b) = rx_buf(&mut self.rx_bufs, self.rx_filled, self.local) else {
             return self.rx_filled;
         };
         let Some(space) = b.data.get_mut(RX_HEADROOM..RX_HEADROOM + n) else {
