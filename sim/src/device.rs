@@ -32,7 +32,7 @@ use crate::trace::{Trace, TraceEvent};
 use crate::transport::state::{DataPath, Transport};
 
 pub use crate::bar0::MmioError;
-pub use snapshot::DeviceSnapshot;
+pub use crate::snapshot::DeviceSnapshot;
 
 /// A simulated mlx5 device: the owner of its parts.
 pub struct Device {
@@ -650,6 +650,5 @@ fn ring(dp: &mut DataPath<'_>, fw: &mut Firmware, bar: &Bar0, db: Doorbell) {
 
 mod cong;
 mod port_tx;
-mod snapshot;
 #[cfg(test)]
 mod tests;

@@ -40,6 +40,7 @@ mod objects;
 pub mod pcap;
 pub mod profile;
 mod ring;
+mod snapshot;
 mod srq;
 mod table;
 pub mod trace;

@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use crate::memory::HostMemory;
 
-use super::Device;
+use crate::device::Device;
 
 /// A device's state and the contents of its host memory at one moment ([`Device::snapshot`]).
 pub struct DeviceSnapshot {
