@@ -451,6 +451,22 @@ mod tests {
     use std::io::{Read, Write};
     use std::net::{TcpListener, TcpStream};
 
+    #[test]
+    fn peer_info_json_with_a_bad_endpoint_is_refused() {
+        let info = PeerInfo {
+            qp: QpEndpoint::parse_pingpong(
+                "0012:abcdef:000001:fe80000000000000021122fffe334455",
+                Mtu::Mtu4096,
+            )
+            .unwrap(),
+            buffers: vec![],
+        };
+        let mut v = serde_json::to_value(&info).unwrap();
+        v["qp"]["psn"] = 0x0123_4567.into();
+        let err = serde_json::from_value::<PeerInfo>(v).unwrap_err();
+        assert!(err.to_string().contains("psn = 0x1234567"), "{err}");
+    }
+
     /// A peer that closes with our bytes unread sends RST: the reader sees
     /// ECONNRESET, and that is reported as the peer's early close.
     #[test]
