@@ -1,5 +1,5 @@
-//! Fuzz target `wqes`: two NICs brought up with real commands, an RC QP pair and a UD QP pair
-//! connected between them, registered memory, CQs and posted receives (built once per
+//! Fuzz target `wqes`: two NICs brought up with real commands, an RC QP pair (two RNR
+//! retries) and a UD QP pair connected between them, registered memory, CQs and posted receives (built once per
 //! process, reset to their snapshot before every input); then the fuzz input drives the data
 //! path the way a buggy driver could: arbitrary bytes as send WQEs (any opcode, DS count,
 //! segments, lkeys, rkeys, addresses, lengths), written into the SQ ring and announced by an
@@ -16,6 +16,7 @@
 use std::cell::RefCell;
 
 use bypass_hw::cmd::Opcode;
+use bypass_sim::Profile;
 use bypass_sim_fuzz::common::header;
 use bypass_sim_fuzz::common::pair::Pair;
 use bypass_sim_fuzz::input::Input;
@@ -24,6 +25,12 @@ use libfuzzer_sys::fuzz_target;
 
 /// Host memory per NIC (a reset copies it back: keep it small).
 const MEM: usize = 400 << 10;
+
+/// RNR retries of the RC QPs: enough to run the RNR retry path and its exhaustion; with
+/// infinite retries (7) a SEND that finds no receive resends its packets every round of
+/// every carry, which would be most of what a long input costs and would explore nothing
+/// new.
+const RNR_RETRY: u8 = 2;
 
 thread_local! {
     static WORLD: RefCell<Option<Persistent<Pair>>> = const { RefCell::new(None) };
@@ -110,7 +117,7 @@ fn step(p: &mut Pair, op: u8, data: &mut Input<'_>) {
 fuzz_target!(|data: &[u8]| {
     persist::with(
         &WORLD,
-        || Pair::connected(MEM),
+        || Pair::connected_rnr(Profile::with_id(1), Profile::with_id(2), MEM, RNR_RETRY),
         |p| {
             let mut data = Input(data);
             while !data.is_empty() {

@@ -187,6 +187,8 @@ pub struct Raw {
     /// When set, every command [`Raw::cmd`] runs is appended: its input and output length
     /// (the fuzz seeds' capture of real commands).
     pub log: Option<Vec<(Vec<u8>, usize)>>,
+    /// The RNR retry count [`Raw::rtr2rts`] gives RC QPs (7, infinite, unless changed).
+    pub rnr_retry: u8,
 }
 
 impl Raw {
@@ -213,6 +215,7 @@ impl Raw {
             uar: 0,
             async_eq: None,
             log: None,
+            rnr_retry: 7,
         }
     }
 

@@ -117,8 +117,18 @@ impl Pair {
     /// connected to each other (GID index 0 of each), UD QPs in RTS, receive WQEs posted on
     /// every QP.
     pub fn connected_as(pa: Profile, pb: Profile, mem_len: usize) -> Self {
+        Self::connected_rnr(pa, pb, mem_len, 7)
+    }
+
+    /// As [`Pair::connected_as`], the RC QPs retrying an RNR NAK `rnr_retry` times (7:
+    /// forever, as [`Pair::connected_as`] has them). A fuzz target gives a finite count: a
+    /// SEND with no receive posted then ends in an RNR-retry-exceeded error instead of
+    /// resending its packets every round until the carry budget runs out.
+    pub fn connected_rnr(pa: Profile, pb: Profile, mem_len: usize, rnr_retry: u8) -> Self {
         let mut a = Nic::new(pa, mem_len);
         let mut b = Nic::new(pb, mem_len);
+        a.raw.rnr_retry = rnr_retry;
+        b.raw.rnr_retry = rnr_retry;
         let (ga, gb) = (a.raw.gid(), b.raw.gid());
         let (arc, brc, aud, bud) = (a.rc, b.rc, a.ud, b.ud);
         a.raw

@@ -148,7 +148,8 @@ impl Raw {
         self.cmd(&i, 16).map(|_| ())
     }
 
-    /// RTR2RTS sending from `sq_psn`, retries 7 (infinite RNR), ACK timeout 14.
+    /// RTR2RTS sending from `sq_psn`, retries 7, RNR retries [`Raw::rnr_retry`] (7:
+    /// infinite), ACK timeout 14.
     pub fn rtr2rts(&mut self, qp: &HostQp, st: u8, sq_psn: u32) -> Result<(), CmdFailure> {
         let mut i = header(Opcode::RTR2RTS_QP, 0, Rtr2RtsQpIn::LEN);
         {
@@ -159,7 +160,7 @@ impl Raw {
             if st == service_type::RC {
                 q.set_retry_count(7)
                     .unwrap()
-                    .set_rnr_retry(7)
+                    .set_rnr_retry(self.rnr_retry.into())
                     .unwrap()
                     .set_log_sra_max(3)
                     .unwrap();
