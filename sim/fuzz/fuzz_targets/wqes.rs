@@ -1,7 +1,7 @@
 //! Fuzz target `wqes`: two NICs brought up with real commands, an RC QP pair (two RNR
-//! retries) and a UD QP pair connected between them, registered memory, CQs and posted receives (built once per
-//! process, reset to their snapshot before every input); then the fuzz input drives the data
-//! path the way a buggy driver could: arbitrary bytes as send WQEs (any opcode, DS count,
+//! retries) and a UD QP pair connected between them, registered memory, CQs and posted
+//! receives (built once per process, reset to their snapshot before every input); then the
+//! fuzz input drives the data path the way a buggy driver could: arbitrary bytes as send WQEs (any opcode, DS count,
 //! segments, lkeys, rkeys, addresses, lengths), written into the SQ ring and announced by an
 //! 8-byte doorbell or a BlueFlame copy, arbitrary receive WQEs, doorbell-record producers that
 //! jump laps ahead, and CQ arm doorbells. Packets are carried between the NICs and time

@@ -172,9 +172,8 @@ impl Pair {
                 moved = true;
             }
             if !moved {
-                let due = match (a.next_deadline(), b.next_deadline()) {
-                    (None, None) => break,
-                    (x, y) => x.into_iter().chain(y).min().unwrap_or(now),
+                let Some(due) = a.next_deadline().into_iter().chain(b.next_deadline()).min() else {
+                    break;
                 };
                 // Rounds before the one at or after `due` find nothing to do.
                 let idle = due.saturating_sub(now + 1) / ROUND;
