@@ -9,7 +9,8 @@
 #                                  time, exec/s, coverage (cov, ft), corpus size and findings
 #
 # Environment: FUZZ_DIRS (the crates), FUZZ_TARGETS (only these targets, space-separated),
-# FUZZ_KEEP=DIR (keep each target's final corpus in DIR/<target>). Builds go to
+# FUZZ_KEEP=DIR (keep each target's final corpus in DIR/<target>). A crate's options/<target>
+# file, if present, holds extra libFuzzer flags for that target, one per line. Builds go to
 # CARGO_TARGET_DIR (default target/fuzz, shared by the crates). The machine has only stable
 # Rust; cargo-fuzz needs nightly flags, which RUSTC_BOOTSTRAP=1 enables on stable. Installs
 # cargo-fuzz (from crates.io) if it is missing. Findings land in <crate>/artifacts/<target>/;
@@ -70,10 +71,14 @@ for dir in $dirs; do
             limit=(-max_total_time="$seconds")
             echo "scripts/fuzz.sh: fuzzing $dir $target for ${seconds}s"
         fi
+        extra=()
+        if [ -f "options/$target" ]; then
+            mapfile -t extra < <(grep -Ev '^[[:space:]]*(#|$)' "options/$target")
+        fi
         t0=$(date +%s)
         ok=1
-        cargo fuzz run "$target" "$corpus" -- "${limit[@]}" -timeout=10 -rss_limit_mb=4096 \
-            -print_final_stats=1 >"$log" 2>&1 || ok=0
+        cargo fuzz run "$target" "$corpus" -- "${limit[@]}" "${extra[@]}" -timeout=10 \
+            -rss_limit_mb=4096 -print_final_stats=1 >"$log" 2>&1 || ok=0
         took=$(( $(date +%s) - t0 ))
         found=$(( $(find "artifacts/$target" -type f | wc -l) - before ))
         execs="$(final_stat "$log" number_of_executed_units)"
