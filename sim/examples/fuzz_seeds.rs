@@ -28,7 +28,7 @@ use common::pair::{Nic, Pair};
 use common::qp::{QKEY, wqe};
 use zerocopy::IntoBytes;
 
-/// Host memory per NIC (as the fuzz targets).
+/// Host memory per NIC (as the `rx_packets` and `udp_link` fuzz targets).
 const MEM: usize = 400 << 10;
 
 /// The WQEs of the traffic `from` sends `to`: a 3000-byte SEND, a 2500-byte RDMA WRITE, a
@@ -322,9 +322,9 @@ fn main() -> io::Result<()> {
     let dir = Path::new(&dir);
     fs::create_dir_all(dir)?;
 
-    let fresh = Pair::connected(MEM);
-    write_seeds(&dir.join("wqes"), &wqes_seeds(&fresh))?;
-    let mut p = fresh;
+    // The wqes target's world (its WQEs carry MR addresses of that layout).
+    write_seeds(&dir.join("wqes"), &wqes_seeds(&Pair::lean(2)))?;
+    let mut p = Pair::connected(MEM);
     let pcap = run(&mut p, true);
     fs::write(dir.join("capture.pcap"), &pcap)?;
     write_seeds(&dir.join("rx_packets"), &rx_packets_seeds(&pcap))?;
