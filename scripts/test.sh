@@ -130,6 +130,14 @@ scripts/ucx-tests.sh --install
 # installs nightly's miri component when missing). Undefined behaviour fails the run.
 scripts/miri.sh
 
+# The sim's committed fuzz seeds are what sim/examples/fuzz_seeds.rs makes of the targets'
+# worlds (a wqes seed names MR addresses of Pair::lean's memory layout): a change to a world
+# that leaves its seeds stale fails here, not as a quiet loss of coverage.
+seeds_now="$(mktemp -d)"
+cargo run -q -p bypass-sim --example fuzz_seeds -- "$seeds_now"
+diff -r "$seeds_now" sim/fuzz/seeds
+rm -rf "$seeds_now"
+
 fuzz_seconds="${FUZZ_SECONDS:-20}"
 if [ "$fuzz_seconds" != 0 ]; then
     scripts/fuzz.sh "$fuzz_seconds"
