@@ -172,6 +172,12 @@ impl Pair {
     /// fires the timer, so the devices see the same times and packets as round-by-round
     /// stepping, at the cost of one round.
     pub fn carry(&mut self, rounds: usize) {
+        self.carry_seeing(rounds, |_, _| {});
+    }
+
+    /// [`Pair::carry`], showing `seen` every packet carried with the time it was carried at
+    /// (`sim/tests/carry.rs` compares them with round-by-round stepping's).
+    pub fn carry_seeing(&mut self, rounds: usize, mut seen: impl FnMut(u64, &[u8])) {
         const ROUND: u64 = 50_000;
         let (a, b) = (&mut self.a.raw.dev, &mut self.b.raw.dev);
         let mut left = rounds;
@@ -183,10 +189,12 @@ impl Pair {
             b.set_time(now);
             let mut moved = a.step() | b.step();
             while let Some(p) = a.take_tx() {
+                seen(now, &p);
                 b.receive(p);
                 moved = true;
             }
             while let Some(p) = b.take_tx() {
+                seen(now, &p);
                 a.receive(p);
                 moved = true;
             }
