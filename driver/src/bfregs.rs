@@ -292,10 +292,7 @@ impl BfregPool {
 
 fn alloc_uar(hca: &Hca) -> Result<u32> {
     let i = input(Opcode::ALLOC_UAR, 0, AllocUarIn::LEN);
-    let o = hca
-        .cmdq()
-        .exec(&i, AllocUarOut::LEN)
-        .map_err(|e| crate::limits::refused(e, crate::limits::Resource::Uar, hca.caps()))?;
+    let o = hca.exec_create(&i, AllocUarOut::LEN, crate::limits::Resource::Uar)?;
     Ok(AllocUarOut::new_checked(&o[..])
         .map_err(|source| DriverError::BadOutput {
             op: Opcode::ALLOC_UAR,

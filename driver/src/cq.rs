@@ -203,10 +203,7 @@ impl Cq {
             x.set_log_page_size(0).map_err(e)?;
             x.set_dbr_addr(dbr.iova()).map_err(e)?;
         }
-        let o = hca
-            .cmdq()
-            .exec(&i, CreateCqOut::LEN)
-            .map_err(|e| crate::limits::refused(e, crate::limits::Resource::Cq, hca.caps()))?;
+        let o = hca.exec_create(&i, CreateCqOut::LEN, crate::limits::Resource::Cq)?;
         let cqn = CreateCqOut::new_checked(&o[..])
             .map_err(|source| DriverError::BadOutput {
                 op: Opcode::CREATE_CQ,

@@ -584,6 +584,20 @@ impl Hca {
         &self.cmd
     }
 
+    /// Runs `input`, a command that creates a `resource` object (`out_len` bytes out): an
+    /// exhaustion status becomes [`crate::DriverError::ResourceLimit`], naming the limit in
+    /// force and its knob ([`crate::limits::refused`]); other errors are returned as they are.
+    pub(crate) fn exec_create(
+        &self,
+        input: &[u8],
+        out_len: usize,
+        resource: crate::limits::Resource,
+    ) -> Result<Vec<u8>> {
+        self.cmd
+            .exec(input, out_len)
+            .map_err(|e| crate::limits::refused(e, resource, &self.caps))
+    }
+
     /// The command interface's counters (commands run, completed by polling or by event,
     /// failed).
     pub fn cmd_stats(&self) -> CmdStats {

@@ -227,9 +227,7 @@ pub fn create_mkey_input_pages(
 pub(crate) fn exec_create_mkey(pd: &Pd, i: &[u8], variant: u8) -> Result<u32> {
     let o = pd
         .hca()
-        .cmdq()
-        .exec(i, CreateMkeyOut::LEN)
-        .map_err(|e| crate::limits::refused(e, crate::limits::Resource::Mr, pd.hca().caps()))?;
+        .exec_create(i, CreateMkeyOut::LEN, crate::limits::Resource::Mr)?;
     let index = CreateMkeyOut::new_checked(&o[..])
         .map_err(|source| DriverError::BadOutput {
             op: Opcode::CREATE_MKEY,

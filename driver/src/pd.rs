@@ -58,10 +58,7 @@ impl Pd {
     pub fn alloc(hca: &Arc<Hca>) -> Result<Arc<Self>> {
         let seed = os_seed()?;
         let i = input(Opcode::ALLOC_PD, 0, AllocPdIn::LEN);
-        let o = hca
-            .cmdq()
-            .exec(&i, AllocPdOut::LEN)
-            .map_err(|e| crate::limits::refused(e, crate::limits::Resource::Pd, hca.caps()))?;
+        let o = hca.exec_create(&i, AllocPdOut::LEN, crate::limits::Resource::Pd)?;
         let pdn = AllocPdOut::new_checked(&o[..])
             .map_err(|source| DriverError::BadOutput {
                 op: Opcode::ALLOC_PD,

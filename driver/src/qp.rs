@@ -209,10 +209,7 @@ impl Qp {
                     source,
                 })?;
         }
-        let o = hca
-            .cmdq()
-            .exec(&i, CreateQpOut::LEN)
-            .map_err(|e| crate::limits::refused(e, crate::limits::Resource::Qp, hca.caps()))?;
+        let o = hca.exec_create(&i, CreateQpOut::LEN, crate::limits::Resource::Qp)?;
         let qpn = CreateQpOut::new_checked(&o[..])
             .map_err(|source| DriverError::BadOutput {
                 op: Opcode::CREATE_QP,

@@ -217,10 +217,7 @@ impl Srq {
         for k in 0..wqes - 1 {
             shared.link(k as u16, (k + 1) as u16);
         }
-        let o = hca
-            .cmdq()
-            .exec(&i, CreateRmpOut::LEN)
-            .map_err(|e| crate::limits::refused(e, crate::limits::Resource::Srq, hca.caps()))?;
+        let o = hca.exec_create(&i, CreateRmpOut::LEN, crate::limits::Resource::Srq)?;
         let srqn = CreateRmpOut::new_checked(&o[..])
             .map_err(|source| DriverError::BadOutput {
                 op: Opcode::CREATE_RMP,
