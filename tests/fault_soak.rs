@@ -21,6 +21,8 @@ use bypass_verbs::wr::{RecvWr, SendOp, SendWr};
 use bypass_verbs::{
     Completion, Context, MemoryPool, Mtu, Qp, QpBuilder, QpState, WcOpcode, WcStatus,
 };
+use rand_chacha::ChaCha8Rng;
+use rand_core::{RngCore, SeedableRng};
 
 /// Largest message.
 const MAX_MSG: usize = 9_000;
@@ -37,19 +39,9 @@ const READ_LEN: usize = 16 * 1024;
 const ATOMIC_OFF: usize = READ_OFF + READ_LEN;
 const MR_LEN: usize = ATOMIC_OFF + 4096;
 
-/// splitmix64: the test's own deterministic choices (message mix and sizes).
-struct Mix(u64);
-impl Mix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
+/// A number below `n` from the test's seeded generator (message mix and sizes).
+fn below(mix: &mut ChaCha8Rng, n: u64) -> u64 {
+    mix.next_u64() % n
 }
 
 /// The bytes of message `seq` (`len` long): the sequence number, then a keyed pattern.
@@ -182,7 +174,7 @@ fn soak(setting: &str, seed: u64, n: u64, plan: FaultPlan, mtu: Mtu, psn: u32) -
     r.b.mr.write_u64_be(ATOMIC_OFF, 0).unwrap();
     r.fabric.with_world(|w| w.set_faults(Some(plan)));
     let src = read_source();
-    let mut mix = Mix(seed ^ 0xa5a5);
+    let mut mix = ChaCha8Rng::seed_from_u64(seed ^ 0xa5a5);
     let mut atomic_value = 0u64;
     let mut pending: std::collections::VecDeque<(u64, Kind)> = Default::default();
     let mut expected_sends: std::collections::VecDeque<(u64, usize)> = Default::default();
@@ -195,30 +187,30 @@ fn soak(setting: &str, seed: u64, n: u64, plan: FaultPlan, mtu: Mtu, psn: u32) -
         while pending.len() < WINDOW && posted < n {
             let seq = posted;
             let slot = (seq as usize) % WINDOW;
-            let len = match mix.below(4) {
-                0 => 1 + mix.below(64) as usize,
-                1 => 64 + mix.below(1024) as usize,
-                _ => 1 + mix.below(MAX_MSG as u64) as usize,
+            let len = match below(&mut mix, 4) {
+                0 => 1 + below(&mut mix, 64) as usize,
+                1 => 64 + below(&mut mix, 1024) as usize,
+                _ => 1 + below(&mut mix, MAX_MSG as u64) as usize,
             };
-            let kind = match mix.below(10) {
+            let kind = match below(&mut mix, 10) {
                 0..=3 => Kind::Send { len },
                 4..=5 => Kind::Write { slot, len },
                 6..=7 => {
                     let len = len.min(READ_LEN);
-                    let off = mix.below((READ_LEN - len + 1) as u64) as usize;
+                    let off = below(&mut mix, (READ_LEN - len + 1) as u64) as usize;
                     Kind::Read { off, len }
                 }
                 8 => {
-                    let add = 1 + mix.below(1000);
+                    let add = 1 + below(&mut mix, 1000);
                     let old = atomic_value;
                     atomic_value = atomic_value.wrapping_add(add);
                     Kind::FetchAdd { add, old }
                 }
                 _ => {
                     let old = atomic_value;
-                    let hit = mix.below(2) == 0;
+                    let hit = below(&mut mix, 2) == 0;
                     let compare = if hit { old } else { old ^ 1 };
-                    let swap = mix.next();
+                    let swap = mix.next_u64();
                     if hit {
                         atomic_value = swap;
                     }

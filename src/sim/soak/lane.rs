@@ -23,6 +23,8 @@ use bypass_verbs::{
     Access, Completion, Context, Cq, Lease, MemoryPool, Mr, Mtu, Pd, Qp, QpBuilder, RecvWr, SendOp,
     SendWr, VerbsError, WcOpcode, WcStatus,
 };
+use rand_chacha::ChaCha8Rng;
+use rand_core::{RngCore, SeedableRng};
 
 /// Largest message (4 packets at the lanes' 1024-byte path MTU).
 pub const MAX_MSG: usize = 4096;
@@ -127,20 +129,10 @@ impl Kind {
     }
 }
 
-/// splitmix64: the lane's deterministic choices.
-struct Mix(u64);
-
-impl Mix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
+/// A number below `n` (0 for `n` 0) from the lane's seeded generator: its deterministic
+/// choices.
+fn below(mix: &mut ChaCha8Rng, n: u64) -> u64 {
+    mix.next_u64() % n.max(1)
 }
 
 /// The bytes of message `seq` of lane `lane`: both numbers, then a keyed pattern.
@@ -174,7 +166,7 @@ pub struct Lane {
     a_cq: Cq,
     b_cq: Cq,
     generation: u64,
-    mix: Mix,
+    mix: ChaCha8Rng,
     source: Vec<u8>,
     atomic_value: u64,
     pending: VecDeque<(u64, Kind)>,
@@ -246,7 +238,7 @@ impl Lane {
             a_cq,
             b_cq,
             generation,
-            mix: Mix(seed ^ generation.wrapping_mul(0x2545_f491_4f6c_dd1d)),
+            mix: ChaCha8Rng::seed_from_u64(seed ^ generation.wrapping_mul(0x2545_f491_4f6c_dd1d)),
             source,
             atomic_value: 0,
             pending: VecDeque::new(),
@@ -327,30 +319,30 @@ impl Lane {
 
     fn pick(&mut self, seq: u64) -> Kind {
         let slot = (seq as usize) % WINDOW;
-        let len = match self.mix.below(4) {
-            0 => 1 + self.mix.below(64) as usize,
-            1 => 64 + self.mix.below(1024) as usize,
-            _ => 1 + self.mix.below(MAX_MSG as u64) as usize,
+        let len = match below(&mut self.mix, 4) {
+            0 => 1 + below(&mut self.mix, 64) as usize,
+            1 => 64 + below(&mut self.mix, 1024) as usize,
+            _ => 1 + below(&mut self.mix, MAX_MSG as u64) as usize,
         };
-        match self.mix.below(10) {
+        match below(&mut self.mix, 10) {
             0..=3 => Kind::Send { len },
             4..=5 => Kind::Write { slot, len },
             6..=7 => {
                 let len = len.min(READ_LEN);
-                let off = self.mix.below((READ_LEN - len + 1) as u64) as usize;
+                let off = below(&mut self.mix, (READ_LEN - len + 1) as u64) as usize;
                 Kind::Read { off, len }
             }
             8 => {
-                let add = 1 + self.mix.below(1000);
+                let add = 1 + below(&mut self.mix, 1000);
                 let old = self.atomic_value;
                 self.atomic_value = old.wrapping_add(add);
                 Kind::FetchAdd { add, old }
             }
             _ => {
                 let old = self.atomic_value;
-                let hit = self.mix.below(2) == 0;
+                let hit = below(&mut self.mix, 2) == 0;
                 let compare = if hit { old } else { old ^ 1 };
-                let swap = self.mix.next();
+                let swap = self.mix.next_u64();
                 if hit {
                     self.atomic_value = swap;
                 }
