@@ -17,11 +17,13 @@
 //! apart from every other test binary's. Must not: test the handshake's frames
 //! (`bypass_verbs::exchange`'s unit tests do) or the perf tables (`cli_perf_udp`).
 
+mod cli_support;
+
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -122,22 +124,16 @@ fn run(
     let (udp, tcp) = ((base + 1).to_string(), (base + 2).to_string());
     let cport = client_port.to_string();
     let opts = ["-s", "4K", "-n", "200"];
-    let server = Command::new(env!("CARGO_BIN_EXE_bypass"))
-        .args([
-            "perf",
-            "write-bw",
-            "-d",
-            &format!("udp:127.0.34.1:{udp}"),
-            "-p",
-            &tcp,
-        ])
-        .args(opts)
-        .args(server_extra)
-        .env("BYPASS_LOG_KEYS", "1")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start the bypass server");
+    let d1 = format!("udp:127.0.34.1:{udp}");
+    let server = cli_support::start_bypass(
+        &[
+            &["perf", "write-bw", "-d", &d1, "-p", &tcp][..],
+            &opts,
+            server_extra,
+        ]
+        .concat(),
+        &[("BYPASS_LOG_KEYS", "1")],
+    );
     let client = Command::new(env!("CARGO_BIN_EXE_bypass"))
         .args([
             "perf",
@@ -342,20 +338,11 @@ fn a_key_file_others_may_read_is_refused_with_chmod_600() {
 /// its extra arguments.
 fn ramp(base: u16, server_extra: &[&str], client_extra: &[&str]) -> (Output, Output) {
     let (udp, tcp) = ((base + 1).to_string(), (base + 2).to_string());
-    let server = Command::new(env!("CARGO_BIN_EXE_bypass"))
-        .args([
-            "ping",
-            "--ramp",
-            "-d",
-            &format!("udp:127.0.34.1:{udp}"),
-            "-p",
-            &tcp,
-        ])
-        .args(server_extra)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start the ramp server");
+    let d1 = format!("udp:127.0.34.1:{udp}");
+    let server = cli_support::start_bypass(
+        &[&["ping", "--ramp", "-d", &d1, "-p", &tcp][..], server_extra].concat(),
+        &[],
+    );
     let client = Command::new(env!("CARGO_BIN_EXE_bypass"))
         .args([
             "ping",

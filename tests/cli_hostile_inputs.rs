@@ -18,7 +18,7 @@ mod cli_support;
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpStream, UdpSocket};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 
 use cli_support::bypass;
 
@@ -211,12 +211,7 @@ fn an_unresolvable_host_is_named() {
 /// Starts `bypass ARGS` and reads its stdout up to the line holding `marker` (the rest is
 /// drained by a thread); returns the child and that line.
 fn start_until(args: &[&str], marker: &str) -> (Child, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_bypass"))
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start bypass");
+    let mut child = cli_support::start_bypass(args, &[]);
     let stdout = child.stdout.take().expect("stdout");
     let mut lines = BufReader::new(stdout).lines();
     let line = lines

@@ -12,42 +12,19 @@ mod cli_support;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::process::{Command, Stdio};
 
 use cli_support::bypass;
 
 #[test]
 fn a_forged_end_of_run_message_on_a_second_connection_is_closed_unread() {
     let opts = ["-s", "4K", "-n", "20000", "--check"];
-    let mut server = Command::new(env!("CARGO_BIN_EXE_bypass"))
-        .args([
-            "perf",
-            "write-bw",
-            "-d",
-            "udp:127.0.33.1:33001",
-            "-p",
-            "33002",
-        ])
-        .args(opts)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start the bypass server");
-    let client = Command::new(env!("CARGO_BIN_EXE_bypass"))
-        .args([
-            "perf",
-            "write-bw",
-            "-d",
-            "udp:127.0.33.2:33001",
-            "-p",
-            "33002",
-        ])
-        .args(opts)
-        .arg("127.0.0.1")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start the bypass client");
+    let side = |dev: &'static str| ["perf", "write-bw", "-d", dev, "-p", "33002"];
+    let mut server =
+        cli_support::start_bypass(&[&side("udp:127.0.33.1:33001")[..], &opts].concat(), &[]);
+    let client = cli_support::start_bypass(
+        &[&side("udp:127.0.33.2:33001")[..], &opts, &["127.0.0.1"]].concat(),
+        &[],
+    );
     // Wait until the server has taken its client's hello, then inject.
     let mut err_lines = BufReader::new(server.stderr.take().expect("stderr")).lines();
     let mut server_err = String::new();

@@ -8,8 +8,6 @@
 
 mod cli_support;
 
-use std::process::{Command, Stdio};
-
 use cli_support::{bypass, server_and_client};
 
 /// Runs `perf TEST ARGS` as server and client on port set `k`; returns (server ok, server
@@ -258,20 +256,13 @@ fn json_and_counters_come_from_the_client() {
 #[test]
 fn sides_started_with_different_options_refuse_to_run() {
     let (tcp, udp) = ("19113", 19163);
-    let server = Command::new(env!("CARGO_BIN_EXE_bypass"))
-        .args([
-            "perf",
-            "write-bw",
-            "-d",
-            &format!("udp:127.0.19.1:{udp}"),
-            "-p",
-            tcp,
-        ])
-        .args(["-s", "4K", "-n", "10", "-q", "2"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let d1 = format!("udp:127.0.19.1:{udp}");
+    let server = cli_support::start_bypass(
+        &[
+            "perf", "write-bw", "-d", &d1, "-p", tcp, "-s", "4K", "-n", "10", "-q", "2",
+        ],
+        &[],
+    );
     let d2 = format!("udp:127.0.19.2:{udp}");
     let (code, _, err) = bypass(&[
         "perf",

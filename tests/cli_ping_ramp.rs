@@ -4,8 +4,6 @@
 
 mod cli_support;
 
-use std::process::{Command, Stdio};
-
 use cli_support::bypass;
 
 /// The line of `stage` (`stage N name ...`), if printed.
@@ -140,12 +138,7 @@ fn ramp_bad_options_are_usage_errors() {
 /// Runs the ramp as server (`a`) and client (`b`) over UDP on loopback, TCP port `tcp`;
 /// returns (server code, server stdout+stderr, client code, client stdout, client stderr).
 fn two(a: &str, b: &str, tcp: &str, client_extra: &[&str]) -> (i32, String, i32, String, String) {
-    let server = Command::new(env!("CARGO_BIN_EXE_bypass"))
-        .args(["ping", "--ramp", "-d", a, "-p", tcp])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let server = cli_support::start_bypass(&["ping", "--ramp", "-d", a, "-p", tcp], &[]);
     let mut args = vec!["ping", "--ramp", "-d", b, "-p", tcp];
     args.extend_from_slice(client_extra);
     args.push("127.0.29.3");

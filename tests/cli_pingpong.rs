@@ -5,7 +5,6 @@
 mod cli_support;
 
 use std::net::{TcpListener, UdpSocket};
-use std::process::{Command, Stdio};
 
 use cli_support::bypass;
 
@@ -32,12 +31,7 @@ fn pingpong(extra: &[&str]) -> Run {
     let (d1, d2) = (dev(1), dev(2));
     let mut s_args = vec!["pingpong", "-d", &d1, "-p", &tcp];
     s_args.extend_from_slice(extra);
-    let server = Command::new(env!("CARGO_BIN_EXE_bypass"))
-        .args(&s_args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let server = cli_support::start_bypass(&s_args, &[]);
     let mut c_args = vec!["pingpong", "-d", &d2, "-p", &tcp];
     c_args.extend_from_slice(extra);
     c_args.push("127.0.0.1");

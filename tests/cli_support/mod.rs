@@ -1,6 +1,6 @@
 //! Shared by the CLI tests: run the `bypass` binary and capture what it says.
 
-use std::process::Command;
+use std::process::{Child, Command, Stdio};
 
 /// Runs `bypass ARGS`; returns (exit code, stdout, stderr).
 pub fn bypass(args: &[&str]) -> (i32, String, String) {
@@ -13,6 +13,19 @@ pub fn bypass(args: &[&str]) -> (i32, String, String) {
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
+}
+
+/// Starts `bypass ARGS` in the background with `env` set and stdout and stderr piped: one
+/// side of a two-process run (collect it with `wait_with_output`).
+#[allow(dead_code)] // each test binary uses a subset
+pub fn start_bypass(args: &[&str], env: &[(&str, &str)]) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_bypass"))
+        .args(args)
+        .envs(env.iter().copied())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start bypass")
 }
 
 /// How many positive finite numbers follow `label` on the first line of `out` that holds it
