@@ -68,14 +68,7 @@ struct Outcome {
 }
 
 fn seen(p: &mut Pair, packets: Vec<(u64, Vec<u8>)>) -> Seen {
-    let mut cqes = Vec::new();
-    for n in [&mut p.a, &mut p.b] {
-        let mut cq = n.cq;
-        while let Some(e) = n.raw.poll_cq(&mut cq) {
-            cqes.push(e);
-        }
-        n.cq = cq;
-    }
+    let cqes = p.poll_all();
     Seen {
         packets,
         cqes,

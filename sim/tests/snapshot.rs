@@ -46,14 +46,7 @@ fn traffic(p: &mut Pair) -> Outcome {
     a.raw.post_send(&mut rc, &write);
     a.rc = rc;
     p.carry(256);
-    let mut cqes = Vec::new();
-    for n in [&mut p.a, &mut p.b] {
-        let mut cq = n.cq;
-        while let Some(e) = n.raw.poll_cq(&mut cq) {
-            cqes.push(e);
-        }
-        n.cq = cq;
-    }
+    let cqes = p.poll_all();
     Outcome {
         cqes,
         counters: [&p.a, &p.b]

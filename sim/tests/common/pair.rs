@@ -213,6 +213,20 @@ impl Pair {
         }
     }
 
+    /// Every CQE waiting on A's CQ, then every one on B's, polled (each NIC's CQ consumer
+    /// moves on past them).
+    pub fn poll_all(&mut self) -> Vec<[u8; 64]> {
+        let mut cqes = Vec::new();
+        for n in [&mut self.a, &mut self.b] {
+            let mut cq = n.cq;
+            while let Some(e) = n.raw.poll_cq(&mut cq) {
+                cqes.push(e);
+            }
+            n.cq = cq;
+        }
+        cqes
+    }
+
     /// Both NICs now.
     pub fn snapshot(&self) -> PairSnapshot {
         PairSnapshot {
