@@ -126,6 +126,14 @@ impl Completions {
     /// CQ has 128-byte CQEs) into CQ `cqn`, then raises the completion event if the CQ was
     /// armed for it, or the CQ error event on overrun. Returns false if the CQE could not be
     /// written (no such CQ, overrun, DMA fault).
+    /// Whether a CQE posted to `cqn` now would be dropped with nothing written, counted or
+    /// raised: no CQ has that number, or the CQ is in overrun (it takes no CQE until it is
+    /// destroyed; [`Completions::post_cqe`] raised the CQ error when it entered overrun).
+    /// A flush uses it to consume, in one step, receives whose CQEs would all be dropped.
+    pub(crate) fn drops_cqes(&self, cqn: u32) -> bool {
+        self.cqs.get(cqn).is_none_or(|cq| cq.ring.overrun)
+    }
+
     pub(crate) fn post_cqe(
         &mut self,
         io: &mut Io<'_>,

@@ -267,16 +267,7 @@ fn cq_overrun_raises_a_cq_error_event() {
     for _ in 0..3 {
         raw.post_recv(&mut qp, &[(mr.key, mr.va, 64)]);
     }
-    let mut i = common::header(
-        bypass_hw::cmd::Opcode::QP_2ERR,
-        0,
-        bypass_hw::cmd::qp::Qp2ErrIn::LEN,
-    );
-    bypass_hw::cmd::qp::Qp2ErrIn::new_checked(&mut i[..])
-        .unwrap()
-        .set_qpn(qp.qpn)
-        .unwrap();
-    raw.ok(&i, 16);
+    qp_2err(&mut raw, qp.qpn);
     let events = raw.poll_async();
     let cq_err: Vec<_> = events
         .iter()
@@ -293,6 +284,70 @@ fn cq_overrun_raises_a_cq_error_event() {
         ErrCqe::view(&f).unwrap().syndrome(),
         CqeSyndrome::WR_FLUSH_ERR
     );
+}
+
+/// Moves `qpn` to ERR with the QP_2ERR command.
+fn qp_2err(raw: &mut Raw, qpn: u32) {
+    let mut i = common::header(
+        bypass_hw::cmd::Opcode::QP_2ERR,
+        0,
+        bypass_hw::cmd::qp::Qp2ErrIn::LEN,
+    );
+    bypass_hw::cmd::qp::Qp2ErrIn::new_checked(&mut i[..])
+        .unwrap()
+        .set_qpn(qpn)
+        .unwrap();
+    raw.ok(&i, 16);
+}
+
+/// A CQ in overrun drops every CQE after the one that overran it, yet the flush it drops them
+/// for still consumes and counts each receive: a ring of 16 flushed by 2ERR into a 2-entry CQ,
+/// then another ring's worth posted on the QP in error. Two CQEs are written, one CQ error is
+/// raised, all 32 receives are counted, and nothing is left to flush.
+#[test]
+fn a_flush_into_an_overrun_cq_consumes_and_counts_every_receive() {
+    let mut raw = Raw::new(Profile::with_id(1));
+    raw.bring_up();
+    let pd = raw.alloc_pd().unwrap();
+    let eqn = raw.async_eq.unwrap().eqn;
+    let mut cq = raw.create_cq(1, eqn).unwrap();
+    let mr = raw.reg_mr(pd, 4096, ALL).unwrap();
+    let mut qp = raw.create_qp(st::RC, pd, &cq, &cq, 4, 4).unwrap();
+    raw.rst2init(&qp, st::RC).unwrap();
+    for _ in 0..qp.rq_wqes {
+        raw.post_recv(&mut qp, &[(mr.key, mr.va, 64)]);
+    }
+    qp_2err(&mut raw, qp.qpn);
+    let qpn = qp.qpn;
+    let flushed = |raw: &Raw| {
+        let q = raw.dev.qp_counters(qpn).unwrap();
+        (
+            q.resp_cqe_flush_error,
+            raw.dev.counters.resp_cqe_flush_error,
+        )
+    };
+    assert_eq!(flushed(&raw), (16, 16));
+    for _ in 0..qp.rq_wqes {
+        raw.post_recv(&mut qp, &[(mr.key, mr.va, 64)]);
+    }
+    assert!(raw.dev.step(), "the late receives are flushed");
+    assert_eq!(flushed(&raw), (32, 32));
+    assert!(!raw.dev.step(), "every receive was consumed");
+    let events = raw.poll_async();
+    let cq_errors = events
+        .iter()
+        .filter(|e| e.0 == EventType::CQ_ERROR.0)
+        .count();
+    assert_eq!(cq_errors, 1, "{events:?}");
+    for index in 0..2 {
+        let f = raw
+            .poll_cq(&mut cq)
+            .expect("a CQE written before the overrun");
+        let e = ErrCqe::view(&f).unwrap();
+        assert_eq!(e.syndrome(), CqeSyndrome::WR_FLUSH_ERR);
+        assert_eq!(e.wqe_counter(), index);
+    }
+    assert!(raw.poll_cq(&mut cq).is_none(), "the rest were dropped");
 }
 
 #[test]
