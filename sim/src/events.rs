@@ -122,10 +122,6 @@ impl Completions {
             .unwrap_or(0)
     }
 
-    /// Writes `cqe` (the 64-byte CQE; placed in the second half of a 128-byte entry when the
-    /// CQ has 128-byte CQEs) into CQ `cqn`, then raises the completion event if the CQ was
-    /// armed for it, or the CQ error event on overrun. Returns false if the CQE could not be
-    /// written (no such CQ, overrun, DMA fault).
     /// Whether a CQE posted to `cqn` now would be dropped with nothing written, counted or
     /// raised: no CQ has that number, or the CQ is in overrun (it takes no CQE until it is
     /// destroyed; [`Completions::post_cqe`] raised the CQ error when it entered overrun).
@@ -134,6 +130,10 @@ impl Completions {
         self.cqs.get(cqn).is_none_or(|cq| cq.ring.overrun)
     }
 
+    /// Writes `cqe` (the 64-byte CQE; placed in the second half of a 128-byte entry when the
+    /// CQ has 128-byte CQEs) into CQ `cqn`, then raises the completion event if the CQ was
+    /// armed for it, or the CQ error event on overrun. Returns false if the CQE could not be
+    /// written (no such CQ, overrun, DMA fault).
     pub(crate) fn post_cqe(
         &mut self,
         io: &mut Io<'_>,
