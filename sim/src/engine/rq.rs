@@ -181,16 +181,10 @@ pub(crate) fn complete_error_at(
     cqe.s_wqe_opcode_qpn.set(qp.qpn & 0x00ff_ffff);
     cqe.wqe_counter.set(index);
     cqe.op_own = make_op_own(CqeOpcode::RESP_ERR, 0, false, false);
-    let flush = syndrome == CqeSyndrome::WR_FLUSH_ERR;
-    let c = &mut qp.counters;
-    if flush {
-        c.resp_cqe_flush_error += 1;
+    if syndrome == CqeSyndrome::WR_FLUSH_ERR {
+        count_flushes(qp, io, 1);
     } else {
-        c.resp_cqe_error += 1;
-    }
-    if flush {
-        io.counters.resp_cqe_flush_error += 1;
-    } else {
+        qp.counters.resp_cqe_error += 1;
         io.counters.resp_cqe_error += 1;
     }
     let cqn = qp.cqn_rcv;
@@ -224,6 +218,12 @@ pub(crate) fn flush(qp: &mut Qp, comp: &mut Completions, io: &mut Io<'_>) -> u32
 /// would otherwise build a CQE only to have it dropped.
 fn drop_flushed(qp: &mut Qp, io: &mut Io<'_>, n: u32) {
     qp.rq_ci = qp.rq_ci.wrapping_add(n);
+    count_flushes(qp, io, n);
+}
+
+/// Counts `n` receive flush completions of `qp`, on the QP and on the device (the one place
+/// both a written flush CQE and a dropped one are counted).
+fn count_flushes(qp: &mut Qp, io: &mut Io<'_>, n: u32) {
     qp.counters.resp_cqe_flush_error += u64::from(n);
     io.counters.resp_cqe_flush_error += u64::from(n);
 }
