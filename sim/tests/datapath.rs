@@ -253,16 +253,23 @@ fn armed_cq_raises_a_completion_event_and_an_interrupt() {
     assert!(a.raw.poll_eq(&mut a.eq).is_empty());
 }
 
-#[test]
-fn cq_overrun_raises_a_cq_error_event() {
+/// A brought-up device with a 2-entry CQ, a 4 KiB MR and an RC QP in INIT whose send and
+/// receive CQ it is (16 receive WQEs): the setup of the CQ overrun tests.
+fn rc_qp_on_a_2_entry_cq() -> (Raw, HostCq, HostMr, HostQp) {
     let mut raw = Raw::new(Profile::with_id(1));
     raw.bring_up();
     let pd = raw.alloc_pd().unwrap();
     let eqn = raw.async_eq.unwrap().eqn;
-    let mut cq = raw.create_cq(1, eqn).unwrap(); // 2 CQEs
+    let cq = raw.create_cq(1, eqn).unwrap();
     let mr = raw.reg_mr(pd, 4096, ALL).unwrap();
-    let mut qp = raw.create_qp(st::RC, pd, &cq, &cq, 4, 4).unwrap();
+    let qp = raw.create_qp(st::RC, pd, &cq, &cq, 4, 4).unwrap();
     raw.rst2init(&qp, st::RC).unwrap();
+    (raw, cq, mr, qp)
+}
+
+#[test]
+fn cq_overrun_raises_a_cq_error_event() {
+    let (mut raw, mut cq, mr, mut qp) = rc_qp_on_a_2_entry_cq();
     // Three receives flushed by 2ERR produce three CQEs on a 2-entry CQ nobody polls.
     for _ in 0..3 {
         raw.post_recv(&mut qp, &[(mr.key, mr.va, 64)]);
@@ -306,14 +313,7 @@ fn qp_2err(raw: &mut Raw, qpn: u32) {
 /// raised, all 32 receives are counted, and nothing is left to flush.
 #[test]
 fn a_flush_into_an_overrun_cq_consumes_and_counts_every_receive() {
-    let mut raw = Raw::new(Profile::with_id(1));
-    raw.bring_up();
-    let pd = raw.alloc_pd().unwrap();
-    let eqn = raw.async_eq.unwrap().eqn;
-    let mut cq = raw.create_cq(1, eqn).unwrap();
-    let mr = raw.reg_mr(pd, 4096, ALL).unwrap();
-    let mut qp = raw.create_qp(st::RC, pd, &cq, &cq, 4, 4).unwrap();
-    raw.rst2init(&qp, st::RC).unwrap();
+    let (mut raw, mut cq, mr, mut qp) = rc_qp_on_a_2_entry_cq();
     for _ in 0..qp.rq_wqes {
         raw.post_recv(&mut qp, &[(mr.key, mr.va, 64)]);
     }
